@@ -1,0 +1,65 @@
+// packets/sdma_codec.hpp - encode and decode SDMA packets from the layout table.
+#pragma once
+
+#include <cstdint>
+#include <span>
+#include <string>
+#include <vector>
+
+#include "conccl/status.hpp"
+#include "packets/sdma_layout.hpp"
+
+namespace conccl::sdma {
+
+struct FieldValue {
+  Key key;
+  uint64_t value;  // user units: bytes, not bytes-1; addresses in full
+};
+
+// Bits outside every defined field, kept so that decode -> encode is exact.
+struct Reserved {
+  uint8_t dw;
+  uint32_t bits;
+};
+
+// A packet as fields; what decode returns and the assembler builds.
+struct Packet {
+  Pkt pkt = Pkt::nop;
+  std::vector<FieldValue> fields;  // layout order after decode
+  std::vector<uint32_t> data;      // WRITE payload, NOP body
+  std::vector<Reserved> reserved;
+  size_t dwords = 0;               // encoded length (set by decode)
+
+  // The value of `k`, or 0 when absent.
+  uint64_t get(Key k) const;
+};
+
+// Encodes one packet into `out` (which must hold max_packet_dwords(...) or the
+// exact length) and returns the number of dwords written. Every value is
+// checked: field width, alignment, the generation's limits, fields that do not
+// exist in this generation. Fields not given are zero.
+Result<size_t> encode(Gen g, Pkt p, std::span<const FieldValue> fields,
+                      std::span<uint32_t> out, std::span<const uint32_t> data = {},
+                      std::span<const Reserved> reserved = {});
+Result<std::vector<uint32_t>> encode(Gen g, const Packet& packet);
+
+// Length in dwords the packet will have (for reserving ring space).
+size_t packet_dwords(Gen g, Pkt p, std::span<const FieldValue> fields, size_t data_dwords = 0);
+
+// Decodes the packet at in[0]. Never reads past `in`. Errors say what is
+// wrong (unknown opcode, truncated); offsets are added by decode_stream.
+Result<Packet> decode(Gen g, std::span<const uint32_t> in);
+
+// Length of the packet at in[0] without decoding its fields (used by engines
+// to skip and by hang diagnosis); error like decode.
+Result<size_t> packet_length(Gen g, std::span<const uint32_t> in);
+
+struct StreamDecode {
+  std::vector<Packet> packets;
+  std::vector<size_t> offsets;  // dword offset of each packet
+  Status error;                 // ok, or the first undecodable packet
+  size_t error_offset = 0;      // dword offset of that packet
+};
+StreamDecode decode_stream(Gen g, std::span<const uint32_t> in);
+
+}  // namespace conccl::sdma

@@ -1,0 +1,28 @@
+// src/status.cpp
+#include "conccl/status.hpp"
+
+namespace conccl {
+
+const char* code_name(Code c) {
+  switch (c) {
+    case Code::ok: return "ok";
+    case Code::invalid_argument: return "invalid argument";
+    case Code::out_of_range: return "out of range";
+    case Code::not_found: return "not found";
+    case Code::timeout: return "timeout";
+    case Code::device_fault: return "device fault";
+    case Code::unavailable: return "unavailable";
+    case Code::resource_exhausted: return "resource exhausted";
+    case Code::busy: return "busy";
+    case Code::verify_failed: return "verification failed";
+    case Code::internal: return "internal error";
+  }
+  return "unknown";
+}
+
+std::string Status::to_string() const {
+  if (ok()) return "ok";
+  return std::string(code_name(code_)) + ": " + message_;
+}
+
+}  // namespace conccl
