@@ -1,0 +1,57 @@
+// conccl/emu.hpp - the emulated node: GPUs without a GPU.
+//
+// Each emulated GPU has its own "HBM" (a memfd mapped into this process, but
+// addressed by engines at a GPU virtual-address window far from host
+// pointers) and K SDMA engines. Each engine is a thread that sleeps until its
+// doorbell rings, fetches packets between a queue's read and write pointers,
+// decodes them with packets/, executes them on the emulated memory, and
+// advances the read pointer. See docs/emulator.md.
+#pragma once
+
+#include <chrono>
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "conccl/device.hpp"
+
+namespace conccl::emu {
+
+// GPU VA layout of the emulated node.
+inline constexpr uint64_t kHostVaBase = 0x0000080000000000ull;   // system memory (GTT)
+inline constexpr uint64_t kGpuVaBase = 0x0000100000000000ull;    // GPU g's HBM at base + g * stride
+inline constexpr uint64_t kGpuVaStride = 0x0000010000000000ull;  // 1 TiB per GPU
+
+// Fault injection, per engine, for tests and for `sdma-probe --inject`.
+struct Injection {
+  bool stall = false;                        // fetch nothing until cleared (rptr never moves)
+  uint32_t drop_completions = 0;             // skip the next N FENCE/ATOMIC/MEM_INCR writes
+  std::chrono::microseconds delay{0};        // extra time spent on every packet
+};
+
+struct EngineStats {
+  uint64_t packets = 0;
+  uint64_t bytes_copied = 0;
+  uint64_t dropped_completions = 0;
+  uint64_t poll_timeouts = 0;  // finite-retry polls that gave up
+};
+
+class EmuDevice : public Device {
+ public:
+  virtual Status inject(int gpu, int engine, const Injection& injection) = 0;
+  virtual Result<EngineStatus> engine_status(int gpu, int engine) const = 0;
+  virtual Result<EngineStats> engine_stats(int gpu, int engine) const = 0;
+  // Clears a halted engine's fault; the faulting queue's unread packets are
+  // dropped (its rptr jumps to its wptr), as a queue reset would.
+  virtual Status reset_engine(int gpu, int engine) = 0;
+};
+
+// Creates an emulated node. options.backend is ignored. Presets: "mi300x"
+// (default), "small"; options.gpus / options.engines / options.gen override.
+Result<std::unique_ptr<EmuDevice>> create(const DeviceOptions& options);
+
+// Preset names and one-line descriptions.
+std::vector<std::pair<std::string, std::string>> presets();
+
+}  // namespace conccl::emu

@@ -1,0 +1,55 @@
+// conccl/topology.hpp - what a backend reports about its GPUs, engines and links.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "packets/generation.hpp"
+
+namespace conccl {
+
+enum class EngineKind : uint8_t {
+  pcie,  // SDMA engine optimised for host (PCIe) traffic
+  xgmi,  // SDMA engine optimised for GPU-to-GPU (xGMI) traffic
+};
+const char* engine_kind_name(EngineKind k);
+
+struct EngineInfo {
+  int id = 0;  // engine id as the driver numbers them (KFD sdma_engine_id)
+  EngineKind kind = EngineKind::pcie;
+};
+
+struct LinkInfo {
+  int peer = 0;                          // GPU index of the other end
+  std::string type;                      // "xgmi" or "pcie"
+  uint32_t weight = 0;                   // KFD io_link weight (lower is closer)
+  std::vector<int> recommended_engines;  // engines of *this* GPU best for copies to peer
+};
+
+struct GpuInfo {
+  int index = 0;
+  std::string name;       // "gfx942" or a preset's label
+  sdma::Gen gen = sdma::Gen::v4_4_2;
+  uint64_t memory_bytes = 0;
+  std::vector<EngineInfo> engines;
+  std::vector<LinkInfo> links;
+
+  const LinkInfo* link_to(int peer) const {
+    for (const LinkInfo& l : links)
+      if (l.peer == peer) return &l;
+    return nullptr;
+  }
+};
+
+struct Topology {
+  std::string backend;  // "emu", "kfd", "nv"
+  std::string preset;   // emu: the preset name
+  std::vector<GpuInfo> gpus;
+};
+
+// Human-readable table and JSON (the `sdma-probe list` formats).
+std::string topology_table(const Topology& t);
+std::string topology_json(const Topology& t);
+
+}  // namespace conccl

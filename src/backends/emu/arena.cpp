@@ -1,0 +1,126 @@
+// src/backends/emu/arena.cpp
+#include "backends/emu/arena.hpp"
+
+#include <sys/mman.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <cinttypes>
+#include <cstdio>
+#include <cstring>
+
+namespace conccl::emu {
+
+namespace {
+constexpr uint64_t kPage = 4096;
+std::string hex(uint64_t v) {
+  char buf[24];
+  std::snprintf(buf, sizeof buf, "0x%" PRIx64, v);
+  return buf;
+}
+}  // namespace
+
+Arena::Arena(std::string name, uint64_t va_base, size_t size, int fd, uint8_t* host)
+    : name_(std::move(name)), va_base_(va_base), size_(size), fd_(fd), host_(host) {
+  free_[0] = size;
+}
+
+Arena::~Arena() {
+  munmap(host_, size_);
+  close(fd_);
+}
+
+Result<std::unique_ptr<Arena>> Arena::create(std::string name, uint64_t va_base, size_t size) {
+  if (size == 0 || size % kPage)
+    return error(Code::invalid_argument, "arena " + name + ": size must be a non-zero multiple of 4 KiB");
+  const int fd = memfd_create(("conccl-" + name).c_str(), MFD_CLOEXEC);
+  if (fd < 0)
+    return error(Code::resource_exhausted, "memfd_create for arena " + name + " failed: " + strerror(errno));
+  if (ftruncate(fd, static_cast<off_t>(size)) != 0) {
+    const int e = errno;
+    close(fd);
+    return error(Code::resource_exhausted, "ftruncate arena " + name + " to " + std::to_string(size) +
+                                               " bytes failed: " + strerror(e));
+  }
+  // Pages are allocated on first touch, so a large arena costs nothing until used.
+  void* p = mmap(nullptr, size, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_NORESERVE, fd, 0);
+  if (p == MAP_FAILED) {
+    const int e = errno;
+    close(fd);
+    return error(Code::resource_exhausted, "mmap arena " + name + " failed: " + strerror(e));
+  }
+  return std::unique_ptr<Arena>(new Arena(std::move(name), va_base, size, fd, static_cast<uint8_t*>(p)));
+}
+
+Result<uint64_t> Arena::allocate(size_t bytes, size_t align) {
+  if (bytes == 0) return error(Code::invalid_argument, "allocation of 0 bytes");
+  if (align < 256 || (align & (align - 1)))
+    return error(Code::invalid_argument, "alignment must be a power of two >= 256");
+  const uint64_t len = (bytes + 255) & ~uint64_t(255);
+  std::lock_guard<std::mutex> lock(mu_);
+  for (auto it = free_.begin(); it != free_.end(); ++it) {
+    const uint64_t start = (it->first + align - 1) & ~uint64_t(align - 1);
+    const uint64_t end = it->first + it->second;
+    if (start + len > end || start + len < start) continue;
+    const uint64_t head = start - it->first, tail = end - (start + len);
+    const uint64_t base = it->first;
+    free_.erase(it);
+    if (head) free_[base] = head;
+    if (tail) free_[start + len] = tail;
+    used_[start] = len;
+    return va_base_ + start;
+  }
+  size_t in_use = 0;
+  for (const auto& [off, n] : used_) in_use += n;
+  return error(Code::resource_exhausted,
+               "emulated memory " + name_ + " is out of space for " + std::to_string(bytes) + " bytes (" +
+                   std::to_string(in_use) + " of " + std::to_string(size_) +
+                   " bytes in use); free buffers or give the emulator more memory (--memory-per-gpu)");
+}
+
+Status Arena::release(uint64_t va) {
+  if (va < va_base_) return error(Code::not_found, "address " + hex(va) + " is not in " + name_);
+  const uint64_t off = va - va_base_;
+  std::lock_guard<std::mutex> lock(mu_);
+  auto it = used_.find(off);
+  if (it == used_.end())
+    return error(Code::not_found, "address " + hex(va) + " was not allocated from " + name_ +
+                                      " (double free, or not the start of a buffer)");
+  const uint64_t len = it->second;
+  used_.erase(it);
+  // Drop the pages so the next user sees zeros and the memory goes back.
+  const uint64_t page_lo = (off + kPage - 1) & ~(kPage - 1), page_hi = (off + len) & ~(kPage - 1);
+  if (page_hi > page_lo) {
+    std::memset(host_ + off, 0, page_lo - off);
+    madvise(host_ + page_lo, page_hi - page_lo, MADV_REMOVE);
+    std::memset(host_ + page_hi, 0, off + len - page_hi);
+  } else {
+    std::memset(host_ + off, 0, len);
+  }
+  // Coalesce with neighbours.
+  uint64_t start = off, size = len;
+  auto next = free_.lower_bound(off);
+  if (next != free_.end() && next->first == start + size) {
+    size += next->second;
+    next = free_.erase(next);
+  }
+  if (next != free_.begin()) {
+    auto prev = std::prev(next);
+    if (prev->first + prev->second == start) {
+      start = prev->first;
+      size += prev->second;
+      free_.erase(prev);
+    }
+  }
+  free_[start] = size;
+  return Status();
+}
+
+size_t Arena::bytes_in_use() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  size_t n = 0;
+  for (const auto& [off, len] : used_) n += len;
+  return n;
+}
+
+}  // namespace conccl::emu

@@ -1,0 +1,232 @@
+// src/backends/emu/engine.cpp - one emulated SDMA engine: a thread that
+// serves its queues like the hardware's queue scheduler.
+//
+// The engine sleeps until a doorbell, then for each of its queues fetches the
+// packets between rptr and wptr, decodes and executes them, and stores the new
+// rptr after each packet. A poll that is not yet satisfied blocks only its own
+// queue (the engine moves on to its other queues, as SDMA's round robin
+// between queues does) and is re-evaluated when memory changes or every
+// 200 us. An undecodable packet or a page fault halts the engine.
+#include <cinttypes>
+#include <cstdio>
+
+#include "backends/emu/node.hpp"
+#include "packets/sdma_asm.hpp"
+
+namespace conccl::emu {
+
+namespace {
+
+constexpr auto kIdleWait = std::chrono::milliseconds(100);
+constexpr auto kPollWait = std::chrono::microseconds(200);
+constexpr int kBudget = 4096;  // packets per queue per turn (fairness)
+
+std::string hex(uint64_t v) {
+  char buf[24];
+  std::snprintf(buf, sizeof buf, "0x%" PRIx64, v);
+  return buf;
+}
+
+bool is_completion(sdma::Pkt p) {
+  return p == sdma::Pkt::fence || p == sdma::Pkt::atomic || p == sdma::Pkt::atomic_add64 ||
+         p == sdma::Pkt::mem_incr;
+}
+
+}  // namespace
+
+Status EmuEvent::wait(uint64_t target, Deadline deadline) {
+  while (count() < target) {
+    const uint32_t seen = wake_.seq();
+    if (count() >= target) break;
+    if (deadline.expired())
+      return error(Code::timeout, "TRAP event count " + std::to_string(count()) + " did not reach " +
+                                      std::to_string(target) + " before the deadline");
+    wake_.wait(seen, std::min<std::chrono::nanoseconds>(deadline.remaining(), std::chrono::milliseconds(10)));
+  }
+  return Status();
+}
+
+Engine::Engine(Node& node, int gpu, int id, sdma::Gen gen) : node_(node), gpu_(gpu), id_(id), gen_(gen) {}
+
+Engine::~Engine() { stop(); }
+
+void Engine::stop() {
+  stop_.store(true, std::memory_order_release);
+  wake_.bump();
+  if (thread_.joinable()) thread_.join();
+}
+
+void Engine::add_queue(EmuQueue* q) {
+  std::lock_guard<std::mutex> lock(mu_);
+  queues_.push_back(q);
+  if (!started_.load(std::memory_order_acquire)) {
+    thread_ = std::thread(&Engine::run, this);
+    started_.store(true, std::memory_order_release);
+  }
+}
+
+void Engine::remove_queue(EmuQueue* q) {
+  std::lock_guard<std::mutex> run(run_mu_);  // not while the engine is inside it
+  std::lock_guard<std::mutex> lock(mu_);
+  queues_.erase(std::remove(queues_.begin(), queues_.end(), q), queues_.end());
+  if (faulted_queue_ == q->id) faulted_queue_ = -1;
+}
+
+void Engine::set_polling(bool on) {
+  if (polling_.exchange(on, std::memory_order_acq_rel) != on) node_.polling_engines.fetch_add(on ? 1 : -1);
+}
+
+void Engine::set_injection(const Injection& inj) {
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    injection_ = inj;
+  }
+  stall_.store(inj.stall, std::memory_order_release);
+  drop_.store(inj.drop_completions, std::memory_order_release);
+  delay_us_.store(inj.delay.count(), std::memory_order_release);
+  wake_.bump();
+}
+
+EngineStatus Engine::status() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  EngineStatus s = detail_;
+  s.state = static_cast<EngineStatus::State>(state_.load(std::memory_order_acquire));
+  if (halted_.load()) s.state = EngineStatus::State::halted;
+  else if (stall_.load()) s.state = EngineStatus::State::stalled;
+  return s;
+}
+
+EngineStats Engine::stats() const {
+  return EngineStats{packets_.load(), bytes_.load(), dropped_.load(), poll_timeouts_.load()};
+}
+
+void Engine::reset() {
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    for (EmuQueue* q : queues_)
+      if (q->id == faulted_queue_) {
+        std::atomic_ref<uint64_t>(*q->rptr).store(std::atomic_ref<uint64_t>(*q->wptr).load());
+        q->progress.bump();
+      }
+    faulted_queue_ = -1;
+    detail_ = EngineStatus{};
+    halted_.store(false, std::memory_order_release);
+    state_.store(static_cast<uint8_t>(EngineStatus::State::idle));
+  }
+  wake_.bump();
+}
+
+void Engine::halt(const EmuQueue& q, uint64_t rptr, const std::string& why) {
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    detail_.fault = "gpu " + std::to_string(gpu_) + " engine " + std::to_string(id_) + " queue " +
+                    std::to_string(q.id) + " at rptr " + hex(rptr) + ": " + why;
+    detail_.fault_rptr = rptr;
+    faulted_queue_ = q.id;
+    halted_.store(true, std::memory_order_release);
+    state_.store(static_cast<uint8_t>(EngineStatus::State::halted));
+  }
+  // Wake anyone waiting on this queue so they see the fault at once.
+  const_cast<EmuQueue&>(q).progress.bump();
+}
+
+void Engine::run() {
+  std::vector<EmuQueue*> qs;
+  while (!stop_.load(std::memory_order_acquire)) {
+    const uint32_t seen = wake_.seq();
+    bool progressed = false, blocked = false;
+    if (!halted_.load(std::memory_order_acquire) && !stall_.load(std::memory_order_acquire)) {
+      std::lock_guard<std::mutex> run(run_mu_);
+      {
+        std::lock_guard<std::mutex> lock(mu_);
+        qs = queues_;
+      }
+      for (EmuQueue* q : qs) {
+        const Step s = run_queue(*q);
+        progressed |= s == Step::advanced;
+        blocked |= s == Step::blocked;
+        if (s == Step::halted) break;
+      }
+    }
+    if (!halted_.load()) {
+      state_.store(static_cast<uint8_t>(blocked ? EngineStatus::State::polling : EngineStatus::State::idle));
+      if (!blocked) {
+        std::lock_guard<std::mutex> lock(mu_);
+        detail_.poll_queue = -1;
+      }
+    }
+    set_polling(blocked);
+    if (!progressed) {
+      wake_.wait(seen, blocked ? std::chrono::nanoseconds(kPollWait) : std::chrono::nanoseconds(kIdleWait));
+    }
+  }
+  set_polling(false);
+}
+
+Engine::Step Engine::run_queue(EmuQueue& q) {
+  std::atomic_ref<uint64_t> rptr_ref(*q.rptr);
+  uint64_t r = rptr_ref.load(std::memory_order_relaxed);
+  const uint64_t w = std::atomic_ref<uint64_t>(*q.wptr).load(std::memory_order_acquire);
+  if (r >= w) return Step::idle;
+  if (w - r > q.size) {
+    halt(q, r, "wptr " + hex(w) + " is more than a ring (" + std::to_string(q.size) + " bytes) ahead of rptr");
+    return Step::halted;
+  }
+  Step result = Step::idle;
+  state_.store(static_cast<uint8_t>(EngineStatus::State::running));
+  for (int budget = kBudget; r < w && budget > 0; --budget) {
+    if (stall_.load(std::memory_order_acquire) || stop_.load(std::memory_order_acquire)) break;
+    const uint64_t off = r & (q.size - 1);
+    const uint64_t avail = std::min<uint64_t>(w - r, q.size - off) / 4;
+    Result<sdma::Packet> p = sdma::decode(gen_, std::span<const uint32_t>(q.ring + off / 4, avail));
+    if (!p.ok()) {
+      halt(q, r, "invalid packet: " + p.status().message());
+      return Step::halted;
+    }
+    ExecContext ctx{&node_, &q, false, 0};
+    if (is_completion(p->pkt)) {
+      uint32_t d = drop_.load(std::memory_order_acquire);
+      while (d > 0 && !drop_.compare_exchange_weak(d, d - 1)) {
+      }
+      ctx.drop_completion = d > 0;
+    }
+    if (const int64_t us = delay_us_.load(std::memory_order_acquire); us > 0)
+      std::this_thread::sleep_for(std::chrono::microseconds(us));
+    ExecOutcome o = execute_packet(ctx, gen_, *p);
+    if (o.result == ExecResult::fault) {
+      halt(q, r, o.fault + " (packet: " + sdma::format_packet(*p) + ")");
+      return Step::halted;
+    }
+    if (o.result == ExecResult::blocked) {
+      const uint64_t retry = p->get(sdma::Key::retry);
+      if (retry == 0xFFF || ++q.poll_evals <= retry) {
+        std::lock_guard<std::mutex> lock(mu_);
+        detail_.poll_addr = o.poll_addr;
+        detail_.poll_ref = o.poll_ref;
+        detail_.poll_mask = o.poll_mask;
+        detail_.poll_func = o.poll_func;
+        detail_.poll_value = o.poll_value;
+        detail_.poll_queue = q.id;
+        return result == Step::advanced ? Step::advanced : Step::blocked;
+      }
+      poll_timeouts_.fetch_add(1);  // finite retry exhausted: move on
+    }
+    q.poll_evals = 0;
+    const uint64_t len = (p->dwords + o.skip_dwords) * 4;
+    if (len > w - r) {
+      halt(q, r, "cond_exe skips " + std::to_string(o.skip_dwords) + " dwords past the write pointer");
+      return Step::halted;
+    }
+    r += len;
+    rptr_ref.store(r, std::memory_order_release);
+    packets_.fetch_add(1, std::memory_order_relaxed);
+    if (o.bytes) bytes_.fetch_add(o.bytes, std::memory_order_relaxed);
+    if (o.dropped) dropped_.fetch_add(1, std::memory_order_relaxed);
+    if (o.wrote_memory) node_.memory_changed();
+    q.progress.bump();
+    result = Step::advanced;
+  }
+  return result;
+}
+
+}  // namespace conccl::emu

@@ -1,0 +1,151 @@
+// src/backends/emu/node.hpp - internals of the emulated node shared by its
+// engines, queues and the device object.
+#pragma once
+
+#include <algorithm>
+#include <atomic>
+#include <memory>
+#include <mutex>
+#include <thread>
+#include <vector>
+
+#include "backends/emu/arena.hpp"
+#include "conccl/emu.hpp"
+#include "conccl/queue.hpp"
+#include "packets/sdma_codec.hpp"
+#include "util/futex.hpp"
+
+namespace conccl::emu {
+
+class Node;
+
+// TRAP counter a host can sleep on.
+class EmuEvent final : public Event {
+ public:
+  uint64_t count() const override { return count_.load(std::memory_order_acquire); }
+  uint32_t last_context() const override { return ctx_.load(std::memory_order_acquire); }
+  Status wait(uint64_t target, Deadline deadline) override;
+  void raise(uint32_t ctx) {
+    ctx_.store(ctx, std::memory_order_release);
+    count_.fetch_add(1, std::memory_order_acq_rel);
+    wake_.bump();
+  }
+
+ private:
+  std::atomic<uint64_t> count_{0};
+  std::atomic<uint32_t> ctx_{0};
+  util::WakeChannel wake_;
+};
+
+// Engine-side view of one ring.
+struct EmuQueue {
+  int id = 0;
+  int gpu = 0, engine = 0;
+  uint32_t* ring = nullptr;  // host view
+  uint64_t size = 0;         // bytes, power of two
+  uint64_t* rptr = nullptr;
+  uint64_t* wptr = nullptr;
+  EmuEvent event;
+  util::WakeChannel progress;  // bumped when rptr moves
+  // Engine-thread state of a poll the queue is blocked on.
+  uint32_t poll_evals = 0;
+};
+
+class Engine {
+ public:
+  Engine(Node& node, int gpu, int id, sdma::Gen gen);
+  ~Engine();
+
+  void add_queue(EmuQueue* q);
+  void remove_queue(EmuQueue* q);
+  void doorbell() { wake_.bump(); }
+  void wake_if_polling() {
+    if (polling_.load(std::memory_order_acquire)) wake_.bump();
+  }
+  bool started() const { return started_.load(std::memory_order_acquire); }
+  EngineStatus status() const;
+  EngineStats stats() const;
+  void set_injection(const Injection& inj);
+  void reset();
+  void stop();
+
+ private:
+  enum class Step { idle, advanced, blocked, halted };
+  void run();
+  Step run_queue(EmuQueue& q);
+  void halt(const EmuQueue& q, uint64_t rptr, const std::string& why);
+
+  Node& node_;
+  const int gpu_, id_;
+  const sdma::Gen gen_;
+  util::WakeChannel wake_;
+  std::atomic<bool> stop_{false};
+  std::atomic<bool> polling_{false};
+  std::atomic<bool> halted_{false};
+  std::atomic<uint8_t> state_{static_cast<uint8_t>(EngineStatus::State::idle)};
+
+  mutable std::mutex mu_;            // guards queues_, status details, injection
+  std::vector<EmuQueue*> queues_;
+  std::mutex run_mu_;                // held while the engine works on its queues
+  EngineStatus detail_;              // poll / fault details
+  int faulted_queue_ = -1;
+  Injection injection_;
+  std::atomic<bool> stall_{false};
+  std::atomic<uint32_t> drop_{0};
+  std::atomic<int64_t> delay_us_{0};
+  std::atomic<uint64_t> packets_{0}, bytes_{0}, dropped_{0}, poll_timeouts_{0};
+  std::thread thread_;
+  std::atomic<bool> started_{false};
+  void set_polling(bool on);
+};
+
+class Node {
+ public:
+  Node(Topology topo, size_t host_bytes, size_t gpu_bytes);
+  ~Node();
+  Status init();
+
+  const Topology& topology() const { return topo_; }
+  Arena* host_arena() { return host_.get(); }
+  Arena* gpu_arena(int gpu) { return gpus_[static_cast<size_t>(gpu)].get(); }
+  Engine* engine(int gpu, int id);
+
+  // Host pointer for an engine access, or null (-> page fault).
+  void* translate(uint64_t va, uint64_t bytes) const;
+  // Memory changed: wake engines blocked on polls.
+  void memory_changed();
+  int next_queue_id() { return next_queue_id_.fetch_add(1); }
+  std::atomic<int> polling_engines{0};
+  void stop_engines();
+
+ private:
+  Topology topo_;
+  size_t host_bytes_, gpu_bytes_;
+  std::unique_ptr<Arena> host_;
+  std::vector<std::unique_ptr<Arena>> gpus_;
+  std::vector<std::vector<std::unique_ptr<Engine>>> engines_;
+  std::atomic<int> next_queue_id_{0};
+};
+
+// Executes one decoded packet (see execute.cpp).
+enum class ExecResult { done, blocked, fault };
+struct ExecOutcome {
+  ExecResult result = ExecResult::done;
+  std::string fault;        // when fault
+  uint64_t skip_dwords = 0; // COND_EXE: dwords after the packet to skip
+  uint64_t bytes = 0;       // bytes moved (stats)
+  bool wrote_memory = false;
+  bool dropped = false;     // a completion write was dropped by injection
+  // When blocked on a poll:
+  uint64_t poll_addr = 0;
+  uint32_t poll_ref = 0, poll_mask = 0, poll_func = 0, poll_value = 0;
+};
+struct ExecContext {
+  Node* node;
+  EmuQueue* queue;
+  bool drop_completion = false;  // injection: skip this completion write
+  int ib_depth = 0;
+};
+ExecOutcome execute_packet(ExecContext& ctx, sdma::Gen gen, const sdma::Packet& p);
+
+}  // namespace conccl::emu
