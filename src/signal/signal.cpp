@@ -1,0 +1,232 @@
+// src/signal/signal.cpp - signals, DMA-side waits, HSA interop packets, triggers.
+#include "conccl/signal.hpp"
+
+#include <atomic>
+#include <cinttypes>
+#include <cstdio>
+#include <thread>
+
+#include "util/wait.hpp"
+
+namespace conccl {
+
+namespace {
+
+std::string hex(uint64_t v) {
+  char buf[24];
+  std::snprintf(buf, sizeof buf, "0x%" PRIx64, v);
+  return buf;
+}
+
+std::atomic_ref<uint64_t> word(uint64_t* p, int i) { return std::atomic_ref<uint64_t>(p[i]); }
+
+}  // namespace
+
+Result<Signal> Signal::create(Device& device, int gpu, uint64_t initial) {
+  Result<Buffer> b = device.alloc(gpu, kBytes, gpu < 0 ? MemKind::host : MemKind::device);
+  if (!b.ok()) return b.status().prefix("allocating a signal");
+  if (!b->host) {
+    (void)device.free(*b);
+    return error(Code::unavailable, "signal memory on gpu " + std::to_string(gpu) +
+                                        " is not CPU-visible on this backend; create the signal in host memory (gpu -1)");
+  }
+  Signal s;
+  s.device_ = &device;
+  s.va_ = b->va;
+  s.host_ = b->as<uint64_t>();
+  s.owned_ = *b;
+  s.set(initial);
+  return s;
+}
+
+Result<Signal> Signal::wrap(Device& device, uint64_t va, void* host) {
+  if (!host || (va & 7) || (reinterpret_cast<uintptr_t>(host) & 7))
+    return error(Code::invalid_argument, "signal memory must be CPU-visible and 8-byte aligned (va " + hex(va) + ")");
+  Signal s;
+  s.device_ = &device;
+  s.va_ = va;
+  s.host_ = static_cast<uint64_t*>(host);
+  return s;
+}
+
+Signal& Signal::operator=(Signal&& o) noexcept {
+  if (this != &o) {
+    if (owned_.size && device_) (void)device_->free(owned_);
+    device_ = o.device_;
+    va_ = o.va_;
+    host_ = o.host_;
+    owned_ = o.owned_;
+    o.owned_ = Buffer{};
+    o.host_ = nullptr;
+  }
+  return *this;
+}
+
+Signal::~Signal() {
+  if (owned_.size && device_) (void)device_->free(owned_);
+}
+
+uint64_t Signal::value() const { return word(host_, 0).load(std::memory_order_acquire); }
+
+void Signal::set(uint64_t v) {
+  word(host_, 0).store(v, std::memory_order_release);
+  word(host_, 1).store(v + kTwinOffset, std::memory_order_release);
+  if (device_) device_->host_wrote();
+}
+
+uint64_t Signal::add(uint64_t delta) {
+  const uint64_t v = word(host_, 0).fetch_add(delta, std::memory_order_acq_rel) + delta;
+  word(host_, 1).fetch_add(delta, std::memory_order_acq_rel);
+  if (device_) device_->host_wrote();
+  return v;
+}
+
+Status Signal::enqueue_add(CommandBuffer& cb, uint64_t delta) const {
+  const size_t before = cb.packet_count();
+  Status st = cb.atomic_add64(va_, static_cast<int64_t>(delta));
+  if (st.ok()) st = cb.atomic_add64(va_ + 8, static_cast<int64_t>(delta));
+  if (!st.ok() && cb.packet_count() != before)
+    return error(Code::internal, "signal add half-recorded: " + st.message());
+  return st;
+}
+
+Status Signal::enqueue_write(CommandBuffer& cb, uint64_t v) const {
+  CONCCL_RETURN_IF_ERROR(cb.fence64(va_, v));
+  return cb.fence64(va_ + 8, v + kTwinOffset);
+}
+
+Status Signal::enqueue_wait(CommandBuffer& cb, uint64_t v) const {
+  // Pick the word whose low-dword target is below 2^31: once its high dword
+  // equals the target's, the low dword would have to cross more than 2^31
+  // values between two polls to wrap past the target unseen.
+  uint64_t base = va_, t = v;
+  if (static_cast<uint32_t>(v) >= kTwinOffset) {
+    base = va_ + 8;
+    t = v + kTwinOffset;
+  }
+  const uint32_t hi = static_cast<uint32_t>(t >> 32), lo = static_cast<uint32_t>(t);
+  CONCCL_RETURN_IF_ERROR(cb.poll(base + 4, hi, 0xFFFFFFFF, PollFunc::ge));
+  // If the high dword already passed the target's, the value is above it:
+  // skip the low-dword poll.
+  constexpr uint64_t kPollDwords = 6;
+  CONCCL_RETURN_IF_ERROR(cb.packet(sdma::Pkt::cond_exe, std::initializer_list<sdma::FieldValue>{
+                                                            {sdma::Key::addr, base + 4},
+                                                            {sdma::Key::ref, hi},
+                                                            {sdma::Key::count, kPollDwords}}));
+  return cb.poll(base, lo, 0xFFFFFFFF, PollFunc::ge);
+}
+
+Status Signal::wait(uint64_t v, Deadline deadline, const QueueSpan* span) const {
+  if (!host_) return error(Code::invalid_argument, "wait on an empty Signal");
+  auto done = [&] { return value() >= v; };
+  for (int i = 0; i < 2000; ++i) {
+    if (done()) return Status();
+    util::cpu_relax();
+  }
+  Event* ev = span && span->queue ? &span->queue->trap_event() : nullptr;
+  std::chrono::microseconds backoff{1};
+  while (!done()) {
+    if (span && span->queue && span->queue->engine_status().state == EngineStatus::State::halted)
+      return error(Code::device_fault, diagnose_hang(*span, *this, v));
+    if (deadline.expired()) {
+      if (done()) break;
+      return error(Code::timeout, span && span->queue ? diagnose_hang(*span, *this, v)
+                                                      : "signal at " + hex(va_) + " did not reach " +
+                                                            std::to_string(v) + " (it is " +
+                                                            std::to_string(value()) + ")");
+    }
+    const auto slice = std::min<std::chrono::nanoseconds>(deadline.remaining(), std::chrono::milliseconds(1));
+    if (ev) {
+      const uint64_t c = ev->count();
+      if (done()) break;
+      (void)ev->wait(c + 1, Deadline::after(slice));  // woken by the producer's TRAP
+    } else {
+      std::this_thread::sleep_for(std::min<std::chrono::nanoseconds>(slice, backoff));
+      if (backoff < std::chrono::microseconds(100)) backoff *= 2;
+    }
+  }
+  return Status();
+}
+
+HangKind classify_hang(const QueueSpan& span, const Signal& signal, uint64_t expected) {
+  const EngineStatus es = span.queue->engine_status();
+  const uint64_t r = span.queue->rptr();
+  if (es.state == EngineStatus::State::halted) return HangKind::halted;
+  if (es.state == EngineStatus::State::polling && es.poll_queue == span.queue->id()) return HangKind::stuck_on_poll;
+  if (r >= span.end && signal.value() < expected) return HangKind::completion_lost;
+  if (r <= span.begin) return HangKind::never_fetched;
+  return HangKind::still_running;
+}
+
+const char* hang_kind_name(HangKind k) {
+  switch (k) {
+    case HangKind::never_fetched: return "never fetched";
+    case HangKind::stuck_on_poll: return "stuck on a poll";
+    case HangKind::completion_lost: return "completion write lost";
+    case HangKind::halted: return "engine halted";
+    case HangKind::still_running: return "still running";
+  }
+  return "?";
+}
+
+std::string diagnose_hang(const QueueSpan& span, const Signal& signal, uint64_t expected) {
+  const HangKind k = classify_hang(span, signal, expected);
+  const Queue& q = *span.queue;
+  const EngineStatus es = q.engine_status();
+  const uint64_t r = q.rptr();
+  std::string why;
+  switch (k) {
+    case HangKind::never_fetched:
+      why = "the engine never fetched the work: rptr " + hex(r) + " has not moved past its start " + hex(span.begin) +
+            " (engine " + engine_state_name(es.state) + ")";
+      break;
+    case HangKind::stuck_on_poll:
+      why = "the engine is stuck on a poll: " + es.detail();
+      break;
+    case HangKind::completion_lost:
+      why = "the completion write was lost: rptr " + hex(r) + " is past the signal packet (ends at " + hex(span.end) +
+            ") but the signal still reads " + std::to_string(signal.value());
+      break;
+    case HangKind::halted:
+      why = "the engine halted on a fault: " + es.fault;
+      break;
+    case HangKind::still_running:
+      why = "the engine is still executing the work (rptr " + hex(r) + " between " + hex(span.begin) + " and " +
+            hex(span.end) + "); give it a longer deadline";
+      break;
+  }
+  return "hang: " + std::string(hang_kind_name(k)) + ": signal " + hex(signal.va()) + " expected >= " +
+         std::to_string(expected) + ", actual " + std::to_string(signal.value()) + "; " + why + ". " + q.diagnose();
+}
+
+Status enqueue_hsa_signal_decrement(CommandBuffer& cb, const HsaSignalView& s, int64_t delta) {
+  if (!s.value_va) return error(Code::invalid_argument, "HSA signal view has no value address");
+  CONCCL_RETURN_IF_ERROR(cb.atomic_add64(s.value_va, -delta));
+  if (s.mailbox_va) {
+    // ROCr's interrupt signals: the waiter sleeps in hsaKmtWaitOnEvent; the
+    // event fires when the mailbox holds the event id and TRAP is raised.
+    CONCCL_RETURN_IF_ERROR(cb.fence(s.mailbox_va, s.event_id));
+    CONCCL_RETURN_IF_ERROR(cb.trap(s.event_id));
+  }
+  return Status();
+}
+
+Result<Trigger> Trigger::create(Device& device, int gpu) {
+  Result<Signal> s = Signal::create(device, gpu, 0);
+  if (!s.ok()) return s.status();
+  Trigger t;
+  t.signal_ = std::move(s).value();
+  return t;
+}
+
+Status Trigger::arm(CommandBuffer& cb) { return signal_.enqueue_wait(cb, next_); }
+
+void Trigger::release() { signal_.set(next_++); }
+
+Status Trigger::enqueue_release(CommandBuffer& cb) {
+  CONCCL_RETURN_IF_ERROR(signal_.enqueue_write(cb, next_));
+  ++next_;
+  return Status();
+}
+
+}  // namespace conccl
