@@ -108,6 +108,13 @@ class Queue {
   // (default: all). On timeout the error carries the hang diagnosis.
   Status wait_consumed(Deadline deadline, uint64_t wptr = ~uint64_t(0));
 
+  // Sleeps until the engine may have moved rptr past `seen_rptr` (or a short
+  // while, or the deadline); spurious returns are fine. For waiters that
+  // watch memory the queue's packets write.
+  void wait_for_progress(uint64_t seen_rptr, Deadline deadline) const {
+    backend_->wait_progress(seen_rptr, deadline);
+  }
+
   Event& trap_event() { return backend_->trap_event(); }
   EngineStatus engine_status() const { return backend_->engine_status(); }
 

@@ -123,23 +123,24 @@ Status Signal::wait(uint64_t v, Deadline deadline, const QueueSpan* span) const 
     if (done()) return Status();
     util::cpu_relax();
   }
-  Event* ev = span && span->queue ? &span->queue->trap_event() : nullptr;
+  // Sleep on the producing queue's progress (the engine wakes us when rptr
+  // moves: the signal update is a packet), else back off.
+  Queue* q = span ? span->queue : nullptr;
   std::chrono::microseconds backoff{1};
   while (!done()) {
-    if (span && span->queue && span->queue->engine_status().state == EngineStatus::State::halted)
+    if (q && q->engine_status().state == EngineStatus::State::halted)
       return error(Code::device_fault, diagnose_hang(*span, *this, v));
     if (deadline.expired()) {
       if (done()) break;
-      return error(Code::timeout, span && span->queue ? diagnose_hang(*span, *this, v)
-                                                      : "signal at " + hex(va_) + " did not reach " +
-                                                            std::to_string(v) + " (it is " +
-                                                            std::to_string(value()) + ")");
+      return error(Code::timeout, q ? diagnose_hang(*span, *this, v)
+                                    : "signal at " + hex(va_) + " did not reach " + std::to_string(v) +
+                                          " (it is " + std::to_string(value()) + ")");
     }
     const auto slice = std::min<std::chrono::nanoseconds>(deadline.remaining(), std::chrono::milliseconds(1));
-    if (ev) {
-      const uint64_t c = ev->count();
+    if (q) {
+      const uint64_t seen = q->rptr();
       if (done()) break;
-      (void)ev->wait(c + 1, Deadline::after(slice));  // woken by the producer's TRAP
+      q->wait_for_progress(seen, Deadline::after(slice));
     } else {
       std::this_thread::sleep_for(std::min<std::chrono::nanoseconds>(slice, backoff));
       if (backoff < std::chrono::microseconds(100)) backoff *= 2;
