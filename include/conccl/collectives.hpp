@@ -1,0 +1,174 @@
+// conccl/collectives.hpp - collectives executed entirely on DMA engines.
+//
+// A Communicator is a set of GPUs with ranks (one GPU per rank). A collective
+// compiles once into a Plan: per-(rank, engine) command lists plus the
+// signals that order them. A Plan can be launched many times, and launched
+// "prelaunched": queued behind a trigger that one write releases.
+//
+// Buffers are given per rank as conccl::Buffer (address, size, owning GPU).
+// Today all ranks live in one process; the API only ever needs a rank's
+// buffer address and size, so a later multi-process mode can fill them from
+// exported handles.
+//
+// Sizes (`bytes` is the per-rank chunk, like NCCL's count):
+//   p2p         send[root] (bytes)                -> recv[peer]
+//   broadcast   send[root] (bytes)                -> recv[r] for every r
+//   gather      send[r] (bytes)                   -> recv[root] + r*bytes
+//   scatter     send[root] + r*bytes              -> recv[r] (bytes)
+//   all_gather  send[r] (bytes)                   -> recv[d] + r*bytes for every d
+//   all_to_all  send[r] + d*bytes                 -> recv[d] + r*bytes
+// In-place forms are allowed where NCCL allows them (all_gather with
+// send[r] == recv[r] + r*bytes; broadcast with send[root] == recv[root];
+// all_to_all with send[r] == recv[r]; gather/scatter with the root's chunk in
+// place).
+#pragma once
+
+#include <cstdint>
+#include <deque>
+#include <map>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "conccl/device.hpp"
+#include "conccl/queue.hpp"
+#include "conccl/signal.hpp"
+
+namespace conccl {
+
+enum class CollOp : uint8_t { p2p, broadcast, gather, scatter, all_gather, all_to_all };
+const char* coll_op_name(CollOp op);
+bool parse_coll_op(const std::string& name, CollOp* out);  // "allgather", "all_gather", ...
+
+enum class Variant : uint8_t {
+  automatic,  // chosen by size and topology (docs/collectives.md)
+  pcpy,       // one engine per (source, destination) pair
+  bcst,       // broadcast COPY packets: one packet feeds two destinations
+  b2b,        // back to back: several destinations per engine, one sync point
+  swap,       // all-to-all by SWAP_LINEAR packets (SDMA 4.4.2)
+  fanout,     // broadcast/scatter: the root's engines copy to each peer
+  chain,      // broadcast: pipelined chain root -> r1 -> r2 ... in chunks
+  striped,    // p2p: split over several engines
+  single,     // p2p: one engine
+};
+const char* variant_name(Variant v);
+bool parse_variant(const std::string& name, Variant* out);
+// The variants an op accepts (automatic included).
+std::vector<Variant> variants_for(CollOp op);
+
+struct CollectiveArgs {
+  CollOp op = CollOp::all_gather;
+  Variant variant = Variant::automatic;
+  uint64_t bytes = 0;          // per-rank chunk, see above
+  int root = 0;                // broadcast/gather/scatter root; p2p source rank
+  int peer = 1;                // p2p destination rank
+  std::vector<Buffer> send;    // per rank (only the root's for broadcast/scatter/p2p)
+  std::vector<Buffer> recv;    // per rank
+  bool prelaunch = false;      // gate every list behind the plan's trigger
+  int engines = 0;             // p2p striped: engines to use (0 = all suitable)
+  int b2b_ways = 0;            // b2b: destinations per engine (0 = all peers on one engine)
+  int chain_chunks = 0;        // chain: pipeline chunks (0 = by size)
+};
+
+class Plan;
+
+class Communicator {
+ public:
+  struct Options {
+    size_t ring_bytes = 256 * 1024;  // ring of each (rank, engine) queue
+  };
+  // gpus[r] is rank r's GPU index on `device`.
+  static Result<std::unique_ptr<Communicator>> create(Device& device, std::vector<int> gpus,
+                                                      const Options& options);
+  static Result<std::unique_ptr<Communicator>> create(Device& device, std::vector<int> gpus) {
+    return create(device, std::move(gpus), Options{});
+  }
+  ~Communicator();
+
+  int size() const { return static_cast<int>(gpus_.size()); }
+  int gpu(int rank) const { return gpus_[static_cast<size_t>(rank)]; }
+  int rank_of_gpu(int gpu) const;  // -1 when not in the communicator
+  Device& device() const { return device_; }
+  sdma::Gen gen(int rank) const;
+
+  // The engine of `src`'s GPU that copies to `dst`'s GPU: the topology's
+  // recommended engines for that link (k-th of them), else round robin over
+  // src's xGMI engines (all engines when it has none).
+  int engine_for(int src, int dst, int k = 0) const;
+  // Engines of src suitable for traffic to dst, recommended first.
+  std::vector<int> engines_toward(int src, int dst) const;
+
+  // The queue on (rank, engine), created on first use.
+  Result<Queue*> queue(int rank, int engine);
+
+  // Compiles a collective. Validates everything first: nothing is submitted.
+  Result<std::unique_ptr<Plan>> plan(const CollectiveArgs& args);
+
+ private:
+  Communicator(Device& device, std::vector<int> gpus, Options options);
+  Device& device_;
+  std::vector<int> gpus_;
+  Options options_;
+  std::map<std::pair<int, int>, std::unique_ptr<Queue>> queues_;
+};
+
+// One command list: packets for one queue.
+struct PlanList {
+  int rank = 0;
+  int engine = 0;
+  Queue* queue = nullptr;
+  CommandBuffer cb{sdma::Gen::v4_4_2};
+  std::vector<int> writes_to;  // ranks whose arrival signal this list advances
+  QueueSpan span;              // where the last launch put it
+};
+
+class Plan {
+ public:
+  ~Plan();
+  const CollectiveArgs& args() const { return args_; }
+  Variant variant() const { return variant_; }  // the chosen one (never automatic)
+  const std::deque<PlanList>& lists() const { return lists_; }
+
+  // Submits every list and (for a prelaunched plan) releases the trigger.
+  // Errors: Code::busy while the previous launch is still running.
+  Status launch(Deadline deadline);
+  // Submits every list gated behind the trigger; release() starts them.
+  Status prelaunch(Deadline deadline);
+  Status release();
+  // Waits until every destination has all its data. On timeout the error
+  // names the stuck list's queue and engine and decodes its pending packets.
+  Status wait(Deadline deadline);
+  // True while a launch has not completed.
+  bool running() const;
+
+  // Per-rank completion, for compute waits: rank r's receive buffer is
+  // complete once arrival(r).value() >= arrivals_expected(r) (each launch
+  // starts the counts from zero).
+  const Signal& arrival(int rank) const { return arrive_[static_cast<size_t>(rank)]; }
+  uint64_t arrivals_expected(int rank) const { return expected_[static_cast<size_t>(rank)]; }
+
+  // Human-readable per-engine command lists (decoded packets).
+  std::string describe() const;
+
+ private:
+  friend class Communicator;
+  friend class PlanBuilder;
+  Plan() = default;
+  Status submit_all(Deadline deadline);
+
+  CollectiveArgs args_;
+  Variant variant_ = Variant::pcpy;
+  Communicator* comm_ = nullptr;
+  std::deque<PlanList> lists_;  // deque: builders keep pointers while adding
+  std::vector<Signal> arrive_;    // per rank: data arrivals into that rank
+  std::vector<uint64_t> expected_;
+  std::vector<Signal> ready_;     // per rank: local phase done (swap)
+  Signal trigger_;
+  bool launched_ = false;
+  bool waiting_release_ = false;
+};
+
+// The variant `automatic` picks for an op, size and topology (docs/collectives.md).
+Variant choose_variant(CollOp op, uint64_t bytes, int ranks, sdma::Gen gen, bool prelaunch);
+
+}  // namespace conccl

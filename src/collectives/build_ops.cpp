@@ -1,0 +1,243 @@
+// src/collectives/build_ops.cpp - each collective and variant as command lists.
+//
+// Every copy into rank d is followed (on the same list) by an arrival on d's
+// signal, so rank d's buffer is complete when its arrivals reach the count
+// the builder recorded. Lists that depend on other lists (chain, swap) wait
+// on those signals with DMA-side polls.
+#include <algorithm>
+
+#include "collectives/builder.hpp"
+#include "packets/generation.hpp"
+
+namespace conccl {
+
+namespace {
+
+uint64_t S(const CollectiveArgs& a, int r) { return a.send[static_cast<size_t>(r)].va; }
+uint64_t R(const CollectiveArgs& a, int r) { return a.recv[static_cast<size_t>(r)].va; }
+
+// One copy on list (src, engine_for(src, dst)) followed by dst's arrival.
+Status copy_to(PlanBuilder& b, int src, int dst, uint64_t dst_va, uint64_t src_va, uint64_t bytes) {
+  Result<PlanList*> l = b.list(src, b.comm().engine_for(src, dst));
+  if (!l.ok()) return l.status();
+  CONCCL_RETURN_IF_ERROR(b.copy(**l, dst_va, src_va, bytes));
+  return b.arrive(**l, dst);
+}
+
+// A local copy (skipped when in place, so no arrival is expected either).
+Status local_copy(PlanBuilder& b, int r, uint64_t dst_va, uint64_t src_va, uint64_t bytes) {
+  if (dst_va == src_va) return Status();
+  return copy_to(b, r, r, dst_va, src_va, bytes);
+}
+
+// Peers of src ordered by the engine that serves them, so broadcast pairs
+// share a neighbouring engine.
+std::vector<int> peers_by_engine(PlanBuilder& b, int src) {
+  std::vector<int> peers;
+  for (int d = 0; d < b.comm().size(); ++d)
+    if (d != src) peers.push_back(d);
+  std::stable_sort(peers.begin(), peers.end(), [&](int x, int y) {
+    return b.comm().engine_for(src, x) < b.comm().engine_for(src, y);
+  });
+  return peers;
+}
+
+// src's chunk at src_va to offset dst_off of each peer's recv, two peers per
+// broadcast packet (the engine of the second of each pair), a plain copy for
+// a last odd one.
+Status broadcast_pairs(PlanBuilder& b, const CollectiveArgs& a, int src, uint64_t src_va, uint64_t dst_off) {
+  const std::vector<int> peers = peers_by_engine(b, src);
+  size_t i = 0;
+  for (; i + 1 < peers.size(); i += 2) {
+    const int d0 = peers[i], d1 = peers[i + 1];
+    Result<PlanList*> l = b.list(src, b.comm().engine_for(src, d1));
+    if (!l.ok()) return l.status();
+    CONCCL_RETURN_IF_ERROR((*l)->cb.copy_bcst(R(a, d0) + dst_off, R(a, d1) + dst_off, src_va, a.bytes));
+    CONCCL_RETURN_IF_ERROR(b.arrive(**l, d0));
+    CONCCL_RETURN_IF_ERROR(b.arrive(**l, d1));
+  }
+  if (i < peers.size()) CONCCL_RETURN_IF_ERROR(copy_to(b, src, peers[i], R(a, peers[i]) + dst_off, src_va, a.bytes));
+  return Status();
+}
+
+// Back to back: src's peers grouped `ways` per engine; each group's copies
+// run back to back on one engine and its arrivals follow the last copy.
+template <typename Dst>
+Status back_to_back(PlanBuilder& b, const CollectiveArgs& a, int src, Dst&& dst_and_src) {
+  const int n = b.comm().size();
+  const int ways = a.b2b_ways > 0 ? a.b2b_ways : std::max(1, n - 1);
+  std::vector<int> peers;
+  for (int k = 1; k < n; ++k) peers.push_back((src + k) % n);
+  for (size_t g = 0; g < peers.size(); g += static_cast<size_t>(ways)) {
+    const size_t end = std::min(peers.size(), g + static_cast<size_t>(ways));
+    Result<PlanList*> l = b.list(src, b.comm().engine_for(src, peers[g]));
+    if (!l.ok()) return l.status();
+    for (size_t i = g; i < end; ++i) {
+      auto [dva, sva] = dst_and_src(peers[i]);
+      CONCCL_RETURN_IF_ERROR(b.copy(**l, dva, sva, a.bytes));
+    }
+    for (size_t i = g; i < end; ++i) CONCCL_RETURN_IF_ERROR(b.arrive(**l, peers[i]));
+  }
+  return Status();
+}
+
+}  // namespace
+
+Status build_p2p(PlanBuilder& b, const CollectiveArgs& a, Variant v) {
+  const int src = a.root, dst = a.peer;
+  std::vector<int> engines = b.comm().engines_toward(src, dst);
+  if (v == Variant::single || engines.size() == 1) engines.resize(1);
+  else if (a.engines > 0 && static_cast<size_t>(a.engines) < engines.size()) engines.resize(static_cast<size_t>(a.engines));
+  // Split by engine weight, in 256-byte units so pieces stay aligned.
+  const GpuInfo& g = b.comm().device().topology().gpus[static_cast<size_t>(b.comm().gpu(src))];
+  auto weight = [&](int e) {
+    for (const EngineInfo& info : g.engines)
+      if (info.id == e) return info.weight > 0 ? info.weight : 1.0;
+    return 1.0;
+  };
+  double total_w = 0;
+  for (int e : engines) total_w += weight(e);
+  const uint64_t units = (a.bytes + 255) / 256;
+  uint64_t off = 0;
+  double acc = 0;
+  for (size_t i = 0; i < engines.size() && off < a.bytes; ++i) {
+    acc += weight(engines[i]);
+    uint64_t end = i + 1 == engines.size() ? a.bytes
+                                           : std::min<uint64_t>(a.bytes, static_cast<uint64_t>(acc / total_w * static_cast<double>(units)) * 256);
+    if (end <= off) continue;
+    Result<PlanList*> l = b.list(src, engines[i]);
+    if (!l.ok()) return l.status();
+    if (S(a, src) + off == R(a, dst) + off) return Status();  // in place
+    CONCCL_RETURN_IF_ERROR(b.copy(**l, R(a, dst) + off, S(a, src) + off, end - off));
+    CONCCL_RETURN_IF_ERROR(b.arrive(**l, dst));
+    off = end;
+  }
+  return Status();
+}
+
+Status build_broadcast(PlanBuilder& b, const CollectiveArgs& a, Variant v) {
+  const int n = b.comm().size(), root = a.root;
+  CONCCL_RETURN_IF_ERROR(local_copy(b, root, R(a, root), S(a, root), a.bytes));
+  if (v == Variant::bcst) return broadcast_pairs(b, a, root, S(a, root), 0);
+  if (v == Variant::chain) {
+    // root -> root+1 -> ... in chunks: rank k forwards chunk c once it arrived.
+    uint64_t chunks = a.chain_chunks > 0 ? static_cast<uint64_t>(a.chain_chunks)
+                                         : std::clamp<uint64_t>(a.bytes / (256 * 1024), 1, 16);
+    uint64_t cs = (a.bytes + chunks - 1) / chunks;
+    cs = std::max<uint64_t>(256, (cs + 255) / 256 * 256);
+    chunks = (a.bytes + cs - 1) / cs;
+    for (int k = 0; k + 1 < n; ++k) {
+      const int from = (root + k) % n, to = (root + k + 1) % n;
+      Result<PlanList*> l = b.list(from, b.comm().engine_for(from, to));
+      if (!l.ok()) return l.status();
+      for (uint64_t c = 0; c < chunks; ++c) {
+        const uint64_t off = c * cs, len = std::min(cs, a.bytes - off);
+        if (k > 0) CONCCL_RETURN_IF_ERROR(b.wait_arrivals(**l, from, c + 1));
+        const uint64_t src = k == 0 ? S(a, root) : R(a, from);
+        CONCCL_RETURN_IF_ERROR(b.copy(**l, R(a, to) + off, src + off, len));
+        CONCCL_RETURN_IF_ERROR(b.arrive(**l, to));
+      }
+    }
+    return Status();
+  }
+  for (int d = 0; d < n; ++d)  // fanout
+    if (d != root) CONCCL_RETURN_IF_ERROR(copy_to(b, root, d, R(a, d), S(a, root), a.bytes));
+  return Status();
+}
+
+Status build_gather(PlanBuilder& b, const CollectiveArgs& a, Variant) {
+  for (int r = 0; r < b.comm().size(); ++r) {
+    const uint64_t dst = R(a, a.root) + uint64_t(r) * a.bytes;
+    if (r == a.root) CONCCL_RETURN_IF_ERROR(local_copy(b, r, dst, S(a, r), a.bytes));
+    else CONCCL_RETURN_IF_ERROR(copy_to(b, r, a.root, dst, S(a, r), a.bytes));
+  }
+  return Status();
+}
+
+Status build_scatter(PlanBuilder& b, const CollectiveArgs& a, Variant) {
+  for (int r = 0; r < b.comm().size(); ++r) {
+    const uint64_t src = S(a, a.root) + uint64_t(r) * a.bytes;
+    if (r == a.root) CONCCL_RETURN_IF_ERROR(local_copy(b, r, R(a, r), src, a.bytes));
+    else CONCCL_RETURN_IF_ERROR(copy_to(b, a.root, r, R(a, r), src, a.bytes));
+  }
+  return Status();
+}
+
+Status build_all_gather(PlanBuilder& b, const CollectiveArgs& a, Variant v) {
+  const int n = b.comm().size();
+  for (int s = 0; s < n; ++s) {
+    const uint64_t off = uint64_t(s) * a.bytes;
+    CONCCL_RETURN_IF_ERROR(local_copy(b, s, R(a, s) + off, S(a, s), a.bytes));
+    if (v == Variant::bcst) {
+      CONCCL_RETURN_IF_ERROR(broadcast_pairs(b, a, s, S(a, s), off));
+    } else if (v == Variant::b2b) {
+      CONCCL_RETURN_IF_ERROR(back_to_back(b, a, s, [&](int d) { return std::make_pair(R(a, d) + off, S(a, s)); }));
+    } else {
+      for (int d = 0; d < n; ++d)
+        if (d != s) CONCCL_RETURN_IF_ERROR(copy_to(b, s, d, R(a, d) + off, S(a, s), a.bytes));
+    }
+  }
+  return Status();
+}
+
+Status build_all_to_all(PlanBuilder& b, const CollectiveArgs& a, Variant v) {
+  const int n = b.comm().size();
+  const uint64_t cb = a.bytes;
+  if (v == Variant::swap) {
+    // Phase 1 (out of place only): each rank copies its whole send buffer to
+    // its recv buffer; the diagonal chunk is then final. Phase 2: every pair
+    // (i, j) exchanges recv[i] chunk j with recv[j] chunk i in one SWAP,
+    // after both ranks' phase 1. Pairs are spread so each rank drives at most
+    // ceil(pairs / n) swaps.
+    const bool in_place = [&] {
+      for (int r = 0; r < n; ++r)
+        if (S(a, r) != R(a, r)) return false;
+      return true;
+    }();
+    if (!in_place)
+      for (int r = 0; r < n; ++r) {
+        Result<PlanList*> l = b.list(r, b.comm().engine_for(r, r));
+        if (!l.ok()) return l.status();
+        CONCCL_RETURN_IF_ERROR(b.copy(**l, R(a, r), S(a, r), cb * uint64_t(n)));
+        CONCCL_RETURN_IF_ERROR(b.arrive(**l, r));
+        CONCCL_RETURN_IF_ERROR(b.ready(**l, r));
+      }
+    std::vector<int> load(static_cast<size_t>(n), 0);
+    const uint64_t max = sdma::limits(b.comm().gen(0)).max_copy_bytes;
+    for (int i = 0; i < n; ++i)
+      for (int j = i + 1; j < n; ++j) {
+        const int owner = load[static_cast<size_t>(i)] <= load[static_cast<size_t>(j)] ? i : j;
+        const int other = owner == i ? j : i;
+        load[static_cast<size_t>(owner)]++;
+        Result<PlanList*> l = b.list(owner, b.comm().engine_for(owner, other));
+        if (!l.ok()) return l.status();
+        if (!in_place) {
+          CONCCL_RETURN_IF_ERROR(b.wait_ready(**l, i, 1));
+          CONCCL_RETURN_IF_ERROR(b.wait_ready(**l, j, 1));
+        }
+        for (uint64_t off = 0; off < cb; off += max) {
+          const uint64_t len = std::min(max, cb - off);
+          const sdma::FieldValue f[] = {{sdma::Key::a, R(a, i) + uint64_t(j) * cb + off},
+                                        {sdma::Key::b, R(a, j) + uint64_t(i) * cb + off},
+                                        {sdma::Key::bytes, len}};
+          CONCCL_RETURN_IF_ERROR((*l)->cb.packet(sdma::Pkt::swap, f));
+        }
+        CONCCL_RETURN_IF_ERROR(b.arrive(**l, i));
+        CONCCL_RETURN_IF_ERROR(b.arrive(**l, j));
+      }
+    return Status();
+  }
+  for (int s = 0; s < n; ++s) {
+    CONCCL_RETURN_IF_ERROR(local_copy(b, s, R(a, s) + uint64_t(s) * cb, S(a, s) + uint64_t(s) * cb, cb));
+    if (v == Variant::b2b) {
+      CONCCL_RETURN_IF_ERROR(back_to_back(
+          b, a, s, [&](int d) { return std::make_pair(R(a, d) + uint64_t(s) * cb, S(a, s) + uint64_t(d) * cb); }));
+    } else {
+      for (int d = 0; d < n; ++d)
+        if (d != s) CONCCL_RETURN_IF_ERROR(copy_to(b, s, d, R(a, d) + uint64_t(s) * cb, S(a, s) + uint64_t(d) * cb, cb));
+    }
+  }
+  return Status();
+}
+
+}  // namespace conccl

@@ -1,0 +1,46 @@
+// src/collectives/builder.hpp - helpers that turn a collective into lists.
+#pragma once
+
+#include <map>
+
+#include "conccl/collectives.hpp"
+
+namespace conccl {
+
+class PlanBuilder {
+ public:
+  PlanBuilder(Communicator& comm, Plan& plan) : comm_(comm), plan_(plan) {}
+
+  // The list for (rank, engine), created (with the trigger gate when the plan
+  // is prelaunched) on first use.
+  Result<PlanList*> list(int rank, int engine);
+  // Copy into rank `dst`'s memory.
+  Status copy(PlanList& l, uint64_t dst_va, uint64_t src_va, uint64_t bytes);
+  // Advance rank dst's arrival signal by one (after the list's prior packets).
+  Status arrive(PlanList& l, int dst);
+  // Wait until rank r's arrival signal reaches n (this launch).
+  Status wait_arrivals(PlanList& l, int r, uint64_t n);
+  Status ready(PlanList& l, int r);                       // ready[r] += 1
+  Status wait_ready(PlanList& l, int r, uint64_t n);
+
+  Communicator& comm() { return comm_; }
+  Plan& plan() { return plan_; }
+
+ private:
+  Communicator& comm_;
+  Plan& plan_;
+  std::map<std::pair<int, int>, size_t> index_;
+};
+
+// Builders, one per op (build_ops.cpp). Arguments are validated already.
+Status build_p2p(PlanBuilder& b, const CollectiveArgs& a, Variant v);
+Status build_broadcast(PlanBuilder& b, const CollectiveArgs& a, Variant v);
+Status build_gather(PlanBuilder& b, const CollectiveArgs& a, Variant v);
+Status build_scatter(PlanBuilder& b, const CollectiveArgs& a, Variant v);
+Status build_all_gather(PlanBuilder& b, const CollectiveArgs& a, Variant v);
+Status build_all_to_all(PlanBuilder& b, const CollectiveArgs& a, Variant v);
+
+// validate.cpp
+Status validate_args(const Communicator& comm, const CollectiveArgs& a);
+
+}  // namespace conccl

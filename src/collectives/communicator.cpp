@@ -1,0 +1,171 @@
+// src/collectives/communicator.cpp - ranks, engine choice, queues, planning.
+#include <algorithm>
+#include <set>
+
+#include "collectives/builder.hpp"
+
+namespace conccl {
+
+Communicator::Communicator(Device& device, std::vector<int> gpus, Options options)
+    : device_(device), gpus_(std::move(gpus)), options_(options) {}
+
+Communicator::~Communicator() = default;
+
+Result<std::unique_ptr<Communicator>> Communicator::create(Device& device, std::vector<int> gpus,
+                                                           const Options& options) {
+  if (gpus.empty()) return error(Code::invalid_argument, "a communicator needs at least one GPU");
+  std::set<int> seen;
+  for (int g : gpus) {
+    if (g < 0 || g >= device.gpu_count())
+      return error(Code::invalid_argument, "GPU " + std::to_string(g) + " does not exist (the device has GPUs 0.." +
+                                               std::to_string(device.gpu_count() - 1) + ")");
+    if (!seen.insert(g).second)
+      return error(Code::invalid_argument, "GPU " + std::to_string(g) + " given twice: one rank per GPU");
+  }
+  if (options.ring_bytes < 4096 || (options.ring_bytes & (options.ring_bytes - 1)))
+    return error(Code::invalid_argument, "ring_bytes must be a power of two >= 4096");
+  return std::unique_ptr<Communicator>(new Communicator(device, std::move(gpus), options));
+}
+
+int Communicator::rank_of_gpu(int gpu) const {
+  for (size_t r = 0; r < gpus_.size(); ++r)
+    if (gpus_[r] == gpu) return static_cast<int>(r);
+  return -1;
+}
+
+sdma::Gen Communicator::gen(int rank) const {
+  return device_.topology().gpus[static_cast<size_t>(gpu(rank))].gen;
+}
+
+std::vector<int> Communicator::engines_toward(int src, int dst) const {
+  const GpuInfo& g = device_.topology().gpus[static_cast<size_t>(gpu(src))];
+  std::vector<int> out;
+  if (src != dst)
+    if (const LinkInfo* l = g.link_to(gpu(dst)))
+      for (int e : l->recommended_engines) out.push_back(e);
+  // Then the other engines of the kind that suits the traffic (xGMI for
+  // GPU-to-GPU), then the rest.
+  for (EngineKind want : {EngineKind::xgmi, EngineKind::pcie})
+    for (const EngineInfo& e : g.engines)
+      if (e.kind == want && std::find(out.begin(), out.end(), e.id) == out.end()) out.push_back(e.id);
+  return out;
+}
+
+int Communicator::engine_for(int src, int dst, int k) const {
+  const GpuInfo& g = device_.topology().gpus[static_cast<size_t>(gpu(src))];
+  std::vector<int> xgmi;
+  for (const EngineInfo& e : g.engines)
+    if (e.kind == EngineKind::xgmi) xgmi.push_back(e.id);
+  if (xgmi.empty())
+    for (const EngineInfo& e : g.engines) xgmi.push_back(e.id);
+  if (xgmi.empty()) return 0;
+  if (src == dst) {
+    // Local copies: an engine no peer link recommends, so they do not queue
+    // behind peer traffic.
+    std::set<int> used;
+    for (const LinkInfo& l : g.links) used.insert(l.recommended_engines.begin(), l.recommended_engines.end());
+    std::vector<int> free;
+    for (int e : xgmi)
+      if (!used.count(e)) free.push_back(e);
+    const std::vector<int>& pool = free.empty() ? xgmi : free;
+    return pool[static_cast<size_t>(k) % pool.size()];
+  }
+  if (const LinkInfo* l = g.link_to(gpu(dst)); l && !l->recommended_engines.empty())
+    return l->recommended_engines[static_cast<size_t>(k) % l->recommended_engines.size()];
+  // Round robin: peer at distance d takes the (d-1)-th engine.
+  const int n = size();
+  const int d = ((dst - src) % n + n) % n;
+  return xgmi[static_cast<size_t>(d - 1 + k) % xgmi.size()];
+}
+
+Result<Queue*> Communicator::queue(int rank, int engine) {
+  auto key = std::make_pair(rank, engine);
+  auto it = queues_.find(key);
+  if (it != queues_.end()) return it->second.get();
+  QueueOptions qo;
+  qo.ring_bytes = options_.ring_bytes;
+  Result<std::unique_ptr<Queue>> q = device_.create_queue(gpu(rank), engine, qo);
+  if (!q.ok()) return q.status();
+  Queue* p = q->get();
+  queues_[key] = std::move(q).value();
+  return p;
+}
+
+Result<std::unique_ptr<Plan>> Communicator::plan(const CollectiveArgs& args) {
+  CONCCL_RETURN_IF_ERROR(validate_args(*this, args));
+  std::unique_ptr<Plan> plan(new Plan());
+  plan->args_ = args;
+  plan->comm_ = this;
+  plan->variant_ = args.variant == Variant::automatic
+                       ? choose_variant(args.op, args.bytes, size(), gen(0), args.prelaunch)
+                       : args.variant;
+  const int n = size();
+  for (int r = 0; r < n; ++r) {
+    Result<Signal> a = Signal::create(device_);
+    if (!a.ok()) return a.status();
+    plan->arrive_.push_back(std::move(a).value());
+    Result<Signal> rd = Signal::create(device_);
+    if (!rd.ok()) return rd.status();
+    plan->ready_.push_back(std::move(rd).value());
+  }
+  plan->expected_.assign(static_cast<size_t>(n), 0);
+  Result<Signal> trig = Signal::create(device_);
+  if (!trig.ok()) return trig.status();
+  plan->trigger_ = std::move(trig).value();
+
+  PlanBuilder b(*this, *plan);
+  Status st;
+  switch (args.op) {
+    case CollOp::p2p: st = build_p2p(b, args, plan->variant_); break;
+    case CollOp::broadcast: st = build_broadcast(b, args, plan->variant_); break;
+    case CollOp::gather: st = build_gather(b, args, plan->variant_); break;
+    case CollOp::scatter: st = build_scatter(b, args, plan->variant_); break;
+    case CollOp::all_gather: st = build_all_gather(b, args, plan->variant_); break;
+    case CollOp::all_to_all: st = build_all_to_all(b, args, plan->variant_); break;
+  }
+  if (!st.ok()) return st.prefix(std::string("planning ") + coll_op_name(args.op));
+  return plan;
+}
+
+// ---- PlanBuilder ----
+
+Result<PlanList*> PlanBuilder::list(int rank, int engine) {
+  auto key = std::make_pair(rank, engine);
+  auto it = index_.find(key);
+  if (it != index_.end()) return &plan_.lists_[it->second];
+  Result<Queue*> q = comm_.queue(rank, engine);
+  if (!q.ok()) return q.status();
+  PlanList l;
+  l.rank = rank;
+  l.engine = engine;
+  l.queue = *q;
+  l.cb = (*q)->command_buffer();
+  if (plan_.args_.prelaunch) CONCCL_RETURN_IF_ERROR(plan_.trigger_.enqueue_wait(l.cb, 1));
+  index_[key] = plan_.lists_.size();
+  plan_.lists_.push_back(std::move(l));
+  return &plan_.lists_.back();
+}
+
+Status PlanBuilder::copy(PlanList& l, uint64_t dst_va, uint64_t src_va, uint64_t bytes) {
+  if (dst_va == src_va) return Status();  // in place
+  return l.cb.copy(dst_va, src_va, bytes);
+}
+
+Status PlanBuilder::arrive(PlanList& l, int dst) {
+  CONCCL_RETURN_IF_ERROR(plan_.arrive_[static_cast<size_t>(dst)].enqueue_add(l.cb, 1));
+  plan_.expected_[static_cast<size_t>(dst)]++;
+  if (std::find(l.writes_to.begin(), l.writes_to.end(), dst) == l.writes_to.end()) l.writes_to.push_back(dst);
+  return Status();
+}
+
+Status PlanBuilder::wait_arrivals(PlanList& l, int r, uint64_t n) {
+  return plan_.arrive_[static_cast<size_t>(r)].enqueue_wait(l.cb, n);
+}
+
+Status PlanBuilder::ready(PlanList& l, int r) { return plan_.ready_[static_cast<size_t>(r)].enqueue_add(l.cb, 1); }
+
+Status PlanBuilder::wait_ready(PlanList& l, int r, uint64_t n) {
+  return plan_.ready_[static_cast<size_t>(r)].enqueue_wait(l.cb, n);
+}
+
+}  // namespace conccl

@@ -1,0 +1,102 @@
+// src/collectives/plan.cpp - launching and waiting for compiled collectives.
+#include "collectives/builder.hpp"
+#include "packets/sdma_asm.hpp"
+
+namespace conccl {
+
+Plan::~Plan() = default;
+
+bool Plan::running() const {
+  if (!launched_) return false;
+  for (size_t r = 0; r < arrive_.size(); ++r)
+    if (arrive_[r].value() < expected_[r]) return true;
+  return false;
+}
+
+Status Plan::submit_all(Deadline deadline) {
+  if (running())
+    return error(Code::busy, std::string(coll_op_name(args_.op)) +
+                                 " plan launched while its previous launch is still running; wait() for it first");
+  // Every launch counts from zero: reset before anything is queued.
+  for (Signal& s : arrive_) s.set(0);
+  for (Signal& s : ready_) s.set(0);
+  trigger_.set(0);
+  launched_ = true;
+  for (size_t i = 0; i < lists_.size(); ++i) {
+    PlanList& l = lists_[i];
+    l.span = QueueSpan{l.queue, l.queue->wptr(), 0};
+    Status st = l.queue->submit(l.cb, deadline, &l.span.end);
+    if (!st.ok())
+      return st.prefix("launch stopped after " + std::to_string(i) + " of " + std::to_string(lists_.size()) +
+                       " command lists were submitted (rank " + std::to_string(l.rank) + " engine " +
+                       std::to_string(l.engine) + "); the plan is running partially: wait() or destroy it");
+  }
+  return Status();
+}
+
+Status Plan::launch(Deadline deadline) {
+  if (waiting_release_)
+    return error(Code::busy, "plan is prelaunched and waits for release()");
+  CONCCL_RETURN_IF_ERROR(submit_all(deadline));
+  if (args_.prelaunch) trigger_.set(1);
+  return Status();
+}
+
+Status Plan::prelaunch(Deadline deadline) {
+  if (!args_.prelaunch)
+    return error(Code::invalid_argument, "plan was compiled without prelaunch; set CollectiveArgs::prelaunch");
+  if (waiting_release_) return error(Code::busy, "plan is already prelaunched; release() it first");
+  CONCCL_RETURN_IF_ERROR(submit_all(deadline));
+  waiting_release_ = true;
+  return Status();
+}
+
+Status Plan::release() {
+  if (!waiting_release_) return error(Code::invalid_argument, "release() without prelaunch()");
+  trigger_.set(1);
+  waiting_release_ = false;
+  return Status();
+}
+
+Status Plan::wait(Deadline deadline) {
+  if (!launched_) return error(Code::invalid_argument, "wait() before launch()");
+  if (waiting_release_)
+    return error(Code::invalid_argument, "the plan is prelaunched and never released: call release() before wait()");
+  for (size_t r = 0; r < arrive_.size(); ++r) {
+    if (expected_[r] == 0) continue;
+    // Sleep on the progress of a list that writes into r.
+    const QueueSpan* span = nullptr;
+    for (const PlanList& l : lists_)
+      for (int d : l.writes_to)
+        if (static_cast<size_t>(d) == r) span = &l.span;
+    Status st = arrive_[r].wait(expected_[r], deadline, span);
+    if (st.ok()) continue;
+    // Name the list that is stuck: the first whose queue has not consumed it.
+    for (const PlanList& l : lists_) {
+      if (l.queue->rptr() >= l.span.end) continue;
+      const int d = l.writes_to.empty() ? static_cast<int>(r) : l.writes_to.front();
+      return error(st.code(), std::string(coll_op_name(args_.op)) + " (" + variant_name(variant_) + "): rank " +
+                                  std::to_string(r) + " has " + std::to_string(arrive_[r].value()) + " of " +
+                                  std::to_string(expected_[r]) + " arrivals; stuck list: rank " +
+                                  std::to_string(l.rank) + " engine " + std::to_string(l.engine) + ": " +
+                                  diagnose_hang(l.span, arrive_[static_cast<size_t>(d)], expected_[static_cast<size_t>(d)]));
+    }
+    return st.prefix(std::string(coll_op_name(args_.op)) + ": rank " + std::to_string(r));
+  }
+  return Status();
+}
+
+std::string Plan::describe() const {
+  std::string out = std::string(coll_op_name(args_.op)) + " variant " + variant_name(variant_) + ", " +
+                    std::to_string(args_.bytes) + " bytes per rank, " + std::to_string(lists_.size()) +
+                    " command lists\n";
+  for (const PlanList& l : lists_) {
+    out += "rank " + std::to_string(l.rank) + " engine " + std::to_string(l.engine) + " (" +
+           std::to_string(l.cb.packet_count()) + " packets):\n";
+    sdma::StreamDecode d = sdma::decode_stream(l.cb.gen(), l.cb.dwords());
+    for (const sdma::Packet& p : d.packets) out += "  " + sdma::format_packet(p) + "\n";
+  }
+  return out;
+}
+
+}  // namespace conccl
