@@ -47,7 +47,19 @@ class Event {
   virtual uint32_t last_context() const = 0;
   // Returns once count() >= target, or Code::timeout at the deadline.
   virtual Status wait(uint64_t target, Deadline deadline) = 0;
+  // What a TRAP must carry to raise this event: its int_ctx, and on KFD the
+  // address of the event's mailbox slot that a FENCE must set to the same
+  // value first (0: no mailbox). enqueue_wakeup() emits both.
+  virtual uint32_t trap_context() const { return 0; }
+  virtual uint64_t mailbox_va() const { return 0; }
 };
+
+class CommandBuffer;
+// Appends the packets that wake a host sleeping on `ev` once the engine gets
+// there: FENCE(mailbox, ctx) when the event has a mailbox (KFD only wakes an
+// event whose slot was signaled: kfd_events.c), then TRAP(ctx). Events
+// coalesce: a waiter must re-check its memory condition after waking.
+Status enqueue_wakeup(CommandBuffer& cb, const Event& ev);
 
 // What an engine is doing, for hang diagnosis.
 struct EngineStatus {
@@ -98,6 +110,10 @@ class Device {
 
   // CPU pointer for [va, va+bytes) when the range is CPU-visible, else null.
   virtual void* host_pointer(uint64_t va, size_t bytes) = 0;
+
+  // Whether engines can reach [va, va+bytes) (false: a packet touching it
+  // would fault). Backends that cannot tell answer true.
+  virtual bool is_mapped(uint64_t va, size_t bytes) { return host_pointer(va, bytes) != nullptr; }
 
   // Tells engines that the host wrote memory they may be polling
   // (emulator: wakes polling engines at once instead of at their next poll).

@@ -18,6 +18,7 @@ const char* engine_kind_name(EngineKind k);
 struct EngineInfo {
   int id = 0;  // engine id as the driver numbers them (KFD sdma_engine_id)
   EngineKind kind = EngineKind::pcie;
+  double weight = 1.0;  // relative copy bandwidth, for striping (NVIDIA: PCE count)
 };
 
 struct LinkInfo {
@@ -46,6 +47,9 @@ struct Topology {
   std::string backend;  // "emu", "kfd", "nv"
   std::string preset;   // emu: the preset name
   std::vector<GpuInfo> gpus;
+  // Backend remarks, one line each (kfd: the queue mode in force and why,
+  // skipped GPUs, fallbacks taken). Printed by topology_table/json.
+  std::vector<std::string> notes;
 };
 
 // Human-readable table and JSON (the `sdma-probe list` formats).

@@ -24,7 +24,7 @@ constexpr int kMi300xRecEngine[8][8] = {
 // KFD_CRAT_XGMI_WEIGHT = 15).
 constexpr uint32_t kXgmiWeight = 15;
 
-constexpr uint64_t kDefaultMemory = 1ull << 30;  // emulated HBM per GPU (sparse)
+constexpr uint64_t kDefaultMemory = 4ull << 30;  // emulated HBM per GPU (sparse memfd: costs only what is touched)
 
 }  // namespace
 
