@@ -95,6 +95,32 @@ Status check_limit(const Layout& l, Key key, uint64_t value) {
   return Status();
 }
 
+// The same checks as to_raw/check_limit without building messages.
+inline bool raw_ok(const FieldRow& row, uint64_t value, uint64_t* raw) {
+  if (row.align > 1 && value % row.align != 0) return false;
+  uint64_t v = value;
+  if (row.enc == Enc::minus_one) {
+    if (v == 0) return false;
+    v -= 1;
+  }
+  v >>= row.shift;
+  const unsigned width = row.total_width();
+  if (row.enc != Enc::signed64 && width < 64 && (v >> width) != 0) return false;
+  *raw = v;
+  return true;
+}
+
+inline bool limit_ok(const Layout& l, uint64_t value) {
+  switch (l.def->pkt) {
+    case Pkt::copy:
+    case Pkt::copy_bcst:
+    case Pkt::swap: return value <= limits(l.gen).max_copy_bytes;
+    case Pkt::fill:
+    case Pkt::fill8: return value <= limits(l.gen).max_fill_bytes;
+    default: return true;
+  }
+}
+
 // Length when the fields are known; -1 when inconsistent (reported by encode).
 size_t base_length(const Layout& l, std::span<const FieldValue> fields, size_t data_dwords) {
   size_t n = l.def->dwords;
@@ -104,7 +130,10 @@ size_t base_length(const Layout& l, std::span<const FieldValue> fields, size_t d
       uint64_t count = data_dwords;
       for (const FieldValue& f : fields)
         if (f.key == Key::count) count = f.value;
-      n += count;
+      // A count too wide for the field is refused by encode; bound the length
+      // so that callers sizing a buffer from it do not allocate gigabytes.
+      const uint64_t cap = uint64_t(limits(l.gen).max_nop_count) + 1;
+      n += count < cap ? count : cap;
       break;
     }
     case Tail::data: n += data_dwords; break;
@@ -145,9 +174,12 @@ size_t packet_dwords(Gen g, Pkt p, std::span<const FieldValue> fields, size_t da
 
 Result<size_t> encode(Gen g, Pkt p, std::span<const FieldValue> fields, std::span<uint32_t> out,
                       std::span<const uint32_t> data, std::span<const Reserved> reserved) {
-  Status st;
-  const Layout* lp = find_layout(g, p, &st);
-  if (!lp) return st;
+  const Layout* lp = layout(p, g);
+  if (!lp) {
+    Status st;
+    find_layout(g, p, &st);
+    return st;
+  }
   const Layout& l = *lp;
   const PacketDef& def = *l.def;
 
@@ -197,8 +229,11 @@ Result<size_t> encode(Gen g, Pkt p, std::span<const FieldValue> fields, std::spa
                                                " lives in an optional dword that needs " +
                                                std::string(key_name(def.ext_key)) + "=1");
     uint64_t raw = 0;
-    CONCCL_RETURN_IF_ERROR(to_raw(l, *row, f.value, &raw));
-    CONCCL_RETURN_IF_ERROR(check_limit(l, f.key, f.value));
+    // Fast check inline; the error text is built only when it fails.
+    if (!raw_ok(*row, f.value, &raw) || (f.key == Key::bytes && !limit_ok(l, f.value))) {
+      CONCCL_RETURN_IF_ERROR(to_raw(l, *row, f.value, &raw));
+      CONCCL_RETURN_IF_ERROR(check_limit(l, f.key, f.value));
+    }
     put_row(dw, *row, raw);
     given[ki / 64] |= 1ull << (ki % 64);
   }

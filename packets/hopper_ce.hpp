@@ -1,0 +1,254 @@
+// packets/hopper_ce.hpp - NVIDIA Hopper copy-engine pushbuffers ("hopper-ce").
+//
+// An NVIDIA channel executes a pushbuffer: a stream of method headers, each
+// followed by data dwords that are written to methods (32-bit registers) of
+// the object bound to a subchannel. Host (PBDMA) methods, at offsets below
+// 0x100, work on every subchannel; the copy class HOPPER_DMA_COPY_A (0xC8B5)
+// sits on subchannel 4 by convention. The PBDMA finds pushbuffer segments
+// through GPFIFO entries (two dwords each) in the channel's GP ring.
+//
+// As for SDMA (packets/sdma_layout.hpp), every method is one row of a table
+// (hopper_ce.cpp): its class, byte offset, name, and fields with bit ranges
+// and named values. The encoder, decoder, assembler and disassembler all work
+// from those rows. Sources, cited next to the table:
+//   open-gpu-doc classes/dma-copy/clc8b5.h         (HOPPER_DMA_COPY_A)
+//   open-gpu-kernel-modules src/common/sdk/nvidia/inc/class/clc86f.h, clc56f.h
+//                                                  (host methods, GP entries,
+//                                                   method header formats)
+//
+// Text form (sdma-probe asm/dis --gen hopper-ce): one line per method header,
+// its methods separated by ';':
+//   copy.offset_in_upper upper=0x0; copy.offset_in_lower value=0x1000
+//   noninc subch=2 copy.nop parameter=5
+//   immd host.nop handle=3
+// An optional leading op (inc - the default - noninc, oneinc, immd) and
+// subch=N (default: 0 for host methods, 4 for copy methods) describe the
+// header. The methods after the first must follow the header's addressing:
+// the next offsets for inc, the same method for noninc, first then the next
+// for oneinc. Field values are numbers (decimal or 0x-hex) or value names
+// (data_transfer_type=non_pipelined); rsvd=0x... keeps bits that no field
+// covers, so that assemble(disassemble(x)) == x. A method of a class not
+// bound to the subchannel is written `mthd offset=0x... value=0x...`.
+#pragma once
+
+#include <cstdint>
+#include <optional>
+#include <span>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "conccl/status.hpp"
+
+namespace conccl::hopper {
+
+// The generation name the CLI uses for this format.
+inline constexpr std::string_view kGenName = "hopper-ce";
+
+// Class ids (open-gpu-kernel-modules src/common/sdk/nvidia/inc/class/*.h).
+inline constexpr uint32_t kHopperDmaCopyA = 0xC8B5;        // clc8b5.h HOPPER_DMA_COPY_A
+inline constexpr uint32_t kHopperChannelGpfifoA = 0xC86F;  // clc86f.h HOPPER_CHANNEL_GPFIFO_A
+inline constexpr uint32_t kAmpereChannelGpfifoA = 0xC56F;  // clc56f.h AMPERE_CHANNEL_GPFIFO_A
+inline constexpr uint32_t kHopperUsermodeA = 0xC661;       // clc661.h HOPPER_USERMODE_A
+inline constexpr uint8_t kCopySubchannel = 4;              // tinygrad, UVM: CE on subchannel 4
+inline constexpr uint8_t kSubchannels = 8;                 // clc56f.h NVC56F_NUMBER_OF_SUBCHANNELS
+
+// Method header (clc56f.h NVC56F_DMA_*): SEC_OP 31:29, COUNT (or immediate
+// data) 28:16, SUBCHANNEL 15:13, ADDRESS (method offset / 4) 11:0.
+enum class HdrOp : uint8_t {
+  inc = 1,      // NVC56F_DMA_SEC_OP_INC_METHOD: data[i] -> method + 4*i
+  non_inc = 3,  // NVC56F_DMA_SEC_OP_NON_INC_METHOD: every data dword -> method
+  immd = 4,     // NVC56F_DMA_SEC_OP_IMMD_DATA_METHOD: 13-bit data in the header
+  one_inc = 5,  // NVC56F_DMA_SEC_OP_ONE_INC: data[0] -> method, rest -> method + 4
+};
+inline constexpr uint32_t kMaxHeaderCount = 0x1FFF;  // COUNT 28:16
+inline constexpr uint32_t kMaxImmediate = 0x1FFF;    // IMMD_DATA 28:16
+
+struct Header {
+  HdrOp op = HdrOp::inc;
+  uint8_t subch = 0;
+  uint16_t method = 0;  // byte offset (multiple of 4, < 0x4000)
+  uint16_t count = 0;   // data dwords that follow; for immd: the immediate data
+  bool operator==(const Header&) const = default;
+};
+
+// `(sec_op << 29) | (count << 16) | (subch << 13) | (method >> 2)`; for inc
+// that is the usual `(2 << 28) | ...`. Errors name the field out of range.
+Result<uint32_t> encode_header(const Header& h);
+constexpr uint32_t inc_header(uint8_t subch, uint16_t method, uint16_t count) {
+  return (2u << 28) | (uint32_t(count) << 16) | (uint32_t(subch) << 13) | (uint32_t(method) >> 2);
+}
+// Errors for opcodes this decoder does not implement (grp0/grp2 subdevice
+// masks, END_PB_SEGMENT, reserved).
+Result<Header> decode_header(uint32_t dw);
+
+// ---- method table -----------------------------------------------------------
+
+enum class Cls : uint8_t { host, copy };
+std::string_view cls_name(Cls c);  // "host", "copy"
+
+struct EnumVal {
+  std::string_view name;
+  uint32_t value;
+};
+
+struct Field {
+  std::string_view name;
+  uint8_t hi, lo;                  // bit range in the data dword
+  std::span<const EnumVal> values;  // named values (may be empty)
+  bool hex = false;                 // printed in hex
+  bool in_place = false;            // value is the dword's bits in place (an address
+                                    // with its low bits zero), not shifted down
+  constexpr uint32_t width() const { return uint32_t(hi - lo + 1); }
+  constexpr uint32_t mask() const {
+    return width() >= 32 ? 0xFFFFFFFFu : ((1u << width()) - 1u) << lo;
+  }
+};
+
+struct Method {
+  Cls cls;
+  uint16_t offset;
+  std::string_view name;  // lower case, e.g. "launch_dma"
+  std::span<const Field> fields;
+  std::string_view summary;
+  uint32_t defined_mask() const;
+};
+
+std::span<const Method> methods();
+const Method* find_method(Cls cls, uint16_t offset);
+// "copy.launch_dma", "host.sem_execute" (case-insensitive).
+const Method* find_method(std::string_view qualified_name);
+
+struct FieldValue {
+  uint8_t field;  // index into Method::fields
+  uint32_t value;
+};
+
+// Encodes one data dword. Checks every value against its field's width.
+Result<uint32_t> encode_method(const Method& m, std::span<const FieldValue> fields,
+                               uint32_t reserved = 0);
+struct DecodedMethod {
+  std::vector<FieldValue> fields;  // only non-zero fields, in table order
+  uint32_t reserved = 0;           // bits no field covers
+};
+DecodedMethod decode_method(const Method& m, uint32_t data);
+
+// ---- GPFIFO entries ---------------------------------------------------------
+// clc86f.h NVC86F_GP_ENTRY0_GET 31:2, NVC86F_GP_ENTRY1_GET_HI 7:0 (address
+// bits 39:32), _LEVEL 9:9, _LENGTH 30:10 (dwords), _SYNC 31:31; ENTRY0_FETCH 0:0.
+// Pushbuffer addresses are therefore limited to 40 bits.
+struct GpEntry {
+  uint64_t addr = 0;      // pushbuffer segment GPU VA, 4-byte aligned, < 2^40
+  uint32_t dwords = 0;    // segment length, < 2^21
+  bool subroutine = true; // LEVEL (tinygrad uses SUBROUTINE)
+  bool sync_wait = false; // SYNC
+  bool conditional_fetch = false;
+  bool operator==(const GpEntry&) const = default;
+};
+inline constexpr uint64_t kMaxPushbufferAddress = (1ull << 40) - 1;
+inline constexpr uint32_t kMaxSegmentDwords = (1u << 21) - 1;
+Result<uint64_t> encode_gp_entry(const GpEntry& e);
+GpEntry decode_gp_entry(uint64_t raw);
+std::string format_gp_entry(const GpEntry& e);
+
+// ---- command list: the copy-engine vocabulary --------------------------------
+//
+// The same vocabulary as the SDMA CommandBuffer (packets only, no device):
+// copy, fill, signal (64-bit release with timestamp), wait (64-bit >=),
+// timestamp. Every command appends whole method headers or nothing.
+
+// Largest byte count one LAUNCH_DMA moves here: LINE_LENGTH_IN is 32 bits;
+// UVM caps pieces at 0xFFFFFFFF, we use 2 GiB pieces (nvidia_ce.md §2.1).
+inline constexpr uint64_t kMaxCopyBytes = 1ull << 31;
+// Fills use the remap unit with 4-byte components: LINE_LENGTH_IN counts
+// 4-byte elements; pieces of at most 2^31 bytes.
+inline constexpr uint64_t kMaxFillBytes = 1ull << 31;
+// Copy/semaphore addresses are 57 bits (OFFSET_*_UPPER 24:0, SET_SEMAPHORE_A 24:0).
+inline constexpr uint64_t kMaxVirtualAddress = (1ull << 57) - 1;
+// The CE writes payload at +0 and the timestamp at +8 of a 16-byte slot.
+inline constexpr uint32_t kSemaphoreSlotBytes = 16;
+
+// Semaphore acquire compare (clc56f.h NVC56F_SEM_EXECUTE_OPERATION_*).
+enum class Acquire : uint8_t { circ_geq = 3, strict_geq = 2, eq = 0 };
+
+class CommandList {
+ public:
+  // SET_OBJECT(HOPPER_DMA_COPY_A) on the copy subchannel; a channel's first
+  // submission carries it.
+  void bind_copy_object(uint32_t cls = kHopperDmaCopyA);
+  // OFFSET_IN/OUT, LINE_LENGTH_IN, LAUNCH_DMA(pitch, 1 line) per piece of at
+  // most kMaxCopyBytes. The first piece is NON_PIPELINED (it waits for earlier
+  // work, e.g. a semaphore acquire); later pieces are PIPELINED.
+  struct CopyOptions {
+    uint64_t piece_bytes = kMaxCopyBytes;  // largest LAUNCH_DMA (1..kMaxCopyBytes)
+    bool pipelined = false;                // first piece PIPELINED too (may overlap earlier work)
+  };
+  Status copy(uint64_t dst, uint64_t src, uint64_t bytes) { return copy(dst, src, bytes, CopyOptions{}); }
+  Status copy(uint64_t dst, uint64_t src, uint64_t bytes, const CopyOptions& o);
+  // 32-bit pattern through the remap unit (SET_REMAP_CONST_B, component size
+  // 4, one component). dst and bytes 4-byte aligned.
+  Status fill(uint64_t dst, uint32_t value, uint64_t bytes);
+  // CE semaphore release after all earlier work: SET_SEMAPHORE_A/B/PAYLOAD/
+  // PAYLOAD_UPPER + LAUNCH_DMA(FLUSH, RELEASE_SEMAPHORE_WITH_TIMESTAMP,
+  // TWO_WORD): value at addr (64 bit), GPU ns timestamp at addr+8. addr
+  // 16-byte aligned.
+  Status signal(uint64_t addr, uint64_t value);
+  // As signal, but only the low 32 bits of value and no timestamp.
+  Status signal32(uint64_t addr, uint32_t value);
+  // Host semaphore acquire (SEM_ADDR_LO/HI, SEM_PAYLOAD_LO/HI, SEM_EXECUTE
+  // ACQ_CIRC_GEQ, 64-bit): the channel stops until *addr >= value. addr 8-byte aligned.
+  Status wait(uint64_t addr, uint64_t value, Acquire op = Acquire::circ_geq);
+  // A GPU timestamp: signal(addr, 0) - the ns time lands at addr+8.
+  Status timestamp(uint64_t addr) { return signal(addr, 0); }
+  // Host NON_STALL_INTERRUPT (for event-based waits).
+  void nonstall_interrupt();
+  // Any method, by header and data.
+  Status raw(const Header& h, std::span<const uint32_t> data);
+
+  std::span<const uint32_t> dwords() const { return dw_; }
+  size_t size_bytes() const { return dw_.size() * 4; }
+  size_t header_count() const { return headers_; }
+  bool empty() const { return dw_.empty(); }
+  void clear() {
+    dw_.clear();
+    headers_ = 0;
+  }
+
+ private:
+  void inc(uint8_t subch, uint16_t method, std::initializer_list<uint32_t> data);
+  std::vector<uint32_t> dw_;
+  size_t headers_ = 0;
+};
+
+// Number of LAUNCH_DMA pieces copy() emits.
+inline uint64_t copy_pieces(uint64_t bytes) { return (bytes + kMaxCopyBytes - 1) / kMaxCopyBytes; }
+
+// ---- text form --------------------------------------------------------------
+
+// Which class each subchannel holds, for decoding methods >= 0x100.
+struct SubchMap {
+  std::optional<Cls> cls[kSubchannels];
+  static SubchMap defaults();  // subchannel 4 = copy
+};
+
+// Parses and encodes one line (a header with its methods); appends its dwords
+// to `out`. *produced = false for a blank or comment-only line.
+Status assemble_line(std::string_view line, std::vector<uint32_t>* out, bool* produced = nullptr);
+// Many lines; stops at the first bad one ("line N: ...").
+Result<std::vector<uint32_t>> assemble(std::string_view text);
+
+struct Disassembly {
+  std::vector<std::string> lines;  // one per header
+  std::vector<size_t> offsets;     // dword offset of each header
+  Status error;                    // ok, or what stopped decoding
+  size_t error_offset = 0;
+};
+// Decodes a pushbuffer. SET_OBJECT methods update the subchannel map.
+Disassembly disassemble(std::span<const uint32_t> dw, SubchMap map = SubchMap::defaults());
+// All lines of disassemble() joined with '\n' (and a trailing '\n').
+std::string disassemble_text(std::span<const uint32_t> dw);
+
+// Help text: every method and its fields.
+std::string describe_methods();
+
+}  // namespace conccl::hopper
