@@ -1,0 +1,630 @@
+// tests/cli/test_cli.cpp - sdma-probe end to end: the binary is run with
+// fork+exec, stdin fed from a file, stdout/stderr captured, exit code checked.
+#include <fcntl.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <cstdio>
+#include <cstdlib>
+#include <filesystem>
+#include <fstream>
+#include <sstream>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include <gtest/gtest.h>
+
+#ifndef SDMA_PROBE_PATH
+#error "SDMA_PROBE_PATH must name the sdma-probe binary"
+#endif
+
+namespace {
+
+// A scratch directory for the whole test program, made on first use and
+// removed when the tests end.
+std::string& scratch_dir() {
+  static std::string dir;
+  return dir;
+}
+
+const std::string& scratch() {
+  std::string& dir = scratch_dir();
+  if (dir.empty()) {
+    const char* base = std::getenv("TMPDIR");
+    std::string tmpl = std::string(base && *base ? base : "/tmp") + "/test_cli.XXXXXX";
+    if (!mkdtemp(tmpl.data())) std::abort();
+    dir = tmpl;
+  }
+  return dir;
+}
+
+class ScratchCleanup : public ::testing::Environment {
+ public:
+  void TearDown() override {
+    if (scratch_dir().empty()) return;
+    std::error_code ec;
+    std::filesystem::remove_all(scratch_dir(), ec);
+    scratch_dir().clear();
+  }
+};
+[[maybe_unused]] ::testing::Environment* const kCleanup =
+    ::testing::AddGlobalTestEnvironment(new ScratchCleanup);
+
+std::string write_file(const std::string& name, std::string_view text) {
+  const std::string path = scratch() + "/" + name;
+  std::ofstream(path, std::ios::binary) << text;
+  return path;
+}
+
+std::string read_file(const std::string& path) {
+  std::ifstream f(path, std::ios::binary);
+  std::stringstream ss;
+  ss << f.rdbuf();
+  return ss.str();
+}
+
+struct Outcome {
+  int rc = -1;
+  std::string out, err;
+};
+
+// Runs sdma-probe with `args`, `in` on stdin.
+Outcome probe(const std::vector<std::string>& args, std::string_view in = "") {
+  static int counter = 0;
+  const std::string base = scratch() + "/run" + std::to_string(counter++);
+  const std::string in_path = write_file("run" + std::to_string(counter - 1) + ".in", in);
+  const std::string out_path = base + ".out", err_path = base + ".err";
+
+  std::vector<std::string> words = {SDMA_PROBE_PATH};
+  words.insert(words.end(), args.begin(), args.end());
+  std::vector<char*> argv;
+  for (std::string& w : words) argv.push_back(w.data());
+  argv.push_back(nullptr);
+
+  const pid_t pid = fork();
+  if (pid == 0) {
+    const int i = open(in_path.c_str(), O_RDONLY);
+    const int o = open(out_path.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
+    const int e = open(err_path.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
+    if (i < 0 || o < 0 || e < 0) _exit(126);
+    dup2(i, 0);
+    dup2(o, 1);
+    dup2(e, 2);
+    execv(argv[0], argv.data());
+    _exit(127);
+  }
+  Outcome r;
+  int status = 0;
+  if (pid < 0 || waitpid(pid, &status, 0) != pid) return r;
+  r.rc = WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
+  r.out = read_file(out_path);
+  r.err = read_file(err_path);
+  return r;
+}
+
+bool contains(const std::string& hay, std::string_view needle) {
+  return hay.find(needle) != std::string::npos;
+}
+
+size_t count_lines(const std::string& s) {
+  size_t n = 0;
+  for (char c : s) n += c == '\n';
+  return n;
+}
+
+const std::vector<std::string> kAllGens = {"4", "4.4.2", "5", "5.2", "6", "7"};
+
+// ---------------------------------------------------------------------------
+// Framework: dispatch, help, shared flags, exit codes
+
+TEST(CliFramework, HelpListsEveryCommandAndExitCodes) {
+  Outcome r = probe({"--help"});
+  EXPECT_EQ(r.rc, 0);
+  for (const char* cmd : {"asm", "dis", "gfx", "demo"}) EXPECT_TRUE(contains(r.out, cmd)) << cmd;
+  for (const char* flag : {"--backend", "--preset", "--json", "--timeout-ms"})
+    EXPECT_TRUE(contains(r.out, flag)) << flag;
+  EXPECT_TRUE(contains(r.out, "exit codes"));
+  EXPECT_EQ(probe({"help"}).rc, 0);
+  EXPECT_EQ(probe({"-h"}).rc, 0);
+}
+
+TEST(CliFramework, NoCommandIsAUsageError) {
+  Outcome r = probe({});
+  EXPECT_EQ(r.rc, 2);
+  EXPECT_TRUE(contains(r.err, "usage"));
+  EXPECT_TRUE(r.out.empty());
+}
+
+TEST(CliFramework, UnknownCommandListsTheCommands) {
+  Outcome r = probe({"frobnicate"});
+  EXPECT_EQ(r.rc, 2);
+  EXPECT_TRUE(contains(r.err, "unknown command 'frobnicate'"));
+  for (const char* cmd : {"asm", "dis", "gfx", "demo"}) EXPECT_TRUE(contains(r.err, cmd)) << cmd;
+  EXPECT_TRUE(r.out.empty());
+}
+
+TEST(CliFramework, HelpForOneCommand) {
+  Outcome r = probe({"help", "asm"});
+  EXPECT_EQ(r.rc, 0);
+  EXPECT_TRUE(contains(r.out, "usage: sdma-probe asm"));
+  EXPECT_TRUE(contains(r.out, "--gen"));
+  EXPECT_TRUE(contains(r.out, "--gfx"));
+  EXPECT_EQ(probe({"asm", "--help"}).out, r.out);
+  EXPECT_EQ(probe({"dis", "-h"}).rc, 0);
+
+  Outcome bad = probe({"help", "nope"});
+  EXPECT_EQ(bad.rc, 2);
+  EXPECT_TRUE(contains(bad.err, "unknown command 'nope'"));
+}
+
+TEST(CliFramework, UnknownFlagIsAUsageError) {
+  Outcome r = probe({"asm", "--gen", "4", "--frob"}, "trap\n");
+  EXPECT_EQ(r.rc, 2);
+  EXPECT_TRUE(contains(r.err, "unknown flag --frob"));
+  EXPECT_TRUE(r.out.empty());
+  EXPECT_EQ(probe({"asm", "-x", "--gen", "4"}).rc, 2);
+  EXPECT_EQ(probe({"--frob", "asm"}).rc, 2);
+}
+
+TEST(CliFramework, FlagValueForms) {
+  // --flag value, --flag=value, and shared flags before the command.
+  const std::string want = "00000006 00000000\n";
+  EXPECT_EQ(probe({"asm", "--gen", "4"}, "trap\n").out, want);
+  EXPECT_EQ(probe({"asm", "--gen=4"}, "trap\n").out, want);
+  Outcome r = probe({"asm", "--gen"});
+  EXPECT_EQ(r.rc, 2);
+  EXPECT_TRUE(contains(r.err, "--gen needs a value"));
+  r = probe({"asm", "--gen", "4", "--gen", "5"}, "trap\n");
+  EXPECT_EQ(r.rc, 2);
+  EXPECT_TRUE(contains(r.err, "--gen given more than once"));
+  r = probe({"asm", "--gen", "4", "--list=yes"});
+  EXPECT_EQ(r.rc, 2);
+  EXPECT_TRUE(contains(r.err, "--list takes no value"));
+}
+
+TEST(CliFramework, SharedFlagsAreAcceptedEverywhere) {
+  Outcome r = probe({"--backend", "kfd", "--timeout-ms=250", "asm", "--preset", "mi300x", "--json",
+                 "--gen", "4"},
+                "trap ctx=0x1234\n");
+  EXPECT_EQ(r.rc, 0) << r.err;
+  EXPECT_EQ(r.out, "00000006 00001234\n");
+  for (const char* b : {"emu", "kfd", "nv"})
+    EXPECT_EQ(probe({"gfx", "--backend", b}).rc, 0) << b;
+}
+
+TEST(CliFramework, BadSharedFlagValues) {
+  Outcome r = probe({"gfx", "--backend", "cuda"});
+  EXPECT_EQ(r.rc, 2);
+  EXPECT_TRUE(contains(r.err, "--backend 'cuda' is not one of emu, kfd, nv"));
+  r = probe({"gfx", "--timeout-ms", "soon"});
+  EXPECT_EQ(r.rc, 2);
+  EXPECT_TRUE(contains(r.err, "--timeout-ms"));
+  EXPECT_EQ(probe({"gfx", "--timeout-ms", "-5"}).rc, 2);
+}
+
+TEST(CliFramework, DoubleDashEndsFlags) {
+  const std::string path = write_file("-dash.txt", "trap\n");
+  Outcome r = probe({"asm", "--gen", "4", "--", path});
+  EXPECT_EQ(r.rc, 0) << r.err;
+  EXPECT_EQ(r.out, "00000006 00000000\n");
+}
+
+TEST(CliFramework, Version) {
+  Outcome r = probe({"--version"});
+  EXPECT_EQ(r.rc, 0);
+  EXPECT_TRUE(contains(r.out, "sdma-probe"));
+}
+
+// ---------------------------------------------------------------------------
+// asm: the reference vectors (shared/reference/sdma_packets.md §2)
+
+struct Vector {
+  const char* line;
+  const char* dwords;
+  std::vector<std::string> gens;
+};
+
+const std::vector<Vector> kVectors = {
+    {"copy src=0x00007F0000001000 dst=0x00007F0000200000 bytes=4096",
+     "00000001 00000fff 00000000 00001000 00007f00 00200000 00007f00", kAllGens},
+    {"atomic_add64 addr=0x00007F0000600000 value=-1",
+     "5e00000a 00600000 00007f00 ffffffff ffffffff 00000000 00000000 00000000", kAllGens},
+    {"poll addr=0x00007F0000500000 ref=7 mask=0xffffffff func=5 interval=4 retry=0xfff",
+     "d0000008 00500000 00007f00 00000007 ffffffff 0fff0004", kAllGens},
+    {"poll addr=0x00007F0000500000 ref=0 mask=0xffffffff func=3 interval=4 retry=0xfff",
+     "b0000008 00500000 00007f00 00000000 ffffffff 0fff0004", kAllGens},
+    {"fence addr=0x00007F0000400000 value=1", "00000005 00400000 00007f00 00000001", kAllGens},
+    {"fence addr=0x00007F0000400000 value=1 mtype=3", "00030005 00400000 00007f00 00000001",
+     {"5", "5.2", "6"}},
+    {"timestamp addr=0x00007F0000700000", "0000020d 00700000 00007f00", kAllGens},
+    {"trap ctx=0x1234", "00000006 00001234", kAllGens},
+    {"nop count=3", "00030000 00000000 00000000 00000000", kAllGens},
+    {"nop", "00000000", kAllGens},
+    {"fill dst=0x00007F0000200000 value=0xDEADBEEF bytes=4096",
+     "8000000b 00200000 00007f00 deadbeef 00000fff", kAllGens},
+    {"fill8 dst=0x00007F0000200000 value=0xDEADBEEF bytes=4096",
+     "0000000b 00200000 00007f00 deadbeef 00000fff", kAllGens},
+    {"write dst=0x00007F0000300000 data=0x11111111,0x22222222",
+     "00000002 00300000 00007f00 00000001 11111111 22222222", kAllGens},
+    {"copy_bcst src=0x7F0000001000 dst0=0x7F0000200000 dst1=0x7F0000400000 bytes=4096",
+     "08000001 00000fff 00000000 00001000 00007f00 00200000 00007f00 00400000 00007f00",
+     kAllGens},
+    {"cond_exe addr=0x00007F0000800000 ref=1 count=7",
+     "00000009 00800000 00007f00 00000001 00000007", kAllGens},
+    {"ib addr=0x00007F0000900000 size=64", "00000004 00900000 00007f00 00000040 00000000 00000000",
+     kAllGens},
+    {"reg_write reg=0x1234 value=0xCAFEBABE byte_en=0xf", "f000000e 00001234 cafebabe",
+     {"4", "4.4.2", "5", "5.2", "6"}},
+    {"reg_write reg=0x1234 value=0xCAFEBABE", "0000000e 000048d0 cafebabe", {"7"}},
+    {"mem_incr addr=0x00007F0000A00000", "00000107 00a00000 00007f00", {"5", "5.2", "6", "7"}},
+    {"gcr_user control=0xC3C0", "00000111 00000000 c3c00000 00000000 00000000",
+     {"5", "5.2", "6", "7"}},
+    {"gcr control=0xC3A1", "00000011 00000000 c3a10000 00000000 00000000", {"5", "5.2", "6", "7"}},
+    {"copy src=0 dst=0 bytes=0x3FFFFF00", "00000001 3ffffeff 00000000 00000000 00000000 00000000 00000000",
+     {"5.2", "6", "7"}},
+    {"copy_window src=0x7F0000001000 src_x=16 src_y=2 src_pitch=256 dst=0x7F0000200000 "
+     "dst_pitch=128 rect_x=64 rect_y=64 elementsize=2",
+     "40000401 00001000 00007f00 00020010 001fe000 00000000 00200000 00007f00 00000000 000fe000 "
+     "00000000 003f003f 00000000",
+     {"4", "4.4.2", "5", "5.2", "6"}},
+    {"copy_window src=0x7F0000001000 src_x=16 src_y=2 src_pitch=256 dst=0x7F0000200000 "
+     "dst_pitch=128 rect_x=64 rect_y=64 elementsize=2",
+     "40000401 00001000 00007f00 00020010 00ff0000 00000000 00200000 00007f00 00000000 007f0000 "
+     "00000000 003f003f 00000000",
+     {"7"}},
+};
+
+TEST(Asm, ReferenceVectorsOnEveryGeneration) {
+  for (const Vector& v : kVectors) {
+    for (const std::string& g : v.gens) {
+      Outcome r = probe({"asm", "--gen", g}, std::string(v.line) + "\n");
+      EXPECT_EQ(r.rc, 0) << "gen " << g << ": " << v.line << "\n" << r.err;
+      EXPECT_EQ(r.out, std::string(v.dwords) + "\n") << "gen " << g << ": " << v.line;
+      EXPECT_TRUE(r.err.empty()) << r.err;
+    }
+  }
+}
+
+TEST(Asm, ManyPacketsOneLineEach) {
+  std::string in, want;
+  for (const Vector& v : kVectors) {
+    if (v.gens != kAllGens) continue;
+    in += std::string(v.line) + "\n";
+    want += std::string(v.dwords) + "\n";
+  }
+  Outcome r = probe({"asm", "--gen", "4.4.2"}, in);
+  EXPECT_EQ(r.rc, 0) << r.err;
+  EXPECT_EQ(r.out, want);
+}
+
+TEST(Asm, CommentsBlankLinesAndWhitespace) {
+  const std::string in =
+      "# a comment line\n"
+      "\n"
+      "   \t\n"
+      "  trap   ctx=0x1234   # trailing comment\n"
+      "#trap ctx=1\n"
+      "fence addr=0x00007F0000400000 value=1\r\n"  // CRLF
+      "trap ctx=5";                                 // no final newline
+  Outcome r = probe({"asm", "--gen", "5"}, in);
+  EXPECT_EQ(r.rc, 0) << r.err;
+  EXPECT_EQ(r.out,
+            "00000006 00001234\n"
+            "00000005 00400000 00007f00 00000001\n"
+            "00000006 00000005\n");
+  EXPECT_EQ(probe({"asm", "--gen", "5"}, "").out, "");
+  EXPECT_EQ(probe({"asm", "--gen", "5"}, "").rc, 0);
+}
+
+TEST(Asm, NumberForms) {
+  // Decimal, hex (either case), negative decimal on 64-bit signed fields.
+  EXPECT_EQ(probe({"asm", "--gen", "4"}, "trap ctx=4660\n").out, "00000006 00001234\n");
+  EXPECT_EQ(probe({"asm", "--gen", "4"}, "trap ctx=0X1234\n").out, "00000006 00001234\n");
+  EXPECT_EQ(probe({"asm", "--gen", "4"}, "atomic_add64 addr=0x1000 value=-2\n").out,
+            "5e00000a 00001000 00000000 fffffffe ffffffff 00000000 00000000 00000000\n");
+  EXPECT_EQ(probe({"asm", "--gen", "4"}, "atomic op=15 addr=0x1004 value=1\n").out,
+            "1e00000a 00001004 00000000 00000001 00000000 00000000 00000000 00000000\n");
+}
+
+TEST(Asm, ReservedBits) {
+  Outcome r = probe({"asm", "--gen", "4"}, "trap ctx=1 rsvd1=0x80000000\n");
+  EXPECT_EQ(r.rc, 0) << r.err;
+  EXPECT_EQ(r.out, "00000006 80000001\n");
+  r = probe({"asm", "--gen", "4"}, "trap ctx=1 rsvd1=0x1\n");
+  EXPECT_EQ(r.rc, 2);
+  EXPECT_TRUE(contains(r.err, "rsvd1=0x1 overlaps defined fields")) << r.err;
+}
+
+TEST(Asm, GfxSelectsTheGeneration) {
+  const std::string in = "swap a=0x1000 b=0x2000 bytes=64\n";
+  Outcome by_gen = probe({"asm", "--gen", "4.4.2"}, in);
+  EXPECT_EQ(by_gen.rc, 0) << by_gen.err;
+  EXPECT_EQ(by_gen.out, "00000901 0000003f 00000000 00001000 00000000 00002000 00000000\n");
+  EXPECT_EQ(probe({"asm", "--gfx", "gfx942"}, in).out, by_gen.out);
+  EXPECT_EQ(probe({"asm", "--gfx", "GFX942"}, in).out, by_gen.out);
+  EXPECT_EQ(probe({"asm", "--gfx", "942", "--gen", "4.4.2"}, in).out, by_gen.out);
+  EXPECT_EQ(probe({"asm", "--gen", "4.4.5"}, in).out, by_gen.out);  // alias
+  // gfx90a is SDMA 4: no swap there.
+  Outcome r = probe({"asm", "--gfx", "gfx90a"}, in);
+  EXPECT_EQ(r.rc, 2);
+  EXPECT_TRUE(contains(r.err, "swap does not exist on SDMA 4")) << r.err;
+  // Disagreeing --gen and --gfx.
+  r = probe({"asm", "--gen", "5", "--gfx", "gfx942"}, in);
+  EXPECT_EQ(r.rc, 2);
+  EXPECT_TRUE(contains(r.err, "disagree")) << r.err;
+}
+
+TEST(Asm, MissingOrUnknownGenerationListsThem) {
+  for (const std::vector<std::string>& args :
+       {std::vector<std::string>{"asm"}, {"asm", "--gen", "8"}, {"asm", "--gen", "gfx942"},
+        {"dis"}, {"dis", "--gen", "4.4"}}) {
+    Outcome r = probe(args, "trap\n");
+    EXPECT_EQ(r.rc, 2) << args.back();
+    EXPECT_TRUE(contains(r.err, "4, 4.4.2, 5, 5.2, 6, 7")) << r.err;
+    EXPECT_TRUE(r.out.empty());
+  }
+  Outcome r = probe({"asm", "--gfx", "gfx9000"}, "trap\n");
+  EXPECT_EQ(r.rc, 2);
+  EXPECT_TRUE(contains(r.err, "unknown gfx target 'gfx9000'")) << r.err;
+  EXPECT_TRUE(contains(r.err, "gfx942")) << r.err;
+}
+
+// Each bad line: exit 2, FILE:LINE: message naming the problem, no dwords for
+// it, and the good lines around it still assembled.
+struct BadLine {
+  const char* gen;
+  const char* line;
+  const char* message;  // part of the expected error
+};
+
+const std::vector<BadLine> kBadLines = {
+    {"4", "bogus x=1", "unknown op 'bogus'"},
+    {"4", "copy src=0x1000 dst=0x2000 bytez=4", "unknown key 'bytez'"},
+    {"4", "copy src=0x1000 dst=0x2000", "missing required field 'bytes'"},
+    {"4", "fence addr=0x1000", "missing required field 'value'"},
+    {"4", "fence addr=0x1000 value=0x100000000", "value=0x100000000 does not fit its 32-bit field"},
+    {"4", "trap ctx=0x10000000", "ctx=0x10000000 does not fit its 28-bit field"},
+    {"4", "copy src=0x1000 dst=0x2000 bytes=0x3FFF01", "exceeds the generation's limit of 0x3fff00"},
+    {"4", "copy src=0x1000 dst=0x2000 bytes=0x400001", "does not fit its 22-bit field"},
+    {"6", "copy src=0x1000 dst=0x2000 bytes=0x3FFFFF01", "exceeds the generation's limit"},
+    {"4", "copy src=0x1000 dst=0x2000 bytes=0", "bytes must be at least 1"},
+    {"4", "fence addr=0x7F0000400002 value=1", "addr=0x7f0000400002 is not 4-byte aligned"},
+    {"4", "atomic_add64 addr=0x1004 value=1", "addr=0x1004 is not 8-byte aligned"},
+    {"4", "timestamp addr=0x1004", "is not 8-byte aligned"},
+    {"4", "ib addr=0x1010 size=8", "is not 32-byte aligned"},
+    {"4", "fill dst=0x1000 value=1 bytes=6", "bytes=0x6 is not 4-byte aligned"},
+    {"4", "fence addr=0x1000 value=1x", "value '1x' for key 'value' is not a number"},
+    {"4", "fence addr=0x1000 value=-1", "value '-1' for key 'value' is not a number"},
+    {"4", "fence addr=0x1000 value=1 value=2", "key 'value' given twice"},
+    {"4", "fence addr", "expected key=value"},
+    {"4", "write dst=0x1000", "needs at least one data dword"},
+    {"4", "write dst=0x1000 data=1,x", "data item 'x' is not a 32-bit number"},
+    {"4", "mem_incr addr=0x1000", "mem_incr does not exist on SDMA 4"},
+    {"7", "reg_write reg=1 value=2 byte_en=0xf", "unknown key 'byte_en' on SDMA 7"},
+};
+
+TEST(Asm, EveryBadLineIsReportedAndSkipped) {
+  for (const BadLine& b : kBadLines) {
+    const std::string in = std::string("trap ctx=1\n") + b.line + "\ntrap ctx=2\n";
+    Outcome r = probe({"asm", "--gen", b.gen}, in);
+    EXPECT_EQ(r.rc, 2) << b.line;
+    EXPECT_EQ(r.out, "00000006 00000001\n00000006 00000002\n") << b.line;
+    EXPECT_TRUE(contains(r.err, std::string("<stdin>:2: "))) << b.line << "\n" << r.err;
+    EXPECT_TRUE(contains(r.err, b.message)) << b.line << "\n" << r.err;
+  }
+}
+
+TEST(Asm, AllBadLinesAreReportedInOneRun) {
+  std::string in;
+  for (const BadLine& b : kBadLines)
+    if (std::string_view(b.gen) == "4") in += std::string(b.line) + "\n";
+  Outcome r = probe({"asm", "--gen", "4"}, in);
+  EXPECT_EQ(r.rc, 2);
+  EXPECT_TRUE(r.out.empty()) << r.out;
+  size_t line = 0;
+  for (const BadLine& b : kBadLines) {
+    if (std::string_view(b.gen) != "4") continue;
+    ++line;
+    EXPECT_TRUE(contains(r.err, "<stdin>:" + std::to_string(line) + ": ")) << line;
+  }
+  EXPECT_TRUE(contains(r.err, std::to_string(line) + " bad lines")) << r.err;
+}
+
+TEST(Asm, FilesAndStdin) {
+  const std::string a = write_file("a.s", "# file a\ntrap ctx=0xa\n");
+  const std::string b = write_file("b.s", "trap ctx=0xb\nfence addr=0x1000 value=1\n");
+  Outcome r = probe({"asm", "--gen", "4", a, "-", b}, "trap ctx=0x5\n");
+  EXPECT_EQ(r.rc, 0) << r.err;
+  EXPECT_EQ(r.out,
+            "00000006 0000000a\n"
+            "00000006 00000005\n"
+            "00000006 0000000b\n"
+            "00000005 00001000 00000000 00000001\n");
+  // Same text from a file or from stdin gives the same dwords.
+  const std::string text = read_file(b);
+  EXPECT_EQ(probe({"asm", "--gen", "4", b}).out, probe({"asm", "--gen", "4"}, text).out);
+  EXPECT_EQ(probe({"asm", "--gen", "4", "-"}, text).out, probe({"asm", "--gen", "4"}, text).out);
+}
+
+TEST(Asm, ErrorsNameTheFileAndLine) {
+  const std::string good = write_file("good.s", "trap ctx=1\n");
+  const std::string bad = write_file("bad.s", "trap ctx=2\n\ncopy src=1 dst=2\n");
+  Outcome r = probe({"asm", "--gen", "4", good, bad});
+  EXPECT_EQ(r.rc, 2);
+  EXPECT_EQ(r.out, "00000006 00000001\n00000006 00000002\n");
+  EXPECT_TRUE(contains(r.err, bad + ":3: copy (SDMA 4): missing required field 'bytes'")) << r.err;
+}
+
+TEST(Asm, UnreadableFile) {
+  Outcome r = probe({"asm", "--gen", "4", scratch() + "/does-not-exist.s"});
+  EXPECT_EQ(r.rc, 2);
+  EXPECT_TRUE(contains(r.err, "does-not-exist.s: cannot open")) << r.err;
+}
+
+TEST(Asm, ListPrintsOpsAndKeys) {
+  Outcome r = probe({"asm", "--list", "--gen", "4"});
+  EXPECT_EQ(r.rc, 0) << r.err;
+  for (const char* s : {"copy ", "bytes", "src", "dst", "atomic_add64", "poll ", "retry",
+                        "fence addr value", "trap [ctx]"})
+    EXPECT_TRUE(contains(r.out, s)) << s;
+  EXPECT_FALSE(contains(r.out, "mem_incr"));
+  EXPECT_FALSE(contains(r.out, "swap"));
+  Outcome r5 = probe({"asm", "--list", "--gen", "5"});
+  EXPECT_TRUE(contains(r5.out, "mem_incr"));
+  EXPECT_TRUE(contains(probe({"asm", "--list", "--gfx", "gfx942"}).out, "swap"));
+  EXPECT_EQ(probe({"asm", "--list"}).rc, 2);
+}
+
+// ---------------------------------------------------------------------------
+// dis
+
+const char* kProgram =
+    "poll addr=0x00007F0000500000 ref=1 mask=0xffffffff func=5 interval=4 retry=0xfff\n"
+    "timestamp addr=0x00007F0000700000\n"
+    "copy src=0x00007F0000001000 dst=0x00007F0000200000 bytes=0x100000\n"
+    "copy src=0x00007F0000001003 dst=0x00007F0000200001 bytes=3 tmz=1\n"
+    "fill dst=0x00007F0000200000 value=0xDEADBEEF bytes=4096\n"
+    "fill8 dst=0x00007F0000200000 value=0x5a bytes=7\n"
+    "write dst=0x00007F0000300000 data=0x11111111,0,0x22222222\n"
+    "fence addr=0x00007F0000400000 value=1\n"
+    "atomic_add64 addr=0x00007F0000600000 value=-1\n"
+    "atomic op=8 addr=0x00007F0000600004 value=5 cmp=4\n"
+    "nop count=2\n"
+    "nop data=0,0x7\n"
+    "cond_exe addr=0x00007F0000800000 ref=1 count=7 rsvd4=0x80000000\n"
+    "trap ctx=0x1234\n";
+
+TEST(Dis, RoundTripOnEveryGeneration) {
+  for (const std::string& g : kAllGens) {
+    Outcome a = probe({"asm", "--gen", g}, kProgram);
+    ASSERT_EQ(a.rc, 0) << g << ": " << a.err;
+    Outcome d = probe({"dis", "--gen", g}, a.out);
+    ASSERT_EQ(d.rc, 0) << g << ": " << d.err;
+    EXPECT_EQ(count_lines(d.out), count_lines(a.out)) << d.out;
+    Outcome again = probe({"asm", "--gen", g}, d.out);
+    EXPECT_EQ(again.rc, 0) << g << ": " << again.err;
+    EXPECT_EQ(again.out, a.out) << g << "\n" << d.out;
+  }
+}
+
+TEST(Dis, PrintsTheAsmSyntax) {
+  Outcome r = probe({"dis", "--gen", "4"},
+                "00000001 00000fff 00000000 00001000 00007f00 00200000 00007f00\n"
+                "5e00000a 00600000 00007f00 ffffffff ffffffff 00000000 00000000 00000000\n"
+                "d0000008 00500000 00007f00 00000007 ffffffff 0fff0004\n");
+  EXPECT_EQ(r.rc, 0) << r.err;
+  EXPECT_EQ(r.out,
+            "copy src=0x7f0000001000 dst=0x7f0000200000 bytes=4096\n"
+            "atomic_add64 addr=0x7f0000600000 value=0xffffffffffffffff\n"
+            "poll addr=0x7f0000500000 ref=0x7 mask=0xffffffff func=5 interval=4 retry=4095\n");
+}
+
+TEST(Dis, InputForms) {
+  // 0x prefixes, any whitespace, packets split across lines, comments.
+  Outcome r = probe({"dis", "--gen", "4"},
+                "# a fence, split over lines\n"
+                "0x00000005 0X00400000\n"
+                "\t00007f00   # high address\n"
+                "1\n"
+                "\n"
+                "6 1234\n");
+  EXPECT_EQ(r.rc, 0) << r.err;
+  EXPECT_EQ(r.out, "fence addr=0x7f0000400000 value=0x1\ntrap ctx=0x1234\n");
+  EXPECT_EQ(probe({"dis", "--gen", "4"}, "").out, "");
+}
+
+TEST(Dis, FilesAndStdin) {
+  const std::string a = write_file("a.dw", "00000006 0000000a\n");
+  Outcome r = probe({"dis", "--gen", "4", a, "-"}, "00000006 0000000b\n");
+  EXPECT_EQ(r.rc, 0) << r.err;
+  EXPECT_EQ(r.out, "trap ctx=0xa\ntrap ctx=0xb\n");
+}
+
+TEST(Dis, TruncatedPacketGivesItsOffset) {
+  Outcome r = probe({"dis", "--gen", "4"},
+                "00000005 00400000 00007f00 00000001\n"
+                "00000001 00000fff 00000000 00001000\n");
+  EXPECT_EQ(r.rc, 2);
+  EXPECT_EQ(r.out, "fence addr=0x7f0000400000 value=0x1\n");
+  EXPECT_TRUE(contains(r.err, "<stdin>:2: dword offset 4: truncated copy packet")) << r.err;
+}
+
+TEST(Dis, UnknownOpcodeGivesItsOffset) {
+  Outcome r = probe({"dis", "--gen", "4"},
+                "00000006 00001234 00000000 000000ff 00000006 00000001\n");
+  EXPECT_EQ(r.rc, 2);
+  EXPECT_EQ(r.out, "trap ctx=0x1234\nnop\n");
+  EXPECT_TRUE(contains(r.err, "dword offset 3: unknown opcode 255")) << r.err;
+  EXPECT_TRUE(contains(r.err, "3 dwords not disassembled")) << r.err;
+  // A known opcode with an unknown sub-op.
+  r = probe({"dis", "--gen", "5"}, "00000301\n");
+  EXPECT_EQ(r.rc, 2);
+  EXPECT_TRUE(contains(r.err, "dword offset 0: opcode 1 sub-op 3")) << r.err;
+  // Offsets count from the start of each input.
+  const std::string f = write_file("bad.dw", "00000000\n00000000\n000000ff\n");
+  r = probe({"dis", "--gen", "4", f});
+  EXPECT_EQ(r.rc, 2);
+  EXPECT_EQ(r.out, "nop\nnop\n");
+  EXPECT_TRUE(contains(r.err, f + ":3: dword offset 2: unknown opcode 255")) << r.err;
+}
+
+TEST(Dis, BadDwordText) {
+  Outcome r = probe({"dis", "--gen", "4"}, "00000006 zz\n123456789\n00000006 00000001\n");
+  EXPECT_EQ(r.rc, 2);
+  EXPECT_TRUE(r.out.empty()) << r.out;
+  EXPECT_TRUE(contains(r.err, "<stdin>:1: 'zz' is not a 32-bit hex dword")) << r.err;
+  EXPECT_TRUE(contains(r.err, "<stdin>:2: '123456789' is not a 32-bit hex dword")) << r.err;
+}
+
+// ---------------------------------------------------------------------------
+// gfx
+
+TEST(Gfx, Table) {
+  Outcome r = probe({"gfx"});
+  EXPECT_EQ(r.rc, 0) << r.err;
+  EXPECT_TRUE(contains(r.out, "gfx942   4.4.2")) << r.out;
+  EXPECT_TRUE(contains(r.out, "sdma_v4_4_2.c")) << r.out;
+  EXPECT_TRUE(contains(r.out, "gfx1201")) << r.out;
+}
+
+TEST(Gfx, Json) {
+  Outcome r = probe({"gfx", "--json"});
+  EXPECT_EQ(r.rc, 0) << r.err;
+  EXPECT_EQ(r.out.rfind("{\"targets\": [", 0), 0u) << r.out;
+  EXPECT_TRUE(contains(r.out, "{\"gfx\": \"gfx942\", \"generation\": \"4.4.2\", \"sdma_ip\": "
+                              "\"4.4.2\", \"products\": \"MI300X, MI300A, MI325X\""))
+      << r.out;
+  EXPECT_TRUE(contains(r.out, "\n]}\n"));
+  EXPECT_EQ(probe({"--json", "gfx"}).out, r.out);
+}
+
+TEST(Gfx, Lookup) {
+  Outcome r = probe({"gfx", "gfx90a", "942", "110000"});
+  EXPECT_EQ(r.rc, 0) << r.err;
+  EXPECT_EQ(count_lines(r.out), 4u) << r.out;
+  EXPECT_TRUE(contains(r.out, "gfx90a"));
+  EXPECT_TRUE(contains(r.out, "gfx942"));
+  EXPECT_TRUE(contains(r.out, "gfx1100"));
+  r = probe({"gfx", "gfx1"});
+  EXPECT_EQ(r.rc, 2);
+  EXPECT_TRUE(contains(r.err, "unknown gfx target 'gfx1'"));
+}
+
+// ---------------------------------------------------------------------------
+// demo
+
+TEST(Demo, RunsAndRoundTrips) {
+  Outcome r = probe({"demo"});
+  EXPECT_EQ(r.rc, 0) << r.err;
+  EXPECT_TRUE(contains(r.out, "SDMA 4.4.2"));
+  EXPECT_TRUE(contains(r.out, "5e00000a 00600000 00007f00 ffffffff ffffffff"));
+  EXPECT_TRUE(contains(r.out, "atomic_add64 addr=0x7f0000600000"));
+  EXPECT_TRUE(contains(r.out, "OK:"));
+  EXPECT_TRUE(r.err.empty()) << r.err;
+  for (const std::string& g : kAllGens) EXPECT_EQ(probe({"demo", "--gen", g}).rc, 0) << g;
+  EXPECT_EQ(probe({"demo", "--gfx", "gfx1100"}).rc, 0);
+  EXPECT_EQ(probe({"demo", "--gen", "3"}).rc, 2);
+}
+
+}  // namespace

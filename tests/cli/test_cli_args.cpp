@@ -1,0 +1,156 @@
+// tests/cli/test_cli_args.cpp - sdma-probe's argument parser and value helpers.
+#include <gtest/gtest.h>
+
+#include "cli.hpp"
+
+namespace probe {
+namespace {
+
+using conccl::Code;
+
+TEST(ParseSize, PlainAndSuffixed) {
+  EXPECT_EQ(parse_size("0"), 0u);
+  EXPECT_EQ(parse_size("4096"), 4096u);
+  EXPECT_EQ(parse_size("0x1000"), 4096u);
+  EXPECT_EQ(parse_size("512B"), 512u);
+  EXPECT_EQ(parse_size("4K"), 4096u);
+  EXPECT_EQ(parse_size("4k"), 4096u);
+  EXPECT_EQ(parse_size("4KiB"), 4096u);
+  EXPECT_EQ(parse_size("4KB"), 4096u);
+  EXPECT_EQ(parse_size("64M"), 64ull << 20);
+  EXPECT_EQ(parse_size("1G"), 1ull << 30);
+  EXPECT_EQ(parse_size("3g"), 3ull << 30);
+  EXPECT_EQ(parse_size("2T"), 2ull << 40);
+  EXPECT_EQ(parse_size("16777215T"), 16777215ull << 40);
+}
+
+TEST(ParseSize, Rejects) {
+  for (const char* s : {"", "K", "4X", "4KK", "4Kb0", "-1", "+4", "1.5G", "4 K", "0x", "0x1K",
+                        "16777216T", "99999999999999999999"})
+    EXPECT_FALSE(parse_size(s).has_value()) << s;
+}
+
+TEST(ParseInt, DecimalHexNegative) {
+  EXPECT_EQ(parse_uint("42"), 42u);
+  EXPECT_EQ(parse_uint("0xff"), 255u);
+  EXPECT_EQ(parse_uint("0XFF"), 255u);
+  EXPECT_EQ(parse_uint("18446744073709551615"), UINT64_MAX);
+  EXPECT_FALSE(parse_uint("18446744073709551616").has_value());
+  EXPECT_FALSE(parse_uint("-1").has_value());
+  EXPECT_FALSE(parse_uint("1x").has_value());
+  EXPECT_FALSE(parse_uint("").has_value());
+  EXPECT_EQ(parse_int("-5"), -5);
+  EXPECT_EQ(parse_int("-0x10"), -16);
+  EXPECT_EQ(parse_int("-9223372036854775808"), INT64_MIN);
+  EXPECT_FALSE(parse_int("9223372036854775808").has_value());
+  EXPECT_FALSE(parse_int("--1").has_value());
+}
+
+TEST(FormatSize, Units) {
+  EXPECT_EQ(format_size(17), "17 B");
+  EXPECT_EQ(format_size(4096), "4 KiB");
+  EXPECT_EQ(format_size(1536ull << 10), "1.5 MiB");
+  EXPECT_EQ(format_size(1ull << 30), "1 GiB");
+}
+
+TEST(JsonString, Escapes) {
+  EXPECT_EQ(json_string("a\"b\\c\n\x01"), "\"a\\\"b\\\\c\\n\\u0001\"");
+}
+
+TEST(ExitCodes, FromLibraryCodes) {
+  EXPECT_EQ(exit_code_for(Code::ok), ExitCode::ok);
+  EXPECT_EQ(exit_code_for(Code::verify_failed), ExitCode::verify_failed);
+  EXPECT_EQ(exit_code_for(Code::invalid_argument), ExitCode::usage);
+  EXPECT_EQ(exit_code_for(Code::out_of_range), ExitCode::usage);
+  EXPECT_EQ(exit_code_for(Code::not_found), ExitCode::usage);
+  EXPECT_EQ(exit_code_for(Code::timeout), ExitCode::timeout);
+  EXPECT_EQ(exit_code_for(Code::device_fault), ExitCode::fault);
+  EXPECT_EQ(exit_code_for(Code::resource_exhausted), ExitCode::fault);
+  EXPECT_EQ(exit_code_for(Code::busy), ExitCode::fault);
+  EXPECT_EQ(exit_code_for(Code::internal), ExitCode::fault);
+  EXPECT_EQ(exit_code_for(Code::unavailable), ExitCode::unavailable);
+  EXPECT_EQ(to_int(ExitCode::unavailable), 5);
+}
+
+std::vector<FlagSpec> specs() {
+  std::vector<FlagSpec> s = {
+      {.name = "size", .value = "BYTES"},
+      {.name = "peer", .value = "N", .repeatable = true},
+      {.name = "verbose"},
+  };
+  s.insert(s.end(), common_flags().begin(), common_flags().end());
+  return s;
+}
+
+TEST(Args, FlagsValuesAndPositionals) {
+  conccl::Result<Args> a = Args::parse(
+      "t", {"in.txt", "--size", "4K", "--peer=1", "-", "--peer", "3", "--verbose", "--", "--x"},
+      specs());
+  ASSERT_TRUE(a.ok()) << a.status().message();
+  EXPECT_EQ(a->command(), "t");
+  EXPECT_EQ(a->positionals(), (std::vector<std::string>{"in.txt", "-", "--x"}));
+  EXPECT_TRUE(a->has("verbose"));
+  EXPECT_FALSE(a->has("json"));
+  EXPECT_EQ(a->value("size"), "4K");
+  EXPECT_EQ(*a->get_size("size"), std::optional<uint64_t>(4096));
+  EXPECT_EQ(a->values("peer"), (std::vector<std::string>{"1", "3"}));
+  EXPECT_EQ(a->value("peer"), "3");
+  EXPECT_EQ(*a->get_uint("peer"), std::optional<uint64_t>(3));
+  EXPECT_EQ(*a->get_uint("absent", 7), 7u);
+  EXPECT_EQ(*a->get_size("absent", 1), 1u);
+  EXPECT_EQ(a->common().backend, Backend::emu);
+  EXPECT_FALSE(a->common().backend_given);
+  EXPECT_EQ(a->common().timeout_ms, kDefaultTimeoutMs);
+}
+
+TEST(Args, TypedGetterErrorsNameTheFlag) {
+  conccl::Result<Args> a = Args::parse("t", {"--size", "4Q", "--peer", "x"}, specs());
+  ASSERT_TRUE(a.ok());
+  conccl::Result<std::optional<uint64_t>> s = a->get_size("size");
+  ASSERT_FALSE(s.ok());
+  EXPECT_EQ(s.status().code(), Code::invalid_argument);
+  EXPECT_NE(s.status().message().find("--size '4Q'"), std::string::npos);
+  EXPECT_FALSE(a->get_int("peer").ok());
+  EXPECT_FALSE(a->get_double("peer").ok());
+}
+
+TEST(Args, SharedFlags) {
+  conccl::Result<Args> a = Args::parse(
+      "t", {"--backend=nv", "--preset", "small", "--json", "--timeout-ms", "0x10"}, specs());
+  ASSERT_TRUE(a.ok()) << a.status().message();
+  EXPECT_EQ(a->common().backend, Backend::nv);
+  EXPECT_TRUE(a->common().backend_given);
+  EXPECT_EQ(a->common().preset, "small");
+  EXPECT_TRUE(a->common().json);
+  EXPECT_EQ(a->common().timeout_ms, 16u);
+  EXPECT_TRUE(a->common().timeout_given);
+  EXPECT_EQ(backend_name(Backend::kfd), "kfd");
+}
+
+TEST(Args, Errors) {
+  struct Case {
+    std::vector<std::string> argv;
+    const char* message;
+  };
+  for (const Case& c : std::vector<Case>{
+           {{"--nope"}, "unknown flag --nope"},
+           {{"-n"}, "unknown option '-n'"},
+           {{"--size"}, "--size needs a value (BYTES)"},
+           {{"--size", "1", "--size=2"}, "--size given more than once"},
+           {{"--verbose=1"}, "--verbose takes no value"},
+           {{"--backend", "rocm"}, "--backend 'rocm' is not one of emu, kfd, nv"},
+           {{"--timeout-ms", "-1"}, "--timeout-ms '-1'"},
+           {{"--preset="}, "--preset needs a name"},
+       }) {
+    conccl::Result<Args> a = Args::parse("t", c.argv, specs());
+    ASSERT_FALSE(a.ok()) << c.message;
+    EXPECT_EQ(a.status().code(), Code::invalid_argument);
+    EXPECT_NE(a.status().message().find(c.message), std::string::npos)
+        << a.status().message() << " vs " << c.message;
+  }
+  // A repeated switch is harmless.
+  EXPECT_TRUE(Args::parse("t", {"--verbose", "--verbose"}, specs()).ok());
+}
+
+}  // namespace
+}  // namespace probe

@@ -1,0 +1,156 @@
+// tools/sdma-probe/cmd_asm.cpp - `sdma-probe asm` and `sdma-probe dis`: the text
+// form of SDMA packets (docs/asm.md) to dwords and back.
+#include <cstdio>
+#include <string>
+#include <vector>
+
+#include "cli.hpp"
+#include "gen_flags.hpp"
+#include "packets/sdma_asm.hpp"
+#include "packets/sdma_codec.hpp"
+
+namespace probe {
+namespace {
+
+namespace sdma = conccl::sdma;
+
+// ---- asm --------------------------------------------------------------------
+
+int run_asm(const Args& args, Context& ctx) {
+  conccl::Result<sdma::Gen> gen = gen_from_args(args);
+  if (!gen.ok()) return fail(args, ctx, gen.status());
+
+  if (args.has("list")) {
+    if (!args.positionals().empty())
+      return usage_error(args, ctx, "--list takes no input files");
+    std::fprintf(ctx.out,
+                 "SDMA %s packets (keys in [brackets] are optional, the rest required):\n%s",
+                 std::string(sdma::gen_name(*gen)).c_str(), sdma::describe_packets(*gen).c_str());
+    return to_int(ExitCode::ok);
+  }
+
+  int bad = 0;
+  const int unopened = for_each_input(args, ctx, [&](const std::string& name, FILE* f) {
+    std::string line;
+    std::vector<uint32_t> dw;
+    for (size_t line_no = 1; read_line(f, &line); ++line_no) {
+      dw.clear();
+      bool produced = false;
+      conccl::Status st = sdma::assemble_line(*gen, line, &dw, &produced);
+      if (!st.ok()) {
+        std::fflush(ctx.out);
+        std::fprintf(ctx.err, "%s:%zu: %s\n", name.c_str(), line_no, st.message().c_str());
+        ++bad;
+      } else if (produced) {
+        std::fprintf(ctx.out, "%s\n", sdma::format_dwords(dw).c_str());
+      }
+    }
+  });
+  if (bad || unopened) {
+    std::fflush(ctx.out);
+    if (bad)
+      std::fprintf(ctx.err, "sdma-probe asm: %d bad line%s, no dwords printed for %s\n", bad,
+                   bad == 1 ? "" : "s", bad == 1 ? "it" : "them");
+    return to_int(ExitCode::usage);
+  }
+  return to_int(ExitCode::ok);
+}
+
+const Registration asm_reg({
+    .name = "asm",
+    .summary = "assemble SDMA packets: one `op key=value ...` line in, one line of dwords out",
+    .usage = "sdma-probe asm (--gen GEN | --gfx TARGET) [--list] [FILE...]",
+    .details =
+        "Reads FILEs (or stdin; '-' is stdin), one packet per line, and prints each\n"
+        "packet's dwords as 8-digit lowercase hex words, one line per packet. Blank\n"
+        "lines and '#' comments produce nothing. A bad line is reported on stderr as\n"
+        "FILE:LINE: message, prints no dwords, and the rest is still assembled; the\n"
+        "exit code is then 2. --list prints every op of the generation and its keys.\n"
+        "Syntax: docs/asm.md.\n"
+        "\n"
+        "example:\n"
+        "  echo 'fence addr=0x7f0000400000 value=1' | sdma-probe asm --gen 4\n"
+        "  00000005 00400000 00007f00 00000001\n",
+    .flags = [] {
+      std::vector<FlagSpec> f = gen_flag_specs();
+      f.push_back({.name = "list", .help = "print the generation's ops and their keys, then exit"});
+      return f;
+    }(),
+    .run = run_asm,
+    .order = 20,
+});
+
+// ---- dis --------------------------------------------------------------------
+
+// "line 1: 'zz' is not ..." -> "'zz' is not ..." (we add FILE:LINE ourselves).
+std::string strip_line_prefix(const std::string& msg) {
+  const std::string p = "line 1: ";
+  return msg.rfind(p, 0) == 0 ? msg.substr(p.size()) : msg;
+}
+
+// Disassembles one input; returns false when anything in it was bad.
+bool dis_one(sdma::Gen g, const std::string& name, FILE* f, Context& ctx) {
+  std::vector<uint32_t> dwords;
+  std::vector<size_t> line_of;  // source line of each dword
+  bool ok = true;
+  std::string line;
+  for (size_t line_no = 1; read_line(f, &line); ++line_no) {
+    conccl::Result<std::vector<uint32_t>> dw = sdma::parse_dwords(line);
+    if (!dw.ok()) {
+      std::fprintf(ctx.err, "%s:%zu: %s\n", name.c_str(), line_no,
+                   strip_line_prefix(dw.status().message()).c_str());
+      ok = false;
+      continue;
+    }
+    dwords.insert(dwords.end(), dw->begin(), dw->end());
+    line_of.insert(line_of.end(), dw->size(), line_no);
+  }
+  if (!ok) {
+    std::fprintf(ctx.err, "%s: not disassembled: fix the dwords above first\n", name.c_str());
+    return false;
+  }
+  sdma::StreamDecode d = sdma::decode_stream(g, dwords);
+  for (const sdma::Packet& p : d.packets) std::fprintf(ctx.out, "%s\n", sdma::format_packet(p).c_str());
+  if (!d.error.ok()) {
+    std::fflush(ctx.out);
+    const size_t left = dwords.size() - d.error_offset;
+    std::fprintf(ctx.err, "%s:%zu: dword offset %zu: %s (%zu dword%s not disassembled)\n",
+                 name.c_str(), line_of[d.error_offset], d.error_offset,
+                 d.error.message().c_str(), left, left == 1 ? "" : "s");
+    return false;
+  }
+  return true;
+}
+
+int run_dis(const Args& args, Context& ctx) {
+  conccl::Result<sdma::Gen> gen = gen_from_args(args);
+  if (!gen.ok()) return fail(args, ctx, gen.status());
+  int bad = 0;
+  const int unopened = for_each_input(args, ctx, [&](const std::string& name, FILE* f) {
+    if (!dis_one(*gen, name, f, ctx)) ++bad;
+  });
+  return to_int(bad || unopened ? ExitCode::usage : ExitCode::ok);
+}
+
+const Registration dis_reg({
+    .name = "dis",
+    .summary = "disassemble SDMA dwords into one `op key=value ...` line per packet",
+    .usage = "sdma-probe dis (--gen GEN | --gfx TARGET) [FILE...]",
+    .details =
+        "Reads hex dwords from FILEs (or stdin; '-' is stdin): whitespace separated,\n"
+        "optional 0x prefix, '#' comments. Prints one packet per line in the syntax\n"
+        "`sdma-probe asm` reads, so `dis | asm` gives back the same dwords. An unknown\n"
+        "opcode or a truncated packet is reported on stderr with its dword offset\n"
+        "(counted from the start of that input) after the packets before it are\n"
+        "printed; the exit code is then 2.\n"
+        "\n"
+        "example:\n"
+        "  echo 00000005 00400000 00007f00 00000001 | sdma-probe dis --gen 4\n"
+        "  fence addr=0x7f0000400000 value=0x1\n",
+    .flags = gen_flag_specs(),
+    .run = run_dis,
+    .order = 21,
+});
+
+}  // namespace
+}  // namespace probe

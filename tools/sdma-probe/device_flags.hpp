@@ -1,0 +1,20 @@
+// tools/sdma-probe/device_flags.hpp - opening the backend a command runs on:
+// --backend/--preset (shared) plus the emulator's --gpus, --engines, --sdma-gen.
+#pragma once
+
+#include <memory>
+#include <vector>
+
+#include "cli.hpp"
+#include "conccl/device.hpp"
+
+namespace probe {
+
+// --gpus N, --engines K, --sdma-gen G (emulator topology overrides).
+std::vector<FlagSpec> device_flag_specs();
+
+// Opens the device the flags describe. Errors carry Code::unavailable when
+// the backend is missing here (exit 5) and invalid_argument for bad flags.
+conccl::Result<std::unique_ptr<conccl::Device>> open_device_from_args(const Args& args);
+
+}  // namespace probe
