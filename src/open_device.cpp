@@ -1,6 +1,8 @@
 // src/open_device.cpp - choose a backend by name.
 #include "conccl/device.hpp"
 #include "conccl/emu.hpp"
+#include "conccl/kfd.hpp"
+#include "conccl/nv.hpp"
 
 namespace conccl {
 
@@ -10,13 +12,21 @@ Result<std::unique_ptr<Device>> open_device(const DeviceOptions& options) {
     if (!d.ok()) return d.status();
     return std::unique_ptr<Device>(std::move(d).value());
   }
-  if (options.backend == "kfd")
-    return error(Code::unavailable,
-                 "the KFD backend (AMD GPUs through /dev/kfd) is not part of this build yet; "
-                 "use --backend emu");
-  if (options.backend == "nv")
-    return error(Code::unavailable,
-                 "the NVIDIA copy-engine backend is not part of this build yet; use --backend emu");
+  if (options.backend == "kfd") {
+    // AMD GPUs through /dev/kfd and libhsakmt (docs/hardware.md). Errors say
+    // why the backend cannot run here and what to do.
+    Result<std::unique_ptr<kfd::KfdDevice>> d = kfd::open(kfd::Options{});
+    if (!d.ok()) return d.status();
+    return std::unique_ptr<Device>(std::move(d).value());
+  }
+  if (options.backend == "nv") {
+    // NVIDIA Hopper copy engines on our own RM channels (docs/nv-backend.md).
+    // Without /dev/nvidiactl, with the proprietary module or another driver
+    // branch, the error names the cause and the fix.
+    Result<std::unique_ptr<Device>> d = nv::open_generic(nv::Options{});
+    if (!d.ok()) return d.status().prefix("open_device(backend nv)");
+    return d;
+  }
   return error(Code::invalid_argument, "unknown backend '" + options.backend + "' (emu, kfd, nv)");
 }
 

@@ -5,7 +5,14 @@
 
 namespace conccl {
 
-const char* engine_kind_name(EngineKind k) { return k == EngineKind::pcie ? "pcie" : "xgmi"; }
+const char* engine_kind_name(EngineKind k) {
+  switch (k) {
+    case EngineKind::pcie: return "pcie";
+    case EngineKind::xgmi: return "xgmi";
+    case EngineKind::copy: return "ce";
+  }
+  return "?";
+}
 
 const char* engine_state_name(EngineStatus::State s) {
   switch (s) {
@@ -38,14 +45,32 @@ std::string topology_table(const Topology& t) {
   std::string out = "backend " + t.backend + (t.preset.empty() ? "" : " (preset " + t.preset + ")") + ", " +
                     std::to_string(t.gpus.size()) + " GPUs\n";
   for (const GpuInfo& g : t.gpus) {
-    int pcie = 0, xgmi = 0;
-    for (const EngineInfo& e : g.engines) (e.kind == EngineKind::pcie ? pcie : xgmi)++;
-    out += "gpu " + std::to_string(g.index) + ": " + g.name + ", SDMA " + std::string(sdma::gen_name(g.gen)) + ", " +
-           std::to_string(g.engines.size()) + " engines (" + std::to_string(pcie) + " pcie: ";
-    std::string ids_p, ids_x;
+    int pcie = 0, xgmi = 0, ce = 0;
     for (const EngineInfo& e : g.engines)
-      (e.kind == EngineKind::pcie ? ids_p : ids_x) += (e.kind == EngineKind::pcie ? (ids_p.empty() ? "" : ",") : (ids_x.empty() ? "" : ",")) + std::to_string(e.id);
-    out += ids_p + "; " + std::to_string(xgmi) + " xgmi: " + ids_x + ")\n";
+      (e.kind == EngineKind::pcie ? pcie : e.kind == EngineKind::xgmi ? xgmi : ce)++;
+    if (ce > 0 && pcie == 0 && xgmi == 0) {
+      // NVIDIA copy engines: "ce" ids with their weights (PCE counts).
+      out += "gpu " + std::to_string(g.index) + ": " + g.name + ", " + std::to_string(ce) + " copy engines (ce:";
+      for (const EngineInfo& e : g.engines) {
+        char w[32];
+        std::snprintf(w, sizeof w, "%g", e.weight);
+        out += " " + std::to_string(e.id) + " (weight " + w + ")";
+      }
+      out += ")";
+      if (g.memory_bytes) out += ", " + std::to_string(g.memory_bytes >> 20) + " MiB";
+      out += "\n";
+    } else {
+      out += "gpu " + std::to_string(g.index) + ": " + g.name + ", SDMA " + std::string(sdma::gen_name(g.gen)) + ", " +
+             std::to_string(g.engines.size()) + " engines (" + std::to_string(pcie) + " pcie: ";
+      std::string ids_p, ids_x, ids_c;
+      for (const EngineInfo& e : g.engines) {
+        std::string& ids = e.kind == EngineKind::pcie ? ids_p : e.kind == EngineKind::xgmi ? ids_x : ids_c;
+        ids += (ids.empty() ? "" : ",") + std::to_string(e.id);
+      }
+      out += ids_p + "; " + std::to_string(xgmi) + " xgmi: " + ids_x;
+      if (ce) out += "; " + std::to_string(ce) + " ce: " + ids_c;
+      out += ")\n";
+    }
     for (const LinkInfo& l : g.links) {
       out += "  -> gpu " + std::to_string(l.peer) + "  " + l.type + "  weight " + std::to_string(l.weight) +
              "  recommended engines ";
@@ -54,8 +79,34 @@ std::string topology_table(const Topology& t) {
       out += "\n";
     }
   }
+  for (const std::string& n : t.notes) out += "note: " + n + "\n";
   return out;
 }
+
+namespace {
+
+std::string json_string(const std::string& s) {
+  std::string out = "\"";
+  for (char c : s) {
+    switch (c) {
+      case '"': out += "\\\""; break;
+      case '\\': out += "\\\\"; break;
+      case '\n': out += "\\n"; break;
+      case '\t': out += "\\t"; break;
+      default:
+        if (static_cast<unsigned char>(c) < 0x20) {
+          char buf[8];
+          std::snprintf(buf, sizeof buf, "\\u%04x", c);
+          out += buf;
+        } else {
+          out += c;
+        }
+    }
+  }
+  return out + "\"";
+}
+
+}  // namespace
 
 std::string topology_json(const Topology& t) {
   std::string out = "{\"backend\": \"" + t.backend + "\", \"preset\": \"" + t.preset + "\", \"gpus\": [";
@@ -65,8 +116,16 @@ std::string topology_json(const Topology& t) {
            "\", \"sdma_generation\": \"" + std::string(sdma::gen_name(g.gen)) +
            "\", \"memory_bytes\": " + std::to_string(g.memory_bytes) + ", \"engines\": [";
     for (size_t i = 0; i < g.engines.size(); ++i)
+    {
       out += std::string(i ? ", " : "") + "{\"id\": " + std::to_string(g.engines[i].id) + ", \"kind\": \"" +
-             engine_kind_name(g.engines[i].kind) + "\"}";
+             engine_kind_name(g.engines[i].kind) + "\"";
+      if (g.engines[i].kind == EngineKind::copy) {  // NVIDIA: the weight is the PCE count
+        char w[32];
+        std::snprintf(w, sizeof w, "%g", g.engines[i].weight);
+        out += std::string(", \"weight\": ") + w;
+      }
+      out += "}";
+    }
     out += "], \"links\": [";
     for (size_t i = 0; i < g.links.size(); ++i) {
       const LinkInfo& l = g.links[i];
@@ -78,6 +137,8 @@ std::string topology_json(const Topology& t) {
     }
     out += "]}";
   }
+  out += "], \"notes\": [";
+  for (size_t i = 0; i < t.notes.size(); ++i) out += (i ? ", " : "") + json_string(t.notes[i]);
   return out + "]}\n";
 }
 

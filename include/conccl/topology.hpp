@@ -12,11 +12,12 @@ namespace conccl {
 enum class EngineKind : uint8_t {
   pcie,  // SDMA engine optimised for host (PCIe) traffic
   xgmi,  // SDMA engine optimised for GPU-to-GPU (xGMI) traffic
+  copy,  // NVIDIA asynchronous copy engine (LCE), name "ce"; weight = its PCE count
 };
 const char* engine_kind_name(EngineKind k);
 
 struct EngineInfo {
-  int id = 0;  // engine id as the driver numbers them (KFD sdma_engine_id)
+  int id = 0;  // engine id as the driver numbers them (KFD sdma_engine_id, NVIDIA LCE index)
   EngineKind kind = EngineKind::pcie;
   double weight = 1.0;  // relative copy bandwidth, for striping (NVIDIA: PCE count)
 };

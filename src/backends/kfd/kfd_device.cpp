@@ -1,0 +1,906 @@
+// src/backends/kfd/kfd_device.cpp - the thin layer that calls libhsakmt.
+//
+// Everything that can be decided without the thunk lives in sysfs.cpp and
+// policy.cpp; this file only turns those decisions into hsaKmt* calls:
+// open/version/topology snapshot, memory (alloc, register, import, map),
+// SDMA queues, doorbells, TRAP events and VM-fault events.
+//
+// Layouts and semantics come from the thunk's public headers (hsakmt.h,
+// hsakmttypes.h: Debian's libhsakmt-dev 5.2.3 at /usr/include, ROCm >= 6 at
+// <rocm>/include/hsakmt/) and their implementation in ROCR-Runtime
+// libhsakmt/src/{openclose,topology,memory,fmm,queues,events}.c; see
+// shared/reference/kfd_queues.md §2 and §10.
+#if defined(CONCCL_HSAKMT_NESTED_HEADER)
+#include <hsakmt/hsakmt.h>
+#else
+#include <hsakmt.h>
+#endif
+
+#include <algorithm>
+#include <atomic>
+#include <cerrno>
+#include <cinttypes>
+#include <cstdio>
+#include <cstring>
+#include <map>
+#include <mutex>
+#include <new>
+#include <set>
+#include <thread>
+
+#include "conccl/kfd.hpp"
+#include "conccl/queue.hpp"
+#include "util/wait.hpp"
+
+namespace conccl::kfd {
+
+// Our mirrors of the thunk's enums must match the header we build against.
+static_assert(static_cast<uint32_t>(HSA_QUEUE_SDMA) == static_cast<uint32_t>(ThunkQueueType::sdma));
+static_assert(static_cast<uint32_t>(HSA_QUEUE_SDMA_XGMI) == static_cast<uint32_t>(ThunkQueueType::sdma_xgmi));
+#if defined(CONCCL_HSAKMT_HAS_CREATE_QUEUE_EXT)
+static_assert(static_cast<uint32_t>(HSA_QUEUE_SDMA_BY_ENG_ID) == static_cast<uint32_t>(ThunkQueueType::sdma_by_eng_id));
+#endif
+static_assert(HSAKMT_STATUS_NO_MEMORY == static_cast<int>(KmtStatus::no_memory));
+static_assert(HSAKMT_STATUS_OUT_OF_RESOURCES == static_cast<int>(KmtStatus::out_of_resources));
+static_assert(HSAKMT_STATUS_KERNEL_IO_CHANNEL_NOT_OPENED == static_cast<int>(KmtStatus::kernel_io_channel_not_opened));
+static_assert(HSAKMT_STATUS_KERNEL_ALREADY_OPENED == static_cast<int>(KmtStatus::kernel_already_opened));
+static_assert(HSAKMT_STATUS_WAIT_TIMEOUT == static_cast<int>(KmtStatus::wait_timeout));
+static_assert(HSAKMT_STATUS_MEMORY_ALREADY_REGISTERED == static_cast<int>(KmtStatus::memory_already_registered));
+static_assert(HSA_IOLINK_TYPE_XGMI == kLinkTypeXgmi && HSA_IOLINKTYPE_PCIEXPRESS == kLinkTypePcie);
+static_assert(sizeof(void*) == 8, "the KFD backend needs a 64-bit process (64-bit doorbells and pointers)");
+
+bool built_with_libhsakmt() { return true; }
+
+std::string build_description() {
+  std::string s = "libhsakmt";
+#if defined(CONCCL_HSAKMT_VERSION)
+  s += " " CONCCL_HSAKMT_VERSION;
+#endif
+#if defined(CONCCL_HSAKMT_NESTED_HEADER)
+  s += " (<hsakmt/hsakmt.h>";
+#else
+  s += " (<hsakmt.h>";
+#endif
+#if defined(CONCCL_HSAKMT_HAS_CREATE_QUEUE_EXT)
+  s += ", with hsaKmtCreateQueueExt)";
+#else
+  s += ", without hsaKmtCreateQueueExt)";
+#endif
+  return s;
+}
+
+namespace {
+
+constexpr size_t kPage = 4096;
+
+size_t round_up(size_t v, size_t a) { return (v + a - 1) / a * a; }
+
+std::string hex(uint64_t v) {
+  char buf[24];
+  std::snprintf(buf, sizeof buf, "0x%" PRIx64, v);
+  return buf;
+}
+
+// A thunk output struct with room to spare: if the library was built from a
+// newer header than ours (a larger struct), it cannot write past our stack
+// object. The padding costs nothing and removes the ABI hazard the reference
+// notes for HsaIoLinkProperties (kfd_queues.md §2.1).
+template <typename T>
+class Out {
+ public:
+  Out() {
+    std::memset(buf_, 0, sizeof buf_);
+    p_ = new (buf_) T();
+  }
+  Out(const Out&) = delete;
+  Out& operator=(const Out&) = delete;
+  T* get() { return p_; }
+  T* operator->() { return p_; }
+
+ private:
+  alignas(16) unsigned char buf_[sizeof(T) + 1024];
+  T* p_;
+};
+
+HsaMemFlags to_hsa(const MemFlags& f) {
+  HsaMemFlags m;
+  m.Value = 0;
+  m.ui32.NonPaged = f.non_paged;
+  m.ui32.CachePolicy = f.cache_policy;
+  m.ui32.ReadOnly = f.read_only;
+  m.ui32.PageSize = f.page_size;
+  m.ui32.HostAccess = f.host_access;
+  m.ui32.NoSubstitute = f.no_substitute;
+  m.ui32.ExecuteAccess = f.execute_access;
+  m.ui32.CoarseGrain = f.coarse_grain;
+  m.ui32.NoNUMABind = f.no_numa_bind;
+  m.ui32.Uncached = f.uncached;
+  return m;
+}
+
+HsaMemMapFlags no_map_flags() {
+  HsaMemMapFlags m;
+  m.Value = 0;
+  return m;
+}
+
+int64_t now_ns() {
+  return std::chrono::duration_cast<std::chrono::nanoseconds>(Clock::now().time_since_epoch()).count();
+}
+
+// State shared by the device, its queues and events: the thunk stays open
+// while any of them lives.
+class Context {
+ public:
+  ~Context() {
+    if (fault_event_) hsaKmtDestroyEvent(fault_event_);
+    // hsaKmtOpenKFD is reference-counted (KERNEL_ALREADY_OPENED counts too),
+    // so this close pairs with our open only. The topology snapshot is
+    // process-global and may be ROCr's too: it is never released here.
+    if (opened_) hsaKmtCloseKFD();
+  }
+
+  Status open(const std::string& device_path) {
+    errno = 0;
+    const HSAKMT_STATUS s = hsaKmtOpenKFD();
+    const int e = errno;
+    if (s != HSAKMT_STATUS_SUCCESS && s != HSAKMT_STATUS_KERNEL_ALREADY_OPENED)
+      return open_kfd_error(s, e, device_path);
+    opened_ = true;
+    return Status();
+  }
+
+  KfdTopology topo;
+  Capabilities caps;
+  QueueModeDecision mode;
+  std::atomic<int> next_queue_id{0};
+  std::atomic<uint64_t> leaked{0};  // resources kept because teardown failed
+
+  void watch_faults() {
+    HsaEventDescriptor d;
+    std::memset(&d, 0, sizeof d);
+    d.EventType = HSA_EVENTTYPE_MEMORY;
+    d.NodeId = 0;
+    HsaEvent* ev = nullptr;
+    // Manual reset: once a fault is reported it stays visible (ROCr creates
+    // its VM-fault event the same way, amd_gpu_agent / runtime.cpp).
+    if (hsaKmtCreateEvent(&d, true, false, &ev) == HSAKMT_STATUS_SUCCESS) fault_event_ = ev;
+    faults_.assign(topo.gpus.size(), std::string());
+  }
+  bool fault_watch() const { return fault_event_ != nullptr; }
+
+  // The VM fault reported for `gpu`, if any ("" = none). Asks KFD at most
+  // once per millisecond; a fault is sticky (KFD stops the process's queues).
+  std::string fault_for(int gpu) {
+    poll_faults();
+    std::lock_guard<std::mutex> lock(fault_mu_);
+    return gpu >= 0 && static_cast<size_t>(gpu) < faults_.size() ? faults_[static_cast<size_t>(gpu)] : std::string();
+  }
+
+ private:
+  void poll_faults() {
+    if (!fault_event_ || faulted_.load(std::memory_order_acquire)) return;
+    const int64_t now = now_ns();
+    int64_t next = next_check_ns_.load(std::memory_order_relaxed);
+    if (now < next || !next_check_ns_.compare_exchange_strong(next, now + 1000000)) return;
+    std::unique_lock<std::mutex> lock(fault_mu_, std::try_to_lock);
+    if (!lock.owns_lock()) return;
+    if (hsaKmtWaitOnEvent(fault_event_, 0) != HSAKMT_STATUS_SUCCESS) return;
+    const HsaMemoryAccessFault& f = fault_event_->EventData.EventData.MemoryAccessFault;
+    std::string kind;
+    if (f.Failure.NotPresent) kind += " page not present";
+    if (f.Failure.ReadOnly) kind += " write to read-only page";
+    if (f.Failure.NoExecute) kind += " no-execute";
+    if (f.Failure.ECC) kind += " ECC/RAS error";
+    if (f.Failure.Imprecise) kind += " (imprecise address)";
+    const std::string text = "GPU memory access fault at VA " + hex(f.VirtualAddress) + ":" +
+                             (kind.empty() ? std::string(" unknown cause") : kind) +
+                             "; KFD has stopped this process's queues on that GPU (the process must exit to recover). "
+                             "Check that every address in the packets is mapped to the engine's GPU";
+    bool matched = false;
+    for (const GpuNode& g : topo.gpus)
+      if (static_cast<HSAuint32>(g.thunk_node) == f.NodeId) {
+        faults_[static_cast<size_t>(g.index)] = text;
+        matched = true;
+      }
+    if (!matched)
+      for (std::string& s : faults_) s = text;
+    faulted_.store(true, std::memory_order_release);
+  }
+
+  bool opened_ = false;
+  HsaEvent* fault_event_ = nullptr;
+  std::mutex fault_mu_;
+  std::vector<std::string> faults_;
+  std::atomic<int64_t> next_check_ns_{0};
+  std::atomic<bool> faulted_{false};
+};
+
+// A host sleeps on a queue's TRAPs through a KFD signal event.
+class KfdEvent final : public Event {
+ public:
+  KfdEvent(std::shared_ptr<Context> ctx, HsaEvent* ev) : ctx_(std::move(ctx)), ev_(ev) {}
+  ~KfdEvent() override {
+    if (ev_) hsaKmtDestroyEvent(ev_);
+  }
+  KfdEvent(const KfdEvent&) = delete;
+  KfdEvent& operator=(const KfdEvent&) = delete;
+
+  uint64_t count() const override { return count_.load(std::memory_order_acquire); }
+  uint32_t last_context() const override { return ev_->EventId; }
+  uint32_t trap_context() const override { return ev_->EventId; }
+  uint64_t mailbox_va() const override { return ev_->EventData.HWData2; }
+
+  // count() counts wake-ups this process observed. KFD coalesces signals
+  // (an auto-reset event wakes one waiter once per burst), so callers wait
+  // for count()+1 and then re-check the memory they care about.
+  Status wait(uint64_t target, Deadline deadline) override {
+    while (count() < target) {
+      if (deadline.expired())
+        return error(Code::timeout, "KFD event " + std::to_string(ev_->EventId) + ": " + std::to_string(count()) +
+                                        " wake-ups, " + std::to_string(target) + " awaited, before the deadline");
+      errno = 0;
+      const HSAKMT_STATUS s = hsaKmtWaitOnEvent(ev_, wait_slice_ms(deadline.remaining(), 100));
+      const int e = errno;
+      if (s == HSAKMT_STATUS_SUCCESS) {
+        count_.fetch_add(1, std::memory_order_acq_rel);
+      } else if (s != HSAKMT_STATUS_WAIT_TIMEOUT) {
+        if (e == EINTR) continue;
+        return thunk_error("hsaKmtWaitOnEvent", s, e, "event " + std::to_string(ev_->EventId));
+      }
+    }
+    return Status();
+  }
+
+ private:
+  std::shared_ptr<Context> ctx_;  // keeps the thunk open
+  HsaEvent* ev_;
+  std::atomic<uint64_t> count_{0};
+};
+
+Result<HsaEvent*> create_signal_event(int thunk_node) {
+  HsaEventDescriptor d;
+  std::memset(&d, 0, sizeof d);
+  d.EventType = HSA_EVENTTYPE_SIGNAL;
+  d.NodeId = static_cast<HSAuint32>(thunk_node);
+  HsaEvent* ev = nullptr;
+  errno = 0;
+  // Auto-reset (ManualReset=false), not signaled: kfd_queues.md §2.4.
+  const HSAKMT_STATUS s = hsaKmtCreateEvent(&d, false, false, &ev);
+  const int e = errno;
+  if (s != HSAKMT_STATUS_SUCCESS || !ev)
+    return thunk_error("hsaKmtCreateEvent(HSA_EVENTTYPE_SIGNAL)", s, e,
+                       "KFD allows 4096 signal events per process; destroy unused queues");
+  return ev;
+}
+
+// Memory allocated by libhsakmt and mapped to some GPUs; released in
+// reverse: unmap, then free.
+struct Mapping {
+  void* ptr = nullptr;
+  size_t size = 0;
+  bool mapped = false;
+  Status release() {
+    Status st;
+    if (mapped) {
+      const HSAKMT_STATUS s = hsaKmtUnmapMemoryToGPU(ptr);
+      if (s != HSAKMT_STATUS_SUCCESS) st = thunk_error("hsaKmtUnmapMemoryToGPU", s, errno, "");
+      mapped = false;
+    }
+    if (ptr) {
+      const HSAKMT_STATUS s = hsaKmtFreeMemory(ptr, size);
+      if (s != HSAKMT_STATUS_SUCCESS && st.ok()) st = thunk_error("hsaKmtFreeMemory", s, errno, "");
+      ptr = nullptr;
+    }
+    return st;
+  }
+};
+
+Status map_nodes(void* ptr, size_t size, const std::vector<uint32_t>& nodes, uint64_t* alt_va, const char* what) {
+  HSAuint64 alt = 0;
+  std::vector<HSAuint32> arr(nodes.begin(), nodes.end());
+  errno = 0;
+  const HSAKMT_STATUS s =
+      hsaKmtMapMemoryToGPUNodes(ptr, size, &alt, no_map_flags(), static_cast<HSAuint64>(arr.size()), arr.data());
+  const int e = errno;
+  if (s != HSAKMT_STATUS_SUCCESS)
+    return thunk_error("hsaKmtMapMemoryToGPUNodes", s, e,
+                       std::string("mapping ") + std::to_string(size) + " bytes of " + what + " to " +
+                           std::to_string(arr.size()) + " GPU(s)");
+  if (alt_va) *alt_va = alt;
+  return Status();
+}
+
+class KfdQueueBackend final : public QueueBackend {
+ public:
+  KfdQueueBackend(std::shared_ptr<Context> ctx, int gpu, Mapping ring, std::unique_ptr<KfdEvent> event,
+                  HSA_QUEUEID qid, volatile uint64_t* doorbell, const uint64_t* rptr, std::string placement)
+      : ctx_(std::move(ctx)),
+        gpu_(gpu),
+        ring_(ring),
+        event_(std::move(event)),
+        qid_(qid),
+        doorbell_(doorbell),
+        rptr_(rptr),
+        placement_(std::move(placement)),
+        id_(ctx_->next_queue_id.fetch_add(1)) {}
+
+  ~KfdQueueBackend() override {
+    // Destroy the queue first: only then may its ring go (KFD >= 6.12 holds
+    // a reference on the ring's mapping; older kernels do not, and an engine
+    // still fetching from freed pages would fault).
+    if (hsaKmtDestroyQueue(qid_) != HSAKMT_STATUS_SUCCESS) {
+      ctx_->leaked.fetch_add(1);
+      (void)event_.release();  // NOLINT: kept alive with the ring on purpose
+      return;
+    }
+    event_.reset();
+    (void)ring_.release();
+  }
+  KfdQueueBackend(const KfdQueueBackend&) = delete;
+  KfdQueueBackend& operator=(const KfdQueueBackend&) = delete;
+
+  void ring_doorbell(uint64_t wptr_bytes) override {
+    // Queue::submit has stored the packets and wptr and fenced; one 64-bit
+    // store of the same byte offset to the doorbell (gfx9+: 64-bit
+    // doorbells, libhsakmt queues.c DOORBELL_SIZE; ROCr BlitSdma
+    // UpdateWriteAndDoorbellRegister; kfdtest SDMAQueue::SubmitPacket).
+    std::atomic_thread_fence(std::memory_order_release);
+    *doorbell_ = wptr_bytes;
+  }
+
+  Event& trap_event() override { return *event_; }
+
+  EngineStatus engine_status() const override {
+    EngineStatus s;  // KFD exposes no engine registers to user mode
+    const std::string fault = ctx_->fault_for(gpu_);
+    if (!fault.empty()) {
+      s.state = EngineStatus::State::halted;
+      s.fault = fault;
+    }
+    return s;
+  }
+
+  int id() const override { return id_; }
+
+  void wait_progress(uint64_t seen_rptr, Deadline deadline) override {
+    // The engine writes rptr back to memory; nothing signals that, so spin
+    // briefly, then sleep in short slices (spurious returns are fine).
+    std::atomic_ref<uint64_t> r(*const_cast<uint64_t*>(rptr_));
+    for (int i = 0; i < 128; ++i) {
+      if (r.load(std::memory_order_acquire) != seen_rptr) return;
+      util::cpu_relax();
+    }
+    std::this_thread::sleep_for(std::min<std::chrono::nanoseconds>(deadline.remaining(), std::chrono::microseconds(20)));
+  }
+
+ private:
+  std::shared_ptr<Context> ctx_;
+  int gpu_;
+  Mapping ring_;
+  std::unique_ptr<KfdEvent> event_;
+  HSA_QUEUEID qid_;
+  volatile uint64_t* doorbell_;
+  const uint64_t* rptr_;
+  std::string placement_;
+  int id_;
+};
+
+class KfdDeviceImpl final : public KfdDevice {
+ public:
+  explicit KfdDeviceImpl(std::shared_ptr<Context> ctx) : ctx_(std::move(ctx)) {}
+
+  ~KfdDeviceImpl() override {
+    utility_.clear();  // queues first: they use memory below
+    std::lock_guard<std::mutex> lock(mu_);
+    for (auto& [va, a] : allocs_) (void)release(a);
+    allocs_.clear();
+  }
+
+  const Topology& topology() const override { return ctx_->topo.topology; }
+  const KfdTopology& kfd_topology() const override { return ctx_->topo; }
+  QueueModeDecision queue_mode() const override { return ctx_->mode; }
+  Capabilities capabilities() const override { return ctx_->caps; }
+
+  Result<Buffer> alloc(int gpu, size_t bytes, MemKind kind) override {
+    if (bytes == 0) return error(Code::invalid_argument, "alloc of 0 bytes: give a size of at least 1");
+    const size_t size = round_up(bytes, kPage);
+    Alloc a;
+    a.origin = Origin::allocated;
+    a.kind = kind;
+    a.size = size;
+    MemUse use = MemUse::host;
+    uint32_t node = 0;  // system memory: any node; 0 is the first (CPU) node
+    if (kind == MemKind::device) {
+      CONCCL_RETURN_IF_ERROR(check_gpu(gpu, "alloc"));
+      use = MemUse::device;
+      node = static_cast<uint32_t>(ctx_->topo.gpus[static_cast<size_t>(gpu)].thunk_node);
+      a.gpu = gpu;
+    } else {
+      a.gpu = -1;
+    }
+    void* p = nullptr;
+    errno = 0;
+    HSAKMT_STATUS s = hsaKmtAllocMemory(node, size, to_hsa(mem_flags_for(use)), &p);
+    int e = errno;
+    if (s != HSAKMT_STATUS_SUCCESS && use == MemUse::device) {
+      // Small BAR: no CPU-visible VRAM left. Retry without a CPU mapping.
+      const Status first = thunk_error("hsaKmtAllocMemory", s, e, "");
+      use = MemUse::device_hidden;
+      errno = 0;
+      s = hsaKmtAllocMemory(node, size, to_hsa(mem_flags_for(use)), &p);
+      e = errno;
+      if (s != HSAKMT_STATUS_SUCCESS)
+        return thunk_error("hsaKmtAllocMemory", s, e,
+                           std::to_string(size) + " bytes of VRAM on gpu " + std::to_string(gpu) +
+                               " (with a CPU mapping: " + first.message() + "); free memory or allocate less");
+    } else if (s != HSAKMT_STATUS_SUCCESS) {
+      return thunk_error("hsaKmtAllocMemory", s, e, std::to_string(size) + " bytes of host memory");
+    }
+    a.ptr = p;
+    a.va = reinterpret_cast<uint64_t>(p);
+    a.host = use == MemUse::device_hidden ? nullptr : p;
+    a.mapped_gpus = map_targets(ctx_->topo, use, gpu);
+    Status mapped = map_nodes(p, size, thunk_nodes(a.mapped_gpus), nullptr, mem_use_name(use));
+    if (!mapped.ok() && kind == MemKind::device && a.mapped_gpus.size() > 1) {
+      // A peer refused the mapping: keep the buffer usable by its own GPU;
+      // map_to() reports the peer's error if it is needed later.
+      a.mapped_gpus = {gpu};
+      mapped = map_nodes(p, size, thunk_nodes(a.mapped_gpus), nullptr, mem_use_name(use));
+    }
+    if (!mapped.ok()) {
+      hsaKmtFreeMemory(p, size);
+      return mapped;
+    }
+    a.mapped = true;
+    if (a.host) {
+      std::memset(a.host, 0, size);
+    } else if (Status st = zero_with_sdma(gpu, a.va, size); !st.ok()) {
+      (void)release(a);
+      return st.prefix("zeroing " + std::to_string(size) + " bytes of VRAM without a CPU mapping");
+    }
+    return remember(a, bytes);
+  }
+
+  Status free(const Buffer& b) override {
+    Alloc a;
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      auto it = allocs_.find(b.id);
+      if (it == allocs_.end())
+        return error(Code::invalid_argument, "free: buffer " + hex(b.va) + " (id " + hex(b.id) +
+                                                 ") was not allocated, registered or imported by this device, or "
+                                                 "was freed already");
+      a = it->second;
+      allocs_.erase(it);
+    }
+    return release(a);
+  }
+
+  void* host_pointer(uint64_t va, size_t bytes) override {
+    std::lock_guard<std::mutex> lock(mu_);
+    for (const auto& [key, a] : allocs_) {
+      if (!a.host || va < a.va || va + bytes > a.va + a.size || va + bytes < va) continue;
+      return static_cast<uint8_t*>(a.host) + (va - a.va);
+    }
+    return nullptr;
+  }
+
+  // Our own buffers are known exactly; any other address (HIP memory not
+  // imported, say) cannot be judged from here, so it counts as mapped.
+  bool is_mapped(uint64_t va, size_t bytes) override {
+    std::lock_guard<std::mutex> lock(mu_);
+    for (const auto& [key, a] : allocs_)
+      if (va >= a.va && va < a.va + a.size) return va + bytes <= a.va + a.size && va + bytes >= va;
+    return true;
+  }
+
+  Result<Buffer> register_host(void* ptr, size_t bytes) override {
+    if (!ptr || bytes == 0) return error(Code::invalid_argument, "register_host needs a pointer and a non-zero size");
+    const uintptr_t p = reinterpret_cast<uintptr_t>(ptr);
+    const uintptr_t base = p & ~(kPage - 1);
+    const size_t size = round_up(p + bytes, kPage) - base;
+    std::vector<int> gpus = map_targets(ctx_->topo, MemUse::host, -1);
+    std::vector<uint32_t> nodes = thunk_nodes(gpus);
+    std::vector<HSAuint32> arr(nodes.begin(), nodes.end());
+    errno = 0;
+    HSAKMT_STATUS s = hsaKmtRegisterMemoryToNodes(reinterpret_cast<void*>(base), size,
+                                                  static_cast<HSAuint64>(arr.size()), arr.data());
+    int e = errno;
+    if (s != HSAKMT_STATUS_SUCCESS)
+      return thunk_error("hsaKmtRegisterMemoryToNodes", s, e,
+                         "registering " + std::to_string(size) + " bytes at " + hex(base) +
+                             (s == HSAKMT_STATUS_MEMORY_ALREADY_REGISTERED
+                                  ? ": a page of it belongs to another registration; register one larger range or "
+                                    "align buffers to 4 KiB"
+                                  : ""));
+    uint64_t alt = 0;
+    if (Status st = map_nodes(reinterpret_cast<void*>(base), size, nodes, &alt, "registered host memory"); !st.ok()) {
+      hsaKmtDeregisterMemory(reinterpret_cast<void*>(base));
+      return st;
+    }
+    Alloc a;
+    a.origin = Origin::registered;
+    a.kind = MemKind::host;
+    a.gpu = -1;
+    a.ptr = reinterpret_cast<void*>(base);
+    a.size = size;
+    a.va = alt ? alt : base;  // GPU VA of the first page (identity unless the thunk gave another)
+    a.host = reinterpret_cast<void*>(base);
+    a.mapped = true;
+    a.mapped_gpus = gpus;
+    Result<Buffer> b = remember(a, size);
+    if (!b.ok()) return b;
+    b->va += p - base;
+    b->host = ptr;
+    b->size = bytes;
+    return b;
+  }
+
+  Result<Buffer> import(const void* ptr, size_t bytes, std::span<const int> gpus) override {
+    if (!ptr || bytes == 0) return error(Code::invalid_argument, "import needs a pointer and a non-zero size");
+    Out<HsaPointerInfo> info;
+    errno = 0;
+    const HSAKMT_STATUS s = hsaKmtQueryPointerInfo(ptr, info.get());
+    const int e = errno;
+    if (s != HSAKMT_STATUS_SUCCESS || info->Type == HSA_POINTER_UNKNOWN)
+      return error(Code::not_found,
+                   "import: " + hex(reinterpret_cast<uint64_t>(ptr)) +
+                       " is not memory this process's libhsakmt knows (" + kmt_status_name(s) +
+                       (e ? ", errno " + std::to_string(e) : std::string()) +
+                       "). Allocate it with hipMalloc/hipHostMalloc/hsa_amd_memory_pool_allocate in this process, or "
+                       "register host memory with register_host(). On ROCm >= 6.3 HIP's runtime carries its own "
+                       "private copy of libhsakmt, so its allocations are invisible to ConCCL's (docs/hardware.md)");
+    for (int g : gpus) CONCCL_RETURN_IF_ERROR(check_gpu(g, "import"));
+    const uint64_t cpu_base = reinterpret_cast<uint64_t>(info->CPUAddress);
+    const uint64_t base = cpu_base ? cpu_base : info->GPUAddress;
+    const uint64_t p = reinterpret_cast<uint64_t>(ptr);
+    if (p < base || p + bytes > base + info->SizeInBytes || p + bytes < p)
+      return error(Code::out_of_range, "import: [" + hex(p) + ", +" + std::to_string(bytes) +
+                                           ") runs past its allocation [" + hex(base) + ", +" +
+                                           std::to_string(info->SizeInBytes) + ")");
+    Alloc a;
+    a.origin = Origin::imported;
+    a.ptr = reinterpret_cast<void*>(base);
+    a.size = info->SizeInBytes;
+    a.va = info->GPUAddress;
+    a.host = cpu_base && (info->Type != HSA_POINTER_ALLOCATED || info->MemFlags.ui32.HostAccess)
+                 ? reinterpret_cast<void*>(cpu_base)
+                 : nullptr;
+    a.gpu = gpu_of_thunk_node(info->Node);
+    // libhsakmt routes NonPaged allocations on a GPU node to VRAM (memory.c).
+    a.kind = a.gpu >= 0 && info->Type == HSA_POINTER_ALLOCATED && info->MemFlags.ui32.NonPaged ? MemKind::device
+                                                                                                : MemKind::host;
+    if (a.kind == MemKind::host) a.gpu = -1;
+    for (HSAuint32 i = 0; i < info->NMappedNodes && info->MappedNodes; ++i) {
+      const int g = gpu_of_thunk_node(info->MappedNodes[i]);
+      if (g >= 0) a.mapped_gpus.push_back(g);
+    }
+    a.mapped = false;  // the owner (HIP/HSA) unmaps and frees it
+    if (!gpus.empty()) {
+      std::vector<int> want = a.mapped_gpus;
+      for (int g : gpus)
+        if (std::find(want.begin(), want.end(), g) == want.end()) want.push_back(g);
+      if (want.size() != a.mapped_gpus.size()) {
+        CONCCL_RETURN_IF_ERROR(map_nodes(a.ptr, a.size, thunk_nodes(want), nullptr, "imported memory"));
+        a.mapped_gpus = want;
+      }
+    }
+    Result<Buffer> b = remember(a, a.size);
+    if (!b.ok()) return b;
+    b->va = a.va + (p - base);
+    b->host = a.host ? static_cast<uint8_t*>(a.host) + (p - base) : nullptr;
+    b->size = bytes;
+    return b;
+  }
+
+  Status map_to(const Buffer& b, std::span<const int> gpus) override {
+    for (int g : gpus) CONCCL_RETURN_IF_ERROR(check_gpu(g, "map_to"));
+    std::lock_guard<std::mutex> lock(mu_);
+    auto it = allocs_.find(b.id);
+    if (it == allocs_.end())
+      return error(Code::invalid_argument, "map_to: buffer " + hex(b.va) + " is not one of this device's");
+    Alloc& a = it->second;
+    std::vector<int> want = a.mapped_gpus;
+    for (int g : gpus)
+      if (std::find(want.begin(), want.end(), g) == want.end()) want.push_back(g);
+    if (want.size() == a.mapped_gpus.size()) return Status();
+    CONCCL_RETURN_IF_ERROR(map_nodes(a.ptr, a.size, thunk_nodes(want), nullptr, "a buffer"));
+    a.mapped_gpus = want;
+    return Status();
+  }
+
+  Result<std::unique_ptr<Queue>> create_queue(int gpu, int engine, const QueueOptions& opt) override {
+    CONCCL_RETURN_IF_ERROR(check_gpu(gpu, "create_queue"));
+    const GpuNode& g = ctx_->topo.gpus[static_cast<size_t>(gpu)];
+    Result<QueuePlan> plan = plan_queue(ctx_->mode.mode, g, engine);
+    if (!plan.ok()) return plan.status();
+    CONCCL_RETURN_IF_ERROR(check_ring_bytes(opt.ring_bytes));
+    if (Status st = pending_fault(gpu); !st.ok()) return st;
+
+    // The ring: its own allocation of exactly its size, mapped to this GPU.
+    Mapping ring;
+    ring.size = opt.ring_bytes;
+    errno = 0;
+    HSAKMT_STATUS s = hsaKmtAllocMemory(static_cast<HSAuint32>(g.thunk_node), ring.size,
+                                        to_hsa(mem_flags_for(MemUse::ring)), &ring.ptr);
+    int e = errno;
+    if (s != HSAKMT_STATUS_SUCCESS)
+      return thunk_error("hsaKmtAllocMemory", s, e, "ring of " + std::to_string(ring.size) + " bytes");
+    if (Status st = map_nodes(ring.ptr, ring.size, {static_cast<uint32_t>(g.thunk_node)}, nullptr, "a ring");
+        !st.ok()) {
+      (void)ring.release();
+      return st;
+    }
+    ring.mapped = true;
+    std::memset(ring.ptr, 0, ring.size);
+
+    Result<HsaEvent*> ev = create_signal_event(g.thunk_node);
+    if (!ev.ok()) {
+      (void)ring.release();
+      return ev.status();
+    }
+    auto event = std::make_unique<KfdEvent>(ctx_, *ev);
+
+    Out<HsaQueueResource> qr;
+    errno = 0;
+#if defined(CONCCL_HSAKMT_HAS_CREATE_QUEUE_EXT)
+    if (plan->type == ThunkQueueType::sdma_by_eng_id)
+      s = hsaKmtCreateQueueExt(static_cast<HSAuint32>(g.thunk_node), HSA_QUEUE_SDMA_BY_ENG_ID, 100,
+                               HSA_QUEUE_PRIORITY_NORMAL, plan->sdma_engine_id, ring.ptr, ring.size, nullptr,
+                               qr.get());
+    else
+#endif
+      s = hsaKmtCreateQueue(static_cast<HSAuint32>(g.thunk_node), static_cast<HSA_QUEUE_TYPE>(static_cast<uint32_t>(plan->type)), 100,
+                            HSA_QUEUE_PRIORITY_NORMAL, ring.ptr, ring.size, nullptr, qr.get());
+    e = errno;
+    if (s != HSAKMT_STATUS_SUCCESS) {
+      event.reset();
+      (void)ring.release();
+      return queue_create_error(s, e, g, engine, *plan);
+    }
+    // SDMA queues: the thunk supplies rptr/wptr (in its own page-sized,
+    // uncached, GPU-mapped struct queue) and the doorbell; on gfx9+ all
+    // three are 64-bit byte offsets (queues.c; kfd_queues.md §2.2).
+    uint64_t* rptr = qr->Queue_read_ptr_aql;
+    uint64_t* wptr = qr->Queue_write_ptr_aql;
+    uint64_t* doorbell = qr->Queue_DoorBell_aql;
+    if (!rptr || !wptr || !doorbell) {
+      hsaKmtDestroyQueue(qr->QueueId);
+      event.reset();
+      (void)ring.release();
+      return error(Code::internal, "libhsakmt created a queue on gpu " + std::to_string(gpu) +
+                                       " without read/write pointers or a doorbell; please report with `sdma-probe "
+                                       "list --backend kfd` output");
+    }
+    Buffer ring_buf;
+    ring_buf.va = reinterpret_cast<uint64_t>(ring.ptr);
+    ring_buf.host = ring.ptr;
+    ring_buf.size = ring.size;
+    ring_buf.gpu = -1;
+    ring_buf.kind = MemKind::host;
+    ring_buf.id = ring_buf.va;
+    RingMemory rm{ring_buf, rptr, wptr, reinterpret_cast<uint64_t>(rptr), reinterpret_cast<uint64_t>(wptr)};
+    auto backend = std::make_unique<KfdQueueBackend>(ctx_, gpu, ring, std::move(event), qr->QueueId,
+                                                     reinterpret_cast<volatile uint64_t*>(doorbell), rptr,
+                                                     plan->placement);
+    return std::make_unique<Queue>(gpu, engine, g.gen, rm, std::move(backend));
+  }
+
+ private:
+  enum class Origin : uint8_t { allocated, registered, imported };
+  struct Alloc {
+    Origin origin = Origin::allocated;
+    MemKind kind = MemKind::host;
+    int gpu = -1;
+    void* ptr = nullptr;   // what the thunk knows (CPU address or VA)
+    size_t size = 0;       // whole allocation / registration
+    uint64_t va = 0;       // GPU VA of ptr
+    void* host = nullptr;  // CPU address of ptr, or null
+    bool mapped = false;   // ours to unmap
+    std::vector<int> mapped_gpus;
+  };
+
+  Status check_gpu(int gpu, const char* what) const {
+    const int n = static_cast<int>(ctx_->topo.gpus.size());
+    if (gpu < 0 || gpu >= n)
+      return error(Code::invalid_argument, std::string(what) + " on gpu " + std::to_string(gpu) +
+                                               ": this machine has GPUs 0.." + std::to_string(n - 1));
+    return Status();
+  }
+
+  Status pending_fault(int gpu) const {
+    const std::string f = ctx_->fault_for(gpu);
+    if (f.empty()) return Status();
+    return error(Code::device_fault, "gpu " + std::to_string(gpu) + ": " + f);
+  }
+
+  std::vector<uint32_t> thunk_nodes(const std::vector<int>& gpus) const {
+    std::vector<uint32_t> out;
+    for (int g : gpus) out.push_back(static_cast<uint32_t>(ctx_->topo.gpus[static_cast<size_t>(g)].thunk_node));
+    return out;
+  }
+
+  int gpu_of_thunk_node(HSAuint32 node) const {
+    for (const GpuNode& g : ctx_->topo.gpus)
+      if (static_cast<HSAuint32>(g.thunk_node) == node) return g.index;
+    return -1;
+  }
+
+  Result<Buffer> remember(const Alloc& a, size_t user_bytes) {
+    std::lock_guard<std::mutex> lock(mu_);
+    Buffer b;
+    b.va = a.va;
+    b.host = a.host;
+    b.size = user_bytes;
+    b.gpu = a.gpu;
+    b.kind = a.kind;
+    // Imports get ids of their own: the same allocation may be imported
+    // more than once (and may be one of ours).
+    b.id = a.origin == Origin::imported ? kImportIdBit | next_import_id_++ : reinterpret_cast<uint64_t>(a.ptr);
+    if (!allocs_.emplace(b.id, a).second)
+      return error(Code::busy, "memory at " + hex(b.id) + " is already one of this device's buffers; free it first");
+    return b;
+  }
+
+  static Status release(Alloc& a) {
+    Status st;
+    switch (a.origin) {
+      case Origin::allocated: {
+        Mapping m{a.ptr, a.size, a.mapped};
+        st = m.release();
+        break;
+      }
+      case Origin::registered:
+        if (a.mapped && hsaKmtUnmapMemoryToGPU(a.ptr) != HSAKMT_STATUS_SUCCESS)
+          st = error(Code::unavailable, "hsaKmtUnmapMemoryToGPU failed for registered memory at " + hex(a.va));
+        if (hsaKmtDeregisterMemory(a.ptr) != HSAKMT_STATUS_SUCCESS && st.ok())
+          st = error(Code::unavailable, "hsaKmtDeregisterMemory failed for " + hex(reinterpret_cast<uint64_t>(a.ptr)));
+        break;
+      case Origin::imported:
+        break;  // its owner frees it
+    }
+    a.ptr = nullptr;
+    return st;
+  }
+
+  // VRAM the CPU cannot reach is zeroed by an SDMA constant fill on an
+  // internal queue (created on first use, engine 0 of that GPU).
+  Status zero_with_sdma(int gpu, uint64_t va, size_t bytes) {
+    std::lock_guard<std::mutex> lock(utility_mu_);
+    Utility& u = utility_[gpu];
+    if (!u.queue) {
+      Result<Buffer> sig = alloc(-1, kPage, MemKind::host);
+      if (!sig.ok()) return sig.status();
+      Result<std::unique_ptr<Queue>> q = create_queue(gpu, 0, QueueOptions{});
+      if (!q.ok()) {
+        (void)free(*sig);
+        return q.status();
+      }
+      u.signal = *sig;
+      u.queue = std::move(q).value();
+      u.owner = this;
+    }
+    constexpr uint64_t kChunk = uint64_t(1) << 30;  // keeps each command buffer well inside the ring
+    for (uint64_t off = 0; off < bytes; off += kChunk) {
+      const uint64_t len = std::min<uint64_t>(kChunk, bytes - off);
+      CommandBuffer cb = u.queue->command_buffer();
+      CONCCL_RETURN_IF_ERROR(cb.fill(va + off, 0, len));
+      const uint32_t seq = ++u.seq;
+      CONCCL_RETURN_IF_ERROR(cb.fence(u.signal.va, seq));
+      const Deadline deadline = Deadline::after(std::chrono::seconds(30));
+      CONCCL_RETURN_IF_ERROR(u.queue->submit(cb, deadline));
+      auto* word = u.signal.as<uint32_t>();
+      const bool done = util::wait_until(
+          [&] { return std::atomic_ref<uint32_t>(*word).load(std::memory_order_acquire) >= seq; }, deadline);
+      if (!done)
+        return error(Code::timeout, "the zero-fill did not complete within 30 s. " + u.queue->diagnose());
+    }
+    return Status();
+  }
+
+  struct Utility {
+    std::unique_ptr<Queue> queue;
+    Buffer signal;
+    uint32_t seq = 0;
+    KfdDeviceImpl* owner = nullptr;
+    Utility() = default;
+    Utility(const Utility&) = delete;
+    Utility& operator=(const Utility&) = delete;
+    ~Utility() {
+      queue.reset();
+      if (owner && signal.size) (void)owner->free(signal);
+    }
+  };
+
+  static constexpr uint64_t kImportIdBit = uint64_t(1) << 63;  // never a user-space address
+  std::shared_ptr<Context> ctx_;
+  std::mutex mu_;  // guards allocs_, next_import_id_
+  std::map<uint64_t, Alloc> allocs_;
+  uint64_t next_import_id_ = 1;
+  std::mutex utility_mu_;
+  std::map<int, Utility> utility_;
+};
+
+// Matches our GPUs to the thunk's node ids by DRM render minor (present in
+// sysfs and in HsaNodeProperties of every thunk version).
+Status match_thunk_nodes(const SysTopology& sys, const RenderAccess& access, KfdTopology& topo,
+                         const std::string& device_path) {
+  Out<HsaSystemProperties> sp;
+  errno = 0;
+  HSAKMT_STATUS s = hsaKmtAcquireSystemProperties(sp.get());
+  int e = errno;
+  if (s != HSAKMT_STATUS_SUCCESS)
+    return thunk_error("hsaKmtAcquireSystemProperties", s, e,
+                       "libhsakmt could not snapshot the KFD topology; if a GPU's /dev/dri/renderD* is not "
+                       "accessible, add the user to the render and video groups");
+  std::map<int, std::pair<uint32_t, std::pair<uint32_t, uint32_t>>> by_minor;  // minor -> node, (sdma, xgmi)
+  for (HSAuint32 i = 0; i < sp->NumNodes; ++i) {
+    Out<HsaNodeProperties> np;
+    if (hsaKmtGetNodeProperties(i, np.get()) != HSAKMT_STATUS_SUCCESS) continue;
+    if (np->NumFComputeCores == 0) continue;
+    by_minor[np->DrmRenderMinor] = {i, {np->NumSdmaEngines, np->NumSdmaXgmiEngines}};
+  }
+  bool all = true;
+  for (const GpuNode& g : topo.gpus) all = all && by_minor.count(g.drm_render_minor);
+  if (!all) {
+    // The thunk hides some GPU we saw: rebuild with its view.
+    RenderAccess thunk_view = [&](int minor) { return by_minor.count(minor) ? access(minor) : ENOENT; };
+    Result<KfdTopology> again = build_topology(sys, thunk_view);
+    if (!again.ok()) return again.status().prefix("libhsakmt on " + device_path);
+    topo = std::move(again).value();
+  }
+  for (GpuNode& g : topo.gpus) {
+    const auto& [node, engines] = by_minor[g.drm_render_minor];
+    g.thunk_node = static_cast<int>(node);
+    if (static_cast<int>(engines.first) != g.num_sdma || static_cast<int>(engines.second) != g.num_xgmi)
+      topo.topology.notes.push_back("gpu " + std::to_string(g.index) + ": libhsakmt reports " +
+                                    std::to_string(engines.first) + "+" + std::to_string(engines.second) +
+                                    " SDMA engines, sysfs " + std::to_string(g.num_sdma) + "+" +
+                                    std::to_string(g.num_xgmi) + "; using sysfs");
+  }
+  return Status();
+}
+
+}  // namespace
+
+Result<std::unique_ptr<KfdDevice>> open(const Options& opt) {
+  // Our own check first, for a precise message (the thunk only says
+  // KERNEL_IO_CHANNEL_NOT_OPENED).
+  CONCCL_RETURN_IF_ERROR(probe_device_node(opt.device_path));
+  Result<SysTopology> sys = read_sysfs(opt.sysfs_root);
+  if (!sys.ok()) return sys.status();
+  const RenderAccess access = default_render_access(opt.dri_dir);
+  Result<KfdTopology> topo = build_topology(*sys, access);
+  if (!topo.ok()) return topo.status();
+
+  auto ctx = std::make_shared<Context>();
+  // libhsakmt opens /dev/kfd itself, whatever opt.device_path says.
+  CONCCL_RETURN_IF_ERROR(ctx->open(kDefaultDevicePath));
+  Out<HsaVersionInfo> v;
+  errno = 0;
+  const HSAKMT_STATUS vs = hsaKmtGetVersion(v.get());
+  if (vs != HSAKMT_STATUS_SUCCESS) return thunk_error("hsaKmtGetVersion", vs, errno, "");
+  ctx->caps.kfd_major = v->KernelInterfaceMajorVersion;
+  ctx->caps.kfd_minor = v->KernelInterfaceMinorVersion;
+#if defined(CONCCL_HSAKMT_HAS_CREATE_QUEUE_EXT)
+  ctx->caps.thunk_has_create_queue_ext = true;
+#endif
+  ctx->mode = decide_queue_mode(ctx->caps);
+  if (opt.require_engine_ids && ctx->mode.mode != QueueMode::by_engine_id)
+    return error(Code::unavailable, "queues cannot be pinned to engines here, and pinning was required: " +
+                                        ctx->mode.reason);
+
+  ctx->topo = std::move(topo).value();
+  CONCCL_RETURN_IF_ERROR(match_thunk_nodes(*sys, access, ctx->topo, kDefaultDevicePath));
+  std::vector<std::string>& notes = ctx->topo.topology.notes;
+  notes.insert(notes.begin(), "queue mode: " + std::string(queue_mode_name(ctx->mode.mode)) + ": " + ctx->mode.reason);
+  notes.insert(notes.begin() + 1, "KFD interface " + std::to_string(ctx->caps.kfd_major) + "." +
+                                      std::to_string(ctx->caps.kfd_minor) + ", " + build_description());
+  ctx->watch_faults();
+  if (!ctx->fault_watch())
+    notes.push_back("could not create a KFD memory-fault event: engine faults show up as timeouts, not faults");
+  return std::unique_ptr<KfdDevice>(new KfdDeviceImpl(std::move(ctx)));
+}
+
+}  // namespace conccl::kfd

@@ -1,0 +1,444 @@
+// tests/backends/kfd_fake_test.cpp - the KFD backend's thin layer
+// (kfd_device.cpp) end to end against fake_hsakmt: the real header's types,
+// a scripted thunk and kernel, and engine threads that execute the rings.
+// What it proves: the calls, their order and arguments (flags, node lists,
+// ring allocations, queue types), resource release on every path, error
+// mapping, TRAP wake-ups through the mailbox, VM faults ending waits, and the
+// SDMA zero-fill of VRAM the CPU cannot reach. What it cannot prove: that
+// real hardware agrees; that is test_kfd_hw's job.
+#if defined(CONCCL_HSAKMT_NESTED_HEADER)
+#include <hsakmt/hsakmt.h>
+#else
+#include <hsakmt.h>
+#endif
+
+#include <gtest/gtest.h>
+#include <unistd.h>
+
+#include <atomic>
+#include <cstring>
+#include <filesystem>
+#include <random>
+
+#include "conccl/kfd.hpp"
+#include "conccl/queue.hpp"
+#include "fake_hsakmt.hpp"
+
+namespace {
+
+namespace fs = std::filesystem;
+using conccl::Buffer;
+using conccl::Code;
+using conccl::CommandBuffer;
+using conccl::Deadline;
+using conccl::MemKind;
+using conccl::Queue;
+using conccl::kfd::MemUse;
+
+bool contains(const std::string& s, const std::string& n) { return s.find(n) != std::string::npos; }
+
+constexpr uint32_t kHsaQueueSdma = 2, kHsaQueueSdmaXgmi = 5;
+
+class KfdFake : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    // Render nodes that open (the fixture's renderD128..184), in a temp dir.
+    dri_ = fs::temp_directory_path() / ("conccl_fake_dri_" + std::to_string(::getpid()));
+    fs::create_directories(dri_);
+    for (int i = 0; i < 8; ++i) {
+      std::FILE* f = std::fopen((dri_ / ("renderD" + std::to_string(128 + 8 * i))).c_str(), "w");
+      ASSERT_NE(f, nullptr);
+      std::fclose(f);
+    }
+    fakekmt::reset(fakekmt::mi300x());
+  }
+  void TearDown() override {
+    fs::remove_all(dri_);
+    // Everything the backend took, it gave back.
+    const fakekmt::Stats s = fakekmt::stats();
+    EXPECT_EQ(s.open_count, 0);
+    EXPECT_EQ(s.live_queues, 0);
+    EXPECT_EQ(s.live_events, 0);
+    EXPECT_EQ(s.live_allocations, 0);
+  }
+
+  conccl::kfd::Options options() const {
+    conccl::kfd::Options o;
+    o.sysfs_root = std::string(KFD_FIXTURES) + "/mi300x_spx/topology";
+    o.device_path = "/dev/null";
+    o.dri_dir = dri_.string();
+    return o;
+  }
+  std::unique_ptr<conccl::kfd::KfdDevice> open() {
+    conccl::Result<std::unique_ptr<conccl::kfd::KfdDevice>> d = conccl::kfd::open(options());
+    EXPECT_TRUE(d.ok()) << d.status().to_string();
+    return d.ok() ? std::move(d).value() : nullptr;
+  }
+
+  // FENCE + wake-up, submit, sleep on the TRAP event until the fence lands.
+  static conccl::Status run(Queue& q, CommandBuffer& cb, const Buffer& sig, uint32_t seq) {
+    CONCCL_RETURN_IF_ERROR(cb.fence(sig.va, seq));
+    CONCCL_RETURN_IF_ERROR(conccl::enqueue_wakeup(cb, q.trap_event()));
+    const Deadline d = Deadline::after_ms(10000);
+    CONCCL_RETURN_IF_ERROR(q.submit(cb, d));
+    auto* w = sig.as<uint32_t>();
+    while (std::atomic_ref<uint32_t>(*w).load(std::memory_order_acquire) < seq) {
+      if (d.expired()) return conccl::error(Code::timeout, q.diagnose());
+      const uint64_t c = q.trap_event().count();
+      if (std::atomic_ref<uint32_t>(*w).load(std::memory_order_acquire) >= seq) break;
+      (void)q.trap_event().wait(c + 1, Deadline::after_ms(50));
+    }
+    return conccl::Status();
+  }
+
+  fs::path dri_;
+};
+
+TEST_F(KfdFake, OpenReportsTheQueueModeAndWhy) {
+  auto dev = open();
+  ASSERT_NE(dev, nullptr);
+  const conccl::Topology& t = dev->topology();
+  ASSERT_EQ(t.gpus.size(), 8u);
+  ASSERT_GE(t.notes.size(), 2u);
+  EXPECT_TRUE(contains(t.notes[0], "queue mode: kernel-chooses: ")) << t.notes[0];
+  EXPECT_TRUE(contains(t.notes[1], "KFD interface 1.11, libhsakmt")) << t.notes[1];
+  EXPECT_EQ(dev->queue_mode().mode, conccl::kfd::QueueMode::kernel_chooses);
+  EXPECT_EQ(dev->capabilities().kfd_minor, 11u);
+  for (int g = 0; g < 8; ++g) EXPECT_EQ(dev->kfd_topology().gpus[g].thunk_node, g + 1);
+  EXPECT_TRUE(contains(conccl::topology_table(t), "note: queue mode: kernel-chooses"));
+  EXPECT_EQ(fakekmt::stats().open_count, 1);
+}
+
+TEST_F(KfdFake, TheThunkHidingAGpuIsFollowed) {
+  fakekmt::Config c = fakekmt::mi300x();
+  c.nodes.erase(c.nodes.begin() + 3);  // the thunk does not list renderD144 (sysfs node 3)
+  fakekmt::reset(c);
+  auto dev = open();
+  ASSERT_NE(dev, nullptr);
+  const conccl::kfd::KfdTopology& kt = dev->kfd_topology();
+  ASSERT_EQ(kt.gpus.size(), 7u);
+  EXPECT_EQ(kt.gpus[1].drm_render_minor, 136);
+  EXPECT_EQ(kt.gpus[1].thunk_node, 2);
+  EXPECT_EQ(kt.gpus[2].drm_render_minor, 152);
+  EXPECT_EQ(kt.gpus[2].thunk_node, 3);
+  for (const conccl::GpuInfo& g : kt.topology.gpus) EXPECT_EQ(g.links.size(), 6u);
+}
+
+TEST_F(KfdFake, OpenFailuresAreMapped) {
+  fakekmt::Config c = fakekmt::mi300x();
+  c.open_status = 2;  // HSAKMT_STATUS_DRIVER_MISMATCH
+  fakekmt::reset(c);
+  conccl::Result<std::unique_ptr<conccl::kfd::KfdDevice>> d = conccl::kfd::open(options());
+  ASSERT_FALSE(d.ok());
+  EXPECT_EQ(d.status().code(), Code::unavailable);
+  EXPECT_TRUE(contains(d.status().message(), "major version")) << d.status().message();
+
+  c.open_status = 20;  // KERNEL_IO_CHANNEL_NOT_OPENED
+  c.open_errno = EACCES;
+  fakekmt::reset(c);
+  d = conccl::kfd::open(options());
+  ASSERT_FALSE(d.ok());
+  EXPECT_TRUE(contains(d.status().message(), "permission denied opening /dev/kfd")) << d.status().message();
+
+  fakekmt::Config v = fakekmt::mi300x();
+  v.kfd_minor = 17;  // the kernel could pin engines, this build's thunk cannot
+  fakekmt::reset(v);
+  conccl::kfd::Options o = options();
+  o.require_engine_ids = true;
+  d = conccl::kfd::open(o);
+#if defined(CONCCL_HSAKMT_HAS_CREATE_QUEUE_EXT)
+  EXPECT_TRUE(d.ok()) << d.status().to_string();
+#else
+  ASSERT_FALSE(d.ok());
+  EXPECT_EQ(d.status().code(), Code::unavailable);
+  EXPECT_TRUE(contains(d.status().message(), "pinning was required")) << d.status().message();
+  EXPECT_TRUE(contains(d.status().message(), "ROCm >= 6.3")) << d.status().message();
+#endif
+  EXPECT_EQ(fakekmt::stats().open_count, 0) << "every failed open closes what it opened";
+}
+
+TEST_F(KfdFake, AllocationsUseThePolicysFlagsAndMappings) {
+  auto dev = open();
+  ASSERT_NE(dev, nullptr);
+  conccl::Result<Buffer> host = dev->alloc(-1, 100, MemKind::host);
+  ASSERT_TRUE(host.ok()) << host.status().to_string();
+  EXPECT_EQ(host->size, 100u);
+  EXPECT_EQ(host->gpu, -1);
+  EXPECT_EQ(host->va, reinterpret_cast<uint64_t>(host->host));
+  fakekmt::Allocation a = fakekmt::allocation_of(host->va);
+  EXPECT_EQ(a.size, 4096u);
+  EXPECT_EQ(a.flags, conccl::kfd::mem_flags_for(MemUse::host).bits());
+  EXPECT_EQ(a.mapped_nodes, (std::vector<uint32_t>{1, 2, 3, 4, 5, 6, 7, 8}));
+
+  conccl::Result<Buffer> vram = dev->alloc(2, 5000, MemKind::device);
+  ASSERT_TRUE(vram.ok()) << vram.status().to_string();
+  ASSERT_NE(vram->host, nullptr);
+  EXPECT_EQ(vram->gpu, 2);
+  EXPECT_EQ(vram->kind, MemKind::device);
+  a = fakekmt::allocation_of(vram->va);
+  EXPECT_EQ(a.node, 3);
+  EXPECT_EQ(a.size, 8192u);
+  EXPECT_EQ(a.flags, conccl::kfd::mem_flags_for(MemUse::device).bits());
+  EXPECT_EQ(a.mapped_nodes.front(), 3u);  // owner first, then every xGMI peer
+  EXPECT_EQ(a.mapped_nodes.size(), 8u);
+  for (size_t i = 0; i < 8192; ++i) ASSERT_EQ(vram->as<uint8_t>()[i], 0) << "byte " << i;  // zeroed through the BAR
+  EXPECT_EQ(dev->host_pointer(vram->va + 10, 16), vram->as<uint8_t>() + 10);
+  EXPECT_EQ(dev->host_pointer(vram->va + 8190, 16), nullptr);
+  EXPECT_TRUE(dev->is_mapped(vram->va, 8192));
+  EXPECT_FALSE(dev->is_mapped(vram->va + 4096, 8192));
+
+  EXPECT_TRUE(dev->free(*host).ok());
+  EXPECT_EQ(dev->free(*host).code(), Code::invalid_argument);  // twice
+  EXPECT_EQ(dev->alloc(8, 4096, MemKind::device).status().code(), Code::invalid_argument);
+  EXPECT_EQ(dev->alloc(0, 0, MemKind::device).status().code(), Code::invalid_argument);
+  // vram is left for the device's destructor to free.
+}
+
+TEST_F(KfdFake, SmallBarVramIsZeroedBySdma) {
+  fakekmt::Config c = fakekmt::mi300x();
+  c.small_bar = true;
+  fakekmt::reset(c);
+  auto dev = open();
+  ASSERT_NE(dev, nullptr);
+  constexpr size_t kBytes = 3 * 4096 + 8;
+  conccl::Result<Buffer> vram = dev->alloc(1, kBytes, MemKind::device);
+  ASSERT_TRUE(vram.ok()) << vram.status().to_string();
+  EXPECT_EQ(vram->host, nullptr);
+  const fakekmt::Allocation a = fakekmt::allocation_of(vram->va);
+  EXPECT_EQ(a.flags, conccl::kfd::mem_flags_for(MemUse::device_hidden).bits());
+  const auto* bytes = reinterpret_cast<const uint8_t*>(a.ptr);  // the fake's "VRAM" is host memory
+  for (size_t i = 0; i < a.size; ++i) ASSERT_EQ(bytes[i], 0) << "byte " << i << " not zeroed";
+  const fakekmt::Stats s = fakekmt::stats();
+  EXPECT_EQ(s.failed_allocs, 1);
+  ASSERT_EQ(s.queues.size(), 1u);  // the internal zero-fill queue, on gpu 1
+  EXPECT_EQ(s.queues[0].node, 2);
+  EXPECT_EQ(dev->host_pointer(vram->va, 8), nullptr);
+}
+
+TEST_F(KfdFake, QueueCopyFenceTrap) {
+  auto dev = open();
+  ASSERT_NE(dev, nullptr);
+  conccl::Result<std::unique_ptr<Queue>> q = dev->create_queue(0, 5, conccl::QueueOptions{1 << 16});
+  ASSERT_TRUE(q.ok()) << q.status().to_string();
+  EXPECT_EQ((*q)->gpu(), 0);
+  EXPECT_EQ((*q)->engine(), 5);
+  EXPECT_EQ((*q)->gen(), conccl::sdma::Gen::v4_4_2);
+  fakekmt::Stats s = fakekmt::stats();
+  ASSERT_EQ(s.queues.size(), 1u);
+  EXPECT_EQ(s.queues[0].node, 1);
+  EXPECT_EQ(static_cast<uint32_t>(s.queues[0].type), kHsaQueueSdmaXgmi);  // engine 5 is an xGMI engine
+  EXPECT_EQ(s.queues[0].engine, 2u);                                    // the kernel chose the pool's first
+  EXPECT_EQ(s.queues[0].ring_size, 1u << 16);
+  const fakekmt::Allocation ring = fakekmt::allocation_of(s.queues[0].ring);
+  EXPECT_EQ(ring.ptr, s.queues[0].ring);  // its own allocation ...
+  EXPECT_EQ(ring.size, 1u << 16);         // ... of exactly its size
+  EXPECT_EQ(ring.flags, conccl::kfd::mem_flags_for(MemUse::ring).bits());
+  EXPECT_EQ(ring.mapped_nodes, std::vector<uint32_t>{1});
+
+  Buffer sig = *dev->alloc(-1, 4096, MemKind::host);
+  Buffer src = *dev->alloc(-1, 1 << 20, MemKind::host);
+  Buffer mid = *dev->alloc(1, 1 << 20, MemKind::device);
+  Buffer dst = *dev->alloc(-1, 1 << 20, MemKind::host);
+  std::mt19937 rng(7);
+  for (size_t i = 0; i < (1u << 20); ++i) src.as<uint8_t>()[i] = static_cast<uint8_t>(rng() | 1);
+  CommandBuffer cb = (*q)->command_buffer();
+  ASSERT_TRUE(cb.copy(mid.va, src.va, 1 << 20).ok());
+  ASSERT_TRUE(cb.copy(dst.va + 3, mid.va + 1, (1 << 20) - 5).ok());
+  conccl::Status st = run(**q, cb, sig, 1);
+  ASSERT_TRUE(st.ok()) << st.to_string();
+  EXPECT_EQ(std::memcmp(dst.as<uint8_t>() + 3, src.as<uint8_t>() + 1, (1 << 20) - 5), 0);
+  EXPECT_GE((*q)->trap_event().count(), 1u) << "woken by the TRAP, through the mailbox";
+  EXPECT_TRUE((*q)->wait_consumed(Deadline::after_ms(1000)).ok());
+
+  // A second queue on a PCIe engine.
+  conccl::Result<std::unique_ptr<Queue>> q2 = dev->create_queue(0, 1, conccl::QueueOptions{4096});
+  ASSERT_TRUE(q2.ok()) << q2.status().to_string();
+  EXPECT_EQ(static_cast<uint32_t>(fakekmt::stats().queues[1].type), kHsaQueueSdma);
+  for (Buffer* b : {&sig, &src, &mid, &dst}) EXPECT_TRUE(dev->free(*b).ok());
+}
+
+TEST_F(KfdFake, TrapWithoutMailboxDoesNotWake) {
+  auto dev = open();
+  ASSERT_NE(dev, nullptr);
+  auto q = std::move(dev->create_queue(0, 0, conccl::QueueOptions{4096})).value();
+  // TRAP alone: KFD (and the fake) only wakes events whose mailbox slot was set.
+  CommandBuffer cb = q->command_buffer();
+  ASSERT_TRUE(cb.trap(q->trap_event().trap_context()).ok());
+  ASSERT_TRUE(q->submit(cb, Deadline::after_ms(1000)).ok());
+  ASSERT_TRUE(q->wait_consumed(Deadline::after_ms(2000)).ok());
+  conccl::Status st = q->trap_event().wait(1, Deadline::after_ms(100));
+  EXPECT_EQ(st.code(), Code::timeout);
+  EXPECT_TRUE(contains(st.message(), "0 wake-ups, 1 awaited")) << st.message();
+  // With the FENCE to the mailbox first, it wakes.
+  cb.clear();
+  ASSERT_TRUE(conccl::enqueue_wakeup(cb, q->trap_event()).ok());
+  ASSERT_TRUE(q->submit(cb, Deadline::after_ms(1000)).ok());
+  EXPECT_TRUE(q->trap_event().wait(1, Deadline::after_ms(5000)).ok());
+  EXPECT_NE(q->trap_event().mailbox_va(), 0u);
+}
+
+TEST_F(KfdFake, OutOfQueueSlotsReleasesEverything) {
+  fakekmt::Config c = fakekmt::mi300x();
+  c.queues_per_engine = 2;  // PCIe pool: 2 engines x 2
+  fakekmt::reset(c);
+  auto dev = open();
+  ASSERT_NE(dev, nullptr);
+  std::vector<std::unique_ptr<Queue>> held;
+  for (int i = 0; i < 4; ++i) {
+    conccl::Result<std::unique_ptr<Queue>> q = dev->create_queue(3, i % 2, conccl::QueueOptions{4096});
+    ASSERT_TRUE(q.ok()) << i << ": " << q.status().to_string();
+    held.push_back(std::move(q).value());
+  }
+  const fakekmt::Stats before = fakekmt::stats();
+  // KFD round-robins the pool: engines 0, 1, 0, 1.
+  for (int i = 0; i < 4; ++i) EXPECT_EQ(before.queues[i].engine, static_cast<uint32_t>(i % 2));
+  conccl::Result<std::unique_ptr<Queue>> q = dev->create_queue(3, 0, conccl::QueueOptions{4096});
+  ASSERT_FALSE(q.ok());
+  EXPECT_EQ(q.status().code(), Code::resource_exhausted);
+  EXPECT_TRUE(contains(q.status().message(), "no free SDMA queue slot on the PCIe engine pool of gpu 3"))
+      << q.status().message();
+  const fakekmt::Stats after = fakekmt::stats();
+  EXPECT_EQ(after.live_allocations, before.live_allocations) << "the failed queue's ring was freed";
+  EXPECT_EQ(after.live_events, before.live_events) << "and its event destroyed";
+  // xGMI engines are a separate pool.
+  EXPECT_TRUE(dev->create_queue(3, 9, conccl::QueueOptions{4096}).ok());
+  held.pop_back();
+  EXPECT_TRUE(dev->create_queue(3, 0, conccl::QueueOptions{4096}).ok());
+}
+
+TEST_F(KfdFake, EngineOutOfRangeAndBadRings) {
+  auto dev = open();
+  ASSERT_NE(dev, nullptr);
+  conccl::Result<std::unique_ptr<Queue>> q = dev->create_queue(0, 16, conccl::QueueOptions{4096});
+  EXPECT_EQ(q.status().code(), Code::invalid_argument);
+  EXPECT_TRUE(contains(q.status().message(), "2 PCIe: 0-1, 14 xGMI: 2-15")) << q.status().message();
+  EXPECT_EQ(dev->create_queue(0, 0, conccl::QueueOptions{6000}).status().code(), Code::invalid_argument);
+  EXPECT_EQ(dev->create_queue(9, 0, conccl::QueueOptions{4096}).status().code(), Code::invalid_argument);
+  EXPECT_TRUE(fakekmt::stats().queues.empty());
+}
+
+TEST_F(KfdFake, VmFaultEndsWaitsAsDeviceFault) {
+  auto dev = open();
+  ASSERT_NE(dev, nullptr);
+  auto q = std::move(dev->create_queue(4, 0, conccl::QueueOptions{4096})).value();
+  Buffer dst = *dev->alloc(-1, 4096, MemKind::host);
+  CommandBuffer cb = q->command_buffer();
+  ASSERT_TRUE(cb.copy(dst.va, 0x7000dead0000ull, 64).ok());  // source mapped nowhere
+  ASSERT_TRUE(q->submit(cb, Deadline::after_ms(1000)).ok());
+  conccl::Status st = q->wait_consumed(Deadline::after_ms(5000));
+  EXPECT_EQ(st.code(), Code::device_fault) << st.to_string();
+  EXPECT_TRUE(contains(st.message(), "GPU memory access fault at VA 0x7000dead0000: page not present"))
+      << st.message();
+  EXPECT_EQ(q->engine_status().state, conccl::EngineStatus::State::halted);
+  // New queues on the faulted GPU are refused; other GPUs carry on.
+  EXPECT_TRUE(dev->create_queue(5, 1, conccl::QueueOptions{4096}).ok());
+  EXPECT_EQ(dev->create_queue(4, 1, conccl::QueueOptions{4096}).status().code(), Code::device_fault);
+  EXPECT_TRUE(dev->free(dst).ok());
+}
+
+TEST_F(KfdFake, RegisterImportAndMapTo) {
+  auto dev = open();
+  ASSERT_NE(dev, nullptr);
+  std::vector<uint8_t> storage(5 * 4096);
+  uint8_t* p = storage.data() + 4096 - (reinterpret_cast<uintptr_t>(storage.data()) % 4096) + 100;
+  conccl::Result<Buffer> reg = dev->register_host(p, 2 * 4096);
+  ASSERT_TRUE(reg.ok()) << reg.status().to_string();
+  EXPECT_EQ(reg->host, p);
+  EXPECT_EQ(reg->va, reinterpret_cast<uint64_t>(p));
+  const fakekmt::Allocation a = fakekmt::allocation_of(reinterpret_cast<uint64_t>(p));
+  EXPECT_TRUE(a.registered);
+  EXPECT_EQ(a.ptr % 4096, 0u);
+  EXPECT_EQ(a.size, 3u * 4096);  // the pages around [p, p + 8 KiB)
+  EXPECT_EQ(a.mapped_nodes.size(), 8u);
+  // The same pages again: busy, with the fix.
+  conccl::Result<Buffer> again = dev->register_host(p + 10, 16);
+  EXPECT_EQ(again.status().code(), Code::busy);
+  EXPECT_TRUE(contains(again.status().message(), "align buffers to 4 KiB")) << again.status().message();
+  // SDMA into the registered memory.
+  auto q = std::move(dev->create_queue(0, 0, conccl::QueueOptions{4096})).value();
+  Buffer sig = *dev->alloc(-1, 4096, MemKind::host);
+  Buffer src = *dev->alloc(0, 2 * 4096, MemKind::device);
+  for (int i = 0; i < 2 * 4096; ++i) src.as<uint8_t>()[i] = static_cast<uint8_t>(i * 7 + 1);
+  CommandBuffer cb = q->command_buffer();
+  ASSERT_TRUE(cb.copy(reg->va, src.va, 2 * 4096).ok());
+  ASSERT_TRUE(run(*q, cb, sig, 1).ok());
+  EXPECT_EQ(std::memcmp(p, src.host, 2 * 4096), 0);
+  EXPECT_TRUE(dev->free(*reg).ok());
+  EXPECT_EQ(fakekmt::allocation_of(reinterpret_cast<uint64_t>(p)).size, 0u) << "deregistered";
+
+  // import(): found by pointer, mapped to more GPUs on request, forgotten on free.
+  conccl::Result<Buffer> vram = dev->alloc(6, 4096, MemKind::device);
+  ASSERT_TRUE(vram.ok());
+  ASSERT_TRUE(dev->map_to(*vram, std::vector<int>{}).ok());
+  const uint32_t owner = 7;
+  EXPECT_EQ(fakekmt::allocation_of(vram->va).mapped_nodes.front(), owner);
+  conccl::Result<Buffer> imp = dev->import(vram->as<uint8_t>() + 256, 512, std::vector<int>{0});
+  ASSERT_TRUE(imp.ok()) << imp.status().to_string();
+  EXPECT_EQ(imp->va, vram->va + 256);
+  EXPECT_EQ(imp->size, 512u);
+  EXPECT_EQ(imp->gpu, 6);
+  EXPECT_EQ(imp->kind, MemKind::device);
+  EXPECT_NE(imp->id, vram->id);
+  EXPECT_TRUE(dev->free(*imp).ok());
+  EXPECT_EQ(fakekmt::allocation_of(vram->va).size, 4096u) << "free() of an import leaves the memory alone";
+  conccl::Result<Buffer> small = dev->alloc(-1, 4096, MemKind::host);
+  ASSERT_TRUE(small.ok());
+  int on_stack = 0;
+  conccl::Result<Buffer> unknown = dev->import(&on_stack, 4);
+  EXPECT_EQ(unknown.status().code(), Code::not_found);
+  EXPECT_TRUE(contains(unknown.status().message(), "hipMalloc")) << unknown.status().message();
+  conccl::Result<Buffer> past = dev->import(small->as<uint8_t>() + 4000, 200);
+  EXPECT_EQ(past.status().code(), Code::out_of_range);
+  for (Buffer* b : {&sig, &src, &*vram, &*small}) EXPECT_TRUE(dev->free(*b).ok());
+}
+
+TEST_F(KfdFake, ImportOfMemoryFromElsewhere) {
+  auto dev = open();
+  ASSERT_NE(dev, nullptr);
+  // Memory the thunk knows but this device did not allocate: what HIP's
+  // allocations look like when HIP and ConCCL share one libhsakmt. Here:
+  // VRAM on thunk node 2 (gpu 1), mapped to that GPU only.
+  HsaMemFlags f;
+  f.Value = 0;
+  f.ui32.NonPaged = 1;
+  f.ui32.HostAccess = 1;
+  f.ui32.CoarseGrain = 1;
+  void* p = nullptr;
+  ASSERT_EQ(hsaKmtAllocMemory(2, 8192, f, &p), HSAKMT_STATUS_SUCCESS);
+  HsaMemMapFlags mf;
+  mf.Value = 0;
+  HSAuint32 node = 2;
+  ASSERT_EQ(hsaKmtMapMemoryToGPUNodes(p, 8192, nullptr, mf, 1, &node), HSAKMT_STATUS_SUCCESS);
+  conccl::Result<Buffer> imp = dev->import(static_cast<uint8_t*>(p) + 4096, 100, std::vector<int>{0, 3});
+  ASSERT_TRUE(imp.ok()) << imp.status().to_string();
+  EXPECT_EQ(imp->gpu, 1);
+  EXPECT_EQ(imp->kind, MemKind::device);
+  EXPECT_EQ(imp->va, reinterpret_cast<uint64_t>(p) + 4096);
+  EXPECT_EQ(imp->host, static_cast<uint8_t*>(p) + 4096);
+  // Its old mapping kept, the new ones added.
+  EXPECT_EQ(fakekmt::allocation_of(imp->va).mapped_nodes, (std::vector<uint32_t>{2, 1, 4}));
+  // An engine of gpu 3 can now copy out of it.
+  auto q = std::move(dev->create_queue(3, 0, conccl::QueueOptions{4096})).value();
+  Buffer sig = *dev->alloc(-1, 4096, MemKind::host);
+  Buffer dst = *dev->alloc(-1, 4096, MemKind::host);
+  std::memset(imp->host, 0x5A, 100);
+  CommandBuffer cb = q->command_buffer();
+  ASSERT_TRUE(cb.copy(dst.va, imp->va, 100).ok());
+  ASSERT_TRUE(run(*q, cb, sig, 1).ok());
+  EXPECT_EQ(dst.as<uint8_t>()[99], 0x5A);
+  // map_to() adds one more.
+  ASSERT_TRUE(dev->map_to(*imp, std::vector<int>{7}).ok());
+  EXPECT_EQ(fakekmt::allocation_of(imp->va).mapped_nodes, (std::vector<uint32_t>{2, 1, 4, 8}));
+  EXPECT_EQ(dev->map_to(*imp, std::vector<int>{8}).code(), Code::invalid_argument);
+  EXPECT_TRUE(dev->free(*imp).ok());
+  EXPECT_TRUE(dev->free(sig).ok());
+  EXPECT_TRUE(dev->free(dst).ok());
+  q.reset();
+  dev.reset();
+  // The owner frees it, not ConCCL.
+  EXPECT_EQ(fakekmt::allocation_of(reinterpret_cast<uint64_t>(p)).size, 8192u);
+  ASSERT_EQ(hsaKmtUnmapMemoryToGPU(p), HSAKMT_STATUS_SUCCESS);
+  ASSERT_EQ(hsaKmtFreeMemory(p, 8192), HSAKMT_STATUS_SUCCESS);
+}
+
+}  // namespace
