@@ -1,0 +1,433 @@
+// src/backends/nv/cuda_interop.cpp - CUDA as the nv backend's memory model.
+//
+// shared/reference/nvidia_interop.md §2 and §6: a CUDA VMM allocation made
+// with cuMemCreate and the POSIX-fd handle type is exported as an RM export
+// fd on /dev/nvidiactl, imported into our RM client (import_fd) and mapped at
+// CUDA's own virtual address, so one pointer serves CUDA kernels, CUDA stream
+// memory operations and our copy-engine methods. Plain cudaMalloc memory has
+// no allocation handle and cannot be imported (§3).
+//
+// libcuda is loaded with dlopen, so the library builds and runs without CUDA;
+// every entry point then returns Code::unavailable. The few driver-API types
+// used here are the project's own definitions of the public CUDA driver API
+// (cuda.h of the CUDA toolkit: CUmemAllocationProp, CUmemLocation,
+// CUmemAccessDesc, the enum values named below), pinned by static_asserts.
+#include <dlfcn.h>
+#include <unistd.h>
+
+#include <cinttypes>
+#include <cstdio>
+#include <cstring>
+#include <mutex>
+
+#include "backends/nv/rm_abi.hpp"
+#include "conccl/nv.hpp"
+
+namespace conccl::nv {
+
+namespace {
+
+// ---- cuda.h (CUDA 12/13 driver API) -------------------------------------------
+using CUresult = int;  // enum cudaError_enum; CUDA_SUCCESS 0
+using CUdevice = int;
+using CUcontext = void*;
+using CUdeviceptr = unsigned long long;
+using CUmemGenericAllocationHandle = unsigned long long;
+constexpr CUresult kCudaSuccess = 0;
+constexpr int kMemAllocationTypePinned = 1;         // CU_MEM_ALLOCATION_TYPE_PINNED
+constexpr int kMemHandleTypePosixFd = 1;            // CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR
+constexpr int kMemLocationTypeDevice = 1;           // CU_MEM_LOCATION_TYPE_DEVICE
+constexpr int kMemAccessProtReadWrite = 3;          // CU_MEM_ACCESS_FLAGS_PROT_READWRITE
+constexpr int kMemAllocGranularityRecommended = 1;  // CU_MEM_ALLOC_GRANULARITY_RECOMMENDED
+
+struct CUmemLocation {
+  int type;
+  int id;
+};
+struct CUmemAllocationProp {
+  int type;
+  int requestedHandleTypes;
+  CUmemLocation location;
+  void* win32HandleMetaData;
+  struct {
+    uint8_t compressionType, gpuDirectRDMACapable;
+    uint16_t usage;
+    uint8_t reserved[4];
+  } allocFlags;
+};
+static_assert(sizeof(CUmemAllocationProp) == 32 && offsetof(CUmemAllocationProp, location) == 8 &&
+              offsetof(CUmemAllocationProp, win32HandleMetaData) == 16 &&
+              offsetof(CUmemAllocationProp, allocFlags) == 24);
+struct CUmemAccessDesc {
+  CUmemLocation location;
+  int flags;
+};
+static_assert(sizeof(CUmemAccessDesc) == 12);
+struct CUuuid {
+  uint8_t bytes[16];
+};
+
+struct CudaApi {
+  void* lib = nullptr;
+  Status status;
+  CUresult (*cuInit)(unsigned) = nullptr;
+  CUresult (*cuGetErrorName)(CUresult, const char**) = nullptr;
+  CUresult (*cuDeviceGetCount)(int*) = nullptr;
+  CUresult (*cuDeviceGet)(CUdevice*, int) = nullptr;
+  CUresult (*cuDeviceGetUuid)(CUuuid*, CUdevice) = nullptr;
+  CUresult (*cuCtxGetCurrent)(CUcontext*) = nullptr;
+  CUresult (*cuCtxSetCurrent)(CUcontext) = nullptr;
+  CUresult (*cuDevicePrimaryCtxRetain)(CUcontext*, CUdevice) = nullptr;
+  CUresult (*cuMemGetAllocationGranularity)(size_t*, const CUmemAllocationProp*, int) = nullptr;
+  CUresult (*cuMemCreate)(CUmemGenericAllocationHandle*, size_t, const CUmemAllocationProp*,
+                          unsigned long long) = nullptr;
+  CUresult (*cuMemAddressReserve)(CUdeviceptr*, size_t, size_t, CUdeviceptr, unsigned long long) = nullptr;
+  CUresult (*cuMemMap)(CUdeviceptr, size_t, size_t, CUmemGenericAllocationHandle, unsigned long long) = nullptr;
+  CUresult (*cuMemSetAccess)(CUdeviceptr, size_t, const CUmemAccessDesc*, size_t) = nullptr;
+  CUresult (*cuMemUnmap)(CUdeviceptr, size_t) = nullptr;
+  CUresult (*cuMemAddressFree)(CUdeviceptr, size_t) = nullptr;
+  CUresult (*cuMemRelease)(CUmemGenericAllocationHandle) = nullptr;
+  CUresult (*cuMemExportToShareableHandle)(void*, CUmemGenericAllocationHandle, int, unsigned long long) = nullptr;
+  CUresult (*cuMemRetainAllocationHandle)(CUmemGenericAllocationHandle*, void*) = nullptr;
+  CUresult (*cuMemGetAddressRange)(CUdeviceptr*, size_t*, CUdeviceptr) = nullptr;
+};
+
+template <typename F>
+bool load(void* lib, F*& f, const char* name, const char* alt = nullptr) {
+  void* p = dlsym(lib, name);
+  if (!p && alt) p = dlsym(lib, alt);
+  f = reinterpret_cast<F*>(p);
+  return p != nullptr;
+}
+
+const CudaApi& api() {
+  static CudaApi a;
+  static std::once_flag once;
+  std::call_once(once, [] {
+    a.lib = dlopen("libcuda.so.1", RTLD_NOW | RTLD_LOCAL);
+    if (!a.lib) {
+      const char* e = dlerror();
+      a.status = error(Code::unavailable,
+                       std::string("libcuda.so.1 cannot be loaded (") + (e ? e : "?") +
+                           "): CUDA interop needs the NVIDIA driver's CUDA library in the library path");
+      return;
+    }
+    std::string missing;
+    auto need = [&](bool ok, const char* n) {
+      if (!ok) missing += std::string(missing.empty() ? "" : ", ") + n;
+    };
+    // cuda.h maps cuMemGetAddressRange and cuDeviceGetUuid to their _v2 ABI names.
+    need(load(a.lib, a.cuInit, "cuInit"), "cuInit");
+    need(load(a.lib, a.cuGetErrorName, "cuGetErrorName"), "cuGetErrorName");
+    need(load(a.lib, a.cuDeviceGetCount, "cuDeviceGetCount"), "cuDeviceGetCount");
+    need(load(a.lib, a.cuDeviceGet, "cuDeviceGet"), "cuDeviceGet");
+    need(load(a.lib, a.cuDeviceGetUuid, "cuDeviceGetUuid_v2", "cuDeviceGetUuid"), "cuDeviceGetUuid");
+    need(load(a.lib, a.cuCtxGetCurrent, "cuCtxGetCurrent"), "cuCtxGetCurrent");
+    need(load(a.lib, a.cuCtxSetCurrent, "cuCtxSetCurrent"), "cuCtxSetCurrent");
+    need(load(a.lib, a.cuDevicePrimaryCtxRetain, "cuDevicePrimaryCtxRetain"), "cuDevicePrimaryCtxRetain");
+    need(load(a.lib, a.cuMemGetAllocationGranularity, "cuMemGetAllocationGranularity"),
+         "cuMemGetAllocationGranularity");
+    need(load(a.lib, a.cuMemCreate, "cuMemCreate"), "cuMemCreate");
+    need(load(a.lib, a.cuMemAddressReserve, "cuMemAddressReserve"), "cuMemAddressReserve");
+    need(load(a.lib, a.cuMemMap, "cuMemMap"), "cuMemMap");
+    need(load(a.lib, a.cuMemSetAccess, "cuMemSetAccess"), "cuMemSetAccess");
+    need(load(a.lib, a.cuMemUnmap, "cuMemUnmap"), "cuMemUnmap");
+    need(load(a.lib, a.cuMemAddressFree, "cuMemAddressFree"), "cuMemAddressFree");
+    need(load(a.lib, a.cuMemRelease, "cuMemRelease"), "cuMemRelease");
+    need(load(a.lib, a.cuMemExportToShareableHandle, "cuMemExportToShareableHandle"),
+         "cuMemExportToShareableHandle");
+    need(load(a.lib, a.cuMemRetainAllocationHandle, "cuMemRetainAllocationHandle"), "cuMemRetainAllocationHandle");
+    need(load(a.lib, a.cuMemGetAddressRange, "cuMemGetAddressRange_v2"), "cuMemGetAddressRange_v2");
+    if (!missing.empty())
+      a.status = error(Code::unavailable, "libcuda.so.1 lacks " + missing +
+                                              " (the VMM API needs a CUDA 11.x or newer driver)");
+  });
+  return a;
+}
+
+std::string cu_name(CUresult r) {
+  const char* n = nullptr;
+  if (api().cuGetErrorName && api().cuGetErrorName(r, &n) == kCudaSuccess && n) return n;
+  return "CUresult " + std::to_string(r);
+}
+
+Status cu_check(CUresult r, const std::string& what) {
+  if (r == kCudaSuccess) return Status();
+  return error(r == 2 /* CUDA_ERROR_OUT_OF_MEMORY */ ? Code::resource_exhausted : Code::internal,
+               what + " failed: " + cu_name(r));
+}
+
+std::string hex(uint64_t v) {
+  char b[24];
+  std::snprintf(b, sizeof b, "0x%" PRIx64, v);
+  return b;
+}
+
+// cuInit, and a current context for the calling thread (device's primary one
+// if the thread has none; the CUDA runtime binds the same context).
+Status ensure_context(int cuda_device) {
+  const CudaApi& a = api();
+  CONCCL_RETURN_IF_ERROR(a.status);
+  CONCCL_RETURN_IF_ERROR(cu_check(a.cuInit(0), "cuInit"));
+  CUcontext ctx = nullptr;
+  CONCCL_RETURN_IF_ERROR(cu_check(a.cuCtxGetCurrent(&ctx), "cuCtxGetCurrent"));
+  if (ctx) return Status();
+  CUdevice dev = 0;
+  CONCCL_RETURN_IF_ERROR(cu_check(a.cuDeviceGet(&dev, cuda_device), "cuDeviceGet(" + std::to_string(cuda_device) + ")"));
+  CONCCL_RETURN_IF_ERROR(cu_check(a.cuDevicePrimaryCtxRetain(&ctx, dev), "cuDevicePrimaryCtxRetain"));
+  return cu_check(a.cuCtxSetCurrent(ctx), "cuCtxSetCurrent");
+}
+
+constexpr const char* kUseVmm =
+    "allocate with cuMemCreate(POSIX_FILE_DESCRIPTOR handle type) or conccl::nv::cuda_alloc instead "
+    "(PyTorch: PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True)";
+
+}  // namespace
+
+Status cuda_available() { return api().status; }
+
+Result<int> cuda_device_for_uuid(const uint8_t (&uuid)[16]) {
+  const CudaApi& a = api();
+  CONCCL_RETURN_IF_ERROR(a.status);
+  CONCCL_RETURN_IF_ERROR(cu_check(a.cuInit(0), "cuInit"));
+  int n = 0;
+  CONCCL_RETURN_IF_ERROR(cu_check(a.cuDeviceGetCount(&n), "cuDeviceGetCount"));
+  for (int i = 0; i < n; ++i) {
+    CUdevice d = 0;
+    CUuuid u{};
+    if (a.cuDeviceGet(&d, i) != kCudaSuccess || a.cuDeviceGetUuid(&u, d) != kCudaSuccess) continue;
+    if (std::memcmp(u.bytes, uuid, 16) == 0) return i;
+  }
+  return error(Code::not_found, "no CUDA device has this GPU's UUID (" + std::to_string(n) +
+                                    " CUDA devices; is CUDA_VISIBLE_DEVICES hiding it?)");
+}
+
+Result<CudaAlloc> cuda_alloc(size_t bytes, int cuda_device) {
+  if (bytes == 0) return error(Code::invalid_argument, "cuda_alloc of 0 bytes");
+  CONCCL_RETURN_IF_ERROR(ensure_context(cuda_device));
+  const CudaApi& a = api();
+  CUmemAllocationProp prop{};
+  prop.type = kMemAllocationTypePinned;
+  prop.requestedHandleTypes = kMemHandleTypePosixFd;
+  prop.location = {kMemLocationTypeDevice, cuda_device};
+  size_t gran = 0;
+  CONCCL_RETURN_IF_ERROR(cu_check(a.cuMemGetAllocationGranularity(&gran, &prop, kMemAllocGranularityRecommended),
+                                  "cuMemGetAllocationGranularity"));
+  if (gran == 0) gran = 2u << 20;
+  CudaAlloc out;
+  out.device = cuda_device;
+  out.size = (bytes + gran - 1) / gran * gran;
+  CUmemGenericAllocationHandle h = 0;
+  CONCCL_RETURN_IF_ERROR(cu_check(a.cuMemCreate(&h, out.size, &prop, 0),
+                                  "cuMemCreate(" + std::to_string(out.size) + " bytes, POSIX fd handle type)"));
+  CUdeviceptr p = 0;
+  Status st = cu_check(a.cuMemAddressReserve(&p, out.size, gran, 0, 0), "cuMemAddressReserve");
+  if (st.ok()) {
+    st = cu_check(a.cuMemMap(p, out.size, 0, h, 0), "cuMemMap");
+    if (st.ok()) {
+      CUmemAccessDesc acc{{kMemLocationTypeDevice, cuda_device}, kMemAccessProtReadWrite};
+      st = cu_check(a.cuMemSetAccess(p, out.size, &acc, 1), "cuMemSetAccess");
+      if (!st.ok()) (void)a.cuMemUnmap(p, out.size);
+    }
+    if (!st.ok()) (void)a.cuMemAddressFree(p, out.size);
+  }
+  if (!st.ok()) {
+    (void)a.cuMemRelease(h);
+    return st;
+  }
+  out.ptr = p;
+  out.handle = h;
+  return out;
+}
+
+Status cuda_free(CudaAlloc& c) {
+  if (!c.ptr) return Status();
+  const CudaApi& a = api();
+  CONCCL_RETURN_IF_ERROR(a.status);
+  Status s1 = cu_check(a.cuMemUnmap(c.ptr, c.size), "cuMemUnmap");
+  Status s2 = cu_check(a.cuMemAddressFree(c.ptr, c.size), "cuMemAddressFree");
+  Status s3 = cu_check(a.cuMemRelease(c.handle), "cuMemRelease");
+  c = CudaAlloc{};
+  return !s1.ok() ? s1 : !s2.ok() ? s2 : s3;
+}
+
+// ---- registration -----------------------------------------------------------------
+
+const Device::Registration* Device::find_registration(uint64_t va) const {
+  auto it = registered_.upper_bound(va);
+  if (it == registered_.begin()) return nullptr;
+  --it;
+  const Buffer& b = it->second.buffer;
+  return va >= b.va && va < b.va + b.size ? &it->second : nullptr;
+}
+
+bool Device::is_registered(uint64_t va, size_t bytes) const {
+  uint64_t p = va;
+  const uint64_t end = va + bytes;
+  do {
+    const Registration* r = find_registration(p);
+    if (!r) return false;
+    p = r->buffer.va + r->buffer.size;
+  } while (p < end);
+  return true;
+}
+
+Status Device::register_cuda(uint64_t ptr, size_t bytes) {
+  if (fd_ctl_ < 0) return error(Code::unavailable, "the nv device is closed");
+  if (ptr == 0 || bytes == 0)
+    return error(Code::invalid_argument, "register_cuda(" + hex(ptr) + ", " + std::to_string(bytes) +
+                                             "): pointer and size must be non-zero");
+  const CudaApi& a = api();
+  CONCCL_RETURN_IF_ERROR(a.status);
+  {
+    // A thread without a current context: this GPU's primary context.
+    CUcontext ctx = nullptr;
+    if (a.cuInit(0) == kCudaSuccess && a.cuCtxGetCurrent(&ctx) == kCudaSuccess && !ctx) {
+      Result<int> d = cuda_device_for_uuid(info_.uuid);
+      CONCCL_RETURN_IF_ERROR(ensure_context(d.ok() ? *d : 0));
+    }
+  }
+  std::vector<uint64_t> taken;  // allocation bases referenced by this call
+  auto rollback = [&](Status s) {
+    for (auto it = taken.rbegin(); it != taken.rend(); ++it) {
+      Registration& r = registered_[*it];
+      if (--r.refs == 0) {
+        (void)free(r.buffer);
+        registered_.erase(*it);
+      }
+    }
+    return s;
+  };
+  const uint64_t end = ptr + bytes;
+  uint64_t p = ptr;
+  while (p < end) {
+    if (const Registration* r = find_registration(p)) {
+      const uint64_t base = r->buffer.va;
+      ++registered_[base].refs;
+      taken.push_back(base);
+      p = r->buffer.va + r->buffer.size;
+      continue;
+    }
+    CUmemGenericAllocationHandle h = 0;
+    CUresult rr = a.cuMemRetainAllocationHandle(&h, reinterpret_cast<void*>(p));
+    if (rr != kCudaSuccess)
+      return rollback(error(Code::invalid_argument,
+                            "CUDA memory at " + hex(p) + " is not a CUDA VMM allocation (cuMemRetainAllocationHandle: " +
+                                cu_name(rr) +
+                                "): plain cudaMalloc/cuMemAlloc memory has no allocation handle and cannot be "
+                                "imported by another RM client (nvidia_interop.md §3); " + kUseVmm));
+    CUdeviceptr base = 0;
+    size_t size = 0;
+    Status st = cu_check(a.cuMemGetAddressRange(&base, &size, p), "cuMemGetAddressRange(" + hex(p) + ")");
+    int fd = -1;
+    if (st.ok()) {
+      rr = a.cuMemExportToShareableHandle(&fd, h, kMemHandleTypePosixFd, 0);
+      if (rr != kCudaSuccess)
+        st = error(Code::invalid_argument,
+                   "the CUDA allocation at " + hex(base) + " cannot be exported as a POSIX fd (" + cu_name(rr) +
+                       "): it was created without CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR in requestedHandleTypes; " +
+                       kUseVmm);
+    }
+    (void)a.cuMemRelease(h);  // drop the reference cuMemRetainAllocationHandle took
+    if (!st.ok()) return rollback(st);
+    Result<Buffer> b = import_fd(fd, base, size);
+    ::close(fd);
+    if (!b.ok()) return rollback(b.status().prefix("registering CUDA memory at " + hex(base)));
+    // The import is the whole physical allocation; a mapping of only part of
+    // it (cuMemMap with an offset) would put other bytes at these addresses.
+    abi::InfoEntry e[2] = {{abi::kSurfaceInfoPhysSizeLo, 0}, {abi::kSurfaceInfoPhysSizeHi, 0}};
+    abi::InfoListParams q{};
+    q.listSize = 2;
+    q.list = reinterpret_cast<uint64_t>(e);
+    if (rm_control(b->handle, abi::kCtrlGetSurfaceInfo, &q, sizeof q, "GET_SURFACE_INFO (physical size)").ok()) {
+      const uint64_t phys = (uint64_t(e[1].data) << 32) | e[0].data;
+      if (phys && phys != size) {
+        Buffer tmp = *b;
+        (void)free(tmp);
+        return rollback(error(Code::invalid_argument,
+                              "the CUDA mapping at " + hex(base) + " covers " + std::to_string(size) +
+                                  " bytes of a " + std::to_string(phys) +
+                                  "-byte allocation: partial mappings (cuMemMap with an offset) are not supported; "
+                                  "map whole allocations"));
+      }
+    }
+    registered_[base] = Registration{*b, 1};
+    taken.push_back(base);
+    log("registered CUDA allocation " + hex(base) + "+" + hex(size) + " (handle " + hex(b->handle) + ")");
+    p = base + size;
+  }
+  return Status();
+}
+
+Status Device::unregister_cuda(uint64_t ptr, size_t bytes) {
+  if (fd_ctl_ < 0) return error(Code::unavailable, "the nv device is closed");
+  if (bytes == 0) return error(Code::invalid_argument, "unregister_cuda of 0 bytes");
+  std::vector<uint64_t> bases;
+  for (uint64_t p = ptr; p < ptr + bytes;) {
+    const Registration* r = find_registration(p);
+    if (!r)
+      return error(Code::not_found, "CUDA memory at " + hex(p) + " is not registered with this device "
+                                                                 "(register_cuda and unregister_cuda must pair up)");
+    bases.push_back(r->buffer.va);
+    p = r->buffer.va + r->buffer.size;
+  }
+  Status out;
+  for (uint64_t base : bases) {
+    Registration& r = registered_[base];
+    if (--r.refs > 0) continue;
+    Status s = free(r.buffer);  // UVM_FREE + RM free of our dup; CUDA's memory is untouched
+    if (!s.ok() && out.ok()) out = s;
+    registered_.erase(base);
+  }
+  return out;
+}
+
+Result<uint64_t> Device::alloc_cuda_slot() {
+  if (fd_ctl_ < 0) return error(Code::unavailable, "the nv device is closed");
+  if (!cuda_slot_ptr_) {
+    Result<int> dev = cuda_device_for_uuid(info_.uuid);
+    if (!dev.ok()) return dev.status();
+    Result<CudaAlloc> c = cuda_alloc(2u << 20, *dev);
+    if (!c.ok()) return c.status().prefix("allocating the CUDA semaphore page");
+    Status st = register_cuda(c->ptr, c->size);
+    if (st.ok() && !channels_.empty()) {  // zero it with a fill on our first channel
+      Channel& ch = *channels_[0];
+      uint64_t f = 0;
+      st = ch.fill(c->ptr, 0, c->size);
+      if (st.ok()) st = ch.submit(Deadline::after_ms(2000), &f);
+      if (st.ok()) st = ch.wait_done(Deadline::after_ms(5000), f);
+    }
+    if (!st.ok()) {
+      if (is_registered(c->ptr, c->size)) (void)unregister_cuda(c->ptr, c->size);
+      (void)cuda_free(*c);
+      return st.prefix("preparing the CUDA semaphore page");
+    }
+    cuda_slot_ptr_ = c->ptr;
+    cuda_slot_size_ = c->size;
+    cuda_slot_handle_ = c->handle;
+    cuda_slot_device_ = c->device;
+    next_cuda_slot_ = 0;
+  }
+  if (next_cuda_slot_ + hopper::kSemaphoreSlotBytes > cuda_slot_size_)
+    return error(Code::resource_exhausted,
+                 "all " + std::to_string(cuda_slot_size_ / 16) + " CUDA semaphore slots are in use");
+  const uint64_t va = cuda_slot_ptr_ + next_cuda_slot_;
+  next_cuda_slot_ += hopper::kSemaphoreSlotBytes;
+  return va;
+}
+
+void Device::release_cuda() {
+  for (auto& [base, r] : registered_) {
+    Status s = free(r.buffer);
+    if (!s.ok()) log("teardown: releasing CUDA registration " + hex(base) + ": " + s.to_string());
+  }
+  registered_.clear();
+  if (cuda_slot_ptr_) {
+    CudaAlloc c{cuda_slot_ptr_, cuda_slot_size_, cuda_slot_handle_, cuda_slot_device_};
+    Status s = cuda_free(c);
+    if (!s.ok()) log("teardown: freeing the CUDA semaphore page: " + s.to_string());
+    cuda_slot_ptr_ = cuda_slot_handle_ = cuda_slot_size_ = next_cuda_slot_ = 0;
+  }
+}
+
+}  // namespace conccl::nv

@@ -1,0 +1,515 @@
+// src/backends/nv/nv_rm.cpp - RM/UVM call primitives, the VA window, memory.
+//
+// Memory recipe (shared/reference/nvidia_ce.md §2.1, §2.5 step 7; tinygrad
+// ops_nv.py NVKIface.alloc / _gpu_map_to_cpu / _gpu_uvm_map):
+//   device: NV01_MEMORY_LOCAL_USER (NV_MEMORY_ALLOCATION_PARAMS), optional CPU
+//           mapping through NV_ESC_RM_MAP_MEMORY + mmap of a fresh /dev/nvidiaN
+//           fd (write-combined);
+//   host:   anonymous pages at our VA, registered with NV_ESC_RM_ALLOC_MEMORY as
+//           NV01_MEMORY_SYSTEM_OS_DESCRIPTOR (CPU-cached, one VA for both);
+//   GPU mapping: UVM_CREATE_EXTERNAL_RANGE, NV_ESC_RM_MAP_MEMORY_DMA at a fixed
+//           offset, UVM_MAP_EXTERNAL_ALLOCATION - at the same VA.
+// Every VA comes from a window reserved with mmap(PROT_NONE, MAP_FIXED_NOREPLACE).
+#include <fcntl.h>
+#include <sys/ioctl.h>
+#include <sys/mman.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cerrno>
+#include <cinttypes>
+#include <cstdio>
+#include <cstring>
+
+#include "backends/nv/rm_abi.hpp"
+#include "conccl/nv.hpp"
+
+namespace conccl::nv {
+
+namespace {
+
+// src/common/sdk/nvidia/inc/nvstatuscodes.h, codes 0x00..0x8B in order.
+constexpr const char* kStatusNames[] = {
+    "NV_OK", "NV_ERR_BROKEN_FB", "NV_ERR_BUFFER_TOO_SMALL", "NV_ERR_BUSY_RETRY",
+    "NV_ERR_CALLBACK_NOT_SCHEDULED", "NV_ERR_CARD_NOT_PRESENT", "NV_ERR_CYCLE_DETECTED",
+    "NV_ERR_DMA_IN_USE", "NV_ERR_DMA_MEM_NOT_LOCKED", "NV_ERR_DMA_MEM_NOT_UNLOCKED",
+    "NV_ERR_DUAL_LINK_INUSE", "NV_ERR_ECC_ERROR", "NV_ERR_FIFO_BAD_ACCESS", "NV_ERR_FREQ_NOT_SUPPORTED",
+    "NV_ERR_GPU_DMA_NOT_INITIALIZED", "NV_ERR_GPU_IS_LOST", "NV_ERR_GPU_IN_FULLCHIP_RESET",
+    "NV_ERR_GPU_NOT_FULL_POWER", "NV_ERR_GPU_UUID_NOT_FOUND", "NV_ERR_HOT_SWITCH", "NV_ERR_I2C_ERROR",
+    "NV_ERR_I2C_SPEED_TOO_HIGH", "NV_ERR_ILLEGAL_ACTION", "NV_ERR_IN_USE",
+    "NV_ERR_INFLATE_COMPRESSED_DATA_FAILED", "NV_ERR_INSERT_DUPLICATE_NAME", "NV_ERR_INSUFFICIENT_RESOURCES",
+    "NV_ERR_INSUFFICIENT_PERMISSIONS", "NV_ERR_INSUFFICIENT_POWER", "NV_ERR_INVALID_ACCESS_TYPE",
+    "NV_ERR_INVALID_ADDRESS", "NV_ERR_INVALID_ARGUMENT", "NV_ERR_INVALID_BASE", "NV_ERR_INVALID_CHANNEL",
+    "NV_ERR_INVALID_CLASS", "NV_ERR_INVALID_CLIENT", "NV_ERR_INVALID_COMMAND", "NV_ERR_INVALID_DATA",
+    "NV_ERR_INVALID_DEVICE", "NV_ERR_INVALID_DMA_SPECIFIER", "NV_ERR_INVALID_EVENT", "NV_ERR_INVALID_FLAGS",
+    "NV_ERR_INVALID_FUNCTION", "NV_ERR_INVALID_HEAP", "NV_ERR_INVALID_INDEX", "NV_ERR_INVALID_IRQ_LEVEL",
+    "NV_ERR_INVALID_LIMIT", "NV_ERR_INVALID_LOCK_STATE", "NV_ERR_INVALID_METHOD", "NV_ERR_INVALID_OBJECT",
+    "NV_ERR_INVALID_OBJECT_BUFFER", "NV_ERR_INVALID_OBJECT_HANDLE", "NV_ERR_INVALID_OBJECT_NEW",
+    "NV_ERR_INVALID_OBJECT_OLD", "NV_ERR_INVALID_OBJECT_PARENT", "NV_ERR_INVALID_OFFSET",
+    "NV_ERR_INVALID_OPERATION", "NV_ERR_INVALID_OWNER", "NV_ERR_INVALID_PARAM_STRUCT",
+    "NV_ERR_INVALID_PARAMETER", "NV_ERR_INVALID_PATH", "NV_ERR_INVALID_POINTER", "NV_ERR_INVALID_REGISTRY_KEY",
+    "NV_ERR_INVALID_REQUEST", "NV_ERR_INVALID_STATE", "NV_ERR_INVALID_STRING_LENGTH", "NV_ERR_INVALID_READ",
+    "NV_ERR_INVALID_WRITE", "NV_ERR_INVALID_XLATE", "NV_ERR_IRQ_NOT_FIRING", "NV_ERR_IRQ_EDGE_TRIGGERED",
+    "NV_ERR_MEMORY_TRAINING_FAILED", "NV_ERR_MISMATCHED_SLAVE", "NV_ERR_MISMATCHED_TARGET",
+    "NV_ERR_MISSING_TABLE_ENTRY", "NV_ERR_MODULE_LOAD_FAILED", "NV_ERR_MORE_DATA_AVAILABLE",
+    "NV_ERR_MORE_PROCESSING_REQUIRED", "NV_ERR_MULTIPLE_MEMORY_TYPES", "NV_ERR_NO_FREE_FIFOS",
+    "NV_ERR_NO_INTR_PENDING", "NV_ERR_NO_MEMORY", "NV_ERR_NO_SUCH_DOMAIN", "NV_ERR_NO_VALID_PATH",
+    "NV_ERR_NOT_COMPATIBLE", "NV_ERR_NOT_READY", "NV_ERR_NOT_SUPPORTED", "NV_ERR_OBJECT_NOT_FOUND",
+    "NV_ERR_OBJECT_TYPE_MISMATCH", "NV_ERR_OPERATING_SYSTEM", "NV_ERR_OTHER_DEVICE_FOUND",
+    "NV_ERR_OUT_OF_RANGE", "NV_ERR_OVERLAPPING_UVM_COMMIT", "NV_ERR_PAGE_TABLE_NOT_AVAIL",
+    "NV_ERR_PID_NOT_FOUND", "NV_ERR_PROTECTION_FAULT", "NV_ERR_RC_ERROR", "NV_ERR_REJECTED_VBIOS",
+    "NV_ERR_RESET_REQUIRED", "NV_ERR_STATE_IN_USE", "NV_ERR_SIGNAL_PENDING", "NV_ERR_TIMEOUT",
+    "NV_ERR_TIMEOUT_RETRY", "NV_ERR_TOO_MANY_PRIMARIES", "NV_ERR_UVM_ADDRESS_IN_USE",
+    "NV_ERR_MAX_SESSION_LIMIT_REACHED", "NV_ERR_LIB_RM_VERSION_MISMATCH", "NV_ERR_PRIV_SEC_VIOLATION",
+    "NV_ERR_GPU_IN_DEBUG_MODE", "NV_ERR_FEATURE_NOT_ENABLED", "NV_ERR_RESOURCE_LOST", "NV_ERR_PMU_NOT_READY",
+    "NV_ERR_FLCN_ERROR", "NV_ERR_FATAL_ERROR", "NV_ERR_MEMORY_ERROR", "NV_ERR_INVALID_LICENSE",
+    "NV_ERR_NVLINK_INIT_ERROR", "NV_ERR_NVLINK_MINION_ERROR", "NV_ERR_NVLINK_CLOCK_ERROR",
+    "NV_ERR_NVLINK_TRAINING_ERROR", "NV_ERR_NVLINK_CONFIGURATION_ERROR", "NV_ERR_RISCV_ERROR",
+    "NV_ERR_FABRIC_MANAGER_NOT_PRESENT", "NV_ERR_ALREADY_SIGNALLED", "NV_ERR_QUEUE_TASK_SLOT_NOT_AVAILABLE",
+    "NV_ERR_KEY_ROTATION_IN_PROGRESS", "NV_ERR_TEST_ONLY_CODE_NOT_ENABLED", "NV_ERR_SECURE_BOOT_FAILED",
+    "NV_ERR_INSUFFICIENT_ZBC_ENTRY", "NV_ERR_NVLINK_FABRIC_NOT_READY", "NV_ERR_NVLINK_FABRIC_FAILURE",
+    "NV_ERR_GPU_MEMORY_ONLINING_FAILURE", "NV_ERR_REDUCTION_MANAGER_NOT_AVAILABLE", "NV_ERR_THRESHOLD_CROSSED",
+    "NV_ERR_RESOURCE_RETIREMENT_ERROR", "NV_ERR_FABRIC_STATE_OUT_OF_SYNC", "NV_ERR_BUFFER_FULL",
+    "NV_ERR_BUFFER_EMPTY", "NV_ERR_MC_FLA_OFFSET_TABLE_FULL", "NV_ERR_DMA_XFER_FAILED"};
+static_assert(sizeof(kStatusNames) / sizeof(kStatusNames[0]) == 0x8C, "NV_OK..NV_ERR_DMA_XFER_FAILED");
+
+std::string hex(uint64_t v) {
+  char b[24];
+  std::snprintf(b, sizeof b, "0x%" PRIx64, v);
+  return b;
+}
+
+Code code_for(uint32_t rm_status) {
+  switch (rm_status) {
+    case 0x51: /* NV_ERR_NO_MEMORY */
+    case 0x1A: /* NV_ERR_INSUFFICIENT_RESOURCES */
+    case 0x4F: /* NV_ERR_NO_FREE_FIFOS */
+      return Code::resource_exhausted;
+    case 0x1B: /* NV_ERR_INSUFFICIENT_PERMISSIONS */
+    case 0x56: /* NV_ERR_NOT_SUPPORTED */
+    case 0x3A: /* NV_ERR_INVALID_PARAM_STRUCT: struct layout of another branch */
+      return Code::unavailable;
+    default:
+      return Code::internal;
+  }
+}
+
+Status errno_status(const char* what, int err) {
+  return error(Code::unavailable, std::string(what) + " failed: " + std::strerror(err) +
+                                      " (errno " + std::to_string(err) +
+                                      "); the kernel refused the ioctl - is this the open NVIDIA module of "
+                                      "branch 580, outside a sandbox that filters ioctls (gVisor)?");
+}
+
+constexpr uint64_t round_up(uint64_t v, uint64_t a) { return (v + a - 1) / a * a; }
+
+#ifndef MAP_FIXED_NOREPLACE
+#define MAP_FIXED_NOREPLACE 0x100000
+#endif
+
+}  // namespace
+
+std::string rm_status_name(uint32_t status) {
+  if (status < 0x8C) return kStatusNames[status];
+  if (status == 0xFFFF) return "NV_ERR_GENERIC";
+  return "NV_STATUS_" + hex(status);
+}
+
+std::string rc_error_name(uint32_t info32) {
+  switch (info32) {
+    case 31: return "MMU fault (ROBUST_CHANNEL_FIFO_ERROR_MMU_ERR_FLT, Xid 31)";
+    case 32: return "PBDMA error (ROBUST_CHANNEL_PBDMA_ERROR, Xid 32)";
+    case 39: case 40: case 41: case 70: case 71: case 72: case 75: case 76: case 77: case 85:
+      return "copy engine error (ROBUST_CHANNEL_CEn_ERROR, Xid " + std::to_string(info32) + ")";
+    case 43: return "channel reset (ROBUST_CHANNEL_RESETCHANNEL_VERIF_ERROR, Xid 43)";
+    case 45: return "preemptive removal (ROBUST_CHANNEL_PREEMPTIVE_REMOVAL, Xid 45)";
+    default: return "RC error " + std::to_string(info32);
+  }
+}
+
+void Device::log(const std::string& s) const {
+  if (opt_.log) opt_.log(s);
+}
+
+// ---- primitives ---------------------------------------------------------------
+
+Status Device::rm_alloc(uint32_t parent, uint32_t cls, void* params, uint32_t size, uint32_t* handle,
+                        const char* what, uint32_t want_handle) {
+  abi::Nvos21 p{};
+  p.hRoot = h_client_;
+  p.hObjectParent = parent;
+  p.hObjectNew = want_handle;
+  p.hClass = cls;
+  p.pAllocParms = reinterpret_cast<uint64_t>(params);
+  p.paramsSize = size;
+  if (ioctl(fd_ctl_, abi::rm_ioctl(abi::kEscRmAlloc, sizeof p), &p) != 0)
+    return errno_status((std::string("NV_ESC_RM_ALLOC ") + what).c_str(), errno);
+  log("rm_alloc " + std::string(what) + " class=" + hex(cls) + " parent=" + hex(parent) + " -> " +
+      (p.status ? rm_status_name(p.status) : "handle " + hex(p.hObjectNew)));
+  if (p.status != 0)
+    return error(code_for(p.status), std::string("RM alloc of ") + what + " (class " + hex(cls) + ", parent " +
+                                         hex(parent) + ") failed: " + rm_status_name(p.status) + " (" +
+                                         hex(p.status) + ")");
+  *handle = p.hObjectNew;
+  return Status();
+}
+
+Status Device::rm_control(uint32_t object, uint32_t cmd, void* params, uint32_t size, const char* what) {
+  abi::Nvos54 p{};
+  p.hClient = h_client_;
+  p.hObject = object;
+  p.cmd = cmd;
+  p.params = reinterpret_cast<uint64_t>(params);
+  p.paramsSize = size;
+  if (ioctl(fd_ctl_, abi::rm_ioctl(abi::kEscRmControl, sizeof p), &p) != 0)
+    return errno_status((std::string("NV_ESC_RM_CONTROL ") + what).c_str(), errno);
+  log("rm_control " + std::string(what) + " cmd=" + hex(cmd) + " on " + hex(object) + " -> " +
+      rm_status_name(p.status));
+  if (p.status != 0)
+    return error(code_for(p.status), std::string("RM control ") + what + " (" + hex(cmd) + ") on " + hex(object) +
+                                         " failed: " + rm_status_name(p.status) + " (" + hex(p.status) + ")");
+  return Status();
+}
+
+Status Device::rm_free(uint32_t parent, uint32_t object, const char* what) {
+  if (!object || fd_ctl_ < 0) return Status();
+  abi::Nvos00 p{};
+  p.hRoot = h_client_;
+  p.hObjectParent = parent;
+  p.hObjectOld = object;
+  if (ioctl(fd_ctl_, abi::rm_ioctl(abi::kEscRmFree, sizeof p), &p) != 0)
+    return errno_status((std::string("NV_ESC_RM_FREE ") + what).c_str(), errno);
+  log("rm_free " + std::string(what) + " " + hex(object) + " -> " + rm_status_name(p.status));
+  if (p.status != 0)
+    return error(code_for(p.status), std::string("RM free of ") + what + " " + hex(object) + " failed: " +
+                                         rm_status_name(p.status));
+  return Status();
+}
+
+Status Device::uvm_ioctl(int fd, unsigned long cmd, void* params, uint32_t* rm_status, const char* what) {
+  if (ioctl(fd, cmd, params) != 0) return errno_status(what, errno);
+  log(std::string(what) + " -> " + rm_status_name(*rm_status));
+  if (*rm_status != 0)
+    return error(code_for(*rm_status), std::string(what) + " failed: " + rm_status_name(*rm_status) + " (" +
+                                           hex(*rm_status) + ")");
+  return Status();
+}
+
+// ---- VA window ----------------------------------------------------------------
+
+Result<uint64_t> Device::reserve_va(size_t bytes, size_t align) {
+  for (size_t i = 0; i < free_va_.size(); ++i) {
+    auto [base, len] = free_va_[i];
+    const uint64_t start = round_up(base, align);
+    if (start + bytes > base + len) continue;
+    // Split the free range around [start, start+bytes).
+    std::vector<std::pair<uint64_t, uint64_t>> repl;
+    if (start > base) repl.push_back({base, start - base});
+    if (start + bytes < base + len) repl.push_back({start + bytes, base + len - start - bytes});
+    free_va_.erase(free_va_.begin() + static_cast<long>(i));
+    free_va_.insert(free_va_.begin() + static_cast<long>(i), repl.begin(), repl.end());
+    return start;
+  }
+  return error(Code::resource_exhausted, "no " + std::to_string(bytes) + "-byte hole left in the " +
+                                             std::to_string(opt_.va_size >> 30) +
+                                             " GiB VA window; free buffers or raise nv::Options::va_size");
+}
+
+void Device::release_va(uint64_t va, size_t bytes) {
+  // Put the PROT_NONE reservation back (replaces any CPU mapping there).
+  void* p = mmap(reinterpret_cast<void*>(va), bytes, PROT_NONE,
+                 MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE | MAP_FIXED, -1, 0);
+  if (p == MAP_FAILED) log("warning: could not re-reserve " + hex(va) + ": " + std::strerror(errno));
+  free_va_.push_back({va, bytes});
+  std::sort(free_va_.begin(), free_va_.end());
+  std::vector<std::pair<uint64_t, uint64_t>> merged;
+  for (const auto& r : free_va_) {
+    if (!merged.empty() && merged.back().first + merged.back().second == r.first) merged.back().second += r.second;
+    else merged.push_back(r);
+  }
+  free_va_.swap(merged);
+}
+
+// ---- mappings -----------------------------------------------------------------
+
+Status Device::map_cpu(uint32_t handle, uint64_t va, size_t bytes, bool sysmem, uint32_t flags) {
+  // A fresh fd carries the mmap context: /dev/nvidiactl for system memory,
+  // /dev/nvidia<minor> (registered with the ctl fd) for device memory.
+  int mfd = -1;
+  if (sysmem) {
+    mfd = ::open("/dev/nvidiactl", O_RDWR | O_CLOEXEC);
+    if (mfd < 0) return errno_status("open /dev/nvidiactl (mapping)", errno);
+  } else {
+    const std::string path = "/dev/nvidia" + std::to_string(info_.minor);
+    mfd = ::open(path.c_str(), O_RDWR | O_CLOEXEC);
+    if (mfd < 0) return errno_status(("open " + path + " (mapping)").c_str(), errno);
+    abi::RegisterFd r{fd_ctl_};
+    if (ioctl(mfd, abi::rm_ioctl(abi::kEscRegisterFd, sizeof r), &r) != 0) {
+      const int e = errno;
+      ::close(mfd);
+      return errno_status("NV_ESC_REGISTER_FD (mapping)", e);
+    }
+  }
+  abi::Nvos33WithFd p{};
+  p.hClient = h_client_;
+  p.hDevice = h_device_;
+  p.hMemory = handle;
+  p.length = bytes;
+  p.flags = flags;
+  p.fd = mfd;
+  if (ioctl(fd_ctl_, abi::rm_ioctl(abi::kEscRmMapMemory, sizeof p), &p) != 0) {
+    const int e = errno;
+    ::close(mfd);
+    return errno_status("NV_ESC_RM_MAP_MEMORY", e);
+  }
+  log("rm_map_memory " + hex(handle) + " bytes=" + std::to_string(bytes) + " -> " + rm_status_name(p.status));
+  if (p.status != 0) {
+    ::close(mfd);
+    return error(code_for(p.status), "CPU mapping (NV_ESC_RM_MAP_MEMORY) of " + hex(handle) + " failed: " +
+                                         rm_status_name(p.status));
+  }
+  void* m = mmap(reinterpret_cast<void*>(va), bytes, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_FIXED, mfd, 0);
+  const int e = errno;
+  ::close(mfd);
+  if (m == MAP_FAILED) return errno_status("mmap of an RM memory object", e);
+  return Status();
+}
+
+Status Device::map_gpu(uint32_t handle, uint64_t va, size_t bytes) {
+  abi::UvmCreateExternalRange r{};
+  r.base = va;
+  r.length = bytes;
+  CONCCL_RETURN_IF_ERROR(uvm_ioctl(fd_uvm_, abi::kUvmCreateExternalRange, &r, &r.rmStatus,
+                                   ("UVM_CREATE_EXTERNAL_RANGE " + hex(va) + "+" + hex(bytes)).c_str()));
+  abi::Nvos46 d{};
+  d.hClient = h_client_;
+  d.hDevice = h_device_;
+  d.hDma = h_virtmem_;
+  d.hMemory = handle;
+  d.length = bytes;
+  d.flags = abi::kNvos46CacheSnoop | abi::kNvos46OffsetFixed;  // PAGE_SIZE_DEFAULT
+  d.dmaOffset = va;
+  if (ioctl(fd_ctl_, abi::rm_ioctl(abi::kEscRmMapMemoryDma, sizeof d), &d) != 0)
+    return errno_status("NV_ESC_RM_MAP_MEMORY_DMA", errno);
+  log("rm_map_memory_dma " + hex(handle) + " at " + hex(va) + " -> " + rm_status_name(d.status));
+  if (d.status != 0) {
+    // nvidia_interop.md §2.3: PAGE_SIZE_4KB is the form tinygrad uses; retry with it.
+    d.status = 0;
+    d.flags = abi::kNvos46CacheSnoop | abi::kNvos46OffsetFixed | abi::kNvos46PageSize4k;
+    d.dmaOffset = va;
+    if (ioctl(fd_ctl_, abi::rm_ioctl(abi::kEscRmMapMemoryDma, sizeof d), &d) != 0)
+      return errno_status("NV_ESC_RM_MAP_MEMORY_DMA", errno);
+    log("rm_map_memory_dma (4 KiB pages) " + hex(handle) + " -> " + rm_status_name(d.status));
+  }
+  if (d.status != 0)
+    return error(code_for(d.status), "GPU mapping (NV_ESC_RM_MAP_MEMORY_DMA) of " + hex(handle) + " at " + hex(va) +
+                                         " failed: " + rm_status_name(d.status));
+  if (d.dmaOffset != va)
+    return error(Code::internal, "RM mapped " + hex(handle) + " at " + hex(d.dmaOffset) + " instead of " + hex(va));
+  auto m = std::make_unique<abi::UvmMapExternalAllocation>();
+  std::memset(m.get(), 0, sizeof *m);
+  m->base = va;
+  m->length = bytes;
+  std::memcpy(m->perGpuAttributes[0].gpuUuid, info_.uuid, 16);
+  m->perGpuAttributes[0].gpuMappingType = abi::kUvmMappingReadWriteAtomic;
+  m->gpuAttributesCount = 1;
+  m->rmCtrlFd = fd_ctl_;
+  m->hClient = h_client_;
+  m->hMemory = handle;
+  return uvm_ioctl(fd_uvm_, abi::kUvmMapExternalAllocation, m.get(), &m->rmStatus,
+                   ("UVM_MAP_EXTERNAL_ALLOCATION " + hex(va)).c_str());
+}
+
+// ---- memory -------------------------------------------------------------------
+
+Result<Buffer> Device::alloc(size_t bytes, MemKind kind, bool cpu_map) {
+  if (fd_ctl_ < 0) return error(Code::unavailable, "the nv device is closed");
+  if (bytes == 0) return error(Code::invalid_argument, "cannot allocate 0 bytes");
+  Buffer b;
+  b.kind = kind;
+  if (kind == MemKind::device) {
+    const bool huge = bytes >= (8u << 20);
+    const uint64_t page = huge ? (2u << 20) : 4096;
+    b.size = round_up(bytes, page);
+    Result<uint64_t> va = reserve_va(b.size, 2u << 20);
+    if (!va.ok()) return va.status();
+    b.va = *va;
+    abi::MemoryAllocationParams p{};
+    p.owner = h_client_;
+    p.type = abi::kNvos32TypeImage;
+    p.flags = abi::kAllocMapNotRequired | abi::kAllocMemoryHandleProvided | abi::kAllocAlignmentForce |
+              abi::kAllocIgnoreBankPlacement | abi::kAllocPersistentVidmem;
+    // Small CPU-visible buffers (rings, pushbuffers) contiguous, as tinygrad's gpfifo area.
+    p.attr = (cpu_map && !huge ? abi::kAttrContiguous : abi::kAttrAllowNoncontiguous) |
+             (huge ? abi::kAttrPageSizeHuge : 0u);
+    p.attr2 = abi::kAttr2PreferNoZbc | abi::kAttr2GpuCacheable | (huge ? abi::kAttr2Huge2Mb : 0u);
+    p.format = 6;
+    p.size = b.size;
+    p.alignment = page;
+    p.limit = b.size - 1;
+    Status st = rm_alloc(h_device_, abi::kNv01MemoryLocalUser, &p, sizeof p, &b.handle, "device memory");
+    if (!st.ok()) {
+      release_va(b.va, b.size);
+      return st.prefix("allocating " + std::to_string(bytes) + " bytes of device memory");
+    }
+    if (cpu_map) {
+      st = map_cpu(b.handle, b.va, b.size, false, abi::kNvos33CachingWriteCombined);
+      if (st.ok()) b.host = reinterpret_cast<void*>(b.va);
+    }
+    if (st.ok()) st = map_gpu(b.handle, b.va, b.size);
+    if (!st.ok()) {
+      (void)rm_free(h_device_, b.handle, "device memory");
+      release_va(b.va, b.size);
+      return st;
+    }
+  } else {
+    b.size = round_up(bytes, 4096);
+    Result<uint64_t> va = reserve_va(b.size, b.size >= (2u << 20) ? (2u << 20) : 4096);
+    if (!va.ok()) return va.status();
+    b.va = *va;
+    void* m = mmap(reinterpret_cast<void*>(b.va), b.size, PROT_READ | PROT_WRITE,
+                   MAP_SHARED | MAP_ANONYMOUS | MAP_FIXED, -1, 0);
+    if (m == MAP_FAILED) {
+      const int e = errno;
+      release_va(b.va, b.size);
+      return error(Code::resource_exhausted, "mmap of " + std::to_string(b.size) + " bytes of host memory failed: " +
+                                                 std::strerror(e));
+    }
+    b.host = m;
+    abi::Nvos02WithFd p{};
+    p.hRoot = h_client_;
+    p.hObjectParent = h_device_;
+    p.hObjectNew = next_handle_++;
+    p.hClass = abi::kNv01MemorySystemOsDescriptor;
+    p.flags = abi::kNvos02FlagsHost;
+    p.pMemory = b.va;
+    p.limit = b.size - 1;
+    p.fd = -1;
+    if (ioctl(fd_dev_, abi::rm_ioctl(abi::kEscRmAllocMemory, sizeof p), &p) != 0) {
+      const int e = errno;
+      release_va(b.va, b.size);
+      return errno_status("NV_ESC_RM_ALLOC_MEMORY (OS descriptor)", e);
+    }
+    log("rm_alloc_memory os-descriptor " + hex(b.va) + "+" + hex(b.size) + " -> " + rm_status_name(p.status));
+    if (p.status != 0) {
+      release_va(b.va, b.size);
+      return error(code_for(p.status), "registering " + std::to_string(b.size) +
+                                           " bytes of host memory (NV01_MEMORY_SYSTEM_OS_DESCRIPTOR) failed: " +
+                                           rm_status_name(p.status));
+    }
+    b.handle = p.hObjectNew;
+    Status st = map_gpu(b.handle, b.va, b.size);
+    if (!st.ok()) {
+      (void)rm_free(h_device_, b.handle, "host memory");
+      release_va(b.va, b.size);
+      return st;
+    }
+  }
+  buffers_.push_back(b);
+  return b;
+}
+
+Result<Buffer> Device::alloc_rm_sysmem(size_t bytes) {
+  Buffer b;
+  b.kind = MemKind::host;
+  b.size = round_up(bytes, 4096);
+  Result<uint64_t> va = reserve_va(b.size, 4096);
+  if (!va.ok()) return va.status();
+  b.va = *va;
+  abi::MemoryAllocationParams p{};
+  p.owner = h_client_;
+  p.type = abi::kNvos32TypeNotifier;
+  p.flags = abi::kAllocMapNotRequired | abi::kAllocMemoryHandleProvided | abi::kAllocAlignmentForce |
+            abi::kAllocIgnoreBankPlacement;
+  p.attr = abi::kAttrAllowNoncontiguous | abi::kAttrLocationPci;
+  p.attr2 = abi::kAttr2PreferNoZbc | abi::kAttr2GpuUncached;
+  p.format = 6;
+  p.size = b.size;
+  p.alignment = 4096;
+  p.limit = b.size - 1;
+  Status st = rm_alloc(h_device_, abi::kNv01MemorySystem, &p, sizeof p, &b.handle, "system memory (notifier)");
+  if (st.ok()) st = map_cpu(b.handle, b.va, b.size, true, 0);
+  if (st.ok()) {
+    b.host = reinterpret_cast<void*>(b.va);
+    std::memset(b.host, 0, b.size);
+    st = map_gpu(b.handle, b.va, b.size);
+  }
+  if (!st.ok()) {
+    if (b.handle) (void)rm_free(h_device_, b.handle, "system memory");
+    release_va(b.va, b.size);
+    return st;
+  }
+  buffers_.push_back(b);
+  return b;
+}
+
+Status Device::free(Buffer& b) {
+  if (fd_ctl_ < 0) return error(Code::unavailable, "the nv device is closed");
+  auto it = std::find_if(buffers_.begin(), buffers_.end(),
+                         [&](const Buffer& x) { return x.handle == b.handle && x.va == b.va; });
+  if (it == buffers_.end())
+    return error(Code::not_found, "buffer " + hex(b.va) + " (handle " + hex(b.handle) +
+                                      ") was not allocated by this device or is already freed");
+  abi::UvmFree f{};
+  f.base = b.va;
+  f.length = b.size;
+  Status st = uvm_ioctl(fd_uvm_, abi::kUvmFree, &f, &f.rmStatus, ("UVM_FREE " + hex(b.va)).c_str());
+  Status st2 = rm_free(h_device_, b.handle, b.imported ? "imported memory" : "memory");
+  if (!b.imported) release_va(b.va, b.size);
+  buffers_.erase(it);
+  b = Buffer{};
+  return st.ok() ? st2 : st;
+}
+
+Result<Buffer> Device::import_fd(int fd, uint64_t va, size_t bytes) {
+  if (fd_ctl_ < 0) return error(Code::unavailable, "the nv device is closed");
+  if ((va | bytes) & 0xFFF || bytes == 0)
+    return error(Code::invalid_argument, "import at " + hex(va) + " of " + std::to_string(bytes) +
+                                             " bytes: both must be non-zero multiples of 4 KiB (CUDA VMM granularity is 2 MiB)");
+  abi::ExportObjectInfo info{};
+  info.fd = fd;
+  CONCCL_RETURN_IF_ERROR(rm_control(h_client_, abi::kCtrlGetExportObjectInfo, &info, sizeof info,
+                                    "OS_UNIX_GET_EXPORT_OBJECT_INFO")
+                             .prefix("fd " + std::to_string(fd) +
+                                     " is not an RM export fd (use cuMemCreate with a POSIX fd handle type and "
+                                     "cuMemExportToShareableHandle)"));
+  if (info.maxObjects < 1)
+    return error(Code::invalid_argument, "fd " + std::to_string(fd) + " exports no objects");
+  abi::ImportObjectsFromFd imp{};
+  imp.fd = fd;
+  imp.hParent = h_device_;
+  imp.objects[0] = next_handle_++;
+  imp.numObjects = 1;
+  imp.index = 0;
+  CONCCL_RETURN_IF_ERROR(
+      rm_control(h_client_, abi::kCtrlImportObjectsFromFd, &imp, sizeof imp, "OS_UNIX_IMPORT_OBJECTS_FROM_FD"));
+  Buffer b;
+  b.va = va;
+  b.size = bytes;
+  b.kind = MemKind::device;
+  b.handle = imp.objects[0];
+  b.imported = true;
+  Status st = map_gpu(b.handle, va, bytes);
+  if (!st.ok()) {
+    (void)rm_free(h_device_, b.handle, "imported memory");
+    return st.prefix("mapping the imported allocation at " + hex(va));
+  }
+  buffers_.push_back(b);
+  return b;
+}
+
+Result<uint64_t> Device::alloc_slot() {
+  if (!slots_.host) return error(Code::unavailable, "the nv device is closed");
+  if (next_slot_ + hopper::kSemaphoreSlotBytes > slots_.size)
+    return error(Code::resource_exhausted, "all " + std::to_string(slots_.size / 16) + " semaphore slots are in use");
+  const uint64_t va = slots_.va + next_slot_;
+  next_slot_ += hopper::kSemaphoreSlotBytes;
+  return va;
+}
+
+volatile uint64_t* Device::slot_host(uint64_t va) {
+  if (va < slots_.va || va + 16 > slots_.va + slots_.size) return nullptr;
+  return reinterpret_cast<volatile uint64_t*>(va);
+}
+
+}  // namespace conccl::nv

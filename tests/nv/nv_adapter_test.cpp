@@ -1,0 +1,125 @@
+// tests/nv/nv_adapter_test.cpp - open_device({backend = "nv"}): the
+// conccl::Device adapter over nv::Device (src/backends/nv/nv_adapter.cpp).
+//
+// Without /dev/nvidiactl only the refusal and the topology printing run; on an
+// H100/H200 with the open 580 module the adapter is opened and exercised.
+#include <gtest/gtest.h>
+#include <unistd.h>
+
+#include <cstring>
+
+#include "conccl/device.hpp"
+#include "conccl/nv.hpp"
+#include "conccl/queue.hpp"
+#include "conccl/topology.hpp"
+
+namespace conccl {
+namespace {
+
+bool have_driver() { return access("/dev/nvidiactl", F_OK) == 0; }
+
+TEST(NvAdapter, OpenDeviceUnavailableWithoutDriver) {
+  if (have_driver()) GTEST_SKIP() << "/dev/nvidiactl exists here";
+  DeviceOptions o;
+  o.backend = "nv";
+  Result<std::unique_ptr<Device>> d = open_device(o);
+  ASSERT_FALSE(d.ok());
+  EXPECT_EQ(d.status().code(), Code::unavailable) << d.status().to_string();
+  const std::string m = d.status().message();
+  EXPECT_NE(m.find("/dev/nvidiactl"), std::string::npos) << m;  // the missing device node
+  EXPECT_NE(m.find("open NVIDIA kernel module"), std::string::npos) << m;  // what is needed
+  EXPECT_NE(m.find("--backend emu"), std::string::npos) << m;  // the fix elsewhere
+  EXPECT_NE(m.find("nv"), std::string::npos) << m;
+}
+
+TEST(NvAdapter, CopyEngineKindPrints) {
+  EXPECT_STREQ(engine_kind_name(EngineKind::copy), "ce");
+  Topology t;
+  t.backend = "nv";
+  GpuInfo g;
+  g.name = "NVIDIA H200";
+  g.memory_bytes = 141ull << 30;
+  g.engines = {{4, EngineKind::copy, 12}, {2, EngineKind::copy, 2}, {3, EngineKind::copy, 2}};
+  t.gpus.push_back(g);
+  t.notes.push_back("LCE0 (2 PCEs): graphics CE");
+  const std::string table = topology_table(t);
+  EXPECT_NE(table.find("NVIDIA H200, 3 copy engines (ce: 4 (weight 12) 2 (weight 2) 3 (weight 2))"),
+            std::string::npos)
+      << table;
+  EXPECT_EQ(table.find("SDMA"), std::string::npos) << table;
+  EXPECT_NE(table.find("note: LCE0"), std::string::npos) << table;
+  const std::string json = topology_json(t);
+  EXPECT_NE(json.find("{\"id\": 4, \"kind\": \"ce\", \"weight\": 12}"), std::string::npos) << json;
+  // SDMA topologies print as before.
+  Topology s;
+  s.backend = "emu";
+  GpuInfo sg;
+  sg.name = "gfx942";
+  sg.engines = {{0, EngineKind::pcie, 1}, {1, EngineKind::xgmi, 1}};
+  s.gpus.push_back(sg);
+  EXPECT_NE(topology_table(s).find("2 engines (1 pcie: 0; 1 xgmi: 1)"), std::string::npos) << topology_table(s);
+  EXPECT_EQ(topology_json(s).find("weight"), std::string::npos);
+}
+
+TEST(NvAdapter, NativeIsNullForOtherBackends) {
+  DeviceOptions o;
+  o.backend = "emu";
+  o.preset = "small";
+  Result<std::unique_ptr<Device>> d = open_device(o);
+  if (!d.ok()) GTEST_SKIP() << d.status().to_string();
+  EXPECT_EQ(nv::native(**d), nullptr);
+}
+
+TEST(NvAdapterHw, TopologyMemoryQueues) {
+  if (!have_driver()) GTEST_SKIP() << "no /dev/nvidiactl";
+  DeviceOptions o;
+  o.backend = "nv";
+  Result<std::unique_ptr<Device>> d = open_device(o);
+  ASSERT_TRUE(d.ok()) << d.status().to_string();
+  Device& dev = **d;
+  nv::Device* nd = nv::native(dev);
+  ASSERT_NE(nd, nullptr);
+  const Topology& t = dev.topology();
+  std::printf("%s", topology_table(t).c_str());
+  EXPECT_EQ(t.backend, "nv");
+  ASSERT_EQ(t.gpus.size(), 1u);
+  const GpuInfo& g = t.gpus[0];
+  EXPECT_FALSE(g.name.empty());
+  ASSERT_EQ(g.engines.size(), nd->channel_count());
+  for (size_t i = 0; i < g.engines.size(); ++i) {
+    EXPECT_EQ(g.engines[i].kind, EngineKind::copy);
+    EXPECT_EQ(g.engines[i].id, nd->channel(i).lce());
+    EXPECT_EQ(g.engines[i].weight, nd->channel(i).pces());
+  }
+
+  // Device memory: zeroed, not CPU-mapped, reachable by the engines.
+  const size_t n = 3u << 20;
+  Result<Buffer> a = dev.alloc(0, n, MemKind::device);
+  Result<Buffer> h = dev.alloc(0, n, MemKind::host);
+  ASSERT_TRUE(a.ok() && h.ok()) << a.status().to_string() << h.status().to_string();
+  EXPECT_EQ(a->host, nullptr);
+  EXPECT_EQ(dev.host_pointer(a->va, 16), nullptr);
+  EXPECT_TRUE(dev.is_mapped(a->va, n));
+  ASSERT_NE(h->host, nullptr);
+  EXPECT_EQ(dev.host_pointer(h->va + 100, 16), h->as<uint8_t>() + 100);
+  EXPECT_EQ(dev.host_pointer(h->va + h->size - 8, 16), nullptr) << "range past the end";
+  std::memset(h->host, 0x77, n);
+  nv::Channel& ch = nd->channel(0);
+  ASSERT_TRUE(ch.copy(h->va, a->va, n).ok());
+  ASSERT_TRUE(ch.submit(Deadline::after_ms(1000)).ok());
+  ASSERT_TRUE(ch.wait_done(Deadline::after_ms(5000)).ok()) << ch.diagnose();
+  for (size_t i = 0; i < n; ++i) ASSERT_EQ(h->as<uint8_t>()[i], 0) << "device memory not zeroed at " << i;
+
+  Result<std::unique_ptr<Queue>> q = dev.create_queue(0, g.engines[0].id);
+  ASSERT_FALSE(q.ok());
+  EXPECT_EQ(q.status().code(), Code::unavailable);
+  EXPECT_NE(q.status().message().find("nv::native"), std::string::npos) << q.status().message();
+
+  EXPECT_TRUE(dev.free(*a).ok());
+  EXPECT_TRUE(dev.free(*h).ok());
+  EXPECT_EQ(dev.free(*h).code(), Code::not_found);
+  EXPECT_FALSE(dev.is_mapped(a->va, 16));
+}
+
+}  // namespace
+}  // namespace conccl

@@ -1,0 +1,174 @@
+// tests/nv/nv_cuda_test.cpp - CUDA interop (src/backends/nv/cuda_interop.cpp):
+// cuda_alloc, register_cuda / unregister_cuda with their cache, the refusal of
+// plain cudaMalloc memory, and semaphore slots in a registered device page.
+//
+// libcuda is loaded with dlopen, here too: without it (this project's build
+// machines) only the unavailable path runs. On a GPU machine CUDA is set up
+// first and our nv::Device second, as the library recommends
+// (nvidia_interop.md §5), and every byte is checked through our own channels.
+#include <dlfcn.h>
+#include <gtest/gtest.h>
+#include <unistd.h>
+
+#include <cstring>
+#include <random>
+
+#include "conccl/nv.hpp"
+
+namespace conccl::nv {
+namespace {
+
+bool have_driver() { return access("/dev/nvidiactl", F_OK) == 0; }
+
+TEST(NvCuda, UnavailableWithoutLibcuda) {
+  Status s = cuda_available();
+  if (s.ok()) GTEST_SKIP() << "libcuda.so.1 loads here";
+  EXPECT_EQ(s.code(), Code::unavailable);
+  EXPECT_NE(s.message().find("libcuda"), std::string::npos) << s.message();
+  Result<CudaAlloc> a = cuda_alloc(1 << 20);
+  EXPECT_EQ(a.status().code(), Code::unavailable);
+  CudaAlloc empty;
+  EXPECT_TRUE(cuda_free(empty).ok()) << "freeing nothing is fine";
+}
+
+class NvCudaHw : public ::testing::Test {
+ protected:
+  static void SetUpTestSuite() {
+    if (!have_driver() || !cuda_available().ok()) return;
+    // CUDA first: its address reservations are in place before our window.
+    for (CudaAlloc* c : {&a_, &b_}) {
+      Result<CudaAlloc> r = cuda_alloc(kBytes);
+      if (!r.ok()) {
+        error_ = "cuda_alloc: " + r.status().to_string();
+        return;
+      }
+      *c = *r;
+    }
+    for (uint64_t base : {0x10'0000'0000ull, 0x20'0000'0000ull, 0x40'0000'0000ull}) {
+      Options o;
+      o.va_base = base;
+      o.va_size = 32ull << 30;
+      Result<std::unique_ptr<Device>> d = Device::open(o);
+      if (d.ok()) {
+        dev_ = std::move(d).value();
+        return;
+      }
+      error_ = d.status().to_string();
+      if (d.status().code() != Code::resource_exhausted) return;
+    }
+  }
+  static void TearDownTestSuite() {
+    dev_.reset();
+    (void)cuda_free(a_);
+    (void)cuda_free(b_);
+  }
+  void SetUp() override {
+    if (!have_driver()) GTEST_SKIP() << "no /dev/nvidiactl";
+    if (!cuda_available().ok()) GTEST_SKIP() << cuda_available().to_string();
+    ASSERT_TRUE(dev_) << error_;
+  }
+  // Copies [src, src+n) to [dst, dst+n) on channel 0 and waits.
+  static Status copy(uint64_t dst, uint64_t src, uint64_t n) {
+    Channel& ch = dev_->channel(0);
+    CONCCL_RETURN_IF_ERROR(ch.copy(dst, src, n));
+    uint64_t f = 0;
+    CONCCL_RETURN_IF_ERROR(ch.submit(Deadline::after_ms(1000), &f));
+    return ch.wait_done(Deadline::after_ms(5000), f);
+  }
+  static constexpr size_t kBytes = 6u << 20;  // three 2 MiB granules
+  static CudaAlloc a_, b_;
+  static std::unique_ptr<Device> dev_;
+  static std::string error_;
+};
+CudaAlloc NvCudaHw::a_, NvCudaHw::b_;
+std::unique_ptr<Device> NvCudaHw::dev_;
+std::string NvCudaHw::error_;
+
+TEST_F(NvCudaHw, RegisterCopyAndCache) {
+  ASSERT_EQ(a_.size, kBytes);
+  const size_t before = dev_->registered_allocations();
+  ASSERT_TRUE(dev_->register_cuda(a_.ptr, a_.size).ok());
+  ASSERT_TRUE(dev_->register_cuda(b_.ptr, b_.size).ok());
+  EXPECT_EQ(dev_->registered_allocations(), before + 2);
+  EXPECT_TRUE(dev_->is_registered(a_.ptr + 4096, 100));
+  // A sub-range of a registered allocation: cached, one more reference.
+  ASSERT_TRUE(dev_->register_cuda(a_.ptr + 0x1234, 5000).ok());
+  EXPECT_EQ(dev_->registered_allocations(), before + 2);
+
+  Result<Buffer> h = dev_->alloc(kBytes, MemKind::host), r = dev_->alloc(kBytes, MemKind::host);
+  ASSERT_TRUE(h.ok() && r.ok());
+  std::mt19937_64 rng(77);
+  for (size_t i = 0; i < kBytes / 8; ++i) h->as<uint64_t>()[i] = rng();
+  std::memset(r->host, 0, kBytes);
+  // host -> CUDA A -> CUDA B -> host, all through our channel at CUDA's addresses.
+  ASSERT_TRUE(copy(a_.ptr, h->va, kBytes).ok());
+  Status st = copy(b_.ptr + 0x3003, a_.ptr + 0x1001, kBytes - 0x4000);
+  ASSERT_TRUE(st.ok()) << st.to_string();
+  ASSERT_TRUE(copy(r->va, b_.ptr, kBytes).ok());
+  EXPECT_EQ(std::memcmp(r->as<uint8_t>() + 0x3003, h->as<uint8_t>() + 0x1001, kBytes - 0x4000), 0);
+
+  // Two references on A: the first unregister keeps it.
+  EXPECT_TRUE(dev_->unregister_cuda(a_.ptr + 0x1234, 5000).ok());
+  EXPECT_TRUE(dev_->is_registered(a_.ptr, a_.size));
+  EXPECT_TRUE(dev_->unregister_cuda(a_.ptr, a_.size).ok());
+  EXPECT_FALSE(dev_->is_registered(a_.ptr, 1));
+  EXPECT_EQ(dev_->unregister_cuda(a_.ptr, 1).code(), Code::not_found);
+  EXPECT_TRUE(dev_->unregister_cuda(b_.ptr, b_.size).ok());
+  EXPECT_EQ(dev_->registered_allocations(), before);
+  EXPECT_TRUE(dev_->free(*h).ok());
+  EXPECT_TRUE(dev_->free(*r).ok());
+}
+
+TEST_F(NvCudaHw, PlainCudaMallocIsRefusedClearly) {
+  void* lib = dlopen("libcuda.so.1", RTLD_NOW | RTLD_NOLOAD);
+  ASSERT_NE(lib, nullptr);
+  using Alloc = int (*)(unsigned long long*, size_t);
+  using Free = int (*)(unsigned long long);
+  auto mem_alloc = reinterpret_cast<Alloc>(dlsym(lib, "cuMemAlloc_v2"));
+  auto mem_free = reinterpret_cast<Free>(dlsym(lib, "cuMemFree_v2"));
+  ASSERT_TRUE(mem_alloc && mem_free);
+  unsigned long long p = 0;
+  ASSERT_EQ(mem_alloc(&p, 1 << 20), 0);
+  Status st = dev_->register_cuda(p, 1 << 20);
+  EXPECT_EQ(st.code(), Code::invalid_argument) << st.to_string();
+  EXPECT_NE(st.message().find("cuMemCreate(POSIX_FILE_DESCRIPTOR handle type) or conccl::nv::cuda_alloc"),
+            std::string::npos)
+      << st.message();
+  std::printf("cudaMalloc memory: %s\n", st.to_string().c_str());
+  EXPECT_FALSE(dev_->is_registered(p, 1));
+  EXPECT_EQ(mem_free(p), 0);
+  dlclose(lib);
+}
+
+TEST_F(NvCudaHw, SemaphoreSlotsInDeviceMemory) {
+  Result<uint64_t> s1 = dev_->alloc_cuda_slot(), s2 = dev_->alloc_cuda_slot();
+  ASSERT_TRUE(s1.ok()) << s1.status().to_string();
+  ASSERT_TRUE(s2.ok());
+  EXPECT_EQ(*s2, *s1 + 16);
+  EXPECT_TRUE(dev_->is_registered(*s1, 16));
+  Result<Buffer> r = dev_->alloc(4096, MemKind::host);
+  ASSERT_TRUE(r.ok());
+  std::memset(r->host, 0xFF, 64);
+  // Zeroed at creation.
+  ASSERT_TRUE(copy(r->va, *s1, 32).ok());
+  EXPECT_EQ(r->as<uint64_t>()[0], 0u);
+  EXPECT_EQ(r->as<uint64_t>()[2], 0u);
+  // One engine releases a 64-bit value into the page; another waits on it.
+  Channel& a = dev_->channel(0);
+  Channel& b = dev_->channel(dev_->channel_count() > 1 ? 1 : 0);
+  ASSERT_TRUE(b.wait(*s1, 0x300000001ull).ok());
+  ASSERT_TRUE(b.signal(*s2, 0x500000007ull).ok());
+  ASSERT_TRUE(b.submit(Deadline::after_ms(1000)).ok());
+  ASSERT_TRUE(a.signal(*s1, 0x300000001ull).ok());
+  ASSERT_TRUE(a.submit(Deadline::after_ms(1000)).ok());
+  ASSERT_TRUE(b.wait_done(Deadline::after_ms(5000)).ok()) << b.diagnose();
+  ASSERT_TRUE(a.wait_done(Deadline::after_ms(5000)).ok()) << a.diagnose();
+  ASSERT_TRUE(copy(r->va, *s1, 32).ok());
+  EXPECT_EQ(r->as<uint64_t>()[0], 0x300000001ull);
+  EXPECT_NE(r->as<uint64_t>()[1], 0u) << "CE timestamp at +8";
+  EXPECT_EQ(r->as<uint64_t>()[2], 0x500000007ull);
+  EXPECT_TRUE(dev_->free(*r).ok());
+}
+
+}  // namespace
+}  // namespace conccl::nv

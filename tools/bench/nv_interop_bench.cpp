@@ -1,0 +1,314 @@
+// tools/bench/nv_interop_bench.cpp - CUDA interop of the nv backend on one GPU:
+// registration of cuMemCreate buffers (cost, cache, CE copy between them,
+// verified by CUDA), the refusal of cudaMalloc memory, and the two hand-offs
+// through semaphores in a registered device page (Device::alloc_cuda_slot):
+//   CE -> CUDA: our channel releases the slot (64-bit, with the CE timestamp
+//               at +8); a CUDA stream waits on it with cuStreamWaitValue64(GEQ)
+//               and then runs a 1-thread kernel that reads %globaltimer.
+//               Latency = kernel %globaltimer - CE release timestamp.
+//   CUDA -> CE: our channel waits on the slot (host-class 64-bit acquire) and
+//               then releases a host slot with a timestamp; CUDA runs a kernel
+//               that reads %globaltimer, then cuStreamWriteValue64 on the slot.
+//               Latency = CE release timestamp - kernel %globaltimer.
+// Both clocks are the GPU's ns timer (nvidia_interop.md §4.1). Before each
+// release the bench checks that the waiting side has not moved (a 200 us
+// hold), and it counts violations. Prints a table last; writes JSON.
+//
+//   nv_interop_bench [--iters 300] [--json PATH]
+#include <cuda.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <random>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "conccl/nv.hpp"
+
+using namespace conccl;
+namespace cnv = conccl::nv;
+using Clock = std::chrono::steady_clock;
+
+#define CU_CHECK(x)                                                                                   \
+  do {                                                                                                \
+    CUresult r_ = (x);                                                                                \
+    if (r_ != CUDA_SUCCESS) {                                                                         \
+      const char* s_ = nullptr;                                                                       \
+      cuGetErrorString(r_, &s_);                                                                      \
+      std::fprintf(stderr, "%s:%d %s -> %d %s\n", __FILE__, __LINE__, #x, int(r_), s_ ? s_ : "?");    \
+      std::exit(4);                                                                                   \
+    }                                                                                                 \
+  } while (0)
+
+namespace {
+
+// 1-thread kernel: out[0] = %globaltimer, out[1] = *sem, out[2] = *(sem+8).
+// PTX written for this bench (PTX ISA: mov from %globaltimer, ld.volatile).
+const char* kPtx = R"(
+.version 7.8
+.target sm_90
+.address_size 64
+.visible .entry stamp(.param .u64 out, .param .u64 sem)
+{
+  .reg .b64 %rd<8>;
+  ld.param.u64 %rd1, [out];
+  ld.param.u64 %rd2, [sem];
+  cvta.to.global.u64 %rd3, %rd1;
+  cvta.to.global.u64 %rd4, %rd2;
+  mov.u64 %rd5, %globaltimer;
+  ld.volatile.global.u64 %rd6, [%rd4];
+  ld.volatile.global.u64 %rd7, [%rd4+8];
+  st.global.u64 [%rd3], %rd5;
+  st.global.u64 [%rd3+8], %rd6;
+  st.global.u64 [%rd3+16], %rd7;
+  ret;
+}
+)";
+
+struct Stats {
+  double min = 0, p10 = 0, median = 0, p90 = 0, p99 = 0, max = 0;
+  size_t n = 0;
+};
+Stats stats(std::vector<double> v) {
+  Stats s;
+  if (v.empty()) return s;
+  std::sort(v.begin(), v.end());
+  auto q = [&](double p) { return v[std::min(v.size() - 1, static_cast<size_t>(p * (v.size() - 1) + 0.5))]; };
+  s.n = v.size();
+  s.min = v.front();
+  s.p10 = q(0.1);
+  s.median = q(0.5);
+  s.p90 = q(0.9);
+  s.p99 = q(0.99);
+  s.max = v.back();
+  return s;
+}
+std::string json(const Stats& s) {
+  char b[200];
+  std::snprintf(b, sizeof b, "{\"n\": %zu, \"min\": %.3f, \"p10\": %.3f, \"median\": %.3f, \"p90\": %.3f, \"p99\": %.3f, \"max\": %.3f}",
+                s.n, s.min, s.p10, s.median, s.p90, s.p99, s.max);
+  return b;
+}
+
+void spin_us(int us) {
+  const auto t = Clock::now() + std::chrono::microseconds(us);
+  while (Clock::now() < t) {
+  }
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  int iters = 300;
+  std::string json_path;
+  for (int i = 1; i < argc; ++i) {
+    const std::string a = argv[i];
+    if (a == "--iters" && i + 1 < argc) iters = std::atoi(argv[++i]);
+    else if (a == "--json" && i + 1 < argc) json_path = argv[++i];
+    else {
+      std::fprintf(stderr, "usage: nv_interop_bench [--iters 300] [--json PATH]\n");
+      return 2;
+    }
+  }
+  // CUDA first (nvidia_interop.md §5).
+  CU_CHECK(cuInit(0));
+  CUdevice cdev;
+  CU_CHECK(cuDeviceGet(&cdev, 0));
+  CUcontext ctx;
+  CU_CHECK(cuDevicePrimaryCtxRetain(&ctx, cdev));
+  CU_CHECK(cuCtxSetCurrent(ctx));
+  CUstream stream;
+  CU_CHECK(cuStreamCreate(&stream, CU_STREAM_NON_BLOCKING));
+  CUmodule mod;
+  CU_CHECK(cuModuleLoadData(&mod, kPtx));
+  CUfunction stamp;
+  CU_CHECK(cuModuleGetFunction(&stamp, mod, "stamp"));
+
+  const size_t bytes = 256u << 20;
+  Result<cnv::CudaAlloc> A = cnv::cuda_alloc(bytes), B = cnv::cuda_alloc(bytes);
+  if (!A.ok() || !B.ok()) {
+    std::fprintf(stderr, "cuda_alloc: %s %s\n", A.status().to_string().c_str(), B.status().to_string().c_str());
+    return 4;
+  }
+  std::vector<uint8_t> pattern(bytes), back(bytes);
+  {
+    std::mt19937_64 rng(4242);
+    auto* p = reinterpret_cast<uint64_t*>(pattern.data());
+    for (size_t i = 0; i < bytes / 8; ++i) p[i] = rng();
+  }
+  CU_CHECK(cuMemcpyHtoD(A->ptr, pattern.data(), bytes));
+  CU_CHECK(cuMemsetD8(B->ptr, 0x5A, bytes));
+
+  std::unique_ptr<cnv::Device> dev;
+  Status last;
+  for (uint64_t base : {0x10'0000'0000ull, 0x20'0000'0000ull, 0x40'0000'0000ull, 0x80'0000'0000ull}) {
+    cnv::Options o;
+    o.va_base = base;
+    o.va_size = 64ull << 30;
+    Result<std::unique_ptr<cnv::Device>> d = cnv::Device::open(o);
+    if (d.ok()) {
+      dev = std::move(d).value();
+      break;
+    }
+    last = d.status();
+    if (last.code() != Code::resource_exhausted) break;
+  }
+  if (!dev) {
+    std::fprintf(stderr, "nv_interop_bench: %s\n", last.to_string().c_str());
+    return last.code() == Code::unavailable ? 5 : 4;
+  }
+  const Deadline dl = Deadline::after(std::chrono::seconds(60));
+  bool ok = true;
+
+  // (1) Registration: cost, cache hit, CE copy between the buffers.
+  auto t0 = Clock::now();
+  Status st = dev->register_cuda(A->ptr, A->size);
+  const double reg_a_ms = std::chrono::duration<double, std::milli>(Clock::now() - t0).count();
+  if (st.ok()) st = dev->register_cuda(B->ptr, B->size);
+  if (!st.ok()) {
+    std::fprintf(stderr, "register: %s\n", st.to_string().c_str());
+    return 4;
+  }
+  t0 = Clock::now();
+  st = dev->register_cuda(A->ptr + 4096, 1 << 20);  // cached
+  const double reg_hit_us = std::chrono::duration<double, std::micro>(Clock::now() - t0).count();
+  if (st.ok()) st = dev->unregister_cuda(A->ptr + 4096, 1 << 20);
+  t0 = Clock::now();
+  st = dev->copy_striped(B->ptr, A->ptr, bytes, dl);
+  const double copy_ms = std::chrono::duration<double, std::milli>(Clock::now() - t0).count();
+  if (!st.ok()) {
+    std::fprintf(stderr, "CE copy: %s\n", st.to_string().c_str());
+    return 4;
+  }
+  CU_CHECK(cuMemcpyDtoH(back.data(), B->ptr, bytes));
+  const bool copy_ok = std::memcmp(back.data(), pattern.data(), bytes) == 0;
+  ok &= copy_ok;
+  std::fprintf(stderr, "register 256 MiB: %.3f ms; cached register: %.1f us; striped CE copy %.2f ms; CUDA reads it back: %s\n",
+               reg_a_ms, reg_hit_us, copy_ms, copy_ok ? "ok" : "MISMATCH");
+
+  // (2) Plain cuMemAlloc (= cudaMalloc) memory.
+  CUdeviceptr plain = 0;
+  CU_CHECK(cuMemAlloc(&plain, 1 << 20));
+  Status refused = dev->register_cuda(plain, 1 << 20);
+  std::fprintf(stderr, "cudaMalloc memory: %s\n", refused.to_string().c_str());
+  const bool refused_ok = refused.code() == Code::invalid_argument &&
+                          refused.message().find("cuMemCreate(POSIX_FILE_DESCRIPTOR handle type)") != std::string::npos;
+  ok &= refused_ok;
+  CU_CHECK(cuMemFree(plain));
+
+  // (3) CE -> CUDA.
+  Result<uint64_t> sem = dev->alloc_cuda_slot(), flag = dev->alloc_cuda_slot();
+  Result<uint64_t> host_ts = dev->alloc_slot();
+  if (!sem.ok() || !flag.ok() || !host_ts.ok()) {
+    std::fprintf(stderr, "slots: %s %s\n", sem.status().to_string().c_str(), flag.status().to_string().c_str());
+    return 4;
+  }
+  CUdeviceptr out;
+  CU_CHECK(cuMemAlloc(&out, size_t(iters) * 2 * 32));
+  CU_CHECK(cuMemsetD8(out, 0, size_t(iters) * 2 * 32));
+  cnv::Channel& ch = dev->channel(0);
+  int early = 0, wrong_value = 0;
+  std::vector<double> ce_to_cuda, host_ce_to_cuda;
+  const uint64_t base_value = 0x3'0000'0000ull;
+  for (int i = 0; i < iters; ++i) {
+    const uint64_t target = base_value + 1 + i;
+    CUdeviceptr o = out + CUdeviceptr(i) * 32;
+    CUdeviceptr s = *sem;
+    void* args[] = {&o, &s};
+    CU_CHECK(cuStreamWaitValue64(stream, *sem, target, CU_STREAM_WAIT_VALUE_GEQ));
+    CU_CHECK(cuLaunchKernel(stamp, 1, 1, 1, 1, 1, 1, 0, stream, args, nullptr));
+    spin_us(200);
+    if (cuStreamQuery(stream) != CUDA_ERROR_NOT_READY) ++early;
+    const auto h0 = Clock::now();
+    st = ch.signal(*sem, target);
+    if (st.ok()) st = ch.submit(dl);
+    if (!st.ok()) break;
+    CU_CHECK(cuStreamSynchronize(stream));
+    host_ce_to_cuda.push_back(std::chrono::duration<double, std::micro>(Clock::now() - h0).count());
+    if (st.ok()) st = ch.wait_done(dl);
+    if (!st.ok()) break;
+  }
+  if (!st.ok()) {
+    std::fprintf(stderr, "CE->CUDA: %s\n", st.to_string().c_str());
+    return 4;
+  }
+  {
+    std::vector<uint64_t> rec(size_t(iters) * 4);
+    CU_CHECK(cuMemcpyDtoH(rec.data(), out, size_t(iters) * 32));
+    for (int i = 0; i < iters; ++i) {
+      const uint64_t k = rec[size_t(i) * 4], v = rec[size_t(i) * 4 + 1], ts = rec[size_t(i) * 4 + 2];
+      if (v < base_value + 1 + i) ++wrong_value;
+      ce_to_cuda.push_back((double(int64_t(k - ts))) / 1000.0);
+    }
+  }
+  ok &= early == 0 && wrong_value == 0;
+
+  // (4) CUDA -> CE.
+  int early2 = 0;
+  std::vector<double> cuda_to_ce;
+  volatile uint64_t* hts = dev->slot_host(*host_ts);
+  for (int i = 0; i < iters; ++i) {
+    const uint64_t target = base_value + 1 + i;
+    st = ch.wait(*flag, target);
+    if (st.ok()) st = ch.signal(*host_ts, target);
+    uint64_t f = 0;
+    if (st.ok()) st = ch.submit(dl, &f);
+    if (!st.ok()) break;
+    spin_us(200);
+    if (hts[0] >= target) ++early2;
+    CUdeviceptr o = out + CUdeviceptr(iters + i) * 32;
+    CUdeviceptr s = *flag;
+    void* args[] = {&o, &s};
+    CU_CHECK(cuLaunchKernel(stamp, 1, 1, 1, 1, 1, 1, 0, stream, args, nullptr));
+    CU_CHECK(cuStreamWriteValue64(stream, *flag, target, CU_STREAM_WRITE_VALUE_DEFAULT));
+    st = ch.wait_done(dl, f);
+    if (!st.ok()) break;
+    CU_CHECK(cuStreamSynchronize(stream));
+    uint64_t k = 0;
+    CU_CHECK(cuMemcpyDtoH(&k, o, 8));
+    cuda_to_ce.push_back(double(int64_t(hts[1] - k)) / 1000.0);
+  }
+  if (!st.ok()) {
+    std::fprintf(stderr, "CUDA->CE: %s\n", st.to_string().c_str());
+    return 4;
+  }
+  ok &= early2 == 0;
+
+  const Stats a = stats(ce_to_cuda), b = stats(cuda_to_ce), h = stats(host_ce_to_cuda);
+  if (!json_path.empty())
+    if (FILE* f = std::fopen(json_path.c_str(), "w")) {
+      std::fprintf(f,
+                   "{\n  \"bench\": \"nv_interop_bench\", \"iters\": %d,\n  \"register_256mib_ms\": %.3f, "
+                   "\"register_cached_us\": %.2f, \"copy_verified\": %s, \"cudamalloc_refused\": %s,\n"
+                   "  \"cudamalloc_message\": \"%s\",\n  \"ce_to_cuda_us\": %s, \"ce_to_cuda_early\": %d, "
+                   "\"ce_to_cuda_wrong_value\": %d,\n  \"host_submit_to_stream_sync_us\": %s,\n"
+                   "  \"cuda_to_ce_us\": %s, \"cuda_to_ce_early\": %d,\n  \"ok\": %s\n}\n",
+                   iters, reg_a_ms, reg_hit_us, copy_ok ? "true" : "false", refused_ok ? "true" : "false",
+                   refused.message().c_str(), json(a).c_str(), early, wrong_value, json(h).c_str(), json(b).c_str(),
+                   early2, ok ? "true" : "false");
+      std::fclose(f);
+    }
+  std::printf("\nnv_interop_bench: %d iterations per direction, semaphores in a registered cuMemCreate page\n", iters);
+  std::printf("register_cuda 256 MiB %.2f ms, cached %.1f us; CE copy between registered CUDA buffers verified: %s; "
+              "cudaMalloc refused with the fix: %s\n",
+              reg_a_ms, reg_hit_us, copy_ok ? "yes" : "NO", refused_ok ? "yes" : "NO");
+  std::printf("%-34s %8s %8s %8s %8s %8s %8s %s\n", "hand-off (us)", "min", "p10", "median", "p90", "p99", "max",
+              "ordering");
+  std::printf("%-34s %8.2f %8.2f %8.2f %8.2f %8.2f %8.2f %s\n", "CE release -> CUDA kernel start", a.min, a.p10,
+              a.median, a.p90, a.p99, a.max, early || wrong_value ? "VIOLATED" : "ok");
+  std::printf("%-34s %8.2f %8.2f %8.2f %8.2f %8.2f %8.2f %s\n", "CUDA kernel -> CE past its wait", b.min, b.p10,
+              b.median, b.p90, b.p99, b.max, early2 ? "VIOLATED" : "ok");
+  std::printf("%-34s %8.2f %8.2f %8.2f %8.2f %8.2f %8.2f\n", "host: CE submit -> stream sync", h.min, h.p10, h.median,
+              h.p90, h.p99, h.max);
+  (void)dev->unregister_cuda(A->ptr, A->size);
+  (void)dev->unregister_cuda(B->ptr, B->size);
+  dev.reset();
+  (void)cnv::cuda_free(*A);
+  (void)cnv::cuda_free(*B);
+  return ok ? 0 : 1;
+}
