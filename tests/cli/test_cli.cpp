@@ -4,6 +4,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <chrono>
 #include <cstdio>
 #include <cstdlib>
 #include <filesystem>
@@ -625,6 +626,120 @@ TEST(Demo, RunsAndRoundTrips) {
   for (const std::string& g : kAllGens) EXPECT_EQ(probe({"demo", "--gen", g}).rc, 0) << g;
   EXPECT_EQ(probe({"demo", "--gfx", "gfx1100"}).rc, 0);
   EXPECT_EQ(probe({"demo", "--gen", "3"}).rc, 2);
+}
+
+// ---------------------------------------------------------------------------
+// hopper-ce text form
+
+TEST(Asm, HopperCeMethods) {
+  // Method header (clc86f.h): inc = 1<<29, count 2 <<16, subch 4 <<13, method 0x400>>2.
+  Outcome r = probe({"asm", "--gen", "hopper-ce"},
+                    "copy.offset_in_upper upper=0x0; copy.offset_in_lower value=0x1000\n");
+  EXPECT_EQ(r.rc, 0) << r.err;
+  EXPECT_EQ(r.out, "20028100 00000000 00001000\n");
+  Outcome d = probe({"dis", "--gen", "hopper-ce"}, r.out);
+  EXPECT_EQ(d.rc, 0) << d.err;
+  EXPECT_TRUE(contains(d.out, "copy.offset_in_lower value=0x1000")) << d.out;
+  Outcome back = probe({"asm", "--gen", "hopper-ce"}, d.out);
+  EXPECT_EQ(back.out, r.out);
+  EXPECT_EQ(probe({"asm", "--gen", "hopper-ce"}, "copy.no_such_method x=1\n").rc, 2);
+  EXPECT_TRUE(contains(probe({"asm", "--gen", "hopper-ce", "--list"}).out, "copy.launch_dma"));
+}
+
+// ---------------------------------------------------------------------------
+// Device commands on the emulated node
+
+TEST(List, EmuTableAndJson) {
+  Outcome t = probe({"list", "--backend", "emu", "--preset", "mi300x"});
+  EXPECT_EQ(t.rc, 0) << t.err;
+  EXPECT_TRUE(contains(t.out, "gpu 7: gfx942, SDMA 4.4.2, 16 engines"));
+  Outcome j = probe({"list", "--preset", "mi300x", "--json"});
+  EXPECT_EQ(j.rc, 0) << j.err;
+  for (const char* key : {"\"backend\": \"emu\"", "\"gpus\": [", "\"index\": 7", "\"sdma_generation\": \"4.4.2\"",
+                          "\"engines\": [", "\"kind\": \"xgmi\"", "\"kind\": \"pcie\"", "\"links\": [",
+                          "\"peer\": 1", "\"type\": \"xgmi\"", "\"recommended_engines\": [14]"})
+    EXPECT_TRUE(contains(j.out, key)) << key;
+  Outcome c = probe({"list", "--gpus", "3", "--engines", "2", "--json"});
+  EXPECT_EQ(c.rc, 0) << c.err;
+  EXPECT_TRUE(contains(c.out, "\"index\": 2"));
+  EXPECT_FALSE(contains(c.out, "\"index\": 3"));
+  EXPECT_EQ(probe({"list", "--preset", "nope"}).rc, 2);
+}
+
+TEST(List, UnavailableBackendsExitFive) {
+  if (access("/dev/nvidiactl", F_OK) != 0) {
+    Outcome nv = probe({"list", "--backend", "nv"});
+    EXPECT_EQ(nv.rc, 5) << nv.out << nv.err;
+    EXPECT_TRUE(contains(nv.err, "/dev/nvidiactl")) << nv.err;
+  }
+  if (access("/dev/kfd", F_OK) != 0) {
+    Outcome kfd = probe({"list", "--backend", "kfd"});
+    EXPECT_EQ(kfd.rc, 5) << kfd.out << kfd.err;
+    EXPECT_TRUE(contains(kfd.err, "kfd")) << kfd.err;
+  }
+}
+
+TEST(Exec, RunsPacketsWithNamedBuffers) {
+  Outcome r = probe({"exec", "--gpu", "0", "--engine", "2", "--buffer", "a=4K", "--buffer", "b=4K@host", "--fill",
+                     "a=0xdeadbeef", "--dump", "b:16", "--dump", "b+32:8"},
+                    "copy src=$a dst=$b+4 bytes=8   # two dwords\nfence addr=$b value=0x1234\n"
+                    "write dst=$b+32 data=0x11,0x22\n");
+  EXPECT_EQ(r.rc, 0) << r.err;
+  EXPECT_EQ(r.out, "b+0: 00001234 deadbeef deadbeef 00000000\nb+32: 00000011 00000022\n");
+  Outcome bad = probe({"exec", "--buffer", "a=4K"}, "copy src=$nope dst=$a bytes=4\n");
+  EXPECT_EQ(bad.rc, 2);
+  EXPECT_TRUE(contains(bad.err, "unknown buffer '$nope'")) << bad.err;
+  Outcome fault = probe({"exec", "--buffer", "a=4K", "--timeout-ms", "2000"}, "copy src=0x1000 dst=$a bytes=4\n");
+  EXPECT_EQ(fault.rc, 4) << fault.err;
+  EXPECT_TRUE(contains(fault.err, "page fault")) << fault.err;
+}
+
+TEST(Copy, VerifiedCopyAndJson) {
+  Outcome r = probe({"copy", "--src", "0", "--dst", "3", "--bytes", "1M", "--json"});
+  EXPECT_EQ(r.rc, 0) << r.err;
+  for (const char* key : {"\"bytes\": 1048576", "\"seconds\": ", "\"gbps\": ", "\"verified\": true"})
+    EXPECT_TRUE(contains(r.out, key)) << r.out;
+  Outcome t = probe({"copy", "--src", "1", "--dst", "1", "--bytes", "12345"});
+  EXPECT_EQ(t.rc, 0) << t.err;
+  EXPECT_TRUE(contains(t.out, "yes"));
+  EXPECT_EQ(probe({"copy", "--src", "0", "--dst", "9", "--bytes", "4K"}).rc, 2);
+}
+
+TEST(Copy, InjectedHangsAreDiagnosedWithinTheDeadline) {
+  for (const char* kind : {"stall", "lost-signal"}) {
+    const auto t0 = std::chrono::steady_clock::now();
+    Outcome r = probe({"copy", "--src", "0", "--dst", "1", "--bytes", "4K", "--inject", kind, "--timeout-ms", "300"});
+    const double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+    EXPECT_EQ(r.rc, 3) << kind << ": " << r.err;
+    EXPECT_LT(s, 0.3 + 2.0) << kind;  // deadline plus process start-up and teardown
+    EXPECT_TRUE(contains(r.err, std::string(kind) == "stall" ? "never fetched" : "completion write was lost"))
+        << r.err;
+    EXPECT_TRUE(contains(r.err, "rptr=")) << r.err;
+    EXPECT_TRUE(contains(r.err, "expected >= 1, actual 0")) << r.err;
+  }
+}
+
+TEST(Collectives, SweepsPrintRowsAndJson) {
+  const std::string json = scratch() + "/ag.json";
+  Outcome r = probe({"allgather", "--preset", "mi300x", "--min", "1K", "--max", "64K", "--json", json});
+  EXPECT_EQ(r.rc, 0) << r.err;
+  EXPECT_TRUE(contains(r.out, "size,time_us,algbw_gbps,busbw_gbps,verified\n"));
+  EXPECT_EQ(count_lines(r.out), 1u + 7u) << r.out;  // header + 1K..64K
+  EXPECT_FALSE(contains(r.out, "false"));
+  const std::string j = read_file(json);
+  for (const char* key : {"\"rows\": [", "\"size\": 1024", "\"size\": 65536", "\"time_us\": ", "\"algbw_gbps\": ",
+                          "\"busbw_gbps\": ", "\"verified\": true"})
+    EXPECT_TRUE(contains(j, key)) << key;
+  for (const char* op : {"alltoall", "broadcast", "gather", "scatter", "p2p"}) {
+    Outcome o = probe({op, "--gpus", "4", "--engines", "4", "--min", "4K", "--max", "8K"});
+    EXPECT_EQ(o.rc, 0) << op << ": " << o.err;
+    EXPECT_EQ(count_lines(o.out), 3u) << op << ": " << o.out;
+  }
+  Outcome v = probe({"allgather", "--gpus", "4", "--min", "4K", "--max", "4K", "--variant", "chain"});
+  EXPECT_EQ(v.rc, 2);
+  Outcome pl = probe({"alltoall", "--preset", "mi300x", "--min", "64K", "--max", "64K", "--variant", "swap",
+                      "--prelaunch"});
+  EXPECT_EQ(pl.rc, 0) << pl.err;
 }
 
 }  // namespace

@@ -6,6 +6,7 @@
 
 #include "cli.hpp"
 #include "gen_flags.hpp"
+#include "packets/hopper_ce.hpp"
 #include "packets/sdma_asm.hpp"
 #include "packets/sdma_codec.hpp"
 
@@ -16,7 +17,56 @@ namespace sdma = conccl::sdma;
 
 // ---- asm --------------------------------------------------------------------
 
+bool is_hopper(const Args& args) { return args.value("gen") == std::string(conccl::hopper::kGenName); }
+
+// --gen hopper-ce: NVIDIA Hopper copy-engine pushbuffer methods (packets/hopper_ce.hpp).
+int run_asm_hopper(const Args& args, Context& ctx) {
+  if (args.has("list")) {
+    std::fprintf(ctx.out, "%s", conccl::hopper::describe_methods().c_str());
+    return to_int(ExitCode::ok);
+  }
+  int bad = 0;
+  const int unopened = for_each_input(args, ctx, [&](const std::string& name, FILE* f) {
+    std::string line;
+    std::vector<uint32_t> dw;
+    for (size_t line_no = 1; read_line(f, &line); ++line_no) {
+      dw.clear();
+      bool produced = false;
+      conccl::Status st = conccl::hopper::assemble_line(line, &dw, &produced);
+      if (!st.ok()) {
+        std::fflush(ctx.out);
+        std::fprintf(ctx.err, "%s:%zu: %s\n", name.c_str(), line_no, st.message().c_str());
+        ++bad;
+      } else if (produced) {
+        std::fprintf(ctx.out, "%s\n", sdma::format_dwords(dw).c_str());
+      }
+    }
+  });
+  return to_int(bad || unopened ? ExitCode::usage : ExitCode::ok);
+}
+
+int run_dis_hopper(const Args& args, Context& ctx) {
+  int bad = 0;
+  const int unopened = for_each_input(args, ctx, [&](const std::string& name, FILE* f) {
+    conccl::Result<std::vector<uint32_t>> dw = sdma::parse_dwords(read_all(f));
+    if (!dw.ok()) {
+      std::fprintf(ctx.err, "%s: %s\n", name.c_str(), dw.status().message().c_str());
+      ++bad;
+      return;
+    }
+    conccl::hopper::Disassembly d = conccl::hopper::disassemble(*dw);
+    for (const std::string& l : d.lines) std::fprintf(ctx.out, "%s\n", l.c_str());
+    if (!d.error.ok()) {
+      std::fflush(ctx.out);
+      std::fprintf(ctx.err, "%s: dword offset %zu: %s\n", name.c_str(), d.error_offset, d.error.message().c_str());
+      ++bad;
+    }
+  });
+  return to_int(bad || unopened ? ExitCode::usage : ExitCode::ok);
+}
+
 int run_asm(const Args& args, Context& ctx) {
+  if (is_hopper(args)) return run_asm_hopper(args, ctx);
   conccl::Result<sdma::Gen> gen = gen_from_args(args);
   if (!gen.ok()) return fail(args, ctx, gen.status());
 
@@ -66,6 +116,8 @@ const Registration asm_reg({
         "lines and '#' comments produce nothing. A bad line is reported on stderr as\n"
         "FILE:LINE: message, prints no dwords, and the rest is still assembled; the\n"
         "exit code is then 2. --list prints every op of the generation and its keys.\n"
+        "--gen hopper-ce assembles NVIDIA Hopper copy-engine pushbuffer methods instead\n"
+        "(docs/nv-backend.md; --list shows them).\n"
         "Syntax: docs/asm.md.\n"
         "\n"
         "example:\n"
@@ -123,6 +175,7 @@ bool dis_one(sdma::Gen g, const std::string& name, FILE* f, Context& ctx) {
 }
 
 int run_dis(const Args& args, Context& ctx) {
+  if (is_hopper(args)) return run_dis_hopper(args, ctx);
   conccl::Result<sdma::Gen> gen = gen_from_args(args);
   if (!gen.ok()) return fail(args, ctx, gen.status());
   int bad = 0;
