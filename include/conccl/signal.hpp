@@ -71,8 +71,8 @@ class Signal {
 
   // --- Host side ---
   // Waits until value >= v or the deadline. Spins briefly, then sleeps on
-  // `events` (a queue's TRAP event, if the producer traps after updating)
-  // or with a short backoff. On timeout, when `span` names the queue doing
+  // the producing queue's progress (span->queue: the emulator's futex, KFD's
+  // event) or, without a span, with a short backoff. On timeout, when `span` names the queue doing
   // the work, the error carries the hang diagnosis (see diagnose_hang).
   Status wait(uint64_t v, Deadline deadline, const QueueSpan* span = nullptr) const;
 

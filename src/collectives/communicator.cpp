@@ -91,14 +91,20 @@ Result<Queue*> Communicator::queue(int rank, int engine) {
   return p;
 }
 
-Result<std::unique_ptr<Plan>> Communicator::plan(const CollectiveArgs& args) {
+Result<std::unique_ptr<Plan>> Communicator::plan(const CollectiveArgs& in) {
+  // Resolve `automatic` first, so validation judges the variant that runs.
+  CollectiveArgs args = in;
+  if (args.variant == Variant::automatic) {
+    args.variant = choose_variant(args.op, args.bytes, size(), gen(0), args.prelaunch);
+    bool in_place = args.op == CollOp::all_to_all && args.send.size() == args.recv.size() && !args.send.empty();
+    for (size_t r = 0; r < args.send.size() && in_place; ++r) in_place = args.send[r].va == args.recv[r].va;
+    if (in_place && sdma::limits(gen(0)).has_swap_linear) args.variant = Variant::swap;  // only swap works in place
+  }
   CONCCL_RETURN_IF_ERROR(validate_args(*this, args));
   std::unique_ptr<Plan> plan(new Plan());
-  plan->args_ = args;
+  plan->args_ = in;
   plan->comm_ = this;
-  plan->variant_ = args.variant == Variant::automatic
-                       ? choose_variant(args.op, args.bytes, size(), gen(0), args.prelaunch)
-                       : args.variant;
+  plan->variant_ = args.variant;
   const int n = size();
   for (int r = 0; r < n; ++r) {
     Result<Signal> a = Signal::create(device_);
@@ -124,6 +130,16 @@ Result<std::unique_ptr<Plan>> Communicator::plan(const CollectiveArgs& args) {
     case CollOp::all_to_all: st = build_all_to_all(b, args, plan->variant_); break;
   }
   if (!st.ok()) return st.prefix(std::string("planning ") + coll_op_name(args.op));
+  // Each list goes into its ring in one submit: reject what cannot fit (with
+  // room for ring-end padding) before anything runs.
+  for (const PlanList& l : plan->lists_)
+    if (l.cb.size_bytes() + 256 > options_.ring_bytes)
+      return error(Code::invalid_argument,
+                   std::string(coll_op_name(args.op)) + ": the command list for rank " + std::to_string(l.rank) +
+                       " engine " + std::to_string(l.engine) + " is " + std::to_string(l.cb.size_bytes()) +
+                       " bytes, more than its " + std::to_string(options_.ring_bytes) +
+                       "-byte ring holds; create the communicator with a larger Options::ring_bytes "
+                       "(or fewer chain chunks)");
   return plan;
 }
 

@@ -10,6 +10,10 @@ bool Plan::running() const {
   if (!launched_) return false;
   for (size_t r = 0; r < arrive_.size(); ++r)
     if (arrive_[r].value() < expected_[r]) return true;
+  // Every packet of the launch consumed, not only the arrivals seen: a list
+  // may still have signal packets in flight after a rank's last arrival.
+  for (const PlanList& l : lists_)
+    if (l.queue->rptr() < l.span.end) return true;
   return false;
 }
 
@@ -83,6 +87,10 @@ Status Plan::wait(Deadline deadline) {
     }
     return st.prefix(std::string(coll_op_name(args_.op)) + ": rank " + std::to_string(r));
   }
+  // Then every list to its end, so no packet of this launch is still to run
+  // when the caller relaunches, or frees the plan and its signals.
+  for (const PlanList& l : lists_)
+    CONCCL_RETURN_IF_ERROR(l.queue->wait_consumed(deadline, l.span.end));
   return Status();
 }
 

@@ -129,13 +129,15 @@ Status validate_args(const Communicator& comm, const CollectiveArgs& a) {
   // Overlaps: destinations must be disjoint, and no destination may overlap
   // a source it does not itself copy from in place.
   const std::vector<Xfer> xs = transfers(a, n);
-  const bool swap_in_place = a.op == CollOp::all_to_all && a.variant == Variant::swap;
+  bool swap_in_place = a.op == CollOp::all_to_all && a.variant == Variant::swap;
+  for (int r = 0; r < n && swap_in_place; ++r)
+    swap_in_place = a.send[static_cast<size_t>(r)].va == a.recv[static_cast<size_t>(r)].va;
   for (size_t i = 0; i < xs.size(); ++i) {
     for (size_t j = i + 1; j < xs.size(); ++j)
       if (overlap(xs[i].dst, xs[i].len, xs[j].dst, xs[j].len))
         return bad("destinations overlap: rank " + std::to_string(xs[i].dst_rank) + "'s region at " + hex(xs[i].dst) +
                    " and rank " + std::to_string(xs[j].dst_rank) + "'s at " + hex(xs[j].dst) + "; use disjoint buffers");
-    if (swap_in_place) continue;
+    if (swap_in_place || xs[i].dst == xs[i].src) continue;  // in place: writes nothing, clobbers no source
     for (size_t j = 0; j < xs.size(); ++j) {
       if (!overlap(xs[i].dst, xs[i].len, xs[j].src, xs[j].len)) continue;
       if (i == j && xs[i].dst == xs[i].src) continue;  // in place: nothing to copy

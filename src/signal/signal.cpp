@@ -82,17 +82,19 @@ uint64_t Signal::add(uint64_t delta) {
 }
 
 Status Signal::enqueue_add(CommandBuffer& cb, uint64_t delta) const {
+  // Twin first, value last: a host that sees the value may free the signal,
+  // so no packet of the update may come after the value's.
   const size_t before = cb.packet_count();
-  Status st = cb.atomic_add64(va_, static_cast<int64_t>(delta));
-  if (st.ok()) st = cb.atomic_add64(va_ + 8, static_cast<int64_t>(delta));
+  Status st = cb.atomic_add64(va_ + 8, static_cast<int64_t>(delta));
+  if (st.ok()) st = cb.atomic_add64(va_, static_cast<int64_t>(delta));
   if (!st.ok() && cb.packet_count() != before)
     return error(Code::internal, "signal add half-recorded: " + st.message());
   return st;
 }
 
 Status Signal::enqueue_write(CommandBuffer& cb, uint64_t v) const {
-  CONCCL_RETURN_IF_ERROR(cb.fence64(va_, v));
-  return cb.fence64(va_ + 8, v + kTwinOffset);
+  CONCCL_RETURN_IF_ERROR(cb.fence64(va_ + 8, v + kTwinOffset));  // twin first, value last
+  return cb.fence64(va_, v);
 }
 
 Status Signal::enqueue_wait(CommandBuffer& cb, uint64_t v) const {

@@ -1,0 +1,131 @@
+// tests/collectives/collectives_bugs_test.cpp - regression tests for library bugs
+// found while writing this suite (swap aliasing, wait() returning before every
+// packet ran, lists larger than their ring); each was fixed in src/collectives.
+#include <gtest/gtest.h>
+
+#include <chrono>
+#include <map>
+#include <thread>
+
+#include "collectives/coll_fixture.hpp"
+
+namespace conccl {
+namespace {
+
+using namespace conccl::coltest;
+
+// validate.cpp skips the destination-overlaps-source check for every swap
+// all-to-all, not only for the in-place form (send[r] == recv[r] for all r).
+// Here recv[0] *is* send[1]: rank 0's phase-1 copy (send[0] -> recv[0])
+// overwrites send[1] while rank 1's phase-1 copy reads it; the plan is
+// accepted and the data is wrong.
+// Fix: swap_in_place = op == all_to_all && variant == swap && send[r].va ==
+// recv[r].va for every r; otherwise run the normal source-overlap check.
+TEST(CollBugs, SwapWithAliasedBuffersIsRejected) {
+  Node node;
+  ASSERT_OK(make_node(Topo::mapped3, &node));
+  Mem mem(*node.dev, 0xA11A5);
+  CollectiveArgs a;
+  a.op = CollOp::all_to_all;
+  a.variant = Variant::swap;
+  a.bytes = 1000;
+  make_buffers(mem, *node.comm, a, Form::separate);
+  a.send[1] = a.recv[0];
+  Result<std::unique_ptr<Plan>> p = node.comm->plan(a);
+  ASSERT_FALSE(p.ok()) << "accepted: recv[0] is send[1]";
+  EXPECT_EQ(p.status().code(), Code::invalid_argument);
+  EXPECT_TRUE(contains(p.status().message(), "overlaps a source")) << p.status().message();
+}
+
+// Plan::wait() returns (and running() turns false) as soon as every arrival
+// signal's value word is reached, but Signal::enqueue_add advances the value
+// first and the twin (+8) second: the list's last packet, the twin's atomic,
+// may still be queued. Destroying the plan then frees signal memory an engine
+// is about to write (here it lands in the next Signal allocated there, whose
+// twin no longer equals value + 2^31); relaunching resets the signals before
+// the late add lands.
+// Fix: Plan::wait() also waits for every list's queue to consume its span
+// (l.queue->wait_consumed(deadline, l.span.end)) and running() checks
+// l.queue->rptr() < l.span.end; or Signal::enqueue_add advances the twin
+// first and the value last.
+TEST(CollBugs, WaitCoversEveryPacketOfTheLaunch) {
+  Node node;
+  ASSERT_OK(make_node(Topo::mapped3, &node));
+  Communicator& comm = *node.comm;
+  Mem mem(*node.dev, 0x7A11);
+  CollectiveArgs a;
+  a.op = CollOp::p2p;
+  a.variant = Variant::single;
+  a.bytes = 4096;
+  a.root = 0;
+  a.peer = 1;
+  make_buffers(mem, comm, a, Form::separate);
+  std::unique_ptr<Plan> plan = std::move(comm.plan(a)).value();
+  ASSERT_EQ(plan->lists().size(), 1u);
+  const PlanList& l = plan->lists().front();
+  const int engine = l.engine;
+  Queue* queue = l.queue;
+  const uint64_t sig_va = plan->arrival(1).va();
+  // 100 ms before each packet on the list's engine: copy, atomic (value), atomic (twin).
+  ASSERT_OK(node.dev->inject(comm.gpu(0), l.engine, emu::Injection{.delay = std::chrono::milliseconds(100)}));
+  ASSERT_OK(plan->launch(long_deadline()));
+  ASSERT_OK(plan->wait(long_deadline()));
+  EXPECT_FALSE(plan->running());
+  const bool consumed = queue->rptr() >= l.span.end;
+  EXPECT_TRUE(consumed) << "wait() returned with " << (l.span.end - queue->rptr())
+                        << " bytes of the list still queued";
+  plan.reset();  // frees the arrival signals
+  // The next signal allocated gets the freed memory.
+  std::vector<Signal> fresh;
+  for (int i = 0; i < 64; ++i) {
+    fresh.push_back(std::move(Signal::create(*node.dev)).value());
+    if (fresh.back().va() == sig_va) break;
+  }
+  ASSERT_EQ(fresh.back().va(), sig_va) << "allocator did not reuse the freed signal";
+  ASSERT_OK(node.dev->inject(comm.gpu(0), engine, emu::Injection{}));
+  ASSERT_OK(queue->wait_consumed(long_deadline()));
+  const uint64_t value = fresh.back().value();
+  const uint64_t twin = *static_cast<uint64_t*>(node.dev->host_pointer(sig_va + 8, 8));
+  EXPECT_EQ(twin, value + Signal::kTwinOffset) << "an engine wrote into a destroyed plan's signal";
+}
+
+// A plan whose command list cannot fit its queue's ring (Communicator
+// Options::ring_bytes) is accepted by plan(); launch() then submits the lists
+// that fit, fails on the first that does not ("the plan is running
+// partially: wait() or destroy it") and leaves a launch that wait() can only
+// time out on, with data already moved. Here a chain broadcast of 200 chunks
+// on 4 KiB rings: launch fails after 1 of 3 lists.
+// Fix: Communicator::plan() rejects a list whose cb.size_bytes() (plus
+// worst-case ring-end padding) exceeds ring_bytes - 4, naming the list and
+// Options::ring_bytes; or Plan::submit_all() checks every list's size before
+// submitting any.
+TEST(CollBugs, ListLargerThanTheRingIsRejectedUpFront) {
+  ASSERT_OK_AND_ASSIGN(std::unique_ptr<emu::EmuDevice> dev, make_device(Topo::mapped3));
+  Communicator::Options o;
+  o.ring_bytes = 4096;
+  ASSERT_OK_AND_ASSIGN(std::unique_ptr<Communicator> comm, Communicator::create(*dev, {5, 1, 6}, o));
+  Mem mem(*dev, 0x4096);
+  CollectiveArgs a;
+  a.op = CollOp::broadcast;
+  a.variant = Variant::chain;
+  a.bytes = 256 * 200;
+  a.chain_chunks = 200;  // 200 copies + arrivals per list: far more than 4 KiB
+  make_buffers(mem, *comm, a, Form::separate);
+  const Mem::Image before = mem.snapshot();
+  Result<std::unique_ptr<Plan>> plan = comm->plan(a);
+  if (!plan.ok()) {
+    EXPECT_TRUE(plan.status().code() == Code::invalid_argument || plan.status().code() == Code::resource_exhausted)
+        << plan.status().to_string();
+    return;
+  }
+  std::map<const Queue*, uint64_t> w;
+  for (const PlanList& l : (*plan)->lists()) w[l.queue] = l.queue->wptr();
+  Status st = (*plan)->launch(Deadline::after_ms(200));
+  ASSERT_FALSE(st.ok()) << "a list larger than the ring was submitted";
+  for (const auto& [q, wp] : w) EXPECT_EQ(q->wptr(), wp) << "launch failed after submitting to engine " << q->engine();
+  std::this_thread::sleep_for(std::chrono::milliseconds(5));
+  EXPECT_TRUE(mem.matches(before)) << "launch failed after moving data: " << st.to_string();
+}
+
+}  // namespace
+}  // namespace conccl

@@ -1,0 +1,978 @@
+// tests/collectives/collectives_control_test.cpp - prelaunch, argument
+// errors, busy plans, the automatic variant rule, hang diagnosis, which
+// engines plans use (including engine_for's round-robin fallback, on a device
+// whose links recommend no engine), one- and two-rank communicators, and the
+// b2b_ways / striped engines / chain_chunks options.
+#include <gtest/gtest.h>
+
+#include <chrono>
+#include <map>
+#include <set>
+#include <thread>
+
+#include "collectives/coll_fixture.hpp"
+
+namespace conccl {
+namespace {
+
+using namespace conccl::coltest;
+
+constexpr uint64_t K = 1024, M = 1024 * 1024;
+
+std::unique_ptr<Plan> must_plan(Communicator& comm, const CollectiveArgs& a) {
+  Result<std::unique_ptr<Plan>> p = comm.plan(a);
+  EXPECT_TRUE(p.ok()) << p.status().to_string();
+  return p.ok() ? std::move(p).value() : nullptr;
+}
+
+// The list of `plan` on (rank, engine), or null.
+const PlanList* find_list(const Plan& plan, int rank, int engine) {
+  for (const PlanList& l : plan.lists())
+    if (l.rank == rank && l.engine == engine) return &l;
+  return nullptr;
+}
+
+// ---------------------------------------------------------------- prelaunch
+
+class CollPrelaunch : public ::testing::Test {
+ protected:
+  void SetUp() override { ASSERT_OK(make_node(Topo::mapped3, &node_)); }
+  Node node_;
+};
+
+// Every op and variant compiled with prelaunch: prelaunch() queues every list
+// behind the trigger and nothing moves until release(); launch() of such a
+// plan is prelaunch + release in one.
+TEST_F(CollPrelaunch, NothingMovesUntilRelease) {
+  Communicator& comm = *node_.comm;
+  const int n = comm.size();
+  for (CollOp op : {CollOp::p2p, CollOp::broadcast, CollOp::gather, CollOp::scatter, CollOp::all_gather,
+                    CollOp::all_to_all})
+    for (Variant v : variants_for(op)) {
+      SCOPED_TRACE(op_variant(op, v));
+      Mem mem(*node_.dev, 0x9E1A + static_cast<uint64_t>(op) * 16 + static_cast<uint64_t>(v));
+      CollectiveArgs a;
+      a.op = op;
+      a.variant = v;
+      a.bytes = kTsan ? 1001 : 40009;
+      a.root = 2;
+      a.peer = 0;
+      a.prelaunch = true;
+      make_buffers(mem, comm, a, Form::separate);
+      std::unique_ptr<Plan> plan = must_plan(comm, a);
+      ASSERT_TRUE(plan);
+      if (v == Variant::automatic) {
+        EXPECT_EQ(plan->variant(), choose_variant(op, a.bytes, n, comm.gen(0), /*prelaunch=*/true));
+      }
+      for (int round = 0; round < 3; ++round) {
+        SCOPED_TRACE("round " + std::to_string(round));
+        mem.refill();
+        const Mem::Image before = mem.snapshot();
+        const Mem::Image want = expected_after(mem, before, a, n);
+        if (round == 1) {
+          // launch() = prelaunch + release.
+          ASSERT_OK(plan->launch(long_deadline()));
+        } else {
+          ASSERT_OK(plan->prelaunch(long_deadline()));
+          // Give the engines time to (wrongly) run ahead.
+          std::this_thread::sleep_for(std::chrono::milliseconds(round == 0 ? 20 : 2));
+          EXPECT_TRUE(plan->running());
+          for (int r = 0; r < n; ++r) EXPECT_EQ(plan->arrival(r).value(), 0u) << "rank " << r;
+          ASSERT_TRUE(mem.matches(before)) << "data moved before release()";
+          // Still gated: a second prelaunch, a launch and a wait are refused.
+          ASSERT_CODE(plan->prelaunch(long_deadline()), Code::busy);
+          ASSERT_CODE(plan->launch(long_deadline()), Code::busy);
+          ASSERT_CODE(plan->wait(Deadline::after_ms(10)), Code::invalid_argument);
+          ASSERT_TRUE(mem.matches(before));
+          ASSERT_OK(plan->release());
+        }
+        ASSERT_OK(wait_done(*plan));
+        EXPECT_FALSE(plan->running());
+        ASSERT_TRUE(mem.matches(want));
+      }
+      // release() with nothing prelaunched is an error.
+      Status st = plan->release();
+      EXPECT_EQ(st.code(), Code::invalid_argument) << st.to_string();
+      EXPECT_TRUE(contains(st.message(), "without prelaunch")) << st.message();
+    }
+}
+
+TEST_F(CollPrelaunch, ReleaseWithoutPrelaunchAndPrelaunchOfAPlainPlanAreErrors) {
+  Communicator& comm = *node_.comm;
+  Mem mem(*node_.dev, 5);
+  CollectiveArgs a;
+  a.op = CollOp::all_gather;
+  a.variant = Variant::pcpy;
+  a.bytes = 999;
+  make_buffers(mem, comm, a, Form::separate);
+
+  // A prelaunch plan never launched: release() is an error, nothing moves.
+  a.prelaunch = true;
+  std::unique_ptr<Plan> gated = must_plan(comm, a);
+  ASSERT_TRUE(gated);
+  const Mem::Image before = mem.snapshot();
+  Status st = gated->release();
+  EXPECT_EQ(st.code(), Code::invalid_argument) << st.to_string();
+  EXPECT_TRUE(contains(st.message(), "release() without prelaunch()")) << st.message();
+  ASSERT_CODE(gated->wait(Deadline::after_ms(10)), Code::invalid_argument);  // never launched
+  EXPECT_FALSE(gated->running());
+
+  // A plan compiled without prelaunch: prelaunch() is an error and submits
+  // nothing; release() too.
+  a.prelaunch = false;
+  std::unique_ptr<Plan> plain = must_plan(comm, a);
+  ASSERT_TRUE(plain);
+  std::map<const Queue*, uint64_t> wptr;
+  for (const PlanList& l : plain->lists()) wptr[l.queue] = l.queue->wptr();
+  st = plain->prelaunch(long_deadline());
+  EXPECT_EQ(st.code(), Code::invalid_argument) << st.to_string();
+  EXPECT_TRUE(contains(st.message(), "without prelaunch")) << st.message();
+  EXPECT_TRUE(contains(st.message(), "CollectiveArgs::prelaunch")) << st.message();
+  EXPECT_EQ(plain->release().code(), Code::invalid_argument);
+  for (const auto& [q, w] : wptr) EXPECT_EQ(q->wptr(), w) << "queue on gpu " << q->gpu() << " engine " << q->engine();
+  EXPECT_FALSE(plain->running());
+  std::this_thread::sleep_for(std::chrono::milliseconds(5));
+  ASSERT_TRUE(mem.matches(before));
+
+  // Both still work normally afterwards.
+  const Mem::Image want = expected_after(mem, before, a, comm.size());
+  ASSERT_OK(plain->launch(long_deadline()));
+  ASSERT_OK(wait_done(*plain));
+  ASSERT_TRUE(mem.matches(want));
+  ASSERT_OK(gated->prelaunch(long_deadline()));
+  ASSERT_OK(gated->release());
+  ASSERT_OK(wait_done(*gated));
+  ASSERT_TRUE(mem.matches(want));  // same sources: same result
+}
+
+// ------------------------------------------------------------------- errors
+
+class CollErrors : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    ASSERT_OK(make_node(Topo::mapped3, &node_));
+    mem_ = std::make_unique<Mem>(*node_.dev, 0xE770);
+    // Every queue the communicator could use exists up front, so "nothing
+    // submitted" can be checked on all of them.
+    Communicator& comm = *node_.comm;
+    for (int r = 0; r < comm.size(); ++r)
+      for (const EngineInfo& e : node_.dev->topology().gpus[static_cast<size_t>(comm.gpu(r))].engines) {
+        Result<Queue*> q = comm.queue(r, e.id);
+        ASSERT_TRUE(q.ok()) << q.status().to_string();
+        queues_.push_back(*q);
+      }
+  }
+  void TearDown() override { mem_.reset(); }
+
+  CollectiveArgs args(CollOp op, Variant v, uint64_t bytes, int root = 0) {
+    CollectiveArgs a;
+    a.op = op;
+    a.variant = v;
+    a.bytes = bytes;
+    a.root = root;
+    a.peer = (root + 1) % node_.comm->size();
+    make_buffers(*mem_, *node_.comm, a, Form::separate);
+    return a;
+  }
+
+  // plan(a) fails with `code` and a message containing every `needle`;
+  // nothing was submitted to any queue and no byte of memory changed.
+  void expect_rejected(const CollectiveArgs& a, Code code, std::vector<std::string> needles) {
+    std::vector<uint64_t> w;
+    for (Queue* q : queues_) w.push_back(q->wptr());
+    const Mem::Image before = mem_->snapshot();
+    Result<std::unique_ptr<Plan>> p = node_.comm->plan(a);
+    ASSERT_FALSE(p.ok()) << "plan was accepted";
+    EXPECT_EQ(p.status().code(), code) << p.status().to_string();
+    for (const std::string& s : needles)
+      EXPECT_TRUE(contains(p.status().message(), s)) << "missing '" << s << "' in: " << p.status().message();
+    for (size_t i = 0; i < queues_.size(); ++i) EXPECT_EQ(queues_[i]->wptr(), w[i]) << "queue " << i;
+    std::this_thread::sleep_for(std::chrono::milliseconds(1));
+    EXPECT_TRUE(mem_->matches(before));
+  }
+
+  Node node_;
+  std::unique_ptr<Mem> mem_;
+  std::vector<Queue*> queues_;
+};
+
+TEST_F(CollErrors, ZeroBytes) {
+  CollectiveArgs a = args(CollOp::all_gather, Variant::pcpy, 64);
+  a.bytes = 0;
+  expect_rejected(a, Code::invalid_argument, {"allgather", "bytes is 0"});
+}
+
+TEST_F(CollErrors, OverlappingDestinations) {
+  // recv[1] starts one byte into recv[0].
+  CollectiveArgs a = args(CollOp::all_gather, Variant::pcpy, 100);
+  const Buffer big = mem_->alloc(node_.comm->gpu(0), 3 * 100 + 1);
+  a.recv[0] = Mem::sub(big, 0, 300);
+  a.recv[1] = Mem::sub(big, 1, 300);
+  expect_rejected(a, Code::invalid_argument, {"destinations overlap", "rank 0", "rank 1"});
+  // Broadcast: two ranks share one recv buffer.
+  CollectiveArgs b = args(CollOp::broadcast, Variant::fanout, 100);
+  b.recv[2] = b.recv[1];
+  expect_rejected(b, Code::invalid_argument, {"destinations overlap"});
+  // Scatter: two ranks' recv overlap by their last/first byte.
+  CollectiveArgs c = args(CollOp::scatter, Variant::fanout, 100);
+  const Buffer two = mem_->alloc(node_.comm->gpu(1), 199);
+  c.recv[1] = Mem::sub(two, 0, 100);
+  c.recv[2] = Mem::sub(two, 99, 100);
+  expect_rejected(c, Code::invalid_argument, {"destinations overlap"});
+}
+
+TEST_F(CollErrors, DestinationOverlapsASource) {
+  // all_gather: send[1] lies inside recv[0], but not as the in-place form.
+  CollectiveArgs a = args(CollOp::all_gather, Variant::bcst, 100);
+  a.send[1] = Mem::sub(a.recv[0], 0, 100);
+  expect_rejected(a, Code::invalid_argument, {"overlaps a source", "separate send and recv"});
+  // all_gather: send[r] == recv[r] but at the wrong offset (in place is recv[r] + r*bytes).
+  CollectiveArgs b = args(CollOp::all_gather, Variant::pcpy, 100);
+  b.send[2] = Mem::sub(b.recv[2], 0, 100);
+  expect_rejected(b, Code::invalid_argument, {"overlaps a source"});
+  // broadcast: the root's send overlaps half of another rank's recv.
+  CollectiveArgs c = args(CollOp::broadcast, Variant::chain, 100);
+  const Buffer span = mem_->alloc(node_.comm->gpu(1), 150);
+  c.recv[1] = Mem::sub(span, 0, 100);
+  c.send[0] = Mem::sub(span, 50, 100);
+  expect_rejected(c, Code::invalid_argument, {"overlaps a source"});
+  // p2p: recv[peer] overlaps send[root] by one byte.
+  CollectiveArgs d = args(CollOp::p2p, Variant::single, 100);
+  const Buffer both = mem_->alloc(node_.comm->gpu(1), 199);
+  d.send[0] = Mem::sub(both, 0, 100);
+  d.recv[1] = Mem::sub(both, 99, 100);
+  expect_rejected(d, Code::invalid_argument, {"overlaps a source"});
+}
+
+TEST_F(CollErrors, InPlaceAllToAllNeedsSwap) {
+  for (Variant v : {Variant::pcpy, Variant::b2b}) {
+    SCOPED_TRACE(variant_name(v));
+    CollectiveArgs a = args(CollOp::all_to_all, v, 100);
+    a.send = a.recv;
+    expect_rejected(a, Code::invalid_argument, {"overlaps a source", "swap"});
+  }
+}
+
+TEST_F(CollErrors, UnmappedBuffers) {
+  // A made-up address nowhere near any memory.
+  CollectiveArgs a = args(CollOp::all_gather, Variant::pcpy, 100);
+  a.recv[1].va = 0xdead0000;
+  a.recv[1].host = nullptr;
+  expect_rejected(a, Code::invalid_argument, {"recv[1]", "0xdead0000", "not mapped"});
+  // In a GPU's window but past its memory.
+  CollectiveArgs b = args(CollOp::broadcast, Variant::bcst, 100, 1);
+  const int g = node_.comm->gpu(1);
+  b.send[1].va = emu::kGpuVaBase + uint64_t(g) * emu::kGpuVaStride + node_.dev->topology().gpus[size_t(g)].memory_bytes;
+  b.send[1].host = nullptr;
+  expect_rejected(b, Code::invalid_argument, {"send[1]", "not mapped"});
+  // A buffer whose end runs past the memory.
+  CollectiveArgs c = args(CollOp::p2p, Variant::striped, 100);
+  c.recv[1].va = emu::kGpuVaBase + uint64_t(node_.comm->gpu(1)) * emu::kGpuVaStride +
+                 node_.dev->topology().gpus[size_t(node_.comm->gpu(1))].memory_bytes - 50;
+  expect_rejected(c, Code::invalid_argument, {"recv[1]", "not mapped"});
+}
+
+TEST_F(CollErrors, MissingBuffer) {
+  CollectiveArgs a = args(CollOp::broadcast, Variant::fanout, 100);
+  a.recv[2] = Buffer{};
+  expect_rejected(a, Code::invalid_argument, {"recv[2]", "missing"});
+  CollectiveArgs b = args(CollOp::scatter, Variant::fanout, 100, 1);
+  b.send[1] = Buffer{};
+  expect_rejected(b, Code::invalid_argument, {"send[1]", "missing"});
+}
+
+TEST_F(CollErrors, MismatchedSizes) {
+  CollectiveArgs a = args(CollOp::all_gather, Variant::b2b, 100);
+  a.recv[2].size = 299;  // needs 3 * 100
+  expect_rejected(a, Code::invalid_argument, {"mismatched sizes", "recv[2]", "299", "300"});
+  CollectiveArgs b = args(CollOp::all_to_all, Variant::pcpy, 100);
+  b.send[0].size = 100;
+  expect_rejected(b, Code::invalid_argument, {"mismatched sizes", "send[0]"});
+  CollectiveArgs c = args(CollOp::gather, Variant::pcpy, 100, 2);
+  c.recv[2].size = 299;
+  expect_rejected(c, Code::invalid_argument, {"mismatched sizes", "recv[2]"});
+  CollectiveArgs d = args(CollOp::p2p, Variant::automatic, 100);
+  d.recv[1].size = 99;
+  expect_rejected(d, Code::invalid_argument, {"mismatched sizes", "recv[1]"});
+}
+
+TEST_F(CollErrors, WrongNumberOfBuffers) {
+  CollectiveArgs a = args(CollOp::all_gather, Variant::pcpy, 100);
+  a.send.pop_back();
+  expect_rejected(a, Code::invalid_argument, {"one send and one recv Buffer per rank", "3 each", "got 2 and 3"});
+  CollectiveArgs b = args(CollOp::all_to_all, Variant::swap, 100);
+  b.recv.push_back(b.recv[0]);
+  expect_rejected(b, Code::invalid_argument, {"got 3 and 4"});
+  CollectiveArgs c = args(CollOp::p2p, Variant::single, 100);
+  c.send.clear();
+  c.recv.clear();
+  expect_rejected(c, Code::invalid_argument, {"got 0 and 0"});
+}
+
+TEST_F(CollErrors, BufferOnAGpuOutsideTheCommunicator) {
+  // The communicator is GPUs {5, 1, 6}; GPU 0's memory is not part of it.
+  CollectiveArgs a = args(CollOp::all_gather, Variant::pcpy, 100);
+  a.send[1] = mem_->alloc(0, 100);
+  expect_rejected(a, Code::invalid_argument, {"send[1]", "GPU 0", "outside the communicator"});
+  CollectiveArgs b = args(CollOp::all_to_all, Variant::swap, 100);
+  b.recv[0] = mem_->alloc(7, 300);
+  expect_rejected(b, Code::invalid_argument, {"recv[0]", "GPU 7", "outside the communicator"});
+}
+
+TEST_F(CollErrors, RootOrPeerOutsideTheCommunicator) {
+  for (int root : {3, -1, 5}) {
+    CollectiveArgs a = args(CollOp::broadcast, Variant::fanout, 100);
+    a.root = root;
+    expect_rejected(a, Code::invalid_argument, {"root rank " + std::to_string(root), "outside the communicator"});
+  }
+  CollectiveArgs g = args(CollOp::gather, Variant::pcpy, 100);
+  g.root = 3;
+  expect_rejected(g, Code::invalid_argument, {"root rank 3"});
+  for (int peer : {3, -2}) {
+    CollectiveArgs p = args(CollOp::p2p, Variant::single, 100);
+    p.peer = peer;
+    expect_rejected(p, Code::invalid_argument, {"peer rank " + std::to_string(peer), "outside the communicator"});
+  }
+}
+
+TEST_F(CollErrors, VariantNotValidForTheOp) {
+  const std::vector<std::pair<CollOp, Variant>> bad = {
+      {CollOp::p2p, Variant::pcpy},          {CollOp::p2p, Variant::fanout},
+      {CollOp::broadcast, Variant::pcpy},    {CollOp::broadcast, Variant::swap},
+      {CollOp::gather, Variant::bcst},       {CollOp::gather, Variant::fanout},
+      {CollOp::scatter, Variant::chain},     {CollOp::scatter, Variant::pcpy},
+      {CollOp::all_gather, Variant::swap},   {CollOp::all_gather, Variant::striped},
+      {CollOp::all_to_all, Variant::bcst},   {CollOp::all_to_all, Variant::single},
+  };
+  for (const auto& [op, v] : bad) {
+    SCOPED_TRACE(op_variant(op, v));
+    CollectiveArgs a = args(op, v, 100);
+    expect_rejected(a, Code::invalid_argument, {std::string("variant '") + variant_name(v) + "' does not apply"});
+  }
+  // Every op accepts exactly the variants it lists.
+  for (CollOp op : {CollOp::p2p, CollOp::broadcast, CollOp::gather, CollOp::scatter, CollOp::all_gather,
+                    CollOp::all_to_all}) {
+    const std::vector<Variant> ok = variants_for(op);
+    EXPECT_EQ(ok.front(), Variant::automatic);
+    for (Variant v : {Variant::automatic, Variant::pcpy, Variant::bcst, Variant::b2b, Variant::swap, Variant::fanout,
+                      Variant::chain, Variant::striped, Variant::single}) {
+      CollectiveArgs a = args(op, v, 64);
+      Result<std::unique_ptr<Plan>> p = node_.comm->plan(a);
+      const bool listed = std::find(ok.begin(), ok.end(), v) != ok.end();
+      EXPECT_EQ(p.ok(), listed) << op_variant(op, v) << ": " << p.status().to_string();
+    }
+  }
+}
+
+TEST(CollErrorsGen6, SwapNeedsSwapLinear) {
+  Node node;
+  ASSERT_OK(make_node(Topo::mapped3, &node, "6"));
+  ASSERT_EQ(node.comm->gen(0), sdma::Gen::v6);
+  ASSERT_FALSE(sdma::limits(sdma::Gen::v6).has_swap_linear);
+  Mem mem(*node.dev, 6);
+  CollectiveArgs a;
+  a.op = CollOp::all_to_all;
+  a.variant = Variant::swap;
+  a.bytes = 1000;
+  make_buffers(mem, *node.comm, a, Form::separate);
+  const Mem::Image before = mem.snapshot();
+  Result<std::unique_ptr<Plan>> p = node.comm->plan(a);
+  ASSERT_FALSE(p.ok());
+  EXPECT_EQ(p.status().code(), Code::invalid_argument);
+  EXPECT_TRUE(contains(p.status().message(), "SWAP_LINEAR")) << p.status().message();
+  EXPECT_TRUE(contains(p.status().message(), "SDMA 6")) << p.status().message();
+  EXPECT_TRUE(mem.matches(before));
+
+  // The same with in-place buffers; and every other variant runs on SDMA 6,
+  // automatic never picking swap (at a size where 4.4.2 would).
+  a.send = a.recv;
+  EXPECT_EQ(node.comm->plan(a).status().code(), Code::invalid_argument);
+  for (Variant v : {Variant::automatic, Variant::pcpy, Variant::b2b}) {
+    SCOPED_TRACE(variant_name(v));
+    Mem m2(*node.dev, 60 + static_cast<uint64_t>(v));
+    CollectiveArgs b;
+    b.op = CollOp::all_to_all;
+    b.variant = v;
+    b.bytes = 100003;  // total 300009: swap territory on 4.4.2
+    make_buffers(m2, *node.comm, b, Form::separate);
+    std::unique_ptr<Plan> plan = must_plan(*node.comm, b);
+    ASSERT_TRUE(plan);
+    EXPECT_NE(plan->variant(), Variant::swap);
+    if (v == Variant::automatic) {
+      EXPECT_EQ(plan->variant(), Variant::pcpy);
+    }
+    launch_and_verify(m2, *plan, node.comm->size(), 2);
+  }
+  // all_gather bcst (COPY broadcast exists on every generation) runs too.
+  Mem m3(*node.dev, 66);
+  CollectiveArgs c;
+  c.op = CollOp::all_gather;
+  c.variant = Variant::bcst;
+  c.bytes = 4093;
+  make_buffers(m3, *node.comm, c, Form::separate);
+  std::unique_ptr<Plan> plan = must_plan(*node.comm, c);
+  ASSERT_TRUE(plan);
+  launch_and_verify(m3, *plan, node.comm->size(), 2);
+}
+
+TEST(CollCommunicator, CreateRejectsBadGpuLists) {
+  ASSERT_OK_AND_ASSIGN(std::unique_ptr<emu::EmuDevice> dev, make_device(Topo::mi300x8));
+  struct Bad {
+    std::vector<int> gpus;
+    std::vector<std::string> needles;
+  };
+  const std::vector<Bad> bad = {
+      {{1, 2, 1}, {"GPU 1 given twice"}},
+      {{3, 3}, {"GPU 3 given twice"}},
+      {{0, 8}, {"GPU 8 does not exist", "0..7"}},
+      {{-1, 0}, {"GPU -1 does not exist"}},
+      {{}, {"at least one GPU"}},
+  };
+  for (const Bad& b : bad) {
+    Result<std::unique_ptr<Communicator>> c = Communicator::create(*dev, b.gpus);
+    ASSERT_FALSE(c.ok());
+    EXPECT_EQ(c.status().code(), Code::invalid_argument);
+    for (const std::string& s : b.needles)
+      EXPECT_TRUE(contains(c.status().message(), s)) << "missing '" << s << "' in: " << c.status().message();
+  }
+  Communicator::Options o;
+  o.ring_bytes = 5000;
+  EXPECT_EQ(Communicator::create(*dev, {0, 1}, o).status().code(), Code::invalid_argument);
+  ASSERT_OK_AND_ASSIGN(std::unique_ptr<Communicator> ok, Communicator::create(*dev, {7, 0, 3}));
+  EXPECT_EQ(ok->size(), 3);
+  EXPECT_EQ(ok->gpu(0), 7);
+  EXPECT_EQ(ok->rank_of_gpu(3), 2);
+  EXPECT_EQ(ok->rank_of_gpu(1), -1);
+}
+
+// --------------------------------------------------------------------- busy
+
+TEST(CollBusy, LaunchWhileThePreviousLaunchRunsIsRefused) {
+  Node node;
+  ASSERT_OK(make_node(Topo::mapped3, &node));
+  Communicator& comm = *node.comm;
+  Mem mem(*node.dev, 0xB05);
+  for (bool prelaunch : {false, true}) {
+    SCOPED_TRACE(prelaunch ? "prelaunch plan" : "plain plan");
+    CollectiveArgs a;
+    a.op = CollOp::all_gather;
+    a.variant = Variant::pcpy;
+    a.bytes = 4093;
+    a.prelaunch = prelaunch;
+    make_buffers(mem, comm, a, Form::separate);
+    std::unique_ptr<Plan> plan = must_plan(comm, a);
+    ASSERT_TRUE(plan);
+    // Stall the engine of rank 0's copy to rank 2.
+    const int eng = comm.engine_for(0, 2);
+    ASSERT_NE(find_list(*plan, 0, eng), nullptr);
+    mem.refill();
+    const Mem::Image before = mem.snapshot();
+    const Mem::Image want = expected_after(mem, before, a, comm.size());
+    ASSERT_OK(node.dev->inject(comm.gpu(0), eng, emu::Injection{.stall = true}));
+    ASSERT_OK(plan->launch(long_deadline()));
+    EXPECT_TRUE(plan->running());
+
+    std::map<const Queue*, uint64_t> w;
+    for (const PlanList& l : plan->lists()) w[l.queue] = l.queue->wptr();
+    Status st = plan->launch(long_deadline());
+    EXPECT_EQ(st.code(), Code::busy) << st.to_string();
+    EXPECT_TRUE(contains(st.message(), "still running")) << st.message();
+    EXPECT_TRUE(contains(st.message(), "wait()")) << st.message();
+    if (prelaunch) {
+      st = plan->prelaunch(long_deadline());
+      EXPECT_EQ(st.code(), Code::busy) << st.to_string();
+    }
+    for (const auto& [q, wp] : w) EXPECT_EQ(q->wptr(), wp) << "a refused launch submitted to gpu " << q->gpu()
+                                                           << " engine " << q->engine();
+    EXPECT_TRUE(plan->running());
+
+    ASSERT_OK(node.dev->inject(comm.gpu(0), eng, emu::Injection{}));
+    ASSERT_OK(wait_done(*plan));
+    EXPECT_FALSE(plan->running());
+    ASSERT_TRUE(mem.matches(want));
+    // And it launches again once done.
+    launch_and_verify(mem, *plan, comm.size(), 1);
+  }
+}
+
+// ----------------------------------------------------------- choose_variant
+
+TEST(CollChooseVariant, AllGatherRule) {
+  const sdma::Gen g = sdma::Gen::v4_4_2;
+  auto ag = [&](uint64_t bytes, int ranks, bool pre) { return choose_variant(CollOp::all_gather, bytes, ranks, g, pre); };
+  // Totals (ranks * bytes): b2b <= 512 KiB, bcst <= 4 MiB, pcpy above.
+  EXPECT_EQ(ag(1, 8, false), Variant::b2b);
+  EXPECT_EQ(ag(64 * K, 8, false), Variant::b2b);
+  EXPECT_EQ(ag(64 * K + 1, 8, false), Variant::bcst);
+  EXPECT_EQ(ag(512 * K, 8, false), Variant::bcst);
+  EXPECT_EQ(ag(512 * K + 1, 8, false), Variant::pcpy);
+  EXPECT_EQ(ag(64 * M, 8, false), Variant::pcpy);
+  // With prelaunch: b2b <= 128 KiB, bcst <= 256 KiB.
+  EXPECT_EQ(ag(16 * K, 8, true), Variant::b2b);
+  EXPECT_EQ(ag(16 * K + 1, 8, true), Variant::bcst);
+  EXPECT_EQ(ag(32 * K, 8, true), Variant::bcst);
+  EXPECT_EQ(ag(32 * K + 1, 8, true), Variant::pcpy);
+  // The total counts, not the chunk: 3 ranks of 170 KiB = 510 KiB.
+  EXPECT_EQ(ag(170 * K, 3, false), Variant::b2b);
+  EXPECT_EQ(ag(171 * K, 3, false), Variant::bcst);
+  // The generation does not matter for all-gather.
+  EXPECT_EQ(choose_variant(CollOp::all_gather, 100 * K, 8, sdma::Gen::v6, false), Variant::bcst);
+}
+
+TEST(CollChooseVariant, AllToAllRule) {
+  auto a2a = [](uint64_t bytes, int ranks, bool pre, sdma::Gen g = sdma::Gen::v4_4_2) {
+    return choose_variant(CollOp::all_to_all, bytes, ranks, g, pre);
+  };
+  // b2b <= 256 KiB total, swap <= 4 MiB, pcpy above.
+  EXPECT_EQ(a2a(1, 8, false), Variant::b2b);
+  EXPECT_EQ(a2a(32 * K, 8, false), Variant::b2b);
+  EXPECT_EQ(a2a(32 * K + 1, 8, false), Variant::swap);
+  EXPECT_EQ(a2a(512 * K, 8, false), Variant::swap);
+  EXPECT_EQ(a2a(512 * K + 1, 8, false), Variant::pcpy);
+  // With prelaunch: b2b <= 32 KiB, swap <= 2 MiB.
+  EXPECT_EQ(a2a(4 * K, 8, true), Variant::b2b);
+  EXPECT_EQ(a2a(4 * K + 1, 8, true), Variant::swap);
+  EXPECT_EQ(a2a(256 * K, 8, true), Variant::swap);
+  EXPECT_EQ(a2a(256 * K + 1, 8, true), Variant::pcpy);
+  // Without SWAP_LINEAR, swap's range falls back to pcpy; b2b is unchanged.
+  for (sdma::Gen g : {sdma::Gen::v4, sdma::Gen::v5, sdma::Gen::v5_2, sdma::Gen::v6, sdma::Gen::v7}) {
+    SCOPED_TRACE(std::string(sdma::gen_name(g)));
+    ASSERT_FALSE(sdma::limits(g).has_swap_linear);
+    EXPECT_EQ(a2a(32 * K, 8, false, g), Variant::b2b);
+    EXPECT_EQ(a2a(32 * K + 1, 8, false, g), Variant::pcpy);
+    EXPECT_EQ(a2a(512 * K, 8, false, g), Variant::pcpy);
+    EXPECT_EQ(a2a(4 * K + 1, 8, true, g), Variant::pcpy);
+  }
+}
+
+TEST(CollChooseVariant, OtherOps) {
+  const sdma::Gen g = sdma::Gen::v4_4_2;
+  EXPECT_EQ(choose_variant(CollOp::p2p, M - 1, 8, g, false), Variant::single);
+  EXPECT_EQ(choose_variant(CollOp::p2p, M, 8, g, false), Variant::striped);
+  EXPECT_EQ(choose_variant(CollOp::broadcast, 100 * M, 2, g, false), Variant::fanout);
+  EXPECT_EQ(choose_variant(CollOp::broadcast, 512 * K, 8, g, false), Variant::bcst);
+  EXPECT_EQ(choose_variant(CollOp::broadcast, 512 * K + 1, 8, g, false), Variant::chain);
+  EXPECT_EQ(choose_variant(CollOp::gather, 1, 8, g, false), Variant::pcpy);
+  EXPECT_EQ(choose_variant(CollOp::scatter, 1, 8, g, false), Variant::fanout);
+  for (CollOp op : {CollOp::p2p, CollOp::broadcast, CollOp::gather, CollOp::scatter, CollOp::all_gather,
+                    CollOp::all_to_all})
+    for (uint64_t bytes : {uint64_t(1), 4 * K, M, 64 * M})
+      for (bool pre : {false, true}) {
+        const Variant v = choose_variant(op, bytes, 8, g, pre);
+        EXPECT_NE(v, Variant::automatic);
+        const std::vector<Variant> ok = variants_for(op);
+        EXPECT_NE(std::find(ok.begin(), ok.end(), v), ok.end()) << op_variant(op, v);
+      }
+}
+
+// A plan with `automatic` takes the rule's choice, prelaunch included.
+TEST(CollChooseVariant, PlansFollowTheRule) {
+  Node node;
+  ASSERT_OK(make_node(Topo::mapped3, &node));
+  Communicator& comm = *node.comm;
+  struct C {
+    CollOp op;
+    uint64_t bytes;
+    bool pre;
+    Variant want;
+  };
+  const std::vector<C> cases = {
+      {CollOp::all_gather, 50000, false, Variant::b2b},   // 150000 total
+      {CollOp::all_gather, 50000, true, Variant::bcst},   // > 128 KiB with prelaunch
+      {CollOp::all_gather, 90000, true, Variant::pcpy},   // > 256 KiB with prelaunch
+      {CollOp::all_gather, 200000, false, Variant::bcst},
+      {CollOp::all_to_all, 50000, false, Variant::b2b},
+      {CollOp::all_to_all, 50000, true, Variant::swap},   // > 32 KiB with prelaunch
+      {CollOp::all_to_all, 100003, false, Variant::swap},
+      {CollOp::broadcast, 1000, false, Variant::bcst},
+  };
+  for (const C& c : cases) {
+    SCOPED_TRACE(std::string(coll_op_name(c.op)) + " " + std::to_string(c.bytes) + (c.pre ? " prelaunch" : ""));
+    ASSERT_EQ(choose_variant(c.op, c.bytes, 3, comm.gen(0), c.pre), c.want);
+    Mem mem(*node.dev, c.bytes);
+    CollectiveArgs a;
+    a.op = c.op;
+    a.bytes = c.bytes;
+    a.prelaunch = c.pre;
+    make_buffers(mem, comm, a, Form::separate);
+    std::unique_ptr<Plan> plan = must_plan(comm, a);
+    ASSERT_TRUE(plan);
+    EXPECT_EQ(plan->variant(), c.want);
+    EXPECT_EQ(plan->args().variant, Variant::automatic);
+    launch_and_verify(mem, *plan, comm.size(), 1);
+  }
+}
+
+// --------------------------------------------------------- hang diagnosis
+
+class CollDiagnosis : public ::testing::Test {
+ protected:
+  void SetUp() override { ASSERT_OK(make_node(Topo::mapped3, &node_)); }
+  Node node_;
+};
+
+TEST_F(CollDiagnosis, WaitTimeoutNamesTheStuckListAndItsPackets) {
+  Communicator& comm = *node_.comm;
+  Mem mem(*node_.dev, 0xD1A6);
+  CollectiveArgs a;
+  a.op = CollOp::all_gather;
+  a.variant = Variant::pcpy;
+  a.bytes = 4093;
+  make_buffers(mem, comm, a, Form::separate);
+  std::unique_ptr<Plan> plan = must_plan(comm, a);
+  ASSERT_TRUE(plan);
+  const Mem::Image want = expected_after(mem, mem.snapshot(), a, comm.size());
+
+  // Rank 1 (GPU 1) sends to rank 2 (GPU 6) on the kernel's engine for 1 -> 6.
+  const int eng = comm.engine_for(1, 2);
+  ASSERT_EQ(eng, kMi300xRec[1][6]);
+  const PlanList* stuck = find_list(*plan, 1, eng);
+  ASSERT_NE(stuck, nullptr);
+  ASSERT_OK(node_.dev->inject(comm.gpu(1), eng, emu::Injection{.stall = true}));
+  ASSERT_OK(plan->launch(long_deadline()));
+  // Let every other list finish, so only the stalled one is pending.
+  for (const PlanList& l : plan->lists())
+    if (&l != stuck) ASSERT_OK(l.queue->wait_consumed(long_deadline(), l.span.end));
+
+  const auto t0 = Clock::now();
+  Status st = plan->wait(Deadline::after_ms(60));
+  const auto took = Clock::now() - t0;
+  ASSERT_EQ(st.code(), Code::timeout) << st.to_string();
+  EXPECT_LT(took, std::chrono::seconds(5));
+  const std::string& m = st.message();
+  EXPECT_TRUE(contains(m, "allgather (pcpy)")) << m;
+  EXPECT_TRUE(contains(m, "rank 2 has")) << m;  // the rank still missing data
+  EXPECT_TRUE(contains(m, "stuck list: rank 1 engine " + std::to_string(eng))) << m;
+  EXPECT_TRUE(contains(m, "never fetched")) << m;
+  EXPECT_TRUE(contains(m, "stalled")) << m;
+  EXPECT_TRUE(contains(m, "pending packets")) << m;
+  // The decoded copy into rank 2's chunk 1, and its arrival.
+  EXPECT_TRUE(contains(m, "copy")) << m;
+  EXPECT_TRUE(contains(m, hex(a.recv[2].va + a.bytes))) << m;
+  EXPECT_TRUE(contains(m, "atomic")) << m;
+  EXPECT_TRUE(plan->running());
+  // Rank 2 has all but the stalled chunk.
+  EXPECT_EQ(plan->arrival(2).value() + 1, plan->arrivals_expected(2));
+
+  ASSERT_OK(node_.dev->inject(comm.gpu(1), eng, emu::Injection{}));
+  ASSERT_OK(wait_done(*plan));
+  EXPECT_FALSE(plan->running());
+  ASSERT_TRUE(mem.matches(want));
+}
+
+// A chain broadcast stalled at its first link: the root's list is named (the
+// later links are only waiting for it).
+TEST_F(CollDiagnosis, ChainNamesTheFirstStuckLink) {
+  Communicator& comm = *node_.comm;
+  Mem mem(*node_.dev, 0xC4A1);
+  CollectiveArgs a;
+  a.op = CollOp::broadcast;
+  a.variant = Variant::chain;
+  a.bytes = 3 * 256 * 1024 + 5;
+  a.root = 1;
+  make_buffers(mem, comm, a, Form::separate);
+  std::unique_ptr<Plan> plan = must_plan(comm, a);
+  ASSERT_TRUE(plan);
+  const Mem::Image want = expected_after(mem, mem.snapshot(), a, comm.size());
+  const int eng = comm.engine_for(1, 2);
+  ASSERT_NE(find_list(*plan, 1, eng), nullptr);
+  ASSERT_NE(find_list(*plan, 2, comm.engine_for(2, 0)), nullptr);
+  ASSERT_OK(node_.dev->inject(comm.gpu(1), eng, emu::Injection{.stall = true}));
+  ASSERT_OK(plan->launch(long_deadline()));
+  // The root's local copy finishes; the last link (2 -> 0) waits on a poll.
+  const PlanList* local = find_list(*plan, 1, comm.engine_for(1, 1));
+  ASSERT_NE(local, nullptr);
+  ASSERT_OK(local->queue->wait_consumed(long_deadline(), local->span.end));
+  Status st = plan->wait(Deadline::after_ms(80));
+  ASSERT_EQ(st.code(), Code::timeout) << st.to_string();
+  EXPECT_TRUE(contains(st.message(), "broadcast (chain)")) << st.message();
+  EXPECT_TRUE(contains(st.message(), "stuck list: rank 1 engine " + std::to_string(eng))) << st.message();
+  EXPECT_TRUE(contains(st.message(), "pending packets")) << st.message();
+  ASSERT_OK(node_.dev->inject(comm.gpu(1), eng, emu::Injection{}));
+  ASSERT_OK(wait_done(*plan));
+  ASSERT_TRUE(mem.matches(want));
+}
+
+// -------------------------------------------------------- engine selection
+
+TEST(CollEngines, Mi300xFollowsTheKernelTable) {
+  Node node;
+  ASSERT_OK(make_node(Topo::mi300x8, &node));
+  Communicator& comm = *node.comm;
+  const Topology& topo = node.dev->topology();
+  for (int s = 0; s < 8; ++s) {
+    std::set<int> rec;
+    for (int d = 0; d < 8; ++d) {
+      if (d == s) continue;
+      EXPECT_EQ(comm.engine_for(s, d), kMi300xRec[s][d]) << s << " -> " << d;
+      EXPECT_EQ(comm.engine_for(s, d, 1), kMi300xRec[s][d]) << "one recommended engine: k wraps";
+      const LinkInfo* l = topo.gpus[size_t(s)].link_to(d);
+      ASSERT_NE(l, nullptr);
+      ASSERT_EQ(l->recommended_engines, std::vector<int>{kMi300xRec[s][d]});
+      const std::vector<int> toward = comm.engines_toward(s, d);
+      ASSERT_FALSE(toward.empty());
+      EXPECT_EQ(toward.front(), kMi300xRec[s][d]);
+      EXPECT_EQ(toward.size(), 16u);
+      EXPECT_EQ(std::set<int>(toward.begin(), toward.end()).size(), 16u) << "duplicates in engines_toward";
+      rec.insert(kMi300xRec[s][d]);
+    }
+    EXPECT_EQ(rec.size(), 7u) << "each peer of GPU " << s << " has its own engine";
+    // Local copies: an xGMI engine no peer link recommends.
+    for (int k = 0; k < 7; ++k) {
+      const int e = comm.engine_for(s, s, k);
+      EXPECT_EQ(rec.count(e), 0u) << "local engine " << e << " of GPU " << s << " is a peer's";
+      EXPECT_GE(e, 2) << "local copies stay off the PCIe engines";
+      EXPECT_LT(e, 16);
+    }
+  }
+
+  // pcpy all-gather: exactly the (rank, recommended engine) lists plus one
+  // local-copy list per rank.
+  Mem mem(*node.dev, 0xE6);
+  CollectiveArgs a;
+  a.op = CollOp::all_gather;
+  a.variant = Variant::pcpy;
+  a.bytes = 333;
+  make_buffers(mem, comm, a, Form::separate);
+  std::unique_ptr<Plan> plan = must_plan(comm, a);
+  ASSERT_TRUE(plan);
+  std::set<std::pair<int, int>> want, got;
+  for (int s = 0; s < 8; ++s) {
+    want.insert({s, comm.engine_for(s, s)});
+    for (int d = 0; d < 8; ++d)
+      if (d != s) want.insert({s, kMi300xRec[s][d]});
+  }
+  for (const PlanList& l : plan->lists()) {
+    EXPECT_TRUE(got.insert({l.rank, l.engine}).second) << "two lists on rank " << l.rank << " engine " << l.engine;
+    // Each peer list writes to exactly the peer whose recommended engine it is.
+    if (l.engine != comm.engine_for(l.rank, l.rank)) {
+      ASSERT_EQ(l.writes_to.size(), 1u);
+      EXPECT_EQ(kMi300xRec[l.rank][l.writes_to[0]], l.engine);
+    }
+  }
+  EXPECT_EQ(got, want);
+  EXPECT_EQ(plan->lists().size(), 64u);
+  launch_and_verify(mem, *plan, 8, 1);
+}
+
+TEST(CollEngines, MappedRanksUseTheirGpusTable) {
+  Node node;
+  ASSERT_OK(make_node(Topo::mapped3, &node));
+  Communicator& comm = *node.comm;
+  const int g[3] = {5, 1, 6};
+  for (int s = 0; s < 3; ++s)
+    for (int d = 0; d < 3; ++d)
+      if (s != d) {
+        EXPECT_EQ(comm.engine_for(s, d), kMi300xRec[g[s]][g[d]]) << s << " -> " << d;
+      }
+  Mem mem(*node.dev, 0x5A);
+  CollectiveArgs a;
+  a.op = CollOp::all_gather;
+  a.variant = Variant::pcpy;
+  a.bytes = 4093;
+  make_buffers(mem, comm, a, Form::separate);
+  std::unique_ptr<Plan> plan = must_plan(comm, a);
+  ASSERT_TRUE(plan);
+  std::set<std::pair<int, int>> want, got;
+  for (int s = 0; s < 3; ++s) {
+    want.insert({s, comm.engine_for(s, s)});
+    for (int d = 0; d < 3; ++d)
+      if (d != s) want.insert({s, kMi300xRec[g[s]][g[d]]});
+  }
+  for (const PlanList& l : plan->lists()) {
+    got.insert({l.rank, l.engine});
+    EXPECT_EQ(l.queue->gpu(), g[l.rank]);
+  }
+  EXPECT_EQ(got, want);
+}
+
+// A device whose links recommend no engine (as a backend without the KFD
+// table would report): engine_for falls back to round robin over xGMI
+// engines. Everything else is the emulated node underneath.
+class NoRecommendations final : public Device {
+ public:
+  explicit NoRecommendations(Device& inner) : inner_(inner), topo_(inner.topology()) {
+    for (GpuInfo& g : topo_.gpus)
+      for (LinkInfo& l : g.links) l.recommended_engines.clear();
+  }
+  const Topology& topology() const override { return topo_; }
+  Result<Buffer> alloc(int gpu, size_t bytes, MemKind kind) override { return inner_.alloc(gpu, bytes, kind); }
+  Status free(const Buffer& b) override { return inner_.free(b); }
+  Result<std::unique_ptr<Queue>> create_queue(int gpu, int engine, const QueueOptions& o) override {
+    return inner_.create_queue(gpu, engine, o);
+  }
+  void* host_pointer(uint64_t va, size_t bytes) override { return inner_.host_pointer(va, bytes); }
+  bool is_mapped(uint64_t va, size_t bytes) override { return inner_.is_mapped(va, bytes); }
+  void host_wrote() override { inner_.host_wrote(); }
+
+ private:
+  Device& inner_;
+  Topology topo_;
+};
+
+TEST(CollEngines, RoundRobinWithoutRecommendations) {
+  ASSERT_OK_AND_ASSIGN(std::unique_ptr<emu::EmuDevice> emu_dev, make_device(Topo::small3));
+  NoRecommendations dev(*emu_dev);
+  ASSERT_OK_AND_ASSIGN(std::unique_ptr<Communicator> comm, Communicator::create(dev, {2, 0, 1}));
+  // 4 engines: 0-1 PCIe, 2-3 xGMI. Peer at distance d takes xGMI engine (d-1) mod 2.
+  for (int s = 0; s < 3; ++s) {
+    EXPECT_EQ(comm->engine_for(s, (s + 1) % 3), 2);
+    EXPECT_EQ(comm->engine_for(s, (s + 2) % 3), 3);
+    EXPECT_EQ(comm->engine_for(s, (s + 1) % 3, 1), 3);
+    EXPECT_EQ(comm->engine_for(s, s), 2);  // no link recommends anything: every xGMI engine is free
+    EXPECT_EQ(comm->engine_for(s, s, 1), 3);
+  }
+  // Every variant still moves the right bytes on those engines.
+  const int n = comm->size();
+  for (CollOp op : {CollOp::p2p, CollOp::broadcast, CollOp::gather, CollOp::scatter, CollOp::all_gather,
+                    CollOp::all_to_all})
+    for (Variant v : variants_for(op)) {
+      SCOPED_TRACE(op_variant(op, v));
+      Mem mem(dev, 0x22 + static_cast<uint64_t>(op) * 16 + static_cast<uint64_t>(v));
+      CollectiveArgs a;
+      a.op = op;
+      a.variant = v;
+      a.bytes = 3001;
+      a.root = 1;
+      a.peer = 2;
+      make_buffers(mem, *comm, a, Form::separate);
+      std::unique_ptr<Plan> plan = must_plan(*comm, a);
+      ASSERT_TRUE(plan);
+      if (op != CollOp::p2p) {  // striped p2p may also use the PCIe engines
+        for (const PlanList& l : plan->lists()) EXPECT_GE(l.engine, 2) << "rank " << l.rank;
+      }
+      launch_and_verify(mem, *plan, n, 2);
+    }
+}
+
+TEST(CollEngines, SmallNodeSharesItsTwoXgmiEngines) {
+  Node node;
+  ASSERT_OK(make_node(Topo::small3, &node));
+  Communicator& comm = *node.comm;
+  for (int s = 0; s < 3; ++s) {
+    EXPECT_EQ(comm.engine_for(s, (s + 1) % 3), 2);
+    EXPECT_EQ(comm.engine_for(s, (s + 2) % 3), 3);
+    const int local = comm.engine_for(s, s);
+    EXPECT_TRUE(local == 2 || local == 3) << local;  // every xGMI engine is some peer's: share one
+  }
+}
+
+// ------------------------------------------------------- small communicators
+
+// One and two ranks: every op and variant (with one rank, only local copies;
+// with two, broadcast pairs degenerate to single copies).
+TEST(CollSmallComms, OneAndTwoRanks) {
+  ASSERT_OK_AND_ASSIGN(std::unique_ptr<emu::EmuDevice> dev, make_device(Topo::mi300x8));
+  for (std::vector<int> gpus : {std::vector<int>{4}, std::vector<int>{6, 3}}) {
+    ASSERT_OK_AND_ASSIGN(std::unique_ptr<Communicator> comm, Communicator::create(*dev, gpus));
+    const int n = comm->size();
+    for (CollOp op : {CollOp::p2p, CollOp::broadcast, CollOp::gather, CollOp::scatter, CollOp::all_gather,
+                      CollOp::all_to_all})
+      for (Variant v : variants_for(op))
+        for (Form form : {Form::separate, Form::in_place}) {
+          if (form == Form::in_place && (op == CollOp::p2p || (op == CollOp::all_to_all && v != Variant::swap)))
+            continue;
+          SCOPED_TRACE(std::to_string(n) + " ranks, " + op_variant(op, v) +
+                       (form == Form::in_place ? " in place" : ""));
+          Mem mem(*dev, 0x12 + static_cast<uint64_t>(op) * 16 + static_cast<uint64_t>(v));
+          CollectiveArgs a;
+          a.op = op;
+          a.variant = v;
+          a.bytes = 1027;
+          a.root = n - 1;
+          a.peer = 0;
+          make_buffers(mem, *comm, a, form);
+          Result<std::unique_ptr<Plan>> plan = comm->plan(a);
+          ASSERT_TRUE(plan.ok()) << plan.status().to_string();
+          launch_and_verify(mem, **plan, n, 2);
+        }
+  }
+}
+
+// ------------------------------------------------------------------ options
+
+// b2b_ways, p2p striped `engines`, chain_chunks.
+TEST(CollOptions, WaysEnginesAndChunks) {
+  Node node;
+  ASSERT_OK(make_node(Topo::mi300x8, &node));
+  Communicator& comm = *node.comm;
+  const int n = comm.size();
+  for (CollOp op : {CollOp::all_gather, CollOp::all_to_all})
+    for (int ways : {1, 2, 3, 7, 9}) {
+      SCOPED_TRACE(std::string(coll_op_name(op)) + " b2b_ways=" + std::to_string(ways));
+      Mem mem(*node.dev, 0xB2B + static_cast<uint64_t>(ways));
+      CollectiveArgs a;
+      a.op = op;
+      a.variant = Variant::b2b;
+      a.bytes = 2049;
+      a.b2b_ways = ways;
+      make_buffers(mem, comm, a, Form::separate);
+      ASSERT_OK_AND_ASSIGN(std::unique_ptr<Plan> plan, comm.plan(a));
+      // Per rank: one local list plus ceil(7 / ways) peer lists (fewer only
+      // if two groups' first peers share an engine).
+      std::map<int, int> per_rank;
+      for (const PlanList& l : plan->lists()) per_rank[l.rank]++;
+      const int w = std::min(ways, n - 1);
+      for (int r = 0; r < n; ++r) EXPECT_LE(per_rank[r], 1 + (n - 1 + w - 1) / w) << "rank " << r;
+      launch_and_verify(mem, *plan, n, 2);
+    }
+  for (int engines : {1, 2, 3, 16}) {
+    SCOPED_TRACE("p2p striped engines=" + std::to_string(engines));
+    Mem mem(*node.dev, 0x5 + static_cast<uint64_t>(engines));
+    CollectiveArgs a;
+    a.op = CollOp::p2p;
+    a.variant = Variant::striped;
+    a.bytes = 1 << 20;
+    a.root = 3;
+    a.peer = 6;
+    a.engines = engines;
+    make_buffers(mem, comm, a, Form::separate);
+    ASSERT_OK_AND_ASSIGN(std::unique_ptr<Plan> plan, comm.plan(a));
+    EXPECT_EQ(plan->lists().size(), static_cast<size_t>(engines));
+    EXPECT_EQ(plan->lists().front().engine, kMi300xRec[3][6]) << "the recommended engine first";
+    launch_and_verify(mem, *plan, n, 2);
+  }
+  for (int chunks : {1, 3, 16}) {
+    SCOPED_TRACE("chain_chunks=" + std::to_string(chunks));
+    Mem mem(*node.dev, 0xC + static_cast<uint64_t>(chunks));
+    CollectiveArgs a;
+    a.op = CollOp::broadcast;
+    a.variant = Variant::chain;
+    a.bytes = 100003;
+    a.root = 5;
+    a.chain_chunks = chunks;
+    make_buffers(mem, comm, a, Form::separate);
+    ASSERT_OK_AND_ASSIGN(std::unique_ptr<Plan> plan, comm.plan(a));
+    for (int r = 0; r < n; ++r) {
+      const uint64_t want = r == a.root ? 1 : static_cast<uint64_t>(chunks);  // the root's local copy
+      EXPECT_EQ(plan->arrivals_expected(r), want) << "rank " << r;
+    }
+    launch_and_verify(mem, *plan, n, 2);
+  }
+}
+
+// A lost completion (the arrival's write dropped): wait() times out and says
+// the completion was lost rather than naming a stuck list.
+TEST_F(CollDiagnosis, LostCompletion) {
+  Communicator& comm = *node_.comm;
+  Mem mem(*node_.dev, 0x10C7);
+  CollectiveArgs a;
+  a.op = CollOp::all_gather;
+  a.variant = Variant::pcpy;
+  a.bytes = 100;
+  make_buffers(mem, comm, a, Form::separate);
+  ASSERT_OK_AND_ASSIGN(std::unique_ptr<Plan> plan, comm.plan(a));
+  const int eng = comm.engine_for(0, 2);
+  ASSERT_OK(node_.dev->inject(comm.gpu(0), eng, emu::Injection{.drop_completions = 2}));  // both words of the signal add
+  ASSERT_OK(plan->launch(long_deadline()));
+  for (const PlanList& l : plan->lists()) ASSERT_OK(l.queue->wait_consumed(long_deadline(), l.span.end));
+  Status st = plan->wait(Deadline::after_ms(50));
+  ASSERT_EQ(st.code(), Code::timeout) << st.to_string();
+  EXPECT_TRUE(contains(st.message(), "rank 2")) << st.message();
+  EXPECT_TRUE(contains(st.message(), "completion write lost")) << st.message();
+  EXPECT_TRUE(plan->running());
+  ASSERT_OK(node_.dev->inject(comm.gpu(0), eng, emu::Injection{}));
+}
+
+}  // namespace
+}  // namespace conccl
