@@ -27,6 +27,20 @@ Status CommandBuffer::append(Pkt pkt, std::initializer_list<FieldValue> fields,
 
 Status CommandBuffer::packet(Pkt pkt, std::span<const FieldValue> fields,
                              std::span<const uint32_t> data) {
+  // Fast path (the hot one: copies, fences, atomics): a packet without a
+  // payload fits a small stack buffer, so its length need not be computed
+  // first and the vector is not zero-filled and shrunk again.
+  if (data.empty() && pkt != Pkt::nop) {
+    uint32_t tmp[32];
+    Result<size_t> wrote = sdma::encode(gen_, pkt, fields, std::span<uint32_t>(tmp));
+    if (wrote.ok()) {
+      starts_.push_back(static_cast<uint32_t>(dw_.size()));
+      dw_.insert(dw_.end(), tmp, tmp + *wrote);
+      return Status();
+    }
+    if (wrote.status().code() != Code::resource_exhausted) return wrote.status();
+    // Longer than the stack buffer: take the general path.
+  }
   const size_t n = sdma::packet_dwords(gen_, pkt, fields, data.size());
   const size_t old = dw_.size();
   dw_.resize(old + (n ? n : 1));

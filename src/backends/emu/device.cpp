@@ -33,7 +33,8 @@ class EmuQueueBackend final : public QueueBackend {
   EngineStatus engine_status() const override {
     EngineStatus s = engine_->status();
     // Poll details belong to whichever queue is blocked; say if it is not us.
-    if (s.state == EngineStatus::State::polling && s.poll_queue != q_.id && q_.poll_evals == 0)
+    if (s.state == EngineStatus::State::polling && s.poll_queue != q_.id &&
+        q_.poll_evals.load(std::memory_order_relaxed) == 0)
       s.state = EngineStatus::State::running;
     return s;
   }

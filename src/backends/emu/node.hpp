@@ -47,8 +47,9 @@ struct EmuQueue {
   uint64_t* wptr = nullptr;
   EmuEvent event;
   util::WakeChannel progress;  // bumped when rptr moves
-  // Engine-thread state of a poll the queue is blocked on.
-  uint32_t poll_evals = 0;
+  // Engine-thread state of a poll the queue is blocked on. Atomic because
+  // EmuQueueBackend::engine_status() reads it from other threads.
+  std::atomic<uint32_t> poll_evals{0};
 };
 
 class Engine {

@@ -1,0 +1,333 @@
+// tools/bench/bench_queue.cpp - host cost of enqueueing copies, and the
+// emulated engines' copy throughput against plain memcpy.
+//
+//   bench_queue [--benchmark_filter=...] [--benchmark_out=FILE --benchmark_out_format=json]
+//
+// (a) Enqueue cost, ns per copy, one doorbell per 64 copies:
+//   BM_EnqueueCopy          encode 64 copies into a CommandBuffer + submit
+//                           (the engine is stalled while timed; the ring is
+//                           drained, untimed, whenever it gets full)
+//   BM_EncodeCopy           the encode half alone
+//   BM_SubmitEncoded        the submit half alone (ring copy + wptr + doorbell)
+//   BM_EnqueueCopyRunning   encode + submit with the engine executing the
+//                           copies concurrently (steady state: bounded by
+//                           whichever side is slower)
+// (b) Throughput of 64 MiB device-to-device copies (gpu0 -> gpu1):
+//   BM_Memcpy               plain memcpy of the same buffers (baseline)
+//   BM_EmuCopy/engines:N    one copy split evenly over N engines of gpu0
+// (a) reports Time and CPU per iteration (= per 64 copies) and copies/s;
+// CPU is the producer thread's time, the host cost. (b) reports GBps, the
+// memcpy rate measured (best of 5) right before each run on the same
+// buffers, and vs_memcpy = GBps / memcpy_GBps.
+//
+// Every copy is verified: (a) after the timed loop the destination must equal
+// the source; (b) after each benchmark the whole 64 MiB is compared.
+#include <benchmark/benchmark.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cstring>
+#include <memory>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "conccl/emu.hpp"
+#include "conccl/queue.hpp"
+
+using namespace conccl;
+
+namespace {
+
+constexpr int kCopiesPerSubmit = 64;
+constexpr uint64_t kSmallCopy = 256;
+constexpr size_t kBig = 64ull << 20;
+
+void fill_random(void* p, size_t n, uint64_t seed) {
+  std::mt19937_64 rng(seed);
+  auto* b = static_cast<uint8_t*>(p);
+  size_t i = 0;
+  for (; i + 8 <= n; i += 8) {
+    uint64_t w = rng() | 0x0101010101010101ull;  // no zero bytes
+    std::memcpy(b + i, &w, 8);
+  }
+  for (; i < n; ++i) b[i] = static_cast<uint8_t>(1 + rng() % 255);
+}
+
+bool check(benchmark::State& state, const Status& st, const char* what) {
+  if (st.ok()) return true;
+  state.SkipWithError((std::string(what) + ": " + st.to_string()).c_str());
+  return false;
+}
+
+// One emulated node shared by all benchmarks: 2 GPUs x 8 engines.
+struct Node {
+  std::unique_ptr<emu::EmuDevice> dev;
+  Status status;
+  Node() {
+    DeviceOptions o;
+    o.preset = "small";
+    o.gpus = 2;
+    o.engines = 8;
+    Result<std::unique_ptr<emu::EmuDevice>> d = emu::create(o);
+    if (d.ok()) dev = std::move(d).value();
+    else status = d.status();
+  }
+};
+Node& node() {
+  static Node n;
+  return n;
+}
+
+// ---- (a) enqueue cost -------------------------------------------------------
+
+struct SmallCopies {
+  Buffer src, dst;
+  Status init(emu::EmuDevice& dev) {
+    Result<Buffer> s = dev.alloc(0, kCopiesPerSubmit * kSmallCopy, MemKind::device);
+    if (!s.ok()) return s.status();
+    Result<Buffer> d = dev.alloc(0, kCopiesPerSubmit * kSmallCopy, MemKind::device);
+    if (!d.ok()) return d.status();
+    src = *s;
+    dst = *d;
+    fill_random(src.host, src.size, 1);
+    return Status();
+  }
+  void record(CommandBuffer& cb) const {
+    for (int i = 0; i < kCopiesPerSubmit; ++i) {
+      Status st = cb.copy(dst.va_at(i * kSmallCopy), src.va_at(i * kSmallCopy), kSmallCopy);
+      benchmark::DoNotOptimize(st);
+    }
+  }
+  bool verified() const { return std::memcmp(src.host, dst.host, src.size) == 0; }
+  void release(emu::EmuDevice& dev) const {
+    (void)dev.free(src);
+    (void)dev.free(dst);
+  }
+};
+
+// Time and CPU are per iteration = per 64 copies; items are copies.
+void per_copy_counter(benchmark::State& state) { state.SetItemsProcessed(state.iterations() * kCopiesPerSubmit); }
+
+void BM_EnqueueCopy(benchmark::State& state) {
+  Node& n = node();
+  if (!check(state, n.status, "emu::create")) return;
+  emu::EmuDevice& dev = *n.dev;
+  QueueOptions qo;
+  qo.ring_bytes = 16u << 20;
+  Result<std::unique_ptr<Queue>> q = dev.create_queue(0, 0, qo);
+  if (!check(state, q.status(), "create_queue")) return;
+  SmallCopies c;
+  if (!check(state, c.init(dev), "alloc")) return;
+  Queue& queue = **q;
+  CommandBuffer cb = queue.command_buffer();
+  c.record(cb);
+  const uint64_t batch = cb.size_bytes();
+  if (!check(state, dev.inject(0, 0, emu::Injection{.stall = true}), "inject")) return;
+  for (auto _ : state) {
+    if (queue.wptr() - queue.rptr() + batch > queue.ring_bytes() - 4) {
+      state.PauseTiming();  // drain, untimed
+      Status st = dev.inject(0, 0, emu::Injection{});
+      if (st.ok()) st = queue.wait_consumed(Deadline::after_ms(60000));
+      if (st.ok()) st = dev.inject(0, 0, emu::Injection{.stall = true});
+      if (!check(state, st, "drain")) return;
+      state.ResumeTiming();
+    }
+    cb.clear();
+    c.record(cb);
+    Status st = queue.submit(cb, Deadline::after_ms(1000));
+    if (!st.ok()) {
+      check(state, st, "submit");
+      return;
+    }
+  }
+  Status st = dev.inject(0, 0, emu::Injection{});
+  if (st.ok()) st = queue.wait_consumed(Deadline::after_ms(60000));
+  if (!check(state, st, "final drain")) return;
+  if (!c.verified()) state.SkipWithError("copied data does not match the source");
+  per_copy_counter(state);
+  c.release(dev);
+}
+// CPU time (the producer thread's) is the host cost; Time also counts being
+// descheduled, which on a shared 2-core machine is noise.
+BENCHMARK(BM_EnqueueCopy);
+
+void BM_EncodeCopy(benchmark::State& state) {
+  CommandBuffer cb(sdma::Gen::v4_4_2);
+  SmallCopies c;
+  c.src.va = emu::kGpuVaBase;
+  c.dst.va = emu::kGpuVaBase + (1 << 20);
+  for (auto _ : state) {
+    cb.clear();
+    c.record(cb);
+    benchmark::DoNotOptimize(cb.dwords().data());
+  }
+  per_copy_counter(state);
+}
+BENCHMARK(BM_EncodeCopy);
+
+void BM_SubmitEncoded(benchmark::State& state) {
+  Node& n = node();
+  if (!check(state, n.status, "emu::create")) return;
+  emu::EmuDevice& dev = *n.dev;
+  QueueOptions qo;
+  qo.ring_bytes = 16u << 20;
+  Result<std::unique_ptr<Queue>> q = dev.create_queue(0, 1, qo);
+  if (!check(state, q.status(), "create_queue")) return;
+  SmallCopies c;
+  if (!check(state, c.init(dev), "alloc")) return;
+  Queue& queue = **q;
+  CommandBuffer cb = queue.command_buffer();
+  c.record(cb);
+  if (!check(state, dev.inject(0, 1, emu::Injection{.stall = true}), "inject")) return;
+  for (auto _ : state) {
+    if (queue.wptr() - queue.rptr() + cb.size_bytes() > queue.ring_bytes() - 4) {
+      state.PauseTiming();
+      Status st = dev.inject(0, 1, emu::Injection{});
+      if (st.ok()) st = queue.wait_consumed(Deadline::after_ms(60000));
+      if (st.ok()) st = dev.inject(0, 1, emu::Injection{.stall = true});
+      if (!check(state, st, "drain")) return;
+      state.ResumeTiming();
+    }
+    Status st = queue.submit(cb, Deadline::after_ms(1000));
+    if (!st.ok()) {
+      check(state, st, "submit");
+      return;
+    }
+  }
+  Status st = dev.inject(0, 1, emu::Injection{});
+  if (st.ok()) st = queue.wait_consumed(Deadline::after_ms(60000));
+  if (!check(state, st, "final drain")) return;
+  if (!c.verified()) state.SkipWithError("copied data does not match the source");
+  per_copy_counter(state);
+  c.release(dev);
+}
+BENCHMARK(BM_SubmitEncoded);
+
+void BM_EnqueueCopyRunning(benchmark::State& state) {
+  Node& n = node();
+  if (!check(state, n.status, "emu::create")) return;
+  emu::EmuDevice& dev = *n.dev;
+  QueueOptions qo;
+  qo.ring_bytes = 1u << 20;
+  Result<std::unique_ptr<Queue>> q = dev.create_queue(0, 2, qo);
+  if (!check(state, q.status(), "create_queue")) return;
+  SmallCopies c;
+  if (!check(state, c.init(dev), "alloc")) return;
+  Queue& queue = **q;
+  CommandBuffer cb = queue.command_buffer();
+  for (auto _ : state) {
+    cb.clear();
+    c.record(cb);
+    Status st = queue.submit(cb, Deadline::after_ms(10000));
+    if (!st.ok()) {
+      check(state, st, "submit");
+      return;
+    }
+  }
+  Status st = queue.wait_consumed(Deadline::after_ms(60000));
+  if (!check(state, st, "final drain")) return;
+  if (!c.verified()) state.SkipWithError("copied data does not match the source");
+  per_copy_counter(state);
+  c.release(dev);
+}
+BENCHMARK(BM_EnqueueCopyRunning)->UseRealTime();
+
+// ---- (b) copy throughput ----------------------------------------------------
+
+struct BigBuffers {
+  Buffer src, dst;
+  Status init(emu::EmuDevice& dev) {
+    Result<Buffer> s = dev.alloc(0, kBig, MemKind::device);
+    if (!s.ok()) return s.status();
+    Result<Buffer> d = dev.alloc(1, kBig, MemKind::device);
+    if (!d.ok()) return d.status();
+    src = *s;
+    dst = *d;
+    fill_random(src.host, kBig, 2);
+    std::memset(dst.host, 0x5A, kBig);  // fault the pages in before timing
+    return Status();
+  }
+  void release(emu::EmuDevice& dev) const {
+    (void)dev.free(src);
+    (void)dev.free(dst);
+  }
+};
+
+void BM_Memcpy(benchmark::State& state) {
+  Node& n = node();
+  if (!check(state, n.status, "emu::create")) return;
+  BigBuffers b;
+  if (!check(state, b.init(*n.dev), "alloc")) return;
+  const auto t0 = std::chrono::steady_clock::now();
+  for (auto _ : state) {
+    std::memcpy(b.dst.host, b.src.host, kBig);
+    benchmark::ClobberMemory();
+  }
+  const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  if (std::memcmp(b.dst.host, b.src.host, kBig) != 0) state.SkipWithError("memcpy mismatch");
+  state.SetBytesProcessed(static_cast<int64_t>(state.iterations() * kBig));
+  state.counters["GBps"] = static_cast<double>(state.iterations() * kBig) / seconds / 1e9;
+  b.release(*n.dev);
+}
+BENCHMARK(BM_Memcpy)->UseRealTime()->Unit(benchmark::kMillisecond);
+
+// BM_Memcpy's rate, measured again next to each BM_EmuCopy run (best of 5)
+// for the vs_memcpy ratio, so both sides see the same machine state.
+double measure_memcpy_rate(const BigBuffers& b) {
+  using C = std::chrono::steady_clock;
+  std::memcpy(b.dst.host, b.src.host, kBig);
+  double best = 0;
+  for (int rep = 0; rep < 5; ++rep) {
+    const auto t0 = C::now();
+    std::memcpy(b.dst.host, b.src.host, kBig);
+    const double s = std::chrono::duration<double>(C::now() - t0).count();
+    best = std::max(best, static_cast<double>(kBig) / s);
+  }
+  return best;
+}
+
+void BM_EmuCopy(benchmark::State& state) {
+  Node& n = node();
+  if (!check(state, n.status, "emu::create")) return;
+  emu::EmuDevice& dev = *n.dev;
+  const int engines = static_cast<int>(state.range(0));
+  BigBuffers b;
+  if (!check(state, b.init(dev), "alloc")) return;
+  const double memcpy_rate = measure_memcpy_rate(b);
+  std::memset(b.dst.host, 0x5A, kBig);
+  std::vector<std::unique_ptr<Queue>> qs;
+  std::vector<CommandBuffer> cbs;
+  const uint64_t part = kBig / static_cast<uint64_t>(engines);
+  for (int e = 0; e < engines; ++e) {
+    Result<std::unique_ptr<Queue>> q = dev.create_queue(0, e);
+    if (!check(state, q.status(), "create_queue")) return;
+    qs.push_back(std::move(q).value());
+    cbs.push_back(qs.back()->command_buffer());
+    const uint64_t off = part * static_cast<uint64_t>(e);
+    const uint64_t len = e + 1 == engines ? kBig - off : part;
+    if (!check(state, cbs.back().copy(b.dst.va_at(off), b.src.va_at(off), len), "record")) return;
+  }
+  std::vector<uint64_t> ends(static_cast<size_t>(engines));
+  const auto t0 = std::chrono::steady_clock::now();
+  for (auto _ : state) {
+    for (int e = 0; e < engines; ++e)
+      if (!check(state, qs[e]->submit(cbs[e], Deadline::after_ms(10000), &ends[e]), "submit")) return;
+    for (int e = 0; e < engines; ++e)
+      if (!check(state, qs[e]->wait_consumed(Deadline::after_ms(60000), ends[e]), "wait")) return;
+  }
+  const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  if (std::memcmp(b.dst.host, b.src.host, kBig) != 0) state.SkipWithError("copied data does not match the source");
+  const double bytes = static_cast<double>(state.iterations()) * kBig;
+  state.SetBytesProcessed(static_cast<int64_t>(bytes));
+  state.counters["GBps"] = bytes / seconds / 1e9;
+  state.counters["memcpy_GBps"] = memcpy_rate / 1e9;
+  state.counters["vs_memcpy"] = bytes / seconds / memcpy_rate;
+  qs.clear();
+  b.release(dev);
+}
+BENCHMARK(BM_EmuCopy)->ArgName("engines")->Arg(1)->Arg(2)->Arg(4)->Arg(8)->UseRealTime()->Unit(benchmark::kMillisecond);
+
+}  // namespace
+
+BENCHMARK_MAIN();
