@@ -17,12 +17,6 @@ std::string_view trim(std::string_view s) {
   return s;
 }
 
-std::string hex(uint64_t v) {
-  char buf[24];
-  std::snprintf(buf, sizeof buf, "0x%" PRIx64, v);
-  return buf;
-}
-
 std::string known_ops(Gen g) {
   std::string out;
   for (const PacketDef& d : packet_defs())

@@ -9,12 +9,6 @@ namespace conccl::sdma {
 
 namespace {
 
-std::string hex(uint64_t v) {
-  char buf[24];
-  std::snprintf(buf, sizeof buf, "0x%" PRIx64, v);
-  return buf;
-}
-
 std::string where(const Layout& l) {
   return std::string(l.def->name) + " (SDMA " + std::string(gen_name(l.gen)) + ")";
 }

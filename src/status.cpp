@@ -1,6 +1,9 @@
 // src/status.cpp
 #include "conccl/status.hpp"
 
+#include <cinttypes>
+#include <cstdio>
+
 namespace conccl {
 
 const char* code_name(Code c) {
@@ -18,6 +21,12 @@ const char* code_name(Code c) {
     case Code::internal: return "internal error";
   }
   return "unknown";
+}
+
+std::string hex(uint64_t v) {
+  char buf[24];
+  std::snprintf(buf, sizeof buf, "0x%" PRIx64, v);
+  return buf;
 }
 
 std::string Status::to_string() const {

@@ -5,6 +5,7 @@
 // codes (see tools/sdma-probe/README or docs/sdma-probe.md).
 #pragma once
 
+#include <cstdint>
 #include <string>
 #include <utility>
 #include <variant>
@@ -53,6 +54,9 @@ class [[nodiscard]] Status {
 };
 
 inline Status error(Code c, std::string message) { return Status(c, std::move(message)); }
+
+// "0x1f": the one format for addresses and values in messages.
+std::string hex(uint64_t v);
 
 // Result<T>: a value or an error Status.
 template <typename T>

@@ -9,12 +9,6 @@ namespace conccl {
 
 namespace {
 
-std::string hex(uint64_t v) {
-  char b[24];
-  std::snprintf(b, sizeof b, "0x%" PRIx64, v);
-  return b;
-}
-
 struct Xfer {
   uint64_t dst, src, len;
   int dst_rank, src_rank;

@@ -12,12 +12,6 @@ using sdma::Pkt;
 
 namespace {
 
-std::string hex(uint64_t v) {
-  char buf[24];
-  std::snprintf(buf, sizeof buf, "0x%llx", static_cast<unsigned long long>(v));
-  return buf;
-}
-
 }  // namespace
 
 Status CommandBuffer::append(Pkt pkt, std::initializer_list<FieldValue> fields,

@@ -22,12 +22,6 @@ uint64_t load_acquire(const uint64_t* p) {
   return std::atomic_ref<uint64_t>(*const_cast<uint64_t*>(p)).load(std::memory_order_acquire);
 }
 
-std::string hex(uint64_t v) {
-  char buf[24];
-  std::snprintf(buf, sizeof buf, "0x%" PRIx64, v);
-  return buf;
-}
-
 }  // namespace
 
 Queue::Queue(int gpu, int engine, sdma::Gen gen, RingMemory ring, std::unique_ptr<QueueBackend> backend)

@@ -12,12 +12,6 @@ namespace conccl {
 
 namespace {
 
-std::string hex(uint64_t v) {
-  char buf[24];
-  std::snprintf(buf, sizeof buf, "0x%" PRIx64, v);
-  return buf;
-}
-
 std::atomic_ref<uint64_t> word(uint64_t* p, int i) { return std::atomic_ref<uint64_t>(p[i]); }
 
 }  // namespace

@@ -69,11 +69,7 @@ inline bool contains(const std::string& haystack, const std::string& needle) {
   return haystack.find(needle) != std::string::npos;
 }
 
-inline std::string hex(uint64_t v) {
-  char buf[24];
-  std::snprintf(buf, sizeof buf, "0x%llx", static_cast<unsigned long long>(v));
-  return buf;
-}
+using conccl::hex;  // "0x1f", from conccl/status.hpp
 
 // splitmix64: a cheap, well-mixed function of (seed, index) for payloads.
 inline uint64_t mix64(uint64_t x) {

@@ -19,16 +19,11 @@ namespace {
 using conccl::Buffer;
 using conccl::Code;
 using conccl::Status;
+using conccl::hex;
 
 struct Named {
   Buffer buf;
 };
-
-std::string hex(uint64_t v) {
-  char b[24];
-  std::snprintf(b, sizeof b, "0x%" PRIx64, v);
-  return b;
-}
 
 // "$NAME" / "$NAME+OFF" -> the buffer's address (+ offset).
 conccl::Result<std::string> substitute(const std::string& line, const std::map<std::string, Named>& bufs) {

@@ -13,11 +13,6 @@ namespace conccl::emu {
 
 namespace {
 constexpr uint64_t kPage = 4096;
-std::string hex(uint64_t v) {
-  char buf[24];
-  std::snprintf(buf, sizeof buf, "0x%" PRIx64, v);
-  return buf;
-}
 }  // namespace
 
 Arena::Arena(std::string name, uint64_t va_base, size_t size, int fd, uint8_t* host)

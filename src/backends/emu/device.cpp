@@ -11,12 +11,6 @@ namespace conccl::emu {
 
 namespace {
 
-std::string hex(uint64_t v) {
-  char buf[24];
-  std::snprintf(buf, sizeof buf, "0x%" PRIx64, v);
-  return buf;
-}
-
 class EmuQueueBackend final : public QueueBackend {
  public:
   EmuQueueBackend(std::shared_ptr<Node> node, Engine* engine, Buffer ring, Buffer ptrs)

@@ -29,12 +29,6 @@ constexpr int kBudget = 4096;  // packets per queue per turn (fairness)
 constexpr int kProgressEvery = 32;
 constexpr uint64_t kProgressBytes = 64 << 10;
 
-std::string hex(uint64_t v) {
-  char buf[24];
-  std::snprintf(buf, sizeof buf, "0x%" PRIx64, v);
-  return buf;
-}
-
 bool is_completion(sdma::Pkt p) {
   return p == sdma::Pkt::fence || p == sdma::Pkt::atomic || p == sdma::Pkt::atomic_add64 ||
          p == sdma::Pkt::mem_incr;

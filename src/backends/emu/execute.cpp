@@ -19,12 +19,6 @@ using sdma::Pkt;
 
 namespace {
 
-std::string hex(uint64_t v) {
-  char buf[24];
-  std::snprintf(buf, sizeof buf, "0x%" PRIx64, v);
-  return buf;
-}
-
 ExecOutcome fault(std::string why) {
   ExecOutcome o;
   o.result = ExecResult::fault;

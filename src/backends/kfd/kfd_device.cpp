@@ -75,12 +75,6 @@ constexpr size_t kPage = 4096;
 
 size_t round_up(size_t v, size_t a) { return (v + a - 1) / a * a; }
 
-std::string hex(uint64_t v) {
-  char buf[24];
-  std::snprintf(buf, sizeof buf, "0x%" PRIx64, v);
-  return buf;
-}
-
 // A thunk output struct with room to spare: if the library was built from a
 // newer header than ours (a larger struct), it cannot write past our stack
 // object. The padding costs nothing and removes the ABI hazard the reference

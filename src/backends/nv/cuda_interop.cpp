@@ -157,12 +157,6 @@ Status cu_check(CUresult r, const std::string& what) {
                what + " failed: " + cu_name(r));
 }
 
-std::string hex(uint64_t v) {
-  char b[24];
-  std::snprintf(b, sizeof b, "0x%" PRIx64, v);
-  return b;
-}
-
 // cuInit, and a current context for the calling thread (device's primary one
 // if the thread has none; the CUDA runtime binds the same context).
 Status ensure_context(int cuda_device) {

@@ -28,11 +28,6 @@
 namespace conccl::nv {
 
 namespace {
-std::string hex(uint64_t v) {
-  char b[24];
-  std::snprintf(b, sizeof b, "0x%" PRIx64, v);
-  return b;
-}
 }  // namespace
 
 Channel::~Channel() = default;

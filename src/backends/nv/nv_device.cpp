@@ -32,12 +32,6 @@ namespace conccl::nv {
 
 namespace {
 
-std::string hex(uint64_t v) {
-  char b[24];
-  std::snprintf(b, sizeof b, "0x%" PRIx64, v);
-  return b;
-}
-
 // "580.159.04" from a line of /proc/driver/nvidia/version.
 std::string find_version(const std::string& line) {
   for (size_t i = 0; i < line.size(); ++i) {

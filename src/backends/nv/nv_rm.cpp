@@ -73,12 +73,6 @@ constexpr const char* kStatusNames[] = {
     "NV_ERR_BUFFER_EMPTY", "NV_ERR_MC_FLA_OFFSET_TABLE_FULL", "NV_ERR_DMA_XFER_FAILED"};
 static_assert(sizeof(kStatusNames) / sizeof(kStatusNames[0]) == 0x8C, "NV_OK..NV_ERR_DMA_XFER_FAILED");
 
-std::string hex(uint64_t v) {
-  char b[24];
-  std::snprintf(b, sizeof b, "0x%" PRIx64, v);
-  return b;
-}
-
 Code code_for(uint32_t rm_status) {
   switch (rm_status) {
     case 0x51: /* NV_ERR_NO_MEMORY */
