@@ -47,6 +47,10 @@ struct Options {
   // Refuse the proprietary module (its RM interface faults with our layouts,
   // tinygrad issue #6947). Set false only to experiment.
   bool require_open_module = true;
+  // Device-to-device bytes per second one PCE moves, for channels_for_rate.
+  // 47 GB/s measured on an H200 (12-PCE LCE4: 562 GB/s, 2-PCE LCE2/3: 94.6
+  // GB/s; docs/perf/h200.md). Calibrate it for other GPUs or placements.
+  double pce_bytes_per_s = 47e9;
   // Every RM/UVM call and its status, for bring-up logs.
   std::function<void(const std::string&)> log;
 };
@@ -248,6 +252,16 @@ class Device {
   Status copy_striped(uint64_t dst, uint64_t src, uint64_t bytes, Deadline deadline,
                       std::span<Channel* const> channels = {}, uint64_t align = 4096);
 
+  // The channels with the fewest PCEs that together move `bytes_per_s`
+  // (estimated as PCEs x Options::pce_bytes_per_s; see pick_for_rate), or
+  // all channels when none is fast enough. For transfers that overlap
+  // compute and only have to finish within a window: on an H200 running a
+  // GEMM at its power cap, what copies cost the GEMM grows with the bandwidth
+  // they use (docs/perf/h200.md, C3), so ask for bytes / window, not more.
+  std::vector<Channel*> channels_for_rate(double bytes_per_s);
+  // The estimated bytes per second of a channel set (PCEs x pce_bytes_per_s).
+  double estimated_rate(std::span<Channel* const> channels) const;
+
   const Options& options() const { return opt_; }
 
  private:
@@ -332,6 +346,19 @@ Device* native(conccl::Device& device);
 // bytes*w[i]/sum(w), rounded to `align`; the last non-empty piece takes the
 // rest. Pure; used by copy_striped.
 std::vector<uint64_t> stripe(uint64_t bytes, std::span<const int> weights, uint64_t align);
+
+// One engine as pick_for_rate sees it.
+struct RateCandidate {
+  int pces = 0;
+  bool shared = false;  // shares PCEs with a graphics CE (CUDA's copies use those too)
+};
+// Indices of the engine subset that reaches `need_bytes_per_s` (estimated as
+// sum of PCEs x pce_bytes_per_s) with the fewest PCEs; among those, fewer
+// shared engines, then fewer engines. Every subset is considered. When no
+// subset reaches the need, every engine with PCEs; empty only when no engine
+// has PCEs. Pure.
+std::vector<size_t> pick_for_rate(std::span<const RateCandidate> engines, double need_bytes_per_s,
+                                  double pce_bytes_per_s);
 
 // Name of an RM status code (NV_ERR_INVALID_ARGUMENT, ...), or "NV_STATUS_0x.."
 std::string rm_status_name(uint32_t status);

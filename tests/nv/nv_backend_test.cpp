@@ -8,6 +8,7 @@
 #include <gtest/gtest.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <chrono>
 #include <cstdlib>
 #include <cstring>
@@ -40,6 +41,36 @@ TEST(NvBackend, BadOptions) {
   o = Options{};
   o.va_base = 0xFF'0000'0000ull;  // ends above 1 TiB
   EXPECT_EQ(Device::open(o).status().code(), Code::invalid_argument);
+  o = Options{};
+  o.pce_bytes_per_s = 0;
+  Status st = Device::open(o).status();
+  EXPECT_EQ(st.code(), Code::invalid_argument);
+  EXPECT_NE(st.message().find("pce_bytes_per_s"), std::string::npos) << st.to_string();
+}
+
+// H200 shape: LCE4 12 PCEs, LCE2/LCE3 2 PCEs each sharing with the GRCEs.
+TEST(NvBackend, PickForRate) {
+  const RateCandidate h200[] = {{12, false}, {2, true}, {2, true}};
+  const double pce = 47e9;
+  auto pick = [&](double need) { return pick_for_rate(h200, need, pce); };
+  EXPECT_EQ(pick(50e9), (std::vector<size_t>{1}));         // one 2-PCE engine: 94 GB/s
+  EXPECT_EQ(pick(94e9), (std::vector<size_t>{1}));
+  EXPECT_EQ(pick(95e9), (std::vector<size_t>{1, 2}));      // 4 PCEs beat LCE4's 12
+  EXPECT_EQ(pick(188e9), (std::vector<size_t>{1, 2}));
+  EXPECT_EQ(pick(189e9), (std::vector<size_t>{0}));        // 12 PCEs, the next smallest
+  EXPECT_EQ(pick(564e9), (std::vector<size_t>{0}));
+  EXPECT_EQ(pick(565e9), (std::vector<size_t>{0, 1}));     // 14 PCEs; LCE2 first (equal keys: lowest mask)
+  EXPECT_EQ(pick(700e9), (std::vector<size_t>{0, 1, 2}));  // 16 PCEs = 752 GB/s
+  EXPECT_EQ(pick(1e13), (std::vector<size_t>{0, 1, 2}));   // unreachable: the fastest set
+  EXPECT_EQ(pick(0), (std::vector<size_t>{1}));            // anything moves nothing: the smallest engine
+  // Among equal PCE counts the engine that does not share PCEs with a GRCE wins.
+  const RateCandidate mixed[] = {{2, true}, {2, false}, {0, false}};
+  EXPECT_EQ(pick_for_rate(mixed, 50e9, pce), (std::vector<size_t>{1}));
+  // Engines without PCEs are never chosen, even when nothing is fast enough.
+  EXPECT_EQ(pick_for_rate(mixed, 1e13, pce), (std::vector<size_t>{0, 1}));
+  const RateCandidate none[] = {{0, false}};
+  EXPECT_TRUE(pick_for_rate(none, 1e9, pce).empty());
+  EXPECT_TRUE(pick_for_rate({}, 1e9, pce).empty());
 }
 
 TEST(NvBackend, Stripe) {
@@ -236,6 +267,39 @@ TEST_F(NvHw, StripedCopy) {
   ASSERT_TRUE(ch.wait_done(Deadline::after_ms(5000)).ok());
   EXPECT_EQ(std::memcmp(h->host, r->host, n), 0);
   for (Buffer* x : {&*h, &*a, &*b, &*r}) EXPECT_TRUE(dev_->free(*x).ok());
+}
+
+// The bandwidth-budget set: the fewest PCEs that reach the rate, and a
+// striped copy over just that set lands every byte.
+TEST_F(NvHw, ChannelsForRate) {
+  const double pce = dev_->options().pce_bytes_per_s;
+  int min_pces = 1 << 30, all_pces = 0;
+  for (size_t i = 0; i < dev_->channel_count(); ++i) {
+    min_pces = std::min(min_pces, dev_->channel(i).pces());
+    all_pces += dev_->channel(i).pces();
+  }
+  std::vector<Channel*> slow = dev_->channels_for_rate(1e9);
+  ASSERT_EQ(slow.size(), 1u);
+  EXPECT_EQ(slow[0]->pces(), min_pces);
+  std::vector<Channel*> fast = dev_->channels_for_rate(1e15);
+  EXPECT_EQ(fast.size(), dev_->channel_count());
+  EXPECT_DOUBLE_EQ(dev_->estimated_rate(fast), all_pces * pce);
+  const double need = (min_pces + 1) * pce;  // more than the smallest engine moves
+  std::vector<Channel*> mid = dev_->channels_for_rate(need);
+  EXPECT_GE(dev_->estimated_rate(mid), std::min(need, all_pces * pce));
+
+  const size_t n = 48u << 20;
+  Result<Buffer> h = dev_->alloc(n, MemKind::host), d = dev_->alloc(n, MemKind::device),
+                 r = dev_->alloc(n, MemKind::host);
+  ASSERT_TRUE(h.ok() && d.ok() && r.ok());
+  fill_random(h->host, n, 7);
+  std::memset(r->host, 0x5A, n);
+  Status st = dev_->copy_striped(d->va, h->va, n, Deadline::after_ms(5000), mid);
+  ASSERT_TRUE(st.ok()) << st.to_string();
+  st = dev_->copy_striped(r->va, d->va, n, Deadline::after_ms(5000), slow);
+  ASSERT_TRUE(st.ok()) << st.to_string();
+  EXPECT_EQ(std::memcmp(h->host, r->host, n), 0);
+  for (Buffer* x : {&*h, &*d, &*r}) EXPECT_TRUE(dev_->free(*x).ok());
 }
 
 TEST_F(NvHw, FreeUnknownBuffer) {

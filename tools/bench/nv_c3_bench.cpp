@@ -8,7 +8,13 @@
 //            own addresses), host spinning in wait_done - the default path;
 //   lce4     the same on LCE4 alone (12 PCEs, shares no PCE with a GRCE);
 //   lce23    the same on LCE2+LCE3 alone (4 PCEs that the GRCEs also use):
-//            a third of the bandwidth, to see whether the cost scales with it;
+//            a quarter of the bandwidth, to see whether the cost scales with it;
+//   lce2     the same on LCE2 alone (2 PCEs);
+//   budget   the library's bandwidth-budget choice: the bytes a fraction
+//            (--budget-frac) of the ce3 rate moves in the GEMM's time, on the
+//            channels Device::channels_for_rate picks for bytes / GEMM time;
+//   ce3same  the budget variant's bytes on all channels at full rate (done
+//            early), so that budget vs ce3same is the same bytes at two rates;
 //   ce3sleep ce3, but the host polls completion every 200 us and sleeps;
 //   ce3own   ce3 between our own RM allocations (not imported CUDA memory);
 //   ce3proc  ce3 in a second process (forked before CUDA starts, its own RM
@@ -24,9 +30,14 @@
 // their averages. % of ideal = 100*(S_real-1)/(S_ideal-1),
 //   S_ideal = (t_gemm + t_copy) / max(t_gemm, t_copy),
 //   S_real  = (t_gemm + t_copy) / t_concurrent          (reference/paper.md),
-// host wall clock from enqueue to completion.
+// host wall clock from enqueue to completion. Also per variant: GEMM time lost
+// per GB the copies moved (us/GB), which compares paths at unequal bytes.
+// --gemm-data zeros runs the GEMM on all-zero matrices, which draw far less
+// power than random ones: the way to see what the copies cost a GEMM that is
+// not at the power cap.
 //
-//   nv_c3_bench [--n 8192] [--gemms 300] [--copy-mib 1024] [--reps 3] [--json PATH]
+//   nv_c3_bench [--n 8192] [--gemms 600] [--copy-mib 1024] [--reps 3] [--json PATH]
+//               [--variants ce3,lce4,...] [--gemm-data uniform|zeros] [--budget-frac 0.25]
 #include <cublas_v2.h>
 #include <cuda.h>
 #include <cuda_runtime.h>
@@ -192,6 +203,7 @@ struct Variant {
   bool own = false, sleep_wait = false, sm = false, proc = false;
   int copies = 0;
   double t_copy_ms = 0, gbps = 0;
+  bool budget = false, same_as_budget = false;
 };
 
 struct Phase {
@@ -256,9 +268,10 @@ struct Phase {
 }  // namespace
 
 int main(int argc, char** argv) {
-  int n = 8192, gemms = 300, reps = 3;
+  int n = 8192, gemms = 600, reps = 3;
   size_t copy_mib = 1024;
-  std::string json_path;
+  std::string json_path, variant_list = "ce3,lce4,lce23,lce2,budget,ce3same,sm", gemm_data = "uniform";
+  double budget_frac = 0.25;
   for (int i = 1; i < argc; ++i) {
     const std::string a = argv[i];
     auto v = [&] { return i + 1 < argc ? argv[++i] : (std::exit(2), argv[0]); };
@@ -267,17 +280,32 @@ int main(int argc, char** argv) {
     else if (a == "--copy-mib") copy_mib = std::strtoull(v(), nullptr, 10);
     else if (a == "--reps") reps = std::atoi(v());
     else if (a == "--json") json_path = v();
+    else if (a == "--variants") variant_list = v();
+    else if (a == "--gemm-data") gemm_data = v();
+    else if (a == "--budget-frac") budget_frac = std::atof(v());
     else {
-      std::fprintf(stderr, "usage: nv_c3_bench [--n 8192] [--gemms 300] [--copy-mib 1024] [--reps 3] [--json PATH]\n");
+      std::fprintf(stderr,
+                   "usage: nv_c3_bench [--n 8192] [--gemms 600] [--copy-mib 1024] [--reps 3] [--json PATH]\n"
+                   "                   [--variants ce3,lce4,lce23,lce2,budget,ce3same,ce3sleep,ce3own,ce3proc,sm]\n"
+                   "                   [--gemm-data uniform|zeros] [--budget-frac 0.25]\n");
       return 2;
     }
   }
+  if (gemm_data != "uniform" && gemm_data != "zeros") {
+    std::fprintf(stderr, "nv_c3_bench: --gemm-data is uniform or zeros, not '%s'\n", gemm_data.c_str());
+    return 2;
+  }
+  if (!(budget_frac > 0 && budget_frac <= 1)) {
+    std::fprintf(stderr, "nv_c3_bench: --budget-frac must be in (0, 1]\n");
+    return 2;
+  }
+  auto wanted = [&](const char* key) { return ("," + variant_list + ",").find("," + std::string(key) + ",") != std::string::npos; };
   const size_t copy_bytes = copy_mib << 20;
 
   // The copy process of the ce3proc variant, forked before CUDA starts.
   int to_child[2] = {-1, -1}, from_child[2] = {-1, -1};
   pid_t child = -1;
-  if (pipe(to_child) == 0 && pipe(from_child) == 0) {
+  if (wanted("ce3proc") && pipe(to_child) == 0 && pipe(from_child) == 0) {
     child = fork();
     if (child == 0) {
       close(to_child[1]);
@@ -310,8 +338,9 @@ int main(int argc, char** argv) {
   {
     std::mt19937 rng(1234);
     std::uniform_real_distribution<float> d(-1.f, 1.f);
-    for (size_t i = 0; i < mat; ++i) ha[i] = to_bf16(d(rng));
-    for (size_t i = 0; i < mat; ++i) hb[i] = to_bf16(d(rng));
+    const bool zeros = gemm_data == "zeros";
+    for (size_t i = 0; i < mat; ++i) ha[i] = zeros ? 0 : to_bf16(d(rng));
+    for (size_t i = 0; i < mat; ++i) hb[i] = zeros ? 0 : to_bf16(d(rng));
   }
   void *da, *db, *dc;
   CUDA_CHECK(cudaMalloc(&da, mat * 2));
@@ -385,26 +414,40 @@ int main(int argc, char** argv) {
   }
 
   // Variants.
-  std::vector<cnv::Channel*> all, lce4, lce23;
+  std::vector<cnv::Channel*> all, lce4, lce23, lce2;
   for (size_t c = 0; c < dev->channel_count(); ++c) {
     cnv::Channel* ch = &dev->channel(c);
     all.push_back(ch);
     (ch->lce() == 4 ? lce4 : lce23).push_back(ch);
+    if (ch->lce() == 2) lce2.push_back(ch);
   }
+  // The reference set first: every other variant is sized against the GEMM,
+  // and budget against ce3's rate.
   std::vector<Variant> vars;
   vars.push_back({"ce3", "CE striped LCE2+3+4 (spin)", all});
-  if (!lce4.empty()) vars.push_back({"lce4", "CE LCE4 only (spin)", lce4});
-  if (!lce23.empty()) vars.push_back({"lce23", "CE LCE2+3 only (spin)", lce23});
-  vars.push_back({"ce3sleep", "CE striped, host sleeps 200us", all, false, true});
-  vars.push_back({"ce3own", "CE striped, own RM buffers", all, true});
-  {
+  if (wanted("lce4") && !lce4.empty()) vars.push_back({"lce4", "CE LCE4 only (spin)", lce4});
+  if (wanted("lce23") && !lce23.empty()) vars.push_back({"lce23", "CE LCE2+3 only (spin)", lce23});
+  if (wanted("lce2") && !lce2.empty()) vars.push_back({"lce2", "CE LCE2 only (spin)", lce2});
+  if (wanted("budget")) {
+    Variant v{"budget", "", {}};
+    v.budget = true;
+    vars.push_back(v);
+    if (wanted("ce3same")) {
+      Variant w{"ce3same", "CE striped, budget's bytes", all};
+      w.same_as_budget = true;
+      vars.push_back(w);
+    }
+  }
+  if (wanted("ce3sleep")) vars.push_back({"ce3sleep", "CE striped, host sleeps 200us", all, false, true});
+  if (wanted("ce3own")) vars.push_back({"ce3own", "CE striped, own RM buffers", all, true});
+  if (child > 0) {
     double ready = -1;
-    if (child > 0 && read(from_child[0], &ready, sizeof ready) == sizeof ready && ready == 0)
+    if (read(from_child[0], &ready, sizeof ready) == sizeof ready && ready == 0)
       vars.push_back({"ce3proc", "CE striped, second process", {}, false, false, false, true});
     else
       std::fprintf(stderr, "no second copy process: the ce3proc variant is skipped\n");
   }
-  vars.push_back({"sm", "cudaMemcpyAsync D2D (SM)", {}, false, false, true});
+  if (wanted("sm")) vars.push_back({"sm", "cudaMemcpyAsync D2D (SM)", {}, false, false, true});
 
   auto submit_ce = [&](const Variant& v, int k) -> Status {
     std::vector<int> w;
@@ -486,7 +529,7 @@ int main(int argc, char** argv) {
       err += (got - ref) * (got - ref);
       ref2 += ref * ref;
     }
-    rel = std::sqrt(err / ref2);
+    rel = ref2 > 0 ? std::sqrt(err / ref2) : std::sqrt(err);  // zeros: the absolute error
     std::fprintf(stderr, "GEMM relative error on 32 samples: %.2e\n", rel);
     if (!(rel < 1e-2)) all_ok = false;
   }
@@ -549,11 +592,24 @@ int main(int argc, char** argv) {
   // Copies alone: size each variant to the GEMM time.
   const Phase ga = phase("gemm", -1, true, nullptr, 0);
   const double tflops = 2.0 * n * double(n) * n * gemms / (ga.gemm_ms * 1e-3) / 1e12;
+  int budget_copies = 1;
   for (Variant& v : vars) {
-    const auto t0 = Clock::now();
-    run_copies(v, 2);
-    const double t2 = std::chrono::duration<double, std::milli>(Clock::now() - t0).count() / 2;
-    v.copies = std::max(1, int(std::lround(ga.wall_ms / t2)));
+    if (v.budget) {
+      // The bytes budget_frac of the full-rate stripe moves in the GEMM's
+      // time, on the channels the library picks for bytes / GEMM time.
+      const double need = budget_frac * vars[0].gbps * 1e9;
+      v.chs = dev->channels_for_rate(need);
+      v.name = "budget " + std::to_string(int(budget_frac * 100)) + "%: LCE";
+      for (size_t i = 0; i < v.chs.size(); ++i) v.name += (i ? "+" : "") + std::to_string(v.chs[i]->lce());
+      v.copies = budget_copies = std::max(1, int(std::lround(need * ga.wall_ms * 1e-3 / double(copy_bytes))));
+    } else if (v.same_as_budget) {
+      v.copies = budget_copies;
+    } else {
+      const auto t0 = Clock::now();
+      run_copies(v, 2);
+      const double t2 = std::chrono::duration<double, std::milli>(Clock::now() - t0).count() / 2;
+      v.copies = std::max(1, int(std::lround(ga.wall_ms / t2)));
+    }
     const Phase p = phase(v.key + " alone", -1, false, &v, v.copies);
     v.t_copy_ms = p.copy_ms;
     v.gbps = double(copy_bytes) * v.copies / 1e9 / (p.copy_ms * 1e-3);
@@ -561,7 +617,7 @@ int main(int argc, char** argv) {
 
   // Concurrent phases, each between two GEMM-alone phases.
   struct Result1 {
-    double slowdown = 0, pct = 0, wall = 0, gemm_alone = 0;
+    double slowdown = 0, pct = 0, wall = 0, gemm_alone = 0, us_per_gb = 0;
     Sampler::Avg alone, conc;
   };
   std::vector<std::vector<Result1>> res(vars.size());
@@ -577,6 +633,7 @@ int main(int argc, char** argv) {
       x.gemm_alone = (before.gemm_ms + after.gemm_ms) / 2;
       const double tg = (before.wall_ms + after.wall_ms) / 2, tc = v.t_copy_ms;
       x.slowdown = c.gemm_ms / x.gemm_alone - 1.0;
+      x.us_per_gb = (c.gemm_ms - x.gemm_alone) * 1e3 / (double(copy_bytes) * v.copies / 1e9);
       const double s_ideal = (tg + tc) / std::max(tg, tc), s_real = (tg + tc) / c.wall_ms;
       x.pct = 100.0 * (s_real - 1.0) / (s_ideal - 1.0);
       x.wall = c.wall_ms;
@@ -604,8 +661,12 @@ int main(int argc, char** argv) {
 
   if (!json_path.empty())
     if (FILE* f = std::fopen(json_path.c_str(), "w")) {
-      std::fprintf(f, "{\n  \"bench\": \"nv_c3_bench\", \"n\": %d, \"gemms\": %d, \"copy_bytes\": %zu, \"reps\": %d,\n",
-                   n, gemms, copy_bytes, reps);
+      std::fprintf(f,
+                   "{\n  \"bench\": \"nv_c3_bench\", \"gemm_data\": \"%s\", \"budget_frac\": %.3f, \"n\": %d, "
+                   "\"gemms\": %d, \"copy_bytes\": %zu, \"reps\": %d,\n",
+                   gemm_data.c_str(), budget_frac, n, gemms, copy_bytes, reps);
+      std::fprintf(f, "  \"gemm_alone\": {\"ms\": %.3f, \"sm_mhz\": %.0f, \"power_w\": %.1f, \"power_cap_frac\": %.2f},\n",
+                   ga.gemm_ms, ga.avg.sm, ga.avg.power_w, ga.avg.power_cap_frac);
       std::fprintf(f, "  \"gemm_rel_error\": %.3e, \"gemm_tflops\": %.1f, \"nvml\": %s,\n  \"variants\": [", rel, tflops,
                    have_nvml ? "true" : "false");
       for (size_t vi = 0; vi < vars.size(); ++vi) {
@@ -616,9 +677,9 @@ int main(int argc, char** argv) {
           const Result1& x = res[vi][r];
           std::fprintf(f,
                        "%s{\"gemm_slowdown\": %.4f, \"pct_ideal\": %.2f, \"t_concurrent_ms\": %.3f, \"gemm_alone_ms\": %.3f, "
-                       "\"sm_mhz_alone\": %.0f, \"sm_mhz_conc\": %.0f, \"power_w_alone\": %.1f, \"power_w_conc\": %.1f, "
+                       "\"gemm_us_lost_per_gb\": %.2f, \"sm_mhz_alone\": %.0f, \"sm_mhz_conc\": %.0f, \"power_w_alone\": %.1f, \"power_w_conc\": %.1f, "
                        "\"power_cap_frac_conc\": %.2f, \"reasons_conc\": %llu}",
-                       r ? ", " : "", x.slowdown, x.pct, x.wall, x.gemm_alone, x.alone.sm, x.conc.sm, x.alone.power_w,
+                       r ? ", " : "", x.slowdown, x.pct, x.wall, x.gemm_alone, x.us_per_gb, x.alone.sm, x.conc.sm, x.alone.power_w,
                        x.conc.power_w, x.conc.power_cap_frac, x.conc.reasons);
         }
         std::fprintf(f, "]}");
@@ -637,29 +698,37 @@ int main(int argc, char** argv) {
       std::fclose(f);
     }
 
-  std::printf("\nC3: %d x bf16 GEMM %dx%dx%d (%.0f TFLOP/s alone, rel. error %.1e) beside %zu MiB D2D copies; "
-              "%d reps, each concurrent phase between two GEMM-alone phases\n",
-              gemms, n, n, n, tflops, rel, copy_mib, reps);
-  std::printf("%-30s %6s %8s %8s %15s %15s %12s %12s %8s\n", "copy path", "copies", "GB/s", "copy ms", "GEMM slowdown",
-              "% of ideal", "SM MHz a/c", "power W a/c", "pwrcap");
+  std::printf("\nC3: %d x bf16 GEMM %dx%dx%d on %s data (%.0f TFLOP/s alone, SM %.0f MHz, %.0f W, power cap %.0f%% "
+              "of samples; rel. error %.1e) beside %zu MiB D2D copies; %d reps, each concurrent phase between two "
+              "GEMM-alone phases\n",
+              gemms, n, n, n, gemm_data.c_str(), tflops, ga.avg.sm, ga.avg.power_w, 100 * ga.avg.power_cap_frac, rel,
+              copy_mib, reps);
+  std::printf("%-28s %6s %7s %7s %-22s %7s %-17s %6s %7s %11s %11s %6s\n", "copy path", "copies", "GB/s", "copy ms",
+              "GEMM slowdown per rep", "mean", "% ideal per rep", "mean", "us/GB", "SM MHz a/c", "power W a/c",
+              "pwrcap");
   for (size_t vi = 0; vi < vars.size(); ++vi) {
     const Variant& v = vars[vi];
     std::string sl, pc;
-    double sm_a = 0, sm_c = 0, pw_a = 0, pw_c = 0, cap = 0;
+    double sm_a = 0, sm_c = 0, pw_a = 0, pw_c = 0, cap = 0, msl = 0, mpc = 0, mus = 0;
+    const double k = res[vi].empty() ? 1.0 : double(res[vi].size());
     for (const Result1& x : res[vi]) {
       char b[32];
-      std::snprintf(b, sizeof b, "%s%+.1f%%", sl.empty() ? "" : " ", 100 * x.slowdown);
+      std::snprintf(b, sizeof b, "%s%+.1f", sl.empty() ? "" : " ", 100 * x.slowdown);
       sl += b;
-      std::snprintf(b, sizeof b, "%s%.1f", pc.empty() ? "" : " ", x.pct);
+      std::snprintf(b, sizeof b, "%s%.0f", pc.empty() ? "" : " ", x.pct);
       pc += b;
-      sm_a += x.alone.sm / res[vi].size();
-      sm_c += x.conc.sm / res[vi].size();
-      pw_a += x.alone.power_w / res[vi].size();
-      pw_c += x.conc.power_w / res[vi].size();
-      cap += x.conc.power_cap_frac / res[vi].size();
+      msl += 100 * x.slowdown / k;
+      mpc += x.pct / k;
+      mus += x.us_per_gb / k;
+      sm_a += x.alone.sm / k;
+      sm_c += x.conc.sm / k;
+      pw_a += x.alone.power_w / k;
+      pw_c += x.conc.power_w / k;
+      cap += x.conc.power_cap_frac / k;
     }
-    std::printf("%-30s %6d %8.1f %8.1f %15s %15s %5.0f/%-6.0f %5.0f/%-6.0f %7.0f%%\n", v.name.c_str(), v.copies, v.gbps,
-                v.t_copy_ms, sl.c_str(), pc.c_str(), sm_a, sm_c, pw_a, pw_c, 100 * cap);
+    std::printf("%-28s %6d %7.1f %7.1f %-22s %+6.1f%% %-17s %6.1f %7.1f %5.0f/%-5.0f %5.0f/%-5.0f %5.0f%%\n",
+                v.name.c_str(), v.copies, v.gbps, v.t_copy_ms, sl.c_str(), msl, pc.c_str(), mpc, mus, sm_a, sm_c, pw_a,
+                pw_c, 100 * cap);
   }
   std::printf("verified: %s\n", all_ok ? "yes" : "NO");
 

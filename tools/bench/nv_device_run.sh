@@ -9,7 +9,9 @@
 #   BENCH_ARGS="--size-mib 1024 --iters 10 --lat-iters 2000 --explore"
 #   INTEROP=1  also build and run nv_interop_bench (needs the CUDA toolkit there)
 #   C3=1       also build and run nv_c3_bench (needs CUDA and cuBLAS there)
-#   C3_ARGS="--gemms 300 --reps 2"
+#   C3_ARGS="--gemms 600 --reps 3"
+#   C3_ARGS2="--gemm-data zeros --variants ce3,sm"  a second C3 run (c3b.json;
+#              leave INTEROP off then: the device tool returns at most 8 files)
 set -uo pipefail
 OUT=${OUT:-/tmp/nv_out}
 mkdir -p "$OUT"
@@ -63,6 +65,11 @@ mkdir -p $S
     echo "== nv_c3_bench"
     timeout 300 $B/tools/bench/nv_c3_bench --json $OUT/c3.json ${C3_ARGS:-} 2>> $OUT/cuda_stderr.log | tee $S/c3.txt
     echo "c3 rc=${PIPESTATUS[0]}"
+    if [ -n "${C3_ARGS2:-}" ]; then
+      echo "== nv_c3_bench (second run)"
+      timeout 300 $B/tools/bench/nv_c3_bench --json $OUT/c3b.json ${C3_ARGS2} 2>> $OUT/cuda_stderr.log | tee $S/c3b.txt
+      echo "c3b rc=${PIPESTATUS[0]}"
+    fi
   fi
   tail -8 $OUT/cuda_stderr.log 2>/dev/null
   if [ "${FAULT:-0}" = 1 ]; then
@@ -74,5 +81,5 @@ mkdir -p $S
   echo "== dmesg"
   dmesg 2>/dev/null | grep -iE "nvrm|xid" | tail -10
   echo "== summary"
-  cat $S/ce.txt $S/interop.txt $S/c3.txt 2>/dev/null | grep -v "^$"
+  cat $S/ce.txt $S/interop.txt $S/c3.txt $S/c3b.txt 2>/dev/null | grep -v "^$"
 } 2>&1 | tee $OUT/run.log

@@ -17,6 +17,7 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <cmath>
 #include <array>
 #include <bit>
 #include <cerrno>
@@ -58,29 +59,6 @@ std::string DriverInfo::uuid_string() const {
                 uuid[1], uuid[2], uuid[3], uuid[4], uuid[5], uuid[6], uuid[7], uuid[8], uuid[9], uuid[10], uuid[11],
                 uuid[12], uuid[13], uuid[14], uuid[15]);
   return b;
-}
-
-std::vector<uint64_t> stripe(uint64_t bytes, std::span<const int> weights, uint64_t align) {
-  std::vector<uint64_t> out(weights.size(), 0);
-  if (weights.empty() || bytes == 0) return out;
-  if (align == 0) align = 1;
-  uint64_t total = 0;
-  for (int w : weights) total += w > 0 ? static_cast<uint64_t>(w) : 0;
-  if (total == 0) {
-    out[0] = bytes;
-    return out;
-  }
-  uint64_t given = 0;
-  size_t last = 0;
-  for (size_t i = 0; i < weights.size(); ++i) {
-    if (weights[i] <= 0) continue;
-    last = i;
-    const unsigned __int128 share = static_cast<unsigned __int128>(bytes) * static_cast<uint64_t>(weights[i]) / total;
-    out[i] = static_cast<uint64_t>(share) / align * align;
-    given += out[i];
-  }
-  out[last] += bytes - given;
-  return out;
 }
 
 // ---- probe / open -------------------------------------------------------------
@@ -136,6 +114,10 @@ Status Device::open_impl(const Options& o) {
     return error(Code::invalid_argument,
                  "the VA window must be 2 MiB aligned and end below 1 TiB (pushbuffer addresses are 40-bit), got " +
                      hex(opt_.va_base) + "+" + hex(opt_.va_size));
+  if (!(opt_.pce_bytes_per_s > 0) || !std::isfinite(opt_.pce_bytes_per_s))
+    return error(Code::invalid_argument,
+                 "pce_bytes_per_s must be a positive bytes-per-second figure (47e9 measured on an H200), got " +
+                     std::to_string(opt_.pce_bytes_per_s));
   CONCCL_RETURN_IF_ERROR(probe(opt_));
   {
     std::ifstream f("/proc/driver/nvidia/version");
@@ -551,6 +533,26 @@ Status Device::copy_striped(uint64_t dst, uint64_t src, uint64_t bytes, Deadline
   for (size_t i = 0; i < chs.size(); ++i)
     if (pieces[i]) CONCCL_RETURN_IF_ERROR(chs[i]->wait_done(deadline, fences[i]));
   return Status();
+}
+
+std::vector<Channel*> Device::channels_for_rate(double bytes_per_s) {
+  std::vector<RateCandidate> cand;
+  for (auto& c : channels_) {
+    RateCandidate r;
+    r.pces = c->pces();
+    for (const Engine& e : engines_)
+      if (e.lce == c->lce()) r.shared = e.shared;
+    cand.push_back(r);
+  }
+  std::vector<Channel*> out;
+  for (size_t i : pick_for_rate(cand, bytes_per_s, opt_.pce_bytes_per_s)) out.push_back(channels_[i].get());
+  return out;
+}
+
+double Device::estimated_rate(std::span<Channel* const> channels) const {
+  double pces = 0;
+  for (const Channel* c : channels) pces += c->pces();
+  return pces * opt_.pce_bytes_per_s;
 }
 
 // ---- teardown (step 13) -----------------------------------------------------------
