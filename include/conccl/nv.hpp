@@ -47,10 +47,12 @@ struct Options {
   // Refuse the proprietary module (its RM interface faults with our layouts,
   // tinygrad issue #6947). Set false only to experiment.
   bool require_open_module = true;
-  // Device-to-device bytes per second one PCE moves, for channels_for_rate.
-  // 47 GB/s measured on an H200 (12-PCE LCE4: 562 GB/s, 2-PCE LCE2/3: 94.6
-  // GB/s; docs/perf/h200.md). Calibrate it for other GPUs or placements.
-  double pce_bytes_per_s = 47e9;
+  // Device-to-device bytes per second one PCE moves while compute runs
+  // beside it, for channels_for_rate (which plans transfers that overlap
+  // compute). An H200 measured 32-40 GB/s per PCE under a bf16 GEMM (47 GB/s
+  // alone: copy engines slow with the GPU clock that the GEMM's power draw
+  // lowers; docs/perf/h200.md, C3). Calibrate it for other GPUs or workloads.
+  double pce_bytes_per_s = 34e9;
   // Every RM/UVM call and its status, for bring-up logs.
   std::function<void(const std::string&)> log;
 };

@@ -32,12 +32,14 @@
 //   S_real  = (t_gemm + t_copy) / t_concurrent          (reference/paper.md),
 // host wall clock from enqueue to completion. Also per variant: GEMM time lost
 // per GB the copies moved (us/GB), which compares paths at unequal bytes.
+// --copy-frac R sizes the copies of every variant but budget and ce3same to
+// R times the GEMM's time alone (default 1: equal durations).
 // --gemm-data zeros runs the GEMM on all-zero matrices, which draw far less
 // power than random ones: the way to see what the copies cost a GEMM that is
 // not at the power cap.
 //
 //   nv_c3_bench [--n 8192] [--gemms 600] [--copy-mib 1024] [--reps 3] [--json PATH]
-//               [--variants ce3,lce4,...] [--gemm-data uniform|zeros] [--budget-frac 0.25]
+//               [--variants ce3,lce4,...] [--gemm-data uniform|zeros] [--budget-frac 0.25] [--copy-frac 1.0]
 #include <cublas_v2.h>
 #include <cuda.h>
 #include <cuda_runtime.h>
@@ -271,7 +273,7 @@ int main(int argc, char** argv) {
   int n = 8192, gemms = 600, reps = 3;
   size_t copy_mib = 1024;
   std::string json_path, variant_list = "ce3,lce4,lce23,lce2,budget,ce3same,sm", gemm_data = "uniform";
-  double budget_frac = 0.25;
+  double budget_frac = 0.25, copy_frac = 1.0;
   for (int i = 1; i < argc; ++i) {
     const std::string a = argv[i];
     auto v = [&] { return i + 1 < argc ? argv[++i] : (std::exit(2), argv[0]); };
@@ -283,11 +285,12 @@ int main(int argc, char** argv) {
     else if (a == "--variants") variant_list = v();
     else if (a == "--gemm-data") gemm_data = v();
     else if (a == "--budget-frac") budget_frac = std::atof(v());
+    else if (a == "--copy-frac") copy_frac = std::atof(v());
     else {
       std::fprintf(stderr,
                    "usage: nv_c3_bench [--n 8192] [--gemms 600] [--copy-mib 1024] [--reps 3] [--json PATH]\n"
                    "                   [--variants ce3,lce4,lce23,lce2,budget,ce3same,ce3sleep,ce3own,ce3proc,sm]\n"
-                   "                   [--gemm-data uniform|zeros] [--budget-frac 0.25]\n");
+                   "                   [--gemm-data uniform|zeros] [--budget-frac 0.25] [--copy-frac 1.0]\n");
       return 2;
     }
   }
@@ -295,8 +298,8 @@ int main(int argc, char** argv) {
     std::fprintf(stderr, "nv_c3_bench: --gemm-data is uniform or zeros, not '%s'\n", gemm_data.c_str());
     return 2;
   }
-  if (!(budget_frac > 0 && budget_frac <= 1)) {
-    std::fprintf(stderr, "nv_c3_bench: --budget-frac must be in (0, 1]\n");
+  if (!(budget_frac > 0 && budget_frac <= 1) || !(copy_frac > 0 && copy_frac <= 4)) {
+    std::fprintf(stderr, "nv_c3_bench: --budget-frac must be in (0, 1] and --copy-frac in (0, 4]\n");
     return 2;
   }
   auto wanted = [&](const char* key) { return ("," + variant_list + ",").find("," + std::string(key) + ",") != std::string::npos; };
@@ -599,6 +602,8 @@ int main(int argc, char** argv) {
       // time, on the channels the library picks for bytes / GEMM time.
       const double need = budget_frac * vars[0].gbps * 1e9;
       v.chs = dev->channels_for_rate(need);
+      std::fprintf(stderr, "budget: %.1f GB/s needed, channels_for_rate estimates %.1f GB/s for its pick\n", need / 1e9,
+                   dev->estimated_rate(v.chs) / 1e9);
       v.name = "budget " + std::to_string(int(budget_frac * 100)) + "%: LCE";
       for (size_t i = 0; i < v.chs.size(); ++i) v.name += (i ? "+" : "") + std::to_string(v.chs[i]->lce());
       v.copies = budget_copies = std::max(1, int(std::lround(need * ga.wall_ms * 1e-3 / double(copy_bytes))));
@@ -608,7 +613,7 @@ int main(int argc, char** argv) {
       const auto t0 = Clock::now();
       run_copies(v, 2);
       const double t2 = std::chrono::duration<double, std::milli>(Clock::now() - t0).count() / 2;
-      v.copies = std::max(1, int(std::lround(ga.wall_ms / t2)));
+      v.copies = std::max(1, int(std::lround(copy_frac * ga.wall_ms / t2)));
     }
     const Phase p = phase(v.key + " alone", -1, false, &v, v.copies);
     v.t_copy_ms = p.copy_ms;
@@ -617,7 +622,7 @@ int main(int argc, char** argv) {
 
   // Concurrent phases, each between two GEMM-alone phases.
   struct Result1 {
-    double slowdown = 0, pct = 0, wall = 0, gemm_alone = 0, us_per_gb = 0;
+    double slowdown = 0, pct = 0, wall = 0, gemm_alone = 0, us_per_gb = 0, copy_ms = 0;
     Sampler::Avg alone, conc;
   };
   std::vector<std::vector<Result1>> res(vars.size());
@@ -637,17 +642,18 @@ int main(int argc, char** argv) {
       const double s_ideal = (tg + tc) / std::max(tg, tc), s_real = (tg + tc) / c.wall_ms;
       x.pct = 100.0 * (s_real - 1.0) / (s_ideal - 1.0);
       x.wall = c.wall_ms;
+      x.copy_ms = c.copy_ms;
       x.conc = c.avg;
       x.alone = before.avg;
       x.alone.sm = (before.avg.sm + after.avg.sm) / 2;
       x.alone.power_w = (before.avg.power_w + after.avg.power_w) / 2;
       res[vi].push_back(x);
-      if (r == 0 && (v.key == "ce3" || v.key == "sm")) all_ok &= verify_dst((v.key + " after concurrent run").c_str());
+      if (r == 0 && !v.own && !v.proc) all_ok &= verify_dst((v.key + " after concurrent run").c_str());
       before = after;
     }
   }
   sampler.stop();
-  {  // own buffers: copy odst back to host and compare
+  if (wanted("ce3own")) {  // own buffers: copy odst back to host and compare
     cnv::Channel& c = dev->channel(0);
     std::memset(ohost->host, 0, copy_bytes);
     Status s = c.copy(ohost->va, odst->va, copy_bytes);
@@ -662,9 +668,9 @@ int main(int argc, char** argv) {
   if (!json_path.empty())
     if (FILE* f = std::fopen(json_path.c_str(), "w")) {
       std::fprintf(f,
-                   "{\n  \"bench\": \"nv_c3_bench\", \"gemm_data\": \"%s\", \"budget_frac\": %.3f, \"n\": %d, "
+                   "{\n  \"bench\": \"nv_c3_bench\", \"gemm_data\": \"%s\", \"budget_frac\": %.3f, \"copy_frac\": %.3f, \"n\": %d, "
                    "\"gemms\": %d, \"copy_bytes\": %zu, \"reps\": %d,\n",
-                   gemm_data.c_str(), budget_frac, n, gemms, copy_bytes, reps);
+                   gemm_data.c_str(), budget_frac, copy_frac, n, gemms, copy_bytes, reps);
       std::fprintf(f, "  \"gemm_alone\": {\"ms\": %.3f, \"sm_mhz\": %.0f, \"power_w\": %.1f, \"power_cap_frac\": %.2f},\n",
                    ga.gemm_ms, ga.avg.sm, ga.avg.power_w, ga.avg.power_cap_frac);
       std::fprintf(f, "  \"gemm_rel_error\": %.3e, \"gemm_tflops\": %.1f, \"nvml\": %s,\n  \"variants\": [", rel, tflops,
@@ -677,9 +683,9 @@ int main(int argc, char** argv) {
           const Result1& x = res[vi][r];
           std::fprintf(f,
                        "%s{\"gemm_slowdown\": %.4f, \"pct_ideal\": %.2f, \"t_concurrent_ms\": %.3f, \"gemm_alone_ms\": %.3f, "
-                       "\"gemm_us_lost_per_gb\": %.2f, \"sm_mhz_alone\": %.0f, \"sm_mhz_conc\": %.0f, \"power_w_alone\": %.1f, \"power_w_conc\": %.1f, "
+                       "\"gemm_us_lost_per_gb\": %.2f, \"copy_ms_concurrent\": %.3f, \"sm_mhz_alone\": %.0f, \"sm_mhz_conc\": %.0f, \"power_w_alone\": %.1f, \"power_w_conc\": %.1f, "
                        "\"power_cap_frac_conc\": %.2f, \"reasons_conc\": %llu}",
-                       r ? ", " : "", x.slowdown, x.pct, x.wall, x.gemm_alone, x.us_per_gb, x.alone.sm, x.conc.sm, x.alone.power_w,
+                       r ? ", " : "", x.slowdown, x.pct, x.wall, x.gemm_alone, x.us_per_gb, x.copy_ms, x.alone.sm, x.conc.sm, x.alone.power_w,
                        x.conc.power_w, x.conc.power_cap_frac, x.conc.reasons);
         }
         std::fprintf(f, "]}");
@@ -703,13 +709,13 @@ int main(int argc, char** argv) {
               "GEMM-alone phases\n",
               gemms, n, n, n, gemm_data.c_str(), tflops, ga.avg.sm, ga.avg.power_w, 100 * ga.avg.power_cap_frac, rel,
               copy_mib, reps);
-  std::printf("%-28s %6s %7s %7s %-22s %7s %-17s %6s %7s %11s %11s %6s\n", "copy path", "copies", "GB/s", "copy ms",
+  std::printf("%-28s %6s %7s %7s %-22s %7s %-17s %6s %7s %11s %11s %6s %6s\n", "copy path", "copies", "GB/s", "copy ms",
               "GEMM slowdown per rep", "mean", "% ideal per rep", "mean", "us/GB", "SM MHz a/c", "power W a/c",
-              "pwrcap");
+              "pwrcap", "copy x");
   for (size_t vi = 0; vi < vars.size(); ++vi) {
     const Variant& v = vars[vi];
     std::string sl, pc;
-    double sm_a = 0, sm_c = 0, pw_a = 0, pw_c = 0, cap = 0, msl = 0, mpc = 0, mus = 0;
+    double sm_a = 0, sm_c = 0, pw_a = 0, pw_c = 0, cap = 0, msl = 0, mpc = 0, mus = 0, cx = 0;
     const double k = res[vi].empty() ? 1.0 : double(res[vi].size());
     for (const Result1& x : res[vi]) {
       char b[32];
@@ -720,15 +726,16 @@ int main(int argc, char** argv) {
       msl += 100 * x.slowdown / k;
       mpc += x.pct / k;
       mus += x.us_per_gb / k;
+      cx += (v.t_copy_ms > 0 ? x.copy_ms / v.t_copy_ms : 0) / k;  // copy time beside the GEMM over alone
       sm_a += x.alone.sm / k;
       sm_c += x.conc.sm / k;
       pw_a += x.alone.power_w / k;
       pw_c += x.conc.power_w / k;
       cap += x.conc.power_cap_frac / k;
     }
-    std::printf("%-28s %6d %7.1f %7.1f %-22s %+6.1f%% %-17s %6.1f %7.1f %5.0f/%-5.0f %5.0f/%-5.0f %5.0f%%\n",
+    std::printf("%-28s %6d %7.1f %7.1f %-22s %+6.1f%% %-17s %6.1f %7.1f %5.0f/%-5.0f %5.0f/%-5.0f %5.0f%% %6.2f\n",
                 v.name.c_str(), v.copies, v.gbps, v.t_copy_ms, sl.c_str(), msl, pc.c_str(), mpc, mus, sm_a, sm_c, pw_a,
-                pw_c, 100 * cap);
+                pw_c, 100 * cap, cx);
   }
   std::printf("verified: %s\n", all_ok ? "yes" : "NO");
 
