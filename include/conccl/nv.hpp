@@ -53,6 +53,12 @@ struct Options {
   // alone: copy engines slow with the GPU clock that the GEMM's power draw
   // lowers; docs/perf/h200.md, C3). Calibrate it for other GPUs or workloads.
   double pce_bytes_per_s = 34e9;
+  // Channel::wait_done polls for wait_spin_us, then sleeps in naps that double
+  // from 2 us up to wait_max_sleep_us (0: never sleep, yield instead). The
+  // nap bounds the extra latency of a long wait; the spin keeps short ones at
+  // their 3-5 us.
+  uint32_t wait_spin_us = 50;
+  uint32_t wait_max_sleep_us = 200;
   // Every RM/UVM call and its status, for bring-up logs.
   std::function<void(const std::string&)> log;
 };
@@ -148,7 +154,8 @@ class Channel {
   Status submit(const hopper::CommandList& cl, Deadline deadline, uint64_t* fence = nullptr);
 
   // Host wait until the timeline reaches `fence` (default: everything
-  // submitted). Code::device_fault when the error notifier reports an RC
+  // submitted): polls, then sleeps (Options::wait_spin_us, wait_max_sleep_us).
+  // Code::device_fault when the error notifier reports an RC
   // error (MMU fault, ...); Code::timeout with the channel state at the deadline.
   Status wait_done(Deadline deadline, uint64_t fence = ~uint64_t(0));
   uint64_t completed() const;       // timeline value the engine has released

@@ -6,6 +6,7 @@
 // CONCCL_NV_FAULT_TEST=1 adds a test that provokes an MMU fault on our own
 // channel (an Xid 31 in dmesg) to check that it is reported, not hung on.
 #include <gtest/gtest.h>
+#include <time.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -46,6 +47,11 @@ TEST(NvBackend, BadOptions) {
   Status st = Device::open(o).status();
   EXPECT_EQ(st.code(), Code::invalid_argument);
   EXPECT_NE(st.message().find("pce_bytes_per_s"), std::string::npos) << st.to_string();
+  o = Options{};
+  o.wait_max_sleep_us = 2000000;
+  st = Device::open(o).status();
+  EXPECT_EQ(st.code(), Code::invalid_argument);
+  EXPECT_NE(st.message().find("wait_max_sleep_us"), std::string::npos) << st.to_string();
 }
 
 // H200 shape: LCE4 12 PCEs, LCE2/LCE3 2 PCEs each sharing with the GRCEs.
@@ -300,6 +306,35 @@ TEST_F(NvHw, ChannelsForRate) {
   ASSERT_TRUE(st.ok()) << st.to_string();
   EXPECT_EQ(std::memcmp(h->host, r->host, n), 0);
   for (Buffer* x : {&*h, &*d, &*r}) EXPECT_TRUE(dev_->free(*x).ok());
+}
+
+// A long wait sleeps instead of holding a core: the waiting thread's CPU time
+// stays well below the wall time of a ~10 ms copy on the smallest engine.
+TEST_F(NvHw, LongWaitSleeps) {
+  const size_t n = 1u << 30;
+  Result<Buffer> a = dev_->alloc(n, MemKind::device), b = dev_->alloc(n, MemKind::device);
+  ASSERT_TRUE(a.ok() && b.ok());
+  Channel* ch = dev_->channels_for_rate(1e9)[0];
+  auto cpu_ns = [] {
+    timespec t{};
+    clock_gettime(CLOCK_THREAD_CPUTIME_ID, &t);
+    return int64_t(t.tv_sec) * 1000000000 + t.tv_nsec;
+  };
+  double wall_sum = 0, cpu_sum = 0;
+  for (int i = 0; i < 3; ++i) {
+    ASSERT_TRUE(ch->copy(b->va, a->va, n).ok());
+    ASSERT_TRUE(ch->submit(Deadline::after_ms(1000)).ok());
+    const int64_t c0 = cpu_ns();
+    const auto t0 = std::chrono::steady_clock::now();
+    ASSERT_TRUE(ch->wait_done(Deadline::after_ms(10000)).ok()) << ch->diagnose();
+    wall_sum += std::chrono::duration<double, std::nano>(std::chrono::steady_clock::now() - t0).count();
+    cpu_sum += double(cpu_ns() - c0);
+  }
+  std::printf("LongWaitSleeps: LCE%d, wait %.2f ms wall, %.2f ms CPU per 1 GiB copy\n", ch->lce(), wall_sum / 3e6,
+              cpu_sum / 3e6);
+  EXPECT_GT(wall_sum / 3, 2e6) << "the copy was expected to take milliseconds";
+  EXPECT_LT(cpu_sum, 0.3 * wall_sum);
+  for (Buffer* x : {&*a, &*b}) EXPECT_TRUE(dev_->free(*x).ok());
 }
 
 TEST_F(NvHw, FreeUnknownBuffer) {

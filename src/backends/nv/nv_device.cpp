@@ -118,6 +118,10 @@ Status Device::open_impl(const Options& o) {
     return error(Code::invalid_argument,
                  "pce_bytes_per_s must be a positive bytes-per-second figure (34e9 measured beside a GEMM on an H200), got " +
                      std::to_string(opt_.pce_bytes_per_s));
+  if (opt_.wait_max_sleep_us > 100000 || opt_.wait_spin_us > 10000000)
+    return error(Code::invalid_argument,
+                 "wait_max_sleep_us must be at most 100000 (a nap bounds the wake-up latency of a wait) and "
+                 "wait_spin_us at most 10000000");
   CONCCL_RETURN_IF_ERROR(probe(opt_));
   {
     std::ifstream f("/proc/driver/nvidia/version");
