@@ -399,6 +399,7 @@ constexpr uint32_t kLdTransferNonPipelined = 2u << 0;  // = 2
 constexpr uint32_t kLdFlush = 1u << 2;                 // FLUSH_ENABLE 2:2
 constexpr uint32_t kLdSemNoTs = 1u << 3;               // SEMAPHORE_TYPE 4:3 = 1
 constexpr uint32_t kLdSemWithTs = 2u << 3;             // = 2
+constexpr uint32_t kLdIntrNonBlocking = 2u << 5;       // INTERRUPT_TYPE 6:5 = NON_BLOCKING (clc7b5.h)
 constexpr uint32_t kLdSrcPitch = 1u << 7;              // SRC_MEMORY_LAYOUT 7:7 = PITCH
 constexpr uint32_t kLdDstPitch = 1u << 8;              // DST_MEMORY_LAYOUT 8:8 = PITCH
 constexpr uint32_t kLdRemap = 1u << 10;                // REMAP_ENABLE 10:10
@@ -456,7 +457,7 @@ Status CommandList::fill(uint64_t dst, uint32_t value, uint64_t bytes) {
   return Status();
 }
 
-Status CommandList::signal(uint64_t addr, uint64_t value) {
+Status CommandList::signal(uint64_t addr, uint64_t value, bool interrupt) {
   if (addr & 15)
     return error(Code::invalid_argument, "signal address " + hex(addr) +
                                              " must be 16-byte aligned (payload at +0, timestamp at +8)");
@@ -464,7 +465,8 @@ Status CommandList::signal(uint64_t addr, uint64_t value) {
   inc(kCopySubchannel, 0x240,  // SET_SEMAPHORE_A, _B, _PAYLOAD, _PAYLOAD_UPPER
       {static_cast<uint32_t>(addr >> 32), static_cast<uint32_t>(addr), static_cast<uint32_t>(value),
        static_cast<uint32_t>(value >> 32)});
-  inc(kCopySubchannel, 0x300, {kLdFlush | kLdSemWithTs | kLdTwoWord});  // 0x08000014
+  inc(kCopySubchannel, 0x300,  // 0x08000014, or 0x08000054 with the interrupt
+      {kLdFlush | kLdSemWithTs | kLdTwoWord | (interrupt ? kLdIntrNonBlocking : 0u)});
   return Status();
 }
 

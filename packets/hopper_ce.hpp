@@ -191,8 +191,10 @@ class CommandList {
   // CE semaphore release after all earlier work: SET_SEMAPHORE_A/B/PAYLOAD/
   // PAYLOAD_UPPER + LAUNCH_DMA(FLUSH, RELEASE_SEMAPHORE_WITH_TIMESTAMP,
   // TWO_WORD): value at addr (64 bit), GPU ns timestamp at addr+8. addr
-  // 16-byte aligned.
-  Status signal(uint64_t addr, uint64_t value);
+  // 16-byte aligned. With `interrupt`, the LAUNCH_DMA also asks for a
+  // non-stall interrupt once the release is done (INTERRUPT_TYPE 6:5 =
+  // NON_BLOCKING: clc7b5.h; clc8b5.h omits the field, the bits are Ampere's).
+  Status signal(uint64_t addr, uint64_t value, bool interrupt = false);
   // As signal, but only the low 32 bits of value and no timestamp.
   Status signal32(uint64_t addr, uint32_t value);
   // Host semaphore acquire (SEM_ADDR_LO/HI, SEM_PAYLOAD_LO/HI, SEM_EXECUTE

@@ -32,6 +32,17 @@ class Device;  // conccl/device.hpp: the interface every backend implements
 
 namespace conccl::nv {
 
+// How a sleeping wait is woken (Options::irq_source / irq_notifier).
+enum class IrqSource : uint8_t {
+  host_method,  // the waiter submits host WFI + NON_STALL_INTERRUPT after the awaited work
+  copy_launch,  // the waiter submits a timeline release whose LAUNCH_DMA has INTERRUPT_TYPE=NON_BLOCKING
+};
+enum class IrqNotifier : uint8_t {
+  copy_engine,  // NV2080_NOTIFIERS_CE(lce): this engine's non-stall interrupts
+  host,         // NV2080_NOTIFIERS_FIFO_EVENT_MTHD: every host-driven engine's (more spurious wakes)
+  both,
+};
+
 struct Options {
   int gpu = 0;  // index among the GPUs the driver lists (NV_ESC_CARD_INFO order)
   // CPU+GPU virtual window this client reserves (PROT_NONE, MAP_FIXED_NOREPLACE)
@@ -59,6 +70,16 @@ struct Options {
   // their 3-5 us.
   uint32_t wait_spin_us = 50;
   uint32_t wait_max_sleep_us = 200;
+  // Sleep on an interrupt instead of napping when the wait is for everything
+  // submitted: the waiter asks the channel for a non-stall interrupt after
+  // that work and sleeps in ppoll() on an OS event RM signals from it
+  // (NV01_EVENT_OS_EVENT on the subdevice, one event file per channel). The
+  // ppoll has a safety timeout of wait_max_sleep_us x 10, so a lost interrupt
+  // costs time, never a hang. Falls back to naps when the events cannot be
+  // set up (Channel::interrupt_waits() says which).
+  bool interrupt_waits = true;
+  IrqSource irq_source = IrqSource::host_method;
+  IrqNotifier irq_notifier = IrqNotifier::both;
   // Every RM/UVM call and its status, for bring-up logs.
   std::function<void(const std::string&)> log;
 };
@@ -164,6 +185,19 @@ class Channel {
   // submission finished on the engine).
   uint64_t completed_time_ns() const;
 
+  // What the waits on this channel did (for tests and tuning).
+  struct WaitStats {
+    uint64_t waits = 0;        // wait_done calls that had to wait
+    uint64_t naps = 0;         // nanosleeps
+    uint64_t irq_arms = 0;     // interrupt requests submitted
+    uint64_t irq_wakes = 0;    // ppoll returned with the event
+    uint64_t irq_timeouts = 0; // ppoll ran into its safety timeout
+  };
+  const WaitStats& wait_stats() const { return stats_; }
+  // Whether waits can sleep on an interrupt here, and if not, why.
+  bool interrupt_waits() const { return event_fd_ >= 0; }
+  const std::string& interrupt_note() const { return irq_note_; }
+
   ChannelState state() const;
   std::string diagnose() const;  // one line: engine, GP_GET/GP_PUT, timeline, notifier
   Status fault_status() const;   // ok, or device_fault decoded from the notifier
@@ -172,6 +206,7 @@ class Channel {
   friend class Device;
   Channel() = default;
   Status reclaim(uint64_t need_bytes, Deadline deadline, uint64_t* start);
+  Status sleep_on_interrupt(Deadline deadline, uint64_t target);  // nv_wakeup.cpp
 
   Device* dev_ = nullptr;
   int lce_ = -1, pces_ = 0;
@@ -194,6 +229,11 @@ class Channel {
   std::deque<InFlight> inflight_;
   hopper::CommandList pending_;
   hopper::CommandList tail_;  // scratch for the timeline release
+  bool irq_on_release_ = false;  // submit(): LAUNCH_DMA INTERRUPT_TYPE=NON_BLOCKING on the timeline release
+  int event_fd_ = -1;            // /dev/nvidiactl file RM posts this channel's wake events to
+  uint32_t h_wake_[2] = {};      // NV01_EVENT_OS_EVENT objects under the subdevice
+  std::string irq_note_;         // why interrupt waits are off, if they are
+  WaitStats stats_;
 };
 
 class Device {
@@ -278,6 +318,8 @@ class Device {
   Device() = default;
   Status open_impl(const Options& o);
   Status create_channel(int lce, int pces);
+  void setup_wakeup(Channel& ch);     // nv_wakeup.cpp; failures only turn interrupt waits off
+  void teardown_wakeup(Channel& ch);
   void teardown();
   void log(const std::string& s) const;
 

@@ -104,6 +104,24 @@ TEST(HopperCommandList, SignalWaitBind) {
                           0x20010008, 0x00000000});
 }
 
+// A release that also asks for a non-stall interrupt: LAUNCH_DMA bits 6:5 = 2
+// (NON_BLOCKING) on top of FLUSH | RELEASE_SEMAPHORE_WITH_TIMESTAMP | TWO_WORD;
+// and the host WFI (0x078) the interrupt waits put before NON_STALL_INTERRUPT.
+TEST(HopperCommandList, SignalWithInterruptAndWfi) {
+  CommandList cl;
+  ASSERT_TRUE(cl.signal(0x1000000040ull, 7, /*interrupt=*/true).ok());
+  const uint32_t scope = 0;
+  ASSERT_TRUE(cl.raw({HdrOp::inc, 0, 0x078, 1}, {&scope, 1}).ok());
+  cl.nonstall_interrupt();
+  EXPECT_DW(cl.dwords(), {0x20048090, 0x00000010, 0x00000040, 0x00000007, 0x00000000,  //
+                          0x200180C0, 0x08000054,                                      //
+                          0x2001001E, 0x00000000,                                      //
+                          0x20010008, 0x00000000});
+  const std::string text = disassemble_text(cl.dwords());
+  EXPECT_NE(text.find("interrupt_type=non_blocking"), std::string::npos) << text;
+  EXPECT_NE(text.find("wfi"), std::string::npos) << text;
+}
+
 TEST(HopperCommandList, Errors) {
   CommandList cl;
   EXPECT_EQ(cl.fill(0x2002, 1, 16).code(), Code::invalid_argument);

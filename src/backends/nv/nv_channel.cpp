@@ -135,7 +135,7 @@ Status Channel::submit(const hopper::CommandList& cl, Deadline deadline, uint64_
   CONCCL_RETURN_IF_ERROR(fault_status());
   const uint64_t value = submitted_ + 1;
   tail_.clear();
-  CONCCL_RETURN_IF_ERROR(tail_.signal(timeline_va_, value));
+  CONCCL_RETURN_IF_ERROR(tail_.signal(timeline_va_, value, irq_on_release_));
   const uint64_t bytes = cl.size_bytes() + tail_.size_bytes();
   if (bytes > pushbuffer_.size / 2)
     return error(Code::invalid_argument, "a " + std::to_string(bytes) + "-byte submission does not fit half the " +
@@ -182,6 +182,7 @@ Status Channel::wait_done(Deadline deadline, uint64_t fence) {
   const auto spin_until = std::chrono::steady_clock::now() + std::chrono::microseconds(o.wait_spin_us);
   uint32_t spins = 0;
   uint32_t sleep_us = 2;
+  if (completed() < target) ++stats_.waits;
   while (completed() < target) {
     if ((++spins & 255) == 0) {
       CONCCL_RETURN_IF_ERROR(fault_status());
@@ -189,6 +190,7 @@ Status Channel::wait_done(Deadline deadline, uint64_t fence) {
         return error(Code::timeout, "deadline passed waiting for timeline value " + std::to_string(target) + ": " +
                                         diagnose());
       if (std::chrono::steady_clock::now() >= spin_until) {
+        if (event_fd_ >= 0 && target == submitted_) return sleep_on_interrupt(deadline, target);
         if (o.wait_max_sleep_us == 0) {
           sched_yield();
         } else {
@@ -196,6 +198,7 @@ Status Channel::wait_done(Deadline deadline, uint64_t fence) {
           const auto nap = std::min<std::chrono::nanoseconds>(std::chrono::microseconds(sleep_us), left);
           timespec ts{0, static_cast<long>(nap.count())};
           nanosleep(&ts, nullptr);
+          ++stats_.naps;
           sleep_us = std::min(sleep_us * 2, o.wait_max_sleep_us);
           spins = 255;  // check again right after the nap
           continue;

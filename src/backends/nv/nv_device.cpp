@@ -507,6 +507,7 @@ Status Device::create_channel(int lce, int pces) {
   st = ch->submit(init, Deadline::after_ms(2000), &fence);
   if (st.ok()) st = ch->wait_done(Deadline::after_ms(5000), fence);
   if (!st.ok()) return fail(st.prefix("first submission (SET_OBJECT) on LCE" + std::to_string(lce)));
+  setup_wakeup(*ch);
   channels_.push_back(std::move(ch));
   return Status();
 }
@@ -566,6 +567,7 @@ Device::~Device() { teardown(); }
 void Device::teardown() {
   // Channels first: freeing a group stops and frees its channel and copy object.
   for (auto& c : channels_) {
+    teardown_wakeup(*c);
     if (c->uvm_registered_) {
       abi::UvmUnregisterChannel u{};
       std::memcpy(u.gpuUuid, info_.uuid, 16);

@@ -24,6 +24,8 @@ inline constexpr uint32_t kIoctlMagic = 'F';
 inline constexpr uint32_t kEscCardInfo = 200 + 0;         // NV_ESC_CARD_INFO
 inline constexpr uint32_t kEscRegisterFd = 200 + 1;       // NV_ESC_REGISTER_FD
 inline constexpr uint32_t kEscCheckVersionStr = 200 + 10; // NV_ESC_CHECK_VERSION_STR
+inline constexpr uint32_t kEscAllocOsEvent = 200 + 6;    // NV_ESC_ALLOC_OS_EVENT
+inline constexpr uint32_t kEscFreeOsEvent = 200 + 7;     // NV_ESC_FREE_OS_EVENT
 // src/nvidia/arch/nvalloc/unix/include/nv_escape.h
 inline constexpr uint32_t kEscRmAllocMemory = 0x27;   // NV_ESC_RM_ALLOC_MEMORY
 inline constexpr uint32_t kEscRmFree = 0x29;          // NV_ESC_RM_FREE
@@ -568,5 +570,39 @@ static_assert(sizeof(UvmFree) == 24);
 // nverror.h ROBUST_CHANNEL_* (error notifier info32)
 inline constexpr uint32_t kRcMmuFault = 31;  // ROBUST_CHANNEL_FIFO_ERROR_MMU_ERR_FLT
 inline constexpr uint32_t kRcPbdmaError = 32;
+
+// ---- OS events: interrupt-driven waits ------------------------------------------
+// kernel-open/common/inc/nv-ioctl.h nv_ioctl_alloc_os_event_t (nv_ioctl_free_os_event_t
+// has the same layout). Issued on the file that will be poll()ed; `fd` is only the
+// key RM looks the event up by (kernel-open/nvidia/nv.c, arch/nvalloc/unix/src/osapi.c
+// allocate_os_event), by convention that file's own number.
+struct OsEvent {
+  NvHandle hClient;
+  NvHandle hDevice;  // not used by the kernel
+  uint32_t fd;
+  uint32_t Status;
+};
+static_assert(sizeof(OsEvent) == 16);
+
+inline constexpr uint32_t kNv01EventOsEvent = 0x79;  // nvos.h NV01_EVENT_OS_EVENT
+// class/cl0005.h NV0005_ALLOC_PARAMETERS; data = the OsEvent fd key.
+struct EventAllocParams {
+  NvHandle hParentClient;
+  NvHandle hSrcResource;
+  uint32_t hClass;
+  uint32_t notifyIndex;
+  alignas(8) uint64_t data;  // NvP64
+};
+static_assert(sizeof(EventAllocParams) == 24 && offsetof(EventAllocParams, notifyIndex) == 12 &&
+              offsetof(EventAllocParams, data) == 16);
+// nvos.h NV01_EVENT_* flags in notifyIndex's upper bits.
+inline constexpr uint32_t kEventWithoutEventData = 0x10000000;  // NV01_EVENT_WITHOUT_EVENT_DATA
+inline constexpr uint32_t kEventNonstallIntr = 0x08000000;      // NV01_EVENT_NONSTALL_INTR
+// class/cl2080_notification.h NV2080_NOTIFIERS_CE(x), NV2080_NOTIFIERS_FIFO_EVENT_MTHD.
+constexpr uint32_t notifier_ce(int lce) { return lce < 10 ? 23u + uint32_t(lce) : 166u + uint32_t(lce - 10); }
+inline constexpr uint32_t kNotifierFifoEventMthd = 35;
+// class/clc86f.h host methods used to raise the interrupt after earlier work.
+inline constexpr uint16_t kHostNonStallInterrupt = 0x020;  // NVC56F_NON_STALL_INTERRUPT (same offset on C86F)
+inline constexpr uint16_t kHostWfi = 0x078;                // NVC86F_WFI
 
 }  // namespace conccl::nv::abi
