@@ -63,29 +63,13 @@
 #include <vector>
 
 #include "conccl/nv.hpp"
+#include "tools/bench/cuda_check.hpp"
+#include "tools/bench/nv_bench_util.hpp"
 
 using namespace conccl;
 namespace cnv = conccl::nv;  // CUDA headers have their own namespace nv
 using Clock = std::chrono::steady_clock;
 
-#define CU_CHECK(x)                                                                                \
-  do {                                                                                             \
-    CUresult r_ = (x);                                                                             \
-    if (r_ != CUDA_SUCCESS) {                                                                      \
-      const char* s_ = nullptr;                                                                    \
-      cuGetErrorString(r_, &s_);                                                                   \
-      std::fprintf(stderr, "%s:%d %s -> %d %s\n", __FILE__, __LINE__, #x, int(r_), s_ ? s_ : "?"); \
-      std::exit(4);                                                                                \
-    }                                                                                              \
-  } while (0)
-#define CUDA_CHECK(x)                                                                               \
-  do {                                                                                              \
-    cudaError_t e_ = (x);                                                                           \
-    if (e_ != cudaSuccess) {                                                                        \
-      std::fprintf(stderr, "%s:%d %s -> %s\n", __FILE__, __LINE__, #x, cudaGetErrorString(e_));     \
-      std::exit(4);                                                                                 \
-    }                                                                                               \
-  } while (0)
 #define CUBLAS_CHECK(x)                                                                  \
   do {                                                                                   \
     cublasStatus_t s_ = (x);                                                             \
@@ -378,20 +362,8 @@ int main(int argc, char** argv) {
   CUDA_CHECK(cudaMemcpy(reinterpret_cast<void*>(src->ptr), pattern.data(), copy_bytes, cudaMemcpyHostToDevice));
 
   // Our RM client in the same process; its window must not collide with CUDA's.
-  std::unique_ptr<cnv::Device> dev;
   Status last;
-  for (uint64_t base : {0x10'0000'0000ull, 0x20'0000'0000ull, 0x40'0000'0000ull, 0x80'0000'0000ull}) {
-    cnv::Options o;
-    o.va_base = base;
-    o.va_size = 64ull << 30;
-    Result<std::unique_ptr<cnv::Device>> d = cnv::Device::open(o);
-    if (d.ok()) {
-      dev = std::move(d).value();
-      break;
-    }
-    last = d.status();
-    if (last.code() != Code::resource_exhausted) break;
-  }
+  std::unique_ptr<cnv::Device> dev = bench::open_beside_cuda(&last);
   if (!dev) {
     std::fprintf(stderr, "nv_c3_bench: %s\n", last.to_string().c_str());
     return last.code() == Code::unavailable ? 5 : 4;

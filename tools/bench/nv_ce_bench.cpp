@@ -21,6 +21,7 @@
 #include <vector>
 
 #include "conccl/nv.hpp"
+#include "tools/bench/nv_bench_util.hpp"
 
 using namespace conccl;
 using Clock = std::chrono::steady_clock;
@@ -39,32 +40,9 @@ int exit_code(const Status& s) {
   }
 }
 
-struct Stats {
-  double median = 0, p90 = 0, p99 = 0, min = 0, max = 0, mean = 0;
-  size_t n = 0;
-};
-Stats stats(std::vector<double> v) {
-  Stats s;
-  if (v.empty()) return s;
-  std::sort(v.begin(), v.end());
-  auto q = [&](double p) { return v[std::min(v.size() - 1, static_cast<size_t>(p * (v.size() - 1) + 0.5))]; };
-  s.n = v.size();
-  s.median = q(0.5);
-  s.p90 = q(0.9);
-  s.p99 = q(0.99);
-  s.min = v.front();
-  s.max = v.back();
-  double sum = 0;
-  for (double x : v) sum += x;
-  s.mean = sum / v.size();
-  return s;
-}
-std::string json_stats(const Stats& s) {
-  char b[256];
-  std::snprintf(b, sizeof b, "{\"n\": %zu, \"median\": %.4f, \"p90\": %.4f, \"p99\": %.4f, \"min\": %.4f, \"max\": %.4f, \"mean\": %.4f}",
-                s.n, s.median, s.p90, s.p99, s.min, s.max, s.mean);
-  return b;
-}
+using bench::Stats;
+using bench::stats;
+const auto json_stats = bench::stats_json;
 
 void fill_pattern(void* p, size_t n, uint64_t seed) {
   auto* q = static_cast<uint64_t*>(p);

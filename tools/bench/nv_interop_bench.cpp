@@ -29,21 +29,12 @@
 #include <vector>
 
 #include "conccl/nv.hpp"
+#include "tools/bench/cuda_check.hpp"
+#include "tools/bench/nv_bench_util.hpp"
 
 using namespace conccl;
 namespace cnv = conccl::nv;
 using Clock = std::chrono::steady_clock;
-
-#define CU_CHECK(x)                                                                                   \
-  do {                                                                                                \
-    CUresult r_ = (x);                                                                                \
-    if (r_ != CUDA_SUCCESS) {                                                                         \
-      const char* s_ = nullptr;                                                                       \
-      cuGetErrorString(r_, &s_);                                                                      \
-      std::fprintf(stderr, "%s:%d %s -> %d %s\n", __FILE__, __LINE__, #x, int(r_), s_ ? s_ : "?");    \
-      std::exit(4);                                                                                   \
-    }                                                                                                 \
-  } while (0)
 
 namespace {
 
@@ -69,31 +60,6 @@ const char* kPtx = R"(
   ret;
 }
 )";
-
-struct Stats {
-  double min = 0, p10 = 0, median = 0, p90 = 0, p99 = 0, max = 0;
-  size_t n = 0;
-};
-Stats stats(std::vector<double> v) {
-  Stats s;
-  if (v.empty()) return s;
-  std::sort(v.begin(), v.end());
-  auto q = [&](double p) { return v[std::min(v.size() - 1, static_cast<size_t>(p * (v.size() - 1) + 0.5))]; };
-  s.n = v.size();
-  s.min = v.front();
-  s.p10 = q(0.1);
-  s.median = q(0.5);
-  s.p90 = q(0.9);
-  s.p99 = q(0.99);
-  s.max = v.back();
-  return s;
-}
-std::string json(const Stats& s) {
-  char b[200];
-  std::snprintf(b, sizeof b, "{\"n\": %zu, \"min\": %.3f, \"p10\": %.3f, \"median\": %.3f, \"p90\": %.3f, \"p99\": %.3f, \"max\": %.3f}",
-                s.n, s.min, s.p10, s.median, s.p90, s.p99, s.max);
-  return b;
-}
 
 void spin_us(int us) {
   const auto t = Clock::now() + std::chrono::microseconds(us);
@@ -144,20 +110,8 @@ int main(int argc, char** argv) {
   CU_CHECK(cuMemcpyHtoD(A->ptr, pattern.data(), bytes));
   CU_CHECK(cuMemsetD8(B->ptr, 0x5A, bytes));
 
-  std::unique_ptr<cnv::Device> dev;
   Status last;
-  for (uint64_t base : {0x10'0000'0000ull, 0x20'0000'0000ull, 0x40'0000'0000ull, 0x80'0000'0000ull}) {
-    cnv::Options o;
-    o.va_base = base;
-    o.va_size = 64ull << 30;
-    Result<std::unique_ptr<cnv::Device>> d = cnv::Device::open(o);
-    if (d.ok()) {
-      dev = std::move(d).value();
-      break;
-    }
-    last = d.status();
-    if (last.code() != Code::resource_exhausted) break;
-  }
+  std::unique_ptr<cnv::Device> dev = bench::open_beside_cuda(&last);
   if (!dev) {
     std::fprintf(stderr, "nv_interop_bench: %s\n", last.to_string().c_str());
     return last.code() == Code::unavailable ? 5 : 4;
@@ -279,7 +233,7 @@ int main(int argc, char** argv) {
   }
   ok &= early2 == 0;
 
-  const Stats a = stats(ce_to_cuda), b = stats(cuda_to_ce), h = stats(host_ce_to_cuda);
+  const bench::Stats a = bench::stats(ce_to_cuda), b = bench::stats(cuda_to_ce), h = bench::stats(host_ce_to_cuda);
   if (!json_path.empty())
     if (FILE* f = std::fopen(json_path.c_str(), "w")) {
       std::fprintf(f,
@@ -289,7 +243,7 @@ int main(int argc, char** argv) {
                    "\"ce_to_cuda_wrong_value\": %d,\n  \"host_submit_to_stream_sync_us\": %s,\n"
                    "  \"cuda_to_ce_us\": %s, \"cuda_to_ce_early\": %d,\n  \"ok\": %s\n}\n",
                    iters, reg_a_ms, reg_hit_us, copy_ok ? "true" : "false", refused_ok ? "true" : "false",
-                   refused.message().c_str(), json(a).c_str(), early, wrong_value, json(h).c_str(), json(b).c_str(),
+                   refused.message().c_str(), bench::stats_json(a).c_str(), early, wrong_value, bench::stats_json(h).c_str(), bench::stats_json(b).c_str(),
                    early2, ok ? "true" : "false");
       std::fclose(f);
     }
