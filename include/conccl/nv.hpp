@@ -295,6 +295,14 @@ class Device {
   // into it and cuStreamWaitValue64 on it, or cuStreamWriteValue64 into it
   // and wait() on it. Not CPU-visible (use alloc_slot for host polling).
   Result<uint64_t> alloc_cuda_slot();
+  // Makes the host slot page (alloc_slot) visible to CUDA at the same
+  // addresses (cuMemHostRegister PORTABLE|DEVICEMAP; CUDA's device pointer
+  // must equal the host address, else Code::unavailable). Afterwards every
+  // alloc_slot() slot is one semaphore for the CPU (slot_host), CUDA streams
+  // (cuStreamWaitValue64 / cuStreamWriteValue64) and our channels. Once per
+  // device; undone at close. Needs libcuda (Code::unavailable without).
+  Status share_slots_with_cuda();
+  bool slots_shared_with_cuda() const { return slots_shared_; }
 
   // Splits a copy over `channels` (default: all) in proportion to their PCE
   // counts, pieces aligned to `align` bytes, submits and waits.
@@ -349,6 +357,7 @@ class Device {
   std::vector<std::unique_ptr<Channel>> channels_;
   std::vector<Buffer> buffers_;  // every live allocation, for teardown
   Buffer slots_;
+  bool slots_shared_ = false;  // slots_ registered with cuMemHostRegister
   uint64_t next_slot_ = 0;
   struct Registration {
     Buffer buffer;  // import_fd at CUDA's address

@@ -10,8 +10,10 @@
 #include <gtest/gtest.h>
 #include <unistd.h>
 
+#include <chrono>
 #include <cstring>
 #include <random>
+#include <thread>
 
 #include "conccl/nv.hpp"
 
@@ -168,6 +170,51 @@ TEST_F(NvCudaHw, SemaphoreSlotsInDeviceMemory) {
   EXPECT_NE(r->as<uint64_t>()[1], 0u) << "CE timestamp at +8";
   EXPECT_EQ(r->as<uint64_t>()[2], 0x500000007ull);
   EXPECT_TRUE(dev_->free(*r).ok());
+}
+
+// The host slot page shared with CUDA (SYS-reg): CUDA writes a slot that our
+// channel waits on, our channel releases a slot that CUDA reads, and the CPU
+// sees both at the same addresses.
+TEST_F(NvCudaHw, HostSlotsSharedWithCuda) {
+  Status st = dev_->share_slots_with_cuda();
+  ASSERT_TRUE(st.ok()) << st.to_string();
+  EXPECT_TRUE(dev_->share_slots_with_cuda().ok()) << "a second call is a no-op";
+  EXPECT_TRUE(dev_->slots_shared_with_cuda());
+  void* lib = dlopen("libcuda.so.1", RTLD_NOW | RTLD_LOCAL);
+  ASSERT_NE(lib, nullptr);
+  using MemsetD32 = int (*)(unsigned long long, unsigned, size_t);
+  using DtoH = int (*)(void*, unsigned long long, size_t);
+  using Sync = int (*)();
+  auto memset32 = reinterpret_cast<MemsetD32>(dlsym(lib, "cuMemsetD32_v2"));
+  auto dtoh = reinterpret_cast<DtoH>(dlsym(lib, "cuMemcpyDtoH_v2"));
+  auto sync = reinterpret_cast<Sync>(dlsym(lib, "cuCtxSynchronize"));
+  ASSERT_TRUE(memset32 && dtoh && sync);
+
+  Result<uint64_t> in = dev_->alloc_slot(), out = dev_->alloc_slot();
+  ASSERT_TRUE(in.ok() && out.ok());
+  volatile uint64_t* hin = dev_->slot_host(*in);
+  volatile uint64_t* hout = dev_->slot_host(*out);
+  hin[0] = 0;
+  hout[0] = 0;
+  const uint64_t want_in = 0x0000000700000007ull, want_out = 0x0000ABCD00001234ull;
+  Channel& ch = dev_->channel(0);
+  ASSERT_TRUE(ch.wait(*in, want_in).ok());
+  ASSERT_TRUE(ch.signal(*out, want_out).ok());
+  uint64_t f = 0;
+  ASSERT_TRUE(ch.submit(Deadline::after_ms(1000), &f).ok());
+  std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  EXPECT_EQ(hout[0], 0u) << "the channel must hold at its acquire";
+  // CUDA writes the slot through its device pointer, which is the same VA.
+  ASSERT_EQ(memset32(*in, 7, 2), 0);
+  ASSERT_EQ(sync(), 0);
+  EXPECT_EQ(hin[0], want_in) << "the CPU sees CUDA's write";
+  st = ch.wait_done(Deadline::after_ms(5000), f);
+  ASSERT_TRUE(st.ok()) << st.to_string();
+  EXPECT_EQ(hout[0], want_out);
+  EXPECT_NE(hout[1], 0u) << "CE timestamp at +8";
+  uint64_t seen = 0;
+  ASSERT_EQ(dtoh(&seen, *out, 8), 0);
+  EXPECT_EQ(seen, want_out) << "CUDA reads our release";
 }
 
 }  // namespace

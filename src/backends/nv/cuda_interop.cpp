@@ -90,6 +90,10 @@ struct CudaApi {
   CUresult (*cuMemExportToShareableHandle)(void*, CUmemGenericAllocationHandle, int, unsigned long long) = nullptr;
   CUresult (*cuMemRetainAllocationHandle)(CUmemGenericAllocationHandle*, void*) = nullptr;
   CUresult (*cuMemGetAddressRange)(CUdeviceptr*, size_t*, CUdeviceptr) = nullptr;
+  // Host registration (optional: only share_slots_with_cuda needs them).
+  CUresult (*cuMemHostRegister)(void*, size_t, unsigned) = nullptr;
+  CUresult (*cuMemHostGetDevicePointer)(CUdeviceptr*, void*, unsigned) = nullptr;
+  CUresult (*cuMemHostUnregister)(void*) = nullptr;
 };
 
 template <typename F>
@@ -138,6 +142,10 @@ const CudaApi& api() {
          "cuMemExportToShareableHandle");
     need(load(a.lib, a.cuMemRetainAllocationHandle, "cuMemRetainAllocationHandle"), "cuMemRetainAllocationHandle");
     need(load(a.lib, a.cuMemGetAddressRange, "cuMemGetAddressRange_v2"), "cuMemGetAddressRange_v2");
+    // cuda.h maps these to their _v2 ABI names too.
+    (void)load(a.lib, a.cuMemHostRegister, "cuMemHostRegister_v2", "cuMemHostRegister");
+    (void)load(a.lib, a.cuMemHostGetDevicePointer, "cuMemHostGetDevicePointer_v2", "cuMemHostGetDevicePointer");
+    (void)load(a.lib, a.cuMemHostUnregister, "cuMemHostUnregister");
     if (!missing.empty())
       a.status = error(Code::unavailable, "libcuda.so.1 lacks " + missing +
                                               " (the VMM API needs a CUDA 11.x or newer driver)");
@@ -410,6 +418,38 @@ Result<uint64_t> Device::alloc_cuda_slot() {
   return va;
 }
 
+// The host slot page (alloc_slot) is our OS-descriptor mapping of anonymous
+// pages at one VA for CPU and GPU. cuMemHostRegister pins the same pages for
+// CUDA; with unified addressing CUDA's device pointer for them is that VA, so
+// one address serves the CPU, CUDA streams and our channels
+// (nvidia_interop.md §4.1 "SYS-reg": measured there in both directions).
+Status Device::share_slots_with_cuda() {
+  if (fd_ctl_ < 0 || !slots_.host) return error(Code::unavailable, "the nv device is closed");
+  if (slots_shared_) return Status();
+  const CudaApi& a = api();
+  CONCCL_RETURN_IF_ERROR(a.status);
+  if (!a.cuMemHostRegister || !a.cuMemHostGetDevicePointer || !a.cuMemHostUnregister)
+    return error(Code::unavailable, "this libcuda lacks cuMemHostRegister/cuMemHostGetDevicePointer/"
+                                    "cuMemHostUnregister; use alloc_cuda_slot (device memory) instead");
+  Result<int> dev = cuda_device_for_uuid(info_.uuid);
+  if (!dev.ok()) return dev.status();
+  CONCCL_RETURN_IF_ERROR(ensure_context(*dev));
+  constexpr unsigned kPortable = 0x01, kDeviceMap = 0x02;  // CU_MEMHOSTREGISTER_PORTABLE | _DEVICEMAP
+  CONCCL_RETURN_IF_ERROR(cu_check(a.cuMemHostRegister(slots_.host, slots_.size, kPortable | kDeviceMap),
+                                  "cuMemHostRegister of the semaphore slot page"));
+  CUdeviceptr p = 0;
+  Status st = cu_check(a.cuMemHostGetDevicePointer(&p, slots_.host, 0), "cuMemHostGetDevicePointer");
+  if (st.ok() && p != slots_.va)
+    st = error(Code::unavailable, "CUDA maps the slot page at " + hex(p) + ", not at its host address " +
+                                      hex(slots_.va) + " (no unified addressing?); use alloc_cuda_slot instead");
+  if (!st.ok()) {
+    (void)a.cuMemHostUnregister(slots_.host);
+    return st;
+  }
+  slots_shared_ = true;
+  return Status();
+}
+
 void Device::release_cuda() {
   for (auto& [base, r] : registered_) {
     Status s = free(r.buffer);
@@ -421,6 +461,12 @@ void Device::release_cuda() {
     Status s = cuda_free(c);
     if (!s.ok()) log("teardown: freeing the CUDA semaphore page: " + s.to_string());
     cuda_slot_ptr_ = cuda_slot_handle_ = cuda_slot_size_ = next_cuda_slot_ = 0;
+  }
+  if (slots_shared_) {
+    const CudaApi& a = api();
+    if (a.cuMemHostUnregister && a.cuMemHostUnregister(slots_.host) != kCudaSuccess)
+      log("teardown: cuMemHostUnregister of the slot page failed");
+    slots_shared_ = false;
   }
 }
 
