@@ -1,7 +1,8 @@
 // tools/bench/nv_interop_bench.cpp - CUDA interop of the nv backend on one GPU:
 // registration of cuMemCreate buffers (cost, cache, CE copy between them,
 // verified by CUDA), the refusal of cudaMalloc memory, and the two hand-offs
-// through semaphores in a registered device page (Device::alloc_cuda_slot):
+// through semaphores, in a registered device page (Device::alloc_cuda_slot)
+// and in our host slot page shared with CUDA (Device::share_slots_with_cuda):
 //   CE -> CUDA: our channel releases the slot (64-bit, with the CE timestamp
 //               at +8); a CUDA stream waits on it with cuStreamWaitValue64(GEQ)
 //               and then runs a 1-thread kernel that reads %globaltimer.
@@ -26,6 +27,7 @@
 #include <random>
 #include <string>
 #include <thread>
+#include <tuple>
 #include <vector>
 
 #include "conccl/nv.hpp"
@@ -155,110 +157,142 @@ int main(int argc, char** argv) {
   ok &= refused_ok;
   CU_CHECK(cuMemFree(plain));
 
-  // (3) CE -> CUDA.
-  Result<uint64_t> sem = dev->alloc_cuda_slot(), flag = dev->alloc_cuda_slot();
-  Result<uint64_t> host_ts = dev->alloc_slot();
-  if (!sem.ok() || !flag.ok() || !host_ts.ok()) {
-    std::fprintf(stderr, "slots: %s %s\n", sem.status().to_string().c_str(), flag.status().to_string().c_str());
+  // (3)+(4) The two hand-offs, through slots of each kind: device memory
+  // (alloc_cuda_slot: a registered cuMemCreate page) and host memory
+  // (alloc_slot after share_slots_with_cuda: our page registered with CUDA).
+  st = dev->share_slots_with_cuda();
+  if (!st.ok()) {
+    std::fprintf(stderr, "share_slots_with_cuda: %s\n", st.to_string().c_str());
     return 4;
   }
+  Result<uint64_t> host_ts = dev->alloc_slot();
+  if (!host_ts.ok()) return 4;
+  volatile uint64_t* hts = dev->slot_host(*host_ts);
   CUdeviceptr out;
   CU_CHECK(cuMemAlloc(&out, size_t(iters) * 2 * 32));
-  CU_CHECK(cuMemsetD8(out, 0, size_t(iters) * 2 * 32));
   cnv::Channel& ch = dev->channel(0);
-  int early = 0, wrong_value = 0;
-  std::vector<double> ce_to_cuda, host_ce_to_cuda;
-  const uint64_t base_value = 0x3'0000'0000ull;
-  for (int i = 0; i < iters; ++i) {
-    const uint64_t target = base_value + 1 + i;
-    CUdeviceptr o = out + CUdeviceptr(i) * 32;
-    CUdeviceptr s = *sem;
-    void* args[] = {&o, &s};
-    CU_CHECK(cuStreamWaitValue64(stream, *sem, target, CU_STREAM_WAIT_VALUE_GEQ));
-    CU_CHECK(cuLaunchKernel(stamp, 1, 1, 1, 1, 1, 1, 0, stream, args, nullptr));
-    spin_us(200);
-    if (cuStreamQuery(stream) != CUDA_ERROR_NOT_READY) ++early;
-    const auto h0 = Clock::now();
-    st = ch.signal(*sem, target);
-    if (st.ok()) st = ch.submit(dl);
-    if (!st.ok()) break;
-    CU_CHECK(cuStreamSynchronize(stream));
-    host_ce_to_cuda.push_back(std::chrono::duration<double, std::micro>(Clock::now() - h0).count());
-    if (st.ok()) st = ch.wait_done(dl);
-    if (!st.ok()) break;
-  }
-  if (!st.ok()) {
-    std::fprintf(stderr, "CE->CUDA: %s\n", st.to_string().c_str());
-    return 4;
-  }
-  {
-    std::vector<uint64_t> rec(size_t(iters) * 4);
-    CU_CHECK(cuMemcpyDtoH(rec.data(), out, size_t(iters) * 32));
+  struct Handoff {
+    const char* kind;
+    bench::Stats ce_to_cuda, cuda_to_ce, host;
+    int early = 0, wrong_value = 0, early2 = 0;
+  };
+  uint64_t base_value = 0x3'0000'0000ull;
+  auto handoffs = [&](const char* kind, uint64_t sem, uint64_t flag) -> Result<Handoff> {
+    Handoff r;
+    r.kind = kind;
+    base_value += 0x1'0000'0000ull;  // above anything an earlier round left in a slot
+    CU_CHECK(cuMemsetD8(out, 0, size_t(iters) * 2 * 32));
+    std::vector<double> ce_to_cuda, host_ce_to_cuda, cuda_to_ce;
+    // CE -> CUDA.
     for (int i = 0; i < iters; ++i) {
-      const uint64_t k = rec[size_t(i) * 4], v = rec[size_t(i) * 4 + 1], ts = rec[size_t(i) * 4 + 2];
-      if (v < base_value + 1 + i) ++wrong_value;
-      ce_to_cuda.push_back((double(int64_t(k - ts))) / 1000.0);
+      const uint64_t target = base_value + 1 + i;
+      CUdeviceptr o = out + CUdeviceptr(i) * 32;
+      CUdeviceptr s = sem;
+      void* args[] = {&o, &s};
+      CU_CHECK(cuStreamWaitValue64(stream, sem, target, CU_STREAM_WAIT_VALUE_GEQ));
+      CU_CHECK(cuLaunchKernel(stamp, 1, 1, 1, 1, 1, 1, 0, stream, args, nullptr));
+      spin_us(200);
+      if (cuStreamQuery(stream) != CUDA_ERROR_NOT_READY) ++r.early;
+      const auto h0 = Clock::now();
+      CONCCL_RETURN_IF_ERROR(ch.signal(sem, target));
+      CONCCL_RETURN_IF_ERROR(ch.submit(dl));
+      CU_CHECK(cuStreamSynchronize(stream));
+      host_ce_to_cuda.push_back(std::chrono::duration<double, std::micro>(Clock::now() - h0).count());
+      CONCCL_RETURN_IF_ERROR(ch.wait_done(dl));
+    }
+    {
+      std::vector<uint64_t> rec(size_t(iters) * 4);
+      CU_CHECK(cuMemcpyDtoH(rec.data(), out, size_t(iters) * 32));
+      for (int i = 0; i < iters; ++i) {
+        const uint64_t k = rec[size_t(i) * 4], v = rec[size_t(i) * 4 + 1], ts = rec[size_t(i) * 4 + 2];
+        if (v < base_value + 1 + i) ++r.wrong_value;
+        ce_to_cuda.push_back((double(int64_t(k - ts))) / 1000.0);
+      }
+    }
+    // CUDA -> CE.
+    for (int i = 0; i < iters; ++i) {
+      const uint64_t target = base_value + 1 + i;
+      CONCCL_RETURN_IF_ERROR(ch.wait(flag, target));
+      CONCCL_RETURN_IF_ERROR(ch.signal(*host_ts, target));
+      uint64_t f = 0;
+      CONCCL_RETURN_IF_ERROR(ch.submit(dl, &f));
+      spin_us(200);
+      if (hts[0] >= target) ++r.early2;
+      CUdeviceptr o = out + CUdeviceptr(iters + i) * 32;
+      CUdeviceptr s = flag;
+      void* args[] = {&o, &s};
+      CU_CHECK(cuLaunchKernel(stamp, 1, 1, 1, 1, 1, 1, 0, stream, args, nullptr));
+      CU_CHECK(cuStreamWriteValue64(stream, flag, target, CU_STREAM_WRITE_VALUE_DEFAULT));
+      CONCCL_RETURN_IF_ERROR(ch.wait_done(dl, f));
+      CU_CHECK(cuStreamSynchronize(stream));
+      uint64_t k = 0;
+      CU_CHECK(cuMemcpyDtoH(&k, o, 8));
+      cuda_to_ce.push_back(double(int64_t(hts[1] - k)) / 1000.0);
+    }
+    r.ce_to_cuda = bench::stats(ce_to_cuda);
+    r.cuda_to_ce = bench::stats(cuda_to_ce);
+    r.host = bench::stats(host_ce_to_cuda);
+    return r;
+  };
+  std::vector<Handoff> rounds;
+  {
+    Result<uint64_t> sem = dev->alloc_cuda_slot(), flag = dev->alloc_cuda_slot();
+    Result<uint64_t> hsem = dev->alloc_slot(), hflag = dev->alloc_slot();
+    if (!sem.ok() || !flag.ok() || !hsem.ok() || !hflag.ok()) {
+      std::fprintf(stderr, "slots: %s %s\n", sem.status().to_string().c_str(), hsem.status().to_string().c_str());
+      return 4;
+    }
+    for (auto [kind, a, b] : {std::tuple{"device slot", *sem, *flag}, std::tuple{"host slot", *hsem, *hflag}}) {
+      Result<Handoff> r = handoffs(kind, a, b);
+      if (!r.ok()) {
+        std::fprintf(stderr, "hand-offs through the %s: %s\n", kind, r.status().to_string().c_str());
+        return 4;
+      }
+      ok &= r->early == 0 && r->wrong_value == 0 && r->early2 == 0;
+      rounds.push_back(*r);
     }
   }
-  ok &= early == 0 && wrong_value == 0;
+  CU_CHECK(cuMemFree(out));
 
-  // (4) CUDA -> CE.
-  int early2 = 0;
-  std::vector<double> cuda_to_ce;
-  volatile uint64_t* hts = dev->slot_host(*host_ts);
-  for (int i = 0; i < iters; ++i) {
-    const uint64_t target = base_value + 1 + i;
-    st = ch.wait(*flag, target);
-    if (st.ok()) st = ch.signal(*host_ts, target);
-    uint64_t f = 0;
-    if (st.ok()) st = ch.submit(dl, &f);
-    if (!st.ok()) break;
-    spin_us(200);
-    if (hts[0] >= target) ++early2;
-    CUdeviceptr o = out + CUdeviceptr(iters + i) * 32;
-    CUdeviceptr s = *flag;
-    void* args[] = {&o, &s};
-    CU_CHECK(cuLaunchKernel(stamp, 1, 1, 1, 1, 1, 1, 0, stream, args, nullptr));
-    CU_CHECK(cuStreamWriteValue64(stream, *flag, target, CU_STREAM_WRITE_VALUE_DEFAULT));
-    st = ch.wait_done(dl, f);
-    if (!st.ok()) break;
-    CU_CHECK(cuStreamSynchronize(stream));
-    uint64_t k = 0;
-    CU_CHECK(cuMemcpyDtoH(&k, o, 8));
-    cuda_to_ce.push_back(double(int64_t(hts[1] - k)) / 1000.0);
-  }
-  if (!st.ok()) {
-    std::fprintf(stderr, "CUDA->CE: %s\n", st.to_string().c_str());
-    return 4;
-  }
-  ok &= early2 == 0;
-
-  const bench::Stats a = bench::stats(ce_to_cuda), b = bench::stats(cuda_to_ce), h = bench::stats(host_ce_to_cuda);
   if (!json_path.empty())
     if (FILE* f = std::fopen(json_path.c_str(), "w")) {
       std::fprintf(f,
                    "{\n  \"bench\": \"nv_interop_bench\", \"iters\": %d,\n  \"register_256mib_ms\": %.3f, "
                    "\"register_cached_us\": %.2f, \"copy_verified\": %s, \"cudamalloc_refused\": %s,\n"
-                   "  \"cudamalloc_message\": \"%s\",\n  \"ce_to_cuda_us\": %s, \"ce_to_cuda_early\": %d, "
-                   "\"ce_to_cuda_wrong_value\": %d,\n  \"host_submit_to_stream_sync_us\": %s,\n"
-                   "  \"cuda_to_ce_us\": %s, \"cuda_to_ce_early\": %d,\n  \"ok\": %s\n}\n",
+                   "  \"cudamalloc_message\": \"%s\",\n  \"handoffs\": [",
                    iters, reg_a_ms, reg_hit_us, copy_ok ? "true" : "false", refused_ok ? "true" : "false",
-                   refused.message().c_str(), bench::stats_json(a).c_str(), early, wrong_value, bench::stats_json(h).c_str(), bench::stats_json(b).c_str(),
-                   early2, ok ? "true" : "false");
+                   refused.message().c_str());
+      for (size_t i = 0; i < rounds.size(); ++i) {
+        const Handoff& r = rounds[i];
+        std::fprintf(f,
+                     "%s\n    {\"slot\": \"%s\", \"ce_to_cuda_us\": %s, \"ce_to_cuda_early\": %d, "
+                     "\"ce_to_cuda_wrong_value\": %d,\n     \"host_submit_to_stream_sync_us\": %s,\n"
+                     "     \"cuda_to_ce_us\": %s, \"cuda_to_ce_early\": %d}",
+                     i ? "," : "", r.kind, bench::stats_json(r.ce_to_cuda).c_str(), r.early, r.wrong_value,
+                     bench::stats_json(r.host).c_str(), bench::stats_json(r.cuda_to_ce).c_str(), r.early2);
+      }
+      std::fprintf(f, "\n  ],\n  \"ok\": %s\n}\n", ok ? "true" : "false");
       std::fclose(f);
     }
-  std::printf("\nnv_interop_bench: %d iterations per direction, semaphores in a registered cuMemCreate page\n", iters);
+  std::printf("\nnv_interop_bench: %d iterations per direction and slot kind (device: a registered cuMemCreate "
+              "page; host: our slot page shared with CUDA)\n",
+              iters);
   std::printf("register_cuda 256 MiB %.2f ms, cached %.1f us; CE copy between registered CUDA buffers verified: %s; "
               "cudaMalloc refused with the fix: %s\n",
               reg_a_ms, reg_hit_us, copy_ok ? "yes" : "NO", refused_ok ? "yes" : "NO");
-  std::printf("%-34s %8s %8s %8s %8s %8s %8s %s\n", "hand-off (us)", "min", "p10", "median", "p90", "p99", "max",
+  std::printf("%-48s %8s %8s %8s %8s %8s %8s %s\n", "hand-off (us)", "min", "p10", "median", "p90", "p99", "max",
               "ordering");
-  std::printf("%-34s %8.2f %8.2f %8.2f %8.2f %8.2f %8.2f %s\n", "CE release -> CUDA kernel start", a.min, a.p10,
-              a.median, a.p90, a.p99, a.max, early || wrong_value ? "VIOLATED" : "ok");
-  std::printf("%-34s %8.2f %8.2f %8.2f %8.2f %8.2f %8.2f %s\n", "CUDA kernel -> CE past its wait", b.min, b.p10,
-              b.median, b.p90, b.p99, b.max, early2 ? "VIOLATED" : "ok");
-  std::printf("%-34s %8.2f %8.2f %8.2f %8.2f %8.2f %8.2f\n", "host: CE submit -> stream sync", h.min, h.p10, h.median,
-              h.p90, h.p99, h.max);
+  for (const Handoff& r : rounds) {
+    auto row = [&](const char* what, const bench::Stats& x, const char* order) {
+      char name[64];
+      std::snprintf(name, sizeof name, "%s (%s)", what, r.kind);
+      std::printf("%-48s %8.2f %8.2f %8.2f %8.2f %8.2f %8.2f %s\n", name, x.min, x.p10, x.median, x.p90, x.p99, x.max,
+                  order);
+    };
+    row("CE release -> CUDA kernel start", r.ce_to_cuda, r.early || r.wrong_value ? "VIOLATED" : "ok");
+    row("CUDA kernel -> CE past its wait", r.cuda_to_ce, r.early2 ? "VIOLATED" : "ok");
+    row("host: CE submit -> stream sync", r.host, "");
+  }
   (void)dev->unregister_cuda(A->ptr, A->size);
   (void)dev->unregister_cuda(B->ptr, B->size);
   dev.reset();
