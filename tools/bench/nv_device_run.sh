@@ -17,7 +17,7 @@ OUT=${OUT:-/tmp/nv_out}
 mkdir -p "$OUT"
 B=/tmp/nvb
 S=/tmp/nv_summary
-mkdir -p $S
+rm -rf $S; mkdir -p $S  # no summaries left from an earlier run on a warm machine
 {
   echo "== machine"
   uname -r; head -1 /proc/driver/nvidia/version; cat /sys/module/nvidia/taint 2>/dev/null
@@ -81,5 +81,5 @@ mkdir -p $S
   echo "== dmesg"
   dmesg 2>/dev/null | grep -iE "nvrm|xid" | tail -10
   echo "== summary"
-  cat $S/ce.txt $S/interop.txt $S/c3.txt $S/c3b.txt 2>/dev/null | grep -v "^$"
+  for f in ce interop c3 c3b; do [ -f $S/$f.txt ] && grep -v "^$" $S/$f.txt; done; true
 } 2>&1 | tee $OUT/run.log
