@@ -118,6 +118,17 @@ class GenericDevice final : public conccl::Device {
     for (const nv::Engine& e : dev_->engines())
       if (!e.has_channel)
         topo_.notes.push_back("LCE" + std::to_string(e.lce) + " (" + std::to_string(e.pces) + " PCEs): " + e.note);
+    // How long waits behave here: asleep on the engine's interrupt, or napping and why.
+    std::string on, off;
+    for (size_t i = 0; i < dev_->channel_count(); ++i) {
+      nv::Channel& c = dev_->channel(i);
+      if (c.interrupt_waits())
+        on += (on.empty() ? "LCE" : ", LCE") + std::to_string(c.lce());
+      else
+        off += (off.empty() ? "" : "; ") + ("LCE" + std::to_string(c.lce()) + ": " + c.interrupt_note());
+    }
+    if (!on.empty()) topo_.notes.push_back("waits sleep on the copy engine's interrupt: " + on);
+    if (!off.empty()) topo_.notes.push_back("waits nap instead of sleeping on an interrupt: " + off);
   }
 
   static std::string hexs(uint32_t v) {
