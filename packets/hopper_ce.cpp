@@ -11,10 +11,10 @@
 // Hopper CE HAL, kernel-open/nvidia-uvm/uvm_hopper_ce.c, as summarised in
 // shared/reference/nvidia_ce.md §2.1 and nvidia_interop.md §4.1.
 #include "packets/hopper_ce.hpp"
+#include "packets/sdma_asm.hpp"
 
 #include <algorithm>
 #include <cctype>
-#include <charconv>
 #include <cinttypes>
 #include <cstdio>
 
@@ -187,19 +187,8 @@ bool iequal(std::string_view a, std::string_view b) {
   return true;
 }
 
-bool parse_num(std::string_view s, uint64_t* out) {
-  int base = 10;
-  if (s.size() > 2 && s[0] == '0' && (s[1] == 'x' || s[1] == 'X')) {
-    base = 16;
-    s.remove_prefix(2);
-  }
-  if (s.empty()) return false;
-  uint64_t v = 0;
-  auto [p, ec] = std::from_chars(s.data(), s.data() + s.size(), v, base);
-  if (ec != std::errc() || p != s.data() + s.size()) return false;
-  *out = v;
-  return true;
-}
+// Decimal or 0x-hex, no sign: the SDMA text form's number syntax.
+bool parse_num(std::string_view s, uint64_t* out) { return sdma::parse_u64(s, out); }
 
 std::vector<std::string_view> split_ws(std::string_view s) {
   std::vector<std::string_view> out;
