@@ -96,19 +96,11 @@ class Out {
   T* p_;
 };
 
+// MemFlags::bits() packs the fields in hsakmttypes.h's order; the ABI test
+// (tests/backends/kfd_abi_test.cpp) checks it against the header's bitfields.
 HsaMemFlags to_hsa(const MemFlags& f) {
   HsaMemFlags m;
-  m.Value = 0;
-  m.ui32.NonPaged = f.non_paged;
-  m.ui32.CachePolicy = f.cache_policy;
-  m.ui32.ReadOnly = f.read_only;
-  m.ui32.PageSize = f.page_size;
-  m.ui32.HostAccess = f.host_access;
-  m.ui32.NoSubstitute = f.no_substitute;
-  m.ui32.ExecuteAccess = f.execute_access;
-  m.ui32.CoarseGrain = f.coarse_grain;
-  m.ui32.NoNUMABind = f.no_numa_bind;
-  m.ui32.Uncached = f.uncached;
+  m.Value = f.bits();
   return m;
 }
 
