@@ -206,6 +206,9 @@ class Channel {
   friend class Device;
   Channel() = default;
   Status reclaim(uint64_t need_bytes, Deadline deadline, uint64_t* start);
+  // submit(cl, ...); with `interrupt`, the timeline release also raises a
+  // non-stall interrupt (LAUNCH_DMA INTERRUPT_TYPE=NON_BLOCKING).
+  Status submit_list(const hopper::CommandList& cl, Deadline deadline, uint64_t* fence, bool interrupt);
   Status sleep_on_interrupt(Deadline deadline, uint64_t target);  // nv_wakeup.cpp
 
   Device* dev_ = nullptr;
@@ -229,7 +232,6 @@ class Channel {
   std::deque<InFlight> inflight_;
   hopper::CommandList pending_;
   hopper::CommandList tail_;  // scratch for the timeline release
-  bool irq_on_release_ = false;  // submit(): LAUNCH_DMA INTERRUPT_TYPE=NON_BLOCKING on the timeline release
   int event_fd_ = -1;            // /dev/nvidiactl file RM posts this channel's wake events to
   uint32_t h_wake_[2] = {};      // NV01_EVENT_OS_EVENT objects under the subdevice
   std::string irq_note_;         // why interrupt waits are off, if they are

@@ -131,11 +131,15 @@ Status Channel::submit(Deadline deadline, uint64_t* fence) {
 }
 
 Status Channel::submit(const hopper::CommandList& cl, Deadline deadline, uint64_t* fence) {
+  return submit_list(cl, deadline, fence, false);
+}
+
+Status Channel::submit_list(const hopper::CommandList& cl, Deadline deadline, uint64_t* fence, bool interrupt) {
   if (!dev_) return error(Code::unavailable, "channel is closed");
   CONCCL_RETURN_IF_ERROR(fault_status());
   const uint64_t value = submitted_ + 1;
   tail_.clear();
-  CONCCL_RETURN_IF_ERROR(tail_.signal(timeline_va_, value, irq_on_release_));
+  CONCCL_RETURN_IF_ERROR(tail_.signal(timeline_va_, value, interrupt));
   const uint64_t bytes = cl.size_bytes() + tail_.size_bytes();
   if (bytes > pushbuffer_.size / 2)
     return error(Code::invalid_argument, "a " + std::to_string(bytes) + "-byte submission does not fit half the " +

@@ -109,13 +109,8 @@ Status Channel::sleep_on_interrupt(Deadline deadline, uint64_t target) {
     const uint32_t scope = 0;  // NVC86F_WFI_SCOPE_CURRENT_SCG_TYPE
     CONCCL_RETURN_IF_ERROR(arm.raw({hopper::HdrOp::inc, 0, abi::kHostWfi, 1}, {&scope, 1}));
     arm.nonstall_interrupt();
-    CONCCL_RETURN_IF_ERROR(submit(arm, deadline));
-  } else {
-    irq_on_release_ = true;
-    Status s = submit(arm, deadline);
-    irq_on_release_ = false;
-    CONCCL_RETURN_IF_ERROR(s);
   }
+  CONCCL_RETURN_IF_ERROR(submit_list(arm, deadline, nullptr, o.irq_source == IrqSource::copy_launch));
   ++stats_.irq_arms;
   const auto safety = std::chrono::microseconds(std::max<uint32_t>(1000, o.wait_max_sleep_us * 10));
   while (completed() < target) {
