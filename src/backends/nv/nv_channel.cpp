@@ -175,10 +175,10 @@ Status Channel::submit_list(const hopper::CommandList& cl, Deadline deadline, ui
 }
 
 // Spin first (a small copy completes in 3-5 us and a sleep would add tens of
-// us), then sleep with doubling intervals so that a thread waiting on a long
-// transfer does not hold a core: a 1 s copy costs about a thousand wake-ups
-// of ~5 us each instead of a second of CPU. Faults and the deadline are
-// checked every 256 polls and after every sleep.
+// us), then sleep so that a thread waiting on a long transfer does not hold a
+// core: on the engine's interrupt when the wait is for everything submitted
+// and the events are set up (nv_wakeup.cpp), else in naps of doubling length.
+// Faults and the deadline are checked every 256 polls and after every sleep.
 Status Channel::wait_done(Deadline deadline, uint64_t fence) {
   if (!dev_) return error(Code::unavailable, "channel is closed");
   const uint64_t target = fence > submitted_ ? submitted_ : fence;
