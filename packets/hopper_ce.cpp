@@ -382,25 +382,79 @@ void CommandList::inc(uint8_t subch, uint16_t method, std::initializer_list<uint
 void CommandList::bind_copy_object(uint32_t cls) { inc(kCopySubchannel, 0x000, {cls & 0xFFFF}); }
 
 namespace {
-// LAUNCH_DMA values (clc8b5.h bit positions).
-constexpr uint32_t kLdTransferPipelined = 1u << 0;     // DATA_TRANSFER_TYPE 1:0 = 1
-constexpr uint32_t kLdTransferNonPipelined = 2u << 0;  // = 2
-constexpr uint32_t kLdFlush = 1u << 2;                 // FLUSH_ENABLE 2:2
-constexpr uint32_t kLdSemNoTs = 1u << 3;               // SEMAPHORE_TYPE 4:3 = 1
-constexpr uint32_t kLdSemWithTs = 2u << 3;             // = 2
-constexpr uint32_t kLdIntrNonBlocking = 2u << 5;       // INTERRUPT_TYPE 6:5 = NON_BLOCKING (clc7b5.h)
-constexpr uint32_t kLdSrcPitch = 1u << 7;              // SRC_MEMORY_LAYOUT 7:7 = PITCH
-constexpr uint32_t kLdDstPitch = 1u << 8;              // DST_MEMORY_LAYOUT 8:8 = PITCH
-constexpr uint32_t kLdRemap = 1u << 10;                // REMAP_ENABLE 10:10
-constexpr uint32_t kLdTwoWord = 1u << 27;              // SEMAPHORE_PAYLOAD_SIZE 27:27
-
 Status check_va(const char* what, uint64_t va, uint64_t bytes) {
   if (va > kMaxVirtualAddress || bytes > kMaxVirtualAddress - va + 1)
     return error(Code::out_of_range, std::string(what) + " range " + hex(va) + "+" + std::to_string(bytes) +
                                          " exceeds the copy engine's 57-bit address space");
   return Status();
 }
+uint32_t lo32(uint64_t v) { return static_cast<uint32_t>(v); }
+uint32_t hi32(uint64_t v) { return static_cast<uint32_t>(v >> 32); }
 }  // namespace
+
+// ---- emitters ------------------------------------------------------------------
+
+size_t put_copy_piece(uint32_t* o, uint64_t dst, uint64_t src, uint64_t len, bool pipelined) {
+  o[0] = inc_header(kCopySubchannel, 0x400, 4);  // OFFSET_IN_UPPER, _LOWER, OFFSET_OUT_UPPER, _LOWER
+  o[1] = hi32(src);
+  o[2] = lo32(src);
+  o[3] = hi32(dst);
+  o[4] = lo32(dst);
+  o[5] = inc_header(kCopySubchannel, 0x418, 1);  // LINE_LENGTH_IN
+  o[6] = lo32(len);
+  o[7] = inc_header(kCopySubchannel, 0x300, 1);  // LAUNCH_DMA
+  o[8] = (pipelined ? kLdTransferPipelined : kLdTransferNonPipelined) | kLdSrcPitch | kLdDstPitch;
+  return kCopyPieceDwords;
+}
+
+size_t put_fill_setup(uint32_t* o, uint32_t value) {
+  // SET_REMAP_CONST_B = value; SET_REMAP_COMPONENTS: DST_X = CONST_B (5),
+  // COMPONENT_SIZE = FOUR (3) at 17:16, NUM_DST_COMPONENTS = ONE (0).
+  o[0] = inc_header(kCopySubchannel, 0x704, 2);
+  o[1] = value;
+  o[2] = (3u << 16) | 5u;
+  return kFillSetupDwords;
+}
+
+size_t put_fill_piece(uint32_t* o, uint64_t dst, uint64_t len, bool pipelined) {
+  o[0] = inc_header(kCopySubchannel, 0x408, 2);  // OFFSET_OUT_UPPER, _LOWER
+  o[1] = hi32(dst);
+  o[2] = lo32(dst);
+  o[3] = inc_header(kCopySubchannel, 0x418, 1);  // LINE_LENGTH_IN: 4-byte components
+  o[4] = lo32(len / 4);
+  o[5] = inc_header(kCopySubchannel, 0x300, 1);
+  o[6] = (pipelined ? kLdTransferPipelined : kLdTransferNonPipelined) | kLdSrcPitch | kLdDstPitch | kLdRemap;
+  return kFillPieceDwords;
+}
+
+size_t put_release(uint32_t* o, uint64_t addr, uint64_t value, bool timestamp, bool interrupt) {
+  o[0] = inc_header(kCopySubchannel, 0x240, 4);  // SET_SEMAPHORE_A, _B, _PAYLOAD, _PAYLOAD_UPPER
+  o[1] = hi32(addr);
+  o[2] = lo32(addr);
+  o[3] = lo32(value);
+  o[4] = hi32(value);
+  o[5] = inc_header(kCopySubchannel, 0x300, 1);  // 0x08000014 with timestamp, 0x0800000C without
+  o[6] = kLdFlush | (timestamp ? kLdSemWithTs : kLdSemNoTs) | kLdTwoWord | (interrupt ? kLdIntrNonBlocking : 0u);
+  return kReleaseDwords;
+}
+
+size_t put_host_semaphore(uint32_t* o, uint64_t addr, uint64_t payload, uint32_t execute) {
+  o[0] = inc_header(0, 0x05C, 5);  // SEM_ADDR_LO, SEM_ADDR_HI, SEM_PAYLOAD_LO, SEM_PAYLOAD_HI, SEM_EXECUTE
+  o[1] = lo32(addr);
+  o[2] = hi32(addr);
+  o[3] = lo32(payload);
+  o[4] = hi32(payload);
+  o[5] = execute;
+  return kHostSemDwords;
+}
+
+size_t put_interrupt(uint32_t* o) {
+  o[0] = inc_header(0, 0x078, 1);  // WFI, scope CURRENT_SCG_TYPE
+  o[1] = 0;
+  o[2] = inc_header(0, 0x020, 1);  // NON_STALL_INTERRUPT
+  o[3] = 0;
+  return kInterruptDwords;
+}
 
 Status CommandList::copy(uint64_t dst, uint64_t src, uint64_t bytes, const CopyOptions& o) {
   if (o.piece_bytes == 0 || o.piece_bytes > kMaxCopyBytes)
@@ -409,17 +463,14 @@ Status CommandList::copy(uint64_t dst, uint64_t src, uint64_t bytes, const CopyO
   if (bytes == 0) return Status();
   CONCCL_RETURN_IF_ERROR(check_va("copy source", src, bytes));
   CONCCL_RETURN_IF_ERROR(check_va("copy destination", dst, bytes));
-  bool first = !o.pipelined;
+  bool pipelined = o.pipelined;
   for (uint64_t off = 0; off < bytes; off += o.piece_bytes) {
     const uint64_t len = std::min(o.piece_bytes, bytes - off);
-    const uint64_t s = src + off, d = dst + off;
-    inc(kCopySubchannel, 0x400,  // OFFSET_IN_UPPER, _LOWER, OFFSET_OUT_UPPER, _LOWER
-        {static_cast<uint32_t>(s >> 32), static_cast<uint32_t>(s), static_cast<uint32_t>(d >> 32),
-         static_cast<uint32_t>(d)});
-    inc(kCopySubchannel, 0x418, {static_cast<uint32_t>(len)});  // LINE_LENGTH_IN
-    inc(kCopySubchannel, 0x300,                                  // LAUNCH_DMA
-        {(first ? kLdTransferNonPipelined : kLdTransferPipelined) | kLdSrcPitch | kLdDstPitch});
-    first = false;
+    const size_t at = dw_.size();
+    dw_.resize(at + kCopyPieceDwords);
+    put_copy_piece(dw_.data() + at, dst + off, src + off, len, pipelined);
+    headers_ += 3;
+    pipelined = true;
   }
   return Status();
 }
@@ -430,18 +481,18 @@ Status CommandList::fill(uint64_t dst, uint32_t value, uint64_t bytes) {
     return error(Code::invalid_argument, "fill dst=" + hex(dst) + " bytes=" + std::to_string(bytes) +
                                              ": both must be multiples of 4 (4-byte remap components)");
   CONCCL_RETURN_IF_ERROR(check_va("fill destination", dst, bytes));
-  // SET_REMAP_CONST_B = value; SET_REMAP_COMPONENTS: DST_X=CONST_B(5),
-  // COMPONENT_SIZE=FOUR(3) at 17:16, NUM_DST_COMPONENTS=ONE(0).
-  inc(kCopySubchannel, 0x704, {value, (3u << 16) | 5u});
-  bool first = true;
+  size_t at = dw_.size();
+  dw_.resize(at + kFillSetupDwords);
+  put_fill_setup(dw_.data() + at, value);
+  headers_ += 1;
+  bool pipelined = false;
   for (uint64_t off = 0; off < bytes; off += kMaxFillBytes) {
     const uint64_t len = std::min(kMaxFillBytes, bytes - off);
-    const uint64_t d = dst + off;
-    inc(kCopySubchannel, 0x408, {static_cast<uint32_t>(d >> 32), static_cast<uint32_t>(d)});
-    inc(kCopySubchannel, 0x418, {static_cast<uint32_t>(len / 4)});
-    inc(kCopySubchannel, 0x300,
-        {(first ? kLdTransferNonPipelined : kLdTransferPipelined) | kLdSrcPitch | kLdDstPitch | kLdRemap});
-    first = false;
+    at = dw_.size();
+    dw_.resize(at + kFillPieceDwords);
+    put_fill_piece(dw_.data() + at, dst + off, len, pipelined);
+    headers_ += 3;
+    pipelined = true;
   }
   return Status();
 }
@@ -451,18 +502,17 @@ Status CommandList::signal(uint64_t addr, uint64_t value, bool interrupt) {
     return error(Code::invalid_argument, "signal address " + hex(addr) +
                                              " must be 16-byte aligned (payload at +0, timestamp at +8)");
   CONCCL_RETURN_IF_ERROR(check_va("signal", addr, kSemaphoreSlotBytes));
-  inc(kCopySubchannel, 0x240,  // SET_SEMAPHORE_A, _B, _PAYLOAD, _PAYLOAD_UPPER
-      {static_cast<uint32_t>(addr >> 32), static_cast<uint32_t>(addr), static_cast<uint32_t>(value),
-       static_cast<uint32_t>(value >> 32)});
-  inc(kCopySubchannel, 0x300,  // 0x08000014, or 0x08000054 with the interrupt
-      {kLdFlush | kLdSemWithTs | kLdTwoWord | (interrupt ? kLdIntrNonBlocking : 0u)});
+  const size_t at = dw_.size();
+  dw_.resize(at + kReleaseDwords);
+  put_release(dw_.data() + at, addr, value, true, interrupt);
+  headers_ += 2;
   return Status();
 }
 
 Status CommandList::signal32(uint64_t addr, uint32_t value) {
   if (addr & 3) return error(Code::invalid_argument, "signal32 address " + hex(addr) + " must be 4-byte aligned");
   CONCCL_RETURN_IF_ERROR(check_va("signal32", addr, 4));
-  inc(kCopySubchannel, 0x240, {static_cast<uint32_t>(addr >> 32), static_cast<uint32_t>(addr), value});
+  inc(kCopySubchannel, 0x240, {hi32(addr), lo32(addr), value});
   inc(kCopySubchannel, 0x300, {kLdFlush | kLdSemNoTs});
   return Status();
 }
@@ -470,11 +520,10 @@ Status CommandList::signal32(uint64_t addr, uint32_t value) {
 Status CommandList::wait(uint64_t addr, uint64_t value, Acquire op) {
   if (addr & 7) return error(Code::invalid_argument, "wait address " + hex(addr) + " must be 8-byte aligned");
   CONCCL_RETURN_IF_ERROR(check_va("wait", addr, 8));
-  // SEM_ADDR_LO, SEM_ADDR_HI, SEM_PAYLOAD_LO, SEM_PAYLOAD_HI, SEM_EXECUTE
-  // (OPERATION 2:0, PAYLOAD_SIZE 24:24 = 64BIT).
-  inc(0, 0x05C,
-      {static_cast<uint32_t>(addr), static_cast<uint32_t>(addr >> 32), static_cast<uint32_t>(value),
-       static_cast<uint32_t>(value >> 32), uint32_t(op) | (1u << 24)});
+  const size_t at = dw_.size();
+  dw_.resize(at + kHostSemDwords);
+  put_host_semaphore(dw_.data() + at, addr, value, uint32_t(op) | kSemPayload64);
+  headers_ += 1;
   return Status();
 }
 

@@ -31,10 +31,15 @@ std::string EngineStatus::detail() const {
   char buf[200];
   if (state == State::polling) {
     static const char* kFunc[] = {"always", "<", "<=", "==", "!=", ">=", ">", "reserved"};
-    std::snprintf(buf, sizeof buf,
-                  " (queue %d waits on POLL_REGMEM: *0x%llx & 0x%x %s 0x%x; it reads 0x%x)", poll_queue,
-                  static_cast<unsigned long long>(poll_addr), poll_mask, kFunc[poll_func & 7], poll_ref,
-                  poll_value);
+    if (poll_bits == 64)
+      std::snprintf(buf, sizeof buf, " (queue %d waits on a semaphore acquire: *(u64*)0x%llx %s 0x%llx; it reads 0x%llx)",
+                    poll_queue, static_cast<unsigned long long>(poll_addr), kFunc[poll_func & 7],
+                    static_cast<unsigned long long>(poll_ref), static_cast<unsigned long long>(poll_value));
+    else
+      std::snprintf(buf, sizeof buf,
+                    " (queue %d waits on POLL_REGMEM: *0x%llx & 0x%x %s 0x%llx; it reads 0x%llx)", poll_queue,
+                    static_cast<unsigned long long>(poll_addr), poll_mask, kFunc[poll_func & 7],
+                    static_cast<unsigned long long>(poll_ref), static_cast<unsigned long long>(poll_value));
     out += buf;
   }
   if (state == State::halted) out += " (fault: " + fault + ")";
@@ -60,7 +65,7 @@ std::string topology_table(const Topology& t) {
       if (g.memory_bytes) out += ", " + std::to_string(g.memory_bytes >> 20) + " MiB";
       out += "\n";
     } else {
-      out += "gpu " + std::to_string(g.index) + ": " + g.name + ", SDMA " + std::string(sdma::gen_name(g.gen)) + ", " +
+      out += "gpu " + std::to_string(g.index) + ": " + g.name + ", " + g.isa.name() + ", " +
              std::to_string(g.engines.size()) + " engines (" + std::to_string(pcie) + " pcie: ";
       std::string ids_p, ids_x, ids_c;
       for (const EngineInfo& e : g.engines) {
@@ -113,7 +118,8 @@ std::string topology_json(const Topology& t) {
   for (size_t gi = 0; gi < t.gpus.size(); ++gi) {
     const GpuInfo& g = t.gpus[gi];
     out += std::string(gi ? ", " : "") + "{\"index\": " + std::to_string(g.index) + ", \"name\": \"" + g.name +
-           "\", \"sdma_generation\": \"" + std::string(sdma::gen_name(g.gen)) +
+           "\", \"isa\": \"" + g.isa.name() +
+           (g.isa.is_sdma() ? "\", \"sdma_generation\": \"" + std::string(sdma::gen_name(g.isa.gen)) : std::string()) +
            "\", \"memory_bytes\": " + std::to_string(g.memory_bytes) + ", \"engines\": [";
     for (size_t i = 0; i < g.engines.size(); ++i)
     {

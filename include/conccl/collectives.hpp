@@ -1,6 +1,7 @@
 // conccl/collectives.hpp - collectives executed entirely on DMA engines.
 //
-// A Communicator is a set of GPUs with ranks (one GPU per rank). A collective
+// A Communicator is a set of GPUs with ranks (one GPU per rank, or several
+// ranks per GPU in loopback mode). A collective
 // compiles once into a Plan: per-(rank, engine) command lists plus the
 // signals that order them. A Plan can be launched many times, and launched
 // "prelaunched": queued behind a trigger that one write releases.
@@ -43,9 +44,9 @@ bool parse_coll_op(const std::string& name, CollOp* out);  // "allgather", "all_
 enum class Variant : uint8_t {
   automatic,  // chosen by size and topology (docs/collectives.md)
   pcpy,       // one engine per (source, destination) pair
-  bcst,       // broadcast COPY packets: one packet feeds two destinations
+  bcst,       // broadcast copies: one command feeds two destinations (needs Caps::broadcast_copy)
   b2b,        // back to back: several destinations per engine, one sync point
-  swap,       // all-to-all by SWAP_LINEAR packets (SDMA 4.4.2)
+  swap,       // all-to-all by in-place swaps (needs Caps::swap: SDMA 4.4.2)
   fanout,     // broadcast/scatter: the root's engines copy to each peer
   chain,      // broadcast: pipelined chain root -> r1 -> r2 ... in chunks
   striped,    // p2p: split over several engines
@@ -55,6 +56,9 @@ const char* variant_name(Variant v);
 bool parse_variant(const std::string& name, Variant* out);
 // The variants an op accepts (automatic included).
 std::vector<Variant> variants_for(CollOp op);
+// Whether engines with `caps` can run variant v, and if not, the capability
+// it needs (for messages): "" when they can.
+std::string variant_missing_cap(Variant v, const Caps& caps);
 
 struct CollectiveArgs {
   CollOp op = CollOp::all_gather;
@@ -76,6 +80,10 @@ class Communicator {
  public:
   struct Options {
     size_t ring_bytes = 256 * 1024;  // ring of each (rank, engine) queue
+    // Several ranks may share a GPU (each with its own buffers and its own
+    // queue per engine): how one GPU runs every collective, like nccl-tests
+    // with several ranks per GPU. Off: a GPU given twice is an error.
+    bool loopback = false;
   };
   // gpus[r] is rank r's GPU index on `device`.
   static Result<std::unique_ptr<Communicator>> create(Device& device, std::vector<int> gpus,
@@ -89,11 +97,15 @@ class Communicator {
   int gpu(int rank) const { return gpus_[static_cast<size_t>(rank)]; }
   int rank_of_gpu(int gpu) const;  // -1 when not in the communicator
   Device& device() const { return device_; }
-  sdma::Gen gen(int rank) const;
+  const Isa& isa(int rank) const;
+  // What every rank's engines can do (the intersection over the ranks' GPUs).
+  const Caps& caps() const { return caps_; }
+  bool loopback() const { return options_.loopback; }
 
   // The engine of `src`'s GPU that copies to `dst`'s GPU: the topology's
-  // recommended engines for that link (k-th of them), else round robin over
-  // src's xGMI engines (all engines when it has none).
+  // recommended engines for that link (k-th of them), else a weighted round
+  // robin over src's xGMI engines (all engines when it has none), each engine
+  // taking peers in proportion to its weight (NVIDIA: its PCE count).
   int engine_for(int src, int dst, int k = 0) const;
   // Engines of src suitable for traffic to dst, recommended first.
   std::vector<int> engines_toward(int src, int dst) const;
@@ -109,6 +121,7 @@ class Communicator {
   Device& device_;
   std::vector<int> gpus_;
   Options options_;
+  Caps caps_;
   std::map<std::pair<int, int>, std::unique_ptr<Queue>> queues_;
 };
 
@@ -117,7 +130,7 @@ struct PlanList {
   int rank = 0;
   int engine = 0;
   Queue* queue = nullptr;
-  CommandBuffer cb{sdma::Gen::v4_4_2};
+  CommandBuffer cb;  // in the queue's instruction set
   std::vector<int> writes_to;  // ranks whose arrival signal this list advances
   QueueSpan span;              // where the last launch put it
 };
@@ -147,7 +160,7 @@ class Plan {
   const Signal& arrival(int rank) const { return arrive_[static_cast<size_t>(rank)]; }
   uint64_t arrivals_expected(int rank) const { return expected_[static_cast<size_t>(rank)]; }
 
-  // Human-readable per-engine command lists (decoded packets).
+  // Human-readable per-engine command lists (decoded packets or methods).
   std::string describe() const;
 
  private:
@@ -168,7 +181,8 @@ class Plan {
   bool waiting_release_ = false;
 };
 
-// The variant `automatic` picks for an op, size and topology (docs/collectives.md).
-Variant choose_variant(CollOp op, uint64_t bytes, int ranks, sdma::Gen gen, bool prelaunch);
+// The variant `automatic` picks for an op, size, rank count and what the
+// engines can do (docs/collectives.md).
+Variant choose_variant(CollOp op, uint64_t bytes, int ranks, const Caps& caps, bool prelaunch);
 
 }  // namespace conccl

@@ -2,10 +2,12 @@
 //
 // Each emulated GPU has its own "HBM" (a memfd mapped into this process, but
 // addressed by engines at a GPU virtual-address window far from host
-// pointers) and K SDMA engines. Each engine is a thread that sleeps until its
-// doorbell rings, fetches packets between a queue's read and write pointers,
-// decodes them with packets/, executes them on the emulated memory, and
-// advances the read pointer. See docs/emulator.md.
+// pointers) and its DMA engines. Each engine is a thread that sleeps until
+// its doorbell rings, then executes what its queues hold: SDMA packets between
+// a ring's read and write pointers (mi300x, small presets), or the Hopper
+// copy-engine and host methods of a GPFIFO channel's pushbuffer segments
+// (h200 preset) - decoded with packets/, executed on the emulated memory.
+// See docs/emulator.md.
 #pragma once
 
 #include <chrono>
@@ -20,6 +22,8 @@ namespace conccl::emu {
 
 // GPU VA layout of the emulated node.
 inline constexpr uint64_t kHostVaBase = 0x0000080000000000ull;   // system memory (GTT)
+inline constexpr uint64_t kChannelVaBase = 0x0000004000000000ull; // GPFIFO rings and pushbuffers (< 2^40)
+inline constexpr uint64_t kChannelArenaBytes = 256ull << 20;
 inline constexpr uint64_t kGpuVaBase = 0x0000100000000000ull;    // GPU g's HBM at base + g * stride
 inline constexpr uint64_t kGpuVaStride = 0x0000010000000000ull;  // 1 TiB per GPU
 
@@ -45,6 +49,10 @@ class EmuDevice : public Device {
   // Clears a halted engine's fault; the faulting queue's unread packets are
   // dropped (its rptr jumps to its wptr), as a queue reset would.
   virtual Status reset_engine(int gpu, int engine) = 0;
+  // The host wrote memory engines may be polling: they re-check it now
+  // instead of at their next re-check (every 200 us). Signal::set/add do this
+  // themselves; real engines poll memory and need nothing of the kind.
+  virtual void wake_pollers() = 0;
 };
 
 // Creates an emulated node. options.backend is ignored. Presets: "mi300x"

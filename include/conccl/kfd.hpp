@@ -25,6 +25,7 @@
 #include <string>
 #include <vector>
 
+#include "conccl/commands.hpp"
 #include "conccl/device.hpp"
 #include "conccl/status.hpp"
 #include "conccl/topology.hpp"
@@ -271,6 +272,15 @@ Status open_kfd_error(int status, int saved_errno, const std::string& device_pat
 // Thunk timeouts are whole milliseconds, 0 = poll, 0xFFFFFFFF = forever:
 // the remaining time rounded up, at least 1 ms, at most max_ms.
 uint32_t wait_slice_ms(std::chrono::nanoseconds remaining, uint32_t max_ms = 1000);
+
+// The packets that wake a host sleeping on a KFD signal event once the
+// engine gets there: FENCE(mailbox, id) when the event has a mailbox, then
+// TRAP(id). KFD (kfd_events.c, reached from kfd_int_process_v9.c on an SDMA
+// TRAP interrupt) looks the event up by the TRAP's context id and wakes it
+// only if its slot in the events page (the "mailbox", HsaEvent
+// EventData.HWData2) is marked signaled - the canonical tail of kfdtest,
+// ROCr's BlitSdma and tinygrad. All or nothing.
+Status record_wake(CommandBuffer& cb, uint32_t event_id, uint64_t mailbox_va);
 
 // ---------------------------------------------------------------------------
 // device

@@ -1,137 +1,153 @@
-// conccl/queue.hpp - command buffers and user-mode SDMA queues.
+// conccl/queue.hpp - one hardware queue (a ring) on one DMA engine.
 //
-// A CommandBuffer records packets for one SDMA generation (no device needed).
-// A Queue is one ring on one engine: submit() copies a command buffer's
-// packets into the ring (padding the ring end with NOPs so no packet straddles
-// it), stores the write pointer, issues a release fence and rings the doorbell
-// once. Several threads may submit to one Queue (see docs/queues.md: producers
-// are serialised by a short lock around reserve+copy+publish).
+// Every backend gives the same Queue: commands of the vocabulary
+// (conccl/commands.hpp) go in, either recorded in a CommandBuffer and copied
+// in by submit(), or encoded straight into ring space by reserve() + commit();
+// one doorbell publishes them. Completion is a monotonic ticket: work is done
+// once completed() >= the ticket its submission returned. Two ring protocols
+// implement it (docs/queues.md): the SDMA ring (emulator, KFD) and the GPFIFO
+// channel (emulated H200, NVIDIA). Several threads may submit to one Queue:
+// producers are serialised by a short lock around reserve + copy + publish.
 #pragma once
 
+#include <atomic>
 #include <cstdint>
 #include <memory>
 #include <mutex>
 #include <span>
 #include <string>
-#include <vector>
 
+#include "conccl/commands.hpp"
 #include "conccl/deadline.hpp"
-#include "conccl/device.hpp"
 #include "conccl/status.hpp"
-#include "packets/sdma_codec.hpp"
 
 namespace conccl {
 
-// POLL_REGMEM compare functions (value & mask) FUNC ref.
-enum class PollFunc : uint8_t { always = 0, lt = 1, le = 2, eq = 3, ne = 4, ge = 5, gt = 6 };
+// What an engine is doing, for hang diagnosis. The same for SDMA engines and
+// NVIDIA channels.
+struct EngineStatus {
+  enum class State : uint8_t { idle, running, polling, stalled, halted, unknown };
+  State state = State::unknown;
+  // When polling: the wait the engine is stuck on (SDMA: a POLL_REGMEM;
+  // NVIDIA: a semaphore acquire - poll_func 5 (>=) with the 64-bit target).
+  uint64_t poll_addr = 0;
+  uint64_t poll_ref = 0, poll_value = 0;
+  uint32_t poll_mask = 0, poll_func = 0;
+  uint8_t poll_bits = 32;    // 32: SDMA POLL_REGMEM (masked); 64: semaphore acquire
+  int poll_queue = -1;       // which queue (backend's queue id) is polling
+  std::string fault;         // when halted: what faulted
+  uint64_t fault_pos = 0;    // ring position (SDMA: byte offset) of the faulting command
+  std::string detail() const;
+};
+const char* engine_state_name(EngineStatus::State s);
 
-class CommandBuffer {
+// A counter the backend bumps when an engine raises the host wake-up on a
+// queue (SDMA TRAP, NVIDIA non-stall interrupt); the host sleeps on it.
+class Event {
  public:
-  explicit CommandBuffer(sdma::Gen gen) : gen_(gen) {}
-
-  sdma::Gen gen() const { return gen_; }
-
-  // Each command appends one or more packets, or returns an error and
-  // appends nothing.
-  Status copy(uint64_t dst, uint64_t src, uint64_t bytes);  // split into legal packets
-  Status copy_bcst(uint64_t dst0, uint64_t dst1, uint64_t src, uint64_t bytes);
-  Status fill(uint64_t dst, uint32_t value, uint64_t bytes);  // dst, bytes 4-aligned
-  Status write(uint64_t dst, std::span<const uint32_t> data);
-  Status fence(uint64_t addr, uint32_t value);                 // 32-bit store, after prior work
-  Status fence64(uint64_t addr, uint64_t value);               // two FENCEs: low dword, then high
-  Status atomic_add64(uint64_t addr, int64_t value);
-  Status poll(uint64_t addr, uint32_t ref, uint32_t mask, PollFunc func,
-              uint16_t interval = 4, uint16_t retry = 0xFFF);  // retry 0xFFF = forever
-  Status timestamp(uint64_t addr);                             // global timestamp, 8-B aligned
-  Status trap(uint32_t ctx);
-  Status nop(uint32_t body_dwords = 0);
-  // Any packet of packets/, by fields.
-  Status packet(sdma::Pkt pkt, std::span<const sdma::FieldValue> fields,
-                std::span<const uint32_t> data = {});
-  // Pre-encoded dwords; decoded to find packet boundaries, rejected if invalid.
-  Status raw(std::span<const uint32_t> dwords);
-
-  std::span<const uint32_t> dwords() const { return dw_; }
-  size_t size_bytes() const { return dw_.size() * 4; }
-  size_t packet_count() const { return starts_.size(); }
-  // Dword offset of each packet.
-  std::span<const uint32_t> packet_starts() const { return starts_; }
-  bool empty() const { return dw_.empty(); }
-  void clear() {
-    dw_.clear();
-    starts_.clear();
-  }
-
- private:
-  Status append(sdma::Pkt pkt, std::initializer_list<sdma::FieldValue> fields,
-                std::span<const uint32_t> data = {});
-  sdma::Gen gen_;
-  std::vector<uint32_t> dw_;
-  std::vector<uint32_t> starts_;
+  virtual ~Event() = default;
+  virtual uint64_t count() const = 0;
+  virtual uint32_t last_context() const = 0;
+  // Returns once count() >= target, or Code::timeout at the deadline.
+  virtual Status wait(uint64_t target, Deadline deadline) = 0;
 };
 
-// Where a ring lives: its bytes (CPU and engine views) and the read/write
-// pointer words (64-bit byte offsets that never wrap).
-struct RingMemory {
-  Buffer ring;               // size is a power of two
-  uint64_t* rptr = nullptr;  // written by the engine
-  uint64_t* wptr = nullptr;  // written by the queue, read by the engine
-  uint64_t rptr_va = 0;
-  uint64_t wptr_va = 0;
+struct QueueOptions {
+  size_t ring_bytes = 1u << 20;  // power of two, >= 4 KiB (ROCr uses 1 MiB); NVIDIA: the pushbuffer
 };
 
 class Queue {
  public:
-  Queue(int gpu, int engine, sdma::Gen gen, RingMemory ring, std::unique_ptr<QueueBackend> backend);
-  ~Queue();
+  virtual ~Queue();
   Queue(const Queue&) = delete;
   Queue& operator=(const Queue&) = delete;
 
   int gpu() const { return gpu_; }
   int engine() const { return engine_; }
-  int id() const { return backend_->id(); }
-  sdma::Gen gen() const { return gen_; }
-  size_t ring_bytes() const { return ring_.ring.size; }
-  CommandBuffer command_buffer() const { return CommandBuffer(gen_); }
+  virtual int id() const = 0;  // backend-wide queue id
+  const Isa& isa() const { return isa_; }
+  // What this queue's engine can do (the Isa's caps, narrowed by the backend).
+  const Caps& caps() const { return caps_; }
+  sdma::Gen gen() const { return isa_.gen; }
+  virtual size_t ring_bytes() const = 0;
+  CommandBuffer command_buffer() const { return CommandBuffer(isa_); }
 
-  // Copies cb's packets into the ring and rings the doorbell once. Waits for
+  // Copies cb's commands into the ring and rings the doorbell once. Waits for
   // ring space until `deadline`; fails (writing nothing) if space does not
-  // come, if cb is larger than the ring, or if cb is for another generation.
-  // *end_wptr gets the write pointer after these packets: the work is done
-  // when rptr() >= *end_wptr.
-  Status submit(const CommandBuffer& cb, Deadline deadline, uint64_t* end_wptr = nullptr);
+  // come, if cb is larger than the ring, or if cb is for another Isa.
+  // *end gets the ticket of this work: it is done once completed() >= *end.
+  Status submit(const CommandBuffer& cb, Deadline deadline, uint64_t* end = nullptr);
 
-  uint64_t rptr() const;  // bytes consumed by the engine (monotonic)
-  uint64_t wptr() const;  // bytes published (monotonic)
+  // Direct recording: ring space for up to `bytes` of commands, encoded in
+  // place through commands(); commit() publishes them with one doorbell. The
+  // producer lock is held from reserve() until commit() or destruction (which
+  // publishes nothing).
+  class Reservation {
+   public:
+    Reservation(Reservation&&) noexcept;
+    Reservation& operator=(Reservation&&) noexcept;
+    ~Reservation();
+    CommandBuffer& commands() { return cb_; }
+    Status commit(uint64_t* end = nullptr);
 
-  // Waits until the engine consumed everything published up to `wptr`
-  // (default: all). On timeout the error carries the hang diagnosis.
-  Status wait_consumed(Deadline deadline, uint64_t wptr = ~uint64_t(0));
+   private:
+    friend class Queue;
+    Reservation(Queue* q, std::unique_lock<std::mutex> lock, CommandBuffer cb);
+    Queue* q_ = nullptr;
+    std::unique_lock<std::mutex> lock_;
+    CommandBuffer cb_;
+  };
+  Result<Reservation> reserve(size_t bytes, Deadline deadline);
 
-  // Sleeps until the engine may have moved rptr past `seen_rptr` (or a short
+  uint64_t submitted() const;           // ticket of everything published so far
+  virtual uint64_t completed() const = 0;  // tickets the engine has completed (monotonic)
+
+  // Waits until completed() >= `end` (default: everything submitted). Spins
+  // briefly, then sleeps on the engine's progress (its interrupt or event),
+  // re-checking on every wake. Code::device_fault when the engine halted,
+  // Code::timeout at the deadline; both carry diagnose().
+  virtual Status wait_done(Deadline deadline, uint64_t end = ~uint64_t(0));
+
+  // Sleeps until the engine may have completed more than `seen` (or a short
   // while, or the deadline); spurious returns are fine. For waiters that
-  // watch memory the queue's packets write.
-  void wait_for_progress(uint64_t seen_rptr, Deadline deadline) const {
-    backend_->wait_progress(seen_rptr, deadline);
-  }
+  // watch memory the queue's commands write.
+  virtual void wait_for_progress(uint64_t seen, Deadline deadline) const = 0;
 
-  Event& trap_event() { return backend_->trap_event(); }
-  EngineStatus engine_status() const { return backend_->engine_status(); }
+  // Appends the commands that wake a host sleeping on wake_event() once the
+  // engine gets there (KFD: FENCE of the event's mailbox + TRAP; emulator:
+  // TRAP; NVIDIA: WFI + NON_STALL_INTERRUPT). Events coalesce: a waiter must
+  // re-check its memory condition after waking.
+  virtual Status record_wake(CommandBuffer& cb) const = 0;
+  // The event record_wake() raises, or null where the backend cannot count
+  // its wake-ups (NVIDIA: waits sleep on the interrupt inside wait_done()).
+  virtual Event* wake_event() = 0;
 
-  // Diagnosis text: queue, engine, pointers, engine state, and the packets
-  // between rptr and wptr decoded (at most max_packets).
-  std::string diagnose(size_t max_packets = 16) const;
+  virtual EngineStatus engine_status() const = 0;
+  // Diagnosis text: queue, engine, pointers, engine state, and the pending
+  // commands decoded (at most max_commands).
+  virtual std::string diagnose(size_t max_commands = 16) const = 0;
+
+ protected:
+  Queue(int gpu, int engine, Isa isa, Caps caps) : gpu_(gpu), engine_(engine), isa_(isa), caps_(caps) {}
+
+  // ---- what a ring protocol implements (called with submit_mu_ held) -------
+  // Contiguous space for `bytes` of commands; null with *why set on failure.
+  virtual uint32_t* ring_reserve(size_t bytes, Deadline deadline, Status* why) = 0;
+  // Publishes `bytes` written at the last reservation; returns the ticket.
+  virtual uint64_t ring_commit(size_t bytes) = 0;
+  // Copies a command buffer in (may lay it out with padding); returns the ticket.
+  virtual Result<uint64_t> ring_submit(const CommandBuffer& cb, Deadline deadline) = 0;
+  virtual bool engine_halted() const = 0;
+  // Publishes nothing, but NOPs out what a failed reservation left (optional).
+  virtual void ring_abandon() {}
+
+  std::mutex submit_mu_;                // serialises producers: reserve + copy + publish
+  std::atomic<uint64_t> last_ticket_{0};  // written under submit_mu_
 
  private:
-  Status wait_for_space(uint64_t needed, Deadline deadline, uint64_t wptr);
-  void write_nops(uint64_t at, uint64_t bytes);
-
   const int gpu_, engine_;
-  const sdma::Gen gen_;
-  RingMemory ring_;
-  std::unique_ptr<QueueBackend> backend_;
-  std::mutex submit_mu_;     // serialises producers: reserve + copy + publish
-  uint64_t next_wptr_ = 0;   // guarded by submit_mu_
+  const Isa isa_;
+  const Caps caps_;
 };
 
 }  // namespace conccl

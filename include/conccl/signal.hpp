@@ -1,17 +1,19 @@
 // conccl/signal.hpp - completion signals: 64-bit monotonic counters that
 // engines advance and the host, other DMA queues and compute kernels wait on.
 //
-// Memory layout (16 bytes, 8-byte aligned, in memory every engine reaches):
-//   +0  value           the counter
-//   +8  value + 2^31    a shifted twin, advanced by the same packets
-// The twin makes DMA-side 64-bit ">= v" waits exact with 32-bit POLL_REGMEM
-// packets: see wait_on_queue() and docs/signals.md.
+// Memory layout (16 bytes, 8-byte aligned, in memory every engine reaches);
+// the instruction set owns it (Caps::signal_twin):
+//   SDMA:   +0 value, +8 value + 2^31 (a shifted twin advanced by the same
+//           packets, which makes 64-bit ">= v" waits exact with 32-bit
+//           POLL_REGMEM packets: see docs/signals.md)
+//   Hopper: +0 value (native 64-bit semaphores), +8 unused
 //
-// Ordering guarantee: an engine advances a signal with packets queued after
-// the work it covers, on the same queue; SDMA executes a queue's packets in
-// order and FENCE/ATOMIC write after prior packets' writes complete. So once
-// a waiter observes value >= v, every byte written by the work before the
-// update that made it v is visible (host: acquire load; DMA: the poll).
+// Ordering guarantee: an engine advances a signal with commands queued after
+// the work it covers, on the same queue, and the update is written after the
+// earlier commands' writes (SDMA FENCE/ATOMIC; Hopper releases with FLUSH and
+// reductions with RELEASE_WFI). So once a waiter observes value >= v, every
+// byte written by the work before the update that made it v is visible
+// (host: acquire load; DMA: the poll/acquire).
 #pragma once
 
 #include <cstdint>
@@ -24,20 +26,21 @@
 
 namespace conccl {
 
-// Where a piece of work sits in a queue: the write pointer before its
-// packets and after its signal packet. Used to diagnose hangs.
+// Where a piece of work sits in a queue: the queue's ticket before it was
+// submitted and the ticket of its submission. Used to diagnose hangs.
 struct QueueSpan {
   Queue* queue = nullptr;
-  uint64_t begin = 0;  // wptr before the work was submitted
-  uint64_t end = 0;    // wptr after the signal update packet
+  uint64_t begin = 0;  // submitted() before the work was submitted
+  uint64_t end = 0;    // ticket of the submission (done when completed() >= end)
 };
 
 class Signal {
  public:
-  static constexpr uint64_t kTwinOffset = 1ull << 31;
+  static constexpr uint64_t kTwinOffset = 1ull << 31;  // SDMA twin: value + 2^31 at +8
   static constexpr size_t kBytes = 16;
 
-  // Allocates a signal in host memory (gpu < 0) or in `gpu`'s memory.
+  // Allocates a signal in host memory (gpu < 0) or in `gpu`'s memory, in the
+  // layout of the device's engines.
   static Result<Signal> create(Device& device, int gpu = -1, uint64_t initial = 0);
   // A signal over memory the caller owns (16 bytes, 8-aligned, CPU-visible).
   static Result<Signal> wrap(Device& device, uint64_t va, void* host);
@@ -51,6 +54,8 @@ class Signal {
 
   bool valid() const { return host_ != nullptr; }
   uint64_t va() const { return va_; }
+  // Whether the layout has the SDMA twin at +8 (Caps::signal_twin).
+  bool has_twin() const { return twin_; }
   // Current value (acquire: work covered by it is visible once it is read).
   uint64_t value() const;
   // Host store of a new value (both words), waking engines that poll it.
@@ -58,15 +63,15 @@ class Signal {
   // Host atomic add, returns the new value.
   uint64_t add(uint64_t delta);
 
-  // --- DMA side: packets appended to a command buffer ---
-  // Advance by delta with 64-bit atomics (after all prior packets).
+  // --- DMA side: commands appended to a command buffer (the vocabulary's
+  // signal_add / signal_set / wait_ge; the lowering encodes the layout) ---
+  // Advance by delta (after all prior commands' writes).
   Status enqueue_add(CommandBuffer& cb, uint64_t delta = 1) const;
-  // Store an absolute value with FENCEs (low dword first, on both words).
+  // Store an absolute value.
   Status enqueue_write(CommandBuffer& cb, uint64_t v) const;
-  // Make the queue wait until value >= v: POLL on the high dword, then (only
-  // if it equals v's) COND_EXE + POLL on the low dword, on whichever word
-  // keeps the low-dword target below 2^31, so a wrap of the low dword can
-  // never be skipped over by the poll.
+  // Make the queue wait until value >= v (exact for 64-bit values: SDMA polls
+  // the high dword, then the low dword of whichever word keeps its target
+  // below 2^31; Hopper acquires natively).
   Status enqueue_wait(CommandBuffer& cb, uint64_t v) const;
 
   // --- Host side ---
@@ -89,6 +94,8 @@ class Signal {
   uint64_t va_ = 0;
   uint64_t* host_ = nullptr;
   Buffer owned_{};  // freed on destruction when the signal allocated it
+  bool twin_ = true;
+  Status check_layout(const CommandBuffer& cb) const;
 };
 
 // Explains why work did not complete: which queue and engine, rptr/wptr, the

@@ -5,7 +5,7 @@
 #include <string>
 #include <vector>
 
-#include "packets/generation.hpp"
+#include "conccl/commands.hpp"
 
 namespace conccl {
 
@@ -31,12 +31,13 @@ struct LinkInfo {
 
 struct GpuInfo {
   int index = 0;
-  std::string name;       // "gfx942" or a preset's label
-  sdma::Gen gen = sdma::Gen::v4_4_2;
+  std::string name;       // "gfx942", "NVIDIA H200" or a preset's label
+  Isa isa;                // what its engines execute (SDMA generation, Hopper CE)
   uint64_t memory_bytes = 0;
   std::vector<EngineInfo> engines;
   std::vector<LinkInfo> links;
 
+  const Caps& caps() const { return conccl::caps(isa); }
   const LinkInfo* link_to(int peer) const {
     for (const LinkInfo& l : links)
       if (l.peer == peer) return &l;

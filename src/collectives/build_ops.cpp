@@ -7,7 +7,6 @@
 #include <algorithm>
 
 #include "collectives/builder.hpp"
-#include "packets/generation.hpp"
 
 namespace conccl {
 
@@ -203,7 +202,6 @@ Status build_all_to_all(PlanBuilder& b, const CollectiveArgs& a, Variant v) {
         CONCCL_RETURN_IF_ERROR(b.ready(**l, r));
       }
     std::vector<int> load(static_cast<size_t>(n), 0);
-    const uint64_t max = sdma::limits(b.comm().gen(0)).max_copy_bytes;
     for (int i = 0; i < n; ++i)
       for (int j = i + 1; j < n; ++j) {
         const int owner = load[static_cast<size_t>(i)] <= load[static_cast<size_t>(j)] ? i : j;
@@ -215,13 +213,7 @@ Status build_all_to_all(PlanBuilder& b, const CollectiveArgs& a, Variant v) {
           CONCCL_RETURN_IF_ERROR(b.wait_ready(**l, i, 1));
           CONCCL_RETURN_IF_ERROR(b.wait_ready(**l, j, 1));
         }
-        for (uint64_t off = 0; off < cb; off += max) {
-          const uint64_t len = std::min(max, cb - off);
-          const sdma::FieldValue f[] = {{sdma::Key::a, R(a, i) + uint64_t(j) * cb + off},
-                                        {sdma::Key::b, R(a, j) + uint64_t(i) * cb + off},
-                                        {sdma::Key::bytes, len}};
-          CONCCL_RETURN_IF_ERROR((*l)->cb.packet(sdma::Pkt::swap, f));
-        }
+        CONCCL_RETURN_IF_ERROR((*l)->cb.swap(R(a, i) + uint64_t(j) * cb, R(a, j) + uint64_t(i) * cb, cb));
         CONCCL_RETURN_IF_ERROR(b.arrive(**l, i));
         CONCCL_RETURN_IF_ERROR(b.arrive(**l, j));
       }

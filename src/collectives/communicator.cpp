@@ -7,7 +7,19 @@
 namespace conccl {
 
 Communicator::Communicator(Device& device, std::vector<int> gpus, Options options)
-    : device_(device), gpus_(std::move(gpus)), options_(options) {}
+    : device_(device), gpus_(std::move(gpus)), options_(options) {
+  // What every rank's engines can do: the intersection of their GPUs' caps.
+  caps_ = device_.topology().gpus[static_cast<size_t>(gpus_[0])].caps();
+  for (int g : gpus_) {
+    const Caps& c = device_.topology().gpus[static_cast<size_t>(g)].caps();
+    caps_.broadcast_copy &= c.broadcast_copy;
+    caps_.swap &= c.swap;
+    caps_.atomic64 &= c.atomic64;
+    caps_.interrupt_wakeup &= c.interrupt_wakeup;
+    caps_.max_copy_bytes = std::min(caps_.max_copy_bytes, c.max_copy_bytes);
+    caps_.max_fill_bytes = std::min(caps_.max_fill_bytes, c.max_fill_bytes);
+  }
+}
 
 Communicator::~Communicator() = default;
 
@@ -19,9 +31,18 @@ Result<std::unique_ptr<Communicator>> Communicator::create(Device& device, std::
     if (g < 0 || g >= device.gpu_count())
       return error(Code::invalid_argument, "GPU " + std::to_string(g) + " does not exist (the device has GPUs 0.." +
                                                std::to_string(device.gpu_count() - 1) + ")");
-    if (!seen.insert(g).second)
-      return error(Code::invalid_argument, "GPU " + std::to_string(g) + " given twice: one rank per GPU");
+    if (!seen.insert(g).second && !options.loopback)
+      return error(Code::invalid_argument, "GPU " + std::to_string(g) +
+                                               " given twice: one rank per GPU, or set Options::loopback for "
+                                               "several ranks on one GPU");
   }
+  const Isa isa0 = device.topology().gpus[static_cast<size_t>(gpus[0])].isa;
+  for (int g : gpus)
+    if (!(device.topology().gpus[static_cast<size_t>(g)].isa == isa0))
+      return error(Code::invalid_argument, "GPU " + std::to_string(g) + "'s engines speak " +
+                                               device.topology().gpus[static_cast<size_t>(g)].isa.name() +
+                                               " but GPU " + std::to_string(gpus[0]) + "'s speak " + isa0.name() +
+                                               "; a communicator's signals need one layout: use GPUs of one kind");
   if (options.ring_bytes < 4096 || (options.ring_bytes & (options.ring_bytes - 1)))
     return error(Code::invalid_argument, "ring_bytes must be a power of two >= 4096");
   return std::unique_ptr<Communicator>(new Communicator(device, std::move(gpus), options));
@@ -33,14 +54,14 @@ int Communicator::rank_of_gpu(int gpu) const {
   return -1;
 }
 
-sdma::Gen Communicator::gen(int rank) const {
-  return device_.topology().gpus[static_cast<size_t>(gpu(rank))].gen;
+const Isa& Communicator::isa(int rank) const {
+  return device_.topology().gpus[static_cast<size_t>(gpu(rank))].isa;
 }
 
 std::vector<int> Communicator::engines_toward(int src, int dst) const {
   const GpuInfo& g = device_.topology().gpus[static_cast<size_t>(gpu(src))];
   std::vector<int> out;
-  if (src != dst)
+  if (gpu(src) != gpu(dst))
     if (const LinkInfo* l = g.link_to(gpu(dst)))
       for (int e : l->recommended_engines) out.push_back(e);
   // Then the other engines of the kind that suits the traffic (xGMI for
@@ -53,29 +74,42 @@ std::vector<int> Communicator::engines_toward(int src, int dst) const {
 
 int Communicator::engine_for(int src, int dst, int k) const {
   const GpuInfo& g = device_.topology().gpus[static_cast<size_t>(gpu(src))];
-  std::vector<int> xgmi;
+  std::vector<const EngineInfo*> pool;
   for (const EngineInfo& e : g.engines)
-    if (e.kind == EngineKind::xgmi) xgmi.push_back(e.id);
-  if (xgmi.empty())
-    for (const EngineInfo& e : g.engines) xgmi.push_back(e.id);
-  if (xgmi.empty()) return 0;
+    if (e.kind == EngineKind::xgmi) pool.push_back(&e);
+  if (pool.empty())
+    for (const EngineInfo& e : g.engines) pool.push_back(&e);
+  if (pool.empty()) return 0;
   if (src == dst) {
     // Local copies: an engine no peer link recommends, so they do not queue
     // behind peer traffic.
     std::set<int> used;
     for (const LinkInfo& l : g.links) used.insert(l.recommended_engines.begin(), l.recommended_engines.end());
-    std::vector<int> free;
-    for (int e : xgmi)
-      if (!used.count(e)) free.push_back(e);
-    const std::vector<int>& pool = free.empty() ? xgmi : free;
-    return pool[static_cast<size_t>(k) % pool.size()];
+    std::vector<const EngineInfo*> free;
+    for (const EngineInfo* e : pool)
+      if (!used.count(e->id)) free.push_back(e);
+    if (!free.empty()) pool = free;
+  } else if (gpu(src) != gpu(dst)) {
+    if (const LinkInfo* l = g.link_to(gpu(dst)); l && !l->recommended_engines.empty())
+      return l->recommended_engines[static_cast<size_t>(k) % l->recommended_engines.size()];
   }
-  if (const LinkInfo* l = g.link_to(gpu(dst)); l && !l->recommended_engines.empty())
-    return l->recommended_engines[static_cast<size_t>(k) % l->recommended_engines.size()];
-  // Round robin: peer at distance d takes the (d-1)-th engine.
+  // Weighted round robin: each engine takes slots in proportion to its
+  // weight (relative to the lightest), heaviest first; the peer at distance
+  // d takes slot d-1 (+k). Equal weights give plain round robin; an H200's
+  // LCE4 (12 PCEs) takes six slots to LCE2's and LCE3's one each.
+  double lightest = 0;
+  for (const EngineInfo* e : pool)
+    if (e->weight > 0 && (lightest == 0 || e->weight < lightest)) lightest = e->weight;
+  std::vector<const EngineInfo*> order = pool;
+  std::stable_sort(order.begin(), order.end(), [](const EngineInfo* a, const EngineInfo* b) { return a->weight > b->weight; });
+  std::vector<int> slots;
+  for (const EngineInfo* e : order) {
+    const int n = lightest > 0 && e->weight > 0 ? std::max(1, static_cast<int>(e->weight / lightest + 0.5)) : 1;
+    for (int i = 0; i < n; ++i) slots.push_back(e->id);
+  }
   const int n = size();
-  const int d = ((dst - src) % n + n) % n;
-  return xgmi[static_cast<size_t>(d - 1 + k) % xgmi.size()];
+  const int d = src == dst ? 1 : ((dst - src) % n + n) % n;
+  return slots[static_cast<size_t>(d - 1 + k) % slots.size()];
 }
 
 Result<Queue*> Communicator::queue(int rank, int engine) {
@@ -95,10 +129,10 @@ Result<std::unique_ptr<Plan>> Communicator::plan(const CollectiveArgs& in) {
   // Resolve `automatic` first, so validation judges the variant that runs.
   CollectiveArgs args = in;
   if (args.variant == Variant::automatic) {
-    args.variant = choose_variant(args.op, args.bytes, size(), gen(0), args.prelaunch);
+    args.variant = choose_variant(args.op, args.bytes, size(), caps_, args.prelaunch);
     bool in_place = args.op == CollOp::all_to_all && args.send.size() == args.recv.size() && !args.send.empty();
     for (size_t r = 0; r < args.send.size() && in_place; ++r) in_place = args.send[r].va == args.recv[r].va;
-    if (in_place && sdma::limits(gen(0)).has_swap_linear) args.variant = Variant::swap;  // only swap works in place
+    if (in_place && caps_.swap) args.variant = Variant::swap;  // only swap works in place
   }
   CONCCL_RETURN_IF_ERROR(validate_args(*this, args));
   std::unique_ptr<Plan> plan(new Plan());
@@ -156,6 +190,9 @@ Result<PlanList*> PlanBuilder::list(int rank, int engine) {
   l.engine = engine;
   l.queue = *q;
   l.cb = (*q)->command_buffer();
+  if (!(l.cb.isa() == comm_.isa(0)))
+    return error(Code::internal, "queue for rank " + std::to_string(rank) + " speaks " + l.cb.isa().name() +
+                                     ", not the communicator's " + comm_.isa(0).name());
   if (plan_.args_.prelaunch) CONCCL_RETURN_IF_ERROR(plan_.trigger_.enqueue_wait(l.cb, 1));
   index_[key] = plan_.lists_.size();
   plan_.lists_.push_back(std::move(l));

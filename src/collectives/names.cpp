@@ -72,6 +72,12 @@ std::vector<Variant> variants_for(CollOp op) {
   return {};
 }
 
+std::string variant_missing_cap(Variant v, const Caps& caps) {
+  if (v == Variant::bcst && !caps.broadcast_copy) return "broadcast copies (Caps::broadcast_copy)";
+  if (v == Variant::swap && !caps.swap) return "in-place swaps (Caps::swap, SDMA 4.4.2's SWAP_LINEAR)";
+  return "";
+}
+
 // The rule, from AMD DMA-Latte's MI300X measurements (8 GPUs; speedup over
 // pcpy by collective size, shared/reference/dmalatte_mori.md §4; sizes here
 // are the collective's total = ranks * bytes):
@@ -81,23 +87,29 @@ std::vector<Variant> variants_for(CollOp op) {
 //               above; with prelaunch b2b <= 32 KB, swap <= 2 MB.
 //   broadcast:  one packet feeds two peers (bcst) while the copy is short;
 //               a pipelined chain once each link's bandwidth matters.
-// swap needs SWAP_LINEAR (only known on SDMA 4.4.2); elsewhere pcpy.
-Variant choose_variant(CollOp op, uint64_t bytes, int ranks, sdma::Gen gen, bool prelaunch) {
+// bcst needs broadcast copies and swap in-place swaps (Caps); where the
+// engines lack them, the next variant of the rule takes their place.
+// NVIDIA copy engines (no broadcast, no swap): b2b for small collectives,
+// where one engine's back-to-back copies save per-list synchronisation, pcpy
+// above.
+Variant choose_variant(CollOp op, uint64_t bytes, int ranks, const Caps& caps, bool prelaunch) {
   const uint64_t total = bytes * static_cast<uint64_t>(ranks > 0 ? ranks : 1);
   constexpr uint64_t K = 1024, M = 1024 * 1024;
   switch (op) {
     case CollOp::p2p: return bytes >= 1 * M ? Variant::striped : Variant::single;
-    case CollOp::broadcast: return ranks <= 2 ? Variant::fanout : total <= 4 * M ? Variant::bcst : Variant::chain;
+    case CollOp::broadcast:
+      if (ranks <= 2) return Variant::fanout;
+      if (total <= 4 * M) return caps.broadcast_copy ? Variant::bcst : Variant::fanout;
+      return Variant::chain;
     case CollOp::gather: return Variant::pcpy;
     case CollOp::scatter: return Variant::fanout;
     case CollOp::all_gather:
       if (total <= (prelaunch ? 128 * K : 512 * K)) return Variant::b2b;
-      if (total <= (prelaunch ? 256 * K : 4 * M)) return Variant::bcst;
+      if (total <= (prelaunch ? 256 * K : 4 * M) && caps.broadcast_copy) return Variant::bcst;
       return Variant::pcpy;
     case CollOp::all_to_all: {
-      const bool has_swap = sdma::limits(gen).has_swap_linear;
       if (total <= (prelaunch ? 32 * K : 256 * K)) return Variant::b2b;
-      if (has_swap && total <= (prelaunch ? 2 * M : 4 * M)) return Variant::swap;
+      if (caps.swap && total <= (prelaunch ? 2 * M : 4 * M)) return Variant::swap;
       return Variant::pcpy;
     }
   }

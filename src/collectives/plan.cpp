@@ -1,6 +1,5 @@
 // src/collectives/plan.cpp - launching and waiting for compiled collectives.
 #include "collectives/builder.hpp"
-#include "packets/sdma_asm.hpp"
 
 namespace conccl {
 
@@ -13,7 +12,7 @@ bool Plan::running() const {
   // Every packet of the launch consumed, not only the arrivals seen: a list
   // may still have signal packets in flight after a rank's last arrival.
   for (const PlanList& l : lists_)
-    if (l.queue->rptr() < l.span.end) return true;
+    if (l.queue->completed() < l.span.end) return true;
   return false;
 }
 
@@ -28,7 +27,7 @@ Status Plan::submit_all(Deadline deadline) {
   launched_ = true;
   for (size_t i = 0; i < lists_.size(); ++i) {
     PlanList& l = lists_[i];
-    l.span = QueueSpan{l.queue, l.queue->wptr(), 0};
+    l.span = QueueSpan{l.queue, l.queue->submitted(), 0};
     Status st = l.queue->submit(l.cb, deadline, &l.span.end);
     if (!st.ok())
       return st.prefix("launch stopped after " + std::to_string(i) + " of " + std::to_string(lists_.size()) +
@@ -77,7 +76,7 @@ Status Plan::wait(Deadline deadline) {
     if (st.ok()) continue;
     // Name the list that is stuck: the first whose queue has not consumed it.
     for (const PlanList& l : lists_) {
-      if (l.queue->rptr() >= l.span.end) continue;
+      if (l.queue->completed() >= l.span.end) continue;
       const int d = l.writes_to.empty() ? static_cast<int>(r) : l.writes_to.front();
       return error(st.code(), std::string(coll_op_name(args_.op)) + " (" + variant_name(variant_) + "): rank " +
                                   std::to_string(r) + " has " + std::to_string(arrive_[r].value()) + " of " +
@@ -90,7 +89,7 @@ Status Plan::wait(Deadline deadline) {
   // Then every list to its end, so no packet of this launch is still to run
   // when the caller relaunches, or frees the plan and its signals.
   for (const PlanList& l : lists_)
-    CONCCL_RETURN_IF_ERROR(l.queue->wait_consumed(deadline, l.span.end));
+    CONCCL_RETURN_IF_ERROR(l.queue->wait_done(deadline, l.span.end));
   return Status();
 }
 
@@ -101,8 +100,14 @@ std::string Plan::describe() const {
   for (const PlanList& l : lists_) {
     out += "rank " + std::to_string(l.rank) + " engine " + std::to_string(l.engine) + " (" +
            std::to_string(l.cb.packet_count()) + " packets):\n";
-    sdma::StreamDecode d = sdma::decode_stream(l.cb.gen(), l.cb.dwords());
-    for (const sdma::Packet& p : d.packets) out += "  " + sdma::format_packet(p) + "\n";
+    const std::string text = l.cb.disassemble();
+    size_t at = 0;
+    while (at < text.size()) {
+      const size_t nl = text.find('\n', at);
+      out += "  " + text.substr(at, nl == std::string::npos ? std::string::npos : nl - at) + "\n";
+      if (nl == std::string::npos) break;
+      at = nl + 1;
+    }
   }
   return out;
 }

@@ -66,9 +66,14 @@ Status validate_args(const Communicator& comm, const CollectiveArgs& a) {
   if (a.send.size() != static_cast<size_t>(n) || a.recv.size() != static_cast<size_t>(n))
     return bad("give one send and one recv Buffer per rank (" + std::to_string(n) + " each; got " +
                std::to_string(a.send.size()) + " and " + std::to_string(a.recv.size()) + ")");
-  if (a.op == CollOp::all_to_all && a.variant == Variant::swap && !sdma::limits(comm.gen(0)).has_swap_linear)
-    return bad("the swap variant needs the SWAP_LINEAR packet, which SDMA " + std::string(sdma::gen_name(comm.gen(0))) +
-               " does not have (only 4.4.2); use pcpy or b2b");
+  if (std::string need = variant_missing_cap(a.variant, comm.caps()); !need.empty()) {
+    std::string ok;
+    for (Variant v : variants_for(a.op))
+      if (v != Variant::automatic && variant_missing_cap(v, comm.caps()).empty())
+        ok += (ok.empty() ? "" : ", ") + std::string(variant_name(v));
+    return bad(std::string("the ") + variant_name(a.variant) + " variant needs " + need + ", which " +
+               comm.isa(0).name() + " engines do not have; use " + ok + " (or auto)");
+  }
 
   // Which buffers are used and how big they must be.
   const uint64_t nb = a.bytes * static_cast<uint64_t>(n);

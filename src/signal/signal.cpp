@@ -29,6 +29,7 @@ Result<Signal> Signal::create(Device& device, int gpu, uint64_t initial) {
   s.va_ = b->va;
   s.host_ = b->as<uint64_t>();
   s.owned_ = *b;
+  s.twin_ = device.gpu_count() == 0 || device.topology().gpus[0].caps().signal_twin;
   s.set(initial);
   return s;
 }
@@ -40,6 +41,7 @@ Result<Signal> Signal::wrap(Device& device, uint64_t va, void* host) {
   s.device_ = &device;
   s.va_ = va;
   s.host_ = static_cast<uint64_t*>(host);
+  s.twin_ = device.gpu_count() == 0 || device.topology().gpus[0].caps().signal_twin;
   return s;
 }
 
@@ -50,6 +52,7 @@ Signal& Signal::operator=(Signal&& o) noexcept {
     va_ = o.va_;
     host_ = o.host_;
     owned_ = o.owned_;
+    twin_ = o.twin_;
     o.owned_ = Buffer{};
     o.host_ = nullptr;
   }
@@ -63,53 +66,38 @@ Signal::~Signal() {
 uint64_t Signal::value() const { return word(host_, 0).load(std::memory_order_acquire); }
 
 void Signal::set(uint64_t v) {
+  if (twin_) word(host_, 1).store(v + kTwinOffset, std::memory_order_release);
   word(host_, 0).store(v, std::memory_order_release);
-  word(host_, 1).store(v + kTwinOffset, std::memory_order_release);
   if (device_) device_->host_wrote();
 }
 
 uint64_t Signal::add(uint64_t delta) {
+  if (twin_) word(host_, 1).fetch_add(delta, std::memory_order_acq_rel);
   const uint64_t v = word(host_, 0).fetch_add(delta, std::memory_order_acq_rel) + delta;
-  word(host_, 1).fetch_add(delta, std::memory_order_acq_rel);
   if (device_) device_->host_wrote();
   return v;
 }
 
+Status Signal::check_layout(const CommandBuffer& cb) const {
+  if (cb.caps().signal_twin == twin_) return Status();
+  return error(Code::invalid_argument, "signal at " + hex(va_) + " has the " + (twin_ ? "SDMA (twin)" : "native 64-bit") +
+                                           " layout, but the command buffer is for " + cb.isa().name() +
+                                           "; create signals on the device whose engines use them");
+}
+
 Status Signal::enqueue_add(CommandBuffer& cb, uint64_t delta) const {
-  // Twin first, value last: a host that sees the value may free the signal,
-  // so no packet of the update may come after the value's.
-  const size_t before = cb.packet_count();
-  Status st = cb.atomic_add64(va_ + 8, static_cast<int64_t>(delta));
-  if (st.ok()) st = cb.atomic_add64(va_, static_cast<int64_t>(delta));
-  if (!st.ok() && cb.packet_count() != before)
-    return error(Code::internal, "signal add half-recorded: " + st.message());
-  return st;
+  CONCCL_RETURN_IF_ERROR(check_layout(cb));
+  return cb.signal_add(va_, delta);
 }
 
 Status Signal::enqueue_write(CommandBuffer& cb, uint64_t v) const {
-  CONCCL_RETURN_IF_ERROR(cb.fence64(va_ + 8, v + kTwinOffset));  // twin first, value last
-  return cb.fence64(va_, v);
+  CONCCL_RETURN_IF_ERROR(check_layout(cb));
+  return cb.signal_set(va_, v);
 }
 
 Status Signal::enqueue_wait(CommandBuffer& cb, uint64_t v) const {
-  // Pick the word whose low-dword target is below 2^31: once its high dword
-  // equals the target's, the low dword would have to cross more than 2^31
-  // values between two polls to wrap past the target unseen.
-  uint64_t base = va_, t = v;
-  if (static_cast<uint32_t>(v) >= kTwinOffset) {
-    base = va_ + 8;
-    t = v + kTwinOffset;
-  }
-  const uint32_t hi = static_cast<uint32_t>(t >> 32), lo = static_cast<uint32_t>(t);
-  CONCCL_RETURN_IF_ERROR(cb.poll(base + 4, hi, 0xFFFFFFFF, PollFunc::ge));
-  // If the high dword already passed the target's, the value is above it:
-  // skip the low-dword poll.
-  constexpr uint64_t kPollDwords = 6;
-  CONCCL_RETURN_IF_ERROR(cb.packet(sdma::Pkt::cond_exe, std::initializer_list<sdma::FieldValue>{
-                                                            {sdma::Key::addr, base + 4},
-                                                            {sdma::Key::ref, hi},
-                                                            {sdma::Key::count, kPollDwords}}));
-  return cb.poll(base, lo, 0xFFFFFFFF, PollFunc::ge);
+  CONCCL_RETURN_IF_ERROR(check_layout(cb));
+  return cb.wait_ge(va_, v);
 }
 
 Status Signal::wait(uint64_t v, Deadline deadline, const QueueSpan* span) const {
@@ -134,7 +122,7 @@ Status Signal::wait(uint64_t v, Deadline deadline, const QueueSpan* span) const 
     }
     const auto slice = std::min<std::chrono::nanoseconds>(deadline.remaining(), std::chrono::milliseconds(1));
     if (q) {
-      const uint64_t seen = q->rptr();
+      const uint64_t seen = q->completed();
       if (done()) break;
       q->wait_for_progress(seen, Deadline::after(slice));
     } else {
@@ -147,7 +135,7 @@ Status Signal::wait(uint64_t v, Deadline deadline, const QueueSpan* span) const 
 
 HangKind classify_hang(const QueueSpan& span, const Signal& signal, uint64_t expected) {
   const EngineStatus es = span.queue->engine_status();
-  const uint64_t r = span.queue->rptr();
+  const uint64_t r = span.queue->completed();
   if (es.state == EngineStatus::State::halted) return HangKind::halted;
   if (es.state == EngineStatus::State::polling && es.poll_queue == span.queue->id()) return HangKind::stuck_on_poll;
   if (r >= span.end && signal.value() < expected) return HangKind::completion_lost;
@@ -170,25 +158,25 @@ std::string diagnose_hang(const QueueSpan& span, const Signal& signal, uint64_t 
   const HangKind k = classify_hang(span, signal, expected);
   const Queue& q = *span.queue;
   const EngineStatus es = q.engine_status();
-  const uint64_t r = q.rptr();
+  const uint64_t r = q.completed();
   std::string why;
   switch (k) {
     case HangKind::never_fetched:
-      why = "the engine never fetched the work: rptr " + hex(r) + " has not moved past its start " + hex(span.begin) +
+      why = "the engine never fetched the work: its completed ticket " + hex(r) + " has not moved past its start " + hex(span.begin) +
             " (engine " + engine_state_name(es.state) + ")";
       break;
     case HangKind::stuck_on_poll:
       why = "the engine is stuck on a poll: " + es.detail();
       break;
     case HangKind::completion_lost:
-      why = "the completion write was lost: rptr " + hex(r) + " is past the signal packet (ends at " + hex(span.end) +
+      why = "the completion write was lost: the queue completed " + hex(r) + ", past the signal command (ends at " + hex(span.end) +
             ") but the signal still reads " + std::to_string(signal.value());
       break;
     case HangKind::halted:
       why = "the engine halted on a fault: " + es.fault;
       break;
     case HangKind::still_running:
-      why = "the engine is still executing the work (rptr " + hex(r) + " between " + hex(span.begin) + " and " +
+      why = "the engine is still executing the work (completed " + hex(r) + " between " + hex(span.begin) + " and " +
             hex(span.end) + "); give it a longer deadline";
       break;
   }

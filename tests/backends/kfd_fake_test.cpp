@@ -78,15 +78,15 @@ class KfdFake : public ::testing::Test {
   // FENCE + wake-up, submit, sleep on the TRAP event until the fence lands.
   static conccl::Status run(Queue& q, CommandBuffer& cb, const Buffer& sig, uint32_t seq) {
     CONCCL_RETURN_IF_ERROR(cb.fence(sig.va, seq));
-    CONCCL_RETURN_IF_ERROR(conccl::enqueue_wakeup(cb, q.trap_event()));
+    CONCCL_RETURN_IF_ERROR(q.record_wake(cb));
     const Deadline d = Deadline::after_ms(10000);
     CONCCL_RETURN_IF_ERROR(q.submit(cb, d));
     auto* w = sig.as<uint32_t>();
     while (std::atomic_ref<uint32_t>(*w).load(std::memory_order_acquire) < seq) {
       if (d.expired()) return conccl::error(Code::timeout, q.diagnose());
-      const uint64_t c = q.trap_event().count();
+      const uint64_t c = q.wake_event()->count();
       if (std::atomic_ref<uint32_t>(*w).load(std::memory_order_acquire) >= seq) break;
-      (void)q.trap_event().wait(c + 1, Deadline::after_ms(50));
+      (void)q.wake_event()->wait(c + 1, Deadline::after_ms(50));
     }
     return conccl::Status();
   }
@@ -247,8 +247,8 @@ TEST_F(KfdFake, QueueCopyFenceTrap) {
   conccl::Status st = run(**q, cb, sig, 1);
   ASSERT_TRUE(st.ok()) << st.to_string();
   EXPECT_EQ(std::memcmp(dst.as<uint8_t>() + 3, src.as<uint8_t>() + 1, (1 << 20) - 5), 0);
-  EXPECT_GE((*q)->trap_event().count(), 1u) << "woken by the TRAP, through the mailbox";
-  EXPECT_TRUE((*q)->wait_consumed(Deadline::after_ms(1000)).ok());
+  EXPECT_GE((*q)->wake_event()->count(), 1u) << "woken by the TRAP, through the mailbox";
+  EXPECT_TRUE((*q)->wait_done(Deadline::after_ms(1000)).ok());
 
   // A second queue on a PCIe engine.
   conccl::Result<std::unique_ptr<Queue>> q2 = dev->create_queue(0, 1, conccl::QueueOptions{4096});
@@ -263,18 +263,18 @@ TEST_F(KfdFake, TrapWithoutMailboxDoesNotWake) {
   auto q = std::move(dev->create_queue(0, 0, conccl::QueueOptions{4096})).value();
   // TRAP alone: KFD (and the fake) only wakes events whose mailbox slot was set.
   CommandBuffer cb = q->command_buffer();
-  ASSERT_TRUE(cb.trap(q->trap_event().trap_context()).ok());
+  ASSERT_TRUE(cb.trap(q->wake_event()->last_context()).ok());  // the event id
   ASSERT_TRUE(q->submit(cb, Deadline::after_ms(1000)).ok());
-  ASSERT_TRUE(q->wait_consumed(Deadline::after_ms(2000)).ok());
-  conccl::Status st = q->trap_event().wait(1, Deadline::after_ms(100));
+  ASSERT_TRUE(q->wait_done(Deadline::after_ms(2000)).ok());
+  conccl::Status st = q->wake_event()->wait(1, Deadline::after_ms(100));
   EXPECT_EQ(st.code(), Code::timeout);
   EXPECT_TRUE(contains(st.message(), "0 wake-ups, 1 awaited")) << st.message();
   // With the FENCE to the mailbox first, it wakes.
   cb.clear();
-  ASSERT_TRUE(conccl::enqueue_wakeup(cb, q->trap_event()).ok());
+  ASSERT_TRUE(q->record_wake(cb).ok());
+  EXPECT_EQ(cb.packet_count(), 2u) << "FENCE to the event's mailbox, then TRAP";
   ASSERT_TRUE(q->submit(cb, Deadline::after_ms(1000)).ok());
-  EXPECT_TRUE(q->trap_event().wait(1, Deadline::after_ms(5000)).ok());
-  EXPECT_NE(q->trap_event().mailbox_va(), 0u);
+  EXPECT_TRUE(q->wake_event()->wait(1, Deadline::after_ms(5000)).ok());
 }
 
 TEST_F(KfdFake, OutOfQueueSlotsReleasesEverything) {
@@ -325,7 +325,7 @@ TEST_F(KfdFake, VmFaultEndsWaitsAsDeviceFault) {
   CommandBuffer cb = q->command_buffer();
   ASSERT_TRUE(cb.copy(dst.va, 0x7000dead0000ull, 64).ok());  // source mapped nowhere
   ASSERT_TRUE(q->submit(cb, Deadline::after_ms(1000)).ok());
-  conccl::Status st = q->wait_consumed(Deadline::after_ms(5000));
+  conccl::Status st = q->wait_done(Deadline::after_ms(5000));
   EXPECT_EQ(st.code(), Code::device_fault) << st.to_string();
   EXPECT_TRUE(contains(st.message(), "GPU memory access fault at VA 0x7000dead0000: page not present"))
       << st.message();

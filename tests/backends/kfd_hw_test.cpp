@@ -71,16 +71,16 @@ class KfdHw : public ::testing::Test {
   Status run(Queue& q, CommandBuffer& cb) {
     const uint32_t seq = ++seq_;
     CONCCL_RETURN_IF_ERROR(cb.fence(host_sig_.va, seq));
-    CONCCL_RETURN_IF_ERROR(conccl::enqueue_wakeup(cb, q.trap_event()));
+    CONCCL_RETURN_IF_ERROR(q.record_wake(cb));
     const Deadline deadline = Deadline::after_ms(10000);
     CONCCL_RETURN_IF_ERROR(q.submit(cb, deadline));
     while (signal_value() < seq) {
       if (deadline.expired())
         return conccl::error(Code::timeout, "signal " + std::to_string(signal_value()) + " < " + std::to_string(seq) +
                                                 " after 10 s. " + q.diagnose());
-      const uint64_t c = q.trap_event().count();
+      const uint64_t c = q.wake_event()->count();
       if (signal_value() >= seq) break;
-      (void)q.trap_event().wait(c + 1, Deadline::after_ms(100));
+      (void)q.wake_event()->wait(c + 1, Deadline::after_ms(100));
       if (q.engine_status().state == conccl::EngineStatus::State::halted)
         return conccl::error(Code::device_fault, q.diagnose());
     }
@@ -156,12 +156,12 @@ TEST_F(KfdHw, QueueOnEveryEngine) {
       SCOPED_TRACE("gpu " + std::to_string(g.index) + " engine " + std::to_string(e.id));
       std::unique_ptr<Queue> q = queue(g.index, e.id);
       ASSERT_NE(q, nullptr);
-      EXPECT_EQ(q->gen(), g.gen);
+      EXPECT_EQ(q->isa(), g.isa);
       CommandBuffer cb = q->command_buffer();
       ASSERT_TRUE(cb.nop().ok());
       Status st = run(*q, cb);
       ASSERT_TRUE(st.ok()) << st.to_string();
-      EXPECT_EQ(q->rptr(), q->wptr());
+      EXPECT_EQ(q->completed(), q->submitted());
     }
   }
 }
@@ -238,21 +238,21 @@ TEST_F(KfdHw, TrapWakesTheHost) {
   CommandBuffer cb = q->command_buffer();
   ASSERT_TRUE(cb.poll(gate.va, 1, 0xFFFFFFFF, conccl::PollFunc::eq).ok());
   ASSERT_TRUE(cb.fence(host_sig_.va, 77).ok());
-  ASSERT_TRUE(conccl::enqueue_wakeup(cb, q->trap_event()).ok());
+  ASSERT_TRUE(q->record_wake(cb).ok());
   ASSERT_TRUE(q->submit(cb, Deadline::after_ms(1000)).ok());
-  const uint64_t before = q->trap_event().count();
+  const uint64_t before = q->wake_event()->count();
   // Gate closed: no TRAP yet.
-  Status st = q->trap_event().wait(before + 1, Deadline::after_ms(300));
+  Status st = q->wake_event()->wait(before + 1, Deadline::after_ms(300));
   EXPECT_EQ(st.code(), Code::timeout) << st.to_string();
   EXPECT_NE(signal_value(), 77u);
   const auto t0 = std::chrono::steady_clock::now();
   std::atomic_ref<uint32_t>(*g).store(1, std::memory_order_release);
-  st = q->trap_event().wait(before + 1, Deadline::after_ms(5000));
+  st = q->wake_event()->wait(before + 1, Deadline::after_ms(5000));
   ASSERT_TRUE(st.ok()) << st.to_string() << "\n" << q->diagnose();
   const auto us = std::chrono::duration_cast<std::chrono::microseconds>(std::chrono::steady_clock::now() - t0);
   std::printf("gate -> TRAP wake-up: %lld us\n", static_cast<long long>(us.count()));
   EXPECT_EQ(signal_value(), 77u);
-  EXPECT_TRUE(q->wait_consumed(Deadline::after_ms(1000)).ok());
+  EXPECT_TRUE(q->wait_done(Deadline::after_ms(1000)).ok());
   ASSERT_TRUE(dev_->free(gate).ok());
 }
 

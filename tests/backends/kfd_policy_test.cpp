@@ -286,23 +286,9 @@ TEST(KfdWait, SliceMilliseconds) {
 // ---------------------------------------------------------------------------
 // the wake-up tail
 
-class FakeEvent final : public conccl::Event {
- public:
-  FakeEvent(uint32_t ctx, uint64_t mailbox) : ctx_(ctx), mailbox_(mailbox) {}
-  uint64_t count() const override { return 0; }
-  uint32_t last_context() const override { return 0; }
-  conccl::Status wait(uint64_t, conccl::Deadline) override { return conccl::Status(); }
-  uint32_t trap_context() const override { return ctx_; }
-  uint64_t mailbox_va() const override { return mailbox_; }
-
- private:
-  uint32_t ctx_;
-  uint64_t mailbox_;
-};
-
 TEST(KfdWakeup, FenceToMailboxThenTrap) {
   conccl::CommandBuffer cb(conccl::sdma::Gen::v4_4_2);
-  ASSERT_TRUE(conccl::enqueue_wakeup(cb, FakeEvent(37, 0x7f0000001008ull)).ok());
+  ASSERT_TRUE(conccl::kfd::record_wake(cb, 37, 0x7f0000001008ull).ok());
   ASSERT_EQ(cb.packet_count(), 2u);
   const auto dw = cb.dwords();
   conccl::Result<conccl::sdma::Packet> fence = conccl::sdma::decode(cb.gen(), dw);
@@ -317,7 +303,7 @@ TEST(KfdWakeup, FenceToMailboxThenTrap) {
   EXPECT_EQ(dw[cb.packet_starts()[1] + 1], 37u);
 
   conccl::CommandBuffer no_mailbox(conccl::sdma::Gen::v4_4_2);
-  ASSERT_TRUE(conccl::enqueue_wakeup(no_mailbox, FakeEvent(5, 0)).ok());
+  ASSERT_TRUE(conccl::kfd::record_wake(no_mailbox, 5, 0).ok());
   EXPECT_EQ(no_mailbox.packet_count(), 1u);
 }
 
@@ -329,9 +315,9 @@ TEST(KfdWakeup, WakesAnEmulatedHost) {
   conccl::Result<std::unique_ptr<conccl::Queue>> q = (*dev)->create_queue(0, 0, conccl::QueueOptions{1 << 16});
   ASSERT_TRUE(q.ok()) << q.status().to_string();
   conccl::CommandBuffer cb = (*q)->command_buffer();
-  ASSERT_TRUE(conccl::enqueue_wakeup(cb, (*q)->trap_event()).ok());
+  ASSERT_TRUE((*q)->record_wake(cb).ok());
   ASSERT_TRUE((*q)->submit(cb, conccl::Deadline::after_ms(5000)).ok());
-  EXPECT_TRUE((*q)->trap_event().wait(1, conccl::Deadline::after_ms(5000)).ok());
+  EXPECT_TRUE((*q)->wake_event()->wait(1, conccl::Deadline::after_ms(5000)).ok());
 }
 
 // ---------------------------------------------------------------------------

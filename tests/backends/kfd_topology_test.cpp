@@ -81,7 +81,7 @@ TEST(KfdTopology, Mi300xSpx) {
     const conccl::kfd::GpuNode& gn = kt.gpus[g];
     EXPECT_EQ(gi.index, g);
     EXPECT_EQ(gi.name, "gfx942");
-    EXPECT_EQ(gi.gen, conccl::sdma::Gen::v4_4_2);
+    EXPECT_EQ(gi.isa, conccl::Isa::sdma_gen(conccl::sdma::Gen::v4_4_2));
     EXPECT_EQ(gi.memory_bytes, 206141652992ull);
     EXPECT_EQ(gn.sysfs_node, g + 1);
     EXPECT_EQ(gn.thunk_node, g + 1);  // CPU node 0 comes first in the thunk's numbering too
@@ -118,7 +118,7 @@ TEST(KfdTopology, Mi250xWithoutRecommendedMasks) {
   ASSERT_EQ(t.gpus.size(), 4u);
   for (const conccl::GpuInfo& gi : t.gpus) {
     EXPECT_EQ(gi.name, "gfx90a");
-    EXPECT_EQ(gi.gen, conccl::sdma::Gen::v4);
+    EXPECT_EQ(gi.isa, conccl::Isa::sdma_gen(conccl::sdma::Gen::v4));
     ASSERT_EQ(gi.engines.size(), 5u);
     EXPECT_EQ(gi.engines[1].kind, EngineKind::pcie);
     EXPECT_EQ(gi.engines[2].kind, EngineKind::xgmi);
@@ -145,7 +145,7 @@ TEST(KfdTopology, ConsumerGfx11) {
   const conccl::Topology& t = kt.topology;
   ASSERT_EQ(t.gpus.size(), 1u);
   EXPECT_EQ(t.gpus[0].name, "gfx1100");
-  EXPECT_EQ(t.gpus[0].gen, conccl::sdma::Gen::v6);
+  EXPECT_EQ(t.gpus[0].isa, conccl::Isa::sdma_gen(conccl::sdma::Gen::v6));
   ASSERT_EQ(t.gpus[0].engines.size(), 2u);
   EXPECT_EQ(t.gpus[0].engines[0].kind, EngineKind::pcie);
   EXPECT_EQ(t.gpus[0].engines[1].kind, EngineKind::pcie);
@@ -269,7 +269,7 @@ TEST(KfdTopology, PcieP2pLinksAreListedAndDeduplicated) {
   const conccl::Topology& topo = kt->topology;
   ASSERT_EQ(topo.gpus.size(), 2u);
   EXPECT_EQ(topo.gpus[0].name, "gfx908");
-  EXPECT_EQ(topo.gpus[0].gen, conccl::sdma::Gen::v4);
+  EXPECT_EQ(topo.gpus[0].isa, conccl::Isa::sdma_gen(conccl::sdma::Gen::v4));
   EXPECT_EQ(topo.gpus[0].memory_bytes, 17163091968ull);  // local_mem_size when there are no mem_banks
   ASSERT_EQ(topo.gpus[0].links.size(), 1u);
   EXPECT_EQ(topo.gpus[0].links[0].type, "pcie");
@@ -325,7 +325,7 @@ TEST(KfdTopology, UnsupportedTargetsAreSkippedWithANote) {
   ASSERT_TRUE(kt.ok()) << kt.status().to_string();
   ASSERT_EQ(kt->gpus.size(), 1u);
   EXPECT_EQ(kt->topology.gpus[0].name, "gfx1201");
-  EXPECT_EQ(kt->topology.gpus[0].gen, conccl::sdma::Gen::v7);
+  EXPECT_EQ(kt->topology.gpus[0].isa, conccl::Isa::sdma_gen(conccl::sdma::Gen::v7));
   EXPECT_EQ(kt->gpus[0].thunk_node, 3);
   EXPECT_TRUE(has_note(kt->topology, "KFD node 1 (gfx803, renderD128) skipped: no SDMA packet generation"));
   EXPECT_TRUE(has_note(kt->topology, "KFD node 2 (gfx1250, renderD129) skipped"));

@@ -311,7 +311,7 @@ inline void make_buffers(Mem& mem, const Communicator& comm, CollectiveArgs& a, 
 // DISABLED_WaitCoversEveryPacketOfTheLaunch). The tests wait it out.
 inline Status wait_done(Plan& plan, Deadline deadline = long_deadline()) {
   CONCCL_RETURN_IF_ERROR(plan.wait(deadline));
-  for (const PlanList& l : plan.lists()) CONCCL_RETURN_IF_ERROR(l.queue->wait_consumed(deadline, l.span.end));
+  for (const PlanList& l : plan.lists()) CONCCL_RETURN_IF_ERROR(l.queue->wait_done(deadline, l.span.end));
   return Status();
 }
 

@@ -45,8 +45,8 @@ TEST(CollBugs, SwapWithAliasedBuffersIsRejected) {
 // twin no longer equals value + 2^31); relaunching resets the signals before
 // the late add lands.
 // Fix: Plan::wait() also waits for every list's queue to consume its span
-// (l.queue->wait_consumed(deadline, l.span.end)) and running() checks
-// l.queue->rptr() < l.span.end; or Signal::enqueue_add advances the twin
+// (l.queue->wait_done(deadline, l.span.end)) and running() checks
+// l.queue->completed() < l.span.end; or Signal::enqueue_add advances the twin
 // first and the value last.
 TEST(CollBugs, WaitCoversEveryPacketOfTheLaunch) {
   Node node;
@@ -71,8 +71,8 @@ TEST(CollBugs, WaitCoversEveryPacketOfTheLaunch) {
   ASSERT_OK(plan->launch(long_deadline()));
   ASSERT_OK(plan->wait(long_deadline()));
   EXPECT_FALSE(plan->running());
-  const bool consumed = queue->rptr() >= l.span.end;
-  EXPECT_TRUE(consumed) << "wait() returned with " << (l.span.end - queue->rptr())
+  const bool consumed = queue->completed() >= l.span.end;
+  EXPECT_TRUE(consumed) << "wait() returned with " << (l.span.end - queue->completed())
                         << " bytes of the list still queued";
   plan.reset();  // frees the arrival signals
   // The next signal allocated gets the freed memory.
@@ -83,7 +83,7 @@ TEST(CollBugs, WaitCoversEveryPacketOfTheLaunch) {
   }
   ASSERT_EQ(fresh.back().va(), sig_va) << "allocator did not reuse the freed signal";
   ASSERT_OK(node.dev->inject(comm.gpu(0), engine, emu::Injection{}));
-  ASSERT_OK(queue->wait_consumed(long_deadline()));
+  ASSERT_OK(queue->wait_done(long_deadline()));
   const uint64_t value = fresh.back().value();
   const uint64_t twin = *static_cast<uint64_t*>(node.dev->host_pointer(sig_va + 8, 8));
   EXPECT_EQ(twin, value + Signal::kTwinOffset) << "an engine wrote into a destroyed plan's signal";
@@ -119,10 +119,10 @@ TEST(CollBugs, ListLargerThanTheRingIsRejectedUpFront) {
     return;
   }
   std::map<const Queue*, uint64_t> w;
-  for (const PlanList& l : (*plan)->lists()) w[l.queue] = l.queue->wptr();
+  for (const PlanList& l : (*plan)->lists()) w[l.queue] = l.queue->submitted();
   Status st = (*plan)->launch(Deadline::after_ms(200));
   ASSERT_FALSE(st.ok()) << "a list larger than the ring was submitted";
-  for (const auto& [q, wp] : w) EXPECT_EQ(q->wptr(), wp) << "launch failed after submitting to engine " << q->engine();
+  for (const auto& [q, wp] : w) EXPECT_EQ(q->submitted(), wp) << "launch failed after submitting to engine " << q->engine();
   std::this_thread::sleep_for(std::chrono::milliseconds(5));
   EXPECT_TRUE(mem.matches(before)) << "launch failed after moving data: " << st.to_string();
 }

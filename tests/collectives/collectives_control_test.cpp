@@ -62,7 +62,7 @@ TEST_F(CollPrelaunch, NothingMovesUntilRelease) {
       std::unique_ptr<Plan> plan = must_plan(comm, a);
       ASSERT_TRUE(plan);
       if (v == Variant::automatic) {
-        EXPECT_EQ(plan->variant(), choose_variant(op, a.bytes, n, comm.gen(0), /*prelaunch=*/true));
+        EXPECT_EQ(plan->variant(), choose_variant(op, a.bytes, n, comm.caps(), /*prelaunch=*/true));
       }
       for (int round = 0; round < 3; ++round) {
         SCOPED_TRACE("round " + std::to_string(round));
@@ -123,13 +123,13 @@ TEST_F(CollPrelaunch, ReleaseWithoutPrelaunchAndPrelaunchOfAPlainPlanAreErrors) 
   std::unique_ptr<Plan> plain = must_plan(comm, a);
   ASSERT_TRUE(plain);
   std::map<const Queue*, uint64_t> wptr;
-  for (const PlanList& l : plain->lists()) wptr[l.queue] = l.queue->wptr();
+  for (const PlanList& l : plain->lists()) wptr[l.queue] = l.queue->submitted();
   st = plain->prelaunch(long_deadline());
   EXPECT_EQ(st.code(), Code::invalid_argument) << st.to_string();
   EXPECT_TRUE(contains(st.message(), "without prelaunch")) << st.message();
   EXPECT_TRUE(contains(st.message(), "CollectiveArgs::prelaunch")) << st.message();
   EXPECT_EQ(plain->release().code(), Code::invalid_argument);
-  for (const auto& [q, w] : wptr) EXPECT_EQ(q->wptr(), w) << "queue on gpu " << q->gpu() << " engine " << q->engine();
+  for (const auto& [q, w] : wptr) EXPECT_EQ(q->submitted(), w) << "queue on gpu " << q->gpu() << " engine " << q->engine();
   EXPECT_FALSE(plain->running());
   std::this_thread::sleep_for(std::chrono::milliseconds(5));
   ASSERT_TRUE(mem.matches(before));
@@ -179,14 +179,14 @@ class CollErrors : public ::testing::Test {
   // nothing was submitted to any queue and no byte of memory changed.
   void expect_rejected(const CollectiveArgs& a, Code code, std::vector<std::string> needles) {
     std::vector<uint64_t> w;
-    for (Queue* q : queues_) w.push_back(q->wptr());
+    for (Queue* q : queues_) w.push_back(q->submitted());
     const Mem::Image before = mem_->snapshot();
     Result<std::unique_ptr<Plan>> p = node_.comm->plan(a);
     ASSERT_FALSE(p.ok()) << "plan was accepted";
     EXPECT_EQ(p.status().code(), code) << p.status().to_string();
     for (const std::string& s : needles)
       EXPECT_TRUE(contains(p.status().message(), s)) << "missing '" << s << "' in: " << p.status().message();
-    for (size_t i = 0; i < queues_.size(); ++i) EXPECT_EQ(queues_[i]->wptr(), w[i]) << "queue " << i;
+    for (size_t i = 0; i < queues_.size(); ++i) EXPECT_EQ(queues_[i]->submitted(), w[i]) << "queue " << i;
     std::this_thread::sleep_for(std::chrono::milliseconds(1));
     EXPECT_TRUE(mem_->matches(before));
   }
@@ -367,7 +367,7 @@ TEST_F(CollErrors, VariantNotValidForTheOp) {
 TEST(CollErrorsGen6, SwapNeedsSwapLinear) {
   Node node;
   ASSERT_OK(make_node(Topo::mapped3, &node, "6"));
-  ASSERT_EQ(node.comm->gen(0), sdma::Gen::v6);
+  ASSERT_EQ(node.comm->isa(0), Isa::sdma_gen(sdma::Gen::v6));
   ASSERT_FALSE(sdma::limits(sdma::Gen::v6).has_swap_linear);
   Mem mem(*node.dev, 6);
   CollectiveArgs a;
@@ -473,7 +473,7 @@ TEST(CollBusy, LaunchWhileThePreviousLaunchRunsIsRefused) {
     EXPECT_TRUE(plan->running());
 
     std::map<const Queue*, uint64_t> w;
-    for (const PlanList& l : plan->lists()) w[l.queue] = l.queue->wptr();
+    for (const PlanList& l : plan->lists()) w[l.queue] = l.queue->submitted();
     Status st = plan->launch(long_deadline());
     EXPECT_EQ(st.code(), Code::busy) << st.to_string();
     EXPECT_TRUE(contains(st.message(), "still running")) << st.message();
@@ -482,7 +482,7 @@ TEST(CollBusy, LaunchWhileThePreviousLaunchRunsIsRefused) {
       st = plan->prelaunch(long_deadline());
       EXPECT_EQ(st.code(), Code::busy) << st.to_string();
     }
-    for (const auto& [q, wp] : w) EXPECT_EQ(q->wptr(), wp) << "a refused launch submitted to gpu " << q->gpu()
+    for (const auto& [q, wp] : w) EXPECT_EQ(q->submitted(), wp) << "a refused launch submitted to gpu " << q->gpu()
                                                            << " engine " << q->engine();
     EXPECT_TRUE(plan->running());
 
@@ -498,7 +498,7 @@ TEST(CollBusy, LaunchWhileThePreviousLaunchRunsIsRefused) {
 // ----------------------------------------------------------- choose_variant
 
 TEST(CollChooseVariant, AllGatherRule) {
-  const sdma::Gen g = sdma::Gen::v4_4_2;
+  const Caps& g = caps(Isa::sdma_gen(sdma::Gen::v4_4_2));
   auto ag = [&](uint64_t bytes, int ranks, bool pre) { return choose_variant(CollOp::all_gather, bytes, ranks, g, pre); };
   // Totals (ranks * bytes): b2b <= 512 KiB, bcst <= 4 MiB, pcpy above.
   EXPECT_EQ(ag(1, 8, false), Variant::b2b);
@@ -516,12 +516,12 @@ TEST(CollChooseVariant, AllGatherRule) {
   EXPECT_EQ(ag(170 * K, 3, false), Variant::b2b);
   EXPECT_EQ(ag(171 * K, 3, false), Variant::bcst);
   // The generation does not matter for all-gather.
-  EXPECT_EQ(choose_variant(CollOp::all_gather, 100 * K, 8, sdma::Gen::v6, false), Variant::bcst);
+  EXPECT_EQ(choose_variant(CollOp::all_gather, 100 * K, 8, caps(Isa::sdma_gen(sdma::Gen::v6)), false), Variant::bcst);
 }
 
 TEST(CollChooseVariant, AllToAllRule) {
   auto a2a = [](uint64_t bytes, int ranks, bool pre, sdma::Gen g = sdma::Gen::v4_4_2) {
-    return choose_variant(CollOp::all_to_all, bytes, ranks, g, pre);
+    return choose_variant(CollOp::all_to_all, bytes, ranks, caps(Isa::sdma_gen(g)), pre);
   };
   // b2b <= 256 KiB total, swap <= 4 MiB, pcpy above.
   EXPECT_EQ(a2a(1, 8, false), Variant::b2b);
@@ -546,7 +546,7 @@ TEST(CollChooseVariant, AllToAllRule) {
 }
 
 TEST(CollChooseVariant, OtherOps) {
-  const sdma::Gen g = sdma::Gen::v4_4_2;
+  const Caps& g = caps(Isa::sdma_gen(sdma::Gen::v4_4_2));
   EXPECT_EQ(choose_variant(CollOp::p2p, M - 1, 8, g, false), Variant::single);
   EXPECT_EQ(choose_variant(CollOp::p2p, M, 8, g, false), Variant::striped);
   EXPECT_EQ(choose_variant(CollOp::broadcast, 100 * M, 2, g, false), Variant::fanout);
@@ -588,7 +588,7 @@ TEST(CollChooseVariant, PlansFollowTheRule) {
   };
   for (const C& c : cases) {
     SCOPED_TRACE(std::string(coll_op_name(c.op)) + " " + std::to_string(c.bytes) + (c.pre ? " prelaunch" : ""));
-    ASSERT_EQ(choose_variant(c.op, c.bytes, 3, comm.gen(0), c.pre), c.want);
+    ASSERT_EQ(choose_variant(c.op, c.bytes, 3, comm.caps(), c.pre), c.want);
     Mem mem(*node.dev, c.bytes);
     CollectiveArgs a;
     a.op = c.op;
@@ -632,7 +632,7 @@ TEST_F(CollDiagnosis, WaitTimeoutNamesTheStuckListAndItsPackets) {
   ASSERT_OK(plan->launch(long_deadline()));
   // Let every other list finish, so only the stalled one is pending.
   for (const PlanList& l : plan->lists())
-    if (&l != stuck) ASSERT_OK(l.queue->wait_consumed(long_deadline(), l.span.end));
+    if (&l != stuck) ASSERT_OK(l.queue->wait_done(long_deadline(), l.span.end));
 
   const auto t0 = Clock::now();
   Status st = plan->wait(Deadline::after_ms(60));
@@ -682,7 +682,7 @@ TEST_F(CollDiagnosis, ChainNamesTheFirstStuckLink) {
   // The root's local copy finishes; the last link (2 -> 0) waits on a poll.
   const PlanList* local = find_list(*plan, 1, comm.engine_for(1, 1));
   ASSERT_NE(local, nullptr);
-  ASSERT_OK(local->queue->wait_consumed(long_deadline(), local->span.end));
+  ASSERT_OK(local->queue->wait_done(long_deadline(), local->span.end));
   Status st = plan->wait(Deadline::after_ms(80));
   ASSERT_EQ(st.code(), Code::timeout) << st.to_string();
   EXPECT_TRUE(contains(st.message(), "broadcast (chain)")) << st.message();
@@ -803,7 +803,6 @@ class NoRecommendations final : public Device {
   }
   void* host_pointer(uint64_t va, size_t bytes) override { return inner_.host_pointer(va, bytes); }
   bool is_mapped(uint64_t va, size_t bytes) override { return inner_.is_mapped(va, bytes); }
-  void host_wrote() override { inner_.host_wrote(); }
 
  private:
   Device& inner_;
@@ -965,7 +964,7 @@ TEST_F(CollDiagnosis, LostCompletion) {
   const int eng = comm.engine_for(0, 2);
   ASSERT_OK(node_.dev->inject(comm.gpu(0), eng, emu::Injection{.drop_completions = 2}));  // both words of the signal add
   ASSERT_OK(plan->launch(long_deadline()));
-  for (const PlanList& l : plan->lists()) ASSERT_OK(l.queue->wait_consumed(long_deadline(), l.span.end));
+  for (const PlanList& l : plan->lists()) ASSERT_OK(l.queue->wait_done(long_deadline(), l.span.end));
   Status st = plan->wait(Deadline::after_ms(50));
   ASSERT_EQ(st.code(), Code::timeout) << st.to_string();
   EXPECT_TRUE(contains(st.message(), "rank 2")) << st.message();

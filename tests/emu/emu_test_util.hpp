@@ -146,7 +146,7 @@ inline Result<std::unique_ptr<Queue>> make_queue(Device& dev, int gpu, int engin
 inline Status run(Queue& q, const CommandBuffer& cb, Deadline deadline = long_deadline()) {
   uint64_t end = 0;
   CONCCL_RETURN_IF_ERROR(q.submit(cb, deadline, &end));
-  return q.wait_consumed(deadline, end);
+  return q.wait_done(deadline, end);
 }
 
 // Host stores to memory an engine may be reading concurrently (polls, cond_exe).

@@ -61,20 +61,20 @@ TEST_F(EmuFaults, StallFreezesTheReadPointer) {
   uint64_t end = 0;
   ASSERT_OK(q_->submit(cb, long_deadline(), &end));
 
-  Status st = q_->wait_consumed(Deadline::after_ms(40), end);
+  Status st = q_->wait_done(Deadline::after_ms(40), end);
   ASSERT_EQ(st.code(), Code::timeout);
   EXPECT_TRUE(contains(st.message(), "stalled")) << st.message();
   EXPECT_TRUE(contains(st.message(), "pending packets")) << st.message();
   EXPECT_TRUE(contains(st.message(), "write dst=" + hex(mem_.va_at(64)))) << st.message();
   EXPECT_TRUE(contains(st.message(), "copy")) << st.message();
-  EXPECT_EQ(q_->rptr(), 0u);
+  EXPECT_EQ(q_->completed(), 0u);
   EXPECT_EQ(q_->engine_status().state, EngineStatus::State::stalled);
   EXPECT_EQ(stats().packets, 0u);
   // Nothing ran: memory still holds the old contents where the packets write.
   EXPECT_NE(std::memcmp(static_cast<uint8_t*>(mem_.host) + 64, model_.data() + 64, 24), 0);
 
   ASSERT_OK(dev_->inject(0, 1, emu::Injection{}));
-  ASSERT_OK(q_->wait_consumed(long_deadline(), end));
+  ASSERT_OK(q_->wait_done(long_deadline(), end));
   EXPECT_TRUE(memory_matches_model());
   EXPECT_EQ(stats().packets, 2u);
   EXPECT_NE(device_status().state, EngineStatus::State::stalled);
@@ -93,7 +93,7 @@ TEST_F(EmuFaults, DroppedCompletionsAreSkippedAndCounted) {
   ASSERT_OK(cb.fence(sig.va_at(24), 0x44));                 // runs: the budget is spent
   ASSERT_OK(cb.atomic_add64(sig.va_at(32), -6));            // runs
   ASSERT_OK(run(*q_, cb));
-  EXPECT_EQ(q_->rptr(), q_->wptr());
+  EXPECT_EQ(q_->completed(), q_->submitted());
   const auto* s = sig.as<const uint64_t>();
   EXPECT_EQ(s[0], 0u);
   EXPECT_EQ(s[1], 0u);
@@ -145,7 +145,7 @@ TEST_F(EmuFaults, PageFaultOnUnmappedAddressesHaltsTheEngine) {
       SCOPED_TRACE(std::string(c.what) + (as_src ? " (copy source)" : " (write destination)"));
       CommandBuffer cb = q_->command_buffer();
       ASSERT_OK(write(cb, 128, 2));  // runs before the fault
-      const uint64_t fault_at = q_->wptr() + cb.size_bytes();
+      const uint64_t fault_at = q_->submitted() + cb.size_bytes();
       if (as_src)
         ASSERT_OK(cb.copy(mem_.va_at(512), c.va, 64));
       else
@@ -161,16 +161,16 @@ TEST_F(EmuFaults, PageFaultOnUnmappedAddressesHaltsTheEngine) {
       EXPECT_TRUE(contains(st.message(), as_src ? "(packet: copy" : "(packet: write")) << st.message();
       const EngineStatus es = device_status();
       EXPECT_EQ(es.state, EngineStatus::State::halted);
-      EXPECT_EQ(es.fault_rptr, fault_at);
+      EXPECT_EQ(es.fault_pos, fault_at);
       EXPECT_TRUE(contains(es.fault, "at rptr " + hex(fault_at))) << es.fault;
       EXPECT_TRUE(contains(es.fault, "queue " + std::to_string(q_->id()))) << es.fault;
-      EXPECT_EQ(q_->rptr(), fault_at) << "rptr stops at the faulting packet";
+      EXPECT_EQ(q_->completed(), fault_at) << "rptr stops at the faulting packet";
       EXPECT_TRUE(memory_matches_model()) << "only the packet before the fault may have run";
       ++faults;
 
       ASSERT_OK(dev_->reset_engine(0, 1));
       EXPECT_EQ(device_status().state, EngineStatus::State::idle);
-      EXPECT_EQ(q_->rptr(), q_->wptr()) << "reset drops the faulting queue's packets";
+      EXPECT_EQ(q_->completed(), q_->submitted()) << "reset drops the faulting queue's packets";
     }
   }
   // The queue works after the resets.
@@ -220,7 +220,7 @@ TEST_F(EmuFaults, InvalidPacketsAreRefusedByRaw) {
   EXPECT_TRUE(cb.empty());
   // Nothing was submitted, so nothing halts.
   ASSERT_OK(q_->submit(cb, long_deadline()));
-  EXPECT_EQ(q_->wptr(), 0u);
+  EXPECT_EQ(q_->submitted(), 0u);
 }
 
 // Corrupting a packet in the ring itself (after submit, while the engine is
@@ -240,20 +240,20 @@ TEST_F(EmuFaults, CorruptRingHaltsWithADecodedReason) {
   ring[bad_at / 4] = 0x0000003Eu;  // opcode 62: no such packet
   ASSERT_OK(dev_->inject(0, 1, emu::Injection{}));
 
-  Status st = q_->wait_consumed(long_deadline());
+  Status st = q_->wait_done(long_deadline());
   ASSERT_EQ(st.code(), Code::device_fault) << st.to_string();
   EXPECT_TRUE(contains(st.message(), "invalid packet")) << st.message();
   EXPECT_TRUE(contains(st.message(), "opcode 62")) << st.message();
   EXPECT_TRUE(contains(st.message(), "at rptr " + hex(bad_at))) << st.message();
-  EXPECT_EQ(q_->rptr(), bad_at);
-  EXPECT_EQ(device_status().fault_rptr, bad_at);
+  EXPECT_EQ(q_->completed(), bad_at);
+  EXPECT_EQ(device_status().fault_pos, bad_at);
   // The diagnosis decodes what is pending and flags the bad dword.
   const std::string diag = q_->diagnose();
   EXPECT_TRUE(contains(diag, "@" + hex(bad_at) + ": <")) << diag;
   EXPECT_TRUE(memory_matches_model()) << "the packet after the bad one ran";
 
   ASSERT_OK(dev_->reset_engine(0, 1));
-  EXPECT_EQ(q_->rptr(), q_->wptr());
+  EXPECT_EQ(q_->completed(), q_->submitted());
   cb.clear();
   ASSERT_OK(write(cb, 8192, 16));
   ASSERT_OK(run(*q_, cb));
@@ -266,21 +266,21 @@ TEST_F(EmuFaults, ResetKeepsTheOtherQueuesOfTheEngine) {
   CommandBuffer bad = q_->command_buffer();
   ASSERT_OK(bad.copy(mem_.va, emu::kGpuVaBase + 3 * emu::kGpuVaStride, 64));
   ASSERT_OK(q_->submit(bad, long_deadline()));
-  ASSERT_EQ(q_->wait_consumed(long_deadline()).code(), Code::device_fault);
+  ASSERT_EQ(q_->wait_done(long_deadline()).code(), Code::device_fault);
 
   // While halted the engine runs nothing, for any of its queues.
   CommandBuffer good = other->command_buffer();
   ASSERT_OK(write(good, 300, 7));
   uint64_t end = 0;
   ASSERT_OK(other->submit(good, long_deadline(), &end));
-  Status st = other->wait_consumed(long_deadline(), end);
+  Status st = other->wait_done(long_deadline(), end);
   EXPECT_EQ(st.code(), Code::device_fault) << st.to_string();
-  EXPECT_EQ(other->rptr(), 0u);
+  EXPECT_EQ(other->completed(), 0u);
   EXPECT_EQ(other->engine_status().state, EngineStatus::State::halted);
 
   // Reset: the faulting queue's work is dropped, the other queue's runs.
   ASSERT_OK(dev_->reset_engine(0, 1));
-  ASSERT_OK(other->wait_consumed(long_deadline(), end));
+  ASSERT_OK(other->wait_done(long_deadline(), end));
   EXPECT_TRUE(memory_matches_model());
   EXPECT_TRUE(device_status().fault.empty());
   // Resetting a healthy engine is harmless.

@@ -378,13 +378,13 @@ TEST_F(EmuPackets, PollWithEveryCompareFunction) {
       EXPECT_EQ(es.poll_value, (c.fail << 8 & kMask) | kNoise);
       // Another value that still fails keeps it waiting.
       host_store32(word.host, (c.fail2 << 8 & kMask) | kNoise);
-      dev_->host_wrote();
-      EXPECT_EQ(q_->wait_consumed(Deadline::after_ms(10), end).code(), Code::timeout);
+      dev_->wake_pollers();
+      EXPECT_EQ(q_->wait_done(Deadline::after_ms(10), end).code(), Code::timeout);
       EXPECT_EQ(host_load32(marks.as<uint32_t>() + i * 2), 0u) << "ran past an unsatisfied poll";
       host_store32(word.host, (c.pass << 8 & kMask) | kNoise);
-      dev_->host_wrote();
+      dev_->wake_pollers();
     }
-    ASSERT_OK(q_->wait_consumed(long_deadline(), end));
+    ASSERT_OK(q_->wait_done(long_deadline(), end));
     EXPECT_TRUE(bytes_equal(marks.as<uint32_t>() + i * 2, mark.data(), 8));
     ++i;
   }
@@ -415,7 +415,7 @@ TEST_F(EmuPackets, PollReleasedByAnotherQueuesFence) {
   ASSERT_OK(producer.fill(src.va, 0x5A5AA5A5, 4096));
   ASSERT_OK(producer.fence(flag.va, token));
   ASSERT_OK(run(*other, producer));
-  ASSERT_OK(q_->wait_consumed(long_deadline(), end));
+  ASSERT_OK(q_->wait_done(long_deadline(), end));
   for (size_t k = 0; k < 4096; k += 4) std::memcpy(src_m.data() + k, "\xA5\xA5\x5A\x5A", 4);
   ASSERT_TRUE(bytes_equal(dst.host, src_m.data(), 1 << 20)) << "the copy ran before the producer's fence";
 }
@@ -481,13 +481,13 @@ TEST_F(EmuPackets, TimestampsAreNonzeroMonotonicAndOrdered) {
   ASSERT_OK(cba.timestamp(ts.va_at(520)));
   ASSERT_OK(cba.fence(flag.va, 7));
   ASSERT_OK(run(*q_, cba));
-  ASSERT_OK(b->wait_consumed(long_deadline(), bend));
+  ASSERT_OK(b->wait_done(long_deadline(), bend));
   EXPECT_GE(t[64], t[65]);
   EXPECT_GE(t[65], t[32]);
 }
 
 TEST_F(EmuPackets, TrapRaisesTheQueueEvent) {
-  Event& ev = q_->trap_event();
+  Event& ev = *q_->wake_event();
   const uint64_t c0 = ev.count();
   CommandBuffer cb = q_->command_buffer();
   ASSERT_OK(cb.trap(0xABC));
@@ -509,7 +509,7 @@ TEST_F(EmuPackets, TrapRaisesTheQueueEvent) {
   CommandBuffer ocb = other->command_buffer();
   ASSERT_OK(ocb.trap(0x999));
   ASSERT_OK(run(*other, ocb));
-  ASSERT_OK(other->trap_event().wait(1, long_deadline()));
+  ASSERT_OK(other->wake_event()->wait(1, long_deadline()));
   EXPECT_EQ(ev.count(), c0 + 1);
   cb.clear();
   for (uint32_t k = 1; k <= 3; ++k) ASSERT_OK(cb.trap(k));
@@ -542,7 +542,7 @@ TEST_F(EmuPackets, CondExeSkipsOrExecutes) {
     ASSERT_OK(cb.raw(body.dwords()));
     ASSERT_OK(cb.write(out.va_at(128), after));
     ASSERT_OK(run(*q_, cb));
-    EXPECT_EQ(q_->rptr(), q_->wptr());
+    EXPECT_EQ(q_->completed(), q_->submitted());
     std::vector<uint8_t> want(4096, 0);
     if (take) {
       std::memcpy(want.data(), guarded_a.data(), 12);
@@ -731,7 +731,7 @@ TEST_P(EveryGeneration, CommonPacketsExecute) {
   const Gen g = GetParam();
   std::unique_ptr<emu::EmuDevice> dev;
   ASSERT_OK_AND_ASSIGN(dev, emu::create(options("small", 0, 0, std::string(sdma::gen_name(g)))));
-  ASSERT_EQ(dev->topology().gpus[0].gen, g);
+  ASSERT_EQ(dev->topology().gpus[0].isa, Isa::sdma_gen(g));
   std::unique_ptr<Queue> q;
   ASSERT_OK_AND_ASSIGN(q, make_queue(*dev, 0, 1, 64 << 10));
   ASSERT_EQ(q->gen(), g);
@@ -765,7 +765,7 @@ TEST_P(EveryGeneration, CommonPacketsExecute) {
   }
   ASSERT_OK(cb.trap(0x77));
   ASSERT_OK(run(*q, cb));
-  ASSERT_OK(q->trap_event().wait(1, long_deadline()));
+  ASSERT_OK(q->wake_event()->wait(1, long_deadline()));
 
   std::memcpy(dst_m.data() + 1, src_m.data() + 3, 600001);
   for (int k = 0; k < 4096; k += 4) std::memcpy(dst_m.data() + 700000 + k, "\xD4\xC3\xB2\xA1", 4);
@@ -778,7 +778,7 @@ TEST_P(EveryGeneration, CommonPacketsExecute) {
   EXPECT_EQ(s[1], 0x0123456789ABCDEFull);
   EXPECT_NE(s[2], 0u);
   EXPECT_EQ(s[3], sdma::limits(g).has_mem_incr ? 2u : 0u);
-  EXPECT_EQ(q->trap_event().last_context(), 0x77u);
+  EXPECT_EQ(q->wake_event()->last_context(), 0x77u);
 }
 
 INSTANTIATE_TEST_SUITE_P(Emu, EveryGeneration, ::testing::ValuesIn(sdma::kAllGens),

@@ -9,7 +9,7 @@
 #include <cstring>
 
 #include "conccl/device.hpp"
-#include "conccl/nv.hpp"
+#include "backends/nv/nv_device.hpp"
 #include "conccl/queue.hpp"
 #include "conccl/topology.hpp"
 

@@ -17,7 +17,7 @@
 #include <thread>
 #include <vector>
 
-#include "conccl/nv.hpp"
+#include "backends/nv/nv_device.hpp"
 
 namespace conccl::nv {
 namespace {
@@ -41,7 +41,10 @@ TEST(NvBackend, BadOptions) {
   o.gpfifo_entries = 1000;
   EXPECT_EQ(Device::open(o).status().code(), Code::invalid_argument);
   o = Options{};
-  o.va_base = 0xFF'0000'0000ull;  // ends above 1 TiB
+  o.ring_window_bytes = 3u << 20;  // not a multiple of 2 MiB
+  EXPECT_EQ(Device::open(o).status().code(), Code::invalid_argument);
+  o = Options{};
+  o.va_base = 0x10'0000'1000ull;  // not 2 MiB aligned
   EXPECT_EQ(Device::open(o).status().code(), Code::invalid_argument);
   o = Options{};
   o.pce_bytes_per_s = 0;

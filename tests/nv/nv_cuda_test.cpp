@@ -15,7 +15,7 @@
 #include <random>
 #include <thread>
 
-#include "conccl/nv.hpp"
+#include "backends/nv/nv_device.hpp"
 
 namespace conccl::nv {
 namespace {

@@ -53,11 +53,11 @@ class Backpressure : public ::testing::Test {
     for (;; ++n) {
       cb.clear();
       EXPECT_OK(add_write(cb, n));
-      const uint64_t w = q_->wptr();
+      const uint64_t w = q_->submitted();
       Status st = q_->submit(cb, Deadline::now());
       if (!st.ok()) {
         EXPECT_EQ(st.code(), Code::timeout) << st.to_string();
-        EXPECT_EQ(q_->wptr(), w) << "a failed submit published packets";
+        EXPECT_EQ(q_->submitted(), w) << "a failed submit published packets";
         last_error_ = st;
         break;
       }
@@ -91,8 +91,8 @@ TEST_F(Backpressure, FullRingTimesOutWritesNothingThenDrains) {
   EXPECT_TRUE(contains(st.message(), "stalled")) << st.message();
   EXPECT_TRUE(contains(st.message(), "pending packets")) << st.message();
   EXPECT_TRUE(contains(st.message(), "write")) << st.message();
-  EXPECT_EQ(q_->rptr(), 0u);
-  EXPECT_EQ(q_->wptr(), kFits * kPacketBytes);
+  EXPECT_EQ(q_->completed(), 0u);
+  EXPECT_EQ(q_->submitted(), kFits * kPacketBytes);
   EXPECT_EQ(q_->engine_status().state, EngineStatus::State::stalled);
   Result<EngineStatus> es = dev_->engine_status(0, 0);
   ASSERT_TRUE(es.ok());
@@ -102,7 +102,7 @@ TEST_F(Backpressure, FullRingTimesOutWritesNothingThenDrains) {
   // and gives up leaves every byte of it alone.
   CommandBuffer last = q_->command_buffer();
   ASSERT_OK(add_write(last, kFits - 1));
-  uint32_t* ring = find_ring(*dev_, *q_, q_->wptr() - kPacketBytes, last.dwords());
+  uint32_t* ring = find_ring(*dev_, *q_, q_->submitted() - kPacketBytes, last.dwords());
   ASSERT_NE(ring, nullptr);
   const std::vector<uint8_t> before(reinterpret_cast<uint8_t*>(ring), reinterpret_cast<uint8_t*>(ring) + kRing);
   CommandBuffer more = q_->command_buffer();
@@ -112,12 +112,12 @@ TEST_F(Backpressure, FullRingTimesOutWritesNothingThenDrains) {
   EXPECT_EQ(again.code(), Code::timeout) << again.to_string();
   EXPECT_GE(Clock::now() - t0, std::chrono::milliseconds(30));
   EXPECT_TRUE(bytes_equal(ring, before.data(), kRing));
-  EXPECT_EQ(q_->wptr(), kFits * kPacketBytes);
+  EXPECT_EQ(q_->submitted(), kFits * kPacketBytes);
   for (size_t i = 0; i < kSlots; ++i) ASSERT_TRUE(slot_untouched(i)) << "slot " << i << " written while stalled";
 
   // Clear the stall: everything drains, in order, and nothing more.
   ASSERT_OK(dev_->inject(0, 0, emu::Injection{}));
-  ASSERT_OK(q_->wait_consumed(long_deadline()));
+  ASSERT_OK(q_->wait_done(long_deadline()));
   for (size_t i = 0; i < kFits; ++i) ASSERT_TRUE(slot_written(i)) << "slot " << i;
   for (size_t i = kFits; i < kSlots; ++i) ASSERT_TRUE(slot_untouched(i)) << "slot " << i;
   // The refused packet can be submitted now.
@@ -146,13 +146,13 @@ TEST_F(Backpressure, BlockedProducerNeverOverwritesUnreadPackets) {
   });
   std::this_thread::sleep_for(std::chrono::milliseconds(40));
   EXPECT_FALSE(done.load()) << "submit returned although the ring is full";
-  EXPECT_EQ(q_->wptr(), kFits * kPacketBytes);
+  EXPECT_EQ(q_->submitted(), kFits * kPacketBytes);
   EXPECT_TRUE(bytes_equal(ring, before.data(), kRing)) << "a waiting producer wrote into unread ring space";
 
   ASSERT_OK(dev_->inject(0, 0, emu::Injection{}));
   producer.join();
   ASSERT_OK(producer_status);
-  ASSERT_OK(q_->wait_consumed(long_deadline()));
+  ASSERT_OK(q_->wait_done(long_deadline()));
   for (size_t i = 0; i < kFits + 40; ++i) ASSERT_TRUE(slot_written(i)) << "slot " << i;
   for (size_t i = kFits + 40; i < kSlots; ++i) ASSERT_TRUE(slot_untouched(i)) << "slot " << i;
 }
@@ -163,7 +163,7 @@ TEST_F(Backpressure, CommandBufferLargerThanTheRingIsRefused) {
   Status st = q_->submit(cb, long_deadline());
   EXPECT_EQ(st.code(), Code::invalid_argument);
   EXPECT_TRUE(contains(st.message(), "exceeds")) << st.message();
-  EXPECT_EQ(q_->wptr(), 0u);
+  EXPECT_EQ(q_->submitted(), 0u);
 
   // One packet larger than the ring.
   cb.clear();
@@ -174,13 +174,13 @@ TEST_F(Backpressure, CommandBufferLargerThanTheRingIsRefused) {
   cb.clear();
   ASSERT_OK(cb.nop(1023));  // exactly the ring size
   EXPECT_EQ(q_->submit(cb, long_deadline()).code(), Code::invalid_argument);
-  EXPECT_EQ(q_->wptr(), 0u);
+  EXPECT_EQ(q_->submitted(), 0u);
 
   // ring - 4 bytes is the most a ring holds; that goes in.
   cb.clear();
   ASSERT_OK(cb.nop(1022));
   ASSERT_OK(run(*q_, cb));
-  EXPECT_EQ(q_->rptr(), kRing - 4);
+  EXPECT_EQ(q_->completed(), kRing - 4);
   for (size_t i = 0; i < kSlots; ++i) ASSERT_TRUE(slot_untouched(i));
   // ...and the queue still works after the refusals.
   cb.clear();
@@ -194,7 +194,7 @@ TEST_F(Backpressure, FullRingBehindAHaltedEngineIsADeviceFault) {
   const uint64_t unmapped = emu::kGpuVaBase + 7 * emu::kGpuVaStride;  // GPU 7 of a 2-GPU node
   ASSERT_OK(cb.write(unmapped, std::vector<uint32_t>{1, 2, 3}));
   ASSERT_OK(q_->submit(cb, long_deadline()));
-  Status st = q_->wait_consumed(long_deadline());
+  Status st = q_->wait_done(long_deadline());
   ASSERT_EQ(st.code(), Code::device_fault) << st.to_string();
 
   // Producers are told at once (not at their deadline) that no space will come.
@@ -216,7 +216,7 @@ TEST_F(Backpressure, FullRingBehindAHaltedEngineIsADeviceFault) {
 
   // A reset drops the faulting queue's packets; the queue then works again.
   ASSERT_OK(dev_->reset_engine(0, 0));
-  EXPECT_EQ(q_->rptr(), q_->wptr());
+  EXPECT_EQ(q_->completed(), q_->submitted());
   cb.clear();
   ASSERT_OK(add_write(cb, 200));
   ASSERT_OK(run(*q_, cb));

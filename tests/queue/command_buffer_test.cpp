@@ -155,7 +155,7 @@ TEST_F(SubmitChecks, WrongGenerationIsRefused) {
   Status st = q_->submit(cb, Deadline::now());
   EXPECT_EQ(st.code(), Code::invalid_argument);
   EXPECT_TRUE(contains(st.message(), "command_buffer()")) << st.message();
-  EXPECT_EQ(q_->wptr(), 0u);
+  EXPECT_EQ(q_->submitted(), 0u);
 }
 
 TEST_F(SubmitChecks, EmptySubmitPublishesNothing) {
@@ -163,15 +163,15 @@ TEST_F(SubmitChecks, EmptySubmitPublishesNothing) {
   uint64_t end = 123;
   ASSERT_OK(q_->submit(cb, Deadline::now(), &end));
   EXPECT_EQ(end, 0u);
-  EXPECT_EQ(q_->wptr(), 0u);
+  EXPECT_EQ(q_->submitted(), 0u);
   ASSERT_OK(cb.nop());
   ASSERT_OK(q_->submit(cb, long_deadline(), &end));
   EXPECT_EQ(end, 4u);
   cb.clear();
   ASSERT_OK(q_->submit(cb, Deadline::now(), &end));
   EXPECT_EQ(end, 4u);
-  ASSERT_OK(q_->wait_consumed(long_deadline()));
-  EXPECT_EQ(q_->rptr(), 4u);
+  ASSERT_OK(q_->wait_done(long_deadline()));
+  EXPECT_EQ(q_->completed(), 4u);
 }
 
 TEST_F(SubmitChecks, QueueReportsItsIdentity) {
@@ -179,8 +179,8 @@ TEST_F(SubmitChecks, QueueReportsItsIdentity) {
   EXPECT_EQ(q_->engine(), 0);
   EXPECT_EQ(q_->gen(), Gen::v4_4_2);
   EXPECT_EQ(q_->ring_bytes(), 4096u);
-  EXPECT_EQ(q_->rptr(), 0u);
-  EXPECT_EQ(q_->wptr(), 0u);
+  EXPECT_EQ(q_->completed(), 0u);
+  EXPECT_EQ(q_->submitted(), 0u);
   EXPECT_EQ(q_->command_buffer().gen(), Gen::v4_4_2);
   std::unique_ptr<Queue> q2;
   ASSERT_OK_AND_ASSIGN(q2, make_queue(*dev_, 1, 3, 8192));

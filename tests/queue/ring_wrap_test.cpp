@@ -155,14 +155,14 @@ TEST_F(RingWrap, MillionRandomPacketsExecuteExactlyOnceInOrder) {
     ++submits;
     inflight.push_back(std::move(b));
     // Verify what the engine finished, while the rest is still in flight.
-    const uint64_t r = q->rptr();
+    const uint64_t r = q->completed();
     while (!inflight.empty() && inflight.front().end_wptr <= r) {
       ASSERT_TRUE(verify(inflight.front()));
       verified += inflight.front().recs.size();
       inflight.pop_front();
     }
   }
-  ASSERT_OK(q->wait_consumed(long_deadline()));
+  ASSERT_OK(q->wait_done(long_deadline()));
   for (const Batch& b : inflight) {
     ASSERT_TRUE(verify(b));
     verified += b.recs.size();
@@ -170,15 +170,15 @@ TEST_F(RingWrap, MillionRandomPacketsExecuteExactlyOnceInOrder) {
   EXPECT_EQ(verified, seq);
   EXPECT_EQ(host_load64(ctr_.as<uint64_t>()), sum);
   EXPECT_EQ(host_load64(ctr_.as<uint64_t>() + 1), chain) << "the cmpswap chain broke: a link ran out of order";
-  EXPECT_EQ(q->rptr(), q->wptr());
+  EXPECT_EQ(q->completed(), q->submitted());
   // The ring wrapped many times...
-  EXPECT_GT(q->wptr(), 1000 * kRing);
+  EXPECT_GT(q->submitted(), 1000 * kRing);
   // ...and every packet ran exactly once: the engine's count is ours plus at
   // most one padding NOP per wrap (an 8 KiB tail fits one NOP).
   emu::EngineStats st;
   ASSERT_OK_AND_ASSIGN(st, dev_->engine_stats(0, 0));
   EXPECT_GE(st.packets, packets);
-  EXPECT_LE(st.packets, packets + q->wptr() / kRing + 1);
+  EXPECT_LE(st.packets, packets + q->submitted() / kRing + 1);
   RecordProperty("submits", std::to_string(submits));
 }
 
@@ -218,13 +218,13 @@ TEST_F(RingWrap, EveryTailOffsetIsPaddedWithNops) {
     for (uint64_t over = 4; over < kWriteBytes; over += 4) {
       SCOPED_TRACE("round " + std::to_string(round) + ", " + std::to_string(over) + " bytes over the end");
       const uint64_t target = kRing - (kWriteBytes - over);
-      uint64_t off = q->wptr() & (kRing - 1);
+      uint64_t off = q->submitted() & (kRing - 1);
       if (off > target) {
         ASSERT_OK(fill(kRing - off));
         off = 0;
       }
       ASSERT_OK(fill(target - off));
-      const uint64_t start = q->wptr();
+      const uint64_t start = q->submitted();
       ASSERT_EQ(start & (kRing - 1), target);
       cb.clear();
       Batch b;
@@ -242,10 +242,10 @@ TEST_F(RingWrap, EveryTailOffsetIsPaddedWithNops) {
       const uint64_t pad = kWriteBytes - over;
       ASSERT_EQ(end, start + pad + kWriteBytes);
       ASSERT_EQ(end & (kRing - 1), kWriteBytes);
-      ASSERT_OK(q->wait_consumed(long_deadline(), end));
+      ASSERT_OK(q->wait_done(long_deadline(), end));
       ASSERT_TRUE(verify(b));
     }
-  EXPECT_EQ(q->rptr(), q->wptr());
+  EXPECT_EQ(q->completed(), q->submitted());
 }
 
 }  // namespace

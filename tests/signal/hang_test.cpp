@@ -24,7 +24,7 @@ class HangTest : public SignalTest {
   QueueSpan submit_copy(CommandBuffer cb) {
     EXPECT_TRUE(cb.copy(dst.va, src.va, 4096).ok());
     EXPECT_TRUE(sig.enqueue_add(cb, 1).ok());
-    QueueSpan span{q.get(), q->wptr(), 0};
+    QueueSpan span{q.get(), q->submitted(), 0};
     EXPECT_TRUE(q->submit(cb, Deadline::after_ms(1000), &span.end).ok());
     return span;
   }
@@ -72,7 +72,7 @@ TEST_F(HangTest, StuckOnPollNamesThePoll) {
   EXPECT_NE(st.message().find(addr), std::string::npos) << "names the polled address";
   EXPECT_NE(st.message().find("== 0x77"), std::string::npos);
   *gate.as<uint32_t>() = 0x77;
-  dev->host_wrote();
+  dev->wake_pollers();
   EXPECT_TRUE(sig.wait(1, Deadline::after_ms(2000), &span).ok());
 }
 
@@ -83,7 +83,7 @@ TEST_F(HangTest, CompletionLostWhenWriteDropped) {
   EXPECT_EQ(st.code(), Code::timeout);
   EXPECT_EQ(classify_hang(span, sig, 1), HangKind::completion_lost);
   EXPECT_NE(st.message().find("completion write was lost"), std::string::npos) << st.message();
-  EXPECT_GE(q->rptr(), span.end);
+  EXPECT_GE(q->completed(), span.end);
   EXPECT_EQ(sig.value(), 0u);
   EXPECT_EQ(std::memcmp(src.host, dst.host, 4096), 0) << "the copy itself ran";
   auto stats = dev->engine_stats(0, 2);

@@ -46,11 +46,11 @@ TEST_F(SignalTest, OrderingBytesVisibleWhenSignalSeen) {
   Buffer src = alloc(0, kBytes), dst = alloc(1, kBytes);
   for (uint64_t round = 1; round <= 40; ++round) {
     random_fill(src, round);
-    dev->host_wrote();
+    dev->wake_pollers();
     CommandBuffer cb = q->command_buffer();
     ASSERT_TRUE(cb.copy(dst.va, src.va, kBytes).ok());
     ASSERT_TRUE(s->enqueue_add(cb, 1).ok());
-    QueueSpan span{q.get(), q->wptr(), 0};
+    QueueSpan span{q.get(), q->submitted(), 0};
     ASSERT_TRUE(q->submit(cb, Deadline::after_ms(kMs), &span.end).ok());
     ASSERT_TRUE(s->wait(round, Deadline::after_ms(kMs), &span).ok());
     ASSERT_EQ(std::memcmp(src.host, dst.host, kBytes), 0) << "round " << round;
@@ -76,14 +76,14 @@ TEST_P(DmaWaitTest, WaitsForExact64BitTarget) {
     CommandBuffer p = producer->command_buffer();
     ASSERT_TRUE(s->enqueue_add(p, 1).ok());
     ASSERT_TRUE(producer->submit(p, Deadline::after_ms(kMs)).ok());
-    ASSERT_TRUE(producer->wait_consumed(Deadline::after_ms(kMs)).ok());
+    ASSERT_TRUE(producer->wait_done(Deadline::after_ms(kMs)).ok());
     std::this_thread::sleep_for(std::chrono::milliseconds(2));
     EXPECT_EQ(*f, 0u) << "passed early at value " << s->value();
   }
   CommandBuffer p = producer->command_buffer();
   ASSERT_TRUE(s->enqueue_add(p, 1).ok());
   ASSERT_TRUE(producer->submit(p, Deadline::after_ms(kMs)).ok());
-  ASSERT_TRUE(waiter->wait_consumed(Deadline::after_ms(kMs)).ok()) << waiter->diagnose();
+  ASSERT_TRUE(waiter->wait_done(Deadline::after_ms(kMs)).ok()) << waiter->diagnose();
   EXPECT_EQ(*f, 0xC0FFEEu);
   EXPECT_EQ(s->value(), target);
 }
@@ -104,7 +104,7 @@ TEST_F(SignalTest, DmaWaitPassesWhenHighWordAlreadyAbove) {
     ASSERT_TRUE(s->enqueue_wait(cb, target).ok());
     ASSERT_TRUE(cb.fence(flag.va, static_cast<uint32_t>(target)).ok());
     ASSERT_TRUE(q->submit(cb, Deadline::after_ms(kMs)).ok());
-    ASSERT_TRUE(q->wait_consumed(Deadline::after_ms(kMs)).ok()) << q->diagnose();
+    ASSERT_TRUE(q->wait_done(Deadline::after_ms(kMs)).ok()) << q->diagnose();
     EXPECT_EQ(*flag.as<uint32_t>(), static_cast<uint32_t>(target));
   }
 }
@@ -130,7 +130,7 @@ TEST_F(SignalTest, HostWaitWakesOnTrapAfterSleeping) {
   ASSERT_TRUE(trig->arm(cb).ok());
   ASSERT_TRUE(s->enqueue_add(cb, 1).ok());
   ASSERT_TRUE(cb.trap(42).ok());
-  QueueSpan span{q.get(), q->wptr(), 0};
+  QueueSpan span{q.get(), q->submitted(), 0};
   ASSERT_TRUE(q->submit(cb, Deadline::after_ms(kMs), &span.end).ok());
   std::thread releaser([&] {
     std::this_thread::sleep_for(std::chrono::milliseconds(20));  // the waiter is asleep by now
@@ -138,8 +138,8 @@ TEST_F(SignalTest, HostWaitWakesOnTrapAfterSleeping) {
   });
   EXPECT_TRUE(s->wait(1, Deadline::after_ms(kMs), &span).ok());
   releaser.join();
-  EXPECT_TRUE(q->trap_event().wait(1, Deadline::after_ms(kMs)).ok());
-  EXPECT_EQ(q->trap_event().last_context(), 42u);
+  EXPECT_TRUE(q->wake_event()->wait(1, Deadline::after_ms(kMs)).ok());
+  EXPECT_EQ(q->wake_event()->last_context(), 42u);
 }
 
 // Commands queued behind a trigger do nothing until one write releases them;
@@ -152,14 +152,14 @@ TEST_F(SignalTest, TriggerGatesPrelaunchedWork) {
   random_fill(src, 7);
   for (int round = 0; round < 3; ++round) {
     std::memset(dst.host, 0, 4096);
-    dev->host_wrote();
+    dev->wake_pollers();
     CommandBuffer cb = q->command_buffer();
     ASSERT_TRUE(trig->arm(cb).ok());
     ASSERT_TRUE(cb.copy(dst.va, src.va, 4096).ok());
     uint64_t end = 0;
     ASSERT_TRUE(q->submit(cb, Deadline::after_ms(kMs), &end).ok());
     std::this_thread::sleep_for(std::chrono::milliseconds(5));
-    EXPECT_LT(q->rptr(), end) << "gated work ran before release";
+    EXPECT_LT(q->completed(), end) << "gated work ran before release";
     EXPECT_NE(std::memcmp(src.host, dst.host, 4096), 0);
     if (round == 1) {  // device release from another queue
       CommandBuffer r = other->command_buffer();
@@ -168,7 +168,7 @@ TEST_F(SignalTest, TriggerGatesPrelaunchedWork) {
     } else {
       trig->release();
     }
-    ASSERT_TRUE(q->wait_consumed(Deadline::after_ms(kMs), end).ok()) << q->diagnose();
+    ASSERT_TRUE(q->wait_done(Deadline::after_ms(kMs), end).ok()) << q->diagnose();
     EXPECT_EQ(std::memcmp(src.host, dst.host, 4096), 0);
   }
 }
@@ -187,18 +187,18 @@ TEST_F(SignalTest, HsaSignalDecrementMailboxAndEvent) {
   ASSERT_TRUE(enqueue_hsa_signal_decrement(cb, view, 1).ok());
   ASSERT_TRUE(enqueue_hsa_signal_decrement(cb, view, 2).ok());
   ASSERT_TRUE(q->submit(cb, Deadline::after_ms(kMs)).ok());
-  ASSERT_TRUE(q->trap_event().wait(2, Deadline::after_ms(kMs)).ok());
-  ASSERT_TRUE(q->wait_consumed(Deadline::after_ms(kMs)).ok());
+  ASSERT_TRUE(q->wake_event()->wait(2, Deadline::after_ms(kMs)).ok());
+  ASSERT_TRUE(q->wait_done(Deadline::after_ms(kMs)).ok());
   EXPECT_EQ(*v, 0);
   EXPECT_EQ(*mailbox.as<uint32_t>(), 0x51u);
-  EXPECT_EQ(q->trap_event().last_context(), 0x51u);
+  EXPECT_EQ(q->wake_event()->last_context(), 0x51u);
   // Without a mailbox: no TRAP.
   CommandBuffer cb2 = q->command_buffer();
   ASSERT_TRUE(enqueue_hsa_signal_decrement(cb2, HsaSignalView{hsa.va + 8, 0, 0}, -5).ok());
   ASSERT_TRUE(q->submit(cb2, Deadline::after_ms(kMs)).ok());
-  ASSERT_TRUE(q->wait_consumed(Deadline::after_ms(kMs)).ok());
+  ASSERT_TRUE(q->wait_done(Deadline::after_ms(kMs)).ok());
   EXPECT_EQ(*v, 5);
-  EXPECT_EQ(q->trap_event().count(), 2u);
+  EXPECT_EQ(q->wake_event()->count(), 2u);
   EXPECT_EQ(enqueue_hsa_signal_decrement(cb2, HsaSignalView{}, 1).code(), Code::invalid_argument);
 }
 

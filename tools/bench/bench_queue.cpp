@@ -125,10 +125,10 @@ void BM_EnqueueCopy(benchmark::State& state) {
   const uint64_t batch = cb.size_bytes();
   if (!check(state, dev.inject(0, 0, emu::Injection{.stall = true}), "inject")) return;
   for (auto _ : state) {
-    if (queue.wptr() - queue.rptr() + batch > queue.ring_bytes() - 4) {
+    if (queue.submitted() - queue.completed() + batch > queue.ring_bytes() - 4) {
       state.PauseTiming();  // drain, untimed
       Status st = dev.inject(0, 0, emu::Injection{});
-      if (st.ok()) st = queue.wait_consumed(Deadline::after_ms(60000));
+      if (st.ok()) st = queue.wait_done(Deadline::after_ms(60000));
       if (st.ok()) st = dev.inject(0, 0, emu::Injection{.stall = true});
       if (!check(state, st, "drain")) return;
       state.ResumeTiming();
@@ -142,7 +142,7 @@ void BM_EnqueueCopy(benchmark::State& state) {
     }
   }
   Status st = dev.inject(0, 0, emu::Injection{});
-  if (st.ok()) st = queue.wait_consumed(Deadline::after_ms(60000));
+  if (st.ok()) st = queue.wait_done(Deadline::after_ms(60000));
   if (!check(state, st, "final drain")) return;
   if (!c.verified()) state.SkipWithError("copied data does not match the source");
   per_copy_counter(state);
@@ -181,10 +181,10 @@ void BM_SubmitEncoded(benchmark::State& state) {
   c.record(cb);
   if (!check(state, dev.inject(0, 1, emu::Injection{.stall = true}), "inject")) return;
   for (auto _ : state) {
-    if (queue.wptr() - queue.rptr() + cb.size_bytes() > queue.ring_bytes() - 4) {
+    if (queue.submitted() - queue.completed() + cb.size_bytes() > queue.ring_bytes() - 4) {
       state.PauseTiming();
       Status st = dev.inject(0, 1, emu::Injection{});
-      if (st.ok()) st = queue.wait_consumed(Deadline::after_ms(60000));
+      if (st.ok()) st = queue.wait_done(Deadline::after_ms(60000));
       if (st.ok()) st = dev.inject(0, 1, emu::Injection{.stall = true});
       if (!check(state, st, "drain")) return;
       state.ResumeTiming();
@@ -196,7 +196,7 @@ void BM_SubmitEncoded(benchmark::State& state) {
     }
   }
   Status st = dev.inject(0, 1, emu::Injection{});
-  if (st.ok()) st = queue.wait_consumed(Deadline::after_ms(60000));
+  if (st.ok()) st = queue.wait_done(Deadline::after_ms(60000));
   if (!check(state, st, "final drain")) return;
   if (!c.verified()) state.SkipWithError("copied data does not match the source");
   per_copy_counter(state);
@@ -225,7 +225,7 @@ void BM_EnqueueCopyRunning(benchmark::State& state) {
       return;
     }
   }
-  Status st = queue.wait_consumed(Deadline::after_ms(60000));
+  Status st = queue.wait_done(Deadline::after_ms(60000));
   if (!check(state, st, "final drain")) return;
   if (!c.verified()) state.SkipWithError("copied data does not match the source");
   per_copy_counter(state);
@@ -314,7 +314,7 @@ void BM_EmuCopy(benchmark::State& state) {
     for (int e = 0; e < engines; ++e)
       if (!check(state, qs[e]->submit(cbs[e], Deadline::after_ms(10000), &ends[e]), "submit")) return;
     for (int e = 0; e < engines; ++e)
-      if (!check(state, qs[e]->wait_consumed(Deadline::after_ms(60000), ends[e]), "wait")) return;
+      if (!check(state, qs[e]->wait_done(Deadline::after_ms(60000), ends[e]), "wait")) return;
   }
   const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
   if (std::memcmp(b.dst.host, b.src.host, kBig) != 0) state.SkipWithError("copied data does not match the source");

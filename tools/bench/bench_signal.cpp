@@ -79,7 +79,7 @@ int main(int argc, char** argv) {
       if (!check(sig->enqueue_add(cb, 1), "signal")) return false;
       ++target;
       const auto t0 = std::chrono::steady_clock::now();
-      QueueSpan span{q->get(), (*q)->wptr(), 0};
+      QueueSpan span{q->get(), (*q)->submitted(), 0};
       if (!check((*q)->submit(cb, Deadline::after_ms(1000), &span.end), "submit")) return false;
       if (!check(sig->wait(target, Deadline::after_ms(1000), &span), "wait")) return false;
       const double us = std::chrono::duration<double, std::micro>(std::chrono::steady_clock::now() - t0).count();
@@ -100,12 +100,12 @@ int main(int argc, char** argv) {
     for (int i = -5; i < n; ++i) {
       CommandBuffer cb = (*q)->command_buffer();
       if (!check(trig->arm(cb), "arm") || !check(cb.timestamp(ts->va), "ts") || !check(cb.trap(7), "trap")) return 4;
-      const uint64_t before = (*q)->trap_event().count();
+      const uint64_t before = (*q)->wake_event()->count();
       if (!check((*q)->submit(cb, Deadline::after_ms(1000)), "submit")) return 4;
       uint64_t woke = 0;
       Status st;
       std::thread waiter([&] {
-        st = (*q)->trap_event().wait(before + 1, Deadline::after_ms(2000));
+        st = (*q)->wake_event()->wait(before + 1, Deadline::after_ms(2000));
         woke = now_ns();
       });
       std::this_thread::sleep_for(std::chrono::milliseconds(2));  // let it fall asleep

@@ -10,7 +10,7 @@
 #include <string>
 #include <vector>
 
-#include "conccl/nv.hpp"
+#include "backends/nv/nv_device.hpp"
 
 namespace conccl::bench {
 

@@ -62,7 +62,7 @@
 #include <thread>
 #include <vector>
 
-#include "conccl/nv.hpp"
+#include "backends/nv/nv_device.hpp"
 #include "tools/bench/cuda_check.hpp"
 #include "tools/bench/nv_bench_util.hpp"
 

@@ -20,7 +20,7 @@
 #include <thread>
 #include <vector>
 
-#include "conccl/nv.hpp"
+#include "backends/nv/nv_device.hpp"
 #include "tools/bench/nv_bench_util.hpp"
 
 using namespace conccl;

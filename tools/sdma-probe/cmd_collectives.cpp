@@ -191,7 +191,6 @@ int run_collective(const Args& args, Context& ctx) {
     a.bytes = chunk_of(sizes[si]);
     const uint64_t size = op.size_is_total ? a.bytes * static_cast<uint64_t>(n) : a.bytes;
     for (int r = 0; r < n; ++r) random_bytes(a.recv[static_cast<size_t>(r)].as<uint8_t>(), buf_bytes, 7 * si + r);
-    dev.host_wrote();
     conccl::Result<std::unique_ptr<conccl::Plan>> plan = (*comm)->plan(a);
     if (!plan.ok()) return fail(args, ctx, plan.status());
     const uint64_t n_iters = *iters ? *iters : std::clamp<uint64_t>((64ull << 20) / std::max<uint64_t>(size, 1), 3, 20);

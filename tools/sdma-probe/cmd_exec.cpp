@@ -122,7 +122,6 @@ int run_exec(const Args& args, Context& ctx) {
     auto* p = it->second.buf.as<uint32_t>();
     for (size_t i = 0; i < it->second.buf.size / 4; ++i) p[i] = static_cast<uint32_t>(*v);
   }
-  device.host_wrote();
 
   // Assemble for the queue's generation.
   std::vector<uint32_t> dw;
@@ -144,7 +143,7 @@ int run_exec(const Args& args, Context& ctx) {
   if (Status st = cb.raw(dw); !st.ok()) return fail(args, ctx, st);
   const auto deadline = conccl::Deadline::after_ms(static_cast<int64_t>(args.common().timeout_ms));
   if (Status st = (*q)->submit(cb, deadline); !st.ok()) return fail(args, ctx, st);
-  if (Status st = (*q)->wait_consumed(deadline); !st.ok()) return fail(args, ctx, st);
+  if (Status st = (*q)->wait_done(deadline); !st.ok()) return fail(args, ctx, st);
 
   for (const std::string& d : args.values("dump")) {
     const size_t colon = d.rfind(':');

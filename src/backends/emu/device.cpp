@@ -1,17 +1,20 @@
 // src/backends/emu/device.cpp - the emulated node as a conccl::Device.
 #include <cinttypes>
 #include <cstdio>
+#include <map>
 
 #include "backends/emu/node.hpp"
 #include "backends/emu/presets.hpp"
 #include "conccl/emu.hpp"
 #include "conccl/queue.hpp"
+#include "queue/gpfifo_queue.hpp"
+#include "queue/sdma_queue.hpp"
 
 namespace conccl::emu {
 
 namespace {
 
-class EmuQueueBackend final : public QueueBackend {
+class EmuQueueBackend final : public SdmaRingBackend {
  public:
   EmuQueueBackend(std::shared_ptr<Node> node, Engine* engine, Buffer ring, Buffer ptrs)
       : node_(std::move(node)), engine_(engine), ring_(ring), ptrs_(ptrs) {}
@@ -23,7 +26,9 @@ class EmuQueueBackend final : public QueueBackend {
   EmuQueue& q() { return q_; }
 
   void ring_doorbell(uint64_t) override { engine_->doorbell(); }
-  Event& trap_event() override { return q_.event; }
+  Event* wake_event() override { return &q_.event; }
+  // The emulator's TRAP raises the executing queue's own event (no mailbox).
+  Status record_wake(CommandBuffer& cb) const override { return cb.trap(static_cast<uint32_t>(q_.id)); }
   EngineStatus engine_status() const override {
     EngineStatus s = engine_->status();
     // Poll details belong to whichever queue is blocked; say if it is not us.
@@ -52,6 +57,73 @@ class EmuQueueBackend final : public QueueBackend {
   Engine* engine_;
   Buffer ring_, ptrs_;
   EmuQueue q_;
+};
+
+// A GPFIFO channel of the emulated H200: the doorbell wakes the engine
+// thread; faults are the channel's RC errors; sleeping waits park on the
+// channel's progress (bumped on every GP entry, semaphore write and
+// interrupt), so no interrupt needs arming.
+class EmuGpfifoBackend final : public GpfifoBackend {
+ public:
+  EmuGpfifoBackend(std::shared_ptr<Node> node, Engine* engine, std::vector<uint64_t> owned, uint64_t timeline_va)
+      : node_(std::move(node)), engine_(engine), owned_(std::move(owned)), timeline_va_(timeline_va) {}
+  ~EmuGpfifoBackend() override {
+    engine_->remove_channel(&ch_);
+    for (uint64_t va : owned_) (void)node_->channel_arena()->release(va);
+    (void)node_->host_arena()->release(timeline_va_);
+  }
+  EmuChannel& ch() { return ch_; }
+
+  int id() const override { return ch_.id; }
+  void ring_doorbell() override { engine_->doorbell(); }
+  Status fault_status() const override {
+    if (!ch_.faulted.load(std::memory_order_acquire)) return Status();
+    return error(Code::device_fault, "channel faulted (RC error): " + fault_text() +
+                                         "; the channel is dead - check the addresses of the commands submitted, "
+                                         "then create a new queue");
+  }
+  EngineStatus engine_status() const override {
+    EngineStatus s = engine_->status();
+    if (ch_.faulted.load(std::memory_order_acquire)) {
+      s.state = EngineStatus::State::halted;
+      s.fault = fault_text();
+    } else if (s.state == EngineStatus::State::polling && s.poll_queue != ch_.id &&
+               ch_.poll_evals.load(std::memory_order_relaxed) == 0) {
+      s.state = EngineStatus::State::running;
+    } else if (s.state == EngineStatus::State::halted) {
+      s.state = EngineStatus::State::running;  // another SDMA queue's halt cannot happen on a copy engine
+    }
+    return s;
+  }
+  std::string describe() const override {
+    return "emulated LCE" + std::to_string(ch_.engine) + " channel " + std::to_string(ch_.id);
+  }
+  WaitPolicy wait_policy() const override {
+    WaitPolicy p;
+    p.spin_us = 20;
+    p.max_nap_us = 200;
+    p.interrupt = true;  // NON_STALL_INTERRUPT raises the channel's event; sleep() wakes on progress too
+    p.safety_us = 5000;
+    return p;
+  }
+  bool sleep(std::chrono::nanoseconds timeout) override {
+    const uint32_t seq = ch_.progress.seq();
+    const uint64_t ev = ch_.event.count();
+    ch_.progress.wait(seq, timeout);
+    return ch_.progress.seq() != seq || ch_.event.count() != ev;
+  }
+  Event* wake_event() override { return &ch_.event; }
+
+ private:
+  std::string fault_text() const {
+    // ch_.fault is written once, before faulted is set (release).
+    return ch_.fault;
+  }
+  std::shared_ptr<Node> node_;
+  Engine* engine_;
+  std::vector<uint64_t> owned_;  // channel-arena allocations (ring+USERD, pushbuffer)
+  uint64_t timeline_va_;  // host arena
+  EmuChannel ch_;
 };
 
 class EmuDeviceImpl final : public EmuDevice {
@@ -96,15 +168,28 @@ class EmuDeviceImpl final : public EmuDevice {
     if (gpu < 0 || gpu >= gpu_count())
       return error(Code::invalid_argument, "queue on gpu " + std::to_string(gpu) + ": the node has GPUs 0.." +
                                                std::to_string(gpu_count() - 1));
+    const GpuInfo& g = topology().gpus[static_cast<size_t>(gpu)];
     Engine* e = node_->engine(gpu, engine);
-    if (!e)
-      return error(Code::invalid_argument,
-                   "queue on gpu " + std::to_string(gpu) + " engine " + std::to_string(engine) + ": that GPU has engines 0.." +
-                       std::to_string(topology().gpus[static_cast<size_t>(gpu)].engines.size() - 1));
+    if (!e) {
+      std::string ids;
+      bool dense = true;
+      for (size_t i = 0; i < g.engines.size(); ++i) {
+        ids += (ids.empty() ? "" : ", ") + std::to_string(g.engines[i].id);
+        dense &= g.engines[i].id == static_cast<int>(i);
+      }
+      if (dense && !g.engines.empty()) ids = "0.." + std::to_string(g.engines.size() - 1);
+      if (is_grce(topology(), engine))
+        return error(Code::invalid_argument, "LCE" + std::to_string(engine) + " on gpu " + std::to_string(gpu) +
+                                                 " is a graphics copy engine (GRCE): refused, as on the H200; use an "
+                                                 "asynchronous LCE (" + ids + ")");
+      return error(Code::invalid_argument, "queue on gpu " + std::to_string(gpu) + " engine " +
+                                               std::to_string(engine) + ": that GPU has engines " + ids);
+    }
     const size_t size = opt.ring_bytes;
     if (size < 4096 || (size & (size - 1)))
       return error(Code::invalid_argument, "ring size " + std::to_string(size) +
                                                " must be a power of two of at least 4096 bytes");
+    if (g.isa.kind == IsaKind::hopper_ce) return create_channel(gpu, engine, e, size);
     Result<Buffer> ring = alloc(-1, size, MemKind::host);
     if (!ring.ok()) return ring.status();
     Result<Buffer> ptrs = alloc(-1, 256, MemKind::host);
@@ -121,14 +206,57 @@ class EmuDeviceImpl final : public EmuDevice {
     q.size = size;
     q.rptr = ptrs->as<uint64_t>();
     q.wptr = ptrs->as<uint64_t>() + 8;  // separate cache lines
-    RingMemory rm{*ring, q.rptr, q.wptr, ptrs->va, ptrs->va + 64};
+    RingMemory rm{q.ring, size, q.rptr, q.wptr};
     e->add_queue(&q);
-    const sdma::Gen gen = topology().gpus[static_cast<size_t>(gpu)].gen;
-    return std::make_unique<Queue>(gpu, engine, gen, rm, std::move(backend));
+    return std::unique_ptr<Queue>(new SdmaQueue(gpu, engine, g.isa, g.caps(), rm, std::move(backend)));
+  }
+
+  // A GPFIFO channel: GP entries + USERD and the pushbuffer in the channel
+  // arena (below 2^40), the timeline slot in host memory; the first
+  // submission binds HOPPER_DMA_COPY_A, as on hardware.
+  Result<std::unique_ptr<Queue>> create_channel(int gpu, int engine, Engine* e, size_t pushbuffer_bytes) {
+    constexpr uint32_t kEntries = 1024;
+    Arena* arena = node_->channel_arena();
+    Result<uint64_t> ring = arena->allocate(kEntries * 8 + kUserdBytes, 4096);
+    if (!ring.ok()) return ring.status().prefix("GPFIFO ring");
+    Result<uint64_t> pb = arena->allocate(pushbuffer_bytes, 4096);
+    if (!pb.ok()) {
+      (void)arena->release(*ring);
+      return pb.status().prefix("pushbuffer (the emulator's channel arena holds " +
+                                std::to_string(kChannelArenaBytes >> 20) + " MiB of pushbuffers)");
+    }
+    Result<Buffer> tl = alloc(-1, 16, MemKind::host);
+    if (!tl.ok()) {
+      (void)arena->release(*ring);
+      (void)arena->release(*pb);
+      return tl.status();
+    }
+    auto backend = std::make_unique<EmuGpfifoBackend>(node_, e, std::vector<uint64_t>{*ring, *pb}, tl->va);
+    EmuChannel& ch = backend->ch();
+    ch.id = node_->next_queue_id();
+    ch.gpu = gpu;
+    ch.engine = engine;
+    ch.gp = static_cast<volatile uint64_t*>(arena->translate(*ring, kEntries * 8));
+    ch.entries = kEntries;
+    ch.userd = static_cast<volatile uint32_t*>(arena->translate(*ring + kEntries * 8, kUserdBytes));
+    GpfifoMemory m;
+    m.gp = ch.gp;
+    m.entries = kEntries;
+    m.userd = ch.userd;
+    m.pushbuffer = static_cast<uint8_t*>(arena->translate(*pb, pushbuffer_bytes));
+    m.pushbuffer_va = *pb;
+    m.pushbuffer_bytes = pushbuffer_bytes;
+    m.timeline_va = tl->va;
+    m.timeline = tl->as<volatile uint64_t>();
+    e->add_channel(&ch);
+    const GpuInfo& g = topology().gpus[static_cast<size_t>(gpu)];
+    auto q = std::make_unique<GpfifoQueue>(gpu, engine, g.caps(), m, std::move(backend));
+    CONCCL_RETURN_IF_ERROR(q->bind_copy_object(Deadline::after_ms(10000)));
+    return std::unique_ptr<Queue>(std::move(q));
   }
 
   void* host_pointer(uint64_t va, size_t bytes) override { return node_->translate(va, bytes); }
-  void host_wrote() override { node_->memory_changed(); }
+  void wake_pollers() override { node_->memory_changed(); }
 
   Status inject(int gpu, int engine, const Injection& inj) override {
     Engine* e = node_->engine(gpu, engine);
@@ -154,6 +282,7 @@ class EmuDeviceImpl final : public EmuDevice {
   }
 
  private:
+  void host_wrote() override { node_->memory_changed(); }
   static Status no_engine(int gpu, int engine) {
     return error(Code::invalid_argument, "no engine " + std::to_string(engine) + " on gpu " + std::to_string(gpu));
   }

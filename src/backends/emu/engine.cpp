@@ -1,17 +1,23 @@
-// src/backends/emu/engine.cpp - one emulated SDMA engine: a thread that
-// serves its queues like the hardware's queue scheduler.
+// src/backends/emu/engine.cpp - one emulated DMA engine: a thread that
+// serves its queues like the hardware's scheduler.
 //
-// The engine sleeps until a doorbell, then for each of its queues fetches the
-// packets between rptr and wptr, decodes and executes them, and stores the new
-// rptr after each packet. A poll that is not yet satisfied blocks only its own
-// queue (the engine moves on to its other queues, as SDMA's round robin
-// between queues does) and is re-evaluated when memory changes or every
-// 200 us. An undecodable packet or a page fault halts the engine.
+// The engine sleeps until a doorbell, then serves each of its queues in turn:
+// an SDMA ring's packets between rptr and wptr (decoded and executed, rptr
+// stored after each), or a GPFIFO channel's GP entries between GP_GET and
+// GP_PUT (each entry's pushbuffer segment decoded method header by method
+// header, GP_GET stored after each entry). A wait that is not yet satisfied
+// (POLL_REGMEM, semaphore acquire) blocks only its own queue - the engine
+// moves on to its other queues, as SDMA's round robin and the GPU's channel
+// time slicing do - and is re-evaluated when memory changes or every 200 us.
+// On an SDMA engine an undecodable packet or a page fault halts the engine;
+// on a copy engine it kills only that channel (RC error), as on hardware.
 #include <cinttypes>
 #include <cstdio>
 
 #include "backends/emu/node.hpp"
+#include "packets/hopper_ce.hpp"
 #include "packets/sdma_asm.hpp"
+#include "queue/gpfifo_queue.hpp"
 
 namespace conccl::emu {
 
@@ -48,7 +54,7 @@ Status EmuEvent::wait(uint64_t target, Deadline deadline) {
   return Status();
 }
 
-Engine::Engine(Node& node, int gpu, int id, sdma::Gen gen) : node_(node), gpu_(gpu), id_(id), gen_(gen) {}
+Engine::Engine(Node& node, int gpu, int id, Isa isa) : node_(node), gpu_(gpu), id_(id), isa_(isa) {}
 
 Engine::~Engine() { stop(); }
 
@@ -65,6 +71,32 @@ void Engine::add_queue(EmuQueue* q) {
     thread_ = std::thread(&Engine::run, this);
     started_.store(true, std::memory_order_release);
   }
+}
+
+void Engine::add_channel(EmuChannel* c) {
+  std::lock_guard<std::mutex> lock(mu_);
+  channels_.push_back(c);
+  if (!started_.load(std::memory_order_acquire)) {
+    thread_ = std::thread(&Engine::run, this);
+    started_.store(true, std::memory_order_release);
+  }
+}
+
+void Engine::remove_channel(EmuChannel* c) {
+  std::lock_guard<std::mutex> run(run_mu_);
+  std::lock_guard<std::mutex> lock(mu_);
+  channels_.erase(std::remove(channels_.begin(), channels_.end(), c), channels_.end());
+  if (detail_.poll_queue == c->id) detail_.poll_queue = -1;
+}
+
+void Engine::fault_channel(EmuChannel& c, const std::string& why) {
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    c.fault = "gpu " + std::to_string(gpu_) + " LCE" + std::to_string(id_) + " channel " + std::to_string(c.id) +
+              ": " + why;
+    c.faulted.store(true, std::memory_order_release);
+  }
+  c.progress.bump();
 }
 
 void Engine::remove_queue(EmuQueue* q) {
@@ -123,7 +155,7 @@ void Engine::halt(const EmuQueue& q, uint64_t rptr, const std::string& why) {
     std::lock_guard<std::mutex> lock(mu_);
     detail_.fault = "gpu " + std::to_string(gpu_) + " engine " + std::to_string(id_) + " queue " +
                     std::to_string(q.id) + " at rptr " + hex(rptr) + ": " + why;
-    detail_.fault_rptr = rptr;
+    detail_.fault_pos = rptr;
     faulted_queue_ = q.id;
     halted_.store(true, std::memory_order_release);
     state_.store(static_cast<uint8_t>(EngineStatus::State::halted));
@@ -134,6 +166,7 @@ void Engine::halt(const EmuQueue& q, uint64_t rptr, const std::string& why) {
 
 void Engine::run() {
   std::vector<EmuQueue*> qs;
+  std::vector<EmuChannel*> cs;
   while (!stop_.load(std::memory_order_acquire)) {
     const uint32_t seen = wake_.seq();
     bool progressed = false, blocked = false;
@@ -142,12 +175,18 @@ void Engine::run() {
       {
         std::lock_guard<std::mutex> lock(mu_);
         qs = queues_;
+        cs = channels_;
       }
       for (EmuQueue* q : qs) {
         const Step s = run_queue(*q);
         progressed |= s == Step::advanced;
         blocked |= s == Step::blocked;
         if (s == Step::halted) break;
+      }
+      for (EmuChannel* c : cs) {
+        const Step s = run_channel(*c);
+        progressed |= s == Step::advanced;
+        blocked |= s == Step::blocked;
       }
     }
     if (!halted_.load()) {
@@ -181,7 +220,7 @@ Engine::Step Engine::run_queue(EmuQueue& q) {
     if (stall_.load(std::memory_order_acquire) || stop_.load(std::memory_order_acquire)) break;
     const uint64_t off = r & (q.size - 1);
     const uint64_t avail = std::min<uint64_t>(w - r, q.size - off) / 4;
-    Result<sdma::Packet> p = sdma::decode(gen_, std::span<const uint32_t>(q.ring + off / 4, avail));
+    Result<sdma::Packet> p = sdma::decode(isa_.gen, std::span<const uint32_t>(q.ring + off / 4, avail));
     if (!p.ok()) {
       halt(q, r, "invalid packet: " + p.status().message());
       return Step::halted;
@@ -195,7 +234,7 @@ Engine::Step Engine::run_queue(EmuQueue& q) {
     }
     const int64_t delay_us = delay_us_.load(std::memory_order_acquire);
     if (delay_us > 0) std::this_thread::sleep_for(std::chrono::microseconds(delay_us));
-    ExecOutcome o = execute_packet(ctx, gen_, *p);
+    ExecOutcome o = execute_packet(ctx, isa_.gen, *p);
     if (o.result == ExecResult::fault) {
       halt(q, r, o.fault + " (packet: " + sdma::format_packet(*p) + ")");
       return Step::halted;
@@ -206,6 +245,7 @@ Engine::Step Engine::run_queue(EmuQueue& q) {
         std::lock_guard<std::mutex> lock(mu_);
         detail_.poll_addr = o.poll_addr;
         detail_.poll_ref = o.poll_ref;
+        detail_.poll_bits = 32;
         detail_.poll_mask = o.poll_mask;
         detail_.poll_func = o.poll_func;
         detail_.poll_value = o.poll_value;
@@ -235,6 +275,106 @@ Engine::Step Engine::run_queue(EmuQueue& q) {
     result = Step::advanced;
   }
   if (unannounced) q.progress.bump();  // stalled, stopping, or out of budget
+  return result;
+}
+
+}  // namespace conccl::emu
+
+namespace conccl::emu {
+
+// One GPFIFO channel: GP entries from GP_GET up to GP_PUT, each entry's
+// segment header by header (packets/hopper_ce decode_header), each data dword
+// one method write (execute_hopper.cpp). The cursor (entry, header, data
+// index) lives in the channel, so a blocked acquire resumes where it stopped.
+Engine::Step Engine::run_channel(EmuChannel& c) {
+  if (c.faulted.load(std::memory_order_acquire)) return Step::idle;
+  const uint32_t put = c.userd[kUserdGpPutOffset / 4];
+  std::atomic_thread_fence(std::memory_order_acquire);
+  Step result = Step::idle;
+  state_.store(static_cast<uint8_t>(EngineStatus::State::running));
+  for (int budget = kBudget; budget > 0; --budget) {
+    if (stall_.load(std::memory_order_acquire) || stop_.load(std::memory_order_acquire)) break;
+    if (!c.in_segment) {
+      if (c.get % c.entries == put % c.entries) break;  // GP_GET == GP_PUT: empty
+      const hopper::GpEntry e = hopper::decode_gp_entry(c.gp[c.get % c.entries]);
+      c.seg_va = e.addr;
+      c.seg_dwords = e.dwords;
+      c.seg_pos = 0;
+      c.data_idx = 0;
+      c.in_segment = true;
+    }
+    const auto* seg = static_cast<const uint32_t*>(node_.translate(c.seg_va, uint64_t(c.seg_dwords) * 4));
+    if (!seg && c.seg_dwords) {
+      fault_channel(c, "MMU fault: pushbuffer segment [" + hex(c.seg_va) + ", +" + std::to_string(c.seg_dwords * 4) +
+                           ") of GP entry " + std::to_string(c.get) + " is outside every mapping");
+      return Step::advanced;
+    }
+    if (c.seg_pos >= c.seg_dwords) {  // entry done: GP_GET moves on
+      c.in_segment = false;
+      ++c.get;
+      std::atomic_thread_fence(std::memory_order_release);
+      c.userd[kUserdGpGetOffset / 4] = c.get % c.entries;
+      c.progress.bump();
+      result = Step::advanced;
+      continue;
+    }
+    Result<hopper::Header> h = hopper::decode_header(seg[c.seg_pos]);
+    if (!h.ok()) {
+      fault_channel(c, "invalid method header " + hex(seg[c.seg_pos]) + " at dword " + std::to_string(c.seg_pos) +
+                           " of the segment at " + hex(c.seg_va) + ": " + h.status().message());
+      return Step::advanced;
+    }
+    const bool immd = h->op == hopper::HdrOp::immd;
+    const uint32_t n = immd ? 1 : h->count;
+    if (!immd && c.seg_pos + 1 + n > c.seg_dwords) {
+      fault_channel(c, "method header at dword " + std::to_string(c.seg_pos) + " has " + std::to_string(n) +
+                           " data dwords but the segment ends after " + std::to_string(c.seg_dwords));
+      return Step::advanced;
+    }
+    const int64_t delay_us = delay_us_.load(std::memory_order_acquire);
+    if (delay_us > 0 && c.data_idx == 0) std::this_thread::sleep_for(std::chrono::microseconds(delay_us));
+    for (; c.data_idx < n; ++c.data_idx) {
+      uint16_t mthd = h->method;
+      if (h->op == hopper::HdrOp::inc) mthd = static_cast<uint16_t>(h->method + 4 * c.data_idx);
+      else if (h->op == hopper::HdrOp::one_inc && c.data_idx > 0) mthd = static_cast<uint16_t>(h->method + 4);
+      const uint32_t data = immd ? h->count : seg[c.seg_pos + 1 + c.data_idx];
+      MethodContext ctx{&node_, &c, false};
+      if (method_is_completion(c, h->subch, mthd, data)) {
+        uint32_t d = drop_.load(std::memory_order_acquire);
+        while (d > 0 && !drop_.compare_exchange_weak(d, d - 1)) {
+        }
+        ctx.drop_completion = d > 0;
+      }
+      ExecOutcome o = execute_method(ctx, h->subch, mthd, data);
+      if (o.result == ExecResult::fault) {
+        fault_channel(c, o.fault);
+        return Step::advanced;
+      }
+      if (o.result == ExecResult::blocked) {
+        c.poll_evals.fetch_add(1, std::memory_order_relaxed);
+        std::lock_guard<std::mutex> lock(mu_);
+        detail_.poll_addr = o.poll_addr;
+        detail_.poll_ref = o.poll_ref;
+        detail_.poll_value = o.poll_value;
+        detail_.poll_mask = 0;
+        detail_.poll_func = o.poll_func;
+        detail_.poll_bits = 64;
+        detail_.poll_queue = c.id;
+        return result == Step::advanced ? Step::advanced : Step::blocked;
+      }
+      c.poll_evals.store(0, std::memory_order_relaxed);
+      packets_.fetch_add(1, std::memory_order_relaxed);
+      if (o.bytes) bytes_.fetch_add(o.bytes, std::memory_order_relaxed);
+      if (o.dropped) dropped_.fetch_add(1, std::memory_order_relaxed);
+      if (o.wrote_memory) {
+        node_.memory_changed();
+        c.progress.bump();
+      }
+    }
+    c.seg_pos += immd ? 1 : 1 + n;
+    c.data_idx = 0;
+    result = Step::advanced;
+  }
   return result;
 }
 

@@ -12,13 +12,16 @@ Status Node::init() {
   Result<std::unique_ptr<Arena>> host = Arena::create("host", kHostVaBase, host_bytes_);
   if (!host.ok()) return host.status();
   host_ = std::move(host).value();
+  Result<std::unique_ptr<Arena>> ch = Arena::create("channels", kChannelVaBase, kChannelArenaBytes);
+  if (!ch.ok()) return ch.status();
+  channels_ = std::move(ch).value();
   for (const GpuInfo& g : topo_.gpus) {
     Result<std::unique_ptr<Arena>> a =
         Arena::create("gpu" + std::to_string(g.index), kGpuVaBase + uint64_t(g.index) * kGpuVaStride, gpu_bytes_);
     if (!a.ok()) return a.status();
     gpus_.push_back(std::move(a).value());
     std::vector<std::unique_ptr<Engine>> engines;
-    for (const EngineInfo& e : g.engines) engines.push_back(std::make_unique<Engine>(*this, g.index, e.id, g.gen));
+    for (const EngineInfo& e : g.engines) engines.push_back(std::make_unique<Engine>(*this, g.index, e.id, g.isa));
     engines_.push_back(std::move(engines));
   }
   return Status();
@@ -35,6 +38,7 @@ Engine* Node::engine(int gpu, int id) {
 
 void* Node::translate(uint64_t va, uint64_t bytes) const {
   if (void* p = host_->translate(va, bytes)) return p;
+  if (void* p = channels_->translate(va, bytes)) return p;
   if (va < kGpuVaBase) return nullptr;
   const uint64_t g = (va - kGpuVaBase) / kGpuVaStride;
   if (g >= gpus_.size()) return nullptr;

@@ -19,7 +19,7 @@ namespace conccl::emu {
 
 class Node;
 
-// TRAP counter a host can sleep on.
+// TRAP (SDMA) / non-stall interrupt (Hopper) counter a host can sleep on.
 class EmuEvent final : public Event {
  public:
   uint64_t count() const override { return count_.load(std::memory_order_acquire); }
@@ -52,13 +52,49 @@ struct EmuQueue {
   std::atomic<uint32_t> poll_evals{0};
 };
 
+// Engine-side view of one GPFIFO channel (an emulated NVIDIA copy-engine
+// channel): the GP ring and USERD the GpfifoQueue writes, and the method
+// state the copy class and host keep between methods (execute_hopper.cpp).
+struct EmuChannel {
+  int id = 0;
+  int gpu = 0, engine = 0;
+  volatile uint64_t* gp = nullptr;
+  uint32_t entries = 0;
+  volatile uint32_t* userd = nullptr;
+  EmuEvent event;              // raised by NON_STALL_INTERRUPT / LAUNCH_DMA INTERRUPT_TYPE
+  util::WakeChannel progress;  // bumped when GP_GET or a semaphore moves
+  std::atomic<uint32_t> poll_evals{0};
+  std::atomic<bool> faulted{false};
+  std::string fault;           // guarded by the engine's mu_ once faulted
+
+  // Engine-thread state (only the engine thread touches it):
+  uint32_t get = 0;            // GP entries consumed (mirrors USERD GP_GET, modulo entries)
+  uint64_t seg_va = 0;         // current segment, when in_segment
+  uint32_t seg_dwords = 0;
+  uint32_t seg_pos = 0;        // dword offset of the header being executed
+  uint32_t data_idx = 0;       // next data dword of that header
+  bool in_segment = false;
+  uint32_t subch_class[8] = {};
+  struct CopyRegs {            // HOPPER_DMA_COPY_A methods (clc8b5.h)
+    uint32_t sem_a = 0, sem_b = 0, payload = 0, payload_upper = 0;
+    uint32_t in_upper = 0, in_lower = 0, out_upper = 0, out_lower = 0;
+    uint32_t pitch_in = 0, pitch_out = 0, line_length_in = 0, line_count = 0;
+    uint32_t remap_a = 0, remap_b = 0, remap_components = 0;
+  } ce;
+  struct HostRegs {            // host semaphore methods (clc86f.h)
+    uint32_t addr_lo = 0, addr_hi = 0, payload_lo = 0, payload_hi = 0;
+  } host;
+};
+
 class Engine {
  public:
-  Engine(Node& node, int gpu, int id, sdma::Gen gen);
+  Engine(Node& node, int gpu, int id, Isa isa);
   ~Engine();
 
   void add_queue(EmuQueue* q);
   void remove_queue(EmuQueue* q);
+  void add_channel(EmuChannel* c);
+  void remove_channel(EmuChannel* c);
   void doorbell() { wake_.bump(); }
   void wake_if_polling() {
     if (polling_.load(std::memory_order_acquire)) wake_.bump();
@@ -74,11 +110,13 @@ class Engine {
   enum class Step { idle, advanced, blocked, halted };
   void run();
   Step run_queue(EmuQueue& q);
+  Step run_channel(EmuChannel& c);
   void halt(const EmuQueue& q, uint64_t rptr, const std::string& why);
+  void fault_channel(EmuChannel& c, const std::string& why);
 
   Node& node_;
   const int gpu_, id_;
-  const sdma::Gen gen_;
+  const Isa isa_;
   util::WakeChannel wake_;
   std::atomic<bool> stop_{false};
   std::atomic<bool> polling_{false};
@@ -87,6 +125,7 @@ class Engine {
 
   mutable std::mutex mu_;            // guards queues_, status details, injection
   std::vector<EmuQueue*> queues_;
+  std::vector<EmuChannel*> channels_;
   std::mutex run_mu_;                // held while the engine works on its queues
   EngineStatus detail_;              // poll / fault details
   int faulted_queue_ = -1;
@@ -108,6 +147,9 @@ class Node {
 
   const Topology& topology() const { return topo_; }
   Arena* host_arena() { return host_.get(); }
+  // Rings, USERD and pushbuffers of GPFIFO channels: below 2^40, because GP
+  // entries carry 40-bit pushbuffer addresses.
+  Arena* channel_arena() { return channels_.get(); }
   Arena* gpu_arena(int gpu) { return gpus_[static_cast<size_t>(gpu)].get(); }
   Engine* engine(int gpu, int id);
 
@@ -123,6 +165,7 @@ class Node {
   Topology topo_;
   size_t host_bytes_, gpu_bytes_;
   std::unique_ptr<Arena> host_;
+  std::unique_ptr<Arena> channels_;
   std::vector<std::unique_ptr<Arena>> gpus_;
   std::vector<std::vector<std::unique_ptr<Engine>>> engines_;
   std::atomic<int> next_queue_id_{0};
@@ -148,5 +191,17 @@ struct ExecContext {
   int ib_depth = 0;
 };
 ExecOutcome execute_packet(ExecContext& ctx, sdma::Gen gen, const sdma::Packet& p);
+
+// Executes one method write (method byte offset `mthd` on subchannel `subch`
+// with `data`) on a GPFIFO channel (see execute_hopper.cpp). Blocked means a
+// semaphore acquire is not yet satisfied: the same write is retried later.
+struct MethodContext {
+  Node* node;
+  EmuChannel* ch;
+  bool drop_completion = false;  // injection: skip this semaphore write
+};
+ExecOutcome execute_method(MethodContext& ctx, uint8_t subch, uint16_t mthd, uint32_t data);
+// Whether a method write is a completion (a semaphore write) that injection may drop.
+bool method_is_completion(const EmuChannel& ch, uint8_t subch, uint16_t mthd, uint32_t data);
 
 }  // namespace conccl::emu

@@ -24,7 +24,19 @@ constexpr int kMi300xRecEngine[8][8] = {
 // KFD_CRAT_XGMI_WEIGHT = 15).
 constexpr uint32_t kXgmiWeight = 15;
 
-constexpr uint64_t kDefaultMemory = 4ull << 30;  // emulated HBM per GPU (sparse memfd: costs only what is touched)
+constexpr uint64_t kDefaultMemory = 4ull << 30;
+
+// H200 (GH100) copy engines as RM reported them on the device machine
+// (docs/perf/h200.md, "Engines found"): LCE0 and LCE1 are graphics CEs
+// (GRCEs, 2 PCEs each, refused: they belong to graphics channels), LCE2 and
+// LCE3 are asynchronous with 2 PCEs each (sharing them with LCE0/1), LCE4 is
+// asynchronous with 12 PCEs. Weight = PCE count, as the nv backend reports it.
+struct CeRow {
+  int lce;
+  int pces;
+  bool grce;
+};
+constexpr CeRow kH200Ces[] = {{0, 2, true}, {1, 2, true}, {2, 2, false}, {3, 2, false}, {4, 12, false}};  // emulated HBM per GPU (sparse memfd: costs only what is touched)
 
 }  // namespace
 
@@ -34,11 +46,54 @@ std::vector<std::pair<std::string, std::string>> presets() {
                  "kernel's recommended engine per peer"},
       {"small", "2 GPUs (gfx942, SDMA 4.4.2) with 4 engines each (0-1 PCIe, 2-3 xGMI); "
                 "--gpus N --engines K reshape it"},
+      {"h200", "1x NVIDIA H200 (Hopper CE methods on GPFIFO channels): async copy engines LCE2, LCE3 "
+               "(2 PCEs each) and LCE4 (12 PCEs); the GRCEs LCE0/1 are refused; --gpus N for N GPUs "
+               "linked by NVLink"},
   };
+}
+
+namespace {
+
+Result<Topology> h200_topology(const DeviceOptions& o) {
+  if (o.engines)
+    return error(Code::invalid_argument, "the h200 preset has the H200's copy engines (LCE2, LCE3, LCE4); "
+                                         "--engines does not apply to it");
+  if (!o.gen.empty())
+    return error(Code::invalid_argument, "the h200 preset's engines execute Hopper CE methods; an SDMA "
+                                         "generation (--sdma-gen) does not apply to it");
+  const int gpus = o.gpus ? o.gpus : 1;
+  if (gpus < 1 || gpus > 64) return error(Code::invalid_argument, "--gpus must be 1..64, not " + std::to_string(gpus));
+  Topology t;
+  t.backend = "emu";
+  t.preset = gpus == 1 ? "h200" : "h200(custom)";
+  for (int g = 0; g < gpus; ++g) {
+    GpuInfo gi;
+    gi.index = g;
+    gi.name = "NVIDIA H200 (emulated)";
+    gi.isa = Isa::hopper();
+    gi.memory_bytes = o.memory_per_gpu ? o.memory_per_gpu : kDefaultMemory;
+    for (const CeRow& ce : kH200Ces)
+      if (!ce.grce) gi.engines.push_back({ce.lce, EngineKind::copy, static_cast<double>(ce.pces)});
+    for (int p = 0; p < gpus; ++p)
+      if (p != g) gi.links.push_back({p, "nvlink", 1, {}});
+    t.gpus.push_back(std::move(gi));
+  }
+  t.notes.push_back("LCE0, LCE1 (2 PCEs each): graphics copy engines, refused (no channel on a GRCE)");
+  return t;
+}
+
+}  // namespace
+
+bool is_grce(const Topology& t, int lce) {
+  if (t.gpus.empty() || !(t.gpus[0].isa == Isa::hopper())) return false;
+  for (const CeRow& ce : kH200Ces)
+    if (ce.lce == lce) return ce.grce;
+  return false;
 }
 
 Result<Topology> build_topology(const DeviceOptions& o) {
   std::string preset = o.preset.empty() ? (o.gpus || o.engines ? "small" : "mi300x") : o.preset;
+  if (preset == "h200") return h200_topology(o);
   int gpus = 0, engines = 0;
   if (preset == "mi300x") {
     gpus = 8;
@@ -77,7 +132,7 @@ Result<Topology> build_topology(const DeviceOptions& o) {
     GpuInfo gi;
     gi.index = g;
     gi.name = name;
-    gi.gen = gen;
+    gi.isa = Isa::sdma_gen(gen);
     gi.memory_bytes = o.memory_per_gpu ? o.memory_per_gpu : kDefaultMemory;
     for (int e = 0; e < engines; ++e) gi.engines.push_back({e, e < pcie ? EngineKind::pcie : EngineKind::xgmi});
     for (int p = 0; p < gpus; ++p) {

@@ -7,5 +7,7 @@ namespace conccl::emu {
 
 // Builds the topology for options (preset + overrides).
 Result<Topology> build_topology(const DeviceOptions& options);
+// Whether engine `lce` of an h200-preset topology is a graphics CE (refused).
+bool is_grce(const Topology& t, int lce);
 
 }  // namespace conccl::emu

@@ -30,6 +30,7 @@
 
 #include "conccl/kfd.hpp"
 #include "conccl/queue.hpp"
+#include "queue/sdma_queue.hpp"
 #include "util/wait.hpp"
 
 namespace conccl::kfd {
@@ -214,8 +215,12 @@ class KfdEvent final : public Event {
 
   uint64_t count() const override { return count_.load(std::memory_order_acquire); }
   uint32_t last_context() const override { return ev_->EventId; }
-  uint32_t trap_context() const override { return ev_->EventId; }
-  uint64_t mailbox_va() const override { return ev_->EventData.HWData2; }
+  // What a TRAP must carry to raise this event: its id as int_ctx, after a
+  // FENCE of the same id to the event's slot in the events page (the
+  // "mailbox", HWData2): KFD wakes only an event whose slot was signaled
+  // (kfd_events.c, reached from kfd_int_process_v9.c on an SDMA TRAP).
+  uint32_t trap_context() const { return ev_->EventId; }
+  uint64_t mailbox_va() const { return ev_->EventData.HWData2; }
 
   // count() counts wake-ups this process observed. KFD coalesces signals
   // (an auto-reset event wakes one waiter once per burst), so callers wait
@@ -297,7 +302,7 @@ Status map_nodes(void* ptr, size_t size, const std::vector<uint32_t>& nodes, uin
   return Status();
 }
 
-class KfdQueueBackend final : public QueueBackend {
+class KfdQueueBackend final : public SdmaRingBackend {
  public:
   KfdQueueBackend(std::shared_ptr<Context> ctx, int gpu, Mapping ring, std::unique_ptr<KfdEvent> event,
                   HSA_QUEUEID qid, volatile uint64_t* doorbell, const uint64_t* rptr, std::string placement)
@@ -335,7 +340,13 @@ class KfdQueueBackend final : public QueueBackend {
     *doorbell_ = wptr_bytes;
   }
 
-  Event& trap_event() override { return *event_; }
+  Event* wake_event() override { return event_.get(); }
+
+  // FENCE(mailbox, id) then TRAP(id): the canonical tail used by kfdtest,
+  // ROCr's BlitSdma and tinygrad.
+  Status record_wake(CommandBuffer& cb) const override {
+    return kfd::record_wake(cb, event_->trap_context(), event_->mailbox_va());
+  }
 
   EngineStatus engine_status() const override {
     EngineStatus s;  // KFD exposes no engine registers to user mode
@@ -659,18 +670,12 @@ class KfdDeviceImpl final : public KfdDevice {
                                        " without read/write pointers or a doorbell; please report with `sdma-probe "
                                        "list --backend kfd` output");
     }
-    Buffer ring_buf;
-    ring_buf.va = reinterpret_cast<uint64_t>(ring.ptr);
-    ring_buf.host = ring.ptr;
-    ring_buf.size = ring.size;
-    ring_buf.gpu = -1;
-    ring_buf.kind = MemKind::host;
-    ring_buf.id = ring_buf.va;
-    RingMemory rm{ring_buf, rptr, wptr, reinterpret_cast<uint64_t>(rptr), reinterpret_cast<uint64_t>(wptr)};
+    RingMemory rm{static_cast<uint32_t*>(ring.ptr), ring.size, rptr, wptr};
     auto backend = std::make_unique<KfdQueueBackend>(ctx_, gpu, ring, std::move(event), qr->QueueId,
                                                      reinterpret_cast<volatile uint64_t*>(doorbell), rptr,
                                                      plan->placement);
-    return std::make_unique<Queue>(gpu, engine, g.gen, rm, std::move(backend));
+    const Isa isa = Isa::sdma_gen(g.gen);
+    return std::unique_ptr<Queue>(new SdmaQueue(gpu, engine, isa, caps(isa), rm, std::move(backend)));
   }
 
  private:

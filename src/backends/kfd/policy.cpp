@@ -419,4 +419,13 @@ uint32_t wait_slice_ms(std::chrono::nanoseconds remaining, uint32_t max_ms) {
   return ms < 1 ? 1 : static_cast<uint32_t>(ms);
 }
 
+Status record_wake(CommandBuffer& cb, uint32_t event_id, uint64_t mailbox_va) {
+  const size_t dw = cb.size_dwords(), n = cb.packet_count();
+  Status st;
+  if (mailbox_va != 0) st = cb.fence(mailbox_va, event_id);
+  if (st.ok()) st = cb.trap(event_id);
+  if (!st.ok()) cb.truncate(dw, n);
+  return st;
+}
+
 }  // namespace conccl::kfd

@@ -265,7 +265,7 @@ Result<KfdTopology> build_topology(const SysTopology& sys, const RenderAccess& a
     GpuInfo gi;
     gi.index = g.index;
     gi.name = gfx;
-    gi.gen = g.gen;
+    gi.isa = Isa::sdma_gen(g.gen);
     gi.memory_bytes = n.vram_bytes;
     for (int e = 0; e < num_sdma + num_xgmi; ++e)
       gi.engines.push_back(EngineInfo{e, e < num_sdma ? EngineKind::pcie : EngineKind::xgmi});

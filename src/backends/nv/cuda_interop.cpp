@@ -21,7 +21,7 @@
 #include <mutex>
 
 #include "backends/nv/rm_abi.hpp"
-#include "conccl/nv.hpp"
+#include "backends/nv/nv_device.hpp"
 
 namespace conccl::nv {
 
@@ -423,9 +423,8 @@ Result<uint64_t> Device::alloc_cuda_slot() {
 // CUDA; with unified addressing CUDA's device pointer for them is that VA, so
 // one address serves the CPU, CUDA streams and our channels
 // (nvidia_interop.md §4.1 "SYS-reg": measured there in both directions).
-Status Device::share_slots_with_cuda() {
-  if (fd_ctl_ < 0 || !slots_.host) return error(Code::unavailable, "the nv device is closed");
-  if (slots_shared_) return Status();
+Status Device::cuda_host_register(void* host, size_t bytes) {
+  if (fd_ctl_ < 0) return error(Code::unavailable, "the nv device is closed");
   const CudaApi& a = api();
   CONCCL_RETURN_IF_ERROR(a.status);
   if (!a.cuMemHostRegister || !a.cuMemHostGetDevicePointer || !a.cuMemHostUnregister)
@@ -435,17 +434,29 @@ Status Device::share_slots_with_cuda() {
   if (!dev.ok()) return dev.status();
   CONCCL_RETURN_IF_ERROR(ensure_context(*dev));
   constexpr unsigned kPortable = 0x01, kDeviceMap = 0x02;  // CU_MEMHOSTREGISTER_PORTABLE | _DEVICEMAP
-  CONCCL_RETURN_IF_ERROR(cu_check(a.cuMemHostRegister(slots_.host, slots_.size, kPortable | kDeviceMap),
-                                  "cuMemHostRegister of the semaphore slot page"));
+  CONCCL_RETURN_IF_ERROR(cu_check(a.cuMemHostRegister(host, bytes, kPortable | kDeviceMap),
+                                  "cuMemHostRegister of " + std::to_string(bytes) + " bytes at " +
+                                      hex(reinterpret_cast<uint64_t>(host))));
   CUdeviceptr p = 0;
-  Status st = cu_check(a.cuMemHostGetDevicePointer(&p, slots_.host, 0), "cuMemHostGetDevicePointer");
-  if (st.ok() && p != slots_.va)
-    st = error(Code::unavailable, "CUDA maps the slot page at " + hex(p) + ", not at its host address " +
-                                      hex(slots_.va) + " (no unified addressing?); use alloc_cuda_slot instead");
-  if (!st.ok()) {
-    (void)a.cuMemHostUnregister(slots_.host);
-    return st;
-  }
+  Status st = cu_check(a.cuMemHostGetDevicePointer(&p, host, 0), "cuMemHostGetDevicePointer");
+  if (st.ok() && p != reinterpret_cast<uint64_t>(host))
+    st = error(Code::unavailable, "CUDA maps host memory at " + hex(p) + ", not at its host address " +
+                                      hex(reinterpret_cast<uint64_t>(host)) +
+                                      " (no unified addressing?); use alloc_cuda_slot instead");
+  if (!st.ok()) (void)a.cuMemHostUnregister(host);
+  return st;
+}
+
+Status Device::cuda_host_unregister(void* host) {
+  const CudaApi& a = api();
+  if (!a.cuMemHostUnregister) return error(Code::unavailable, "libcuda lacks cuMemHostUnregister");
+  return cu_check(a.cuMemHostUnregister(host), "cuMemHostUnregister");
+}
+
+Status Device::share_slots_with_cuda() {
+  if (fd_ctl_ < 0 || !slots_.host) return error(Code::unavailable, "the nv device is closed");
+  if (slots_shared_) return Status();
+  CONCCL_RETURN_IF_ERROR(cuda_host_register(slots_.host, slots_.size).prefix("the semaphore slot page"));
   slots_shared_ = true;
   return Status();
 }

@@ -26,8 +26,8 @@
 #include <cstring>
 #include <fstream>
 
+#include "backends/nv/nv_device.hpp"
 #include "backends/nv/rm_abi.hpp"
-#include "conccl/nv.hpp"
 
 namespace conccl::nv {
 
@@ -110,10 +110,10 @@ Status Device::open_impl(const Options& o) {
   if (opt_.pushbuffer_bytes < 4096 || opt_.pushbuffer_bytes % 4096)
     return error(Code::invalid_argument, "pushbuffer_bytes must be a multiple of 4096");
   if (opt_.va_base % (2u << 20) || opt_.va_size % (2u << 20) || opt_.va_size == 0 ||
-      opt_.va_base + opt_.va_size > (1ull << 40))
+      opt_.ring_window_bytes % (2u << 20) || opt_.ring_window_bytes == 0 || opt_.va_base + opt_.va_size < opt_.va_base)
     return error(Code::invalid_argument,
-                 "the VA window must be 2 MiB aligned and end below 1 TiB (pushbuffer addresses are 40-bit), got " +
-                     hex(opt_.va_base) + "+" + hex(opt_.va_size));
+                 "the VA windows must be 2 MiB aligned and non-empty, got data " + hex(opt_.va_base) + "+" +
+                     hex(opt_.va_size) + ", ring window " + hex(opt_.ring_window_bytes) + " bytes");
   if (!(opt_.pce_bytes_per_s > 0) || !std::isfinite(opt_.pce_bytes_per_s))
     return error(Code::invalid_argument,
                  "pce_bytes_per_s must be a positive bytes-per-second figure (34e9 measured beside a GEMM on an H200), got " +
@@ -275,17 +275,7 @@ Status Device::open_impl(const Options& o) {
   CONCCL_RETURN_IF_ERROR(uvm_ioctl(fd_uvm_, abi::kUvmRegisterGpuVaspace, &rv, &rv.rmStatus, "UVM_REGISTER_GPU_VASPACE"));
   uvm_vaspace_registered_ = true;
 
-  // Our address window, reserved so that nothing else is placed there.
-  void* w = mmap(reinterpret_cast<void*>(opt_.va_base), opt_.va_size, PROT_NONE,
-                 MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE | MAP_FIXED_NOREPLACE, -1, 0);
-  if (w == MAP_FAILED || w != reinterpret_cast<void*>(opt_.va_base)) {
-    if (w != MAP_FAILED) munmap(w, opt_.va_size);
-    return error(Code::resource_exhausted, "cannot reserve the VA window " + hex(opt_.va_base) + "+" +
-                                               hex(opt_.va_size) + ": " + std::strerror(errno) +
-                                               " (something is mapped there; choose nv::Options::va_base)");
-  }
-  window_ = w;
-  free_va_ = {{opt_.va_base, opt_.va_size}};
+  CONCCL_RETURN_IF_ERROR(reserve_windows());
 
   // Semaphore slots (host memory, CPU-cached, one VA for CPU and GPU).
   {
@@ -352,8 +342,10 @@ Status Device::open_impl(const Options& o) {
   std::stable_sort(order.begin(), order.end(), [](const Engine* a, const Engine* b) { return a->pces > b->pces; });
   std::string notes;
   for (Engine* e : order) {
-    Status s = create_channel(e->lce, e->pces);
+    Result<std::unique_ptr<GpfifoQueue>> q = create_queue(e->lce, opt_.pushbuffer_bytes);
+    Status s = q.status();
     if (s.ok()) {
+      channels_.push_back(std::make_unique<Channel>(std::move(q).value()));
       e->has_channel = true;
     } else {
       e->note = "channel creation failed: " + s.to_string();
@@ -391,85 +383,85 @@ Status Device::query_identity() {
 
 // ---- channels -----------------------------------------------------------------
 
-Status Device::create_channel(int lce, int pces) {
-  std::unique_ptr<Channel> ch(new Channel());
-  ch->dev_ = this;
-  ch->lce_ = lce;
-  ch->pces_ = pces;
-  ch->entries_ = opt_.gpfifo_entries;
+Result<std::unique_ptr<GpfifoQueue>> Device::create_queue(int lce, size_t pushbuffer_bytes, int gpu) {
+  const Engine* eng = nullptr;
+  std::string ids;
+  for (const Engine& e : engines_) {
+    if (e.lce == lce) eng = &e;
+    if (!e.grce && e.pces > 0) ids += (ids.empty() ? "" : ", ") + std::to_string(e.lce);
+  }
+  if (!eng) return error(Code::invalid_argument, "no LCE" + std::to_string(lce) + " on this GPU (async LCEs: " + ids + ")");
+  if (eng->grce)
+    return error(Code::invalid_argument, "LCE" + std::to_string(lce) +
+                                             " is a graphics copy engine (GRCE): it belongs to the graphics runlist, "
+                                             "so no channel of ours goes there; use an asynchronous LCE (" + ids + ")");
+  if (eng->pces == 0)
+    return error(Code::invalid_argument, "LCE" + std::to_string(lce) + " has no PCEs; use " + ids);
+  if (pushbuffer_bytes < 4096 || pushbuffer_bytes % 4096)
+    return error(Code::invalid_argument, "pushbuffer (ring) size must be a multiple of 4096, not " +
+                                             std::to_string(pushbuffer_bytes));
+  auto ch = std::make_unique<NvChannel>(this, lce, eng->pces);
+  NvChannel& c = *ch;
+  c.id_ = next_channel_id_++;
+  c.entries = opt_.gpfifo_entries;
+  live_.insert(&c);
   const uint32_t engine = abi::engine_type_copy(lce);
-  auto fail = [&](Status s) {
-    if (ch->uvm_registered_) {
-      abi::UvmUnregisterChannel u{};
-      std::memcpy(u.gpuUuid, info_.uuid, 16);
-      u.hClient = h_client_;
-      u.hChannel = ch->h_channel_;
-      (void)uvm_ioctl(fd_uvm_, abi::kUvmUnregisterChannel, &u, &u.rmStatus, "UVM_UNREGISTER_CHANNEL");
-      ch->uvm_registered_ = false;
-    }
-    (void)rm_free(h_device_, ch->h_group_, "channel group");
-    ch->h_group_ = 0;
-    for (Buffer* b : {&ch->ring_, &ch->pushbuffer_, &ch->notifier_})
-      if (b->handle) (void)free(*b);
-    ch->dev_ = nullptr;
-    return s;
-  };
+  // On failure the NvChannel's destructor releases whatever was made.
 
   abi::ChannelGroupParams gp{};
   gp.hVASpace = h_vaspace_;
   gp.engineType = engine;
-  Status st = rm_alloc(h_device_, abi::kKeplerChannelGroupA, &gp, sizeof gp, &ch->h_group_, "channel group");
-  if (!st.ok()) return fail(st);
+  CONCCL_RETURN_IF_ERROR(rm_alloc(h_device_, abi::kKeplerChannelGroupA, &gp, sizeof gp, &c.h_group, "channel group"));
 
-  // GP ring with USERD right after it (device memory, CPU write-combined).
-  const size_t ring_bytes = size_t(ch->entries_) * 8 + 4096;
-  Result<Buffer> ring = alloc(ring_bytes, MemKind::device, true);
-  if (!ring.ok()) return fail(ring.status());
-  ch->ring_ = *ring;
-  std::memset(ch->ring_.host, 0, ch->ring_.size);
-  Result<Buffer> pb = alloc(opt_.pushbuffer_bytes, MemKind::device, true);
-  if (!pb.ok()) return fail(pb.status());
-  ch->pushbuffer_ = *pb;
+  // GP ring with USERD right after it, and the pushbuffer: device memory,
+  // CPU write-combined, in the ring window below 2^40.
+  const size_t ring_bytes = size_t(c.entries) * 8 + 4096;
+  Result<Buffer> ring = alloc(ring_bytes, MemKind::device, true, true);
+  if (!ring.ok()) return ring.status();
+  c.ring = *ring;
+  std::memset(c.ring.host, 0, c.ring.size);
+  Result<Buffer> pb = alloc(pushbuffer_bytes, MemKind::device, true, true);
+  if (!pb.ok()) return pb.status();
+  c.pushbuffer = *pb;
   Result<Buffer> nt = alloc_rm_sysmem(4096);
-  if (!nt.ok()) return fail(nt.status());
-  ch->notifier_ = *nt;
+  if (!nt.ok()) return nt.status();
+  c.notifier = *nt;
   Result<uint64_t> tl = alloc_slot();
-  if (!tl.ok()) return fail(tl.status());
-  ch->timeline_va_ = *tl;
-  ch->timeline_ = slot_host(*tl);
-  ch->timeline_[0] = 0;
-  ch->timeline_[1] = 0;
+  if (!tl.ok()) return tl.status();
+  c.timeline_va = *tl;
+  c.timeline = slot_host(*tl);
+  c.timeline[0] = 0;
+  c.timeline[1] = 0;
 
   abi::ChannelAllocParams cp{};
-  cp.hObjectError = ch->notifier_.handle;
-  cp.hObjectBuffer = ch->ring_.handle;
-  cp.gpFifoOffset = ch->ring_.va;
-  cp.gpFifoEntries = ch->entries_;
-  cp.hUserdMemory[0] = ch->ring_.handle;
-  cp.userdOffset[0] = uint64_t(ch->entries_) * 8;
+  cp.hObjectError = c.notifier.handle;
+  cp.hObjectBuffer = c.ring.handle;
+  cp.gpFifoOffset = c.ring.va;
+  cp.gpFifoEntries = c.entries;
+  cp.hUserdMemory[0] = c.ring.handle;
+  cp.userdOffset[0] = uint64_t(c.entries) * 8;
   cp.engineType = engine;
-  st = rm_alloc(ch->h_group_, info_.channel_class, &cp, sizeof cp, &ch->h_channel_, "GPFIFO channel");
+  Status st = rm_alloc(c.h_group, info_.channel_class, &cp, sizeof cp, &c.h_channel, "GPFIFO channel");
   if (!st.ok() && info_.channel_class == hopper::kHopperChannelGpfifoA &&
       std::find(info_.classes.begin(), info_.classes.end(), hopper::kAmpereChannelGpfifoA) != info_.classes.end()) {
     log("retrying the channel as AMPERE_CHANNEL_GPFIFO_A (0xC56F)");
-    st = rm_alloc(ch->h_group_, hopper::kAmpereChannelGpfifoA, &cp, sizeof cp, &ch->h_channel_, "GPFIFO channel (0xC56F)");
+    st = rm_alloc(c.h_group, hopper::kAmpereChannelGpfifoA, &cp, sizeof cp, &c.h_channel, "GPFIFO channel (0xC56F)");
     if (st.ok()) info_.channel_class = hopper::kAmpereChannelGpfifoA;
   }
-  if (!st.ok()) return fail(st);
+  if (!st.ok()) return st;
   abi::CopyAllocParams ca{1, engine};
-  st = rm_alloc(ch->h_channel_, hopper::kHopperDmaCopyA, &ca, sizeof ca, &ch->h_copy_, "HOPPER_DMA_COPY_A");
-  if (!st.ok()) return fail(st);
+  CONCCL_RETURN_IF_ERROR(rm_alloc(c.h_channel, hopper::kHopperDmaCopyA, &ca, sizeof ca, &c.h_copy, "HOPPER_DMA_COPY_A"));
   abi::WorkSubmitToken tok{0xFFFFFFFFu};
-  st = rm_control(ch->h_channel_, abi::kCtrlGetWorkSubmitToken, &tok, sizeof tok, "GPFIFO_GET_WORK_SUBMIT_TOKEN");
-  if (!st.ok()) return fail(st);
-  ch->token_ = tok.workSubmitToken;
+  CONCCL_RETURN_IF_ERROR(
+      rm_control(c.h_channel, abi::kCtrlGetWorkSubmitToken, &tok, sizeof tok, "GPFIFO_GET_WORK_SUBMIT_TOKEN"));
+  c.token = tok.workSubmitToken;
   abi::ScheduleParams sc{1, 0, 0};
-  st = rm_control(ch->h_group_, abi::kCtrlGroupSchedule, &sc, sizeof sc, "KEPLER_CHANNEL_GROUP_A GPFIFO_SCHEDULE");
+  st = rm_control(c.h_group, abi::kCtrlGroupSchedule, &sc, sizeof sc, "KEPLER_CHANNEL_GROUP_A GPFIFO_SCHEDULE");
   if (!st.ok()) {
     log("group schedule failed; scheduling the channel instead: " + st.message());
     abi::ScheduleParams sc2{1, 0, 0};
-    st = rm_control(ch->h_channel_, abi::kCtrlChannelSchedule, &sc2, sizeof sc2, "CHANNEL GPFIFO_SCHEDULE");
-    if (!st.ok()) return fail(st);
+    CONCCL_RETURN_IF_ERROR(
+        rm_control(c.h_channel, abi::kCtrlChannelSchedule, &sc2, sizeof sc2, "CHANNEL GPFIFO_SCHEDULE"));
   }
   // Register the channel with UVM so that its MMU faults are reported (see
   // rm_abi.hpp UvmRegisterChannel). UVM maps the channel's context buffers in
@@ -482,14 +474,14 @@ Status Device::create_channel(int lce, int pces) {
       std::memcpy(rc.gpuUuid, info_.uuid, 16);
       rc.rmCtrlFd = fd_ctl_;
       rc.hClient = h_client_;
-      rc.hChannel = ch->h_channel_;
+      rc.hChannel = c.h_channel;
       rc.base = *va;
       rc.length = bytes;
       Status r = uvm_ioctl(fd_uvm_, abi::kUvmRegisterChannel, &rc, &rc.rmStatus, "UVM_REGISTER_CHANNEL");
       if (r.ok()) {
-        ch->uvm_registered_ = true;
-        ch->uvm_range_va_ = *va;
-        ch->uvm_range_bytes_ = bytes;
+        c.uvm_registered = true;
+        c.uvm_range_va = *va;
+        c.uvm_range_bytes = bytes;
       } else {
         release_va(*va, bytes);
         log("LCE" + std::to_string(lce) + ": MMU faults on this channel will stall it instead of being reported: " +
@@ -497,19 +489,25 @@ Status Device::create_channel(int lce, int pces) {
       }
     }
   }
-  log("LCE" + std::to_string(lce) + ": channel " + hex(ch->h_channel_) + " token " + hex(ch->token_) + " ring " +
-      hex(ch->ring_.va) + " pushbuffer " + hex(ch->pushbuffer_.va) + " timeline " + hex(ch->timeline_va_));
+  log("LCE" + std::to_string(lce) + ": channel " + hex(c.h_channel) + " token " + hex(c.token) + " ring " +
+      hex(c.ring.va) + " pushbuffer " + hex(c.pushbuffer.va) + " timeline " + hex(c.timeline_va));
 
+  GpfifoMemory m;
+  m.gp = static_cast<volatile uint64_t*>(c.ring.host);
+  m.entries = c.entries;
+  m.userd = reinterpret_cast<volatile uint32_t*>(static_cast<uint8_t*>(c.ring.host) + size_t(c.entries) * 8);
+  m.pushbuffer = static_cast<uint8_t*>(c.pushbuffer.host);
+  m.pushbuffer_va = c.pushbuffer.va;
+  m.pushbuffer_bytes = c.pushbuffer.size;
+  m.timeline_va = c.timeline_va;
+  m.timeline = c.timeline;
+  auto q = std::make_unique<GpfifoQueue>(gpu, lce, caps(Isa::hopper()), m, std::move(ch));
+  c.queue = q.get();
   // First submission: bind the copy class; proves the channel runs.
-  hopper::CommandList init;
-  init.bind_copy_object();
-  uint64_t fence = 0;
-  st = ch->submit(init, Deadline::after_ms(2000), &fence);
-  if (st.ok()) st = ch->wait_done(Deadline::after_ms(5000), fence);
-  if (!st.ok()) return fail(st.prefix("first submission (SET_OBJECT) on LCE" + std::to_string(lce)));
-  setup_wakeup(*ch);
-  channels_.push_back(std::move(ch));
-  return Status();
+  st = q->bind_copy_object(Deadline::after_ms(5000));
+  if (!st.ok()) return st.prefix("first submission (SET_OBJECT) on LCE" + std::to_string(lce));
+  setup_wakeup(c);
+  return q;
 }
 
 Channel* Device::channel_for_lce(int lce) {
@@ -565,22 +563,11 @@ double Device::estimated_rate(std::span<Channel* const> channels) const {
 Device::~Device() { teardown(); }
 
 void Device::teardown() {
-  // Channels first: freeing a group stops and frees its channel and copy object.
-  for (auto& c : channels_) {
-    teardown_wakeup(*c);
-    if (c->uvm_registered_) {
-      abi::UvmUnregisterChannel u{};
-      std::memcpy(u.gpuUuid, info_.uuid, 16);
-      u.hClient = h_client_;
-      u.hChannel = c->h_channel_;
-      (void)uvm_ioctl(fd_uvm_, abi::kUvmUnregisterChannel, &u, &u.rmStatus, "UVM_UNREGISTER_CHANNEL");
-      c->uvm_registered_ = false;
-    }
-    (void)rm_free(h_device_, c->h_group_, "channel group");
-    c->h_group_ = c->h_channel_ = c->h_copy_ = 0;
-    c->dev_ = nullptr;
-  }
+  // Channels first: freeing a group stops and frees its channel and copy
+  // object. Queues handed out by create_queue that outlive the Device are
+  // released here and report the channel closed from then on.
   channels_.clear();
+  for (NvChannel* c : std::vector<NvChannel*>(live_.begin(), live_.end())) c->release();
   release_cuda();
   while (!buffers_.empty()) {
     Buffer b = buffers_.back();
@@ -622,10 +609,9 @@ void Device::teardown() {
       ::close(*fd);
       *fd = -1;
     }
-  if (window_) {
-    munmap(window_, opt_.va_size);
-    window_ = nullptr;
-  }
+  if (data_base_) munmap(reinterpret_cast<void*>(data_base_), data_size_);
+  if (low_base_) munmap(reinterpret_cast<void*>(low_base_), low_size_);
+  data_base_ = low_base_ = 0;
 }
 
 }  // namespace conccl::nv

@@ -9,7 +9,9 @@
 //           NV01_MEMORY_SYSTEM_OS_DESCRIPTOR (CPU-cached, one VA for both);
 //   GPU mapping: UVM_CREATE_EXTERNAL_RANGE, NV_ESC_RM_MAP_MEMORY_DMA at a fixed
 //           offset, UVM_MAP_EXTERNAL_ALLOCATION - at the same VA.
-// Every VA comes from a window reserved with mmap(PROT_NONE, MAP_FIXED_NOREPLACE).
+// Every VA comes from one of two windows reserved with mmap(PROT_NONE,
+// MAP_FIXED_NOREPLACE): the ring window below 2^40 (GP rings, pushbuffers) and
+// the data window (everything else).
 #include <fcntl.h>
 #include <sys/ioctl.h>
 #include <sys/mman.h>
@@ -21,8 +23,11 @@
 #include <cstdio>
 #include <cstring>
 
+#include <fstream>
+#include <sstream>
+
+#include "backends/nv/nv_device.hpp"
 #include "backends/nv/rm_abi.hpp"
-#include "conccl/nv.hpp"
 
 namespace conccl::nv {
 
@@ -191,21 +196,124 @@ Status Device::uvm_ioctl(int fd, unsigned long cmd, void* params, uint32_t* rm_s
 
 // ---- VA window ----------------------------------------------------------------
 
-Result<uint64_t> Device::reserve_va(size_t bytes, size_t align) {
-  for (size_t i = 0; i < free_va_.size(); ++i) {
-    auto [base, len] = free_va_[i];
+namespace {
+
+// Free ranges of this process's address space below `limit`, from
+// /proc/self/maps (sorted, non-overlapping), each [base, end).
+std::vector<std::pair<uint64_t, uint64_t>> free_ranges_below(uint64_t limit) {
+  std::vector<std::pair<uint64_t, uint64_t>> used;
+  std::ifstream f("/proc/self/maps");
+  std::string line;
+  while (std::getline(f, line)) {
+    uint64_t lo = 0, hi = 0;
+    char dash = 0;
+    std::istringstream in(line);
+    in >> std::hex >> lo >> dash >> hi;
+    if (dash == '-') used.push_back({lo, hi});
+  }
+  std::sort(used.begin(), used.end());
+  std::vector<std::pair<uint64_t, uint64_t>> out;
+  uint64_t at = 1ull << 21;  // keep the first 2 MiB (NULL page, vm.mmap_min_addr)
+  for (const auto& [lo, hi] : used) {
+    if (lo >= limit) break;
+    if (lo > at) out.push_back({at, lo});
+    at = std::max(at, hi);
+  }
+  if (at < limit) out.push_back({at, limit});
+  return out;
+}
+
+bool reserve_at(uint64_t base, uint64_t bytes) {
+  void* w = mmap(reinterpret_cast<void*>(base), bytes, PROT_NONE,
+                 MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE | MAP_FIXED_NOREPLACE, -1, 0);
+  if (w == MAP_FAILED) return false;
+  if (w != reinterpret_cast<void*>(base)) {  // kernels before 4.17 ignore MAP_FIXED_NOREPLACE
+    munmap(w, bytes);
+    return false;
+  }
+  return true;
+}
+
+}  // namespace
+
+// The ring window must lie below 2^40: GP entries carry 40-bit pushbuffer
+// addresses (clc86f.h NVC86F_GP_ENTRY1_GET_HI 7:0). Candidates: 64 GiB (the
+// old fixed window, clear of where Linux places mappings), then the free
+// ranges of /proc/self/maps below 1 TiB, highest first. An AddressSanitizer
+// build maps [2 GiB, 2 TiB) as its shadow and shadow gap, so there only the
+// range below 2 GiB is left - which is why the window is small and is not
+// where the data lives. The data window goes where asked (va_base) or where
+// the kernel puts it.
+Status Device::reserve_windows() {
+  constexpr uint64_t kAlign = 2ull << 20, kLimit = 1ull << 40;
+  const uint64_t low = opt_.ring_window_bytes;
+  std::vector<uint64_t> candidates = {0x10'0000'0000ull};
+  std::vector<std::pair<uint64_t, uint64_t>> gaps = free_ranges_below(kLimit);
+  for (auto it = gaps.rbegin(); it != gaps.rend(); ++it) {
+    const uint64_t end = it->second & ~(kAlign - 1);
+    if (end >= it->first + low && end - low >= round_up(it->first, kAlign)) candidates.push_back(end - low);
+  }
+  for (uint64_t base : candidates)
+    if (base + low <= kLimit && reserve_at(base, low)) {
+      low_base_ = base;
+      low_size_ = low;
+      break;
+    }
+  if (!low_base_) {
+    std::string where;
+    for (const auto& [a, b] : gaps) where += " [" + hex(a) + ", " + hex(b) + ")";
+    return error(Code::resource_exhausted,
+                 "no free " + std::to_string(low >> 20) + " MiB range below 1 TiB for the GP rings and pushbuffers "
+                 "(GP entries carry 40-bit addresses); free ranges below 1 TiB:" + (where.empty() ? " none" : where) +
+                 ". Lower nv::Options::ring_window_bytes, or run without AddressSanitizer's low shadow there");
+  }
+  free_low_ = {{low_base_, low_size_}};
+  if (opt_.va_base) {
+    if (!reserve_at(opt_.va_base, opt_.va_size))
+      return error(Code::resource_exhausted, "cannot reserve the data window " + hex(opt_.va_base) + "+" +
+                                                 hex(opt_.va_size) + ": " + std::strerror(errno) +
+                                                 " (something is mapped there; choose another nv::Options::va_base, "
+                                                 "or 0 to let the kernel place it)");
+    data_base_ = opt_.va_base;
+  } else {
+    // Over-reserve by one alignment unit so the window can start 2 MiB aligned.
+    void* w = mmap(nullptr, opt_.va_size + kAlign, PROT_NONE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
+    if (w == MAP_FAILED)
+      return error(Code::resource_exhausted, "cannot reserve a " + std::to_string(opt_.va_size >> 30) +
+                                                 " GiB data window: " + std::strerror(errno) +
+                                                 "; lower nv::Options::va_size");
+    const uint64_t raw = reinterpret_cast<uint64_t>(w);
+    data_base_ = round_up(raw, kAlign);
+    if (data_base_ > raw) munmap(w, data_base_ - raw);
+    munmap(reinterpret_cast<void*>(data_base_ + opt_.va_size), raw + kAlign - data_base_);
+  }
+  data_size_ = opt_.va_size;
+  free_va_ = {{data_base_, data_size_}};
+  log("VA windows: rings " + hex(low_base_) + "+" + hex(low_size_) + ", data " + hex(data_base_) + "+" + hex(data_size_));
+  return Status();
+}
+
+Result<uint64_t> Device::reserve_va(size_t bytes, size_t align, bool low) {
+  auto& list = low ? free_low_ : free_va_;
+  for (size_t i = 0; i < list.size(); ++i) {
+    auto [base, len] = list[i];
     const uint64_t start = round_up(base, align);
     if (start + bytes > base + len) continue;
     // Split the free range around [start, start+bytes).
     std::vector<std::pair<uint64_t, uint64_t>> repl;
     if (start > base) repl.push_back({base, start - base});
     if (start + bytes < base + len) repl.push_back({start + bytes, base + len - start - bytes});
-    free_va_.erase(free_va_.begin() + static_cast<long>(i));
-    free_va_.insert(free_va_.begin() + static_cast<long>(i), repl.begin(), repl.end());
+    list.erase(list.begin() + static_cast<long>(i));
+    list.insert(list.begin() + static_cast<long>(i), repl.begin(), repl.end());
     return start;
   }
+  if (low)
+    return error(Code::resource_exhausted, "no " + std::to_string(bytes) + "-byte hole left in the " +
+                                               std::to_string(low_size_ >> 20) +
+                                               " MiB ring window (GP rings and pushbuffers); destroy queues or raise "
+                                               "nv::Options::ring_window_bytes");
   return error(Code::resource_exhausted, "no " + std::to_string(bytes) + "-byte hole left in the " +
-                                             std::to_string(opt_.va_size >> 30) +
+                                             std::to_string(data_size_ >> 30) +
                                              " GiB VA window; free buffers or raise nv::Options::va_size");
 }
 
@@ -214,14 +322,15 @@ void Device::release_va(uint64_t va, size_t bytes) {
   void* p = mmap(reinterpret_cast<void*>(va), bytes, PROT_NONE,
                  MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE | MAP_FIXED, -1, 0);
   if (p == MAP_FAILED) log("warning: could not re-reserve " + hex(va) + ": " + std::strerror(errno));
-  free_va_.push_back({va, bytes});
-  std::sort(free_va_.begin(), free_va_.end());
+  auto& list = va >= low_base_ && va < low_base_ + low_size_ ? free_low_ : free_va_;
+  list.push_back({va, bytes});
+  std::sort(list.begin(), list.end());
   std::vector<std::pair<uint64_t, uint64_t>> merged;
-  for (const auto& r : free_va_) {
+  for (const auto& r : list) {
     if (!merged.empty() && merged.back().first + merged.back().second == r.first) merged.back().second += r.second;
     else merged.push_back(r);
   }
-  free_va_.swap(merged);
+  list.swap(merged);
 }
 
 // ---- mappings -----------------------------------------------------------------
@@ -316,7 +425,7 @@ Status Device::map_gpu(uint32_t handle, uint64_t va, size_t bytes) {
 
 // ---- memory -------------------------------------------------------------------
 
-Result<Buffer> Device::alloc(size_t bytes, MemKind kind, bool cpu_map) {
+Result<Buffer> Device::alloc(size_t bytes, MemKind kind, bool cpu_map, bool low) {
   if (fd_ctl_ < 0) return error(Code::unavailable, "the nv device is closed");
   if (bytes == 0) return error(Code::invalid_argument, "cannot allocate 0 bytes");
   Buffer b;
@@ -325,7 +434,7 @@ Result<Buffer> Device::alloc(size_t bytes, MemKind kind, bool cpu_map) {
     const bool huge = bytes >= (8u << 20);
     const uint64_t page = huge ? (2u << 20) : 4096;
     b.size = round_up(bytes, page);
-    Result<uint64_t> va = reserve_va(b.size, 2u << 20);
+    Result<uint64_t> va = reserve_va(b.size, low ? page : (2u << 20), low);
     if (!va.ok()) return va.status();
     b.va = *va;
     abi::MemoryAllocationParams p{};

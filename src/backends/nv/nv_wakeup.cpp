@@ -34,35 +34,35 @@
 #include <cstring>
 #include <string>
 
+#include "backends/nv/nv_device.hpp"
 #include "backends/nv/rm_abi.hpp"
-#include "conccl/nv.hpp"
 
 namespace conccl::nv {
 
-void Device::setup_wakeup(Channel& ch) {
-  const std::string lce = "LCE" + std::to_string(ch.lce());
+void Device::setup_wakeup(NvChannel& ch) {
+  const std::string lce = "LCE" + std::to_string(ch.lce);
   if (!opt_.interrupt_waits) {
-    ch.irq_note_ = "off (nv::Options::interrupt_waits = false)";
+    ch.irq_note = "off (nv::Options::interrupt_waits = false)";
     return;
   }
   const int fd = ::open("/dev/nvidiactl", O_RDWR | O_CLOEXEC);
   if (fd < 0) {
-    ch.irq_note_ = std::string("cannot open an event file on /dev/nvidiactl: ") + std::strerror(errno);
-    log(lce + ": interrupt waits off: " + ch.irq_note_);
+    ch.irq_note = std::string("cannot open an event file on /dev/nvidiactl: ") + std::strerror(errno);
+    log(lce + ": interrupt waits off: " + ch.irq_note);
     return;
   }
   abi::OsEvent ev{h_client_, h_device_, static_cast<uint32_t>(fd), 0};
   if (::ioctl(fd, abi::rm_ioctl(abi::kEscAllocOsEvent, sizeof ev), &ev) != 0 || ev.Status != 0) {
     const int err = errno;
-    ch.irq_note_ = "NV_ESC_ALLOC_OS_EVENT refused: " +
+    ch.irq_note = "NV_ESC_ALLOC_OS_EVENT refused: " +
                    (ev.Status ? rm_status_name(ev.Status) : std::string(std::strerror(err)));
-    log(lce + ": interrupt waits off: " + ch.irq_note_);
+    log(lce + ": interrupt waits off: " + ch.irq_note);
     ::close(fd);
     return;
   }
   uint32_t indices[2] = {};
   int n = 0;
-  if (opt_.irq_notifier != IrqNotifier::host) indices[n++] = abi::notifier_ce(ch.lce());
+  if (opt_.irq_notifier != IrqNotifier::host) indices[n++] = abi::notifier_ce(ch.lce);
   if (opt_.irq_notifier != IrqNotifier::copy_engine) indices[n++] = abi::kNotifierFifoEventMthd;
   for (int i = 0; i < n; ++i) {
     abi::EventAllocParams p{};
@@ -74,66 +74,49 @@ void Device::setup_wakeup(Channel& ch) {
     uint32_t h = 0;
     Status s = rm_alloc(h_subdevice_, abi::kNv01EventOsEvent, &p, sizeof p, &h, "wake event (NV01_EVENT_OS_EVENT)");
     if (!s.ok()) {
-      ch.irq_note_ = "event for notifier " + std::to_string(indices[i]) + " refused: " + s.message();
-      log(lce + ": interrupt waits off: " + ch.irq_note_);
-      ch.event_fd_ = fd;  // so that teardown_wakeup frees what was made
+      ch.irq_note = "event for notifier " + std::to_string(indices[i]) + " refused: " + s.message();
+      log(lce + ": interrupt waits off: " + ch.irq_note);
+      ch.event_fd = fd;  // so that teardown_wakeup frees what was made
       teardown_wakeup(ch);
       return;
     }
-    ch.h_wake_[i] = h;
+    ch.h_wake[i] = h;
   }
-  ch.event_fd_ = fd;
-  ch.irq_note_.clear();
+  ch.event_fd = fd;
+  ch.irq_note.clear();
   log(lce + ": interrupt waits on event file " + std::to_string(fd));
 }
 
-void Device::teardown_wakeup(Channel& ch) {
-  for (uint32_t& h : ch.h_wake_)
+void Device::teardown_wakeup(NvChannel& ch) {
+  for (uint32_t& h : ch.h_wake)
     if (h) {
       (void)rm_free(h_subdevice_, h, "wake event");
       h = 0;
     }
-  if (ch.event_fd_ >= 0) {
-    abi::OsEvent ev{h_client_, h_device_, static_cast<uint32_t>(ch.event_fd_), 0};
-    (void)::ioctl(ch.event_fd_, abi::rm_ioctl(abi::kEscFreeOsEvent, sizeof ev), &ev);
-    ::close(ch.event_fd_);
-    ch.event_fd_ = -1;
+  if (ch.event_fd >= 0) {
+    abi::OsEvent ev{h_client_, h_device_, static_cast<uint32_t>(ch.event_fd), 0};
+    (void)::ioctl(ch.event_fd, abi::rm_ioctl(abi::kEscFreeOsEvent, sizeof ev), &ev);
+    ::close(ch.event_fd);
+    ch.event_fd = -1;
   }
 }
 
-Status Channel::sleep_on_interrupt(Deadline deadline, uint64_t target) {
-  const Options& o = dev_->opt_;
-  // Ask for the interrupt after everything submitted so far.
-  hopper::CommandList arm;
-  if (o.irq_source == IrqSource::host_method) {
-    const uint32_t scope = 0;  // NVC86F_WFI_SCOPE_CURRENT_SCG_TYPE
-    CONCCL_RETURN_IF_ERROR(arm.raw({hopper::HdrOp::inc, 0, abi::kHostWfi, 1}, {&scope, 1}));
-    arm.nonstall_interrupt();
+// The waiter (GpfifoQueue::wait_done) has armed the interrupt after the work
+// it waits for; any event on the file wakes it, and it re-checks the timeline.
+bool NvChannel::sleep(std::chrono::nanoseconds timeout) {
+  if (event_fd < 0) {
+    timespec ts{static_cast<time_t>(timeout.count() / 1000000000), static_cast<long>(timeout.count() % 1000000000)};
+    nanosleep(&ts, nullptr);
+    return false;
   }
-  CONCCL_RETURN_IF_ERROR(submit_list(arm, deadline, nullptr, o.irq_source == IrqSource::copy_launch));
-  ++stats_.irq_arms;
-  const auto safety = std::chrono::microseconds(std::max<uint32_t>(1000, o.wait_max_sleep_us * 10));
-  while (completed() < target) {
-    CONCCL_RETURN_IF_ERROR(fault_status());
-    if (deadline.expired())
-      return error(Code::timeout, "deadline passed waiting for timeline value " + std::to_string(target) +
-                                      " (asleep on the engine's interrupt): " + diagnose());
-    const auto nap = std::min<std::chrono::nanoseconds>(safety, deadline.remaining());
-    timespec ts{static_cast<time_t>(nap.count() / 1000000000), static_cast<long>(nap.count() % 1000000000)};
-    pollfd p{event_fd_, POLLIN | POLLPRI, 0};
-    const int r = ::ppoll(&p, 1, &ts, nullptr);
-    if (r > 0) {
-      if (p.revents & (POLLHUP | POLLERR))
-        return error(Code::device_fault, "the event file of LCE" + std::to_string(lce_) +
-                                             " reported POLLHUP/POLLERR (GPU lost or closed): " + diagnose());
-      ++stats_.irq_wakes;
-    } else if (r == 0) {
-      ++stats_.irq_timeouts;
-    } else if (errno != EINTR) {
-      return error(Code::internal, std::string("ppoll on the event file failed: ") + std::strerror(errno));
-    }
+  timespec ts{static_cast<time_t>(timeout.count() / 1000000000), static_cast<long>(timeout.count() % 1000000000)};
+  pollfd p{event_fd, POLLIN | POLLPRI, 0};
+  const int r = ::ppoll(&p, 1, &ts, nullptr);
+  if (r > 0 && (p.revents & (POLLHUP | POLLERR))) {
+    event_lost = true;  // fault_status() reports it
+    return true;
   }
-  return Status();
+  return r > 0;
 }
 
 }  // namespace conccl::nv

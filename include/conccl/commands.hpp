@@ -1,0 +1,156 @@
+// conccl/commands.hpp - the DMA command vocabulary every engine speaks.
+//
+// One small vocabulary (tinygrad's hardware queues - runtime/support/hcq.py:
+// copy, signal, wait, timestamp, submit - and Linux's amdgpu_buffer_funcs are
+// the models): copy, fill, signal add/set, wait until a 64-bit signal is >= a
+// value, timestamp. A CommandBuffer records it for one instruction set (Isa),
+// lowered to AMD SDMA packets (packets/sdma_*) or to NVIDIA Hopper copy-engine
+// and host methods (packets/hopper_ce). What an engine can do is data (Caps),
+// so that code above the backends never branches on the packet format.
+// See docs/architecture.md.
+#pragma once
+
+#include <cstdint>
+#include <span>
+#include <string>
+#include <vector>
+
+#include "conccl/status.hpp"
+#include "packets/generation.hpp"
+#include "packets/sdma_codec.hpp"
+
+namespace conccl {
+
+// The command set an engine executes.
+enum class IsaKind : uint8_t {
+  sdma,       // AMD SDMA packets of one generation (packets/sdma_layout.hpp)
+  hopper_ce,  // NVIDIA HOPPER_DMA_COPY_A + HOPPER_CHANNEL_GPFIFO_A host methods
+};
+
+struct Isa {
+  IsaKind kind = IsaKind::sdma;
+  sdma::Gen gen = sdma::Gen::v4_4_2;  // meaningful for IsaKind::sdma only
+
+  static constexpr Isa sdma_gen(sdma::Gen g) { return Isa{IsaKind::sdma, g}; }
+  static constexpr Isa hopper() { return Isa{IsaKind::hopper_ce, sdma::Gen::v4_4_2}; }
+  bool is_sdma() const { return kind == IsaKind::sdma; }
+  // "SDMA 4.4.2", "Hopper CE"
+  std::string name() const;
+  bool operator==(const Isa& o) const { return kind == o.kind && (kind != IsaKind::sdma || gen == o.gen); }
+};
+// Parses "hopper-ce" (or "Hopper CE") or an SDMA generation ("4.4.2",
+// "SDMA 4.4.2", "5.2", ...).
+Result<Isa> parse_isa(const std::string& name);
+
+// What an engine can do, as data. caps(isa) gives the instruction set's;
+// a queue may narrow them (Queue::caps(): e.g. no 64-bit atomics over a link
+// that lacks them).
+struct Caps {
+  uint64_t max_copy_bytes = 0;   // largest single copy command (bigger copies are split)
+  uint64_t max_fill_bytes = 0;   // largest single fill command
+  bool broadcast_copy = false;   // copy_bcst: one command, two destinations
+  bool swap = false;             // swap: exchange two ranges in one command
+  bool atomic64 = false;         // signal_add is a 64-bit atomic in the memory system
+  bool interrupt_wakeup = false; // the engine can wake a sleeping host thread
+  bool signal_twin = false;      // signals carry value + 2^31 at +8 (exact >= waits with 32-bit polls)
+  uint32_t timestamp_offset = 0; // timestamp(slot) writes the engine time at slot + this
+  uint32_t signal_align = 8;     // signal address alignment
+  uint32_t timestamp_align = 8;  // timestamp slot alignment
+};
+const Caps& caps(const Isa& isa);
+
+// POLL_REGMEM compare functions (value & mask) FUNC ref (SDMA only).
+enum class PollFunc : uint8_t { always = 0, lt = 1, le = 2, eq = 3, ne = 4, ge = 5, gt = 6 };
+
+// Records commands for one Isa. Each command appends whole packets (or
+// method headers) or nothing: a failed command leaves the buffer unchanged.
+// A CommandBuffer built over caller storage (the ring space a Queue reserved)
+// writes there and fails with Code::resource_exhausted when it is full.
+class CommandBuffer {
+ public:
+  explicit CommandBuffer(Isa isa = Isa{});
+  explicit CommandBuffer(sdma::Gen gen) : CommandBuffer(Isa::sdma_gen(gen)) {}
+  // Records into fixed storage (see Queue::reserve).
+  CommandBuffer(Isa isa, std::span<uint32_t> storage);
+  CommandBuffer(const CommandBuffer& o);
+  CommandBuffer& operator=(const CommandBuffer& o);
+  CommandBuffer(CommandBuffer&& o) noexcept;
+  CommandBuffer& operator=(CommandBuffer&& o) noexcept;
+  ~CommandBuffer();
+
+  const Isa& isa() const { return isa_; }
+  const Caps& caps() const { return *caps_; }
+  // The SDMA generation (for SDMA buffers).
+  sdma::Gen gen() const { return isa_.gen; }
+
+  // ---- the vocabulary -----------------------------------------------------
+  Status copy(uint64_t dst, uint64_t src, uint64_t bytes);  // split into legal commands
+  Status copy_bcst(uint64_t dst0, uint64_t dst1, uint64_t src, uint64_t bytes);  // caps().broadcast_copy
+  Status swap(uint64_t a, uint64_t b, uint64_t bytes);                            // caps().swap
+  Status fill(uint64_t dst, uint32_t value, uint64_t bytes);  // dst, bytes 4-aligned
+  // Signals (conccl/signal.hpp) by address, in the layout caps() describes:
+  // add `delta` after all earlier commands' writes; store `value`; make the
+  // engine wait until the 64-bit value is >= `value`.
+  Status signal_add(uint64_t signal_va, uint64_t delta = 1);
+  Status signal_set(uint64_t signal_va, uint64_t value);
+  Status wait_ge(uint64_t signal_va, uint64_t value);
+  // The engine's clock into a 16-byte slot; it lands at slot + caps().timestamp_offset.
+  Status timestamp(uint64_t slot_va);
+  // Pre-encoded dwords of this Isa; decoded to find command boundaries and
+  // rejected if they do not decode.
+  Status raw(std::span<const uint32_t> dwords);
+
+  // ---- SDMA packets (Isa sdma only; Code::invalid_argument elsewhere) ------
+  Status write(uint64_t dst, std::span<const uint32_t> data);
+  Status fence(uint64_t addr, uint32_t value);                 // 32-bit store, after prior work
+  Status fence64(uint64_t addr, uint64_t value);               // two FENCEs: low dword, then high
+  Status atomic_add64(uint64_t addr, int64_t value);
+  Status poll(uint64_t addr, uint32_t ref, uint32_t mask, PollFunc func,
+              uint16_t interval = 4, uint16_t retry = 0xFFF);  // retry 0xFFF = forever
+  Status trap(uint32_t ctx);
+  Status nop(uint32_t body_dwords = 0);
+  // Any packet of packets/, by fields.
+  Status packet(sdma::Pkt pkt, std::span<const sdma::FieldValue> fields,
+                std::span<const uint32_t> data = {});
+  // ---- Hopper methods (Isa hopper_ce only) --------------------------------
+  // Host NON_STALL_INTERRUPT (after a WFI, so it follows the work before it).
+  Status nonstall_interrupt();
+
+  // ---- contents ------------------------------------------------------------
+  std::span<const uint32_t> dwords() const { return {data_, size_}; }
+  size_t size_bytes() const { return size_ * 4; }
+  size_t packet_count() const { return starts_.size(); }
+  // Dword offset of each packet (SDMA) or method header (Hopper).
+  std::span<const uint32_t> packet_starts() const { return starts_; }
+  bool empty() const { return size_ == 0; }
+  void clear() {
+    size_ = 0;
+    starts_.clear();
+  }
+  // The commands as text, one per line (the disassembler of the Isa).
+  std::string disassemble() const;
+
+  // ---- for lowerings (src/queue/lower_*.cpp) -------------------------------
+  // Space for n more dwords at the end, or null when fixed storage is full.
+  uint32_t* grow(size_t n);
+  // Records that a packet starts at dword offset `at`.
+  void mark(size_t at) { starts_.push_back(static_cast<uint32_t>(at)); }
+  size_t size_dwords() const { return size_; }
+  // Drops everything after a mark taken with size_dwords()/packet_count().
+  void truncate(size_t dwords, size_t packets) {
+    size_ = dwords;
+    starts_.resize(packets);
+  }
+
+ private:
+  Status need_sdma(const char* what) const;
+  Status need_cap(bool have, const char* what) const;
+  Isa isa_;
+  const Caps* caps_;
+  uint32_t* data_ = nullptr;
+  size_t size_ = 0, cap_ = 0;
+  bool owned_ = true;
+  std::vector<uint32_t> starts_;
+};
+
+}  // namespace conccl

@@ -1,0 +1,145 @@
+// src/queue/lower_hopper.cpp - the vocabulary as NVIDIA Hopper copy-engine
+// (HOPPER_DMA_COPY_A, clc8b5.h) and host (HOPPER_CHANNEL_GPFIFO_A, clc86f.h /
+// clc56f.h) methods, encoded by packets/hopper_ce's emitters.
+//
+// Signals (16 bytes): a native 64-bit value at +0; +8 stays unused, because
+// every write to a signal is a release without timestamp or a reduction, so
+// nothing lands there (a WITH_TIMESTAMP release would put the time at +8).
+//   add:  host SEM_EXECUTE REDUCTION IADD, unsigned, 64-bit, RELEASE_WFI - the
+//         only 64-bit add a public manual documents (GA100 dev_pbdma.ref.txt:
+//         64-bit IADD unsigned only; WFI waits for the engine to be idle and a
+//         SYSMEMBAR orders the copies' writes first). A copy engine LAUNCH_DMA
+//         reduction with a two-word payload is not documented, so not used.
+//   set:  CE LAUNCH_DMA semaphore release, two-word payload, FLUSH (ordered
+//         after the copies before it, as the UVM driver's releases are).
+//   wait: host SEM_EXECUTE ACQ_CIRC_GEQ, 64-bit: the channel stalls until
+//         (int64)(value - target) >= 0, i.e. value >= target for any counter
+//         within 2^63 of its target (the form proven on the H200, run 9).
+// Timestamps: a release with timestamp into a 16-byte slot (payload 0 at +0,
+// GPU ns at +8: Caps::timestamp_offset = 8).
+#include <algorithm>
+
+#include "packets/hopper_ce.hpp"
+#include "queue/lowering.hpp"
+
+namespace conccl::lower {
+
+namespace {
+
+using namespace conccl::hopper;
+
+Status check_va(const char* what, uint64_t va, uint64_t bytes) {
+  if (va > kMaxVirtualAddress || bytes > kMaxVirtualAddress - va + 1)
+    return error(Code::out_of_range, std::string(what) + " range " + hex(va) + "+" + std::to_string(bytes) +
+                                         " exceeds the copy engine's 57-bit address space");
+  return Status();
+}
+
+// Appends one command of `n` dwords written by `put`.
+template <typename Put>
+Status emit(CommandBuffer& cb, size_t n, Put&& put) {
+  const size_t at = cb.size_dwords();
+  uint32_t* p = cb.grow(n);
+  if (!p) return error(Code::resource_exhausted, "the reserved ring space is full");
+  put(p);
+  cb.mark(at);
+  return Status();
+}
+
+Status copy(CommandBuffer& cb, uint64_t dst, uint64_t src, uint64_t bytes) {
+  CONCCL_RETURN_IF_ERROR(check_va("copy source", src, bytes));
+  CONCCL_RETURN_IF_ERROR(check_va("copy destination", dst, bytes));
+  bool pipelined = false;  // the first piece waits for earlier work (an acquire before it)
+  for (uint64_t off = 0; off < bytes; off += kMaxCopyBytes) {
+    const uint64_t len = std::min(kMaxCopyBytes, bytes - off);
+    CONCCL_RETURN_IF_ERROR(emit(cb, kCopyPieceDwords, [&](uint32_t* p) {
+      put_copy_piece(p, dst + off, src + off, len, pipelined);
+    }));
+    pipelined = true;
+  }
+  return Status();
+}
+
+Status no_cap(CommandBuffer&, const char* what) {
+  return error(Code::invalid_argument, std::string(what) + " does not exist on Hopper copy engines");
+}
+Status copy_bcst(CommandBuffer& cb, uint64_t, uint64_t, uint64_t, uint64_t) { return no_cap(cb, "a broadcast copy"); }
+Status swap(CommandBuffer& cb, uint64_t, uint64_t, uint64_t) { return no_cap(cb, "an in-place swap"); }
+
+Status fill(CommandBuffer& cb, uint64_t dst, uint32_t value, uint64_t bytes) {
+  CONCCL_RETURN_IF_ERROR(check_va("fill destination", dst, bytes));
+  CONCCL_RETURN_IF_ERROR(emit(cb, kFillSetupDwords, [&](uint32_t* p) { put_fill_setup(p, value); }));
+  bool pipelined = false;
+  for (uint64_t off = 0; off < bytes; off += kMaxFillBytes) {
+    const uint64_t len = std::min(kMaxFillBytes, bytes - off);
+    CONCCL_RETURN_IF_ERROR(
+        emit(cb, kFillPieceDwords, [&](uint32_t* p) { put_fill_piece(p, dst + off, len, pipelined); }));
+    pipelined = true;
+  }
+  return Status();
+}
+
+Status signal_add(CommandBuffer& cb, uint64_t va, uint64_t delta) {
+  CONCCL_RETURN_IF_ERROR(check_va("signal", va, 8));
+  return emit(cb, kHostSemDwords, [&](uint32_t* p) { put_host_semaphore(p, va, delta, kSemExecuteAdd64); });
+}
+
+Status signal_set(CommandBuffer& cb, uint64_t va, uint64_t v) {
+  CONCCL_RETURN_IF_ERROR(check_va("signal", va, 8));
+  return emit(cb, kReleaseDwords, [&](uint32_t* p) { put_release(p, va, v, false, false); });
+}
+
+Status wait_ge(CommandBuffer& cb, uint64_t va, uint64_t v) {
+  CONCCL_RETURN_IF_ERROR(check_va("signal", va, 8));
+  return emit(cb, kHostSemDwords, [&](uint32_t* p) {
+    put_host_semaphore(p, va, v, uint32_t(Acquire::circ_geq) | kSemPayload64);
+  });
+}
+
+Status timestamp(CommandBuffer& cb, uint64_t slot) {
+  CONCCL_RETURN_IF_ERROR(check_va("timestamp slot", slot, kSemaphoreSlotBytes));
+  return emit(cb, kReleaseDwords, [&](uint32_t* p) { put_release(p, slot, 0, true, false); });
+}
+
+Status raw(CommandBuffer& cb, std::span<const uint32_t> dw) {
+  Disassembly d = disassemble(dw);
+  if (!d.error.ok())
+    return error(Code::invalid_argument, "raw methods: at dword " + std::to_string(d.error_offset) + ": " +
+                                             d.error.message());
+  for (size_t i = 0; i < d.offsets.size(); ++i) {
+    const size_t end = i + 1 < d.offsets.size() ? d.offsets[i + 1] : dw.size();
+    CONCCL_RETURN_IF_ERROR(append(cb, dw.data() + d.offsets[i], end - d.offsets[i]));
+  }
+  return Status();
+}
+
+std::string disassemble_cb(const CommandBuffer& cb) { return disassemble_text(cb.dwords()); }
+
+Caps make_caps() {
+  Caps c;
+  c.max_copy_bytes = kMaxCopyBytes;
+  c.max_fill_bytes = kMaxFillBytes;
+  c.broadcast_copy = false;
+  c.swap = false;
+  c.atomic64 = true;          // host semaphore reduction, 64-bit unsigned IADD
+  c.interrupt_wakeup = true;  // NON_STALL_INTERRUPT
+  c.signal_twin = false;
+  c.timestamp_offset = 8;
+  c.signal_align = 8;
+  c.timestamp_align = kSemaphoreSlotBytes;
+  return c;
+}
+
+}  // namespace
+
+const Ops& hopper_ops() {
+  static const Ops ops{copy, copy_bcst, swap, fill, signal_add, signal_set, wait_ge, timestamp, raw, disassemble_cb};
+  return ops;
+}
+
+const Caps& hopper_caps() {
+  static const Caps c = make_caps();
+  return c;
+}
+
+}  // namespace conccl::lower

@@ -1,0 +1,151 @@
+// src/queue/lower_sdma.cpp - the vocabulary as AMD SDMA packets.
+//
+// Signals (16 bytes): the value at +0 and value + 2^31 at +8 (the "twin"),
+// advanced by the same packets, so that a 64-bit ">= v" wait can be made of
+// 32-bit POLL_REGMEM packets without ever skipping over a low-dword wrap
+// (docs/signals.md). Adds are ATOMIC add64 (twin first, value last: a host
+// that sees the value may free the signal, so no packet of the update may
+// come after it); stores are FENCEs, low dword first.
+#include <algorithm>
+
+#include "packets/copy_split.hpp"
+#include "packets/sdma_asm.hpp"
+#include "packets/sdma_codec.hpp"
+#include "queue/lowering.hpp"
+
+namespace conccl::lower {
+
+namespace {
+
+using sdma::FieldValue;
+using sdma::Key;
+using sdma::Pkt;
+
+constexpr uint64_t kTwin = 1ull << 31;
+
+Status copy(CommandBuffer& cb, uint64_t dst, uint64_t src, uint64_t bytes) {
+  Status st;
+  sdma::for_each_copy_chunk(cb.gen(), src, dst, bytes, [&](const sdma::CopyChunk& c) {
+    if (!st.ok()) return;
+    const FieldValue f[] = {{Key::src, c.src}, {Key::dst, c.dst}, {Key::bytes, c.bytes}};
+    st = cb.packet(Pkt::copy, f);
+  });
+  return st;
+}
+
+Status copy_bcst(CommandBuffer& cb, uint64_t dst0, uint64_t dst1, uint64_t src, uint64_t bytes) {
+  const uint64_t max = sdma::limits(cb.gen()).max_copy_bytes;
+  for (uint64_t off = 0; off < bytes; off += max) {
+    const uint64_t len = std::min(max, bytes - off);
+    const FieldValue f[] = {{Key::src, src + off}, {Key::dst0, dst0 + off}, {Key::dst1, dst1 + off}, {Key::bytes, len}};
+    CONCCL_RETURN_IF_ERROR(cb.packet(Pkt::copy_bcst, f));
+  }
+  return Status();
+}
+
+Status swap(CommandBuffer& cb, uint64_t a, uint64_t b, uint64_t bytes) {
+  const uint64_t max = sdma::limits(cb.gen()).max_copy_bytes;
+  for (uint64_t off = 0; off < bytes; off += max) {
+    const uint64_t len = std::min(max, bytes - off);
+    const FieldValue f[] = {{Key::a, a + off}, {Key::b, b + off}, {Key::bytes, len}};
+    CONCCL_RETURN_IF_ERROR(cb.packet(Pkt::swap, f));
+  }
+  return Status();
+}
+
+Status fill(CommandBuffer& cb, uint64_t dst, uint32_t value, uint64_t bytes) {
+  const uint64_t max = sdma::limits(cb.gen()).max_fill_bytes;
+  for (uint64_t off = 0; off < bytes; off += max) {
+    const uint64_t len = std::min(max, bytes - off);
+    const FieldValue f[] = {{Key::dst, dst + off}, {Key::value, value}, {Key::bytes, len}};
+    CONCCL_RETURN_IF_ERROR(cb.packet(Pkt::fill, f));
+  }
+  return Status();
+}
+
+Status signal_add(CommandBuffer& cb, uint64_t va, uint64_t delta) {
+  CONCCL_RETURN_IF_ERROR(cb.atomic_add64(va + 8, static_cast<int64_t>(delta)));
+  return cb.atomic_add64(va, static_cast<int64_t>(delta));
+}
+
+Status signal_set(CommandBuffer& cb, uint64_t va, uint64_t v) {
+  CONCCL_RETURN_IF_ERROR(cb.fence64(va + 8, v + kTwin));  // twin first, value last
+  return cb.fence64(va, v);
+}
+
+// POLL on the high dword, then (only if it equals the target's) COND_EXE +
+// POLL on the low dword - on whichever word keeps the low-dword target below
+// 2^31, so the low dword would have to cross more than 2^31 values between
+// two polls to wrap past the target unseen.
+Status wait_ge(CommandBuffer& cb, uint64_t va, uint64_t v) {
+  uint64_t base = va, t = v;
+  if (static_cast<uint32_t>(v) >= kTwin) {
+    base = va + 8;
+    t = v + kTwin;
+  }
+  const uint32_t hi = static_cast<uint32_t>(t >> 32), lo = static_cast<uint32_t>(t);
+  CONCCL_RETURN_IF_ERROR(cb.poll(base + 4, hi, 0xFFFFFFFF, PollFunc::ge));
+  // If the high dword already passed the target's, the value is above it:
+  // skip the low-dword poll.
+  constexpr uint64_t kPollDwords = 6;
+  const FieldValue f[] = {{Key::addr, base + 4}, {Key::ref, hi}, {Key::count, kPollDwords}};
+  CONCCL_RETURN_IF_ERROR(cb.packet(Pkt::cond_exe, f));
+  return cb.poll(base, lo, 0xFFFFFFFF, PollFunc::ge);
+}
+
+Status timestamp(CommandBuffer& cb, uint64_t slot) {
+  const FieldValue f[] = {{Key::addr, slot}};
+  return cb.packet(Pkt::timestamp, f);
+}
+
+Status raw(CommandBuffer& cb, std::span<const uint32_t> dw) {
+  sdma::StreamDecode d = sdma::decode_stream(cb.gen(), dw);
+  if (!d.error.ok())
+    return error(Code::invalid_argument,
+                 "raw packets: at dword " + std::to_string(d.error_offset) + ": " + d.error.message());
+  for (size_t i = 0; i < d.offsets.size(); ++i) {
+    const size_t end = i + 1 < d.offsets.size() ? d.offsets[i + 1] : dw.size();
+    CONCCL_RETURN_IF_ERROR(append(cb, dw.data() + d.offsets[i], end - d.offsets[i]));
+  }
+  return Status();
+}
+
+std::string disassemble(const CommandBuffer& cb) {
+  sdma::StreamDecode d = sdma::decode_stream(cb.gen(), cb.dwords());
+  std::string out;
+  for (const sdma::Packet& p : d.packets) out += sdma::format_packet(p) + "\n";
+  if (!d.error.ok()) out += "<" + d.error.message() + ">\n";
+  return out;
+}
+
+Caps make_caps(sdma::Gen g) {
+  const sdma::Limits& l = sdma::limits(g);
+  Caps c;
+  c.max_copy_bytes = l.max_copy_bytes;
+  c.max_fill_bytes = l.max_fill_bytes;
+  c.broadcast_copy = true;      // COPY_LINEAR broadcast exists on every generation we encode
+  c.swap = l.has_swap_linear;   // SWAP_LINEAR: 4.4.2 only
+  c.atomic64 = true;            // ATOMIC add64 (a queue over a link without 64-bit atomics clears it)
+  c.interrupt_wakeup = true;    // TRAP
+  c.signal_twin = true;
+  c.timestamp_offset = 0;
+  c.signal_align = 8;
+  c.timestamp_align = l.timestamp_align;
+  return c;
+}
+
+}  // namespace
+
+const Ops& sdma_ops() {
+  static const Ops ops{copy, copy_bcst, swap, fill, signal_add, signal_set, wait_ge, timestamp, raw, disassemble};
+  return ops;
+}
+
+const Caps& sdma_caps(sdma::Gen g) {
+  static const Caps table[sdma::kGenCount] = {make_caps(sdma::kAllGens[0]), make_caps(sdma::kAllGens[1]),
+                                              make_caps(sdma::kAllGens[2]), make_caps(sdma::kAllGens[3]),
+                                              make_caps(sdma::kAllGens[4]), make_caps(sdma::kAllGens[5])};
+  return table[static_cast<size_t>(g)];
+}
+
+}  // namespace conccl::lower

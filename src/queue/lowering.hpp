@@ -1,0 +1,47 @@
+// src/queue/lowering.hpp - how the vocabulary becomes packets or methods.
+//
+// One table of entry points per instruction set (lower_sdma.cpp,
+// lower_hopper.cpp). CommandBuffer checks what is common (zero sizes,
+// overlaps, capabilities) and calls the table; each entry appends whole
+// commands through CommandBuffer::grow()/mark() or returns an error (the
+// caller truncates what a failed entry appended).
+#pragma once
+
+#include <cstdint>
+#include <span>
+#include <string>
+
+#include "conccl/commands.hpp"
+
+namespace conccl::lower {
+
+struct Ops {
+  Status (*copy)(CommandBuffer& cb, uint64_t dst, uint64_t src, uint64_t bytes);
+  Status (*copy_bcst)(CommandBuffer& cb, uint64_t dst0, uint64_t dst1, uint64_t src, uint64_t bytes);
+  Status (*swap)(CommandBuffer& cb, uint64_t a, uint64_t b, uint64_t bytes);
+  Status (*fill)(CommandBuffer& cb, uint64_t dst, uint32_t value, uint64_t bytes);
+  Status (*signal_add)(CommandBuffer& cb, uint64_t va, uint64_t delta);
+  Status (*signal_set)(CommandBuffer& cb, uint64_t va, uint64_t value);
+  Status (*wait_ge)(CommandBuffer& cb, uint64_t va, uint64_t value);
+  Status (*timestamp)(CommandBuffer& cb, uint64_t slot);
+  // Finds command boundaries in pre-encoded dwords (offsets relative to dw[0]).
+  Status (*raw)(CommandBuffer& cb, std::span<const uint32_t> dw);
+  std::string (*disassemble)(const CommandBuffer& cb);
+};
+
+const Ops& sdma_ops();
+const Ops& hopper_ops();
+const Caps& sdma_caps(sdma::Gen g);
+const Caps& hopper_caps();
+
+// Appends `n` dwords from `src` as one command starting at the current end.
+inline Status append(CommandBuffer& cb, const uint32_t* src, size_t n) {
+  const size_t at = cb.size_dwords();
+  uint32_t* p = cb.grow(n);
+  if (!p) return error(Code::resource_exhausted, "the reserved ring space is full");
+  for (size_t i = 0; i < n; ++i) p[i] = src[i];
+  cb.mark(at);
+  return Status();
+}
+
+}  // namespace conccl::lower

@@ -1,0 +1,162 @@
+// src/queue/sdma_queue.cpp - the user-mode SDMA ring shared by the emulator and KFD.
+//
+// Protocol (ROCr BlitSdma, tinygrad, kfdtest; see docs/queues.md):
+//   write packets -> release fence -> store 64-bit byte wptr -> doorbell.
+#include "queue/sdma_queue.hpp"
+
+#include <algorithm>
+#include <atomic>
+#include <cstring>
+
+#include "packets/sdma_asm.hpp"
+
+namespace conccl {
+
+namespace {
+
+uint64_t load_acquire(const uint64_t* p) {
+  return std::atomic_ref<uint64_t>(*const_cast<uint64_t*>(p)).load(std::memory_order_acquire);
+}
+
+}  // namespace
+
+SdmaQueue::SdmaQueue(int gpu, int engine, Isa isa, Caps caps, RingMemory ring, std::unique_ptr<SdmaRingBackend> backend)
+    : Queue(gpu, engine, isa, caps), ring_(ring), backend_(std::move(backend)) {
+  next_wptr_ = load_acquire(ring_.wptr);
+  last_ticket_.store(next_wptr_);
+}
+
+SdmaQueue::~SdmaQueue() = default;
+
+uint64_t SdmaQueue::rptr() const { return load_acquire(ring_.rptr); }
+uint64_t SdmaQueue::wptr() const { return load_acquire(ring_.wptr); }
+
+void SdmaQueue::write_nops(uint64_t at, uint64_t bytes) {
+  // NOP with count = body dwords (variable length since SDMA 4); the body is
+  // ignored, so zero it like ROCr/tinygrad do.
+  const uint64_t mask = ring_.ring_bytes - 1;
+  uint64_t dwords = bytes / 4;
+  uint64_t pos = (at & mask) / 4;
+  const uint32_t max_body = sdma::limits(gen()).max_nop_count;
+  while (dwords > 0) {
+    const uint64_t body = dwords - 1 < max_body ? dwords - 1 : max_body;
+    ring_.ring[pos] = static_cast<uint32_t>(body) << 16;  // NOP header, count[29:16]
+    std::memset(&ring_.ring[pos + 1], 0, body * 4);
+    pos += body + 1;
+    dwords -= body + 1;
+  }
+}
+
+Status SdmaQueue::wait_for_space(uint64_t end, Deadline deadline, uint64_t start) {
+  const uint64_t size = ring_.ring_bytes;
+  auto fits = [&] { return end - rptr() <= size - 4; };
+  while (!fits()) {
+    if (engine_halted()) return error(Code::device_fault, "ring full and the engine has halted. " + diagnose(8));
+    if (deadline.expired())
+      return error(Code::timeout, "ring full: need " + std::to_string(end - start) +
+                                      " bytes but the engine has consumed only up to rptr=" + hex(rptr()) +
+                                      " (wptr=" + hex(start) + ", ring " + std::to_string(size) +
+                                      " bytes); the engine is not draining the ring. " + diagnose(8));
+    backend_->wait_progress(rptr(), deadline);
+  }
+  return Status();
+}
+
+void SdmaQueue::publish(uint64_t end) {
+  // Packets before wptr, wptr before the doorbell.
+  std::atomic_thread_fence(std::memory_order_release);
+  std::atomic_ref<uint64_t>(*ring_.wptr).store(end, std::memory_order_release);
+  std::atomic_thread_fence(std::memory_order_seq_cst);
+  backend_->ring_doorbell(end);
+  next_wptr_ = end;
+}
+
+uint32_t* SdmaQueue::ring_reserve(size_t bytes, Deadline deadline, Status* why) {
+  const uint64_t size = ring_.ring_bytes;
+  if (bytes > size - 4) {
+    *why = error(Code::invalid_argument, "a " + std::to_string(bytes) + "-byte reservation cannot fit a " +
+                                             std::to_string(size) + "-byte ring; use a larger ring");
+    return nullptr;
+  }
+  uint64_t start = next_wptr_;
+  const uint64_t off = start & (size - 1);
+  const uint64_t pad = off + bytes > size ? size - off : 0;
+  *why = wait_for_space(start + pad + bytes, deadline, start);
+  if (!why->ok()) return nullptr;
+  if (pad) write_nops(start, pad);  // published with the commands at commit
+  reserved_at_ = start + pad;
+  return ring_.ring + (reserved_at_ & (size - 1)) / 4;
+}
+
+uint64_t SdmaQueue::ring_commit(size_t bytes) {
+  publish(reserved_at_ + bytes);
+  return next_wptr_;
+}
+
+Result<uint64_t> SdmaQueue::ring_submit(const CommandBuffer& cb, Deadline deadline) {
+  const uint64_t size = ring_.ring_bytes;
+  // Lay the packets out: a packet that would cross the ring end starts at 0.
+  const std::span<const uint32_t> dw = cb.dwords();
+  const std::span<const uint32_t> starts = cb.packet_starts();
+  auto length = [&](size_t i) { return ((i + 1 < starts.size() ? starts[i + 1] : dw.size()) - starts[i]) * 4ull; };
+  uint64_t pos = next_wptr_;
+  for (size_t i = 0; i < starts.size(); ++i) {
+    const uint64_t len = length(i);
+    if (len > size - 4)
+      return error(Code::invalid_argument, "a " + std::to_string(len) + "-byte packet cannot fit a " +
+                                               std::to_string(size) + "-byte ring; use a larger ring");
+    if ((pos & (size - 1)) + len > size) pos += size - (pos & (size - 1));
+    pos += len;
+  }
+  const uint64_t end = pos;
+  if (end - next_wptr_ > size - 4)
+    return error(Code::invalid_argument,
+                 "command buffer of " + std::to_string(cb.size_bytes()) + " bytes (" +
+                     std::to_string(end - next_wptr_) + " with ring-end padding) exceeds what a " +
+                     std::to_string(size) + "-byte ring holds; submit it in parts or use a larger ring");
+  CONCCL_RETURN_IF_ERROR(wait_for_space(end, deadline, next_wptr_));
+
+  pos = next_wptr_;
+  for (size_t i = 0; i < starts.size(); ++i) {
+    const uint64_t len = length(i);
+    const uint64_t off = pos & (size - 1);
+    if (off + len > size) {
+      write_nops(pos, size - off);
+      pos += size - off;
+    }
+    std::memcpy(reinterpret_cast<uint8_t*>(ring_.ring) + (pos & (size - 1)), &dw[starts[i]], len);
+    pos += len;
+  }
+  publish(end);
+  return end;
+}
+
+std::string SdmaQueue::diagnose(size_t max_packets) const {
+  const uint64_t r = rptr(), w = wptr();
+  const EngineStatus es = engine_status();
+  std::string out = "queue " + std::to_string(id()) + " on gpu " + std::to_string(gpu()) + " engine " +
+                    std::to_string(engine()) + " (" + isa().name() + "): rptr=" + hex(r) + " wptr=" + hex(w) +
+                    " (" + std::to_string(w - r) + " bytes pending); engine " + es.detail();
+  if (w <= r || !ring_.ring) return out;
+  out += "; pending packets:";
+  const uint64_t size = ring_.ring_bytes;
+  uint64_t pos = r;
+  size_t shown = 0;
+  while (pos < w && shown < max_packets) {
+    const uint64_t off = pos & (size - 1);
+    const uint64_t avail = std::min<uint64_t>(w - pos, size - off) / 4;
+    Result<sdma::Packet> p = sdma::decode(gen(), std::span<const uint32_t>(ring_.ring + off / 4, avail));
+    out += "\n  @" + hex(pos) + ": ";
+    if (!p.ok()) {
+      out += "<" + p.status().message() + ">";
+      break;
+    }
+    out += sdma::format_packet(*p);
+    pos += p->dwords * 4;
+    ++shown;
+  }
+  if (pos < w) out += "\n  ... (" + std::to_string(w - pos) + " more bytes)";
+  return out;
+}
+
+}  // namespace conccl

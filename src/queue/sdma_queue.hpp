@@ -1,0 +1,76 @@
+// src/queue/sdma_queue.hpp - the SDMA ring protocol, shared by the emulator
+// and KFD; a backend supplies only its doorbell, engine status, progress
+// sleep and wake-up packets (SdmaRingBackend).
+#pragma once
+
+#include <memory>
+
+#include "conccl/queue.hpp"
+
+namespace conccl {
+
+// Where a ring lives: its bytes and the read/write pointer words (64-bit byte
+// offsets that never wrap).
+struct RingMemory {
+  uint32_t* ring = nullptr;  // CPU view of the ring
+  uint64_t ring_bytes = 0;   // power of two
+  uint64_t* rptr = nullptr;  // written by the engine
+  uint64_t* wptr = nullptr;  // written by the queue, read by the engine
+};
+
+class SdmaRingBackend {
+ public:
+  virtual ~SdmaRingBackend() = default;
+  virtual void ring_doorbell(uint64_t wptr_bytes) = 0;
+  virtual EngineStatus engine_status() const = 0;
+  virtual int id() const = 0;  // backend-wide queue id
+  // Blocks briefly until the engine may have moved rptr past `seen_rptr`, or
+  // the deadline; spurious returns are fine.
+  virtual void wait_progress(uint64_t seen_rptr, Deadline deadline) = 0;
+  virtual Status record_wake(CommandBuffer& cb) const = 0;
+  virtual Event* wake_event() = 0;
+};
+
+// Protocol (ROCr BlitSdma, tinygrad, kfdtest):
+//   write packets -> release fence -> store 64-bit byte wptr -> doorbell.
+// rptr/wptr are monotonic 64-bit byte counts; only the ring offset wraps. A
+// packet never straddles the ring end: the tail is filled with NOPs. At most
+// ring_bytes - 4 bytes are outstanding, so a full ring never looks empty to
+// an engine that compares masked pointers. Tickets are wptr values.
+class SdmaQueue final : public Queue {
+ public:
+  SdmaQueue(int gpu, int engine, Isa isa, Caps caps, RingMemory ring, std::unique_ptr<SdmaRingBackend> backend);
+  ~SdmaQueue() override;
+
+  int id() const override { return backend_->id(); }
+  size_t ring_bytes() const override { return ring_.ring_bytes; }
+  uint64_t completed() const override { return rptr(); }
+  uint64_t rptr() const;  // bytes consumed by the engine (monotonic)
+  uint64_t wptr() const;  // bytes published (monotonic)
+  void wait_for_progress(uint64_t seen, Deadline deadline) const override { backend_->wait_progress(seen, deadline); }
+  Status record_wake(CommandBuffer& cb) const override { return backend_->record_wake(cb); }
+  Event* wake_event() override { return backend_->wake_event(); }
+  EngineStatus engine_status() const override { return backend_->engine_status(); }
+  std::string diagnose(size_t max_commands = 16) const override;
+  SdmaRingBackend& backend() { return *backend_; }
+
+ protected:
+  uint32_t* ring_reserve(size_t bytes, Deadline deadline, Status* why) override;
+  uint64_t ring_commit(size_t bytes) override;
+  Result<uint64_t> ring_submit(const CommandBuffer& cb, Deadline deadline) override;
+  bool engine_halted() const override {
+    return backend_->engine_status().state == EngineStatus::State::halted;
+  }
+
+ private:
+  Status wait_for_space(uint64_t end, Deadline deadline, uint64_t start);
+  void write_nops(uint64_t at, uint64_t bytes);
+  void publish(uint64_t end);
+
+  RingMemory ring_;
+  std::unique_ptr<SdmaRingBackend> backend_;
+  uint64_t next_wptr_ = 0;  // guarded by submit_mu_
+  uint64_t reserved_at_ = 0;  // ring_reserve: where the reserved space starts (after padding)
+};
+
+}  // namespace conccl
