@@ -70,6 +70,9 @@ class Queue {
   const Caps& caps() const { return caps_; }
   sdma::Gen gen() const { return isa_.gen; }
   virtual size_t ring_bytes() const = 0;
+  // The largest command buffer one submit() takes (SDMA: the ring less its
+  // end padding; GPFIFO: half the pushbuffer, less the timeline release).
+  virtual size_t max_submit_bytes() const = 0;
   CommandBuffer command_buffer() const { return CommandBuffer(isa_); }
 
   // Copies cb's commands into the ring and rings the doorbell once. Waits for

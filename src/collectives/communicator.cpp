@@ -65,10 +65,16 @@ std::vector<int> Communicator::engines_toward(int src, int dst) const {
     if (const LinkInfo* l = g.link_to(gpu(dst)))
       for (int e : l->recommended_engines) out.push_back(e);
   // Then the other engines of the kind that suits the traffic (xGMI for
-  // GPU-to-GPU), then the rest.
+  // GPU-to-GPU), then the rest; copy engines (NVIDIA) heaviest first.
+  std::vector<const EngineInfo*> ces;
+  for (const EngineInfo& e : g.engines)
+    if (e.kind == EngineKind::copy) ces.push_back(&e);
+  std::stable_sort(ces.begin(), ces.end(), [](const EngineInfo* a, const EngineInfo* b) { return a->weight > b->weight; });
   for (EngineKind want : {EngineKind::xgmi, EngineKind::pcie})
     for (const EngineInfo& e : g.engines)
       if (e.kind == want && std::find(out.begin(), out.end(), e.id) == out.end()) out.push_back(e.id);
+  for (const EngineInfo* e : ces)
+    if (std::find(out.begin(), out.end(), e->id) == out.end()) out.push_back(e->id);
   return out;
 }
 
@@ -167,13 +173,13 @@ Result<std::unique_ptr<Plan>> Communicator::plan(const CollectiveArgs& in) {
   // Each list goes into its ring in one submit: reject what cannot fit (with
   // room for ring-end padding) before anything runs.
   for (const PlanList& l : plan->lists_)
-    if (l.cb.size_bytes() + 256 > options_.ring_bytes)
+    if (l.cb.size_bytes() > l.queue->max_submit_bytes())
       return error(Code::invalid_argument,
                    std::string(coll_op_name(args.op)) + ": the command list for rank " + std::to_string(l.rank) +
                        " engine " + std::to_string(l.engine) + " is " + std::to_string(l.cb.size_bytes()) +
-                       " bytes, more than its " + std::to_string(options_.ring_bytes) +
-                       "-byte ring holds; create the communicator with a larger Options::ring_bytes "
-                       "(or fewer chain chunks)");
+                       " bytes, more than one submission to its " + std::to_string(options_.ring_bytes) +
+                       "-byte ring takes (" + std::to_string(l.queue->max_submit_bytes()) +
+                       "); create the communicator with a larger Options::ring_bytes (or fewer chain chunks)");
   return plan;
 }
 

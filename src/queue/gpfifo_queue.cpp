@@ -41,6 +41,8 @@ GpfifoQueue::GpfifoQueue(int gpu, int engine, Caps caps, GpfifoMemory mem, std::
 
 GpfifoQueue::~GpfifoQueue() = default;
 
+size_t GpfifoQueue::max_submit_bytes() const { return mem_.pushbuffer_bytes / 2 - kTailBytes; }
+
 uint64_t GpfifoQueue::completed() const { return load(mem_.timeline); }
 uint64_t GpfifoQueue::completed_time_ns() const { return load(mem_.timeline + 1); }
 uint32_t GpfifoQueue::gp_get() const { return mem_.userd[kUserdGpGetOffset / 4]; }

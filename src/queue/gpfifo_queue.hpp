@@ -75,6 +75,7 @@ class GpfifoQueue final : public Queue {
 
   int id() const override { return backend_->id(); }
   size_t ring_bytes() const override { return mem_.pushbuffer_bytes; }
+  size_t max_submit_bytes() const override;
   uint64_t completed() const override;
   // GPU ns time of the last timeline release (when the last completed
   // submission finished on the engine).

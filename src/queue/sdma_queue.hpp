@@ -44,6 +44,8 @@ class SdmaQueue final : public Queue {
 
   int id() const override { return backend_->id(); }
   size_t ring_bytes() const override { return ring_.ring_bytes; }
+  // A buffer may need up to its largest packet of NOP padding at the ring end.
+  size_t max_submit_bytes() const override { return ring_.ring_bytes - 256; }
   uint64_t completed() const override { return rptr(); }
   uint64_t rptr() const;  // bytes consumed by the engine (monotonic)
   uint64_t wptr() const;  // bytes published (monotonic)

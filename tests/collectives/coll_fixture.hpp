@@ -52,12 +52,16 @@ enum class Topo {
   mi300x8,  // mi300x preset, 8 ranks on GPUs 0..7
   small3,   // custom --gpus 3 --engines 4: 2 PCIe + 2 xGMI engines, shared by peers and local copies
   mapped3,  // mi300x preset, 3 ranks on GPUs {5, 1, 6}
+  h200loop4,  // h200 preset (Hopper CE methods on GPFIFO channels), 4 loopback ranks on its one GPU
+  h200x3,     // h200 preset with 3 GPUs (NVLink), one rank each
 };
 inline const char* topo_name(Topo t) {
   switch (t) {
     case Topo::mi300x8: return "mi300x8";
     case Topo::small3: return "small3";
     case Topo::mapped3: return "mapped3";
+    case Topo::h200loop4: return "h200loop4";
+    case Topo::h200x3: return "h200x3";
   }
   return "?";
 }
@@ -75,6 +79,10 @@ inline Result<std::unique_ptr<emu::EmuDevice>> make_device(Topo t, std::string g
     o.gpus = 3;
     o.engines = 4;
     o.memory_per_gpu = 256u << 20;
+  } else if (t == Topo::h200loop4 || t == Topo::h200x3) {
+    o.preset = "h200";
+    o.gpus = t == Topo::h200x3 ? 3 : 0;
+    o.memory_per_gpu = 384u << 20;
   } else {
     o.preset = "mi300x";
     o.memory_per_gpu = 384u << 20;
@@ -87,6 +95,8 @@ inline std::vector<int> topo_gpus(Topo t) {
     case Topo::mi300x8: return {0, 1, 2, 3, 4, 5, 6, 7};
     case Topo::small3: return {0, 1, 2};
     case Topo::mapped3: return {5, 1, 6};
+    case Topo::h200loop4: return {0, 0, 0, 0};
+    case Topo::h200x3: return {0, 1, 2};
   }
   return {};
 }
@@ -95,7 +105,9 @@ inline Status make_node(Topo t, Node* out, std::string gen = "") {
   Result<std::unique_ptr<emu::EmuDevice>> d = make_device(t, std::move(gen));
   if (!d.ok()) return d.status();
   out->dev = std::move(d).value();
-  Result<std::unique_ptr<Communicator>> c = Communicator::create(*out->dev, topo_gpus(t));
+  Communicator::Options co;
+  co.loopback = t == Topo::h200loop4;
+  Result<std::unique_ptr<Communicator>> c = Communicator::create(*out->dev, topo_gpus(t), co);
   if (!c.ok()) return c.status();
   out->comm = std::move(c).value();
   return Status();

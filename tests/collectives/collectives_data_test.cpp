@@ -1,7 +1,10 @@
 // tests/collectives/collectives_data_test.cpp - every collective and variant
 // moves the right bytes: 8 MI300X ranks, 3 ranks on a small custom node (two
-// xGMI engines shared by every peer and the local copies), and 3 ranks on
-// GPUs {5, 1, 6}; odd sizes, one byte, and sizes over the per-packet limit;
+// xGMI engines shared by every peer and the local copies), 3 ranks on GPUs
+// {5, 1, 6} (SDMA packets), and the same collectives lowered to Hopper CE
+// methods on emulated H200s: 4 loopback ranks on one GPU, and 3 GPUs (every
+// variant the copy engines can run: no bcst, no swap); odd sizes, one byte,
+// and sizes over the per-packet limit;
 // different roots; guard bytes; several launches of one plan with new data
 // each time; the in-place forms. Under TSan fewer sizes run (every variant
 // still runs on every layout).
@@ -22,10 +25,13 @@ struct Case {
 
 std::vector<Case> all_cases() {
   std::vector<Case> out;
-  for (Topo t : {Topo::mi300x8, Topo::small3, Topo::mapped3})
+  for (Topo t : {Topo::mi300x8, Topo::small3, Topo::mapped3, Topo::h200loop4, Topo::h200x3}) {
+    const Caps& caps = conccl::caps(t == Topo::h200loop4 || t == Topo::h200x3 ? Isa::hopper() : Isa{});
     for (CollOp op : {CollOp::p2p, CollOp::broadcast, CollOp::gather, CollOp::scatter, CollOp::all_gather,
                       CollOp::all_to_all})
-      for (Variant v : variants_for(op)) out.push_back({t, op, v});
+      for (Variant v : variants_for(op))
+        if (variant_missing_cap(v, caps).empty()) out.push_back({t, op, v});
+  }
   return out;
 }
 
@@ -48,6 +54,10 @@ std::vector<uint64_t> sizes_for(const Case& c) {
     case Topo::mapped3:
       if (kTsan) return {4093};
       return {1, 4093, 100003};
+    case Topo::h200loop4:
+    case Topo::h200x3:
+      if (kTsan) return {3, 100003};
+      return {1, 3, 4093, 100003, (1u << 20) + 7};
   }
   return {};
 }
@@ -82,8 +92,11 @@ class CollData : public ::testing::TestWithParam<Case> {
       ASSERT_NE(l.queue, nullptr);
       EXPECT_EQ(l.queue->gpu(), comm.gpu(l.rank));
       EXPECT_EQ(l.queue->engine(), l.engine);
-      const size_t engines = node_.dev->topology().gpus[static_cast<size_t>(comm.gpu(l.rank))].engines.size();
-      EXPECT_LT(static_cast<size_t>(l.engine), engines);
+      EXPECT_EQ(l.queue->isa(), comm.isa(l.rank));
+      bool known = false;
+      for (const EngineInfo& e : node_.dev->topology().gpus[static_cast<size_t>(comm.gpu(l.rank))].engines)
+        known |= e.id == l.engine;
+      EXPECT_TRUE(known) << "engine " << l.engine << " is not one of the GPU's";
     }
     if (c.op == CollOp::p2p && plan->variant() == Variant::striped && bytes >= 4096) {
       EXPECT_GT(plan->lists().size(), 1u) << "striped p2p of " << bytes << " bytes used one engine";

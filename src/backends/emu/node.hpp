@@ -182,7 +182,8 @@ struct ExecOutcome {
   bool dropped = false;     // a completion write was dropped by injection
   // When blocked on a poll:
   uint64_t poll_addr = 0;
-  uint32_t poll_ref = 0, poll_mask = 0, poll_func = 0, poll_value = 0;
+  uint64_t poll_ref = 0, poll_value = 0;  // 64-bit for semaphore acquires
+  uint32_t poll_mask = 0, poll_func = 0;
 };
 struct ExecContext {
   Node* node;

@@ -1,0 +1,225 @@
+// tests/queue/vocabulary_test.cpp - the command vocabulary and its two
+// lowerings: exact Hopper method dwords (computed here from the bit positions
+// of clc8b5.h / clc56f.h, independently of packets/hopper_ce's emitters),
+// the SDMA lowering of the signal commands, capabilities as data, errors for
+// commands an instruction set lacks, all-or-nothing appends, and recording
+// into fixed (reserved) storage.
+#include <gtest/gtest.h>
+
+#include <vector>
+
+#include "conccl/commands.hpp"
+#include "conccl/emu.hpp"
+#include "conccl/signal.hpp"
+#include "emu/emu_test_util.hpp"
+#include "packets/hopper_ce.hpp"
+#include "packets/sdma_asm.hpp"
+
+namespace conccl {
+namespace {
+
+using namespace conccl::test;
+
+// (2 << 28) | (count << 16) | (subch << 13) | (method >> 2): NVC56F_DMA_SEC_OP_INC_METHOD.
+constexpr uint32_t inc(uint32_t subch, uint32_t method, uint32_t count) {
+  return (2u << 28) | (count << 16) | (subch << 13) | (method >> 2);
+}
+
+std::vector<uint32_t> dw(const CommandBuffer& cb) { return {cb.dwords().begin(), cb.dwords().end()}; }
+
+TEST(Vocabulary, IsaNamesAndCaps) {
+  EXPECT_EQ(Isa::hopper().name(), "Hopper CE");
+  EXPECT_EQ(Isa::sdma_gen(sdma::Gen::v4_4_2).name(), "SDMA 4.4.2");
+  ASSERT_OK_AND_ASSIGN(Isa h, parse_isa("hopper-ce"));
+  EXPECT_EQ(h, Isa::hopper());
+  ASSERT_OK_AND_ASSIGN(Isa s, parse_isa("SDMA 5.2"));
+  EXPECT_EQ(s, Isa::sdma_gen(sdma::Gen::v5_2));
+  EXPECT_EQ(parse_isa("volta").status().code(), Code::invalid_argument);
+
+  const Caps& hc = caps(Isa::hopper());
+  EXPECT_FALSE(hc.broadcast_copy);
+  EXPECT_FALSE(hc.swap);
+  EXPECT_FALSE(hc.signal_twin);
+  EXPECT_TRUE(hc.atomic64);
+  EXPECT_EQ(hc.timestamp_offset, 8u);
+  EXPECT_EQ(hc.max_copy_bytes, 1ull << 31);
+  const Caps& mi300 = caps(Isa::sdma_gen(sdma::Gen::v4_4_2));
+  EXPECT_TRUE(mi300.broadcast_copy);
+  EXPECT_TRUE(mi300.swap);
+  EXPECT_TRUE(mi300.signal_twin);
+  EXPECT_EQ(mi300.timestamp_offset, 0u);
+  EXPECT_EQ(mi300.max_copy_bytes, 0x3FFF00u);
+  for (sdma::Gen g : {sdma::Gen::v4, sdma::Gen::v5, sdma::Gen::v5_2, sdma::Gen::v6, sdma::Gen::v7}) {
+    EXPECT_FALSE(caps(Isa::sdma_gen(g)).swap) << sdma::gen_name(g);
+    EXPECT_EQ(caps(Isa::sdma_gen(g)).max_copy_bytes, sdma::limits(g).max_copy_bytes);
+  }
+}
+
+TEST(HopperLowering, CopyIsOffsetsLengthLaunch) {
+  CommandBuffer cb(Isa::hopper());
+  ASSERT_OK(cb.copy(0x123456789000ull, 0xAB00001000ull, 4096));
+  const std::vector<uint32_t> want = {
+      inc(4, 0x400, 4), 0xAB, 0x00001000, 0x1234, 0x56789000,  // OFFSET_IN_UPPER.. OFFSET_OUT_LOWER
+      inc(4, 0x418, 1), 4096,                                  // LINE_LENGTH_IN
+      inc(4, 0x300, 1), 2u | (1u << 7) | (1u << 8),            // LAUNCH_DMA NON_PIPELINED, pitch/pitch
+  };
+  EXPECT_EQ(dw(cb), want);
+  EXPECT_EQ(cb.packet_count(), 1u);
+}
+
+TEST(HopperLowering, BigCopiesSplitAt2GiBAndPipelineTheRest) {
+  CommandBuffer cb(Isa::hopper());
+  const uint64_t two = 1ull << 31;
+  ASSERT_OK(cb.copy(0x10'0000'0000ull, 0x20'0000'0000ull, 2 * two + 5));
+  ASSERT_EQ(cb.packet_count(), 3u);
+  const std::vector<uint32_t> d = dw(cb);
+  ASSERT_EQ(d.size(), 27u);
+  EXPECT_EQ(d[6], two);
+  EXPECT_EQ(d[8], 0x182u);                          // first piece waits for earlier work
+  EXPECT_EQ(d[9 + 1], 0x20u);                       // second piece: src 0x20_0000_0000 + 2 GiB
+  EXPECT_EQ(d[9 + 2], 0x80000000u);
+  EXPECT_EQ(d[9 + 8], 1u | (1u << 7) | (1u << 8));  // PIPELINED
+  EXPECT_EQ(d[18 + 6], 5u);
+}
+
+TEST(HopperLowering, SignalsAreNative64BitSemaphores) {
+  const uint64_t va = 0x7000'0010ull;
+  CommandBuffer add(Isa::hopper());
+  ASSERT_OK(add.signal_add(va, 5));
+  // SEM_EXECUTE: OPERATION=REDUCTION(6), RELEASE_WFI=EN (bit 20), PAYLOAD_SIZE=64BIT
+  // (bit 24), REDUCTION=IADD(5) at 30:27, REDUCTION_FORMAT=UNSIGNED (bit 31).
+  EXPECT_EQ(dw(add), (std::vector<uint32_t>{inc(0, 0x5C, 5), 0x70000010, 0, 5, 0, 0xA9100006u}));
+
+  CommandBuffer set(Isa::hopper());
+  ASSERT_OK(set.signal_set(va, 0x100000002ull));
+  // LAUNCH_DMA: FLUSH_ENABLE, SEMAPHORE_TYPE=RELEASE_SEMAPHORE_NO_TIMESTAMP, PAYLOAD_SIZE=TWO_WORD.
+  EXPECT_EQ(dw(set), (std::vector<uint32_t>{inc(4, 0x240, 4), 0, 0x70000010, 2, 1, inc(4, 0x300, 1), 0x0800000Cu}));
+
+  CommandBuffer wait(Isa::hopper());
+  ASSERT_OK(wait.wait_ge(va, 0x300000004ull));
+  // SEM_EXECUTE: OPERATION=ACQ_CIRC_GEQ(3), PAYLOAD_SIZE=64BIT.
+  EXPECT_EQ(dw(wait), (std::vector<uint32_t>{inc(0, 0x5C, 5), 0x70000010, 0, 4, 3, 0x01000003u}));
+
+  CommandBuffer ts(Isa::hopper());
+  ASSERT_OK(ts.timestamp(0x7000'0020ull));
+  EXPECT_EQ(dw(ts), (std::vector<uint32_t>{inc(4, 0x240, 4), 0, 0x70000020, 0, 0, inc(4, 0x300, 1), 0x08000014u}));
+  EXPECT_EQ(ts.timestamp(0x7000'0028ull).code(), Code::invalid_argument) << "a timestamp slot is 16-byte aligned";
+}
+
+TEST(HopperLowering, FillUsesTheRemapUnit) {
+  CommandBuffer cb(Isa::hopper());
+  ASSERT_OK(cb.fill(0x4000, 0xC0FFEE11u, 64));
+  const std::vector<uint32_t> want = {
+      inc(4, 0x704, 2), 0xC0FFEE11u, (3u << 16) | 5u,  // SET_REMAP_CONST_B, COMPONENTS: const_b, 4-byte, one
+      inc(4, 0x408, 2), 0, 0x4000,                     // OFFSET_OUT
+      inc(4, 0x418, 1), 16,                            // 16 components of 4 bytes
+      inc(4, 0x300, 1), 2u | (1u << 7) | (1u << 8) | (1u << 10),
+  };
+  EXPECT_EQ(dw(cb), want);
+  EXPECT_EQ(cb.fill(0x4002, 1, 64).code(), Code::invalid_argument);
+}
+
+TEST(HopperLowering, WhatCopyEnginesLackIsAClearError) {
+  CommandBuffer cb(Isa::hopper());
+  Status st = cb.copy_bcst(0x1000, 0x2000, 0x3000, 64);
+  EXPECT_EQ(st.code(), Code::invalid_argument);
+  EXPECT_TRUE(contains(st.message(), "broadcast")) << st.message();
+  EXPECT_TRUE(contains(st.message(), "Hopper CE")) << st.message();
+  st = cb.swap(0x1000, 0x2000, 64);
+  EXPECT_EQ(st.code(), Code::invalid_argument);
+  EXPECT_TRUE(contains(st.message(), "swap")) << st.message();
+  for (Status s : {cb.fence(0x1000, 1), cb.poll(0x1000, 1, ~0u, PollFunc::ge), cb.trap(1), cb.atomic_add64(0x1000, 1),
+                   cb.nop(0)}) {
+    EXPECT_EQ(s.code(), Code::invalid_argument);
+    EXPECT_TRUE(contains(s.message(), "SDMA packet")) << s.message();
+  }
+  EXPECT_TRUE(cb.empty()) << "failed commands append nothing";
+  CommandBuffer sdma(Isa::sdma_gen(sdma::Gen::v4_4_2));
+  EXPECT_EQ(sdma.nonstall_interrupt().code(), Code::invalid_argument);
+  EXPECT_EQ(cb.copy(0x1000, 0x1800, 0x1000).code(), Code::invalid_argument) << "overlap";
+  EXPECT_EQ(cb.copy(0x1000, 0x9000, 0).code(), Code::invalid_argument);
+  EXPECT_EQ(cb.copy(1ull << 57, 0x9000, 16).code(), Code::out_of_range) << "57-bit addresses";
+  EXPECT_TRUE(cb.empty());
+}
+
+TEST(HopperLowering, RawMethodsAreDecodedAndBadOnesRefused) {
+  CommandBuffer a(Isa::hopper());
+  ASSERT_OK(a.copy(0x1000, 0x9000, 256));
+  ASSERT_OK(a.signal_add(0x7000, 1));
+  CommandBuffer b(Isa::hopper());
+  ASSERT_OK(b.raw(a.dwords()));
+  EXPECT_EQ(dw(b), dw(a));
+  EXPECT_EQ(b.packet_count(), 4u) << "one per method header";
+  const uint32_t bad[] = {0xE0000000u};  // SEC_OP 7: reserved
+  EXPECT_EQ(b.raw(bad).code(), Code::invalid_argument);
+  EXPECT_EQ(b.packet_count(), 4u);
+  EXPECT_TRUE(contains(a.disassemble(), "copy.launch_dma")) << a.disassemble();
+  EXPECT_TRUE(contains(a.disassemble(), "host.sem_execute")) << a.disassemble();
+}
+
+TEST(SdmaLowering, SignalCommandsKeepTheTwin) {
+  const uint64_t va = 0x10000;
+  CommandBuffer add(Isa::sdma_gen(sdma::Gen::v4_4_2));
+  ASSERT_OK(add.signal_add(va, 3));
+  sdma::StreamDecode d = sdma::decode_stream(add.gen(), add.dwords());
+  ASSERT_TRUE(d.error.ok());
+  ASSERT_EQ(d.packets.size(), 2u);
+  EXPECT_EQ(d.packets[0].pkt, sdma::Pkt::atomic_add64);
+  EXPECT_EQ(d.packets[0].get(sdma::Key::addr), va + 8) << "twin first";
+  EXPECT_EQ(d.packets[1].get(sdma::Key::addr), va) << "value last";
+
+  CommandBuffer set(Isa::sdma_gen(sdma::Gen::v5_2));
+  ASSERT_OK(set.signal_set(va, 0x100000007ull));
+  d = sdma::decode_stream(set.gen(), set.dwords());
+  ASSERT_EQ(d.packets.size(), 4u);
+  EXPECT_EQ(d.packets[0].get(sdma::Key::addr), va + 8);
+  EXPECT_EQ(d.packets[0].get(sdma::Key::value), 7u + (1u << 31));
+  EXPECT_EQ(d.packets[3].get(sdma::Key::addr), va + 4);
+  EXPECT_EQ(d.packets[3].get(sdma::Key::value), 1u);
+
+  CommandBuffer wait(Isa::sdma_gen(sdma::Gen::v4));
+  ASSERT_OK(wait.wait_ge(va, 0x80000001ull));  // low dword >= 2^31: waits on the twin
+  d = sdma::decode_stream(wait.gen(), wait.dwords());
+  ASSERT_EQ(d.packets.size(), 3u);
+  EXPECT_EQ(d.packets[0].get(sdma::Key::addr), va + 8 + 4);
+  EXPECT_EQ(d.packets[1].pkt, sdma::Pkt::cond_exe);
+  EXPECT_EQ(d.packets[2].get(sdma::Key::ref), 1u);  // 0x80000001 + 2^31 = 0x1_00000001
+  EXPECT_EQ(wait.signal_add(va + 4, 1).code(), Code::invalid_argument) << "8-byte aligned";
+}
+
+TEST(Vocabulary, FixedStorageFillsThenRefuses) {
+  std::vector<uint32_t> storage(12);
+  CommandBuffer cb(Isa::hopper(), storage);
+  ASSERT_OK(cb.copy(0x1000, 0x9000, 64));  // 9 dwords
+  Status st = cb.signal_add(0x7000, 1);     // 6 more do not fit
+  EXPECT_EQ(st.code(), Code::resource_exhausted);
+  EXPECT_EQ(cb.size_dwords(), 9u) << "all or nothing";
+  EXPECT_EQ(storage[8], 0x182u) << "written in place";
+  CommandBuffer copy = cb;  // a copy owns its dwords
+  ASSERT_OK(copy.signal_add(0x7000, 1));
+  EXPECT_EQ(copy.size_dwords(), 15u);
+}
+
+TEST(Vocabulary, SignalsRefuseCommandBuffersOfAnotherLayout) {
+  ASSERT_OK_AND_ASSIGN(std::unique_ptr<emu::EmuDevice> amd, emu::create(options("small")));
+  ASSERT_OK_AND_ASSIGN(std::unique_ptr<emu::EmuDevice> nv, emu::create(options("h200")));
+  ASSERT_OK_AND_ASSIGN(Signal s_amd, Signal::create(*amd));
+  ASSERT_OK_AND_ASSIGN(Signal s_nv, Signal::create(*nv));
+  EXPECT_TRUE(s_amd.has_twin());
+  EXPECT_FALSE(s_nv.has_twin());
+  CommandBuffer hop(Isa::hopper());
+  Status st = s_amd.enqueue_add(hop);
+  EXPECT_EQ(st.code(), Code::invalid_argument);
+  EXPECT_TRUE(contains(st.message(), "layout")) << st.message();
+  ASSERT_OK(s_nv.enqueue_add(hop));
+  ASSERT_OK(s_nv.enqueue_wait(hop, 3));
+  // The host side follows the layout: no twin written on Hopper signals.
+  s_nv.set(41);
+  EXPECT_EQ(s_nv.add(1), 42u);
+  EXPECT_EQ(host_load64(static_cast<uint8_t*>(nv->host_pointer(s_nv.va(), 16)) + 8), 0u);
+  s_amd.set(41);
+  EXPECT_EQ(host_load64(static_cast<uint8_t*>(amd->host_pointer(s_amd.va(), 16)) + 8), 41u + Signal::kTwinOffset);
+}
+
+}  // namespace
+}  // namespace conccl
