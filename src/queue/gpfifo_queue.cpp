@@ -160,10 +160,32 @@ Status GpfifoQueue::check_fault() const {
 
 Status GpfifoQueue::record_wake(CommandBuffer& cb) const { return cb.nonstall_interrupt(); }
 
+Status GpfifoQueue::arm_interrupt(Deadline deadline) {
+  if (armed_at_.load(std::memory_order_acquire) >= submitted()) return Status();
+  const GpfifoBackend::WaitPolicy pol = backend_->wait_policy();
+  uint32_t arm[hopper::kInterruptDwords];
+  const size_t n = pol.arm_with_launch ? 0 : hopper::put_interrupt(arm);
+  uint64_t t = 0;
+  CONCCL_RETURN_IF_ERROR(submit_dwords(std::span<const uint32_t>(arm, n), deadline, &t, pol.arm_with_launch));
+  armed_at_.store(t, std::memory_order_release);
+  ++stats_.irq_arms;
+  return Status();
+}
+
+// A waiter on memory this queue's commands write (a signal): sleep on the
+// engine's interrupt, requested after the work submitted so far (so a waiter
+// sleeps once per burst of work, not once per slice), with a short safety
+// timeout; where interrupts are off, a short nap.
 void GpfifoQueue::wait_for_progress(uint64_t seen, Deadline deadline) const {
   if (completed() != seen) return;
-  const auto slice = std::min<std::chrono::nanoseconds>(deadline.remaining(), std::chrono::microseconds(200));
-  const_cast<GpfifoBackend&>(*backend_).sleep(slice);
+  auto* self = const_cast<GpfifoQueue*>(this);
+  const GpfifoBackend::WaitPolicy pol = backend_->wait_policy();
+  const auto cap = pol.interrupt ? std::chrono::microseconds(pol.safety_us) : std::chrono::microseconds(pol.max_nap_us ? pol.max_nap_us : 20);
+  const auto slice = std::min<std::chrono::nanoseconds>(deadline.remaining(), cap);
+  if (pol.interrupt && !self->arm_interrupt(deadline).ok()) return;  // the caller's checks report faults
+  if (completed() != seen) return;
+  if (self->backend_->sleep(slice)) ++self->stats_.irq_wakes;
+  else ++self->stats_.irq_timeouts;
 }
 
 // Spin first (a small copy completes in 3-5 us on an H200 and a sleep would
@@ -210,10 +232,7 @@ Status GpfifoQueue::wait_done(Deadline deadline, uint64_t end) {
 // sleep has a safety timeout so that a lost interrupt costs time, not a hang.
 Status GpfifoQueue::sleep_on_interrupt(Deadline deadline, uint64_t target) {
   const GpfifoBackend::WaitPolicy pol = backend_->wait_policy();
-  uint32_t arm[hopper::kInterruptDwords];
-  const size_t n = pol.arm_with_launch ? 0 : hopper::put_interrupt(arm);
-  CONCCL_RETURN_IF_ERROR(submit_dwords(std::span<const uint32_t>(arm, n), deadline, nullptr, pol.arm_with_launch));
-  ++stats_.irq_arms;
+  CONCCL_RETURN_IF_ERROR(arm_interrupt(deadline));
   while (completed() < target) {
     CONCCL_RETURN_IF_ERROR(check_fault());
     if (deadline.expired())

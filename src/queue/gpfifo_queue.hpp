@@ -120,6 +120,9 @@ class GpfifoQueue final : public Queue {
   Status reclaim(uint64_t bytes, Deadline deadline, uint64_t* start);
   uint64_t publish(uint64_t start, uint64_t bytes, bool interrupt);
   Status sleep_on_interrupt(Deadline deadline, uint64_t target);
+  // Requests a non-stall interrupt after everything submitted so far, unless
+  // one is already requested after it.
+  Status arm_interrupt(Deadline deadline);
 
   GpfifoMemory mem_;
   std::unique_ptr<GpfifoBackend> backend_;
@@ -130,7 +133,8 @@ class GpfifoQueue final : public Queue {
   struct InFlight {
     uint64_t value, pb_start, bytes;
   };
-  std::deque<InFlight> inflight_;  // also guarded by inflight_mu_ (diagnose reads it)
+  std::deque<InFlight> inflight_;
+  std::atomic<uint64_t> armed_at_{0};  // submitted() right after the last interrupt request  // also guarded by inflight_mu_ (diagnose reads it)
   mutable std::mutex inflight_mu_;
   struct {
     std::atomic<uint64_t> waits{0}, naps{0}, irq_arms{0}, irq_wakes{0}, irq_timeouts{0};
