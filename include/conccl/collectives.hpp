@@ -84,6 +84,13 @@ class Communicator {
     // queue per engine): how one GPU runs every collective, like nccl-tests
     // with several ranks per GPU. Off: a GPU given twice is an error.
     bool loopback = false;
+    // The engine ids the plans may use on every GPU (empty: all). A
+    // bandwidth budget for transfers beside compute: on an H200 at its power
+    // cap, what copies cost a GEMM grows with the bandwidth they use
+    // (docs/perf/h200.md), so give a collective that only has to finish
+    // within a compute phase the engines that make that rate, no more
+    // (nv::pick_for_rate chooses them).
+    std::vector<int> engines;
   };
   // gpus[r] is rank r's GPU index on `device`.
   static Result<std::unique_ptr<Communicator>> create(Device& device, std::vector<int> gpus,
@@ -122,6 +129,7 @@ class Communicator {
   std::vector<int> gpus_;
   Options options_;
   Caps caps_;
+  bool allowed(int engine) const;
   std::map<std::pair<int, int>, std::unique_ptr<Queue>> queues_;
 };
 

@@ -43,6 +43,14 @@ Result<std::unique_ptr<Communicator>> Communicator::create(Device& device, std::
                                                device.topology().gpus[static_cast<size_t>(g)].isa.name() +
                                                " but GPU " + std::to_string(gpus[0]) + "'s speak " + isa0.name() +
                                                "; a communicator's signals need one layout: use GPUs of one kind");
+  for (int e : options.engines)
+    for (int g : gpus) {
+      bool found = false;
+      for (const EngineInfo& info : device.topology().gpus[static_cast<size_t>(g)].engines) found |= info.id == e;
+      if (!found)
+        return error(Code::invalid_argument, "Options::engines names engine " + std::to_string(e) + ", which GPU " +
+                                                 std::to_string(g) + " does not have (sdma-probe list shows its engines)");
+    }
   if (options.ring_bytes < 4096 || (options.ring_bytes & (options.ring_bytes - 1)))
     return error(Code::invalid_argument, "ring_bytes must be a power of two >= 4096");
   return std::unique_ptr<Communicator>(new Communicator(device, std::move(gpus), options));
@@ -54,6 +62,11 @@ int Communicator::rank_of_gpu(int gpu) const {
   return -1;
 }
 
+bool Communicator::allowed(int engine) const {
+  return options_.engines.empty() ||
+         std::find(options_.engines.begin(), options_.engines.end(), engine) != options_.engines.end();
+}
+
 const Isa& Communicator::isa(int rank) const {
   return device_.topology().gpus[static_cast<size_t>(gpu(rank))].isa;
 }
@@ -63,16 +76,18 @@ std::vector<int> Communicator::engines_toward(int src, int dst) const {
   std::vector<int> out;
   if (gpu(src) != gpu(dst))
     if (const LinkInfo* l = g.link_to(gpu(dst)))
-      for (int e : l->recommended_engines) out.push_back(e);
+      for (int e : l->recommended_engines)
+        if (allowed(e)) out.push_back(e);
   // Then the other engines of the kind that suits the traffic (xGMI for
   // GPU-to-GPU), then the rest; copy engines (NVIDIA) heaviest first.
   std::vector<const EngineInfo*> ces;
   for (const EngineInfo& e : g.engines)
-    if (e.kind == EngineKind::copy) ces.push_back(&e);
+    if (e.kind == EngineKind::copy && allowed(e.id)) ces.push_back(&e);
   std::stable_sort(ces.begin(), ces.end(), [](const EngineInfo* a, const EngineInfo* b) { return a->weight > b->weight; });
   for (EngineKind want : {EngineKind::xgmi, EngineKind::pcie})
     for (const EngineInfo& e : g.engines)
-      if (e.kind == want && std::find(out.begin(), out.end(), e.id) == out.end()) out.push_back(e.id);
+      if (e.kind == want && allowed(e.id) && std::find(out.begin(), out.end(), e.id) == out.end())
+        out.push_back(e.id);
   for (const EngineInfo* e : ces)
     if (std::find(out.begin(), out.end(), e->id) == out.end()) out.push_back(e->id);
   return out;
@@ -82,9 +97,10 @@ int Communicator::engine_for(int src, int dst, int k) const {
   const GpuInfo& g = device_.topology().gpus[static_cast<size_t>(gpu(src))];
   std::vector<const EngineInfo*> pool;
   for (const EngineInfo& e : g.engines)
-    if (e.kind == EngineKind::xgmi) pool.push_back(&e);
+    if (e.kind == EngineKind::xgmi && allowed(e.id)) pool.push_back(&e);
   if (pool.empty())
-    for (const EngineInfo& e : g.engines) pool.push_back(&e);
+    for (const EngineInfo& e : g.engines)
+      if (allowed(e.id)) pool.push_back(&e);
   if (pool.empty()) return 0;
   if (src == dst) {
     // Local copies: an engine no peer link recommends, so they do not queue
@@ -96,8 +112,12 @@ int Communicator::engine_for(int src, int dst, int k) const {
       if (!used.count(e->id)) free.push_back(e);
     if (!free.empty()) pool = free;
   } else if (gpu(src) != gpu(dst)) {
-    if (const LinkInfo* l = g.link_to(gpu(dst)); l && !l->recommended_engines.empty())
-      return l->recommended_engines[static_cast<size_t>(k) % l->recommended_engines.size()];
+    if (const LinkInfo* l = g.link_to(gpu(dst)); l && !l->recommended_engines.empty()) {
+      std::vector<int> rec;
+      for (int e : l->recommended_engines)
+        if (allowed(e)) rec.push_back(e);
+      if (!rec.empty()) return rec[static_cast<size_t>(k) % rec.size()];
+    }
   }
   // Weighted round robin: each engine takes slots in proportion to its
   // weight (relative to the lightest), heaviest first; the peer at distance

@@ -4,12 +4,15 @@
 // Without /dev/nvidiactl only the refusal and the topology printing run; on an
 // H100/H200 with the open 580 module the adapter is opened and exercised.
 #include <gtest/gtest.h>
+
+#include <random>
 #include <unistd.h>
 
 #include <cstring>
 
 #include "conccl/device.hpp"
 #include "backends/nv/nv_device.hpp"
+#include "conccl/signal.hpp"
 #include "conccl/queue.hpp"
 #include "conccl/topology.hpp"
 
@@ -110,10 +113,46 @@ TEST(NvAdapterHw, TopologyMemoryQueues) {
   ASSERT_TRUE(ch.wait_done(Deadline::after_ms(5000)).ok()) << ch.diagnose();
   for (size_t i = 0; i < n; ++i) ASSERT_EQ(h->as<uint8_t>()[i], 0) << "device memory not zeroed at " << i;
 
-  Result<std::unique_ptr<Queue>> q = dev.create_queue(0, g.engines[0].id);
-  ASSERT_FALSE(q.ok());
-  EXPECT_EQ(q.status().code(), Code::unavailable);
-  EXPECT_NE(q.status().message().find("nv::native"), std::string::npos) << q.status().message();
+  EXPECT_EQ(g.isa, Isa::hopper());
+  // Queues: one GPFIFO channel per create_queue, speaking the vocabulary.
+  std::mt19937_64 rng(99);
+  auto* hp = h->as<uint64_t>();
+  for (size_t i = 0; i < n / 8; ++i) hp[i] = rng();
+  Result<Buffer> back = dev.alloc(0, n, MemKind::host);
+  ASSERT_TRUE(back.ok()) << back.status().to_string();
+  Result<Signal> sig = Signal::create(dev);
+  ASSERT_TRUE(sig.ok()) << sig.status().to_string();
+  EXPECT_FALSE(sig->has_twin());
+  for (const EngineInfo& e : g.engines) {
+    SCOPED_TRACE("LCE" + std::to_string(e.id));
+    Result<std::unique_ptr<Queue>> q = dev.create_queue(0, e.id);
+    ASSERT_TRUE(q.ok()) << q.status().to_string();
+    EXPECT_EQ((*q)->isa(), Isa::hopper());
+    std::memset(back->host, 0, n);
+    CommandBuffer cb = (*q)->command_buffer();
+    ASSERT_TRUE(cb.copy(a->va, h->va, n).ok());
+    ASSERT_TRUE(cb.copy(back->va, a->va, n).ok());
+    ASSERT_TRUE(sig->enqueue_add(cb, 1).ok());
+    uint64_t end = 0;
+    ASSERT_TRUE((*q)->submit(cb, Deadline::after_ms(1000), &end).ok());
+    ASSERT_TRUE((*q)->wait_done(Deadline::after_ms(5000), end).ok()) << (*q)->diagnose();
+    EXPECT_EQ(std::memcmp(back->host, h->host, n), 0);
+    // A second queue waits on the first one's signal (64-bit acquire).
+    Result<std::unique_ptr<Queue>> q2 = dev.create_queue(0, e.id);
+    ASSERT_TRUE(q2.ok()) << q2.status().to_string();
+    const uint64_t want = sig->value() + 1;
+    CommandBuffer w = (*q2)->command_buffer();
+    ASSERT_TRUE(sig->enqueue_wait(w, want).ok());
+    ASSERT_TRUE(w.fill(back->va, 0x1234567u, 4096).ok());
+    ASSERT_TRUE((*q2)->submit(w, Deadline::after_ms(1000), &end).ok());
+    EXPECT_EQ((*q2)->wait_done(Deadline::after_ms(20), end).code(), Code::timeout) << "waits for the signal";
+    sig->add(1);
+    ASSERT_TRUE((*q2)->wait_done(Deadline::after_ms(5000), end).ok()) << (*q2)->diagnose();
+    EXPECT_EQ(back->as<uint32_t>()[1023], 0x1234567u);
+  }
+  Result<std::unique_ptr<Queue>> grce = dev.create_queue(0, 0);
+  EXPECT_EQ(grce.status().code(), Code::invalid_argument) << grce.status().to_string();
+  (void)dev.free(*back);
 
   EXPECT_TRUE(dev.free(*a).ok());
   EXPECT_TRUE(dev.free(*h).ok());

@@ -47,21 +47,14 @@ inline std::string stats_json(const Stats& s) {
   return b;
 }
 
-// Opens an nv::Device whose VA window does not collide with what CUDA (or
-// anything else in the process) already mapped: tries 64 GiB windows at 64,
-// 128, 256 and 512 GiB. Null with *why set when none works.
+// Opens an nv::Device in a process where CUDA already holds part of the
+// address space: the device places its windows where nothing is mapped (the
+// ring window in a free range below 1 TiB, the data window where the kernel
+// puts it; nv::Options), so the defaults work. Null with *why set on failure.
 inline std::unique_ptr<nv::Device> open_beside_cuda(Status* why) {
-  Status last;
-  for (uint64_t base : {0x10'0000'0000ull, 0x20'0000'0000ull, 0x40'0000'0000ull, 0x80'0000'0000ull}) {
-    nv::Options o;
-    o.va_base = base;
-    o.va_size = 64ull << 30;
-    Result<std::unique_ptr<nv::Device>> d = nv::Device::open(o);
-    if (d.ok()) return std::move(d).value();
-    last = d.status();
-    if (last.code() != Code::resource_exhausted) break;
-  }
-  if (why) *why = last;
+  Result<std::unique_ptr<nv::Device>> d = nv::Device::open(nv::Options{});
+  if (d.ok()) return std::move(d).value();
+  if (why) *why = d.status();
   return nullptr;
 }
 

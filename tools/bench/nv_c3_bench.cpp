@@ -207,7 +207,6 @@ struct Phase {
 [[noreturn]] void copy_child(int in, int out, size_t bytes) {
   double reply = -1;
   cnv::Options o;
-  o.va_base = 0x10'0000'0000ull;
   o.va_size = 16ull << 30;
   Result<std::unique_ptr<cnv::Device>> d = cnv::Device::open(o);
   std::unique_ptr<cnv::Device> dev;

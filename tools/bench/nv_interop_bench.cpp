@@ -32,6 +32,7 @@
 
 #include "backends/nv/nv_device.hpp"
 #include "tools/bench/cuda_check.hpp"
+#include "tools/bench/cuda_stamp.hpp"
 #include "tools/bench/nv_bench_util.hpp"
 
 using namespace conccl;
@@ -39,29 +40,6 @@ namespace cnv = conccl::nv;
 using Clock = std::chrono::steady_clock;
 
 namespace {
-
-// 1-thread kernel: out[0] = %globaltimer, out[1] = *sem, out[2] = *(sem+8).
-// PTX written for this bench (PTX ISA: mov from %globaltimer, ld.volatile).
-const char* kPtx = R"(
-.version 7.8
-.target sm_90
-.address_size 64
-.visible .entry stamp(.param .u64 out, .param .u64 sem)
-{
-  .reg .b64 %rd<8>;
-  ld.param.u64 %rd1, [out];
-  ld.param.u64 %rd2, [sem];
-  cvta.to.global.u64 %rd3, %rd1;
-  cvta.to.global.u64 %rd4, %rd2;
-  mov.u64 %rd5, %globaltimer;
-  ld.volatile.global.u64 %rd6, [%rd4];
-  ld.volatile.global.u64 %rd7, [%rd4+8];
-  st.global.u64 [%rd3], %rd5;
-  st.global.u64 [%rd3+8], %rd6;
-  st.global.u64 [%rd3+16], %rd7;
-  ret;
-}
-)";
 
 void spin_us(int us) {
   const auto t = Clock::now() + std::chrono::microseconds(us);
@@ -92,10 +70,7 @@ int main(int argc, char** argv) {
   CU_CHECK(cuCtxSetCurrent(ctx));
   CUstream stream;
   CU_CHECK(cuStreamCreate(&stream, CU_STREAM_NON_BLOCKING));
-  CUmodule mod;
-  CU_CHECK(cuModuleLoadData(&mod, kPtx));
-  CUfunction stamp;
-  CU_CHECK(cuModuleGetFunction(&stamp, mod, "stamp"));
+  CUfunction stamp = bench::load_stamp_kernel();
 
   const size_t bytes = 256u << 20;
   Result<cnv::CudaAlloc> A = cnv::cuda_alloc(bytes), B = cnv::cuda_alloc(bytes);

@@ -1,0 +1,532 @@
+// tools/bench/nv_coll_bench.cpp - collectives on the H200's copy engines
+// through the one command layer (open_device("nv"), Communicator, Plan), on
+// CUDA buffers (cuMemCreate, registered with nv::register_cuda), with N
+// loopback ranks on the one GPU. Three measurements:
+//
+//  c3       A cuBLAS bf16 GEMM (n^3, random data) concurrent with an
+//           all-gather, against the same all-gather done by cudaMemcpyAsync
+//           (the SM path: a copy kernel on CUDA 13 / driver 580), and on a
+//           bandwidth budget (Communicator::Options::engines from
+//           nv::pick_for_rate: the engines that move the all-gather's bytes
+//           in --budget-frac of the GEMM phase). Per variant: all-gather
+//           alone, GEMM alone, both together; % of ideal speedup
+//           100*(S_real-1)/(S_ideal-1), S_ideal = (t_g+t_c)/max(t_g,t_c),
+//           S_real = (t_g+t_c)/t_both (the ConCCL paper's metric), and the
+//           GEMM's slowdown (its CUDA-event time beside the copies over its
+//           time alone). Every variant's result is verified byte for byte.
+//  latency  Plan completion -> a dependent CUDA kernel: the plan is
+//           prelaunched (queued behind its trigger), a stream waits with
+//           cuStreamWaitValue64(GEQ) on rank 0's arrival signal (host memory
+//           shared with CUDA: nv::share_signals_with_cuda) and then runs a
+//           1-thread kernel that reads %globaltimer; the trigger is released.
+//           Latency = kernel %globaltimer - the completion timestamp (GPU ns)
+//           of the last list writing to rank 0 (the timeline release that
+//           ends each submission carries the copy engine's timestamp).
+//  hostcost Host time per queued copy through the vocabulary: 64 copies of
+//           256 B recorded into a CommandBuffer and submitted (one doorbell),
+//           and written straight into the pushbuffer with reserve/commit.
+//
+//   nv_coll_bench [--ranks 4] [--n 8192] [--gemms 300] [--chunk-mib 64] [--reps 3]
+//                 [--budget-frac 0.5] [--lat-iters 300] [--json PATH] [--only c3|latency|hostcost]
+#include <cublas_v2.h>
+#include <cuda.h>
+#include <cuda_runtime.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <random>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "backends/nv/nv_device.hpp"
+#include "conccl/collectives.hpp"
+#include "conccl/nv.hpp"
+#include "queue/gpfifo_queue.hpp"
+#include "tools/bench/cuda_check.hpp"
+#include "tools/bench/cuda_stamp.hpp"
+#include "tools/bench/nv_bench_util.hpp"
+
+using namespace conccl;
+namespace cnv = conccl::nv;
+using Clock = std::chrono::steady_clock;
+
+#define CUBLAS_CHECK(x)                                                                  \
+  do {                                                                                   \
+    cublasStatus_t s_ = (x);                                                             \
+    if (s_ != CUBLAS_STATUS_SUCCESS) {                                                   \
+      std::fprintf(stderr, "%s:%d %s -> cublas %d\n", __FILE__, __LINE__, #x, int(s_)); \
+      std::exit(4);                                                                      \
+    }                                                                                    \
+  } while (0)
+
+namespace {
+
+void check(const Status& s, const char* what) {
+  if (s.ok()) return;
+  std::fprintf(stderr, "nv_coll_bench: %s: %s\n", what, s.to_string().c_str());
+  std::exit(s.code() == Code::unavailable ? 5 : 4);
+}
+
+double ms_since(Clock::time_point t0) { return std::chrono::duration<double, std::milli>(Clock::now() - t0).count(); }
+
+uint16_t to_bf16(float f) {
+  uint32_t u;
+  std::memcpy(&u, &f, 4);
+  return static_cast<uint16_t>((u + 0x7FFF + ((u >> 16) & 1)) >> 16);
+}
+
+// Rank r's send data: xorshift64* words seeded by the rank.
+void fill_pattern(std::vector<uint8_t>& v, int rank) {
+  auto* p = reinterpret_cast<uint64_t*>(v.data());
+  uint64_t x = 0x9E3779B97F4A7C15ull * static_cast<uint64_t>(rank + 1);
+  for (size_t i = 0; i < v.size() / 8; ++i) {
+    x ^= x >> 12;
+    x ^= x << 25;
+    x ^= x >> 27;
+    p[i] = x * 0x2545F4914F6CDD1Dull;
+  }
+}
+
+struct Ranks {
+  int n = 0;
+  uint64_t chunk = 0;
+  std::vector<cnv::CudaAlloc> send, recv;
+  std::vector<Buffer> send_b, recv_b;  // the same memory as conccl::Buffers
+  std::vector<std::vector<uint8_t>> data;  // what each rank sends
+};
+
+Ranks make_ranks(Device& dev, int n, uint64_t chunk) {
+  Ranks r;
+  r.n = n;
+  r.chunk = chunk;
+  for (int i = 0; i < n; ++i) {
+    Result<cnv::CudaAlloc> s = cnv::cuda_alloc(chunk), d = cnv::cuda_alloc(chunk * n);
+    check(s.status(), "cuda_alloc send");
+    check(d.status(), "cuda_alloc recv");
+    r.send.push_back(*s);
+    r.recv.push_back(*d);
+    Result<Buffer> sb = cnv::register_cuda(dev, s->ptr, chunk), rb = cnv::register_cuda(dev, d->ptr, chunk * n);
+    check(sb.status(), "register send");
+    check(rb.status(), "register recv");
+    r.send_b.push_back(*sb);
+    r.recv_b.push_back(*rb);
+    r.data.emplace_back(chunk);
+    fill_pattern(r.data.back(), i);
+    CUDA_CHECK(cudaMemcpy(reinterpret_cast<void*>(s->ptr), r.data.back().data(), chunk, cudaMemcpyHostToDevice));
+  }
+  return r;
+}
+
+// Poisons every recv buffer (so that a copy that did not happen shows).
+void poison(const Ranks& r) {
+  for (const cnv::CudaAlloc& d : r.recv) CUDA_CHECK(cudaMemset(reinterpret_cast<void*>(d.ptr), 0xA5, r.chunk * r.n));
+  CUDA_CHECK(cudaDeviceSynchronize());
+}
+
+// Every byte of every recv buffer against what the ranks sent.
+uint64_t wrong_bytes(const Ranks& r) {
+  std::vector<uint8_t> back(r.chunk * r.n);
+  uint64_t wrong = 0;
+  for (int d = 0; d < r.n; ++d) {
+    CUDA_CHECK(cudaMemcpy(back.data(), reinterpret_cast<void*>(r.recv[d].ptr), back.size(), cudaMemcpyDeviceToHost));
+    for (int s = 0; s < r.n; ++s) {
+      const uint8_t* got = back.data() + uint64_t(s) * r.chunk;
+      if (std::memcmp(got, r.data[s].data(), r.chunk) == 0) continue;
+      for (uint64_t i = 0; i < r.chunk; ++i) wrong += got[i] != r.data[s][i];
+    }
+  }
+  return wrong;
+}
+
+CollectiveArgs all_gather_args(const Ranks& r) {
+  CollectiveArgs a;
+  a.op = CollOp::all_gather;
+  a.variant = Variant::pcpy;
+  a.bytes = r.chunk;
+  a.send = r.send_b;
+  a.recv = r.recv_b;
+  return a;
+}
+
+struct Gemm {
+  int n;
+  cublasHandle_t blas;
+  cudaStream_t stream;
+  void *a, *b, *c;
+  cudaEvent_t e0, e1;
+  void run(int count) {
+    const float alpha = 1.f, beta = 0.f;
+    CUDA_CHECK(cudaEventRecord(e0, stream));
+    for (int i = 0; i < count; ++i)
+      CUBLAS_CHECK(cublasGemmEx(blas, CUBLAS_OP_N, CUBLAS_OP_N, n, n, n, &alpha, a, CUDA_R_16BF, n, b, CUDA_R_16BF, n,
+                                &beta, c, CUDA_R_16BF, n, CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT));
+    CUDA_CHECK(cudaEventRecord(e1, stream));
+  }
+  double gpu_ms() {
+    CUDA_CHECK(cudaEventSynchronize(e1));
+    float ms = 0;
+    CUDA_CHECK(cudaEventElapsedTime(&ms, e0, e1));
+    return ms;
+  }
+};
+
+Gemm make_gemm(int n) {
+  Gemm g;
+  g.n = n;
+  CUBLAS_CHECK(cublasCreate(&g.blas));
+  CUDA_CHECK(cudaStreamCreateWithFlags(&g.stream, cudaStreamNonBlocking));
+  CUBLAS_CHECK(cublasSetStream(g.blas, g.stream));
+  const size_t mat = size_t(n) * n;
+  std::vector<uint16_t> h(mat);
+  std::mt19937 rng(1234);
+  std::uniform_real_distribution<float> d(-1.f, 1.f);
+  for (auto& x : h) x = to_bf16(d(rng));
+  CUDA_CHECK(cudaMalloc(&g.a, mat * 2));
+  CUDA_CHECK(cudaMalloc(&g.b, mat * 2));
+  CUDA_CHECK(cudaMalloc(&g.c, mat * 2));
+  CUDA_CHECK(cudaMemcpy(g.a, h.data(), mat * 2, cudaMemcpyHostToDevice));
+  for (auto& x : h) x = to_bf16(d(rng));
+  CUDA_CHECK(cudaMemcpy(g.b, h.data(), mat * 2, cudaMemcpyHostToDevice));
+  CUDA_CHECK(cudaEventCreate(&g.e0));
+  CUDA_CHECK(cudaEventCreate(&g.e1));
+  return g;
+}
+
+// One way of doing the all-gather `count` times back to back.
+struct Path {
+  std::string key, name;
+  std::unique_ptr<Communicator> comm;  // CE paths
+  std::unique_ptr<Plan> plan;
+  cudaStream_t stream = nullptr;       // SM path
+  double alone_ms = 0;
+  int count = 0;
+};
+
+void run_path(Path& p, const Ranks& r, int count) {
+  if (p.plan) {
+    for (int i = 0; i < count; ++i) {
+      const Deadline dl = Deadline::after(std::chrono::seconds(60));
+      check(p.plan->launch(dl), "launch");
+      check(p.plan->wait(dl), "wait");
+    }
+    return;
+  }
+  for (int i = 0; i < count; ++i)
+    for (int d = 0; d < r.n; ++d)
+      for (int s = 0; s < r.n; ++s)
+        CUDA_CHECK(cudaMemcpyAsync(reinterpret_cast<void*>(r.recv[d].ptr + uint64_t(s) * r.chunk),
+                                   reinterpret_cast<void*>(r.send[s].ptr), r.chunk, cudaMemcpyDeviceToDevice, p.stream));
+  CUDA_CHECK(cudaStreamSynchronize(p.stream));
+}
+
+struct C3Row {
+  std::string key, name;
+  double copy_ms, gemm_ms, both_ms, gemm_both_ms, ideal_pct, slowdown_pct;
+  uint64_t wrong;
+  std::string engines;
+};
+
+std::vector<C3Row> run_c3(Device& dev, int ranks, int n, int gemms, uint64_t chunk, int reps, double budget_frac) {
+  Ranks r = make_ranks(dev, ranks, chunk);
+  Gemm g = make_gemm(n);
+  g.run(20);  // warm up cuBLAS and the clocks
+  (void)g.gpu_ms();
+  std::vector<Path> paths;
+  auto ce_path = [&](const std::string& key, const std::string& name, std::vector<int> engines) {
+    Path p;
+    p.key = key;
+    p.name = name;
+    Communicator::Options o;
+    o.loopback = true;
+    o.engines = std::move(engines);
+    Result<std::unique_ptr<Communicator>> c = Communicator::create(dev, std::vector<int>(ranks, 0), o);
+    check(c.status(), "communicator");
+    p.comm = std::move(c).value();
+    Result<std::unique_ptr<Plan>> pl = p.comm->plan(all_gather_args(r));
+    check(pl.status(), "plan");
+    p.plan = std::move(pl).value();
+    return p;
+  };
+  paths.push_back(ce_path("ce", "all-gather on copy engines (LCE2+3+4)", {}));
+  Path sm;
+  sm.key = "sm";
+  sm.name = "all-gather by cudaMemcpyAsync (SM)";
+  CUDA_CHECK(cudaStreamCreateWithFlags(&sm.stream, cudaStreamNonBlocking));
+  paths.push_back(std::move(sm));
+
+  // Calibrate: GEMM alone, then each path alone, sized to the GEMM phase.
+  auto t0 = Clock::now();
+  g.run(gemms);
+  const double gemm_ms = g.gpu_ms();
+  (void)ms_since(t0);
+  const uint64_t bytes_per = chunk * uint64_t(ranks) * uint64_t(ranks);
+  for (Path& p : paths) {
+    run_path(p, r, 2);  // warm-up
+    t0 = Clock::now();
+    run_path(p, r, 10);
+    const double one = ms_since(t0) / 10;
+    p.count = std::max(1, static_cast<int>(gemm_ms / one + 0.5));
+  }
+  // The budget: the engines that move the all-gather's bytes in
+  // budget_frac of the GEMM phase (nv::pick_for_rate with the PCE rate
+  // measured beside a GEMM), run as often as the full-rate path.
+  {
+    const Topology& t = dev.topology();
+    std::vector<cnv::RateCandidate> cand;
+    for (const EngineInfo& e : t.gpus[0].engines) {
+      bool shared = false;  // shares PCEs with a graphics CE (CUDA's copies use those too)
+      for (const cnv::Engine& ne : cnv::native(dev)->engines())
+        if (ne.lce == e.id) shared = ne.shared;
+      cand.push_back({static_cast<int>(e.weight), shared});
+    }
+    const double need = double(bytes_per) * paths[0].count / (gemm_ms * 1e-3 / budget_frac);
+    std::vector<int> ids;
+    for (size_t i : cnv::pick_for_rate(cand, need, cnv::Options{}.pce_bytes_per_s)) ids.push_back(t.gpus[0].engines[i].id);
+    std::string names;
+    for (int id : ids) names += (names.empty() ? "LCE" : "+LCE") + std::to_string(id);
+    Path b = ce_path("budget", "all-gather on a bandwidth budget (" + names + ")", ids);
+    b.count = paths[0].count;
+    paths.push_back(std::move(b));
+  }
+
+  std::vector<C3Row> rows;
+  for (Path& p : paths) {
+    C3Row row{p.key, p.name, 0, 0, 0, 0, 0, 0, 0, ""};
+    std::vector<double> copy_v, gemm_v, both_v, gemm_both_v;
+    for (int rep = 0; rep < reps; ++rep) {
+      poison(r);
+      t0 = Clock::now();
+      run_path(p, r, p.count);
+      copy_v.push_back(ms_since(t0));
+      row.wrong += wrong_bytes(r);
+      t0 = Clock::now();
+      g.run(gemms);
+      (void)g.gpu_ms();
+      gemm_v.push_back(ms_since(t0));
+      poison(r);
+      t0 = Clock::now();
+      g.run(gemms);
+      run_path(p, r, p.count);
+      const double gb = g.gpu_ms();
+      both_v.push_back(ms_since(t0));
+      gemm_both_v.push_back(gb);
+      row.wrong += wrong_bytes(r);
+    }
+    row.copy_ms = bench::stats(copy_v).median;
+    row.gemm_ms = bench::stats(gemm_v).median;
+    row.both_ms = bench::stats(both_v).median;
+    row.gemm_both_ms = bench::stats(gemm_both_v).median;
+    const double s_ideal = (row.gemm_ms + row.copy_ms) / std::max(row.gemm_ms, row.copy_ms);
+    const double s_real = (row.gemm_ms + row.copy_ms) / row.both_ms;
+    row.ideal_pct = 100 * (s_real - 1) / (s_ideal - 1);
+    row.slowdown_pct = 100 * (row.gemm_both_ms / gemm_ms - 1);
+    if (p.comm)
+      for (const PlanList& l : p.plan->lists())
+        if (row.engines.find("LCE" + std::to_string(l.engine)) == std::string::npos)
+          row.engines += (row.engines.empty() ? "LCE" : "+LCE") + std::to_string(l.engine);
+    rows.push_back(row);
+    std::fprintf(stderr, "c3 %s: copy %.1f ms, gemm %.1f ms, both %.1f ms -> %.1f%% of ideal, gemm +%.1f%%\n",
+                 p.key.c_str(), row.copy_ms, row.gemm_ms, row.both_ms, row.ideal_pct, row.slowdown_pct);
+  }
+  for (int i = 0; i < ranks; ++i) {
+    (void)cnv::unregister_cuda(dev, r.send_b[i]);
+    (void)cnv::unregister_cuda(dev, r.recv_b[i]);
+  }
+  return rows;
+}
+
+// Plan completion -> dependent CUDA kernel (see the file comment).
+bench::Stats run_latency(Device& dev, int ranks, int iters, uint64_t* wrong) {
+  check(cnv::share_signals_with_cuda(dev), "share_signals_with_cuda");
+  Ranks r = make_ranks(dev, ranks, 4096);
+  Communicator::Options o;
+  o.loopback = true;
+  Result<std::unique_ptr<Communicator>> c = Communicator::create(dev, std::vector<int>(ranks, 0), o);
+  check(c.status(), "communicator");
+  CollectiveArgs a = all_gather_args(r);
+  a.prelaunch = true;
+  Result<std::unique_ptr<Plan>> pl = (*c)->plan(a);
+  check(pl.status(), "plan");
+  Plan& plan = **pl;
+  CUfunction stamp = bench::load_stamp_kernel();
+  CUstream stream;
+  CU_CHECK(cuStreamCreate(&stream, CU_STREAM_NON_BLOCKING));
+  uint64_t* out = nullptr;
+  CUDA_CHECK(cudaHostAlloc(reinterpret_cast<void**>(&out), 64, cudaHostAllocMapped));
+  std::vector<double> lat;
+  *wrong = 0;
+  for (int it = 0; it < iters + 10; ++it) {
+    const Deadline dl = Deadline::after(std::chrono::seconds(10));
+    poison(r);
+    check(plan.prelaunch(dl), "prelaunch");
+    const Signal& arrival = plan.arrival(0);
+    CU_CHECK(cuStreamWaitValue64(stream, arrival.va(), plan.arrivals_expected(0), CU_STREAM_WAIT_VALUE_GEQ));
+    uint64_t sem = arrival.va();
+    void* args[] = {&out, &sem};
+    CU_CHECK(cuLaunchKernel(stamp, 1, 1, 1, 1, 1, 1, 0, stream, args, nullptr));
+    std::this_thread::sleep_for(std::chrono::microseconds(200));  // the stream is parked on the wait
+    check(plan.release(), "release");
+    check(plan.wait(dl), "wait");
+    CU_CHECK(cuStreamSynchronize(stream));
+    uint64_t done_ns = 0;
+    for (const PlanList& l : plan.lists())
+      if (std::find(l.writes_to.begin(), l.writes_to.end(), 0) != l.writes_to.end())
+        done_ns = std::max(done_ns, static_cast<GpfifoQueue*>(l.queue)->completed_time_ns());
+    if (it >= 10) lat.push_back((static_cast<double>(out[0]) - static_cast<double>(done_ns)) / 1000.0);
+    if (it == 10) *wrong += wrong_bytes(r);
+  }
+  for (int i = 0; i < ranks; ++i) {
+    (void)cnv::unregister_cuda(dev, r.send_b[i]);
+    (void)cnv::unregister_cuda(dev, r.recv_b[i]);
+  }
+  return bench::stats(lat);
+}
+
+struct HostCost {
+  double cb_ns, reserve_ns;
+};
+
+// Host time per queued copy through the vocabulary on one Hopper queue.
+HostCost run_hostcost(Device& dev) {
+  QueueOptions qo;
+  qo.ring_bytes = 1u << 20;
+  Result<std::unique_ptr<Queue>> q = dev.create_queue(0, dev.topology().gpus[0].engines[0].id, qo);
+  check(q.status(), "queue");
+  Result<Buffer> a = dev.alloc(0, 1 << 20, MemKind::device), b = dev.alloc(0, 1 << 20, MemKind::device);
+  check(a.status(), "alloc");
+  check(b.status(), "alloc");
+  constexpr int kCopies = 64, kRounds = 2000;
+  const Deadline dl = Deadline::after(std::chrono::seconds(60));
+  CommandBuffer cb = (*q)->command_buffer();
+  double cb_ns = 0, res_ns = 0;
+  for (int pass = 0; pass < 2; ++pass) {  // pass 0 warms up
+    auto t0 = Clock::now();
+    for (int r = 0; r < kRounds; ++r) {
+      cb.clear();
+      for (int i = 0; i < kCopies; ++i) check(cb.copy(b->va + i * 256, a->va + i * 256, 256), "copy");
+      check((*q)->submit(cb, dl), "submit");
+    }
+    cb_ns = std::chrono::duration<double, std::nano>(Clock::now() - t0).count() / (kRounds * kCopies);
+    check((*q)->wait_done(dl), "drain");
+    t0 = Clock::now();
+    for (int r = 0; r < kRounds; ++r) {
+      Result<Queue::Reservation> res = (*q)->reserve(kCopies * hopper::kCopyPieceDwords * 4, dl);
+      check(res.status(), "reserve");
+      for (int i = 0; i < kCopies; ++i) check(res->commands().copy(b->va + i * 256, a->va + i * 256, 256), "copy");
+      check(res->commit(), "commit");
+    }
+    res_ns = std::chrono::duration<double, std::nano>(Clock::now() - t0).count() / (kRounds * kCopies);
+    check((*q)->wait_done(dl), "drain");
+  }
+  q->reset();
+  (void)dev.free(*a);
+  (void)dev.free(*b);
+  return {cb_ns, res_ns};
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  int ranks = 4, n = 8192, gemms = 300, reps = 3, lat_iters = 300;
+  uint64_t chunk_mib = 64;
+  double budget_frac = 0.5;
+  std::string json_path, only;
+  for (int i = 1; i < argc; ++i) {
+    const std::string a = argv[i];
+    auto v = [&] { return i + 1 < argc ? argv[++i] : (std::exit(2), argv[0]); };
+    if (a == "--ranks") ranks = std::atoi(v());
+    else if (a == "--n") n = std::atoi(v());
+    else if (a == "--gemms") gemms = std::atoi(v());
+    else if (a == "--chunk-mib") chunk_mib = std::strtoull(v(), nullptr, 10);
+    else if (a == "--reps") reps = std::atoi(v());
+    else if (a == "--budget-frac") budget_frac = std::atof(v());
+    else if (a == "--lat-iters") lat_iters = std::atoi(v());
+    else if (a == "--json") json_path = v();
+    else if (a == "--only") only = v();
+    else {
+      std::fprintf(stderr,
+                   "usage: nv_coll_bench [--ranks 4] [--n 8192] [--gemms 300] [--chunk-mib 64] [--reps 3]\n"
+                   "                     [--budget-frac 0.5] [--lat-iters 300] [--json PATH] [--only c3|latency|hostcost]\n");
+      return 2;
+    }
+  }
+  if (ranks < 2 || ranks > 16 || !(budget_frac > 0 && budget_frac <= 1)) {
+    std::fprintf(stderr, "nv_coll_bench: --ranks must be 2..16 and --budget-frac in (0, 1]\n");
+    return 2;
+  }
+  // CUDA first: its address reservations are in place before ours.
+  CUDA_CHECK(cudaSetDevice(0));
+  CUDA_CHECK(cudaFree(nullptr));
+  CU_CHECK(cuInit(0));
+  DeviceOptions o;
+  o.backend = "nv";
+  Result<std::unique_ptr<Device>> d = open_device(o);
+  check(d.status(), "open_device(nv)");
+  Device& dev = **d;
+
+  std::string json = "{\"ranks\": " + std::to_string(ranks);
+  std::vector<C3Row> c3;
+  if (only.empty() || only == "c3") {
+    c3 = run_c3(dev, ranks, n, gemms, chunk_mib << 20, reps, budget_frac);
+    json += ", \"c3\": {\"n\": " + std::to_string(n) + ", \"gemms\": " + std::to_string(gemms) +
+            ", \"chunk_bytes\": " + std::to_string(chunk_mib << 20) + ", \"rows\": [";
+    for (size_t i = 0; i < c3.size(); ++i) {
+      char b[512];
+      std::snprintf(b, sizeof b,
+                    "%s{\"variant\": \"%s\", \"engines\": \"%s\", \"copy_ms\": %.3f, \"gemm_ms\": %.3f, \"both_ms\": "
+                    "%.3f, \"gemm_beside_ms\": %.3f, \"ideal_pct\": %.2f, \"gemm_slowdown_pct\": %.2f, "
+                    "\"wrong_bytes\": %llu}",
+                    i ? ", " : "", c3[i].key.c_str(), c3[i].engines.c_str(), c3[i].copy_ms, c3[i].gemm_ms,
+                    c3[i].both_ms, c3[i].gemm_both_ms, c3[i].ideal_pct, c3[i].slowdown_pct,
+                    static_cast<unsigned long long>(c3[i].wrong));
+      json += b;
+    }
+    json += "]}";
+  }
+  bench::Stats lat;
+  uint64_t lat_wrong = 0;
+  if (only.empty() || only == "latency") {
+    lat = run_latency(dev, ranks, lat_iters, &lat_wrong);
+    json += ", \"plan_to_kernel_us\": " + bench::stats_json(lat) + ", \"latency_wrong_bytes\": " +
+            std::to_string(lat_wrong);
+  }
+  HostCost hc{0, 0};
+  if (only.empty() || only == "hostcost") {
+    hc = run_hostcost(dev);
+    char b[160];
+    std::snprintf(b, sizeof b, ", \"host_ns_per_copy\": {\"command_buffer\": %.1f, \"reserve_commit\": %.1f}", hc.cb_ns,
+                  hc.reserve_ns);
+    json += b;
+  }
+  json += "}\n";
+  if (!json_path.empty()) {
+    FILE* f = std::fopen(json_path.c_str(), "w");
+    if (f) {
+      std::fputs(json.c_str(), f);
+      std::fclose(f);
+    }
+  }
+  bool ok = true;
+  if (!c3.empty()) {
+    std::printf("C3: bf16 GEMM %d^3 x %d beside an all-gather of %d loopback ranks x %llu MiB\n", n, gemms, ranks,
+                static_cast<unsigned long long>(chunk_mib));
+    std::printf("%-8s %-14s %9s %9s %9s %8s %8s %6s\n", "variant", "engines", "copy_ms", "gemm_ms", "both_ms", "ideal%",
+                "gemm+%", "wrong");
+    for (const C3Row& r : c3) {
+      std::printf("%-8s %-14s %9.1f %9.1f %9.1f %8.1f %8.1f %6llu\n", r.key.c_str(), r.engines.c_str(), r.copy_ms,
+                  r.gemm_ms, r.both_ms, r.ideal_pct, r.slowdown_pct, static_cast<unsigned long long>(r.wrong));
+      ok &= r.wrong == 0;
+    }
+  }
+  if (lat.n)
+    std::printf("plan completion -> CUDA kernel (cuStreamWaitValue64): median %.2f us, p99 %.2f us (n=%zu, wrong %llu)\n",
+                lat.median, lat.p99, lat.n, static_cast<unsigned long long>(lat_wrong));
+  ok &= lat_wrong == 0;
+  if (hc.cb_ns > 0)
+    std::printf("host per queued copy: CommandBuffer+submit %.1f ns, reserve+commit %.1f ns\n", hc.cb_ns, hc.reserve_ns);
+  return ok ? 0 : 1;
+}

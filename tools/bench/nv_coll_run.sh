@@ -1,0 +1,84 @@
+#!/bin/bash
+# tools/bench/nv_coll_run.sh - on a GPU machine (through the device tool; see
+# docs/perf/h200.md "How to run"): build, run the nv hardware tests, then the
+# collectives on the copy engines through the one command layer:
+# sdma-probe sweeps with loopback ranks and nv_coll_bench (C3 with an
+# all-gather, plan -> CUDA kernel latency, host cost per copy). Logs in $OUT
+# (run.log, sweeps.jsonl, coll.json, tests.log, configure.log); a summary last.
+#   SWEEP_RANKS="2 4 8"   rank counts for the sweeps
+#   SWEEP_MAX=64M         largest size of the sweeps
+#   SWEEP_OPS="allgather:pcpy,b2b,auto alltoall:pcpy,b2b broadcast:fanout,chain gather:pcpy scatter:fanout p2p:striped,single"
+#   COLL_ARGS="--ranks 4"   nv_coll_bench arguments (COLL=0 skips it)
+#   SAN=address|thread    instead: a sanitizer build of everything and ctest
+set -uo pipefail
+OUT=${OUT:-/tmp/nv_out}
+mkdir -p "$OUT"
+B=/tmp/nvb
+{
+  echo "== machine"
+  uname -r; head -1 /proc/driver/nvidia/version
+  nvidia-smi -L 2>&1 | head -2
+  nproc
+  if [ -d .nvdev/googletest ] && [ ! -f /tmp/gtest/lib/libgtest.a ]; then
+    cmake -S .nvdev/googletest -B /tmp/gt -G Ninja -DCMAKE_BUILD_TYPE=Release -DBUILD_GMOCK=OFF \
+      -DCMAKE_INSTALL_PREFIX=/tmp/gtest > /tmp/gt.log 2>&1 && ninja -C /tmp/gt install >> /tmp/gt.log 2>&1 \
+      || { echo "googletest build failed"; tail -20 /tmp/gt.log; }
+  fi
+  if [ -n "${SAN:-}" ]; then
+    echo "== sanitizer build ($SAN) and ctest"
+    S=/tmp/nvsan_$SAN
+    t0=$(date +%s)
+    cmake -S . -B $S -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo -DCONCCL_SANITIZE=$SAN -DCMAKE_PREFIX_PATH=/tmp/gtest \
+      -DGTEST_ROOT=/tmp/gtest -DCONCCL_BUILD_BENCHMARKS=OFF > $OUT/configure_$SAN.log 2>&1 || tail -20 $OUT/configure_$SAN.log
+    ninja -C $S 2>&1 | grep -E "error|warning: " | head -20
+    echo "build: $(( $(date +%s) - t0 )) s"
+    ( cd $S && ctest -j 8 --timeout 300 > $OUT/ctest_$SAN.log 2>&1 )
+    grep -E "tests passed|tests failed|Failed|\\*\\*\\*|Timeout" $OUT/ctest_$SAN.log | head -30
+    grep -cE "ERROR: AddressSanitizer|runtime error|WARNING: ThreadSanitizer" $OUT/ctest_$SAN.log | sed 's/^/sanitizer reports: /'
+    exit 0
+  fi
+  echo "== configure + build"
+  cmake -S . -B $B -G Ninja -DCMAKE_BUILD_TYPE=Release -DCMAKE_PREFIX_PATH=/tmp/gtest -DGTEST_ROOT=/tmp/gtest \
+    > $OUT/configure.log 2>&1 || { echo "configure failed"; tail -30 $OUT/configure.log; }
+  t0=$(date +%s)
+  ninja -C $B test_nv_packets test_nv_backend test_nv_adapter test_nv_cuda sdma-probe nv_coll_bench 2>&1 \
+    | grep -E "error|warning: |FAILED" | head -40
+  echo "build: $(( $(date +%s) - t0 )) s"
+  if [ "${TESTS:-1}" = 1 ]; then
+    echo "== nv tests"
+    for t in test_nv_packets test_nv_backend test_nv_adapter test_nv_cuda; do
+      timeout 240 $B/tests/nv/$t --gtest_filter=-NvFault.* > $OUT/tests_$t.log 2>&1
+      echo "$t rc=$? $(grep -E '^\[  (PASSED|FAILED) ' $OUT/tests_$t.log | tr '\n' ' ')"
+      grep -E "^\[  FAILED  \]|Failure" $OUT/tests_$t.log | head -6
+    done
+    cat $OUT/tests_*.log > $OUT/tests.log; rm -f $OUT/tests_*.log
+  fi
+  echo "== sdma-probe list --backend nv"
+  $B/tools/sdma-probe/sdma-probe list --backend nv 2>&1 | head -12
+  echo "== sweeps (sdma-probe <op> --backend nv --ranks N)"
+  : > $OUT/sweeps.jsonl
+  for N in ${SWEEP_RANKS:-2 4 8}; do
+    for spec in ${SWEEP_OPS:-allgather:pcpy,b2b,auto alltoall:pcpy,b2b,auto broadcast:fanout,chain,auto gather:pcpy scatter:fanout p2p:striped,single}; do
+      op=${spec%%:*}
+      for v in $(echo ${spec#*:} | tr ',' ' '); do
+        t0=$(date +%s%N)
+        timeout 300 $B/tools/sdma-probe/sdma-probe $op --backend nv --ranks $N --variant $v --min ${SWEEP_MIN:-1K} \
+          --max ${SWEEP_MAX:-64M} --timeout-ms 60000 --json /tmp/sw.json > /tmp/sw.txt 2> /tmp/sw.err
+        rc=$?
+        [ -f /tmp/sw.json ] && { tr -d '\n' < /tmp/sw.json | sed "s/^{/{\"variant_asked\": \"$v\", /"; echo; } >> $OUT/sweeps.jsonl
+        rm -f /tmp/sw.json
+        last=$(tail -1 /tmp/sw.txt)
+        printf "%-10s %-8s N=%d rc=%d %6d ms  last: %s\n" $op $v $N $rc $(( ($(date +%s%N) - t0) / 1000000 )) "$last"
+        [ $rc -ne 0 ] && head -c 600 /tmp/sw.err
+      done
+    done
+  done
+  if [ "${COLL:-1}" = 1 ]; then
+    echo "== nv_coll_bench ${COLL_ARGS:-}"
+    timeout ${COLL_TIMEOUT:-400} $B/tools/bench/nv_coll_bench --json $OUT/coll.json ${COLL_ARGS:-} 2> $OUT/coll_stderr.log
+    echo "coll rc=$?"
+    tail -6 $OUT/coll_stderr.log
+  fi
+  echo "== dmesg"
+  dmesg 2>/dev/null | grep -iE "nvrm|xid" | tail -6
+} 2>&1 | tee $OUT/run.log
