@@ -55,7 +55,7 @@ struct Options {
   //    lands below 2 GiB). Where no range fits: Code::resource_exhausted.
   uint64_t va_base = 0;
   uint64_t va_size = 256ull << 30;
-  uint64_t ring_window_bytes = 256ull << 20;
+  uint64_t ring_window_bytes = 512ull << 20;  // 4 MiB per channel (GP ring + pushbuffer, 2 MiB aligned each)
   uint32_t gpfifo_entries = 1024;        // per channel, power of two
   uint32_t pushbuffer_bytes = 1u << 20;  // per channel
   // LCEs to open channels on; empty = every asynchronous LCE with PCEs.

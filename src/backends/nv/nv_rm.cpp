@@ -434,7 +434,10 @@ Result<Buffer> Device::alloc(size_t bytes, MemKind kind, bool cpu_map, bool low)
     const bool huge = bytes >= (8u << 20);
     const uint64_t page = huge ? (2u << 20) : 4096;
     b.size = round_up(bytes, page);
-    Result<uint64_t> va = reserve_va(b.size, low ? page : (2u << 20), low);
+    // 2 MiB aligned, also in the ring window: GPU mappings of device memory
+    // use large pages (a 4 KiB-aligned one fails: "can't alloc VA space for
+    // mapping", NV_ERR_NO_MEMORY; UVM_CREATE_EXTERNAL_RANGE: address in use).
+    Result<uint64_t> va = reserve_va(b.size, 2u << 20, low);
     if (!va.ok()) return va.status();
     b.va = *va;
     abi::MemoryAllocationParams p{};
