@@ -82,4 +82,15 @@ Status Stager::download(void* dst, const Buffer& src, size_t offset, size_t byte
   return Status();
 }
 
+Status Stager::fill(const Buffer& dst, uint32_t value, Deadline deadline) {
+  if (dst.size % 4 || dst.va % 4)
+    return error(Code::invalid_argument, "fill of the buffer at " + hex(dst.va) + ": its address and size (" +
+                                             std::to_string(dst.size) + ") must be multiples of 4");
+  CommandBuffer cb = queue_->command_buffer();
+  CONCCL_RETURN_IF_ERROR(cb.fill(dst.va, value, dst.size));
+  uint64_t end = 0;
+  CONCCL_RETURN_IF_ERROR(queue_->submit(cb, deadline, &end));
+  return queue_->wait_done(deadline, end);
+}
+
 }  // namespace conccl

@@ -72,6 +72,10 @@ struct CollectiveArgs {
   int engines = 0;             // p2p striped: engines to use (0 = all suitable)
   int b2b_ways = 0;            // b2b: destinations per engine (0 = all peers on one engine)
   int chain_chunks = 0;        // chain: pipeline chunks (0 = by size)
+  // Each list ends with an engine timestamp (after its last arrival), read
+  // with Plan::finish_timestamp(): when each engine finished, for profiling
+  // and for hand-off latencies.
+  bool timestamps = false;
 };
 
 class Plan;
@@ -168,6 +172,11 @@ class Plan {
   const Signal& arrival(int rank) const { return arrive_[static_cast<size_t>(rank)]; }
   uint64_t arrivals_expected(int rank) const { return expected_[static_cast<size_t>(rank)]; }
 
+  // With CollectiveArgs::timestamps: the engine's clock when lists()[i]
+  // finished in the last completed launch (NVIDIA and the emulator: ns;
+  // AMD: SDMA's global timestamp counter); 0 otherwise.
+  uint64_t finish_timestamp(size_t list) const;
+
   // Human-readable per-engine command lists (decoded packets or methods).
   std::string describe() const;
 
@@ -185,6 +194,7 @@ class Plan {
   std::vector<uint64_t> expected_;
   std::vector<Signal> ready_;     // per rank: local phase done (swap)
   Signal trigger_;
+  Buffer stamps_{};  // 16 bytes per list when args_.timestamps
   bool launched_ = false;
   bool waiting_release_ = false;
 };

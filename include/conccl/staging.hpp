@@ -30,6 +30,8 @@ class Stager {
   Status upload(const Buffer& dst, size_t offset, const void* src, size_t bytes, Deadline deadline);
   // dst = src[offset, offset+bytes).
   Status download(void* dst, const Buffer& src, size_t offset, size_t bytes, Deadline deadline);
+  // Every 32-bit word of the buffer (size a multiple of 4) = value, by the engine.
+  Status fill(const Buffer& dst, uint32_t value, Deadline deadline);
 
  private:
   Stager(Device& device, std::unique_ptr<Queue> queue, Buffer staging);

@@ -134,6 +134,16 @@ int Communicator::engine_for(int src, int dst, int k) const {
     for (int i = 0; i < n; ++i) slots.push_back(e->id);
   }
   const int n = size();
+  if (options_.loopback) {
+    // Ranks that share a GPU share its engines: their copies take the slots
+    // together, n consecutive slots per rank (peers at distance 1..n-1, then
+    // the local copy), so that over all ranks each engine gets its share.
+    int base = 0;
+    for (int r = 0; r < src; ++r)
+      if (gpu(r) == gpu(src)) base += n;
+    const int d = src == dst ? n : ((dst - src) % n + n) % n;
+    return slots[static_cast<size_t>(base + d - 1 + k) % slots.size()];
+  }
   const int d = src == dst ? 1 : ((dst - src) % n + n) % n;
   return slots[static_cast<size_t>(d - 1 + k) % slots.size()];
 }
@@ -190,6 +200,14 @@ Result<std::unique_ptr<Plan>> Communicator::plan(const CollectiveArgs& in) {
     case CollOp::all_to_all: st = build_all_to_all(b, args, plan->variant_); break;
   }
   if (!st.ok()) return st.prefix(std::string("planning ") + coll_op_name(args.op));
+  if (args.timestamps) {
+    Result<Buffer> b = device_.alloc(-1, 16 * plan->lists_.size(), MemKind::host);
+    if (!b.ok()) return b.status().prefix("timestamp slots");
+    if (!b->host) return error(Code::unavailable, "timestamps need CPU-visible host memory");
+    plan->stamps_ = *b;
+    for (size_t i = 0; i < plan->lists_.size(); ++i)
+      CONCCL_RETURN_IF_ERROR(plan->lists_[i].cb.timestamp(b->va + 16 * i));
+  }
   // Each list goes into its ring in one submit: reject what cannot fit (with
   // room for ring-end padding) before anything runs.
   for (const PlanList& l : plan->lists_)

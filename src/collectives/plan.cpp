@@ -1,9 +1,20 @@
 // src/collectives/plan.cpp - launching and waiting for compiled collectives.
+#include <atomic>
+
 #include "collectives/builder.hpp"
 
 namespace conccl {
 
-Plan::~Plan() = default;
+Plan::~Plan() {
+  if (stamps_.size && comm_) (void)comm_->device().free(stamps_);
+}
+
+uint64_t Plan::finish_timestamp(size_t list) const {
+  if (!stamps_.host || list >= lists_.size()) return 0;
+  const size_t off = list * 16 + comm_->caps().timestamp_offset;
+  return std::atomic_ref<uint64_t>(*reinterpret_cast<uint64_t*>(static_cast<uint8_t*>(stamps_.host) + off))
+      .load(std::memory_order_acquire);
+}
 
 bool Plan::running() const {
   if (!launched_) return false;

@@ -48,12 +48,23 @@ uint64_t GpfifoQueue::completed_time_ns() const { return load(mem_.timeline + 1)
 uint32_t GpfifoQueue::gp_get() const { return mem_.userd[kUserdGpGetOffset / 4]; }
 uint32_t GpfifoQueue::gp_put() const { return mem_.userd[kUserdGpPutOffset / 4]; }
 
+// A doorbell rung before the scheduler has put a just-created channel on its
+// runlist can go unseen (seen on the H200 once in a few hundred channel
+// creations: GP_GET stayed 0 for 5 s). The first submission therefore rings
+// again every 200 ms until the channel takes it; ringing twice is harmless
+// (the host re-reads GP_PUT).
 Status GpfifoQueue::bind_copy_object(Deadline deadline) {
   hopper::CommandList init;
   init.bind_copy_object();
   uint64_t t = 0;
   CONCCL_RETURN_IF_ERROR(submit_dwords(init.dwords(), deadline, &t));
-  return wait_done(deadline, t);
+  while (true) {
+    const Deadline step = Deadline::after(std::min<std::chrono::nanoseconds>(std::chrono::milliseconds(200),
+                                                                              deadline.remaining()));
+    Status st = wait_done(step, t);
+    if (st.code() != Code::timeout || deadline.expired()) return st;
+    backend_->ring_doorbell();
+  }
 }
 
 Status GpfifoQueue::reclaim(uint64_t need, Deadline deadline, uint64_t* start_out) {

@@ -975,3 +975,113 @@ TEST_F(CollDiagnosis, LostCompletion) {
 
 }  // namespace
 }  // namespace conccl
+
+// ------------------------------------------------- one layer, several ISAs
+
+namespace conccl {
+namespace {
+
+using namespace conccl::coltest;
+
+TEST(CollHopper, VariantsNeedTheirCapability) {
+  Node node;
+  ASSERT_OK(make_node(Topo::h200loop4, &node));
+  EXPECT_FALSE(node.comm->caps().broadcast_copy);
+  EXPECT_FALSE(node.comm->caps().swap);
+  Mem mem(*node.dev, 5);
+  for (auto [op, v] : {std::pair{CollOp::all_gather, Variant::bcst}, std::pair{CollOp::broadcast, Variant::bcst},
+                       std::pair{CollOp::all_to_all, Variant::swap}}) {
+    SCOPED_TRACE(op_variant(op, v));
+    CollectiveArgs a;
+    a.op = op;
+    a.variant = v;
+    a.bytes = 4096;
+    make_buffers(mem, *node.comm, a, Form::separate);
+    Result<std::unique_ptr<Plan>> p = node.comm->plan(a);
+    ASSERT_FALSE(p.ok());
+    EXPECT_EQ(p.status().code(), Code::invalid_argument);
+    EXPECT_TRUE(contains(p.status().message(), "Hopper CE")) << p.status().message();
+    EXPECT_TRUE(contains(p.status().message(), v == Variant::bcst ? "broadcast copies" : "swaps"))
+        << p.status().message();
+  }
+  // The automatic rule never picks them where they do not exist.
+  const Caps& hc = caps(Isa::hopper());
+  for (CollOp op : {CollOp::broadcast, CollOp::all_gather, CollOp::all_to_all})
+    for (uint64_t bytes : {uint64_t(1), 4 * K, 64 * K, M, 64 * M})
+      for (bool pre : {false, true}) {
+        const Variant v = choose_variant(op, bytes, 8, hc, pre);
+        EXPECT_TRUE(variant_missing_cap(v, hc).empty()) << op_variant(op, v) << " at " << bytes;
+      }
+  EXPECT_EQ(choose_variant(CollOp::broadcast, 64 * K, 4, hc, false), Variant::fanout);
+  EXPECT_EQ(choose_variant(CollOp::all_gather, 256 * K, 4, hc, false), Variant::pcpy);
+}
+
+TEST(CollHopper, PlansAreHopperMethods) {
+  Node node;
+  ASSERT_OK(make_node(Topo::h200loop4, &node));
+  Mem mem(*node.dev, 6);
+  CollectiveArgs a;
+  a.op = CollOp::all_gather;
+  a.variant = Variant::pcpy;
+  a.bytes = 1000;
+  make_buffers(mem, *node.comm, a, Form::separate);
+  ASSERT_OK_AND_ASSIGN(std::unique_ptr<Plan> plan, node.comm->plan(a));
+  const std::string text = plan->describe();
+  EXPECT_TRUE(contains(text, "copy.launch_dma")) << text;
+  EXPECT_TRUE(contains(text, "host.sem_execute")) << text;
+  EXPECT_FALSE(contains(text, "atomic_add64")) << text;
+  // Engines are taken in proportion to their PCEs: LCE4 (12) serves more
+  // peers than LCE2 and LCE3 (2 each).
+  std::map<int, int> copies_per_engine;
+  for (const PlanList& l : plan->lists()) copies_per_engine[l.engine] += static_cast<int>(l.writes_to.size());
+  EXPECT_GT(copies_per_engine[4], copies_per_engine[2]) << text;
+  launch_and_verify(mem, *plan, node.comm->size(), 2);
+}
+
+TEST(CollEngines, OptionsEnginesRestrictThePlans) {
+  ASSERT_OK_AND_ASSIGN(std::unique_ptr<emu::EmuDevice> dev, make_device(Topo::h200loop4));
+  Communicator::Options o;
+  o.loopback = true;
+  o.engines = {2, 3};
+  ASSERT_OK_AND_ASSIGN(std::unique_ptr<Communicator> comm, Communicator::create(*dev, {0, 0, 0}, o));
+  Mem mem(*dev, 8);
+  for (CollOp op : {CollOp::all_gather, CollOp::all_to_all, CollOp::p2p, CollOp::broadcast}) {
+    SCOPED_TRACE(coll_op_name(op));
+    CollectiveArgs a;
+    a.op = op;
+    a.bytes = 3000;
+    make_buffers(mem, *comm, a, Form::separate);
+    ASSERT_OK_AND_ASSIGN(std::unique_ptr<Plan> plan, comm->plan(a));
+    for (const PlanList& l : plan->lists()) EXPECT_TRUE(l.engine == 2 || l.engine == 3) << l.engine;
+    launch_and_verify(mem, *plan, comm->size(), 1);
+  }
+  o.engines = {4, 9};
+  Result<std::unique_ptr<Communicator>> bad = Communicator::create(*dev, {0, 0}, o);
+  EXPECT_EQ(bad.status().code(), Code::invalid_argument);
+  EXPECT_TRUE(contains(bad.status().message(), "engine 9")) << bad.status().message();
+}
+
+TEST(CollEngines, LoopbackIsAnOption) {
+  ASSERT_OK_AND_ASSIGN(std::unique_ptr<emu::EmuDevice> dev, make_device(Topo::small3));
+  Result<std::unique_ptr<Communicator>> twice = Communicator::create(*dev, {0, 1, 0});
+  EXPECT_EQ(twice.status().code(), Code::invalid_argument);
+  EXPECT_TRUE(contains(twice.status().message(), "loopback")) << twice.status().message();
+  // SDMA engines take loopback ranks too: 4 ranks on 2 GPUs.
+  Communicator::Options o;
+  o.loopback = true;
+  ASSERT_OK_AND_ASSIGN(std::unique_ptr<Communicator> comm, Communicator::create(*dev, {0, 1, 0, 1}, o));
+  Mem mem(*dev, 9);
+  for (Variant v : {Variant::pcpy, Variant::bcst, Variant::b2b}) {
+    SCOPED_TRACE(variant_name(v));
+    CollectiveArgs a;
+    a.op = CollOp::all_gather;
+    a.variant = v;
+    a.bytes = 5001;
+    make_buffers(mem, *comm, a, Form::separate);
+    ASSERT_OK_AND_ASSIGN(std::unique_ptr<Plan> plan, comm->plan(a));
+    launch_and_verify(mem, *plan, comm->size(), 2);
+  }
+}
+
+}  // namespace
+}  // namespace conccl

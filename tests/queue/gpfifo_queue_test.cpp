@@ -265,6 +265,7 @@ TEST_F(Gpfifo, DroppedCompletionIsDiagnosed) {
   auto q = queue(0, 4);
   ASSERT_NE(q, nullptr);
   ASSERT_OK_AND_ASSIGN(Signal s, Signal::create(*dev_));
+  ASSERT_OK(q->wait_done(long_deadline()));  // nothing of the queue's set-up still in flight
   emu::Injection inj;
   inj.drop_completions = 1;
   ASSERT_OK(dev_->inject(0, 4, inj));

@@ -6,9 +6,9 @@
 //  c3       A cuBLAS bf16 GEMM (n^3, random data) concurrent with an
 //           all-gather, against the same all-gather done by cudaMemcpyAsync
 //           (the SM path: a copy kernel on CUDA 13 / driver 580), and on a
-//           bandwidth budget (Communicator::Options::engines from
-//           nv::pick_for_rate: the engines that move the all-gather's bytes
-//           in --budget-frac of the GEMM phase). Per variant: all-gather
+//           bandwidth budget: --budget-frac of the full-rate path's bytes,
+//           on the engines nv::pick_for_rate picks to move them within the
+//           GEMM phase (Communicator::Options::engines). Per variant: all-gather
 //           alone, GEMM alone, both together; % of ideal speedup
 //           100*(S_real-1)/(S_ideal-1), S_ideal = (t_g+t_c)/max(t_g,t_c),
 //           S_real = (t_g+t_c)/t_both (the ConCCL paper's metric), and the
@@ -19,15 +19,17 @@
 //           cuStreamWaitValue64(GEQ) on rank 0's arrival signal (host memory
 //           shared with CUDA: nv::share_signals_with_cuda) and then runs a
 //           1-thread kernel that reads %globaltimer; the trigger is released.
-//           Latency = kernel %globaltimer - the completion timestamp (GPU ns)
-//           of the last list writing to rank 0 (the timeline release that
-//           ends each submission carries the copy engine's timestamp).
+//           Latency = kernel %globaltimer - the engine timestamp (GPU ns)
+//           that ends the last list writing to rank 0, right after its
+//           arrival (CollectiveArgs::timestamps).
 //  hostcost Host time per queued copy through the vocabulary: 64 copies of
 //           256 B recorded into a CommandBuffer and submitted (one doorbell),
-//           and written straight into the pushbuffer with reserve/commit.
+//           and written straight into the pushbuffer with reserve/commit;
+//           8 submissions timed at a time, the engine drained between them
+//           (untimed), so the ring never pushes back.
 //
 //   nv_coll_bench [--ranks 4] [--n 8192] [--gemms 300] [--chunk-mib 64] [--reps 3]
-//                 [--budget-frac 0.5] [--lat-iters 300] [--json PATH] [--only c3|latency|hostcost]
+//                 [--budget-frac 0.25] [--lat-iters 300] [--json PATH] [--only c3|latency|hostcost]
 #include <cublas_v2.h>
 #include <cuda.h>
 #include <cuda_runtime.h>
@@ -271,9 +273,9 @@ std::vector<C3Row> run_c3(Device& dev, int ranks, int n, int gemms, uint64_t chu
     const double one = ms_since(t0) / 10;
     p.count = std::max(1, static_cast<int>(gemm_ms / one + 0.5));
   }
-  // The budget: the engines that move the all-gather's bytes in
-  // budget_frac of the GEMM phase (nv::pick_for_rate with the PCE rate
-  // measured beside a GEMM), run as often as the full-rate path.
+  // The budget: budget_frac of the full-rate path's bytes, on the fewest
+  // engines that move them within the GEMM phase (nv::pick_for_rate with the
+  // PCE rate measured beside a GEMM).
   {
     const Topology& t = dev.topology();
     std::vector<cnv::RateCandidate> cand;
@@ -283,13 +285,14 @@ std::vector<C3Row> run_c3(Device& dev, int ranks, int n, int gemms, uint64_t chu
         if (ne.lce == e.id) shared = ne.shared;
       cand.push_back({static_cast<int>(e.weight), shared});
     }
-    const double need = double(bytes_per) * paths[0].count / (gemm_ms * 1e-3 / budget_frac);
+    const int count = std::max(1, static_cast<int>(paths[0].count * budget_frac + 0.5));
+    const double need = double(bytes_per) * count / (gemm_ms * 1e-3);
     std::vector<int> ids;
     for (size_t i : cnv::pick_for_rate(cand, need, cnv::Options{}.pce_bytes_per_s)) ids.push_back(t.gpus[0].engines[i].id);
     std::string names;
     for (int id : ids) names += (names.empty() ? "LCE" : "+LCE") + std::to_string(id);
     Path b = ce_path("budget", "all-gather on a bandwidth budget (" + names + ")", ids);
-    b.count = paths[0].count;
+    b.count = count;
     paths.push_back(std::move(b));
   }
 
@@ -349,6 +352,7 @@ bench::Stats run_latency(Device& dev, int ranks, int iters, uint64_t* wrong) {
   check(c.status(), "communicator");
   CollectiveArgs a = all_gather_args(r);
   a.prelaunch = true;
+  a.timestamps = true;
   Result<std::unique_ptr<Plan>> pl = (*c)->plan(a);
   check(pl.status(), "plan");
   Plan& plan = **pl;
@@ -373,9 +377,10 @@ bench::Stats run_latency(Device& dev, int ranks, int iters, uint64_t* wrong) {
     check(plan.wait(dl), "wait");
     CU_CHECK(cuStreamSynchronize(stream));
     uint64_t done_ns = 0;
-    for (const PlanList& l : plan.lists())
-      if (std::find(l.writes_to.begin(), l.writes_to.end(), 0) != l.writes_to.end())
-        done_ns = std::max(done_ns, static_cast<GpfifoQueue*>(l.queue)->completed_time_ns());
+    for (size_t i = 0; i < plan.lists().size(); ++i) {
+      const std::vector<int>& w = plan.lists()[i].writes_to;
+      if (std::find(w.begin(), w.end(), 0) != w.end()) done_ns = std::max(done_ns, plan.finish_timestamp(i));
+    }
     if (it >= 10) lat.push_back((static_cast<double>(out[0]) - static_cast<double>(done_ns)) / 1000.0);
     if (it == 10) *wrong += wrong_bytes(r);
   }
@@ -396,35 +401,40 @@ HostCost run_hostcost(Device& dev) {
   qo.ring_bytes = 1u << 20;
   Result<std::unique_ptr<Queue>> q = dev.create_queue(0, dev.topology().gpus[0].engines[0].id, qo);
   check(q.status(), "queue");
-  Result<Buffer> a = dev.alloc(0, 1 << 20, MemKind::device), b = dev.alloc(0, 1 << 20, MemKind::device);
-  check(a.status(), "alloc");
-  check(b.status(), "alloc");
-  constexpr int kCopies = 64, kRounds = 2000;
+  Result<Buffer> a_ = dev.alloc(0, 1 << 20, MemKind::device), b_ = dev.alloc(0, 1 << 20, MemKind::device);
+  check(a_.status(), "alloc");
+  check(b_.status(), "alloc");
+  constexpr int kCopies = 64, kBatches = 250, kPerBatch = 8;
   const Deadline dl = Deadline::after(std::chrono::seconds(60));
   CommandBuffer cb = (*q)->command_buffer();
   double cb_ns = 0, res_ns = 0;
   for (int pass = 0; pass < 2; ++pass) {  // pass 0 warms up
-    auto t0 = Clock::now();
-    for (int r = 0; r < kRounds; ++r) {
-      cb.clear();
-      for (int i = 0; i < kCopies; ++i) check(cb.copy(b->va + i * 256, a->va + i * 256, 256), "copy");
-      check((*q)->submit(cb, dl), "submit");
+    double t_cb = 0, t_res = 0;
+    for (int b = 0; b < kBatches; ++b) {
+      auto t0 = Clock::now();
+      for (int r = 0; r < kPerBatch; ++r) {
+        cb.clear();
+        for (int i = 0; i < kCopies; ++i) check(cb.copy(b_->va + i * 256, a_->va + i * 256, 256), "copy");
+        check((*q)->submit(cb, dl), "submit");
+      }
+      t_cb += std::chrono::duration<double, std::nano>(Clock::now() - t0).count();
+      check((*q)->wait_done(dl), "drain");
+      t0 = Clock::now();
+      for (int r = 0; r < kPerBatch; ++r) {
+        Result<Queue::Reservation> res = (*q)->reserve(kCopies * hopper::kCopyPieceDwords * 4, dl);
+        check(res.status(), "reserve");
+        for (int i = 0; i < kCopies; ++i) check(res->commands().copy(b_->va + i * 256, a_->va + i * 256, 256), "copy");
+        check(res->commit(), "commit");
+      }
+      t_res += std::chrono::duration<double, std::nano>(Clock::now() - t0).count();
+      check((*q)->wait_done(dl), "drain");
     }
-    cb_ns = std::chrono::duration<double, std::nano>(Clock::now() - t0).count() / (kRounds * kCopies);
-    check((*q)->wait_done(dl), "drain");
-    t0 = Clock::now();
-    for (int r = 0; r < kRounds; ++r) {
-      Result<Queue::Reservation> res = (*q)->reserve(kCopies * hopper::kCopyPieceDwords * 4, dl);
-      check(res.status(), "reserve");
-      for (int i = 0; i < kCopies; ++i) check(res->commands().copy(b->va + i * 256, a->va + i * 256, 256), "copy");
-      check(res->commit(), "commit");
-    }
-    res_ns = std::chrono::duration<double, std::nano>(Clock::now() - t0).count() / (kRounds * kCopies);
-    check((*q)->wait_done(dl), "drain");
+    cb_ns = t_cb / (kBatches * kPerBatch * kCopies);
+    res_ns = t_res / (kBatches * kPerBatch * kCopies);
   }
   q->reset();
-  (void)dev.free(*a);
-  (void)dev.free(*b);
+  (void)dev.free(*a_);
+  (void)dev.free(*b_);
   return {cb_ns, res_ns};
 }
 
@@ -433,7 +443,7 @@ HostCost run_hostcost(Device& dev) {
 int main(int argc, char** argv) {
   int ranks = 4, n = 8192, gemms = 300, reps = 3, lat_iters = 300;
   uint64_t chunk_mib = 64;
-  double budget_frac = 0.5;
+  double budget_frac = 0.25;
   std::string json_path, only;
   for (int i = 1; i < argc; ++i) {
     const std::string a = argv[i];
@@ -450,7 +460,7 @@ int main(int argc, char** argv) {
     else {
       std::fprintf(stderr,
                    "usage: nv_coll_bench [--ranks 4] [--n 8192] [--gemms 300] [--chunk-mib 64] [--reps 3]\n"
-                   "                     [--budget-frac 0.5] [--lat-iters 300] [--json PATH] [--only c3|latency|hostcost]\n");
+                   "                     [--budget-frac 0.25] [--lat-iters 300] [--json PATH] [--only c3|latency|hostcost]\n");
       return 2;
     }
   }

@@ -11,6 +11,7 @@
 #include <cmath>
 #include <cstdio>
 #include <cstring>
+#include <thread>
 
 #include "cli.hpp"
 #include "conccl/collectives.hpp"
@@ -128,25 +129,45 @@ std::pair<uint64_t, uint64_t> buffer_bytes(CollOp op, int root, int peer, int r,
   return {0, 0};
 }
 
-// Writes `seed`'s pattern (or, for recv buffers, poison) into a buffer
-// through its GPU's stager, in pieces.
-Status fill_buffer(conccl::Stager& st, const Buffer& b, uint64_t seed, int rank, bool poison, conccl::Deadline dl) {
+// Writes rank r's pattern into a buffer through its GPU's stager, in pieces.
+Status upload_pattern(conccl::Stager& st, const Buffer& b, uint64_t seed, int rank, conccl::Deadline dl) {
   constexpr size_t kPiece = 32u << 20;
   std::vector<uint8_t> tmp(std::min<uint64_t>(kPiece, b.size));
   for (uint64_t off = 0; off < b.size; off += kPiece) {
     const size_t len = static_cast<size_t>(std::min<uint64_t>(kPiece, b.size - off));
-    pattern(seed, poison ? 1000 + rank : rank, off, tmp.data(), len);
+    pattern(seed, rank, off, tmp.data(), len);
     CONCCL_RETURN_IF_ERROR(st.upload(b, off, tmp.data(), len, dl));
   }
   return Status();
+}
+
+// Bytes of got[0, n) that differ from rank r's pattern at [off, off+n),
+// counted on all cores (a 1 GiB-per-rank sweep checks tens of GiB).
+uint64_t count_diff(const uint8_t* got, uint64_t seed, int rank, uint64_t off, size_t n) {
+  const unsigned threads = std::max(1u, std::min(16u, std::thread::hardware_concurrency()));
+  const size_t per = (n / threads + 4095) / 4096 * 4096;
+  std::vector<uint64_t> wrong(threads, 0);
+  std::vector<std::thread> ts;
+  for (unsigned t = 0; t < threads && per * t < n; ++t)
+    ts.emplace_back([&, t] {
+      const size_t b = per * t, e = std::min(n, b + per);
+      std::vector<uint8_t> want(e - b);
+      pattern(seed, rank, off + b, want.data(), e - b);
+      if (std::memcmp(got + b, want.data(), e - b) == 0) return;
+      for (size_t i = b; i < e; ++i) wrong[t] += got[i] != want[i - b];
+    });
+  for (auto& t : ts) t.join();
+  uint64_t sum = 0;
+  for (uint64_t w : wrong) sum += w;
+  return sum;
 }
 
 // Counts the destination bytes that differ from the sources' patterns,
 // downloading through the stagers (device memory need not be CPU-visible).
 conccl::Result<uint64_t> count_wrong(const conccl::CollectiveArgs& a, int n, uint64_t seed,
                                      const std::vector<conccl::Stager*>& stager_of_rank, conccl::Deadline dl) {
-  constexpr size_t kPiece = 32u << 20;
-  std::vector<uint8_t> got, want;
+  constexpr size_t kPiece = 64u << 20;
+  std::vector<uint8_t> got;
   uint64_t wrong = 0;
   for (const Piece& p : pieces_of(a, n)) {
     const Buffer& dst = a.recv[static_cast<size_t>(p.dst_rank)];
@@ -154,11 +175,8 @@ conccl::Result<uint64_t> count_wrong(const conccl::CollectiveArgs& a, int n, uin
     for (uint64_t off = 0; off < p.len; off += kPiece) {
       const size_t len = static_cast<size_t>(std::min<uint64_t>(kPiece, p.len - off));
       got.resize(len);
-      want.resize(len);
       CONCCL_RETURN_IF_ERROR(st.download(got.data(), dst, p.dst_off + off, len, dl));
-      pattern(seed, p.src_rank, p.src_off + off, want.data(), len);
-      if (std::memcmp(got.data(), want.data(), len) == 0) continue;
-      for (size_t i = 0; i < len; ++i) wrong += got[i] != want[i];
+      wrong += count_diff(got.data(), seed, p.src_rank, p.src_off + off, len);
     }
   }
   return wrong;
@@ -244,6 +262,10 @@ int run_collective(const Args& args, Context& ctx) {
   }
   std::vector<conccl::Stager*> stager_of_rank;
   for (int r = 0; r < n; ++r) stager_of_rank.push_back(stagers[static_cast<size_t>(gpu_of[static_cast<size_t>(r)])].get());
+  // Source data: each rank's pattern, a function of the byte offset, so the
+  // one upload serves every size (a smaller chunk is a prefix, and all-to-all
+  // chunk d sits at offset d * chunk of the same pattern).
+  constexpr uint64_t kSeed = 0xC0CC1;
 
   // Buffers for the largest size, reused by every row: only what the op uses.
   auto chunk_of = [&](uint64_t size) { return std::max<uint64_t>(1, op.size_is_total ? size / n : size); };
@@ -265,7 +287,8 @@ int run_collective(const Args& args, Context& ctx) {
     auto [sb, rb] = buffer_bytes(op.op, base.root, base.peer, r, n, max_chunk);
     for (auto [bytes, out] : {std::pair{sb, &base.send[static_cast<size_t>(r)]}, std::pair{rb, &base.recv[static_cast<size_t>(r)]}}) {
       if (!bytes) continue;
-      conccl::Result<Buffer> b = dev.alloc(gpu_of[static_cast<size_t>(r)], bytes, conccl::MemKind::device);
+      // A multiple of 4 bytes, so the engine can poison it with a 32-bit fill.
+      conccl::Result<Buffer> b = dev.alloc(gpu_of[static_cast<size_t>(r)], (bytes + 3) & ~uint64_t(3), conccl::MemKind::device);
       if (!b.ok())
         return fail(args, ctx, b.status().prefix("allocating " + format_size(total) + " of buffers for " +
                                                   std::to_string(n) + " ranks up to --max " + format_size(*max) +
@@ -273,6 +296,10 @@ int run_collective(const Args& args, Context& ctx) {
       *out = *b;
     }
   }
+  for (int r = 0; r < n; ++r)
+    if (const Buffer& b = base.send[static_cast<size_t>(r)]; b.va)
+      if (Status st = upload_pattern(*stager_of_rank[static_cast<size_t>(r)], b, kSeed, r, deadline()); !st.ok())
+        return fail(args, ctx, st.prefix("uploading rank " + std::to_string(r) + "'s data"));
   auto release = [&] {
     for (Buffer& b : base.send)
       if (b.va) (void)dev.free(b);
@@ -294,16 +321,15 @@ int run_collective(const Args& args, Context& ctx) {
     conccl::CollectiveArgs a = base;
     a.bytes = chunk_of(sizes[si]);
     const uint64_t size = op.size_is_total ? a.bytes * static_cast<uint64_t>(n) : a.bytes;
-    const uint64_t seed = 0xC0CC1 + si;
-    // New source data and poisoned destinations for every size.
+    const uint64_t seed = kSeed;
+    // Poisoned destinations for every size (by the engine: no host traffic).
     for (int r = 0; r < n; ++r) {
-      conccl::Stager& st = *stager_of_rank[static_cast<size_t>(r)];
-      Status s1 = a.send[static_cast<size_t>(r)].va ? fill_buffer(st, a.send[static_cast<size_t>(r)], seed, r, false, deadline())
-                                                    : Status();
-      if (s1.ok() && a.recv[static_cast<size_t>(r)].va) s1 = fill_buffer(st, a.recv[static_cast<size_t>(r)], seed, r, true, deadline());
-      if (!s1.ok()) {
+      const Buffer& b = a.recv[static_cast<size_t>(r)];
+      Status st = b.va ? stager_of_rank[static_cast<size_t>(r)]->fill(b, 0xA5A5A5A5u ^ static_cast<uint32_t>(si), deadline())
+                       : Status();
+      if (!st.ok()) {
         release();
-        return fail(args, ctx, s1.prefix("setting up the data"));
+        return fail(args, ctx, st.prefix("poisoning the destinations"));
       }
     }
     conccl::Result<std::unique_ptr<conccl::Plan>> plan = (*comm)->plan(a);

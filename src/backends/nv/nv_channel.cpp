@@ -102,6 +102,10 @@ EngineStatus NvChannel::engine_status() const {
 
 std::string NvChannel::describe() const {
   std::string out = "LCE" + std::to_string(lce) + ", " + std::to_string(pces) + " PCEs";
+  if (notifier.host) {
+    const auto* n = static_cast<const volatile abi::Notification*>(notifier.host);
+    out += n[0].status == 0 ? ", error notifier clear" : ", error notifier: " + rc_error_name(n[0].info32);
+  }
   if (!uvm_registered)
     out += ", not registered with UVM: an MMU fault stalls the channel instead of being reported";
   return out;
