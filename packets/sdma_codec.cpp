@@ -1,6 +1,7 @@
 // packets/sdma_codec.cpp - the generic encoder/decoder driven by the layout rows.
 #include "packets/sdma_codec.hpp"
 
+#include <algorithm>
 #include <cinttypes>
 #include <cstdio>
 #include <cstring>
@@ -154,6 +155,46 @@ const Layout* find_layout(Gen g, Pkt p, Status* st) {
 }
 
 }  // namespace
+
+Result<PreparedPacket> PreparedPacket::make(Gen g, Pkt p, std::span<const Key> keys) {
+  Status st;
+  const Layout* l = find_layout(g, p, &st);
+  if (!l) return st;
+  // Fixed length: no tail, or an optional tail whose flag is not prepared.
+  bool fixed = l->def->tail == Tail::fixed;
+  if (l->def->tail == Tail::ext_flag) fixed = std::find(keys.begin(), keys.end(), l->def->ext_key) == keys.end();
+  if (!fixed || l->def->dwords > 16)
+    return error(Code::invalid_argument, where(*l) + ": only fixed-length packets of at most 16 dwords are prepared");
+  if (keys.size() > 4) return error(Code::invalid_argument, where(*l) + ": at most 4 prepared keys");
+  PreparedPacket pp;
+  pp.layout_ = l;
+  pp.dwords_ = l->def->dwords;
+  uint64_t given[2] = {0, 0};
+  for (const Key k : keys) {
+    const int ki = static_cast<int>(k);
+    const FieldRow* row = (ki > 0 && ki < kKeyCount) ? l->by_key[ki] : nullptr;
+    if (!row) return error(Code::invalid_argument, where(*l) + " has no field '" + std::string(key_name(k)) + "'");
+    if (k == Key::bytes) pp.bytes_index_ = pp.count_;
+    pp.rows_[pp.count_++] = row;
+    given[ki / 64] |= 1ull << (ki % 64);
+  }
+  if ((given[0] & l->required[0]) != l->required[0] || (given[1] & l->required[1]) != l->required[1])
+    return error(Code::invalid_argument, where(*l) + ": the prepared keys leave a required field out");
+  pp.template_[0] = uint32_t(l->def->op) | (uint32_t(l->def->sub_op) << 8);
+  for (int i = 0; i < l->fixed_count; ++i) put_row(pp.template_, *l->fixed_rows[i], l->fixed_rows[i]->fixed);
+  return pp;
+}
+
+bool PreparedPacket::put(uint32_t* out, std::span<const uint64_t> values) const {
+  if (!layout_ || values.size() != static_cast<size_t>(count_)) return false;
+  if (bytes_index_ >= 0 && !limit_ok(*layout_, values[static_cast<size_t>(bytes_index_)])) return false;
+  uint64_t raw[4];
+  for (int i = 0; i < count_; ++i)
+    if (!raw_ok(*rows_[i], values[static_cast<size_t>(i)], &raw[i])) return false;
+  std::memcpy(out, template_, dwords_ * 4);
+  for (int i = 0; i < count_; ++i) put_row(out, *rows_[i], raw[i]);
+  return true;
+}
 
 uint64_t Packet::get(Key k) const {
   for (const FieldValue& f : fields)

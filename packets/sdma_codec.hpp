@@ -43,6 +43,30 @@ Result<size_t> encode(Gen g, Pkt p, std::span<const FieldValue> fields,
                       std::span<const Reserved> reserved = {});
 Result<std::vector<uint32_t>> encode(Gen g, const Packet& packet);
 
+// A packet's encoder resolved once for a fixed list of keys - for the hot
+// packets (COPY_LINEAR, ATOMIC): the packet's template (header and
+// identifying bits) and each key's row are looked up when it is made, so
+// put() only checks and places the values. Fixed-length packets only (an
+// optional tail stays off); the
+// checks are encode()'s, and put() returns false where encode() would fail
+// (call encode() with the same values for the error message).
+class PreparedPacket {
+ public:
+  static Result<PreparedPacket> make(Gen g, Pkt p, std::span<const Key> keys);
+  PreparedPacket() = default;
+  size_t dwords() const { return dwords_; }
+  // `values` in the order of `keys`; `out` has dwords() room.
+  bool put(uint32_t* out, std::span<const uint64_t> values) const;
+
+ private:
+  const Layout* layout_ = nullptr;
+  const FieldRow* rows_[4] = {};
+  int count_ = 0;
+  int bytes_index_ = -1;  // which value is Key::bytes (checked against the generation's limit)
+  size_t dwords_ = 0;
+  uint32_t template_[16] = {};
+};
+
 // Length in dwords the packet will have (for reserving ring space).
 size_t packet_dwords(Gen g, Pkt p, std::span<const FieldValue> fields, size_t data_dwords = 0);
 

@@ -7,6 +7,7 @@
 // that sees the value may free the signal, so no packet of the update may
 // come after it); stores are FENCEs, low dword first.
 #include <algorithm>
+#include <array>
 
 #include "packets/copy_split.hpp"
 #include "packets/sdma_asm.hpp"
@@ -23,14 +24,57 @@ using sdma::Pkt;
 
 constexpr uint64_t kTwin = 1ull << 31;
 
+// The hot packets' encoders, resolved once per generation from the layout
+// rows (packets/ PreparedPacket): COPY_LINEAR by (src, dst, bytes) and ATOMIC
+// add64 by (addr, value). Where put() refuses a value, the generic encoder
+// runs and reports why.
+struct Hot {
+  sdma::PreparedPacket copy, add64;
+};
+const Hot& hot(sdma::Gen g) {
+  static const std::array<Hot, sdma::kGenCount> table = [] {
+    std::array<Hot, sdma::kGenCount> t{};
+    const Key ck[] = {Key::src, Key::dst, Key::bytes};
+    const Key ak[] = {Key::addr, Key::value};
+    for (int i = 0; i < sdma::kGenCount; ++i) {
+      if (auto c = sdma::PreparedPacket::make(sdma::kAllGens[i], Pkt::copy, ck); c.ok()) t[i].copy = *c;
+      if (auto a = sdma::PreparedPacket::make(sdma::kAllGens[i], Pkt::atomic_add64, ak); a.ok()) t[i].add64 = *a;
+    }
+    return t;
+  }();
+  return table[static_cast<size_t>(g)];
+}
+
+// One packet by its prepared encoder, or the generic one (for the error).
+Status put(CommandBuffer& cb, const sdma::PreparedPacket& pp, Pkt pkt, std::span<const FieldValue> fields,
+           std::initializer_list<uint64_t> values) {
+  const size_t at = cb.size_dwords();
+  if (pp.dwords()) {
+    uint32_t* p = cb.grow(pp.dwords());
+    if (!p) return error(Code::resource_exhausted, "the reserved ring space is full");
+    if (pp.put(p, std::span<const uint64_t>(values.begin(), values.size()))) {
+      cb.mark(at);
+      return Status();
+    }
+    cb.truncate(at, cb.packet_count());
+  }
+  return cb.packet(pkt, fields);
+}
+
 Status copy(CommandBuffer& cb, uint64_t dst, uint64_t src, uint64_t bytes) {
   Status st;
+  const sdma::PreparedPacket& pp = hot(cb.gen()).copy;
   sdma::for_each_copy_chunk(cb.gen(), src, dst, bytes, [&](const sdma::CopyChunk& c) {
     if (!st.ok()) return;
     const FieldValue f[] = {{Key::src, c.src}, {Key::dst, c.dst}, {Key::bytes, c.bytes}};
-    st = cb.packet(Pkt::copy, f);
+    st = put(cb, pp, Pkt::copy, f, {c.src, c.dst, c.bytes});
   });
   return st;
+}
+
+Status add64(CommandBuffer& cb, uint64_t addr, uint64_t delta) {
+  const FieldValue f[] = {{Key::addr, addr}, {Key::value, delta}};
+  return put(cb, hot(cb.gen()).add64, Pkt::atomic_add64, f, {addr, delta});
 }
 
 Status copy_bcst(CommandBuffer& cb, uint64_t dst0, uint64_t dst1, uint64_t src, uint64_t bytes) {
@@ -64,8 +108,8 @@ Status fill(CommandBuffer& cb, uint64_t dst, uint32_t value, uint64_t bytes) {
 }
 
 Status signal_add(CommandBuffer& cb, uint64_t va, uint64_t delta) {
-  CONCCL_RETURN_IF_ERROR(cb.atomic_add64(va + 8, static_cast<int64_t>(delta)));
-  return cb.atomic_add64(va, static_cast<int64_t>(delta));
+  CONCCL_RETURN_IF_ERROR(add64(cb, va + 8, delta));
+  return add64(cb, va, delta);
 }
 
 Status signal_set(CommandBuffer& cb, uint64_t va, uint64_t v) {

@@ -12,6 +12,12 @@
 //   BM_EnqueueCopyRunning   encode + submit with the engine executing the
 //                           copies concurrently (steady state: bounded by
 //                           whichever side is slower)
+//   BM_Vocabulary/isa:I/path:P  the same 64 copies through the neutral layer
+//                           on both instruction sets (I = 0: SDMA 4.4.2 on the
+//                           small preset, 1: Hopper CE on the h200 preset) and
+//                           both paths (P = 0: CommandBuffer + submit, 1:
+//                           reserve + copies encoded in the ring + commit);
+//                           engine stalled while timed, drained untimed
 // (b) Throughput of 64 MiB device-to-device copies (gpu0 -> gpu1):
 //   BM_Memcpy               plain memcpy of the same buffers (baseline)
 //   BM_EmuCopy/engines:N    one copy split evenly over N engines of gpu0
@@ -106,6 +112,23 @@ struct SmallCopies {
   }
 };
 
+// One emulated H200 (Hopper CE methods on GPFIFO channels).
+struct HopperNode {
+  std::unique_ptr<emu::EmuDevice> dev;
+  Status status;
+  HopperNode() {
+    DeviceOptions o;
+    o.preset = "h200";
+    Result<std::unique_ptr<emu::EmuDevice>> d = emu::create(o);
+    if (d.ok()) dev = std::move(d).value();
+    else status = d.status();
+  }
+};
+HopperNode& hopper_node() {
+  static HopperNode n;
+  return n;
+}
+
 // Time and CPU are per iteration = per 64 copies; items are copies.
 void per_copy_counter(benchmark::State& state) { state.SetItemsProcessed(state.iterations() * kCopiesPerSubmit); }
 
@@ -151,6 +174,57 @@ void BM_EnqueueCopy(benchmark::State& state) {
 // CPU time (the producer thread's) is the host cost; Time also counts being
 // descheduled, which on a shared 2-core machine is noise.
 BENCHMARK(BM_EnqueueCopy);
+
+// 64 copies through the vocabulary, by CommandBuffer + submit or by
+// reserve + in-place encoding + commit, on either instruction set.
+void BM_Vocabulary(benchmark::State& state) {
+  const bool hopper = state.range(0) == 1, reserve = state.range(1) == 1;
+  emu::EmuDevice* dev = hopper ? hopper_node().dev.get() : node().dev.get();
+  if (!check(state, hopper ? hopper_node().status : node().status, "emu::create")) return;
+  const int engine = hopper ? 4 : 0;
+  QueueOptions qo;
+  qo.ring_bytes = 16u << 20;
+  Result<std::unique_ptr<Queue>> q = dev->create_queue(0, engine, qo);
+  if (!check(state, q.status(), "create_queue")) return;
+  SmallCopies c;
+  if (!check(state, c.init(*dev), "alloc")) return;
+  Queue& queue = **q;
+  CommandBuffer cb = queue.command_buffer();
+  c.record(cb);
+  const uint64_t batch = cb.size_bytes();
+  if (!check(state, queue.wait_done(Deadline::after_ms(10000)), "idle")) return;
+  if (!check(state, dev->inject(0, engine, emu::Injection{.stall = true}), "inject")) return;
+  uint64_t since_drain = 0;
+  for (auto _ : state) {
+    if (since_drain + batch + 256 > queue.max_submit_bytes() || queue.submitted() - queue.completed() > 900) {
+      state.PauseTiming();  // drain, untimed (ring bytes or GPFIFO entries)
+      Status st = dev->inject(0, engine, emu::Injection{});
+      if (st.ok()) st = queue.wait_done(Deadline::after_ms(60000));
+      if (st.ok()) st = dev->inject(0, engine, emu::Injection{.stall = true});
+      if (!check(state, st, "drain")) return;
+      since_drain = 0;
+      state.ResumeTiming();
+    }
+    if (reserve) {
+      Result<Queue::Reservation> r = queue.reserve(batch, Deadline::after_ms(1000));
+      if (!check(state, r.status(), "reserve")) return;
+      c.record(r->commands());
+      if (!check(state, r->commit(), "commit")) return;
+    } else {
+      cb.clear();
+      c.record(cb);
+      if (!check(state, queue.submit(cb, Deadline::after_ms(1000)), "submit")) return;
+    }
+    since_drain += batch;
+  }
+  Status st = dev->inject(0, engine, emu::Injection{});
+  if (st.ok()) st = queue.wait_done(Deadline::after_ms(60000));
+  if (!check(state, st, "final drain")) return;
+  if (!c.verified()) state.SkipWithError("copied data does not match the source");
+  per_copy_counter(state);
+  c.release(*dev);
+}
+BENCHMARK(BM_Vocabulary)->ArgNames({"isa", "path"})->Args({0, 0})->Args({0, 1})->Args({1, 0})->Args({1, 1});
 
 void BM_EncodeCopy(benchmark::State& state) {
   CommandBuffer cb(sdma::Gen::v4_4_2);
