@@ -8,7 +8,7 @@
 
 #include <gtest/gtest.h>
 
-#include "conccl/kfd.hpp"
+#include "backends/kfd/kfd_policy.hpp"
 
 namespace {
 

@@ -20,7 +20,7 @@
 #include <filesystem>
 #include <random>
 
-#include "conccl/kfd.hpp"
+#include "backends/kfd/kfd_policy.hpp"
 #include "conccl/queue.hpp"
 #include "fake_hsakmt.hpp"
 
@@ -102,9 +102,9 @@ TEST_F(KfdFake, OpenReportsTheQueueModeAndWhy) {
   ASSERT_GE(t.notes.size(), 2u);
   EXPECT_TRUE(contains(t.notes[0], "queue mode: kernel-chooses: ")) << t.notes[0];
   EXPECT_TRUE(contains(t.notes[1], "KFD interface 1.11, libhsakmt")) << t.notes[1];
-  EXPECT_EQ(dev->queue_mode().mode, conccl::kfd::QueueMode::kernel_chooses);
-  EXPECT_EQ(dev->capabilities().kfd_minor, 11u);
-  for (int g = 0; g < 8; ++g) EXPECT_EQ(dev->kfd_topology().gpus[g].thunk_node, g + 1);
+  EXPECT_EQ(conccl::kfd::internals(*dev)->queue_mode().mode, conccl::kfd::QueueMode::kernel_chooses);
+  EXPECT_EQ(conccl::kfd::internals(*dev)->capabilities().kfd_minor, 11u);
+  for (int g = 0; g < 8; ++g) EXPECT_EQ(conccl::kfd::internals(*dev)->kfd_topology().gpus[g].thunk_node, g + 1);
   EXPECT_TRUE(contains(conccl::topology_table(t), "note: queue mode: kernel-chooses"));
   EXPECT_EQ(fakekmt::stats().open_count, 1);
 }
@@ -115,7 +115,7 @@ TEST_F(KfdFake, TheThunkHidingAGpuIsFollowed) {
   fakekmt::reset(c);
   auto dev = open();
   ASSERT_NE(dev, nullptr);
-  const conccl::kfd::KfdTopology& kt = dev->kfd_topology();
+  const conccl::kfd::KfdTopology& kt = conccl::kfd::internals(*dev)->kfd_topology();
   ASSERT_EQ(kt.gpus.size(), 7u);
   EXPECT_EQ(kt.gpus[1].drm_render_minor, 136);
   EXPECT_EQ(kt.gpus[1].thunk_node, 2);

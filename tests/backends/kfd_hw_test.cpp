@@ -15,7 +15,7 @@
 #include <thread>
 #include <vector>
 
-#include "conccl/kfd.hpp"
+#include "backends/kfd/kfd_policy.hpp"
 #include "conccl/queue.hpp"
 
 namespace {
@@ -140,7 +140,7 @@ TEST_F(KfdHw, TopologyAndQueueMode) {
   ASSERT_FALSE(t.gpus.empty());
   ASSERT_FALSE(t.notes.empty());
   EXPECT_EQ(t.notes[0].rfind("queue mode: ", 0), 0u) << t.notes[0];
-  const conccl::kfd::KfdTopology& kt = dev_->kfd_topology();
+  const conccl::kfd::KfdTopology& kt = conccl::kfd::internals(*dev_)->kfd_topology();
   for (const conccl::kfd::GpuNode& g : kt.gpus) {
     EXPECT_GE(g.thunk_node, 0);
     EXPECT_GT(g.engine_count(), 0);

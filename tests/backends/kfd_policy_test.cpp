@@ -14,7 +14,7 @@
 #include <filesystem>
 
 #include "conccl/emu.hpp"
-#include "conccl/kfd.hpp"
+#include "backends/kfd/kfd_policy.hpp"
 #include "conccl/queue.hpp"
 #include "packets/sdma_codec.hpp"
 

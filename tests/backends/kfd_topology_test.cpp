@@ -8,7 +8,7 @@
 #include <fstream>
 #include <set>
 
-#include "conccl/kfd.hpp"
+#include "backends/kfd/kfd_policy.hpp"
 
 namespace {
 

@@ -28,7 +28,7 @@
 #include <set>
 #include <thread>
 
-#include "conccl/kfd.hpp"
+#include "backends/kfd/kfd_policy.hpp"
 #include "conccl/queue.hpp"
 #include "queue/sdma_queue.hpp"
 #include "util/wait.hpp"
@@ -383,7 +383,7 @@ class KfdQueueBackend final : public SdmaRingBackend {
   int id_;
 };
 
-class KfdDeviceImpl final : public KfdDevice {
+class KfdDeviceImpl final : public KfdDevice, public KfdInternals {
  public:
   explicit KfdDeviceImpl(std::shared_ptr<Context> ctx) : ctx_(std::move(ctx)) {}
 

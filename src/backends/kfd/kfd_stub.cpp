@@ -2,7 +2,7 @@
 // without libhsakmt. The sysfs parser and the policy (sysfs.cpp, policy.cpp)
 // are still part of the build and tested; only opening a device needs the
 // thunk.
-#include "conccl/kfd.hpp"
+#include "backends/kfd/kfd_policy.hpp"
 
 namespace conccl::kfd {
 

@@ -10,7 +10,7 @@
 #include <cerrno>
 #include <cstring>
 
-#include "conccl/kfd.hpp"
+#include "backends/kfd/kfd_policy.hpp"
 
 namespace conccl::kfd {
 

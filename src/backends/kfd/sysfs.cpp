@@ -19,7 +19,7 @@
 #include <set>
 #include <sstream>
 
-#include "conccl/kfd.hpp"
+#include "backends/kfd/kfd_policy.hpp"
 
 namespace conccl::kfd {
 

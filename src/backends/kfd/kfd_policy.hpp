@@ -1,0 +1,287 @@
+// src/backends/kfd/kfd_policy.hpp - the KFD backend's layers below the device
+// (internal): so that everything except the thin thunk layer is compiled and
+// tested on any machine (see docs/hardware.md):
+//  - sysfs:   read_sysfs() parses KFD's topology tree (nodes, SDMA engine
+//             counts, io_links / p2p_links, recommended engine masks) from a
+//             configurable root, so tests point it at fixture trees.
+//  - policy:  pure decisions: which queue type and engine argument a KFD
+//             version and thunk allow, which memory flags each use gets, how
+//             thunk/kernel errors map to Status.
+// No driver header is included here: the thunk's types stay in kfd_device.cpp.
+#pragma once
+
+#include <chrono>
+#include <cstdint>
+#include <map>
+#include <memory>
+#include <optional>
+#include <span>
+#include <string>
+#include <vector>
+
+#include "conccl/commands.hpp"
+#include "conccl/kfd.hpp"
+#include "conccl/status.hpp"
+#include "conccl/topology.hpp"
+
+namespace conccl::kfd {
+
+// ---------------------------------------------------------------------------
+// sysfs: KFD's topology exactly as the kernel lays it out
+// (linux drivers/gpu/drm/amd/amdkfd/kfd_topology.c; the thunk reads the same
+// files in libhsakmt/src/topology.c):
+//   <root>/system_properties, <root>/generation_id
+//   <root>/nodes/<n>/{gpu_id, name, properties}
+//   <root>/nodes/<n>/mem_banks/<m>/properties
+//   <root>/nodes/<n>/io_links/<m>/properties
+//   <root>/nodes/<n>/p2p_links/<m>/properties      (kernel >= 5.19)
+// Every properties file is "key value" lines with decimal values.
+
+// io_link types (CRAT; hsakmttypes.h HSA_IOLINKTYPE).
+inline constexpr uint32_t kLinkTypePcie = 2;
+inline constexpr uint32_t kLinkTypeXgmi = 11;
+// io_link flags (kfd_crat.h CRAT_IOLINK_FLAGS_*).
+inline constexpr uint32_t kLinkFlagEnabled = 1u << 0;
+inline constexpr uint32_t kLinkFlagNonCoherent = 1u << 1;
+inline constexpr uint32_t kLinkFlagNoAtomics32 = 1u << 2;
+inline constexpr uint32_t kLinkFlagNoAtomics64 = 1u << 3;
+inline constexpr uint32_t kLinkFlagNoPeerToPeerDma = 1u << 4;
+
+struct SysLink {
+  std::string dir;  // "io_links" or "p2p_links"
+  int index = 0;    // <m> in the path
+  uint32_t type = 0;
+  uint32_t node_from = 0, node_to = 0;  // sysfs node ids
+  uint32_t weight = 0;
+  uint32_t min_bandwidth = 0, max_bandwidth = 0;  // MB/s
+  uint32_t flags = 0;
+  // recommended_sdma_engine_id_mask: absent before KFD 1.17 (kernel ~6.12).
+  std::optional<uint32_t> rec_sdma_eng_id_mask;
+};
+
+struct SysNode {
+  int id = 0;           // <n>: the sysfs node id
+  uint32_t gpu_id = 0;  // 0 for CPU nodes
+  std::string name;     // contents of "name" ("" for CPUs on most kernels)
+  std::map<std::string, uint64_t> props;  // every line of "properties"
+  uint64_t vram_bytes = 0;                // sum of FB mem_banks (heap_type 1/2)
+  std::vector<SysLink> io_links, p2p_links;
+
+  uint64_t prop(const std::string& key, uint64_t fallback = 0) const {
+    auto it = props.find(key);
+    return it == props.end() ? fallback : it->second;
+  }
+  bool has(const std::string& key) const { return props.count(key) != 0; }
+  // A GPU node: has SIMDs (what AMD DMA-Latte's gen_sdma_map_sysfs.py tests)
+  // or a gfx target, and a non-zero gpu_id.
+  bool is_gpu() const { return gpu_id != 0 && (prop("simd_count") > 0 || prop("gfx_target_version") > 0); }
+};
+
+struct SysTopology {
+  std::string root;
+  std::vector<SysNode> nodes;          // sorted by id
+  std::vector<std::string> warnings;   // unparsable lines, unreadable files
+  const SysNode* node(uint32_t id) const {
+    for (const SysNode& n : nodes)
+      if (n.id == static_cast<int>(id)) return &n;
+    return nullptr;
+  }
+};
+
+// Errors: Code::unavailable when root has no nodes/ directory (no KFD here);
+// a malformed file becomes a warning and the node or link is skipped.
+Result<SysTopology> read_sysfs(const std::string& root = kDefaultSysfsRoot);
+
+// Whether this process can open /dev/dri/renderD<minor> (0 if yes, else the
+// errno). The thunk hides GPU nodes whose render node fails with ENOENT or
+// EPERM (libhsakmt topology.c topology_sysfs_check_node_supported), so the
+// thunk's node ids skip them; build_topology() applies the same rule.
+using RenderAccess = std::function<int(int drm_render_minor)>;
+RenderAccess default_render_access(const std::string& dri_dir = kDefaultDriDir);
+inline RenderAccess all_render_nodes_accessible() {
+  return [](int) { return 0; };
+}
+
+// One GPU as the KFD backend uses it.
+struct GpuNode {
+  int index = 0;           // ConCCL GPU index (Topology::gpus[index])
+  int sysfs_node = 0;      // <n> in sysfs
+  int thunk_node = 0;      // libhsakmt NodeId (sysfs order minus hidden nodes)
+  uint32_t gpu_id = 0;     // KFD's gpu_id hash
+  uint32_t gfx_target_version = 0;
+  std::string gfx;         // "gfx942"
+  sdma::Gen gen = sdma::Gen::v4;
+  int num_sdma = 0;        // PCIe-optimised engines: ids 0 .. num_sdma-1
+  int num_xgmi = 0;        // xGMI-optimised engines: ids num_sdma .. num_sdma+num_xgmi-1
+  int queues_per_engine = 0;
+  int drm_render_minor = 0;
+  uint64_t hive_id = 0;
+  uint64_t location_id = 0, domain = 0;
+  int engine_count() const { return num_sdma + num_xgmi; }
+};
+
+struct KfdTopology {
+  Topology topology;             // backend "kfd"; notes explain skipped nodes and fallbacks
+  std::vector<GpuNode> gpus;     // same order as topology.gpus
+  int cpu_nodes = 0;
+  const GpuNode* by_sysfs(int sysfs_node) const {
+    for (const GpuNode& g : gpus)
+      if (g.sysfs_node == sysfs_node) return &g;
+    return nullptr;
+  }
+};
+
+// GPU nodes in sysfs order become GPUs 0..N-1 (the order HIP enumerates
+// them). A GPU whose gfx target has no SDMA packet generation here (gfx8 and
+// older, unknown targets), whose render node this process cannot open, or
+// that reports no SDMA engines is skipped with a note. Links to CPU nodes are
+// not listed; a GPU pair reachable through both io_links and p2p_links keeps
+// the lower weight. Where the kernel gives no recommended_sdma_engine_id_mask
+// the recommendation is what the kernel computes outside its 8-GPU table
+// (kfd_set_recommended_sdma_engines): every xGMI engine for an xGMI peer,
+// every PCIe engine otherwise, and a note says so.
+Result<KfdTopology> build_topology(const SysTopology& sys, const RenderAccess& access);
+
+// ---------------------------------------------------------------------------
+// policy: pure decisions, unit-tested on any machine.
+
+// What the running system offers for queue creation.
+struct Capabilities {
+  uint32_t kfd_major = 0, kfd_minor = 0;  // hsaKmtGetVersion
+  bool thunk_has_create_queue_ext = false;  // detected at configure time
+};
+
+enum class QueueMode : uint8_t {
+  by_engine_id,     // HSA_QUEUE_SDMA_BY_ENG_ID: the queue lands on exactly the engine asked for
+  kernel_chooses,   // HSA_QUEUE_SDMA / HSA_QUEUE_SDMA_XGMI: KFD picks the first free slot of the pool
+};
+const char* queue_mode_name(QueueMode m);  // "by-engine-id", "kernel-chooses"
+
+struct QueueModeDecision {
+  QueueMode mode = QueueMode::kernel_chooses;
+  std::string reason;  // one sentence: why this mode, and how to get the other
+};
+QueueModeDecision decide_queue_mode(const Capabilities& caps);
+
+// KFD 1.17 introduced SDMA_BY_ENG_ID (kfd_ioctl.h "1.17 - Add SDMA queue
+// creation with target SDMA engine ID").
+inline constexpr uint32_t kKfdMinorByEngineId = 17;
+
+// Thunk queue types (hsakmttypes.h HSA_QUEUE_TYPE); checked against the real
+// header in src/backends/kfd/kfd_device.cpp.
+enum class ThunkQueueType : uint32_t { sdma = 2, sdma_xgmi = 5, sdma_by_eng_id = 6 };
+const char* thunk_queue_type_name(ThunkQueueType t);
+
+struct QueuePlan {
+  ThunkQueueType type = ThunkQueueType::sdma;
+  uint32_t sdma_engine_id = 0;  // argument of hsaKmtCreateQueueExt (0 otherwise)
+  bool pinned = false;          // true: the engine is exactly `engine`
+  std::string placement;        // human-readable: where the queue will land
+};
+// Errors: Code::invalid_argument when engine is outside 0..num_sdma+num_xgmi-1.
+Result<QueuePlan> plan_queue(QueueMode mode, const GpuNode& gpu, int engine);
+
+// Ring sizes KFD accepts and the shared Queue needs: a power of two, at least
+// 4 KiB (one page: each ring is its own GPUVM mapping of exactly its size).
+Status check_ring_bytes(size_t bytes);
+
+// HsaMemFlags as plain fields (bit order of hsakmttypes.h, 5.2.3 and newer
+// agree on these bits; newer thunks only add bits after Uncached).
+struct MemFlags {
+  bool non_paged = false;
+  uint8_t cache_policy = 0;  // HSA_CACHING_TYPE
+  bool read_only = false;
+  uint8_t page_size = 0;     // HSA_PAGE_SIZE_4KB
+  bool host_access = false;
+  bool no_substitute = false;
+  bool execute_access = false;
+  bool coarse_grain = false;
+  bool no_numa_bind = false;
+  bool uncached = false;
+  uint32_t bits() const;  // HsaMemFlags::Value
+  std::string describe() const;  // "HostAccess NonPaged ..."
+};
+
+// What a piece of memory is for; each gets its own flags (see policy.cpp for
+// the reasons and their sources).
+enum class MemUse : uint8_t {
+  ring,           // an SDMA ring: host memory, fine-grained, GPU-uncached, executable
+  host,           // MemKind::host buffers: signals, staging, results read by the CPU
+  device,         // MemKind::device: VRAM, CPU-visible where the BAR allows
+  device_hidden,  // VRAM retry without a CPU mapping (small-BAR systems)
+};
+const char* mem_use_name(MemUse u);
+MemFlags mem_flags_for(MemUse use);
+// Which GPUs a buffer is mapped to at allocation: rings only to their own
+// GPU (kfdtest BaseQueue); host memory to every GPU; VRAM to its owner and
+// every GPU with a peer-DMA-capable link to it (so any engine can copy
+// to/from it). Returns ConCCL GPU indices, owner first.
+std::vector<int> map_targets(const KfdTopology& t, MemUse use, int owner);
+
+// Thunk status codes (hsakmttypes.h HSAKMT_STATUS); checked against the real
+// header in kfd_device.cpp.
+enum class KmtStatus : int {
+  success = 0,
+  error = 1,
+  driver_mismatch = 2,
+  invalid_parameter = 3,
+  invalid_handle = 4,
+  invalid_node_unit = 5,
+  no_memory = 6,
+  buffer_too_small = 7,
+  not_implemented = 10,
+  not_supported = 11,
+  unavailable = 12,
+  out_of_resources = 13,
+  kernel_io_channel_not_opened = 20,
+  kernel_communication_error = 21,
+  kernel_already_opened = 22,
+  hsammu_unavailable = 23,
+  wait_failure = 30,
+  wait_timeout = 31,
+  memory_already_registered = 35,
+  memory_not_registered = 36,
+  memory_alignment = 37,
+};
+const char* kmt_status_name(int status);
+
+// Why /dev/kfd (or a render node) could not be opened, with the fix.
+Status open_error(int err, const std::string& path);
+// Checks that `path` can be opened read-write (what hsaKmtOpenKFD does first).
+Status probe_device_node(const std::string& path = kDefaultDevicePath);
+// Status for a failed thunk call other than queue creation. saved_errno is
+// errno right after the call (the 5.2.3 thunk reports every ioctl failure as
+// HSAKMT_STATUS_ERROR and leaves the reason in errno).
+Status thunk_error(const std::string& call, int status, int saved_errno, const std::string& fix);
+// Status for a failed hsaKmtCreateQueue[Ext]: KFD returns -ENOMEM when the
+// engine's (or the pool's) queue slots are all taken, by any process.
+Status queue_create_error(int status, int saved_errno, const GpuNode& gpu, int engine, const QueuePlan& plan);
+// Status for hsaKmtOpenKFD / hsaKmtGetVersion outcomes.
+Status open_kfd_error(int status, int saved_errno, const std::string& device_path);
+
+// Thunk timeouts are whole milliseconds, 0 = poll, 0xFFFFFFFF = forever:
+// the remaining time rounded up, at least 1 ms, at most max_ms.
+uint32_t wait_slice_ms(std::chrono::nanoseconds remaining, uint32_t max_ms = 1000);
+
+// The packets that wake a host sleeping on a KFD signal event once the
+// engine gets there: FENCE(mailbox, id) when the event has a mailbox, then
+// TRAP(id). KFD (kfd_events.c, reached from kfd_int_process_v9.c on an SDMA
+// TRAP interrupt) looks the event up by the TRAP's context id and wakes it
+// only if its slot in the events page (the "mailbox", HsaEvent
+// EventData.HWData2) is marked signaled - the canonical tail of kfdtest,
+// ROCr's BlitSdma and tinygrad. All or nothing.
+Status record_wake(CommandBuffer& cb, uint32_t event_id, uint64_t mailbox_va);
+
+
+// What an open KFD device decided, for tests and diagnostics.
+class KfdInternals {
+ public:
+  virtual ~KfdInternals() = default;
+  virtual const KfdTopology& kfd_topology() const = 0;
+  virtual QueueModeDecision queue_mode() const = 0;
+  virtual Capabilities capabilities() const = 0;
+};
+// Null for devices of other backends.
+inline const KfdInternals* internals(const Device& d) { return dynamic_cast<const KfdInternals*>(&d); }
+
+}  // namespace conccl::kfd
