@@ -26,11 +26,8 @@ namespace {
 // The timeline release that ends every submission (payload, timestamp at +8).
 constexpr size_t kTailBytes = hopper::kReleaseDwords * 4;
 
-uint64_t load(const volatile uint64_t* p) {
-  const uint64_t v = *p;
-  std::atomic_thread_fence(std::memory_order_acquire);
-  return v;
-}
+uint64_t load(uint64_t* p) { return std::atomic_ref<uint64_t>(*p).load(std::memory_order_acquire); }
+uint32_t load32(uint32_t* p) { return std::atomic_ref<uint32_t>(*p).load(std::memory_order_acquire); }
 
 }  // namespace
 
@@ -45,8 +42,8 @@ size_t GpfifoQueue::max_submit_bytes() const { return mem_.pushbuffer_bytes / 2 
 
 uint64_t GpfifoQueue::completed() const { return load(mem_.timeline); }
 uint64_t GpfifoQueue::completed_time_ns() const { return load(mem_.timeline + 1); }
-uint32_t GpfifoQueue::gp_get() const { return mem_.userd[kUserdGpGetOffset / 4]; }
-uint32_t GpfifoQueue::gp_put() const { return mem_.userd[kUserdGpPutOffset / 4]; }
+uint32_t GpfifoQueue::gp_get() const { return load32(mem_.userd + kUserdGpGetOffset / 4); }
+uint32_t GpfifoQueue::gp_put() const { return load32(mem_.userd + kUserdGpPutOffset / 4); }
 
 // A doorbell rung before the scheduler has put a just-created channel on its
 // runlist can go unseen (seen on the H200 once in a few hundred channel
@@ -120,7 +117,8 @@ uint64_t GpfifoQueue::publish(uint64_t start, uint64_t bytes, bool interrupt) {
   mem_.gp[put_ % mem_.entries] = raw;
   ++put_;
   CONCCL_SFENCE();  // pushbuffer and GP entry before GP_PUT
-  mem_.userd[kUserdGpPutOffset / 4] = static_cast<uint32_t>(put_ % mem_.entries);
+  std::atomic_ref<uint32_t>(mem_.userd[kUserdGpPutOffset / 4])
+      .store(static_cast<uint32_t>(put_ % mem_.entries), std::memory_order_release);
   CONCCL_SFENCE();  // GP_PUT before the doorbell
   backend_->ring_doorbell();
   {

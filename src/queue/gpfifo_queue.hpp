@@ -18,16 +18,20 @@ inline constexpr uint32_t kUserdGpGetOffset = 0x88;
 inline constexpr uint32_t kUserdGpPutOffset = 0x8C;
 inline constexpr uint32_t kUserdBytes = 0x200;
 
-// Where a channel lives (CPU views; GPU VAs for what the engine reads).
+// Where a channel lives (CPU views; GPU VAs for what the engine reads). The
+// words the engine and the host both touch (GP_PUT, GP_GET, the timeline)
+// are accessed with std::atomic_ref: release/acquire, which on x86 are plain
+// stores and loads in program order, and which let ThreadSanitizer see the
+// emulator's engine threads as the other side of the protocol.
 struct GpfifoMemory {
-  volatile uint64_t* gp = nullptr;   // GP entries (power-of-two count)
+  uint64_t* gp = nullptr;            // GP entries (power-of-two count)
   uint32_t entries = 0;
-  volatile uint32_t* userd = nullptr;  // USERD: GP_PUT written here, GP_GET read for diagnosis
+  uint32_t* userd = nullptr;         // USERD: GP_PUT written here, GP_GET read for diagnosis
   uint8_t* pushbuffer = nullptr;     // CPU view
   uint64_t pushbuffer_va = 0;        // GPU VA (< 2^40: GP entries carry 40 bits)
   uint64_t pushbuffer_bytes = 0;
   uint64_t timeline_va = 0;          // 16-byte slot in host memory: [0] value, [1] GPU ns
-  volatile uint64_t* timeline = nullptr;
+  uint64_t* timeline = nullptr;
 };
 
 class GpfifoBackend {

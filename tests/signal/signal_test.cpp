@@ -120,6 +120,10 @@ TEST_F(SignalTest, EnqueueWriteStoresAbsoluteValue) {
   ASSERT_TRUE(s->enqueue_write(cb, 0x123456789ABCull).ok());
   ASSERT_TRUE(q->submit(cb, Deadline::after_ms(kMs)).ok());
   ASSERT_TRUE(s->wait(0x123456789ABCull, Deadline::after_ms(kMs)).ok());
+  // The value is written by two 32-bit FENCEs; finish the queue before
+  // reading the twin and freeing the signal (ThreadSanitizer does not order a
+  // 32-bit store before a 64-bit load).
+  ASSERT_TRUE(q->wait_done(Deadline::after_ms(kMs)).ok());
   auto* raw = static_cast<uint64_t*>(dev->host_pointer(s->va(), 16));
   EXPECT_EQ(raw[1], 0x123456789ABCull + Signal::kTwinOffset);
 }

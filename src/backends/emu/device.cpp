@@ -236,9 +236,9 @@ class EmuDeviceImpl final : public EmuDevice {
     ch.id = node_->next_queue_id();
     ch.gpu = gpu;
     ch.engine = engine;
-    ch.gp = static_cast<volatile uint64_t*>(arena->translate(*ring, kEntries * 8));
+    ch.gp = static_cast<uint64_t*>(arena->translate(*ring, kEntries * 8));
     ch.entries = kEntries;
-    ch.userd = static_cast<volatile uint32_t*>(arena->translate(*ring + kEntries * 8, kUserdBytes));
+    ch.userd = static_cast<uint32_t*>(arena->translate(*ring + kEntries * 8, kUserdBytes));
     GpfifoMemory m;
     m.gp = ch.gp;
     m.entries = kEntries;
@@ -247,7 +247,7 @@ class EmuDeviceImpl final : public EmuDevice {
     m.pushbuffer_va = *pb;
     m.pushbuffer_bytes = pushbuffer_bytes;
     m.timeline_va = tl->va;
-    m.timeline = tl->as<volatile uint64_t>();
+    m.timeline = tl->as<uint64_t>();
     e->add_channel(&ch);
     const GpuInfo& g = topology().gpus[static_cast<size_t>(gpu)];
     auto q = std::make_unique<GpfifoQueue>(gpu, engine, g.caps(), m, std::move(backend));

@@ -288,8 +288,7 @@ namespace conccl::emu {
 // index) lives in the channel, so a blocked acquire resumes where it stopped.
 Engine::Step Engine::run_channel(EmuChannel& c) {
   if (c.faulted.load(std::memory_order_acquire)) return Step::idle;
-  const uint32_t put = c.userd[kUserdGpPutOffset / 4];
-  std::atomic_thread_fence(std::memory_order_acquire);
+  const uint32_t put = std::atomic_ref<uint32_t>(c.userd[kUserdGpPutOffset / 4]).load(std::memory_order_acquire);
   Step result = Step::idle;
   state_.store(static_cast<uint8_t>(EngineStatus::State::running));
   for (int budget = kBudget; budget > 0; --budget) {
@@ -312,8 +311,7 @@ Engine::Step Engine::run_channel(EmuChannel& c) {
     if (c.seg_pos >= c.seg_dwords) {  // entry done: GP_GET moves on
       c.in_segment = false;
       ++c.get;
-      std::atomic_thread_fence(std::memory_order_release);
-      c.userd[kUserdGpGetOffset / 4] = c.get % c.entries;
+      std::atomic_ref<uint32_t>(c.userd[kUserdGpGetOffset / 4]).store(c.get % c.entries, std::memory_order_release);
       c.progress.bump();
       result = Step::advanced;
       continue;

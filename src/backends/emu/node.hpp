@@ -58,9 +58,9 @@ struct EmuQueue {
 struct EmuChannel {
   int id = 0;
   int gpu = 0, engine = 0;
-  volatile uint64_t* gp = nullptr;
+  uint64_t* gp = nullptr;       // read after GP_PUT (acquire)
   uint32_t entries = 0;
-  volatile uint32_t* userd = nullptr;
+  uint32_t* userd = nullptr;    // GP_PUT / GP_GET through std::atomic_ref
   EmuEvent event;              // raised by NON_STALL_INTERRUPT / LAUNCH_DMA INTERRUPT_TYPE
   util::WakeChannel progress;  // bumped when GP_GET or a semaphore moves
   std::atomic<uint32_t> poll_evals{0};

@@ -493,14 +493,14 @@ Result<std::unique_ptr<GpfifoQueue>> Device::create_queue(int lce, size_t pushbu
       hex(c.ring.va) + " pushbuffer " + hex(c.pushbuffer.va) + " timeline " + hex(c.timeline_va));
 
   GpfifoMemory m;
-  m.gp = static_cast<volatile uint64_t*>(c.ring.host);
+  m.gp = static_cast<uint64_t*>(c.ring.host);
   m.entries = c.entries;
-  m.userd = reinterpret_cast<volatile uint32_t*>(static_cast<uint8_t*>(c.ring.host) + size_t(c.entries) * 8);
+  m.userd = reinterpret_cast<uint32_t*>(static_cast<uint8_t*>(c.ring.host) + size_t(c.entries) * 8);
   m.pushbuffer = static_cast<uint8_t*>(c.pushbuffer.host);
   m.pushbuffer_va = c.pushbuffer.va;
   m.pushbuffer_bytes = c.pushbuffer.size;
   m.timeline_va = c.timeline_va;
-  m.timeline = c.timeline;
+  m.timeline = const_cast<uint64_t*>(c.timeline);
   auto q = std::make_unique<GpfifoQueue>(gpu, lce, caps(Isa::hopper()), m, std::move(ch));
   c.queue = q.get();
   // First submission: bind the copy class; proves the channel runs.
