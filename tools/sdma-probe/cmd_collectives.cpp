@@ -339,7 +339,22 @@ int run_collective(const Args& args, Context& ctx) {
     }
     const uint64_t n_iters = *iters ? *iters : std::clamp<uint64_t>((64ull << 20) / std::max<uint64_t>(size, 1), 3, 20);
     double total_us = 0;
-    for (uint64_t it = 0; it < *warmup + n_iters; ++it) {
+    // Warm-up: --warmup launches, and on real engines at least 100 ms of
+    // them: copy engines of a GPU that idled (as it does while the previous
+    // size was verified) run at about half rate for their first ~100 ms
+    // (docs/perf/h200.md, "Cold GPU").
+    const bool emulated = args.common().backend == Backend::emu;
+    const auto warm_until = std::chrono::steady_clock::now() + std::chrono::milliseconds(emulated ? 0 : 100);
+    uint64_t warm = 0;
+    while (warm < *warmup || std::chrono::steady_clock::now() < warm_until) {
+      const conccl::Deadline dl = deadline();
+      Status st = a.prelaunch ? (*plan)->prelaunch(dl) : (*plan)->launch(dl);
+      if (st.ok() && a.prelaunch) st = (*plan)->release();
+      if (st.ok()) st = (*plan)->wait(dl);
+      if (!st.ok()) return fail(args, ctx, st.prefix("warm-up at size " + std::to_string(size)));
+      ++warm;
+    }
+    for (uint64_t it = 0; it < n_iters; ++it) {
       const conccl::Deadline dl = deadline();
       Status st;
       std::chrono::steady_clock::time_point t0;
@@ -358,7 +373,7 @@ int run_collective(const Args& args, Context& ctx) {
         // The launch may still be running: the buffers go with the device.
         return fail(args, ctx, st.prefix("size " + std::to_string(size)));
       }
-      if (it >= *warmup) total_us += us;
+      total_us += us;
     }
     Row row;
     row.size = size;
@@ -419,7 +434,8 @@ std::vector<FlagSpec> collective_flags() {
   f.push_back({.name = "variant", .value = "NAME", .help = "algorithm variant (default auto)"});
   f.push_back({.name = "prelaunch", .help = "queue each launch behind a trigger; time from its release"});
   f.push_back({.name = "iters", .value = "N", .help = "timed iterations per size (default: by size, 3..20)"});
-  f.push_back({.name = "warmup", .value = "N", .help = "untimed iterations per size (default 2)"});
+  f.push_back({.name = "warmup", .value = "N",
+               .help = "untimed iterations per size (default 2; on real engines also at least 100 ms of them)"});
   f.push_back({.name = "root", .value = "R", .help = "root rank (broadcast, gather, scatter; p2p source)"});
   f.push_back({.name = "peer", .value = "R", .help = "p2p destination rank (default 1)"});
   f.push_back({.name = "json-file", .value = "FILE", .help = "also write the rows as JSON to FILE"});
