@@ -12,8 +12,8 @@ std::string build_description() { return "not built with libhsakmt"; }
 
 Result<std::unique_ptr<KfdDevice>> open(const Options&) {
   return error(Code::unavailable,
-               "built without libhsakmt: install libhsakmt-dev (Debian/Ubuntu) or ROCm (set ROCM_PATH), and "
-               "rebuild ConCCL; see docs/hardware.md");
+               "the kfd backend was built without libhsakmt: install libhsakmt-dev (Debian/Ubuntu) or ROCm "
+               "(set ROCM_PATH), and rebuild ConCCL; see docs/hardware.md");
 }
 
 }  // namespace conccl::kfd
