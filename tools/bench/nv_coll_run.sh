@@ -25,16 +25,18 @@ B=/tmp/nvb
       || { echo "googletest build failed"; tail -20 /tmp/gt.log; }
   fi
   if [ -n "${SAN:-}" ]; then
-    echo "== sanitizer build ($SAN) and ctest"
-    S=/tmp/nvsan_$SAN
-    t0=$(date +%s)
-    cmake -S . -B $S -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo -DCONCCL_SANITIZE=$SAN -DCMAKE_PREFIX_PATH=/tmp/gtest \
-      -DGTEST_ROOT=/tmp/gtest -DCONCCL_BUILD_BENCHMARKS=OFF > $OUT/configure_$SAN.log 2>&1 || tail -20 $OUT/configure_$SAN.log
-    ninja -C $S 2>&1 | grep -E "error|warning: " | head -20
-    echo "build: $(( $(date +%s) - t0 )) s"
-    ( cd $S && ctest -j 8 --timeout 300 > $OUT/ctest_$SAN.log 2>&1 )
-    grep -E "tests passed|tests failed|Failed|\\*\\*\\*|Timeout" $OUT/ctest_$SAN.log | head -30
-    grep -cE "ERROR: AddressSanitizer|runtime error|WARNING: ThreadSanitizer" $OUT/ctest_$SAN.log | sed 's/^/sanitizer reports: /'
+    for san in $SAN; do
+      echo "== sanitizer build ($san) and ctest"
+      S=/tmp/nvsan_$san
+      t0=$(date +%s)
+      cmake -S . -B $S -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo -DCONCCL_SANITIZE=$san -DCMAKE_PREFIX_PATH=/tmp/gtest \
+        -DGTEST_ROOT=/tmp/gtest -DCONCCL_BUILD_BENCHMARKS=OFF > $OUT/configure_$san.log 2>&1 || tail -20 $OUT/configure_$san.log
+      ninja -C $S 2>&1 | grep -E "error:|warning: " | head -20
+      echo "build: $(( $(date +%s) - t0 )) s"
+      ( cd $S && ctest -j 8 --timeout 300 --output-on-failure > $OUT/ctest_$san.log 2>&1 )
+      grep -E "tests passed|tests failed|\(Failed\)|Timeout|Total Test" $OUT/ctest_$san.log | head -20
+      echo "sanitizer reports: $(grep -cE "ERROR: AddressSanitizer|runtime error|WARNING: ThreadSanitizer" $OUT/ctest_$san.log)"
+    done
     exit 0
   fi
   echo "== configure + build"
