@@ -70,14 +70,6 @@ using namespace conccl;
 namespace cnv = conccl::nv;  // CUDA headers have their own namespace nv
 using Clock = std::chrono::steady_clock;
 
-#define CUBLAS_CHECK(x)                                                                  \
-  do {                                                                                   \
-    cublasStatus_t s_ = (x);                                                             \
-    if (s_ != CUBLAS_STATUS_SUCCESS) {                                                   \
-      std::fprintf(stderr, "%s:%d %s -> cublas %d\n", __FILE__, __LINE__, #x, int(s_)); \
-      std::exit(4);                                                                      \
-    }                                                                                    \
-  } while (0)
 
 namespace {
 

@@ -56,14 +56,6 @@ using namespace conccl;
 namespace cnv = conccl::nv;
 using Clock = std::chrono::steady_clock;
 
-#define CUBLAS_CHECK(x)                                                                  \
-  do {                                                                                   \
-    cublasStatus_t s_ = (x);                                                             \
-    if (s_ != CUBLAS_STATUS_SUCCESS) {                                                   \
-      std::fprintf(stderr, "%s:%d %s -> cublas %d\n", __FILE__, __LINE__, #x, int(s_)); \
-      std::exit(4);                                                                      \
-    }                                                                                    \
-  } while (0)
 
 namespace {
 

@@ -23,19 +23,6 @@ namespace conccl::emu {
 
 namespace {
 
-ExecOutcome fault(std::string why) {
-  ExecOutcome o;
-  o.result = ExecResult::fault;
-  o.fault = std::move(why);
-  return o;
-}
-
-uint64_t now_ns() {
-  return static_cast<uint64_t>(std::chrono::duration_cast<std::chrono::nanoseconds>(
-                                   std::chrono::steady_clock::now().time_since_epoch())
-                                   .count());
-}
-
 std::string method_name(hopper::Cls cls, uint16_t mthd) {
   const hopper::Method* m = hopper::find_method(cls, mthd);
   return std::string(hopper::cls_name(cls)) + "." + (m ? std::string(m->name) : "method " + hex(mthd));
@@ -55,16 +42,16 @@ ExecOutcome sem_write(MethodContext& ctx, uint64_t addr, uint64_t value, bool tw
                       const char* what) {
   std::string err;
   if (addr & (timestamp ? 15 : two_word ? 7 : 3))
-    return fault(std::string(what) + ": address " + hex(addr) + " must be " + (timestamp ? "16" : two_word ? "8" : "4") +
+    return exec_fault(std::string(what) + ": address " + hex(addr) + " must be " + (timestamp ? "16" : two_word ? "8" : "4") +
                  "-byte aligned");
   void* p = mem<void>(ctx, addr, timestamp ? 16 : two_word ? 8 : 4, what, &err);
-  if (!p) return fault(err);
+  if (!p) return exec_fault(err);
   ExecOutcome out;
   if (ctx.drop_completion) {
     out.dropped = true;
     return out;
   }
-  if (timestamp) std::atomic_ref<uint64_t>(static_cast<uint64_t*>(p)[1]).store(now_ns(), std::memory_order_release);
+  if (timestamp) std::atomic_ref<uint64_t>(static_cast<uint64_t*>(p)[1]).store(engine_now_ns(), std::memory_order_release);
   if (two_word) std::atomic_ref<uint64_t>(*static_cast<uint64_t*>(p)).store(value, std::memory_order_release);
   else std::atomic_ref<uint32_t>(*static_cast<uint32_t*>(p)).store(static_cast<uint32_t>(value), std::memory_order_release);
   out.wrote_memory = true;
@@ -100,13 +87,13 @@ ExecOutcome sem_execute(MethodContext& ctx, uint32_t data) {
   const uint32_t op = data & 7;
   const bool is64 = (data >> 24) & 1, ts = (data >> 25) & 1;
   std::string err;
-  if (is64 && (addr & 7)) return fault("sem_execute: a 64-bit semaphore at " + hex(addr) + " must be 8-byte aligned");
+  if (is64 && (addr & 7)) return exec_fault("sem_execute: a 64-bit semaphore at " + hex(addr) + " must be 8-byte aligned");
   switch (op) {
     case 0:    // ACQUIRE: == payload
     case 2:    // ACQ_STRICT_GEQ: unsigned >=
     case 3: {  // ACQ_CIRC_GEQ: (signed)(value - payload) >= 0
       const void* p = mem<const void>(ctx, addr, is64 ? 8 : 4, "semaphore acquire", &err);
-      if (!p) return fault(err);
+      if (!p) return exec_fault(err);
       const uint64_t v = is64 ? std::atomic_ref<uint64_t>(*static_cast<uint64_t*>(const_cast<void*>(p))).load(std::memory_order_acquire)
                               : std::atomic_ref<uint32_t>(*static_cast<uint32_t*>(const_cast<void*>(p))).load(std::memory_order_acquire);
       const uint64_t want = is64 ? payload : uint32_t(payload);
@@ -129,12 +116,12 @@ ExecOutcome sem_execute(MethodContext& ctx, uint32_t data) {
       const uint32_t red = (data >> 27) & 0xF;
       const bool is_unsigned = (data >> 31) & 1;
       if (is64 && red == 5 && !is_unsigned)
-        return fault("sem_execute: a signed 64-bit IADD reduction is unsupported (it raises an interrupt on "
+        return exec_fault("sem_execute: a signed 64-bit IADD reduction is unsupported (it raises an interrupt on "
                      "hardware: dev_pbdma.ref.txt); use reduction_format=unsigned");
-      if (is64 && (red == 6 || red == 7)) return fault("sem_execute: 64-bit INC/DEC reductions are not supported");
-      if (red > 7) return fault("sem_execute: reduction " + std::to_string(red) + " is not defined");
+      if (is64 && (red == 6 || red == 7)) return exec_fault("sem_execute: 64-bit INC/DEC reductions are not supported");
+      if (red > 7) return exec_fault("sem_execute: reduction " + std::to_string(red) + " is not defined");
       void* p = mem<void>(ctx, addr, is64 ? 8 : 4, "semaphore reduction", &err);
-      if (!p) return fault(err);
+      if (!p) return exec_fault(err);
       ExecOutcome out;
       if (ctx.drop_completion) {
         out.dropped = true;
@@ -143,16 +130,16 @@ ExecOutcome sem_execute(MethodContext& ctx, uint32_t data) {
       if (is64) reduce<uint64_t>(red, is_unsigned, static_cast<uint64_t*>(p), payload);
       else reduce<uint32_t>(red, is_unsigned, static_cast<uint32_t*>(p), uint32_t(payload));
       if (ts) {
-        if (addr & 15) return fault("sem_execute: a release with timestamp needs a 16-byte aligned address");
+        if (addr & 15) return exec_fault("sem_execute: a release with timestamp needs a 16-byte aligned address");
         if (uint64_t* t = mem<uint64_t>(ctx, addr + 8, 8, "semaphore timestamp", &err))
-          std::atomic_ref<uint64_t>(*t).store(now_ns(), std::memory_order_release);
-        else return fault(err);
+          std::atomic_ref<uint64_t>(*t).store(engine_now_ns(), std::memory_order_release);
+        else return exec_fault(err);
       }
       out.wrote_memory = true;
       return out;
     }
     default:
-      return fault("sem_execute: operation " + std::to_string(op) + " (acq_and/acq_nor) is not emulated");
+      return exec_fault("sem_execute: operation " + std::to_string(op) + " (acq_and/acq_nor) is not emulated");
   }
 }
 
@@ -163,11 +150,11 @@ ExecOutcome launch_dma(MethodContext& ctx, uint32_t d) {
   const bool src_phys = (d >> 12) & 1, dst_phys = (d >> 13) & 1, reduction = (d >> 19) & 1, two_word = (d >> 27) & 1;
   std::string err;
   ExecOutcome out;
-  if (transfer == 3) return fault("launch_dma: data_transfer_type 3 is reserved");
+  if (transfer == 3) return exec_fault("launch_dma: data_transfer_type 3 is reserved");
   if (transfer) {
-    if (!src_pitch || !dst_pitch) return fault("launch_dma: block-linear layouts are not emulated (use pitch)");
-    if (multi_line) return fault("launch_dma: multi-line transfers are not emulated (one line of line_length_in bytes)");
-    if (src_phys || dst_phys) return fault("launch_dma: physical addressing is not emulated (use virtual)");
+    if (!src_pitch || !dst_pitch) return exec_fault("launch_dma: block-linear layouts are not emulated (use pitch)");
+    if (multi_line) return exec_fault("launch_dma: multi-line transfers are not emulated (one line of line_length_in bytes)");
+    if (src_phys || dst_phys) return exec_fault("launch_dma: physical addressing is not emulated (use virtual)");
     const uint64_t dst = (uint64_t(c.ce.out_upper & 0x1FFFFFF) << 32) | c.ce.out_lower;
     const uint64_t len = c.ce.line_length_in;
     if (remap) {
@@ -176,28 +163,28 @@ ExecOutcome launch_dma(MethodContext& ctx, uint32_t d) {
       const uint32_t rc = c.ce.remap_components;
       const uint32_t dst_x = rc & 7, comp = ((rc >> 16) & 3) + 1, ndst = ((rc >> 24) & 3) + 1;
       if (ndst != 1 || (dst_x != 4 && dst_x != 5))
-        return fault("launch_dma: only the fill form of the remap unit is emulated (one destination component from "
+        return exec_fault("launch_dma: only the fill form of the remap unit is emulated (one destination component from "
                      "const_a or const_b)");
       const uint32_t v = dst_x == 4 ? c.ce.remap_a : c.ce.remap_b;
       uint8_t* p = mem<uint8_t>(ctx, dst, len * comp, "fill destination", &err);
-      if (!p) return fault(err);
+      if (!p) return exec_fault(err);
       for (uint64_t i = 0; i < len; ++i) std::memcpy(p + i * comp, &v, comp);
       out.bytes = len * comp;
     } else {
       const uint64_t src = (uint64_t(c.ce.in_upper & 0x1FFFFFF) << 32) | c.ce.in_lower;
       const uint8_t* s = mem<const uint8_t>(ctx, src, len, "copy source", &err);
-      if (!s) return fault(err);
+      if (!s) return exec_fault(err);
       uint8_t* p = mem<uint8_t>(ctx, dst, len, "copy destination", &err);
-      if (!p) return fault(err);
+      if (!p) return exec_fault(err);
       std::memmove(p, s, len);
       out.bytes = len;
     }
     out.wrote_memory = true;
   }
   if (reduction)
-    return fault("launch_dma: copy-engine semaphore reductions are not emulated (the library adds with the host's "
+    return exec_fault("launch_dma: copy-engine semaphore reductions are not emulated (the library adds with the host's "
                  "SEM_EXECUTE reduction)");
-  if (sem_type == 3) return fault("launch_dma: conditional-interrupt semaphores are not emulated");
+  if (sem_type == 3) return exec_fault("launch_dma: conditional-interrupt semaphores are not emulated");
   if (sem_type) {
     const uint64_t addr = (uint64_t(c.ce.sem_a & 0x1FFFFFF) << 32) | c.ce.sem_b;
     const uint64_t value = two_word ? (uint64_t(c.ce.payload_upper) << 32) | c.ce.payload : c.ce.payload;
@@ -224,7 +211,7 @@ ExecOutcome execute_method(MethodContext& ctx, uint8_t subch, uint16_t mthd, uin
     switch (mthd) {
       case 0x000:  // SET_OBJECT
         if ((data & 0xFFFF) != hopper::kHopperDmaCopyA)
-          return fault("set_object: class " + hex(data & 0xFFFF) + " is not emulated (only HOPPER_DMA_COPY_A, 0xc8b5)");
+          return exec_fault("set_object: class " + hex(data & 0xFFFF) + " is not emulated (only HOPPER_DMA_COPY_A, 0xc8b5)");
         c.subch_class[subch & 7] = data & 0xFFFF;
         return out;
       case 0x008:  // NOP
@@ -239,11 +226,11 @@ ExecOutcome execute_method(MethodContext& ctx, uint8_t subch, uint16_t mthd, uin
       case 0x068: c.host.payload_hi = data; return out;
       case 0x06C: return sem_execute(ctx, data);
       default:
-        return fault(method_name(hopper::Cls::host, mthd) + " is not emulated");
+        return exec_fault(method_name(hopper::Cls::host, mthd) + " is not emulated");
     }
   }
   if (c.subch_class[subch & 7] == 0)
-    return fault("method " + hex(mthd) + " on subchannel " + std::to_string(subch) +
+    return exec_fault("method " + hex(mthd) + " on subchannel " + std::to_string(subch) +
                  ", which has no object bound: SET_OBJECT(HOPPER_DMA_COPY_A) first");
   switch (mthd) {
     case 0x100: return out;  // NOP
@@ -264,7 +251,7 @@ ExecOutcome execute_method(MethodContext& ctx, uint8_t subch, uint16_t mthd, uin
     case 0x704: c.ce.remap_b = data; return out;
     case 0x708: c.ce.remap_components = data; return out;
     default:
-      return fault(method_name(hopper::Cls::copy, mthd) + " is not emulated");
+      return exec_fault(method_name(hopper::Cls::copy, mthd) + " is not emulated");
   }
 }
 

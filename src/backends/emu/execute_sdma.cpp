@@ -19,13 +19,6 @@ using sdma::Pkt;
 
 namespace {
 
-ExecOutcome fault(std::string why) {
-  ExecOutcome o;
-  o.result = ExecResult::fault;
-  o.fault = std::move(why);
-  return o;
-}
-
 // Translates or explains the page fault.
 template <typename T = uint8_t>
 T* mem(ExecContext& ctx, uint64_t va, uint64_t bytes, const char* what, std::string* err) {
@@ -33,12 +26,6 @@ T* mem(ExecContext& ctx, uint64_t va, uint64_t bytes, const char* what, std::str
   if (!p) *err = std::string("page fault: ") + what + " [" + hex(va) + ", +" + std::to_string(bytes) +
                  ") is outside every mapping of the emulated node";
   return static_cast<T*>(p);
-}
-
-uint64_t now_ns() {
-  return static_cast<uint64_t>(std::chrono::duration_cast<std::chrono::nanoseconds>(
-                                   std::chrono::steady_clock::now().time_since_epoch())
-                                   .count());
 }
 
 bool compare(uint32_t func, uint32_t v, uint32_t ref) {
@@ -103,12 +90,12 @@ ExecOutcome execute_packet(ExecContext& ctx, sdma::Gen gen, const sdma::Packet& 
     case Pkt::copy_bcst: {
       const uint64_t n = p.get(Key::bytes);
       const uint8_t* src = mem(ctx, p.get(Key::src), n, "copy source", &err);
-      if (!src) return fault(err);
+      if (!src) return exec_fault(err);
       const bool bcst = p.pkt == Pkt::copy_bcst;
       uint8_t* d0 = mem(ctx, p.get(bcst ? Key::dst0 : Key::dst), n, "copy destination", &err);
-      if (!d0) return fault(err);
+      if (!d0) return exec_fault(err);
       uint8_t* d1 = nullptr;
-      if (bcst && !(d1 = mem(ctx, p.get(Key::dst1), n, "broadcast second destination", &err))) return fault(err);
+      if (bcst && !(d1 = mem(ctx, p.get(Key::dst1), n, "broadcast second destination", &err))) return exec_fault(err);
       std::memmove(d0, src, n);
       if (d1) std::memmove(d1, src, n);
       out.bytes = bcst ? 2 * n : n;
@@ -119,9 +106,9 @@ ExecOutcome execute_packet(ExecContext& ctx, sdma::Gen gen, const sdma::Packet& 
     case Pkt::swap: {
       const uint64_t n = p.get(Key::bytes);
       uint8_t* a = mem(ctx, p.get(Key::a), n, "swap a", &err);
-      if (!a) return fault(err);
+      if (!a) return exec_fault(err);
       uint8_t* b = mem(ctx, p.get(Key::b), n, "swap b", &err);
-      if (!b) return fault(err);
+      if (!b) return exec_fault(err);
       std::swap_ranges(a, a + n, b);
       out.bytes = 2 * n;
       out.wrote_memory = true;
@@ -130,7 +117,7 @@ ExecOutcome execute_packet(ExecContext& ctx, sdma::Gen gen, const sdma::Packet& 
 
     case Pkt::copy_window: {
       const uint64_t es = uint64_t(1) << p.get(Key::elementsize);
-      if (p.get(Key::elementsize) > 4) return fault("copy_window: elementsize > 4 is reserved");
+      if (p.get(Key::elementsize) > 4) return exec_fault("copy_window: elementsize > 4 is reserved");
       const uint64_t rx = p.get(Key::rect_x) * es, ry = p.get(Key::rect_y), rz = p.get(Key::rect_z);
       const uint64_t sp = p.get(Key::src_pitch) * es, dp = p.get(Key::dst_pitch) * es;
       const uint64_t ss = p.get(Key::src_slice_pitch) * es, ds = p.get(Key::dst_slice_pitch) * es;
@@ -139,9 +126,9 @@ ExecOutcome execute_packet(ExecContext& ctx, sdma::Gen gen, const sdma::Packet& 
           const uint64_t so = (p.get(Key::src_z) + z) * ss + (p.get(Key::src_y) + y) * sp + p.get(Key::src_x) * es;
           const uint64_t dof = (p.get(Key::dst_z) + z) * ds + (p.get(Key::dst_y) + y) * dp + p.get(Key::dst_x) * es;
           const uint8_t* s = mem(ctx, p.get(Key::src) + so, rx, "copy_window source row", &err);
-          if (!s) return fault(err);
+          if (!s) return exec_fault(err);
           uint8_t* d = mem(ctx, p.get(Key::dst) + dof, rx, "copy_window destination row", &err);
-          if (!d) return fault(err);
+          if (!d) return exec_fault(err);
           std::memmove(d, s, rx);
         }
       out.bytes = rx * ry * rz;
@@ -153,12 +140,12 @@ ExecOutcome execute_packet(ExecContext& ctx, sdma::Gen gen, const sdma::Packet& 
     case Pkt::fill8: {
       const uint64_t n = p.get(Key::bytes);
       uint8_t* d = mem(ctx, p.get(Key::dst), n, "fill destination", &err);
-      if (!d) return fault(err);
+      if (!d) return exec_fault(err);
       const uint32_t v = static_cast<uint32_t>(p.get(Key::value));
       if (p.pkt == Pkt::fill8) {
         std::memset(d, static_cast<int>(v & 0xFF), n);
       } else {
-        if ((p.get(Key::dst) | n) & 3) return fault("fill: dword fill needs 4-byte aligned dst and size");
+        if ((p.get(Key::dst) | n) & 3) return exec_fault("fill: dword fill needs 4-byte aligned dst and size");
         for (uint64_t i = 0; i < n; i += 4) std::memcpy(d + i, &v, 4);
       }
       out.bytes = n;
@@ -169,7 +156,7 @@ ExecOutcome execute_packet(ExecContext& ctx, sdma::Gen gen, const sdma::Packet& 
     case Pkt::write: {
       const uint64_t n = p.data.size() * 4;
       uint8_t* d = mem(ctx, p.get(Key::dst), n, "write destination", &err);
-      if (!d) return fault(err);
+      if (!d) return exec_fault(err);
       std::memcpy(d, p.data.data(), n);
       out.wrote_memory = true;
       return out;
@@ -177,8 +164,8 @@ ExecOutcome execute_packet(ExecContext& ctx, sdma::Gen gen, const sdma::Packet& 
 
     case Pkt::fence: {
       uint32_t* d = mem<uint32_t>(ctx, p.get(Key::addr), 4, "fence address", &err);
-      if (!d) return fault(err);
-      if (p.get(Key::addr) & 3) return fault("fence: address " + hex(p.get(Key::addr)) + " not 4-byte aligned");
+      if (!d) return exec_fault(err);
+      if (p.get(Key::addr) & 3) return exec_fault("fence: address " + hex(p.get(Key::addr)) + " not 4-byte aligned");
       if (ctx.drop_completion) {
         out.dropped = true;
         return out;
@@ -193,9 +180,9 @@ ExecOutcome execute_packet(ExecContext& ctx, sdma::Gen gen, const sdma::Packet& 
       const uint32_t op = p.pkt == Pkt::atomic_add64 ? 47 : static_cast<uint32_t>(p.get(Key::op));
       const bool is64 = op & 0x20;
       const uint64_t addr = p.get(Key::addr);
-      if (addr & (is64 ? 7 : 3)) return fault("atomic: address " + hex(addr) + " misaligned");
+      if (addr & (is64 ? 7 : 3)) return exec_fault("atomic: address " + hex(addr) + " misaligned");
       void* d = mem(ctx, addr, is64 ? 8 : 4, "atomic address", &err);
-      if (!d) return fault(err);
+      if (!d) return exec_fault(err);
       if (ctx.drop_completion) {
         out.dropped = true;
         return out;
@@ -204,14 +191,14 @@ ExecOutcome execute_packet(ExecContext& ctx, sdma::Gen gen, const sdma::Packet& 
                            : atomic_apply<uint32_t>(op & 0x1F, static_cast<uint32_t*>(d),
                                                     static_cast<uint32_t>(p.get(Key::value)),
                                                     static_cast<uint32_t>(p.get(Key::cmp)));
-      if (!ok) return fault("atomic: TC_OP " + std::to_string(op) + " is not emulated");
+      if (!ok) return exec_fault("atomic: TC_OP " + std::to_string(op) + " is not emulated");
       out.wrote_memory = true;
       return out;
     }
 
     case Pkt::mem_incr: {
       uint64_t* d = mem<uint64_t>(ctx, p.get(Key::addr), 8, "mem_incr address", &err);
-      if (!d) return fault(err);
+      if (!d) return exec_fault(err);
       if (ctx.drop_completion) {
         out.dropped = true;
         return out;
@@ -223,11 +210,11 @@ ExecOutcome execute_packet(ExecContext& ctx, sdma::Gen gen, const sdma::Packet& 
 
     case Pkt::poll: {
       const uint64_t addr = p.get(Key::addr);
-      if (addr & 3) return fault("poll: address " + hex(addr) + " not 4-byte aligned");
+      if (addr & 3) return exec_fault("poll: address " + hex(addr) + " not 4-byte aligned");
       uint32_t* s = mem<uint32_t>(ctx, addr, 4, "poll address", &err);
-      if (!s) return fault(err);
+      if (!s) return exec_fault(err);
       const uint32_t func = static_cast<uint32_t>(p.get(Key::func));
-      if (func == 7) return fault("poll: compare function 7 is reserved");
+      if (func == 7) return exec_fault("poll: compare function 7 is reserved");
       const uint32_t v = std::atomic_ref<uint32_t>(*s).load(std::memory_order_acquire);
       const uint32_t mask = static_cast<uint32_t>(p.get(Key::mask)), ref = static_cast<uint32_t>(p.get(Key::ref));
       if (compare(func, v & mask, ref)) return out;
@@ -242,7 +229,7 @@ ExecOutcome execute_packet(ExecContext& ctx, sdma::Gen gen, const sdma::Packet& 
 
     case Pkt::cond_exe: {
       uint32_t* s = mem<uint32_t>(ctx, p.get(Key::addr), 4, "cond_exe address", &err);
-      if (!s) return fault(err);
+      if (!s) return exec_fault(err);
       const uint32_t v = std::atomic_ref<uint32_t>(*s).load(std::memory_order_acquire);
       if (v != static_cast<uint32_t>(p.get(Key::ref))) out.skip_dwords = p.get(Key::count);
       return out;
@@ -251,8 +238,8 @@ ExecOutcome execute_packet(ExecContext& ctx, sdma::Gen gen, const sdma::Packet& 
     case Pkt::timestamp:
     case Pkt::timestamp_local: {
       uint64_t* d = mem<uint64_t>(ctx, p.get(Key::addr), 8, "timestamp address", &err);
-      if (!d) return fault(err);
-      std::atomic_ref<uint64_t>(*d).store(now_ns(), std::memory_order_release);
+      if (!d) return exec_fault(err);
+      std::atomic_ref<uint64_t>(*d).store(engine_now_ns(), std::memory_order_release);
       out.wrote_memory = true;
       return out;
     }
@@ -262,17 +249,17 @@ ExecOutcome execute_packet(ExecContext& ctx, sdma::Gen gen, const sdma::Packet& 
       return out;
 
     case Pkt::ib:
-      if (ctx.ib_depth > 0) return fault("ib: an indirect buffer may not chain another");
+      if (ctx.ib_depth > 0) return exec_fault("ib: an indirect buffer may not chain another");
       return exec_ib(ctx, gen, p.get(Key::addr), p.get(Key::size));
 
     case Pkt::semaphore:
-      return fault("semaphore: the legacy SEMAPHORE packet is not emulated");
+      return exec_fault("semaphore: the legacy SEMAPHORE packet is not emulated");
     case Pkt::reg_write:
-      return fault("reg_write: register writes are privileged (kernel rings only) and not emulated");
+      return exec_fault("reg_write: register writes are privileged (kernel rings only) and not emulated");
     case Pkt::kCount:
       break;
   }
-  return fault("packet kind not emulated");
+  return exec_fault("packet kind not emulated");
 }
 
 namespace {
@@ -280,19 +267,19 @@ namespace {
 ExecOutcome exec_ib(ExecContext& ctx, sdma::Gen gen, uint64_t va, uint64_t dwords) {
   std::string err;
   const uint32_t* ib = mem<const uint32_t>(ctx, va, dwords * 4, "indirect buffer", &err);
-  if (!ib) return fault(err);
+  if (!ib) return exec_fault(err);
   ExecOutcome total;
   ExecContext inner = ctx;
   inner.ib_depth = ctx.ib_depth + 1;
   uint64_t pos = 0;
   while (pos < dwords) {
     Result<sdma::Packet> p = sdma::decode(gen, std::span<const uint32_t>(ib + pos, dwords - pos));
-    if (!p.ok()) return fault("in indirect buffer " + hex(va) + " at dword " + std::to_string(pos) + ": " + p.status().message());
+    if (!p.ok()) return exec_fault("in indirect buffer " + hex(va) + " at dword " + std::to_string(pos) + ": " + p.status().message());
     ExecOutcome o = execute_packet(inner, gen, *p);
     if (o.result == ExecResult::fault)
-      return fault("in indirect buffer " + hex(va) + " at dword " + std::to_string(pos) + ": " + o.fault);
+      return exec_fault("in indirect buffer " + hex(va) + " at dword " + std::to_string(pos) + ": " + o.fault);
     if (o.result == ExecResult::blocked)
-      return fault("in indirect buffer " + hex(va) + ": the emulator does not run polls inside indirect buffers; put the poll in the ring");
+      return exec_fault("in indirect buffer " + hex(va) + ": the emulator does not run polls inside indirect buffers; put the poll in the ring");
     total.bytes += o.bytes;
     total.wrote_memory |= o.wrote_memory;
     pos += p->dwords + o.skip_dwords;

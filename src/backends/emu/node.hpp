@@ -3,6 +3,7 @@
 #pragma once
 
 #include <algorithm>
+#include <chrono>
 #include <atomic>
 #include <memory>
 #include <mutex>
@@ -185,6 +186,17 @@ struct ExecOutcome {
   uint64_t poll_ref = 0, poll_value = 0;  // 64-bit for semaphore acquires
   uint32_t poll_mask = 0, poll_func = 0;
 };
+inline ExecOutcome exec_fault(std::string why) {
+  ExecOutcome o;
+  o.result = ExecResult::fault;
+  o.fault = std::move(why);
+  return o;
+}
+// The engines' clock (timestamps, semaphore releases with time): monotonic ns.
+inline uint64_t engine_now_ns() {
+  return static_cast<uint64_t>(
+      std::chrono::duration_cast<std::chrono::nanoseconds>(std::chrono::steady_clock::now().time_since_epoch()).count());
+}
 struct ExecContext {
   Node* node;
   EmuQueue* queue;
