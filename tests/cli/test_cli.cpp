@@ -742,4 +742,33 @@ TEST(Collectives, SweepsPrintRowsAndJson) {
   EXPECT_EQ(pl.rc, 0) << pl.err;
 }
 
+
+TEST(Collectives, LoopbackRanksOnTheEmulatedH200) {
+  const std::string json = scratch() + "/h200.json";
+  Outcome r = probe({"allgather", "--preset", "h200", "--ranks", "4", "--min", "1K", "--max", "256K", "--json", json});
+  EXPECT_EQ(r.rc, 0) << r.err;
+  EXPECT_EQ(count_lines(r.out), 1u + 9u) << r.out;
+  EXPECT_FALSE(contains(r.out, "false"));
+  const std::string j = read_file(json);
+  for (const char* key : {"\"ranks\": 4", "\"gpus\": 1", "\"loopback\": true", "\"wrong_bytes\": 0"})
+    EXPECT_TRUE(contains(j, key)) << key << " in " << j;
+  EXPECT_FALSE(contains(j, "\"wrong_bytes\": 1")) << j;
+  for (const char* op : {"alltoall", "broadcast", "gather", "scatter", "p2p"}) {
+    Outcome o = probe({op, "--preset", "h200", "--ranks", "3", "--min", "4K", "--max", "8K"});
+    EXPECT_EQ(o.rc, 0) << op << ": " << o.err;
+  }
+  // Capabilities: copy engines have no broadcast copies.
+  Outcome bcst = probe({"allgather", "--preset", "h200", "--ranks", "4", "--max", "4K", "--variant", "bcst"});
+  EXPECT_EQ(bcst.rc, 2) << bcst.err;
+  EXPECT_TRUE(contains(bcst.err, "broadcast copies")) << bcst.err;
+  Outcome many = probe({"allgather", "--ranks", "65", "--max", "4K"});
+  EXPECT_EQ(many.rc, 2) << many.err;
+  Outcome one = probe({"p2p", "--preset", "h200", "--max", "4K"});
+  EXPECT_EQ(one.rc, 2) << one.err;
+  EXPECT_TRUE(contains(one.err, "--ranks 2")) << one.err;
+  // SDMA engines run loopback ranks too: 4 ranks on 2 emulated GPUs.
+  Outcome sdma = probe({"alltoall", "--preset", "small", "--ranks", "4", "--min", "1K", "--max", "64K"});
+  EXPECT_EQ(sdma.rc, 0) << sdma.err;
+}
+
 }  // namespace

@@ -239,10 +239,12 @@ int run_collective(const Args& args, Context& ctx) {
   int gpus = dev.gpu_count();
   if (conccl::Result<uint64_t> g = args.get_uint("gpus", 0); g.ok() && *g > 0) gpus = std::min<int>(gpus, static_cast<int>(*g));
   const int n = *ranks_flag ? static_cast<int>(*ranks_flag) : gpus;
+  if (op.op == CollOp::p2p && n < 2)
+    return usage_error(args, ctx, "p2p needs two ranks: give --ranks 2 (loopback on one GPU)");
   if (*root >= static_cast<uint64_t>(n) || *peer >= static_cast<uint64_t>(n))
     return usage_error(args, ctx, "--root and --peer must be ranks 0.." + std::to_string(n - 1));
   if (op.op == CollOp::p2p && *root == *peer)
-    return usage_error(args, ctx, "p2p needs two ranks: give --ranks 2 (loopback on one GPU) or --peer");
+    return usage_error(args, ctx, "p2p from a rank to itself: give a different --peer");
   std::vector<int> gpu_of;
   for (int r = 0; r < n; ++r) gpu_of.push_back(r % gpus);
   conccl::Communicator::Options co;
