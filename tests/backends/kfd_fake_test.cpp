@@ -247,7 +247,9 @@ TEST_F(KfdFake, QueueCopyFenceTrap) {
   conccl::Status st = run(**q, cb, sig, 1);
   ASSERT_TRUE(st.ok()) << st.to_string();
   EXPECT_EQ(std::memcmp(dst.as<uint8_t>() + 3, src.as<uint8_t>() + 1, (1 << 20) - 5), 0);
-  EXPECT_GE((*q)->wake_event()->count(), 1u) << "woken by the TRAP, through the mailbox";
+  // The TRAP raised the event (through the mailbox); run() may have seen the
+  // fence land before it slept, so wait for the wake-up here.
+  EXPECT_TRUE((*q)->wake_event()->wait(1, Deadline::after_ms(5000)).ok()) << "woken by the TRAP, through the mailbox";
   EXPECT_TRUE((*q)->wait_done(Deadline::after_ms(1000)).ok());
 
   // A second queue on a PCIe engine.
