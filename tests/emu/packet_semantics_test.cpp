@@ -50,11 +50,15 @@ class EmuPackets : public ::testing::Test {
     *model = random_bytes(bytes, rng_);
     std::memcpy(b->host, model->data(), bytes);
   }
+  // Until the engine is seen blocked on this queue's poll (it re-evaluates
+  // the poll every 200 us and reads as running meanwhile, so one sighting
+  // counts; a second read could catch it between evaluations).
   void wait_polling(Queue& q) {
     const Deadline d = long_deadline();
-    while (q.engine_status().state != EngineStatus::State::polling && !d.expired())
+    bool seen = false;
+    while (!(seen = q.engine_status().state == EngineStatus::State::polling) && !d.expired())
       std::this_thread::sleep_for(std::chrono::microseconds(200));
-    ASSERT_EQ(q.engine_status().state, EngineStatus::State::polling) << q.diagnose();
+    ASSERT_TRUE(seen) << q.diagnose();
   }
   // Runs cb, expects a device fault whose text contains each of `needles`,
   // then resets the engine so the fixture's queue works again.

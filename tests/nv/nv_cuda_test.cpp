@@ -46,18 +46,12 @@ class NvCudaHw : public ::testing::Test {
       }
       *c = *r;
     }
-    for (uint64_t base : {0x10'0000'0000ull, 0x20'0000'0000ull, 0x40'0000'0000ull}) {
-      Options o;
-      o.va_base = base;
-      o.va_size = 32ull << 30;
-      Result<std::unique_ptr<Device>> d = Device::open(o);
-      if (d.ok()) {
-        dev_ = std::move(d).value();
-        return;
-      }
-      error_ = d.status().to_string();
-      if (d.status().code() != Code::resource_exhausted) return;
-    }
+    // The device places its windows where nothing (CUDA, ASan) is mapped.
+    Options o;
+    o.va_size = 32ull << 30;
+    Result<std::unique_ptr<Device>> d = Device::open(o);
+    if (d.ok()) dev_ = std::move(d).value();
+    else error_ = d.status().to_string();
   }
   static void TearDownTestSuite() {
     dev_.reset();
