@@ -22,7 +22,7 @@ constexpr GenName kGenNames[] = {
     {"6.1", Gen::v6},       {"7.0", Gen::v7},
 };
 
-// Limits per generation. Sources (shared/reference/sdma_packets.md §5):
+// Limits per generation. Sources:
 //  - count widths: Linux vega10_sdma_pkt_open.h / navi10_sdma_pkt_open.h /
 //    sdma_v6_0_0_pkt_open.h (COPY_LINEAR count[21:0] vs count[29:0]);
 //    PAL gfx10_merged_sdma_packets.h ("22 bits wide for all products but

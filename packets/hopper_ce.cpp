@@ -9,7 +9,7 @@
 //                 value lists for SEM_EXECUTE and the NVC56F_DMA_* header formats)
 // Usage facts (which fields a copy/fill/release sets) from the UVM driver's
 // Hopper CE HAL, kernel-open/nvidia-uvm/uvm_hopper_ce.c, as summarised in
-// shared/reference/nvidia_ce.md §2.1 and nvidia_interop.md §4.1.
+// and tinygrad runtime/ops_nv.py.
 #include "packets/hopper_ce.hpp"
 #include "packets/sdma_asm.hpp"
 

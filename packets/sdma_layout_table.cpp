@@ -8,7 +8,7 @@
 //   6.x:        linux drivers/gpu/drm/amd/amdgpu/sdma_v6_0_0_pkt_open.h
 //   7.x:        PAL src/core/hw/gfxip/sdma/gfx12/gfx12_merged_sdma_packets.h
 //               (Linux reuses the 6.0 header for 7.0; PAL is the authority)
-// summarised with per-field citations in shared/reference/sdma_packets.md §2.
+// cited per field next to the rows.
 // Where sources disagree (§6 there) the choice is noted on the row.
 #include <array>
 #include <mutex>

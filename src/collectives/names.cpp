@@ -79,7 +79,7 @@ std::string variant_missing_cap(Variant v, const Caps& caps) {
 }
 
 // The rule, from AMD DMA-Latte's MI300X measurements (8 GPUs; speedup over
-// pcpy by collective size, shared/reference/dmalatte_mori.md §4; sizes here
+// pcpy by collective size, AMDResearch/AMD-DMA-Latte PERFORMANCE.md; sizes here
 // are the collective's total = ranks * bytes):
 //   all-gather: b2b best up to 256-512 KB (2.6x), bcst up to 2-4 MB (1.1-1.75x),
 //               pcpy above; with prelaunch b2b <= 128 KB, bcst <= 256 KB.

@@ -61,8 +61,8 @@ class GpfifoBackend {
   virtual Event* wake_event() = 0;
 };
 
-// Submission (NVIDIA's host interface; nvidia_ce.md §2.5 step 11 of the
-// project's research, and tinygrad's ops_nv.py): commands are copied into a
+// Submission (NVIDIA's host interface: clc86f.h GP entries and USERD, and
+// tinygrad's runtime/ops_nv.py): commands are copied into a
 // contiguous pushbuffer segment followed by a copy-engine release of the
 // channel's 64-bit timeline (with the GPU timestamp at +8); then the GP entry
 // (packets/hopper_ce encode_gp_entry), a store fence, GP_PUT in USERD, a store

@@ -218,7 +218,7 @@ TEST(CliFramework, Version) {
 }
 
 // ---------------------------------------------------------------------------
-// asm: the reference vectors (shared/reference/sdma_packets.md §2)
+// asm: the reference vectors (from the Linux amdgpu SDMA packet headers)
 
 struct Vector {
   const char* line;

@@ -13,7 +13,7 @@
 //                  REMAP_ENABLE 10, SEMAPHORE_PAYLOAD_SIZE 27 (TWO_WORD 1)
 //                  -> copy 0x182, pipelined copy 0x181, fill 0x582, release 0x08000014
 //                  (0x182 and 0x14 are tinygrad's ops_nv.py values; 0x08000014 is
-//                  shared/reference/nvidia_interop.md §4.1)
+//                  open-gpu-kernel-modules kernel-open/nvidia-uvm/uvm_hopper_ce.c)
 //   host methods   (clc86f.h / clc56f.h): SET_OBJECT 0x0, NOP 0x8, SEM_ADDR_LO 0x5c ..
 //                  SEM_EXECUTE 0x6c (OPERATION 2:0 ACQ_CIRC_GEQ 3, PAYLOAD_SIZE 24 64BIT)
 //   GP entry       ENTRY0_GET 31:2, ENTRY1_GET_HI 7:0, LEVEL 9, LENGTH 30:10, SYNC 31

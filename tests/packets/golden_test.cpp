@@ -2,8 +2,8 @@
 //
 // Every expected dword below is a literal. Two sources, both independent of
 // packets/*.cpp:
-//  - kReference: the example vectors of shared/reference/sdma_packets.md §2
-//    and shared/reference/dmalatte_mori.md §2.3, copied verbatim.
+//  - kReference: example vectors computed from the Linux amdgpu SDMA packet
+//    headers' macros and AMD DMA-Latte's src/SDMAPacket.cpp, copied verbatim.
 //  - kPerGen: one or more vectors for every packet kind on every generation,
 //    with the generation-specific fields set to non-zero values. They were
 //    computed from the bit positions listed in sdma_packets.md §2 (Linux

@@ -42,7 +42,7 @@ bool compare(uint32_t func, uint32_t v, uint32_t ref) {
 }
 
 // ATOMIC op = TC_OP: bits[4:0] operation, bit 5 = 64-bit, bit 6 = no return
-// (extra/hip_gpu_driver/soc21_enum.h; shared/reference/sdma_packets.md §2.11).
+// (tinygrad extra/hip_gpu_driver/soc21_enum.h; Linux sdma_v4_4_2.c sdma_v4_4_2_ring_emit_* uses).
 template <typename T>
 bool atomic_apply(uint32_t opx, T* p, T src, T cmp) {
   std::atomic_ref<T> a(*p);

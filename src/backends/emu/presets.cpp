@@ -9,7 +9,7 @@ namespace {
 
 // MI300X (gfx942, SDMA 4.4.2) in SPX mode: 16 SDMA engines per GPU, 2 for
 // host (PCIe) traffic and 14 for xGMI (AMD DMA-Latte refuses fewer:
-// shared/reference/paper.md §2, dmalatte_mori.md §1.8); 8 GPUs fully
+// the ConCCL paper §2, AMDResearch/AMD-DMA-Latte scripts/gen_sdma_map_sysfs.py); 8 GPUs fully
 // connected by xGMI, one link to each peer.
 // Recommended engine per (source, destination) OAM: the kernel's table
 // rec_sdma_eng_map in linux drivers/gpu/drm/amd/amdkfd/kfd_topology.c

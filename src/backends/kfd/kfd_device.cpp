@@ -9,7 +9,7 @@
 // hsakmttypes.h: Debian's libhsakmt-dev 5.2.3 at /usr/include, ROCm >= 6 at
 // <rocm>/include/hsakmt/) and their implementation in ROCR-Runtime
 // libhsakmt/src/{openclose,topology,memory,fmm,queues,events}.c; see
-// shared/reference/kfd_queues.md §2 and §10.
+// libhsakmt src/queues.c and events.c, kfdtest (ROCT-Thunk-Interface tests/kfdtest).
 #if defined(CONCCL_HSAKMT_NESTED_HEADER)
 #include <hsakmt/hsakmt.h>
 #else

@@ -1,6 +1,6 @@
 // src/backends/nv/cuda_interop.cpp - CUDA as the nv backend's memory model.
 //
-// shared/reference/nvidia_interop.md §2 and §6: a CUDA VMM allocation made
+// the CUDA driver API (cuda.h: cuMemCreate, cuMemExportToShareableHandle): a CUDA VMM allocation made
 // with cuMemCreate and the POSIX-fd handle type is exported as an RM export
 // fd on /dev/nvidiactl, imported into our RM client (import_fd) and mapped at
 // CUDA's own virtual address, so one pointer serves CUDA kernels, CUDA stream

@@ -1,6 +1,7 @@
 // src/backends/nv/nv_device.cpp - opening the GPU, engines, channels, teardown.
 //
-// The sequence is shared/reference/nvidia_ce.md §2.5 steps 1-8 and 13:
+// The sequence (tinygrad runtime/ops_nv.py NVKIface, and RM's own recipe for
+// UVM channels in open-gpu-kernel-modules src/nvidia/src/kernel/rmapi/nv_gpu_ops.c):
 //   /dev/nvidiactl, root client, build-version check (580 only), UVM init,
 //   NV_ESC_CARD_INFO, /dev/nvidia<minor> + NV_ESC_REGISTER_FD,
 //   GPU_GET_ID_INFO_V2, NV01_DEVICE_0, NV20_SUBDEVICE_0, NV01_MEMORY_VIRTUAL,
@@ -10,7 +11,7 @@
 //   GPFIFO channel (0xC86F, falling back to 0xC56F), HOPPER_DMA_COPY_A with
 //   NVB0B5_ALLOCATION_PARAMETERS {1, COPY(n)}, work-submit token, schedule.
 // The async-LCE channel-group recipe is RM's own for UVM channels
-// (src/nvidia/src/kernel/rmapi/nv_gpu_ops.c), as nvidia_ce.md §2.1 describes.
+// (src/nvidia/src/kernel/rmapi/nv_gpu_ops.c).
 #include <fcntl.h>
 #include <sys/ioctl.h>
 #include <sys/mman.h>

@@ -1,6 +1,6 @@
 // src/backends/nv/nv_rm.cpp - RM/UVM call primitives, the VA window, memory.
 //
-// Memory recipe (shared/reference/nvidia_ce.md §2.1, §2.5 step 7; tinygrad
+// Memory recipe (open-gpu-kernel-modules nvos.h / cl0040.h; tinygrad
 // ops_nv.py NVKIface.alloc / _gpu_map_to_cpu / _gpu_uvm_map):
 //   device: NV01_MEMORY_LOCAL_USER (NV_MEMORY_ALLOCATION_PARAMS), optional CPU
 //           mapping through NV_ESC_RM_MAP_MEMORY + mmap of a fresh /dev/nvidiaN

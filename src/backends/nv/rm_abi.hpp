@@ -4,7 +4,7 @@
 // Interface facts (struct layouts, constants, ioctl numbers) of the open
 // kernel module, 580 branch (NVIDIA/open-gpu-kernel-modules tag 580.142; the
 // layouts were confirmed against the 580.159.04 module, see
-// shared/reference/nvidia_interop.md §2.2). Each definition cites its upstream
+// NVIDIA/open-gpu-kernel-modules). Each definition cites its upstream
 // header; sizes and offsets are pinned by static_asserts. Only the fields this
 // backend uses are named; the rest is padding of the right size. The backend
 // refuses any driver branch other than 580 (nv_device.cpp), because these
