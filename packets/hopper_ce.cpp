@@ -381,13 +381,14 @@ void CommandList::inc(uint8_t subch, uint16_t method, std::initializer_list<uint
 
 void CommandList::bind_copy_object(uint32_t cls) { inc(kCopySubchannel, 0x000, {cls & 0xFFFF}); }
 
-namespace {
 Status check_va(const char* what, uint64_t va, uint64_t bytes) {
   if (va > kMaxVirtualAddress || bytes > kMaxVirtualAddress - va + 1)
     return error(Code::out_of_range, std::string(what) + " range " + hex(va) + "+" + std::to_string(bytes) +
                                          " exceeds the copy engine's 57-bit address space");
   return Status();
 }
+
+namespace {
 uint32_t lo32(uint64_t v) { return static_cast<uint32_t>(v); }
 uint32_t hi32(uint64_t v) { return static_cast<uint32_t>(v >> 32); }
 }  // namespace

@@ -165,6 +165,9 @@ inline constexpr uint64_t kMaxCopyBytes = 1ull << 31;
 inline constexpr uint64_t kMaxFillBytes = 1ull << 31;
 // Copy/semaphore addresses are 57 bits (OFFSET_*_UPPER 24:0, SET_SEMAPHORE_A 24:0).
 inline constexpr uint64_t kMaxVirtualAddress = (1ull << 57) - 1;
+// ok, or Code::out_of_range naming `what` when [va, va+bytes) leaves the
+// copy engine's 57-bit address space.
+Status check_va(const char* what, uint64_t va, uint64_t bytes);
 // The CE writes payload at +0 and the timestamp at +8 of a 16-byte slot.
 inline constexpr uint32_t kSemaphoreSlotBytes = 16;
 

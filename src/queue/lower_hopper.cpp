@@ -28,13 +28,6 @@ namespace {
 
 using namespace conccl::hopper;
 
-Status check_va(const char* what, uint64_t va, uint64_t bytes) {
-  if (va > kMaxVirtualAddress || bytes > kMaxVirtualAddress - va + 1)
-    return error(Code::out_of_range, std::string(what) + " range " + hex(va) + "+" + std::to_string(bytes) +
-                                         " exceeds the copy engine's 57-bit address space");
-  return Status();
-}
-
 // Appends one command of `n` dwords written by `put`.
 template <typename Put>
 Status emit(CommandBuffer& cb, size_t n, Put&& put) {
@@ -49,15 +42,11 @@ Status emit(CommandBuffer& cb, size_t n, Put&& put) {
 Status copy(CommandBuffer& cb, uint64_t dst, uint64_t src, uint64_t bytes) {
   CONCCL_RETURN_IF_ERROR(check_va("copy source", src, bytes));
   CONCCL_RETURN_IF_ERROR(check_va("copy destination", dst, bytes));
-  bool pipelined = false;  // the first piece waits for earlier work (an acquire before it)
-  for (uint64_t off = 0; off < bytes; off += kMaxCopyBytes) {
-    const uint64_t len = std::min(kMaxCopyBytes, bytes - off);
-    CONCCL_RETURN_IF_ERROR(emit(cb, kCopyPieceDwords, [&](uint32_t* p) {
-      put_copy_piece(p, dst + off, src + off, len, pipelined);
-    }));
-    pipelined = true;
-  }
-  return Status();
+  // The first piece waits for earlier work (an acquire before it); later
+  // pieces may overlap it.
+  return for_each_piece(bytes, kMaxCopyBytes, [&](uint64_t off, uint64_t len) {
+    return emit(cb, kCopyPieceDwords, [&](uint32_t* p) { put_copy_piece(p, dst + off, src + off, len, off != 0); });
+  });
 }
 
 Status no_cap(CommandBuffer&, const char* what) {
@@ -69,14 +58,9 @@ Status swap(CommandBuffer& cb, uint64_t, uint64_t, uint64_t) { return no_cap(cb,
 Status fill(CommandBuffer& cb, uint64_t dst, uint32_t value, uint64_t bytes) {
   CONCCL_RETURN_IF_ERROR(check_va("fill destination", dst, bytes));
   CONCCL_RETURN_IF_ERROR(emit(cb, kFillSetupDwords, [&](uint32_t* p) { put_fill_setup(p, value); }));
-  bool pipelined = false;
-  for (uint64_t off = 0; off < bytes; off += kMaxFillBytes) {
-    const uint64_t len = std::min(kMaxFillBytes, bytes - off);
-    CONCCL_RETURN_IF_ERROR(
-        emit(cb, kFillPieceDwords, [&](uint32_t* p) { put_fill_piece(p, dst + off, len, pipelined); }));
-    pipelined = true;
-  }
-  return Status();
+  return for_each_piece(bytes, kMaxFillBytes, [&](uint64_t off, uint64_t len) {
+    return emit(cb, kFillPieceDwords, [&](uint32_t* p) { put_fill_piece(p, dst + off, len, off != 0); });
+  });
 }
 
 Status signal_add(CommandBuffer& cb, uint64_t va, uint64_t delta) {

@@ -78,33 +78,24 @@ Status add64(CommandBuffer& cb, uint64_t addr, uint64_t delta) {
 }
 
 Status copy_bcst(CommandBuffer& cb, uint64_t dst0, uint64_t dst1, uint64_t src, uint64_t bytes) {
-  const uint64_t max = sdma::limits(cb.gen()).max_copy_bytes;
-  for (uint64_t off = 0; off < bytes; off += max) {
-    const uint64_t len = std::min(max, bytes - off);
+  return for_each_piece(bytes, sdma::limits(cb.gen()).max_copy_bytes, [&](uint64_t off, uint64_t len) {
     const FieldValue f[] = {{Key::src, src + off}, {Key::dst0, dst0 + off}, {Key::dst1, dst1 + off}, {Key::bytes, len}};
-    CONCCL_RETURN_IF_ERROR(cb.packet(Pkt::copy_bcst, f));
-  }
-  return Status();
+    return cb.packet(Pkt::copy_bcst, f);
+  });
 }
 
 Status swap(CommandBuffer& cb, uint64_t a, uint64_t b, uint64_t bytes) {
-  const uint64_t max = sdma::limits(cb.gen()).max_copy_bytes;
-  for (uint64_t off = 0; off < bytes; off += max) {
-    const uint64_t len = std::min(max, bytes - off);
+  return for_each_piece(bytes, sdma::limits(cb.gen()).max_copy_bytes, [&](uint64_t off, uint64_t len) {
     const FieldValue f[] = {{Key::a, a + off}, {Key::b, b + off}, {Key::bytes, len}};
-    CONCCL_RETURN_IF_ERROR(cb.packet(Pkt::swap, f));
-  }
-  return Status();
+    return cb.packet(Pkt::swap, f);
+  });
 }
 
 Status fill(CommandBuffer& cb, uint64_t dst, uint32_t value, uint64_t bytes) {
-  const uint64_t max = sdma::limits(cb.gen()).max_fill_bytes;
-  for (uint64_t off = 0; off < bytes; off += max) {
-    const uint64_t len = std::min(max, bytes - off);
+  return for_each_piece(bytes, sdma::limits(cb.gen()).max_fill_bytes, [&](uint64_t off, uint64_t len) {
     const FieldValue f[] = {{Key::dst, dst + off}, {Key::value, value}, {Key::bytes, len}};
-    CONCCL_RETURN_IF_ERROR(cb.packet(Pkt::fill, f));
-  }
-  return Status();
+    return cb.packet(Pkt::fill, f);
+  });
 }
 
 Status signal_add(CommandBuffer& cb, uint64_t va, uint64_t delta) {

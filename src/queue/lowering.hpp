@@ -34,6 +34,16 @@ const Ops& hopper_ops();
 const Caps& sdma_caps(sdma::Gen g);
 const Caps& hopper_caps();
 
+// Calls fn(offset, length) for consecutive pieces of at most `max` bytes
+// covering [0, bytes), stopping at the first error: how every lowering splits
+// a copy or fill that is larger than one command takes.
+template <typename Fn>
+Status for_each_piece(uint64_t bytes, uint64_t max, Fn&& fn) {
+  for (uint64_t off = 0; off < bytes; off += max)
+    CONCCL_RETURN_IF_ERROR(fn(off, bytes - off < max ? bytes - off : max));
+  return Status();
+}
+
 // Appends `n` dwords from `src` as one command starting at the current end.
 inline Status append(CommandBuffer& cb, const uint32_t* src, size_t n) {
   const size_t at = cb.size_dwords();

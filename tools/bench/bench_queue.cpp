@@ -66,22 +66,34 @@ bool check(benchmark::State& state, const Status& st, const char* what) {
   return false;
 }
 
-// One emulated node shared by all benchmarks: 2 GPUs x 8 engines.
+// The emulated nodes the benchmarks share.
 struct Node {
   std::unique_ptr<emu::EmuDevice> dev;
   Status status;
-  Node() {
-    DeviceOptions o;
-    o.preset = "small";
-    o.gpus = 2;
-    o.engines = 8;
+  explicit Node(const DeviceOptions& o) {
     Result<std::unique_ptr<emu::EmuDevice>> d = emu::create(o);
     if (d.ok()) dev = std::move(d).value();
     else status = d.status();
   }
 };
+// 2 GPUs x 8 SDMA engines.
 Node& node() {
-  static Node n;
+  static Node n([] {
+    DeviceOptions o;
+    o.preset = "small";
+    o.gpus = 2;
+    o.engines = 8;
+    return o;
+  }());
+  return n;
+}
+// One emulated H200 (Hopper CE methods on GPFIFO channels).
+Node& hopper_node() {
+  static Node n([] {
+    DeviceOptions o;
+    o.preset = "h200";
+    return o;
+  }());
   return n;
 }
 
@@ -111,23 +123,6 @@ struct SmallCopies {
     (void)dev.free(dst);
   }
 };
-
-// One emulated H200 (Hopper CE methods on GPFIFO channels).
-struct HopperNode {
-  std::unique_ptr<emu::EmuDevice> dev;
-  Status status;
-  HopperNode() {
-    DeviceOptions o;
-    o.preset = "h200";
-    Result<std::unique_ptr<emu::EmuDevice>> d = emu::create(o);
-    if (d.ok()) dev = std::move(d).value();
-    else status = d.status();
-  }
-};
-HopperNode& hopper_node() {
-  static HopperNode n;
-  return n;
-}
 
 // Time and CPU are per iteration = per 64 copies; items are copies.
 void per_copy_counter(benchmark::State& state) { state.SetItemsProcessed(state.iterations() * kCopiesPerSubmit); }
