@@ -43,6 +43,15 @@ enum class IrqNotifier : uint8_t {
 
 struct Options {
   int gpu = 0;  // index among the GPUs the driver lists (NV_ESC_CARD_INFO order)
+  // open_generic: the GPUs of the conccl::Device, in order (GPU i of the
+  // Device is driver GPU gpus[i]); empty = every GPU the driver lists. Each
+  // gets its own RM client, channels and VA windows; device memory of one is
+  // mapped into every other's GPU VA space at the same address (a peer
+  // mapping, NV50_P2P), host memory into all. An index may repeat: that GPU
+  // is opened again as another logical GPU with its own client - how the
+  // multi-GPU paths (export/import between clients, a communicator across
+  // GPUs) run on a one-GPU machine; only the peer PTE itself needs two GPUs.
+  std::vector<int> gpus;
   // CPU+GPU virtual windows this client reserves (PROT_NONE,
   // MAP_FIXED_NOREPLACE) and places every allocation in, so nothing else in
   // the process (CUDA) can be given those addresses; GPU VA == CPU VA.
@@ -128,15 +137,22 @@ Result<int> cuda_device_for_uuid(const uint8_t (&uuid)[16]);
 
 // ---- conccl::Device --------------------------------------------------------------
 // What open_device({backend = "nv"}) returns (src/backends/nv/nv_adapter.cpp):
-// topology() lists the GPU and its asynchronous copy engines
-// (EngineKind::copy, id = LCE, weight = PCE count) with Isa hopper-ce;
-// alloc/free/host_pointer map to our RM memory (device memory is zeroed by a
-// copy-engine fill and not CPU-visible; host memory is); create_queue(0, lce)
-// opens a new GPFIFO channel on that LCE.
+// topology() lists the GPUs (Options::gpus) and their asynchronous copy
+// engines (EngineKind::copy, id = LCE, weight = PCE count) with Isa
+// hopper-ce, and the links between GPUs ("nvlink", "pcie", or "same-gpu" for
+// a GPU opened twice); alloc/free/host_pointer map to our RM memory (device
+// memory is zeroed by a copy-engine fill, not CPU-visible, and mapped into
+// every GPU of the Device at the same address; host memory is CPU-visible
+// and mapped into all); create_queue(gpu, lce) opens a new GPFIFO channel on
+// that GPU's LCE. GPUs without peer access to each other: open fails and
+// says which pair.
 Result<std::unique_ptr<conccl::Device>> open_generic(const Options& options = {});
+// How many GPUs the driver lists (no RM client is opened), or unavailable.
+Result<int> gpu_count(const Options& options = {});
 class Device;  // src/backends/nv/nv_device.hpp (internal)
-// The nv::Device behind an adapter from open_generic, or null for other backends.
-Device* native(conccl::Device& device);
+// The nv::Device of `gpu` behind an adapter from open_generic, or null for
+// other backends or a GPU out of range.
+Device* native(conccl::Device& device, int gpu = 0);
 
 // CUDA memory as a conccl::Buffer of an nv conccl::Device: registers every
 // CUDA VMM allocation [ptr, ptr+bytes) touches (cuMemCreate with the POSIX-fd

@@ -1,4 +1,6 @@
 // tests/signal/hang_test.cpp - each hang diagnosis, driven by fault injection.
+#include <thread>
+
 #include "signal_fixture.hpp"
 
 namespace conccl::testing {
@@ -63,6 +65,13 @@ TEST_F(HangTest, StuckOnPollNamesThePoll) {
   CommandBuffer cb = q->command_buffer();
   ASSERT_TRUE(cb.poll(gate.va, 0x77, 0xFF, PollFunc::eq).ok());
   QueueSpan span = submit_copy(std::move(cb));
+  // The engine thread reaches the poll on its own time (seconds apart under
+  // a sanitizer on a loaded machine): the diagnosis is about a queue that is
+  // at the poll, so wait until it is.
+  const Deadline at_poll = Deadline::after_ms(5000);
+  while (q->engine_status().state != EngineStatus::State::polling && !at_poll.expired())
+    std::this_thread::sleep_for(std::chrono::milliseconds(1));
+  ASSERT_EQ(q->engine_status().state, EngineStatus::State::polling) << "the engine never reached the poll";
   Status st = wait_short(span);
   EXPECT_EQ(st.code(), Code::timeout);
   EXPECT_EQ(classify_hang(span, sig, 1), HangKind::stuck_on_poll);

@@ -14,6 +14,10 @@
 //           S_real = (t_g+t_c)/t_both (the ConCCL paper's metric), and the
 //           GEMM's slowdown (its CUDA-event time beside the copies over its
 //           time alone). Every variant's result is verified byte for byte.
+//           --copy-frac R sizes the all-gathers to R x the GEMM's time alone
+//           (R = 1: as long as the GEMM; R = 0.8: they end inside it, the
+//           method of docs/perf/h200.md runs 6-7), and --gemm-data zeros runs
+//           the same GEMM on all-zero matrices, which stays off the power cap.
 //  latency  Plan completion -> a dependent CUDA kernel: the plan is
 //           prelaunched (queued behind its trigger), a stream waits with
 //           cuStreamWaitValue64(GEQ) on rank 0's arrival signal (host memory
@@ -29,7 +33,8 @@
 //           (untimed), so the ring never pushes back.
 //
 //   nv_coll_bench [--ranks 4] [--n 8192] [--gemms 300] [--chunk-mib 64] [--reps 3]
-//                 [--budget-frac 0.25] [--lat-iters 300] [--json PATH] [--only c3|latency|hostcost]
+//                 [--budget-frac 0.25] [--copy-frac 1] [--gemm-data random|zeros]
+//                 [--lat-iters 300] [--json PATH] [--only c3|latency|hostcost]
 #include <cublas_v2.h>
 #include <cuda.h>
 #include <cuda_runtime.h>
@@ -168,7 +173,7 @@ struct Gemm {
   }
 };
 
-Gemm make_gemm(int n) {
+Gemm make_gemm(int n, bool zeros) {
   Gemm g;
   g.n = n;
   CUBLAS_CHECK(cublasCreate(&g.blas));
@@ -178,12 +183,12 @@ Gemm make_gemm(int n) {
   std::vector<uint16_t> h(mat);
   std::mt19937 rng(1234);
   std::uniform_real_distribution<float> d(-1.f, 1.f);
-  for (auto& x : h) x = to_bf16(d(rng));
+  for (auto& x : h) x = zeros ? 0 : to_bf16(d(rng));
   CUDA_CHECK(cudaMalloc(&g.a, mat * 2));
   CUDA_CHECK(cudaMalloc(&g.b, mat * 2));
   CUDA_CHECK(cudaMalloc(&g.c, mat * 2));
   CUDA_CHECK(cudaMemcpy(g.a, h.data(), mat * 2, cudaMemcpyHostToDevice));
-  for (auto& x : h) x = to_bf16(d(rng));
+  for (auto& x : h) x = zeros ? 0 : to_bf16(d(rng));
   CUDA_CHECK(cudaMemcpy(g.b, h.data(), mat * 2, cudaMemcpyHostToDevice));
   CUDA_CHECK(cudaEventCreate(&g.e0));
   CUDA_CHECK(cudaEventCreate(&g.e1));
@@ -224,9 +229,10 @@ struct C3Row {
   std::string engines;
 };
 
-std::vector<C3Row> run_c3(Device& dev, int ranks, int n, int gemms, uint64_t chunk, int reps, double budget_frac) {
+std::vector<C3Row> run_c3(Device& dev, int ranks, int n, int gemms, uint64_t chunk, int reps, double budget_frac,
+                          double copy_frac, bool zeros) {
   Ranks r = make_ranks(dev, ranks, chunk);
-  Gemm g = make_gemm(n);
+  Gemm g = make_gemm(n, zeros);
   g.run(20);  // warm up cuBLAS and the clocks
   (void)g.gpu_ms();
   std::vector<Path> paths;
@@ -263,7 +269,7 @@ std::vector<C3Row> run_c3(Device& dev, int ranks, int n, int gemms, uint64_t chu
     t0 = Clock::now();
     run_path(p, r, 10);
     const double one = ms_since(t0) / 10;
-    p.count = std::max(1, static_cast<int>(gemm_ms / one + 0.5));
+    p.count = std::max(1, static_cast<int>(copy_frac * gemm_ms / one + 0.5));
   }
   // The budget: budget_frac of the full-rate path's bytes, on the fewest
   // engines that move them within the GEMM phase (nv::pick_for_rate with the
@@ -435,7 +441,8 @@ HostCost run_hostcost(Device& dev) {
 int main(int argc, char** argv) {
   int ranks = 4, n = 8192, gemms = 300, reps = 3, lat_iters = 300;
   uint64_t chunk_mib = 64;
-  double budget_frac = 0.25;
+  double budget_frac = 0.25, copy_frac = 1.0;
+  bool zeros = false;
   std::string json_path, only;
   for (int i = 1; i < argc; ++i) {
     const std::string a = argv[i];
@@ -446,18 +453,27 @@ int main(int argc, char** argv) {
     else if (a == "--chunk-mib") chunk_mib = std::strtoull(v(), nullptr, 10);
     else if (a == "--reps") reps = std::atoi(v());
     else if (a == "--budget-frac") budget_frac = std::atof(v());
-    else if (a == "--lat-iters") lat_iters = std::atoi(v());
+    else if (a == "--copy-frac") copy_frac = std::atof(v());
+    else if (a == "--gemm-data") {
+      const std::string d = v();
+      if (d != "random" && d != "zeros") {
+        std::fprintf(stderr, "nv_coll_bench: --gemm-data is random or zeros\n");
+        return 2;
+      }
+      zeros = d == "zeros";
+    } else if (a == "--lat-iters") lat_iters = std::atoi(v());
     else if (a == "--json") json_path = v();
     else if (a == "--only") only = v();
     else {
       std::fprintf(stderr,
                    "usage: nv_coll_bench [--ranks 4] [--n 8192] [--gemms 300] [--chunk-mib 64] [--reps 3]\n"
-                   "                     [--budget-frac 0.25] [--lat-iters 300] [--json PATH] [--only c3|latency|hostcost]\n");
+                   "                     [--budget-frac 0.25] [--copy-frac 1] [--gemm-data random|zeros]\n"
+                   "                     [--lat-iters 300] [--json PATH] [--only c3|latency|hostcost]\n");
       return 2;
     }
   }
-  if (ranks < 2 || ranks > 16 || !(budget_frac > 0 && budget_frac <= 1)) {
-    std::fprintf(stderr, "nv_coll_bench: --ranks must be 2..16 and --budget-frac in (0, 1]\n");
+  if (ranks < 2 || ranks > 16 || !(budget_frac > 0 && budget_frac <= 1) || !(copy_frac > 0 && copy_frac <= 4)) {
+    std::fprintf(stderr, "nv_coll_bench: --ranks must be 2..16, --budget-frac in (0, 1] and --copy-frac in (0, 4]\n");
     return 2;
   }
   // CUDA first: its address reservations are in place before ours.
@@ -473,8 +489,10 @@ int main(int argc, char** argv) {
   std::string json = "{\"ranks\": " + std::to_string(ranks);
   std::vector<C3Row> c3;
   if (only.empty() || only == "c3") {
-    c3 = run_c3(dev, ranks, n, gemms, chunk_mib << 20, reps, budget_frac);
+    c3 = run_c3(dev, ranks, n, gemms, chunk_mib << 20, reps, budget_frac, copy_frac, zeros);
     json += ", \"c3\": {\"n\": " + std::to_string(n) + ", \"gemms\": " + std::to_string(gemms) +
+            ", \"gemm_data\": \"" + (zeros ? "zeros" : "random") + "\", \"copy_frac\": " + std::to_string(copy_frac) +
+            ", \"budget_frac\": " + std::to_string(budget_frac) +
             ", \"chunk_bytes\": " + std::to_string(chunk_mib << 20) + ", \"rows\": [";
     for (size_t i = 0; i < c3.size(); ++i) {
       char b[512];
@@ -514,8 +532,10 @@ int main(int argc, char** argv) {
   }
   bool ok = true;
   if (!c3.empty()) {
-    std::printf("C3: bf16 GEMM %d^3 x %d beside an all-gather of %d loopback ranks x %llu MiB\n", n, gemms, ranks,
-                static_cast<unsigned long long>(chunk_mib));
+    std::printf("C3: bf16 GEMM %d^3 x %d (%s data) beside all-gathers of %d loopback ranks x %llu MiB sized to %.2f x "
+                "the GEMM, budget %.2f\n",
+                n, gemms, zeros ? "zero" : "random", ranks, static_cast<unsigned long long>(chunk_mib), copy_frac,
+                budget_frac);
     std::printf("%-8s %-14s %9s %9s %9s %8s %8s %6s\n", "variant", "engines", "copy_ms", "gemm_ms", "both_ms", "ideal%",
                 "gemm+%", "wrong");
     for (const C3Row& r : c3) {

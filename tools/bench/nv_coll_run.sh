@@ -9,6 +9,7 @@
 #   SWEEP_MAX=64M         largest size of the sweeps
 #   SWEEP_OPS="allgather:pcpy,b2b,auto alltoall:pcpy,b2b broadcast:fanout,chain gather:pcpy scatter:fanout p2p:striped,single"
 #   COLL_ARGS="--ranks 4"   nv_coll_bench arguments (COLL=0 skips it)
+#   COLL_ARGS2="..."        a second nv_coll_bench run (coll2.json), e.g. --gemm-data zeros
 #   SAN=address|thread    instead: a sanitizer build of everything and ctest
 set -uo pipefail
 OUT=${OUT:-/tmp/nv_out}
@@ -80,6 +81,12 @@ B=/tmp/nvb
     timeout ${COLL_TIMEOUT:-400} $B/tools/bench/nv_coll_bench --json $OUT/coll.json ${COLL_ARGS:-} 2> $OUT/coll_stderr.log
     echo "coll rc=$?"
     tail -6 $OUT/coll_stderr.log
+    if [ -n "${COLL_ARGS2:-}" ]; then
+      echo "== nv_coll_bench $COLL_ARGS2"
+      timeout ${COLL_TIMEOUT:-400} $B/tools/bench/nv_coll_bench --json $OUT/coll2.json $COLL_ARGS2 2> $OUT/coll2_stderr.log
+      echo "coll2 rc=$?"
+      tail -6 $OUT/coll2_stderr.log
+    fi
   fi
   echo "== dmesg"
   dmesg 2>/dev/null | grep -iE "nvrm|xid" | tail -6

@@ -1,22 +1,29 @@
 // src/backends/nv/nv_adapter.cpp - conccl::Device over nv::Device: what
 // open_device({backend = "nv"}) returns.
 //
-// topology(): one GPU (GpuInfo::name = the GPU's name, "hopper" if RM does
-// not say) speaking Isa hopper-ce, its asynchronous copy engines with
-// channels as EngineKind::copy (id = LCE, weight = PCE count), the engines
-// without a channel as notes. alloc/free/host_pointer: nv::Device memory
-// (device memory is zeroed by a copy-engine fill and not CPU-mapped; host
-// memory is). Small host allocations - signals, 16 bytes each, a plan makes
-// 2n+1 of them - come from 64 KiB pages cut into 64-byte cells, instead of a
-// page and an RM registration each. create_queue(0, lce): a new GPFIFO
-// channel on that LCE (its own channel group, token and pushbuffer).
+// One nv::Device (RM client) per GPU. topology(): the GPUs (GpuInfo::name =
+// the GPU's name, "hopper" if RM does not say) speaking Isa hopper-ce, their
+// asynchronous copy engines with channels as EngineKind::copy (id = LCE,
+// weight = PCE count), the engines without a channel as notes, and a link
+// between every two GPUs. alloc/free/host_pointer: nv::Device memory (device
+// memory is zeroed by a copy-engine fill and not CPU-mapped; host memory
+// is), mapped into every GPU's VA space at one address: device memory
+// through an export fd imported by the other clients (a peer mapping when
+// the GPUs differ), host pages registered with each. Small host allocations
+// - signals, 16 bytes each, a plan makes 2n+1 of them - come from 64 KiB
+// pages cut into 64-byte cells, instead of a page and an RM registration
+// each. create_queue(gpu, lce): a new GPFIFO channel on that GPU's LCE (its
+// own channel group, token and pushbuffer).
 #include <algorithm>
 #include <cstdio>
 #include <cstring>
 #include <map>
 #include <set>
 
+#include <unistd.h>
+
 #include "backends/nv/nv_device.hpp"
+#include "backends/nv/rm_abi.hpp"
 #include "conccl/device.hpp"
 #include "conccl/nv.hpp"
 
@@ -26,42 +33,60 @@ namespace {
 
 constexpr size_t kCell = 64;            // small host allocations: one cell each
 constexpr size_t kPoolPage = 64 << 10;  // cells come from pages of this size
+constexpr uint32_t abi_reads_writes() { return abi::kP2pReads | abi::kP2pWrites; }
+constexpr uint32_t abi_nvlink() { return abi::kP2pNvlink; }
 
 class GenericDevice final : public conccl::Device {
  public:
-  explicit GenericDevice(std::unique_ptr<nv::Device> d) : dev_(std::move(d)) { build_topology(); }
+  explicit GenericDevice(std::vector<std::unique_ptr<nv::Device>> devs) : devs_(std::move(devs)) {}
   ~GenericDevice() override {
-    for (auto& [va, b] : pool_pages_) (void)dev_->free(b);
+    for (auto& [va, a] : buffers_) (void)release(a);
+    for (auto& [va, a] : pool_pages_) (void)release(a);
   }
+
+  // Links between the GPUs (peer capabilities from RM); fails for a pair
+  // without peer access, naming it.
+  Status build_topology();
 
   const Topology& topology() const override { return topo_; }
 
   Result<conccl::Buffer> alloc(int gpu, size_t bytes, conccl::MemKind kind) override {
-    if (kind == conccl::MemKind::device && gpu != 0)
-      return error(Code::not_found, "GPU " + std::to_string(gpu) + " requested; the nv backend opened one GPU (0)");
-    if (bytes == 0) return error(Code::invalid_argument, "cannot allocate 0 bytes");
     const bool dev = kind == conccl::MemKind::device;
+    if (dev && (gpu < 0 || static_cast<size_t>(gpu) >= devs_.size()))
+      return error(Code::not_found, "GPU " + std::to_string(gpu) + " requested; this nv device has " +
+                                        std::to_string(devs_.size()) + " (0.." + std::to_string(devs_.size() - 1) + ")");
+    if (bytes == 0) return error(Code::invalid_argument, "cannot allocate 0 bytes");
     if (!dev && bytes <= kCell) return alloc_cell();
-    Result<nv::Buffer> b = dev_->alloc(bytes, dev ? nv::MemKind::device : nv::MemKind::host);
+    const int owner = dev ? gpu : 0;
+    nv::Device& d = *devs_[static_cast<size_t>(owner)];
+    Result<nv::Buffer> b = d.alloc(bytes, dev ? nv::MemKind::device : nv::MemKind::host);
     if (!b.ok()) return b.status();
+    Alloc a{owner, *b, {}};
     if (dev) {
       // conccl::Device promises zeroed memory: clear it with the first channel.
-      Channel& ch = dev_->channel(0);
+      Channel& ch = d.channel(0);
       uint64_t f = 0;
       const Deadline dl = Deadline::after_ms(10000);
       Status st = ch.fill(b->va, 0, b->size);
       if (st.ok()) st = ch.submit(dl, &f);
       if (st.ok()) st = ch.wait_done(dl, f);
       if (!st.ok()) {
-        nv::Buffer tmp = *b;
-        (void)dev_->free(tmp);
+        (void)release(a);
         return st.prefix("zeroing " + std::to_string(bytes) + " bytes of device memory");
       }
     } else if (cuda_shared_) {
-      CONCCL_RETURN_IF_ERROR(dev_->cuda_host_register(b->host, b->size));
+      Status st = d.cuda_host_register(b->host, b->size);
+      if (!st.ok()) {
+        (void)release(a);
+        return st;
+      }
     }
-    buffers_[b->va] = *b;
-    return to_generic(*b, dev ? 0 : -1, kind, bytes);
+    if (Status st = map_everywhere(a); !st.ok()) {
+      (void)release(a);
+      return st;
+    }
+    buffers_[b->va] = a;
+    return to_generic(*b, dev ? gpu : -1, kind, bytes);
   }
 
   Status free(const conccl::Buffer& buffer) override {
@@ -74,64 +99,129 @@ class GenericDevice final : public conccl::Device {
     if (it == buffers_.end())
       return error(Code::not_found, "buffer at va " + hex(buffer.va) +
                                         " was not allocated by this nv device or is already freed");
-    nv::Buffer b = it->second;
+    Alloc a = it->second;
     buffers_.erase(it);
-    if (cuda_shared_ && b.kind == nv::MemKind::host) (void)dev_->cuda_host_unregister(b.host);
-    return dev_->free(b);
+    if (cuda_shared_ && a.own.kind == nv::MemKind::host) (void)devs_[0]->cuda_host_unregister(a.own.host);
+    return release(a);
   }
 
   Result<std::unique_ptr<Queue>> create_queue(int gpu, int engine, const QueueOptions& opt) override {
-    if (gpu != 0)
-      return error(Code::invalid_argument, "queue on gpu " + std::to_string(gpu) +
-                                               ": the nv backend opened one GPU (0)");
-    Result<std::unique_ptr<GpfifoQueue>> q = dev_->create_queue(engine, opt.ring_bytes, 0);
+    if (gpu < 0 || static_cast<size_t>(gpu) >= devs_.size())
+      return error(Code::invalid_argument, "queue on gpu " + std::to_string(gpu) + ": this nv device has " +
+                                               std::to_string(devs_.size()) + " GPU(s)");
+    Result<std::unique_ptr<GpfifoQueue>> q = devs_[static_cast<size_t>(gpu)]->create_queue(engine, opt.ring_bytes, gpu);
     if (!q.ok()) return q.status();
     return std::unique_ptr<Queue>(std::move(q).value());
   }
 
   void* host_pointer(uint64_t va, size_t bytes) override {
-    if (const nv::Buffer* page = find_pool_page(va, bytes)) return static_cast<uint8_t*>(page->host) + (va - page->va);
-    const nv::Buffer* b = find(va, bytes);
+    if (const nv::Buffer* page = find(pool_pages_, va, bytes)) return static_cast<uint8_t*>(page->host) + (va - page->va);
+    const nv::Buffer* b = find(buffers_, va, bytes);
     if (!b || !b->host) return nullptr;
     return static_cast<uint8_t*>(b->host) + (va - b->va);
   }
 
   bool is_mapped(uint64_t va, size_t bytes) override {
-    return find(va, bytes) != nullptr || find_pool_page(va, bytes) != nullptr ||
-           dev_->is_registered(va, bytes ? bytes : 1);
+    if (find(buffers_, va, bytes) || find(pool_pages_, va, bytes)) return true;
+    // CUDA memory: registered with every GPU (register_cuda below).
+    return devs_[0]->is_registered(va, bytes ? bytes : 1);
   }
 
-  nv::Device& native() { return *dev_; }
+  size_t gpus() const { return devs_.size(); }
+  nv::Device& native(size_t gpu) { return *devs_[gpu]; }
+
+  // CUDA memory is imported into every GPU's client: its own GPU maps it
+  // locally, the others with a peer mapping (nv::Device::import_fd).
+  Status register_cuda(uint64_t ptr, size_t bytes) {
+    for (size_t i = 0; i < devs_.size(); ++i) {
+      Status st = devs_[i]->register_cuda(ptr, bytes);
+      if (!st.ok()) {
+        for (size_t j = 0; j < i; ++j) (void)devs_[j]->unregister_cuda(ptr, bytes);
+        return devs_.size() > 1 ? st.prefix("registering with GPU " + std::to_string(i)) : st;
+      }
+    }
+    return Status();
+  }
+  Status unregister_cuda(uint64_t ptr, size_t bytes) {
+    Status first;
+    for (auto& d : devs_) {
+      Status st = d->unregister_cuda(ptr, bytes);
+      if (first.ok() && !st.ok()) first = st;
+    }
+    return first;
+  }
 
   Status share_with_cuda() {
     if (cuda_shared_) return Status();
-    CONCCL_RETURN_IF_ERROR(dev_->share_slots_with_cuda());
+    for (auto& d : devs_) CONCCL_RETURN_IF_ERROR(d->share_slots_with_cuda());
     std::vector<void*> done;
     auto undo = [&] {
-      for (void* p : done) (void)dev_->cuda_host_unregister(p);
+      for (void* p : done) (void)devs_[0]->cuda_host_unregister(p);
     };
-    for (auto& [va, b] : pool_pages_) {
-      Status st = dev_->cuda_host_register(b.host, b.size);
-      if (!st.ok()) {
-        undo();
-        return st;
-      }
-      done.push_back(b.host);
-    }
-    for (auto& [va, b] : buffers_)
-      if (b.kind == nv::MemKind::host) {
-        Status st = dev_->cuda_host_register(b.host, b.size);
-        if (!st.ok()) {
-          undo();
-          return st;
+    for (auto* m : {&pool_pages_, &buffers_})
+      for (auto& [va, a] : *m)
+        if (a.own.kind == nv::MemKind::host) {
+          Status st = devs_[0]->cuda_host_register(a.own.host, a.own.size);
+          if (!st.ok()) {
+            undo();
+            return st;
+          }
+          done.push_back(a.own.host);
         }
-        done.push_back(b.host);
-      }
     cuda_shared_ = true;
     return Status();
   }
 
  private:
+  // One allocation: the owner's buffer, and its mapping in every other GPU's
+  // client (device memory: imported from an export fd; host memory: the same
+  // pages registered there).
+  struct View {
+    size_t gpu;
+    nv::Buffer buffer;
+  };
+  struct Alloc {
+    int owner = 0;
+    nv::Buffer own;
+    std::vector<View> views;
+  };
+
+  Status map_everywhere(Alloc& a) {
+    if (devs_.size() == 1) return Status();
+    int fd = -1;
+    if (a.own.kind == nv::MemKind::device) {
+      Result<int> f = devs_[static_cast<size_t>(a.owner)]->export_fd(a.own);
+      if (!f.ok()) return f.status();
+      fd = *f;
+    }
+    Status st;
+    for (size_t g = 0; g < devs_.size() && st.ok(); ++g) {
+      if (static_cast<int>(g) == a.owner) continue;
+      Result<nv::Buffer> v = fd >= 0 ? devs_[g]->import_fd(fd, a.own.va, a.own.size)
+                                     : devs_[g]->map_host(a.own.host, a.own.size);
+      if (v.ok()) a.views.push_back({g, *v});
+      else st = v.status().prefix("mapping GPU " + std::to_string(a.owner) + "'s " +
+                                  (fd >= 0 ? "device" : "host") + " memory " + hex(a.own.va) + " into GPU " +
+                                  std::to_string(g));
+    }
+    if (fd >= 0) ::close(fd);
+    return st;
+  }
+
+  Status release(Alloc& a) {
+    Status first;
+    for (View& v : a.views) {
+      Status st = devs_[v.gpu]->free(v.buffer);
+      if (first.ok() && !st.ok()) first = st;
+    }
+    a.views.clear();
+    if (a.own.handle) {
+      Status st = devs_[static_cast<size_t>(a.owner)]->free(a.own);
+      if (first.ok() && !st.ok()) first = st;
+    }
+    return first;
+  }
+
   static conccl::Buffer to_generic(const nv::Buffer& b, int gpu, conccl::MemKind kind, size_t bytes) {
     conccl::Buffer out;
     out.va = b.va;
@@ -145,17 +235,16 @@ class GenericDevice final : public conccl::Device {
 
   Result<conccl::Buffer> alloc_cell() {
     if (free_cells_.empty()) {
-      Result<nv::Buffer> page = dev_->alloc(kPoolPage, nv::MemKind::host);
+      Result<nv::Buffer> page = devs_[0]->alloc(kPoolPage, nv::MemKind::host);
       if (!page.ok()) return page.status();
-      if (cuda_shared_) {
-        Status st = dev_->cuda_host_register(page->host, page->size);
-        if (!st.ok()) {
-          nv::Buffer tmp = *page;
-          (void)dev_->free(tmp);
-          return st;
-        }
+      Alloc a{0, *page, {}};
+      Status st = cuda_shared_ ? devs_[0]->cuda_host_register(page->host, page->size) : Status();
+      if (st.ok()) st = map_everywhere(a);
+      if (!st.ok()) {
+        (void)release(a);
+        return st;
       }
-      pool_pages_[page->va] = *page;
+      pool_pages_[page->va] = a;
       for (size_t off = kPoolPage; off > 0; off -= kCell) free_cells_.push_back(page->va + off - kCell);
     }
     const uint64_t va = free_cells_.back();
@@ -173,55 +262,12 @@ class GenericDevice final : public conccl::Device {
     return out;
   }
 
-  const nv::Buffer* find_pool_page(uint64_t va, size_t bytes) const {
-    auto it = pool_pages_.upper_bound(va);
-    if (it == pool_pages_.begin()) return nullptr;
+  static const nv::Buffer* find(const std::map<uint64_t, Alloc>& m, uint64_t va, size_t bytes) {
+    auto it = m.upper_bound(va);
+    if (it == m.begin()) return nullptr;
     --it;
-    const nv::Buffer& b = it->second;
+    const nv::Buffer& b = it->second.own;
     return va >= b.va && va + bytes <= b.va + b.size ? &b : nullptr;
-  }
-
-  const nv::Buffer* find(uint64_t va, size_t bytes) const {
-    auto it = buffers_.upper_bound(va);
-    if (it == buffers_.begin()) return nullptr;
-    --it;
-    const nv::Buffer& b = it->second;
-    return va >= b.va && va + bytes <= b.va + b.size ? &b : nullptr;
-  }
-
-  void build_topology() {
-    topo_.backend = "nv";
-    GpuInfo g;
-    g.index = 0;
-    g.name = dev_->info().gpu_name.empty() ? "hopper" : dev_->info().gpu_name;
-    g.isa = Isa::hopper();
-    g.memory_bytes = dev_->info().fb_bytes;
-    for (size_t i = 0; i < dev_->channel_count(); ++i) {
-      const Channel& c = dev_->channel(i);
-      EngineInfo e;
-      e.id = c.lce();
-      e.kind = EngineKind::copy;
-      e.weight = c.pces();
-      g.engines.push_back(e);
-    }
-    topo_.gpus.push_back(std::move(g));
-    topo_.notes.push_back("NVIDIA " + dev_->info().uuid_string() + ", driver " + dev_->info().driver_version +
-                          ", channel class 0x" + hexs(dev_->info().channel_class) +
-                          "; engines are asynchronous LCEs: create_queue(0, lce) opens a GPFIFO channel there");
-    for (const nv::Engine& e : dev_->engines())
-      if (!e.has_channel)
-        topo_.notes.push_back("LCE" + std::to_string(e.lce) + " (" + std::to_string(e.pces) + " PCEs): " + e.note);
-    // How long waits behave here: asleep on the engine's interrupt, or napping and why.
-    std::string on, off;
-    for (size_t i = 0; i < dev_->channel_count(); ++i) {
-      nv::Channel& c = dev_->channel(i);
-      if (c.interrupt_waits())
-        on += (on.empty() ? "LCE" : ", LCE") + std::to_string(c.lce());
-      else
-        off += (off.empty() ? "" : "; ") + ("LCE" + std::to_string(c.lce()) + ": " + c.interrupt_note());
-    }
-    if (!on.empty()) topo_.notes.push_back("waits sleep on the copy engine's interrupt: " + on);
-    if (!off.empty()) topo_.notes.push_back("waits nap instead of sleeping on an interrupt: " + off);
   }
 
   static std::string hexs(uint32_t v) {
@@ -230,14 +276,75 @@ class GenericDevice final : public conccl::Device {
     return b;
   }
 
-  std::unique_ptr<nv::Device> dev_;
+  std::vector<std::unique_ptr<nv::Device>> devs_;
   Topology topo_;
-  std::map<uint64_t, nv::Buffer> buffers_;     // by va
-  std::map<uint64_t, nv::Buffer> pool_pages_;  // by va
-  std::set<uint64_t> cells_;                   // cells handed out
+  std::map<uint64_t, Alloc> buffers_;     // by va
+  std::map<uint64_t, Alloc> pool_pages_;  // by va
+  std::set<uint64_t> cells_;              // cells handed out
   std::vector<uint64_t> free_cells_;
   bool cuda_shared_ = false;
 };
+
+Status GenericDevice::build_topology() {
+  topo_.backend = "nv";
+  for (size_t gi = 0; gi < devs_.size(); ++gi) {
+    nv::Device& d = *devs_[gi];
+    GpuInfo g;
+    g.index = static_cast<int>(gi);
+    g.name = d.info().gpu_name.empty() ? "hopper" : d.info().gpu_name;
+    g.isa = Isa::hopper();
+    g.memory_bytes = d.info().fb_bytes;
+    for (size_t i = 0; i < d.channel_count(); ++i) {
+      const Channel& c = d.channel(i);
+      EngineInfo e;
+      e.id = c.lce();
+      e.kind = EngineKind::copy;
+      e.weight = c.pces();
+      g.engines.push_back(e);
+    }
+    for (size_t pi = 0; pi < devs_.size(); ++pi) {
+      if (pi == gi) continue;
+      const nv::Device& p = *devs_[pi];
+      LinkInfo l;
+      l.peer = static_cast<int>(pi);
+      if (p.info().gpu_id == d.info().gpu_id) {
+        l.type = "same-gpu";
+      } else {
+        Result<uint32_t> caps = d.p2p_caps(p.info().gpu_id);
+        if (!caps.ok()) return caps.status().prefix("peer capabilities of GPU " + std::to_string(gi) + " and " + std::to_string(pi));
+        const uint32_t rw = abi_reads_writes();
+        if ((*caps & rw) != rw)
+          return error(Code::unavailable,
+                       "GPUs " + std::to_string(gi) + " and " + std::to_string(pi) +
+                           " have no peer access to each other's memory (RM peer capabilities 0x" + hexs(*caps) +
+                           "); open them as separate devices (nv::Options::gpus) or enable peer access");
+        l.type = *caps & abi_nvlink() ? "nvlink" : "pcie";
+        l.weight = *caps & abi_nvlink() ? 15 : 40;
+      }
+      g.links.push_back(l);
+    }
+    topo_.gpus.push_back(std::move(g));
+    std::string prefix = devs_.size() > 1 ? "GPU " + std::to_string(gi) + ": " : "";
+    topo_.notes.push_back(prefix + "NVIDIA " + d.info().uuid_string() + ", driver " + d.info().driver_version +
+                          ", channel class 0x" + hexs(d.info().channel_class) +
+                          "; engines are asynchronous LCEs: create_queue(gpu, lce) opens a GPFIFO channel there");
+    for (const nv::Engine& e : d.engines())
+      if (!e.has_channel)
+        topo_.notes.push_back(prefix + "LCE" + std::to_string(e.lce) + " (" + std::to_string(e.pces) + " PCEs): " + e.note);
+    // How long waits behave here: asleep on the engine's interrupt, or napping and why.
+    std::string on, off;
+    for (size_t i = 0; i < d.channel_count(); ++i) {
+      nv::Channel& c = d.channel(i);
+      if (c.interrupt_waits())
+        on += (on.empty() ? "LCE" : ", LCE") + std::to_string(c.lce());
+      else
+        off += (off.empty() ? "" : "; ") + ("LCE" + std::to_string(c.lce()) + ": " + c.interrupt_note());
+    }
+    if (!on.empty()) topo_.notes.push_back(prefix + "waits sleep on the copy engine's interrupt: " + on);
+    if (!off.empty()) topo_.notes.push_back(prefix + "waits nap instead of sleeping on an interrupt: " + off);
+  }
+  return Status();
+}
 
 GenericDevice* generic(conccl::Device& device) { return dynamic_cast<GenericDevice*>(&device); }
 
@@ -248,25 +355,46 @@ Status not_nv(const char* what) {
 }  // namespace
 
 Result<std::unique_ptr<conccl::Device>> open_generic(const Options& options) {
-  Result<std::unique_ptr<nv::Device>> d = nv::Device::open(options);
-  if (!d.ok()) return d.status();
-  return std::unique_ptr<conccl::Device>(new GenericDevice(std::move(d).value()));
+  std::vector<int> list = options.gpus;
+  if (list.empty()) {
+    Result<int> n = gpu_count(options);
+    if (!n.ok()) return n.status();
+    if (*n == 0) return error(Code::not_found, "the NVIDIA driver lists no GPU");
+    for (int i = 0; i < *n; ++i) list.push_back(i);
+  }
+  std::vector<std::unique_ptr<nv::Device>> devs;
+  for (size_t i = 0; i < list.size(); ++i) {
+    Options o = options;
+    o.gpu = list[i];
+    o.gpus.clear();
+    Result<std::unique_ptr<nv::Device>> d = nv::Device::open(o);
+    if (!d.ok()) return list.size() > 1 ? d.status().prefix("GPU " + std::to_string(i) + " (driver GPU " +
+                                                                std::to_string(list[i]) + ")")
+                                        : d.status();
+    devs.push_back(std::move(d).value());
+  }
+  std::unique_ptr<GenericDevice> g(new GenericDevice(std::move(devs)));
+  CONCCL_RETURN_IF_ERROR(g->build_topology());
+  return std::unique_ptr<conccl::Device>(std::move(g));
 }
 
-nv::Device* native(conccl::Device& device) {
+nv::Device* native(conccl::Device& device, int gpu) {
   GenericDevice* g = generic(device);
-  return g ? &g->native() : nullptr;
+  if (!g || gpu < 0 || static_cast<size_t>(gpu) >= g->gpus()) return nullptr;
+  return &g->native(static_cast<size_t>(gpu));
 }
 
 Result<conccl::Buffer> register_cuda(conccl::Device& device, uint64_t ptr, size_t bytes, int gpu) {
   GenericDevice* g = generic(device);
   if (!g) return not_nv("register_cuda");
-  if (gpu != 0) return error(Code::invalid_argument, "the nv backend opened one GPU (0)");
-  CONCCL_RETURN_IF_ERROR(g->native().register_cuda(ptr, bytes));
+  if (gpu < 0 || static_cast<size_t>(gpu) >= g->gpus())
+    return error(Code::invalid_argument, "register_cuda for GPU " + std::to_string(gpu) + ": this nv device has " +
+                                             std::to_string(g->gpus()) + " GPU(s)");
+  CONCCL_RETURN_IF_ERROR(g->register_cuda(ptr, bytes));
   conccl::Buffer b;
   b.va = ptr;
   b.size = bytes;
-  b.gpu = 0;
+  b.gpu = gpu;
   b.kind = conccl::MemKind::device;
   b.id = ptr;
   return b;
@@ -275,7 +403,7 @@ Result<conccl::Buffer> register_cuda(conccl::Device& device, uint64_t ptr, size_
 Status unregister_cuda(conccl::Device& device, const conccl::Buffer& buffer) {
   GenericDevice* g = generic(device);
   if (!g) return not_nv("unregister_cuda");
-  return g->native().unregister_cuda(buffer.va, buffer.size);
+  return g->unregister_cuda(buffer.va, buffer.size);
 }
 
 Status share_signals_with_cuda(conccl::Device& device) {

@@ -94,6 +94,20 @@ Status Device::probe(const Options& o) {
   return Status();
 }
 
+Result<int> gpu_count(const Options& o) {
+  CONCCL_RETURN_IF_ERROR(Device::probe(o));
+  const int fd = ::open("/dev/nvidiactl", O_RDWR | O_CLOEXEC);
+  if (fd < 0) return error(Code::unavailable, std::string("cannot open /dev/nvidiactl: ") + std::strerror(errno));
+  std::vector<abi::CardInfo> cards(abi::kMaxCards);
+  const int rc = ioctl(fd, abi::rm_ioctl(abi::kEscCardInfo, cards.size() * sizeof(abi::CardInfo)), cards.data());
+  const int e = errno;
+  ::close(fd);
+  if (rc != 0) return error(Code::unavailable, std::string("NV_ESC_CARD_INFO failed: ") + std::strerror(e));
+  int n = 0;
+  for (const abi::CardInfo& c : cards) n += c.valid ? 1 : 0;
+  return n;
+}
+
 Result<std::unique_ptr<Device>> Device::open(const Options& o) {
   std::unique_ptr<Device> d(new Device());
   Status st = d->open_impl(o);
@@ -579,6 +593,7 @@ void Device::teardown() {
     }
   }
   slots_ = Buffer{};
+  release_peers();
   if (uvm_vaspace_registered_) {
     abi::UvmUnregisterGpuVaspace u{};
     std::memcpy(u.gpuUuid, info_.uuid, 16);

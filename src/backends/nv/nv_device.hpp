@@ -40,7 +40,8 @@ struct Buffer {
   size_t size = 0;
   MemKind kind = MemKind::device;
   uint32_t handle = 0;     // RM memory handle
-  bool imported = false;   // import_fd(): mapped outside our window, not CPU-mapped
+  uint32_t parent = 0;     // its RM parent when not our device (another GPU's memory: our handle of that GPU)
+  bool imported = false;   // import_fd()/map_host(): at an address outside our windows
   template <typename T>
   T* as() const { return static_cast<T*>(host); }
 };
@@ -212,6 +213,27 @@ class Device {
   // own address works: identity mapping). The fd may be closed afterwards.
   Result<Buffer> import_fd(int fd, uint64_t va, size_t bytes);
 
+  // ---- memory of other RM clients and other GPUs (nv_peer.cpp) ---------------
+  // Exports a buffer of ours (device memory) as an RM export fd: a fresh
+  // /dev/nvidiactl fd holding its own reference to the memory until it is
+  // closed. import_fd of another Device - of this GPU or of another, in this
+  // process or, passed with SCM_RIGHTS, in another - maps it. The caller
+  // closes the fd.
+  Result<int> export_fd(const Buffer& buffer);
+  // import_fd (above) takes memory of any GPU: the fd says which device
+  // instance owns it. Another GPU's memory is imported under our handle of
+  // that GPU and mapped with a peer PTE (NV50_P2P between the two GPUs, UVM
+  // peer access); without peer access between them (p2p_caps), the error
+  // says so.
+  //
+  // Host memory CPU-mapped by someone else (another Device's host buffer) at
+  // its own address, registered with this GPU (OS descriptor) and mapped at
+  // that address in our GPU VA space. free() unmaps it; the pages stay.
+  Result<Buffer> map_host(void* host, size_t bytes);
+  // NV0000_CTRL_SYSTEM_GET_P2P_CAPS bits between this GPU and `gpu_id`
+  // (abi::kP2p*: reads, writes, NVLink, PCI, ...), as RM reports them.
+  Result<uint32_t> p2p_caps(uint32_t gpu_id);
+
   // 16-byte host-visible semaphore slots (payload, GPU ns timestamp).
   Result<uint64_t> alloc_slot();
   volatile uint64_t* slot_host(uint64_t va);
@@ -291,7 +313,7 @@ class Device {
   Status rm_free(uint32_t parent, uint32_t object, const char* what);
   Status uvm_ioctl(int fd, unsigned long cmd, void* params, uint32_t* rm_status, const char* what);
   Status map_cpu(uint32_t handle, uint64_t va, size_t bytes, bool sysmem, uint32_t flags);
-  Status map_gpu(uint32_t handle, uint64_t va, size_t bytes);
+  Status map_gpu(uint32_t handle, uint64_t va, size_t bytes, uint32_t extra_flags = 0);
   Result<uint64_t> reserve_va(size_t bytes, size_t align, bool low = false);
   void release_va(uint64_t va, size_t bytes);
   Result<Buffer> alloc_rm_sysmem(size_t bytes);  // NV01_MEMORY_SYSTEM, CPU-mapped
@@ -325,6 +347,18 @@ class Device {
   std::map<uint64_t, Registration> registered_;  // by allocation base VA
   uint64_t cuda_slot_ptr_ = 0, cuda_slot_handle_ = 0, cuda_slot_size_ = 0, next_cuda_slot_ = 0;
   int cuda_slot_device_ = 0;
+  // Another GPU as this client sees it (nv_peer.cpp): its device and
+  // subdevice in our client, the NV50_P2P object, its UVM registration.
+  struct Peer {
+    uint32_t gpu_id = 0, device_instance = 0, caps = 0;
+    int fd_dev = -1;  // /dev/nvidia<minor> of the peer, kept open (RM requires it for the device object)
+    uint8_t uuid[16] = {};
+    uint32_t h_device = 0, h_subdevice = 0, h_p2p = 0;
+    bool uvm_registered = false, uvm_peer = false;
+  };
+  std::vector<Peer> peers_;
+  Result<Peer*> peer_for_instance(uint32_t device_instance);
+  void release_peers();
   Status query_identity();  // GPU name and memory size (not fatal)
   void release_cuda();      // teardown of registrations and the CUDA slot page
   const Registration* find_registration(uint64_t va) const;

@@ -378,7 +378,7 @@ Status Device::map_cpu(uint32_t handle, uint64_t va, size_t bytes, bool sysmem, 
   return Status();
 }
 
-Status Device::map_gpu(uint32_t handle, uint64_t va, size_t bytes) {
+Status Device::map_gpu(uint32_t handle, uint64_t va, size_t bytes, uint32_t extra_flags) {
   abi::UvmCreateExternalRange r{};
   r.base = va;
   r.length = bytes;
@@ -390,7 +390,7 @@ Status Device::map_gpu(uint32_t handle, uint64_t va, size_t bytes) {
   d.hDma = h_virtmem_;
   d.hMemory = handle;
   d.length = bytes;
-  d.flags = abi::kNvos46CacheSnoop | abi::kNvos46OffsetFixed;  // PAGE_SIZE_DEFAULT
+  d.flags = abi::kNvos46CacheSnoop | abi::kNvos46OffsetFixed | extra_flags;  // PAGE_SIZE_DEFAULT
   d.dmaOffset = va;
   if (ioctl(fd_ctl_, abi::rm_ioctl(abi::kEscRmMapMemoryDma, sizeof d), &d) != 0)
     return errno_status("NV_ESC_RM_MAP_MEMORY_DMA", errno);
@@ -398,7 +398,7 @@ Status Device::map_gpu(uint32_t handle, uint64_t va, size_t bytes) {
   if (d.status != 0) {
     // nvidia_interop.md §2.3: PAGE_SIZE_4KB is the form tinygrad uses; retry with it.
     d.status = 0;
-    d.flags = abi::kNvos46CacheSnoop | abi::kNvos46OffsetFixed | abi::kNvos46PageSize4k;
+    d.flags = abi::kNvos46CacheSnoop | abi::kNvos46OffsetFixed | abi::kNvos46PageSize4k | extra_flags;
     d.dmaOffset = va;
     if (ioctl(fd_ctl_, abi::rm_ioctl(abi::kEscRmMapMemoryDma, sizeof d), &d) != 0)
       return errno_status("NV_ESC_RM_MAP_MEMORY_DMA", errno);
@@ -560,7 +560,7 @@ Status Device::free(Buffer& b) {
   f.base = b.va;
   f.length = b.size;
   Status st = uvm_ioctl(fd_uvm_, abi::kUvmFree, &f, &f.rmStatus, ("UVM_FREE " + hex(b.va)).c_str());
-  Status st2 = rm_free(h_device_, b.handle, b.imported ? "imported memory" : "memory");
+  Status st2 = rm_free(b.parent ? b.parent : h_device_, b.handle, b.imported ? "imported memory" : "memory");
   if (!b.imported) release_va(b.va, b.size);
   buffers_.erase(it);
   b = Buffer{};
@@ -581,9 +581,20 @@ Result<Buffer> Device::import_fd(int fd, uint64_t va, size_t bytes) {
                                      "cuMemExportToShareableHandle)"));
   if (info.maxObjects < 1)
     return error(Code::invalid_argument, "fd " + std::to_string(fd) + " exports no objects");
+  // The fd names the device instance that owns the memory. Ours: a plain
+  // import under our device. Another GPU's: under our handle of that GPU
+  // (RM takes the memory's GPU from its parent device, so importing it under
+  // ours would map the wrong memory), mapped with a peer PTE.
+  uint32_t parent = h_device_, map_flags = 0;
+  if (info.deviceInstance != info_.device_instance) {
+    Result<Peer*> peer = peer_for_instance(info.deviceInstance);
+    if (!peer.ok()) return peer.status().prefix("importing memory of device instance " + std::to_string(info.deviceInstance));
+    parent = (*peer)->h_device;
+    map_flags = abi::kNvos46P2pEnableNoSli;
+  }
   abi::ImportObjectsFromFd imp{};
   imp.fd = fd;
-  imp.hParent = h_device_;
+  imp.hParent = parent;
   imp.objects[0] = next_handle_++;
   imp.numObjects = 1;
   imp.index = 0;
@@ -594,10 +605,11 @@ Result<Buffer> Device::import_fd(int fd, uint64_t va, size_t bytes) {
   b.size = bytes;
   b.kind = MemKind::device;
   b.handle = imp.objects[0];
+  b.parent = parent == h_device_ ? 0 : parent;
   b.imported = true;
-  Status st = map_gpu(b.handle, va, bytes);
+  Status st = map_gpu(b.handle, va, bytes, map_flags);
   if (!st.ok()) {
-    (void)rm_free(h_device_, b.handle, "imported memory");
+    (void)rm_free(parent, b.handle, "imported memory");
     return st.prefix("mapping the imported allocation at " + hex(va));
   }
   buffers_.push_back(b);

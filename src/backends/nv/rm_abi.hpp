@@ -48,6 +48,8 @@ inline constexpr unsigned long kUvmDeinitialize = 0x30000002;
 inline constexpr unsigned long kUvmRegisterGpuVaspace = 25;     // UVM_REGISTER_GPU_VASPACE
 inline constexpr unsigned long kUvmUnregisterGpuVaspace = 26;   // UVM_UNREGISTER_GPU_VASPACE
 inline constexpr unsigned long kUvmRegisterChannel = 27;        // UVM_REGISTER_CHANNEL
+inline constexpr unsigned long kUvmEnablePeerAccess = 29;       // UVM_ENABLE_PEER_ACCESS
+inline constexpr unsigned long kUvmDisablePeerAccess = 30;      // UVM_DISABLE_PEER_ACCESS
 inline constexpr unsigned long kUvmUnregisterChannel = 28;      // UVM_UNREGISTER_CHANNEL
 inline constexpr unsigned long kUvmMapExternalAllocation = 33;  // UVM_MAP_EXTERNAL_ALLOCATION
 inline constexpr unsigned long kUvmFree = 34;                   // UVM_FREE
@@ -151,6 +153,11 @@ static_assert(sizeof(Nvos46) == 64 && offsetof(Nvos46, flags) == 32 && offsetof(
 inline constexpr uint32_t kNvos46CacheSnoop = 1u << 4;
 inline constexpr uint32_t kNvos46PageSize4k = 1u << 8;
 inline constexpr uint32_t kNvos46OffsetFixed = 1u << 15;
+// nvos.h NVOS46_FLAGS_P2P_ENABLE 21:20, _NOSLI 2: the memory belongs to
+// another GPU (hMemory's parent device); RM writes a peer-aperture PTE with
+// the peer id of the NV50_P2P object between the two GPUs. Without it RM
+// would take the memory as the mapping GPU's own.
+inline constexpr uint32_t kNvos46P2pEnableNoSli = 2u << 20;
 
 // nvos.h NVOS47_PARAMETERS (NV_ESC_RM_UNMAP_MEMORY_DMA)
 struct Nvos47 {
@@ -413,6 +420,67 @@ struct ImportObjectsFromFd {
 static_assert(sizeof(ImportObjectsFromFd) == 652 && offsetof(ImportObjectsFromFd, objects) == 8 &&
               offsetof(ImportObjectsFromFd, objectTypes) == 520 && offsetof(ImportObjectsFromFd, numObjects) == 648);
 
+// ctrl0000unix.h NV0000_CTRL_CMD_OS_UNIX_EXPORT_OBJECTS_TO_FD (0x3d0b): `fd`
+// is a /dev/nvidiactl fd the caller opened and has exported nothing on yet
+// (the kernel never creates one); one call with maxObjects >= 1 initialises
+// it and exports. hDevice: the device the objects belong to. The fd holds a
+// reference to the memory until it is closed.
+inline constexpr uint32_t kCtrlExportObjectsToFd = 0x3D0B;
+struct ExportObjectsToFd {
+  int32_t fd;
+  NvHandle hDevice;
+  uint16_t maxObjects;
+  uint8_t metadata[64];
+  uint8_t pad0[2];
+  NvHandle objects[512];
+  uint16_t numObjects, index;
+};
+static_assert(sizeof(ExportObjectsToFd) == 2128 && offsetof(ExportObjectsToFd, metadata) == 10 &&
+              offsetof(ExportObjectsToFd, objects) == 76 && offsetof(ExportObjectsToFd, numObjects) == 2124);
+
+// ctrl0000gpu.h NV0000_CTRL_CMD_GPU_GET_ATTACHED_IDS (0x201): gpuIds[32],
+// ended by NV0000_CTRL_GPU_INVALID_ID (0xffffffff).
+inline constexpr uint32_t kCtrlGpuGetAttachedIds = 0x201;
+inline constexpr uint32_t kInvalidGpuId = 0xFFFFFFFFu;
+struct AttachedIds {
+  uint32_t gpuIds[32];
+};
+
+// ctrl0000system.h NV0000_CTRL_CMD_SYSTEM_GET_P2P_CAPS_V2 (0x12b): what two
+// (or more) GPUs can do to each other's memory. p2pCaps bits
+// (NV0000_CTRL_SYSTEM_GET_P2P_CAPS_*): 0 WRITES, 1 READS, 3 NVLINK,
+// 4 ATOMICS, 5 LOOPBACK, 6 PCI, 12 C2C, 13 PCI_BAR1. p2pCapsStatus is
+// indexed READ 0, WRITE 1, NVLINK 2, ...; 0 is OK, 1 chipset, 2 GPU,
+// 3 IOH topology not supported, 4 disabled by regkey, 5 not supported.
+inline constexpr uint32_t kCtrlSystemGetP2pCapsV2 = 0x12B;
+inline constexpr uint32_t kP2pWrites = 1u << 0, kP2pReads = 1u << 1, kP2pNvlink = 1u << 3, kP2pAtomics = 1u << 4,
+                          kP2pPci = 1u << 6, kP2pC2c = 1u << 12, kP2pPciBar1 = 1u << 13;
+struct P2pCapsV2 {
+  uint32_t gpuIds[32];
+  uint32_t gpuCount, p2pCaps, p2pOptimalReadCEs, p2pOptimalWriteCEs;
+  uint8_t p2pCapsStatus[9];
+  uint8_t pad0[3];
+  uint32_t busPeerIds[32 * 32];
+  uint32_t busEgmPeerIds[32 * 32];
+};
+static_assert(sizeof(P2pCapsV2) == 8348 && offsetof(P2pCapsV2, p2pCapsStatus) == 144 &&
+              offsetof(P2pCapsV2, busPeerIds) == 156);
+
+// cl503b.h NV50_P2P: the peer mapping between two GPUs' subdevices, both in
+// the calling client; allocated under the client itself. Peer-id masks 0:
+// RM picks the ids. Mappings with P2P_ENABLE need it alive.
+inline constexpr uint32_t kNv50P2p = 0x503B;
+struct P2pAllocParams {
+  NvHandle hSubDevice, hPeerSubDevice;
+  uint32_t subDevicePeerIdMask, peerSubDevicePeerIdMask;
+  uint64_t mailboxBar1Addr;
+  uint32_t mailboxTotalSize, flags;
+  uint32_t subDeviceEgmPeerIdMask, peerSubDeviceEgmPeerIdMask;
+  uint64_t l2pDmaAddress, l2pDmaSize, p2lDmaAddress, p2lDmaSize;
+};
+static_assert(sizeof(P2pAllocParams) == 72 && offsetof(P2pAllocParams, mailboxBar1Addr) == 16 &&
+              offsetof(P2pAllocParams, l2pDmaAddress) == 40);
+
 // ctrl2080gpu.h NV2080_CTRL_CMD_GPU_GET_NAME_STRING (0x20800110),
 // NV2080_GPU_MAX_NAME_STRING_LENGTH 0x40, _FLAGS_TYPE_ASCII 0; the name is a
 // union of NvU8 ascii[64] / NvU16 unicode[64].
@@ -498,6 +566,14 @@ struct UvmUnregisterGpu {
   uint32_t rmStatus;
 };
 static_assert(sizeof(UvmUnregisterGpu) == 20);
+// uvm_ioctl.h UVM_ENABLE_PEER_ACCESS / UVM_DISABLE_PEER_ACCESS: both GPUs
+// registered in the UVM va space first; needed before UVM maps memory one
+// GPU owns for the other (uvm_map_external.c checks peer access).
+struct UvmPeerAccess {
+  uint8_t gpuUuidA[16], gpuUuidB[16];
+  uint32_t rmStatus;
+};
+static_assert(sizeof(UvmPeerAccess) == 36);
 struct UvmRegisterGpuVaspace {
   uint8_t gpuUuid[16];
   int32_t rmCtrlFd;
