@@ -1,0 +1,232 @@
+/* conccl/conccl.h - the C API of ConCCL: devices, buffers, queues, signals,
+ * communicators and plans, for C transports (RCCL, UCX plugins), for the
+ * Python package (python/conccl, ctypes) and for anything that cannot take a
+ * C++ ABI.
+ *
+ * Conventions:
+ *  - Every call returns a conccl_status (CONCCL_OK = 0). On an error,
+ *    conccl_last_error() gives the message the C++ Status carries (what went
+ *    wrong and the fix), valid on the calling thread until its next call.
+ *  - Handles are opaque pointers. Destroying NULL is a no-op. A queue, signal,
+ *    communicator or plan must be destroyed before the device it came from.
+ *  - Argument structs begin with `struct_size`: set it to sizeof(the struct)
+ *    (the *_init() helpers do), so later versions can add fields at the end.
+ *  - Every wait takes a timeout in milliseconds; nothing blocks forever.
+ *  - No C++ exception and no abort crosses this interface: an unexpected
+ *    C++ exception becomes CONCCL_ERR_INTERNAL with its message.
+ *
+ * Single process: a communicator holds every rank (ranks on the GPUs of one
+ * device; several ranks may share a GPU with `loopback`). See
+ * docs/getting-started.md and examples/.
+ */
+#ifndef CONCCL_CONCCL_H
+#define CONCCL_CONCCL_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+#define CONCCL_C_API_VERSION 1
+
+typedef enum conccl_status {
+  CONCCL_OK = 0,
+  CONCCL_ERR_INVALID_ARGUMENT = 1, /* the call is malformed: fix the call */
+  CONCCL_ERR_OUT_OF_RANGE = 2,     /* a value does not fit its field or limit */
+  CONCCL_ERR_NOT_FOUND = 3,        /* a GPU, engine or buffer that does not exist */
+  CONCCL_ERR_TIMEOUT = 4,          /* a deadline passed; the message diagnoses the hang */
+  CONCCL_ERR_DEVICE_FAULT = 5,     /* an engine reported a fault */
+  CONCCL_ERR_UNAVAILABLE = 6,      /* backend or driver not present here */
+  CONCCL_ERR_RESOURCE_EXHAUSTED = 7,
+  CONCCL_ERR_BUSY = 8,             /* e.g. a plan still running */
+  CONCCL_ERR_VERIFY_FAILED = 9,
+  CONCCL_ERR_INTERNAL = 10         /* a bug in ConCCL: please report */
+} conccl_status;
+
+/* The message of the last error on this thread ("" after a success). */
+const char* conccl_last_error(void);
+/* "ok", "invalid_argument", ... */
+const char* conccl_status_name(conccl_status status);
+/* The library's version, "MAJOR.MINOR.PATCH". */
+const char* conccl_version(void);
+
+typedef struct conccl_device* conccl_device_t;
+typedef struct conccl_queue* conccl_queue_t;
+typedef struct conccl_signal* conccl_signal_t;
+typedef struct conccl_comm* conccl_comm_t;
+typedef struct conccl_plan* conccl_plan_t;
+
+/* ---- devices ------------------------------------------------------------ */
+typedef struct conccl_device_options {
+  size_t struct_size;
+  const char* backend;    /* "emu" (NULL = "emu"), "kfd", "nv" */
+  const char* preset;     /* emu: "mi300x", "small", "h200", ... (NULL = default) */
+  int gpus;               /* emu custom topology: GPUs (0 = the preset's) */
+  int engines;            /* emu custom topology: engines per GPU (0 = the preset's) */
+  const char* gen;        /* emu: SDMA generation ("4.4.2", ...; NULL = the preset's) */
+  size_t memory_per_gpu;  /* emu: bytes of HBM per GPU (0 = default) */
+} conccl_device_options;
+void conccl_device_options_init(conccl_device_options* options);
+
+conccl_status conccl_device_open(const conccl_device_options* options, conccl_device_t* device);
+void conccl_device_close(conccl_device_t device);
+conccl_status conccl_device_gpu_count(conccl_device_t device, int* count);
+/* The engine ids of `gpu` (what conccl_queue_create takes): up to `capacity`
+ * written to `ids`, the total in *count. */
+conccl_status conccl_device_engines(conccl_device_t device, int gpu, int* ids, int capacity, int* count);
+/* The topology as JSON (the `sdma-probe list --json` form). Writes up to
+ * `capacity` bytes including the terminating 0; *needed gets the full size. */
+conccl_status conccl_device_topology_json(conccl_device_t device, char* buf, size_t capacity, size_t* needed);
+
+/* ---- buffers ------------------------------------------------------------ */
+typedef enum conccl_mem_kind { CONCCL_MEM_DEVICE = 0, CONCCL_MEM_HOST = 1 } conccl_mem_kind;
+/* Memory engines can address. `va` goes into commands; `host` is the CPU's
+ * mapping of the same bytes, or NULL where the CPU cannot see them (NVIDIA
+ * HBM): use conccl_buffer_upload/download there. */
+typedef struct conccl_buffer {
+  uint64_t va;
+  void* host;
+  size_t size;
+  int gpu;  /* owning GPU; -1 for host memory */
+  int kind; /* conccl_mem_kind */
+  uint64_t id;
+} conccl_buffer;
+
+/* Zeroed memory on `gpu` (device) or host memory every GPU reaches (gpu ignored). */
+conccl_status conccl_buffer_alloc(conccl_device_t device, int gpu, size_t bytes, conccl_mem_kind kind,
+                                  conccl_buffer* buffer);
+conccl_status conccl_buffer_free(conccl_device_t device, const conccl_buffer* buffer);
+/* buffer[offset, offset+bytes) = src, through a copy engine when the CPU
+ * cannot see the buffer. */
+conccl_status conccl_buffer_upload(conccl_device_t device, const conccl_buffer* buffer, size_t offset,
+                                   const void* src, size_t bytes, uint32_t timeout_ms);
+/* dst = buffer[offset, offset+bytes). */
+conccl_status conccl_buffer_download(conccl_device_t device, void* dst, const conccl_buffer* buffer, size_t offset,
+                                     size_t bytes, uint32_t timeout_ms);
+
+/* ---- signals: 64-bit counters engines add to and wait on ---------------- */
+conccl_status conccl_signal_create(conccl_device_t device, uint64_t initial, conccl_signal_t* signal);
+void conccl_signal_destroy(conccl_signal_t signal);
+uint64_t conccl_signal_value(conccl_signal_t signal);
+void conccl_signal_add(conccl_signal_t signal, uint64_t delta); /* from the host */
+/* Until value >= v or the timeout (CONCCL_ERR_TIMEOUT with a diagnosis). */
+conccl_status conccl_signal_wait(conccl_signal_t signal, uint64_t v, uint32_t timeout_ms);
+/* The 64-bit word to wait on from a compute stream (cu/hipStreamWaitValue64
+ * with GEQ): value >= v there means the signal reached v. */
+uint64_t conccl_signal_address(conccl_signal_t signal);
+
+/* ---- queues: one ring on one engine ------------------------------------- */
+typedef struct conccl_queue_options {
+  size_t struct_size;
+  size_t ring_bytes; /* 0 = default */
+} conccl_queue_options;
+void conccl_queue_options_init(conccl_queue_options* options);
+
+conccl_status conccl_queue_create(conccl_device_t device, int gpu, int engine, const conccl_queue_options* options,
+                                  conccl_queue_t* queue);
+void conccl_queue_destroy(conccl_queue_t queue);
+/* Recording: commands go to the queue's pending list (in its instruction
+ * set: SDMA packets or Hopper copy-engine methods) until conccl_queue_submit.
+ * Each is all-or-nothing. */
+conccl_status conccl_queue_copy(conccl_queue_t queue, uint64_t dst, uint64_t src, uint64_t bytes);
+conccl_status conccl_queue_fill(conccl_queue_t queue, uint64_t dst, uint32_t value, uint64_t bytes);
+conccl_status conccl_queue_signal_add(conccl_queue_t queue, conccl_signal_t signal, uint64_t delta);
+/* The engine waits until the signal's value >= v. */
+conccl_status conccl_queue_wait_signal(conccl_queue_t queue, conccl_signal_t signal, uint64_t v);
+/* Hands the pending commands to the engine; *ticket (may be NULL) is done
+ * when conccl_queue_completed() >= it. */
+conccl_status conccl_queue_submit(conccl_queue_t queue, uint32_t timeout_ms, uint64_t* ticket);
+/* Until the queue completed `ticket` (UINT64_MAX: everything submitted). */
+conccl_status conccl_queue_wait(conccl_queue_t queue, uint64_t ticket, uint32_t timeout_ms);
+uint64_t conccl_queue_completed(conccl_queue_t queue);
+/* Bytes of the pending commands (0 after submit). */
+size_t conccl_queue_pending_bytes(conccl_queue_t queue);
+
+/* ---- communicators and plans --------------------------------------------- */
+typedef enum conccl_op {
+  CONCCL_P2P = 0,
+  CONCCL_BROADCAST = 1,
+  CONCCL_GATHER = 2,
+  CONCCL_SCATTER = 3,
+  CONCCL_ALL_GATHER = 4,
+  CONCCL_ALL_TO_ALL = 5
+} conccl_op;
+typedef enum conccl_variant {
+  CONCCL_VARIANT_AUTO = 0,
+  CONCCL_VARIANT_PCPY = 1,
+  CONCCL_VARIANT_BCST = 2,
+  CONCCL_VARIANT_B2B = 3,
+  CONCCL_VARIANT_SWAP = 4,
+  CONCCL_VARIANT_FANOUT = 5,
+  CONCCL_VARIANT_CHAIN = 6,
+  CONCCL_VARIANT_STRIPED = 7,
+  CONCCL_VARIANT_SINGLE = 8
+} conccl_variant;
+/* "auto", "pcpy", ... */
+const char* conccl_variant_name(conccl_variant variant);
+
+typedef struct conccl_comm_options {
+  size_t struct_size;
+  size_t ring_bytes;   /* per (rank, engine) queue; 0 = default */
+  int loopback;        /* several ranks may share a GPU */
+  const int* engines;  /* engine ids plans may use (NULL: all) */
+  int num_engines;
+  uint32_t timeout_ms; /* the NCCL-shaped calls' deadline (0 = 60000) */
+} conccl_comm_options;
+void conccl_comm_options_init(conccl_comm_options* options);
+
+/* gpus[r] is rank r's GPU. */
+conccl_status conccl_comm_create(conccl_device_t device, const int* gpus, int nranks,
+                                 const conccl_comm_options* options, conccl_comm_t* comm);
+void conccl_comm_destroy(conccl_comm_t comm);
+int conccl_comm_size(conccl_comm_t comm);
+
+typedef struct conccl_collective_args {
+  size_t struct_size;
+  conccl_op op;
+  conccl_variant variant;
+  uint64_t bytes;              /* per-rank chunk (docs/collectives.md) */
+  int root;                    /* broadcast/gather/scatter root; p2p source */
+  int peer;                    /* p2p destination */
+  const conccl_buffer* send;   /* per rank (nsend entries; the root's alone for broadcast/scatter/p2p) */
+  int nsend;
+  const conccl_buffer* recv;   /* per rank */
+  int nrecv;
+  int prelaunch;               /* gate every list behind the plan's trigger */
+  int timestamps;              /* each list ends with an engine timestamp */
+} conccl_collective_args;
+void conccl_collective_args_init(conccl_collective_args* args);
+
+conccl_status conccl_plan_create(conccl_comm_t comm, const conccl_collective_args* args, conccl_plan_t* plan);
+void conccl_plan_destroy(conccl_plan_t plan);
+conccl_status conccl_plan_launch(conccl_plan_t plan, uint32_t timeout_ms);
+conccl_status conccl_plan_prelaunch(conccl_plan_t plan, uint32_t timeout_ms);
+conccl_status conccl_plan_release(conccl_plan_t plan);
+conccl_status conccl_plan_wait(conccl_plan_t plan, uint32_t timeout_ms);
+conccl_variant conccl_plan_variant(conccl_plan_t plan);
+/* Rank `rank`'s receive buffer is complete once the 64-bit word at *address
+ * is >= *value (cu/hipStreamWaitValue64 with GEQ, or a host poll). */
+conccl_status conccl_plan_completion(conccl_plan_t plan, int rank, uint64_t* address, uint64_t* value);
+/* The plan's command lists, decoded, as text (the `describe` form). */
+conccl_status conccl_plan_describe(conccl_plan_t plan, char* buf, size_t capacity, size_t* needed);
+
+/* ---- NCCL-shaped calls: plan, launch and wait in one call ----------------
+ * send/recv hold one buffer per rank (for broadcast the root's send alone).
+ * Plans are cached per communicator by their arguments, so a repeated call
+ * does not plan again. `stream` must be NULL: the call returns when the
+ * data is in place (ordering on a CUDA/HIP stream is the Python package's
+ * and the caller's, through conccl_plan_completion). */
+conccl_status conccl_all_gather(const conccl_buffer* send, const conccl_buffer* recv, size_t bytes,
+                                conccl_comm_t comm, void* stream);
+conccl_status conccl_all_to_all(const conccl_buffer* send, const conccl_buffer* recv, size_t bytes,
+                                conccl_comm_t comm, void* stream);
+conccl_status conccl_broadcast(const conccl_buffer* root_send, const conccl_buffer* recv, size_t bytes, int root,
+                               conccl_comm_t comm, void* stream);
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif /* CONCCL_CONCCL_H */

@@ -1,0 +1,395 @@
+"""conccl - Python bindings for ConCCL over its C API (include/conccl/conccl.h).
+
+Pure ctypes: nothing to compile. The shared library is found through
+$CONCCL_LIBRARY (a path), else as libconccl.so.0 on the loader's path
+(an installed ConCCL: `cmake --install build --prefix P`, then
+LD_LIBRARY_PATH=P/lib when P is not a system prefix).
+
+    import conccl
+    with conccl.Device("emu", preset="mi300x") as dev:
+        comm = conccl.Communicator(dev, range(dev.gpu_count))
+        send = [dev.alloc(r, 1 << 20) for r in range(dev.gpu_count)]
+        recv = [dev.alloc(r, (1 << 20) * dev.gpu_count) for r in range(dev.gpu_count)]
+        comm.all_gather(send, recv, 1 << 20)
+
+Every failure raises conccl.Error carrying the library's status and message.
+Buffers whose memory the CPU sees (emulated GPUs, host memory) have zero-copy
+views: Buffer.memoryview() and Buffer.numpy(dtype) (numpy optional).
+"""
+import ctypes
+import ctypes.util
+import json
+import os
+import weakref
+
+__all__ = ["Error", "Device", "Buffer", "Signal", "Queue", "Communicator", "Plan", "library", "version"]
+
+_u64 = ctypes.c_uint64
+_sz = ctypes.c_size_t
+_int = ctypes.c_int
+_vp = ctypes.c_void_p
+_cp = ctypes.c_char_p
+
+DEVICE, HOST = 0, 1
+OPS = {"p2p": 0, "broadcast": 1, "gather": 2, "scatter": 3, "all_gather": 4, "all_to_all": 5}
+VARIANTS = {"auto": 0, "pcpy": 1, "bcst": 2, "b2b": 3, "swap": 4, "fanout": 5, "chain": 6, "striped": 7, "single": 8}
+
+
+class _Buffer(ctypes.Structure):
+    _fields_ = [("va", _u64), ("host", _vp), ("size", _sz), ("gpu", _int), ("kind", _int), ("id", _u64)]
+
+
+class _DeviceOptions(ctypes.Structure):
+    _fields_ = [("struct_size", _sz), ("backend", _cp), ("preset", _cp), ("gpus", _int), ("engines", _int),
+                ("gen", _cp), ("memory_per_gpu", _sz)]
+
+
+class _CommOptions(ctypes.Structure):
+    _fields_ = [("struct_size", _sz), ("ring_bytes", _sz), ("loopback", _int), ("engines", ctypes.POINTER(_int)),
+                ("num_engines", _int), ("timeout_ms", ctypes.c_uint32)]
+
+
+class _CollArgs(ctypes.Structure):
+    _fields_ = [("struct_size", _sz), ("op", _int), ("variant", _int), ("bytes", _u64), ("root", _int),
+                ("peer", _int), ("send", ctypes.POINTER(_Buffer)), ("nsend", _int),
+                ("recv", ctypes.POINTER(_Buffer)), ("nrecv", _int), ("prelaunch", _int), ("timestamps", _int)]
+
+
+def _load():
+    path = os.environ.get("CONCCL_LIBRARY")
+    names = [path] if path else ["libconccl.so.0", "libconccl.so", ctypes.util.find_library("conccl")]
+    errors = []
+    for n in names:
+        if not n:
+            continue
+        try:
+            return ctypes.CDLL(n)
+        except OSError as e:
+            errors.append(str(e))
+    raise ImportError("conccl: cannot load the ConCCL shared library (" + "; ".join(errors) +
+                      "). Install ConCCL (cmake --install build --prefix P; LD_LIBRARY_PATH=P/lib) or set "
+                      "CONCCL_LIBRARY to the path of libconccl.so.")
+
+
+library = _load()
+
+
+def _sig(name, res, *args):
+    f = getattr(library, name)
+    f.restype = res
+    f.argtypes = list(args)
+    return f
+
+
+_P = ctypes.POINTER
+_status = _int
+_last_error = _sig("conccl_last_error", _cp)
+_status_name = _sig("conccl_status_name", _cp, _int)
+_version = _sig("conccl_version", _cp)
+_dev_open = _sig("conccl_device_open", _status, _P(_DeviceOptions), _P(_vp))
+_dev_close = _sig("conccl_device_close", None, _vp)
+_dev_gpus = _sig("conccl_device_gpu_count", _status, _vp, _P(_int))
+_dev_engines = _sig("conccl_device_engines", _status, _vp, _int, _P(_int), _int, _P(_int))
+_dev_topo = _sig("conccl_device_topology_json", _status, _vp, _cp, _sz, _P(_sz))
+_buf_alloc = _sig("conccl_buffer_alloc", _status, _vp, _int, _sz, _int, _P(_Buffer))
+_buf_free = _sig("conccl_buffer_free", _status, _vp, _P(_Buffer))
+_buf_up = _sig("conccl_buffer_upload", _status, _vp, _P(_Buffer), _sz, _vp, _sz, ctypes.c_uint32)
+_buf_down = _sig("conccl_buffer_download", _status, _vp, _vp, _P(_Buffer), _sz, _sz, ctypes.c_uint32)
+_sig_create = _sig("conccl_signal_create", _status, _vp, _u64, _P(_vp))
+_sig_destroy = _sig("conccl_signal_destroy", None, _vp)
+_sig_value = _sig("conccl_signal_value", _u64, _vp)
+_sig_add = _sig("conccl_signal_add", None, _vp, _u64)
+_sig_wait = _sig("conccl_signal_wait", _status, _vp, _u64, ctypes.c_uint32)
+_sig_addr = _sig("conccl_signal_address", _u64, _vp)
+_q_create = _sig("conccl_queue_create", _status, _vp, _int, _int, _vp, _P(_vp))
+_q_destroy = _sig("conccl_queue_destroy", None, _vp)
+_q_copy = _sig("conccl_queue_copy", _status, _vp, _u64, _u64, _u64)
+_q_fill = _sig("conccl_queue_fill", _status, _vp, _u64, ctypes.c_uint32, _u64)
+_q_sadd = _sig("conccl_queue_signal_add", _status, _vp, _vp, _u64)
+_q_swait = _sig("conccl_queue_wait_signal", _status, _vp, _vp, _u64)
+_q_submit = _sig("conccl_queue_submit", _status, _vp, ctypes.c_uint32, _P(_u64))
+_q_wait = _sig("conccl_queue_wait", _status, _vp, _u64, ctypes.c_uint32)
+_q_completed = _sig("conccl_queue_completed", _u64, _vp)
+_comm_create = _sig("conccl_comm_create", _status, _vp, _P(_int), _int, _P(_CommOptions), _P(_vp))
+_comm_destroy = _sig("conccl_comm_destroy", None, _vp)
+_comm_size = _sig("conccl_comm_size", _int, _vp)
+_plan_create = _sig("conccl_plan_create", _status, _vp, _P(_CollArgs), _P(_vp))
+_plan_destroy = _sig("conccl_plan_destroy", None, _vp)
+_plan_launch = _sig("conccl_plan_launch", _status, _vp, ctypes.c_uint32)
+_plan_prelaunch = _sig("conccl_plan_prelaunch", _status, _vp, ctypes.c_uint32)
+_plan_release = _sig("conccl_plan_release", _status, _vp)
+_plan_wait = _sig("conccl_plan_wait", _status, _vp, ctypes.c_uint32)
+_plan_variant = _sig("conccl_plan_variant", _int, _vp)
+_variant_name = _sig("conccl_variant_name", _cp, _int)
+_plan_completion = _sig("conccl_plan_completion", _status, _vp, _int, _P(_u64), _P(_u64))
+_all_gather = _sig("conccl_all_gather", _status, _P(_Buffer), _P(_Buffer), _sz, _vp, _vp)
+_all_to_all = _sig("conccl_all_to_all", _status, _P(_Buffer), _P(_Buffer), _sz, _vp, _vp)
+_broadcast = _sig("conccl_broadcast", _status, _P(_Buffer), _P(_Buffer), _sz, _int, _vp, _vp)
+
+
+class Error(Exception):
+    """A ConCCL error: .status ("invalid_argument", "timeout", ...) and the library's message."""
+
+    def __init__(self, status, message):
+        super().__init__(f"{status}: {message}")
+        self.status = status
+        self.message = message
+
+
+def _check(rc):
+    if rc != 0:
+        raise Error(_status_name(rc).decode(), _last_error().decode())
+
+
+def version():
+    return _version().decode()
+
+
+class Buffer:
+    """Memory engines can address: .va goes into commands; .host is the CPU mapping or None."""
+
+    def __init__(self, device, raw):
+        self._device = device
+        self._raw = raw
+
+    va = property(lambda self: self._raw.va)
+    size = property(lambda self: self._raw.size)
+    gpu = property(lambda self: self._raw.gpu)
+    host = property(lambda self: self._raw.host)
+
+    def upload(self, data, offset=0, timeout_ms=10000):
+        mv = memoryview(data).cast("B")
+        src = (ctypes.c_char * len(mv)).from_buffer_copy(mv) if mv.readonly else (ctypes.c_char * len(mv)).from_buffer(mv)
+        _check(_buf_up(self._device._h, ctypes.byref(self._raw), offset, ctypes.addressof(src), len(mv), timeout_ms))
+
+    def download(self, nbytes=None, offset=0, timeout_ms=10000):
+        n = self.size - offset if nbytes is None else nbytes
+        out = ctypes.create_string_buffer(n)
+        _check(_buf_down(self._device._h, out, ctypes.byref(self._raw), offset, n, timeout_ms))
+        return out.raw
+
+    def memoryview(self):
+        """Zero-copy view of CPU-visible memory (emulated GPUs, host buffers)."""
+        if not self.host:
+            raise Error("unavailable", "this buffer is not CPU-visible (device memory of a real GPU): use download()")
+        return memoryview((ctypes.c_uint8 * self.size).from_address(self.host))
+
+    def numpy(self, dtype="uint8"):
+        """Zero-copy numpy array over CPU-visible memory (needs numpy)."""
+        import numpy as np
+        return np.frombuffer(self.memoryview(), dtype=dtype)
+
+    def free(self):
+        if self._raw is None:
+            raise Error("not_found", "buffer already freed")
+        if self._device._h:
+            _check(_buf_free(self._device._h, ctypes.byref(self._raw)))
+        self._raw = None
+
+
+class Device:
+    """open_device: backend "emu" (default, no GPU needed), "kfd" or "nv"."""
+    _h = None
+
+    def __init__(self, backend="emu", preset=None, gpus=0, engines=0, gen=None, memory_per_gpu=0):
+        o = _DeviceOptions(ctypes.sizeof(_DeviceOptions), backend.encode(), preset.encode() if preset else None,
+                           gpus, engines, gen.encode() if gen else None, memory_per_gpu)
+        h = _vp()
+        _check(_dev_open(ctypes.byref(o), ctypes.byref(h)))
+        self._h = h
+        self._children = weakref.WeakSet()  # queues, signals, communicators, plans
+
+    def _adopt(self, child):
+        if not self._h:
+            raise Error("invalid_argument", "the device is closed")
+        self._children.add(child)
+
+    def close(self):
+        """Destroys what was made from this device (plans, then communicators, queues and
+        signals), then the device. Buffers die with it."""
+        if self._h:
+            for rank in (Plan, Communicator, Queue, Signal):
+                for c in [c for c in list(self._children) if isinstance(c, rank)]:
+                    c._destroy()
+            _dev_close(self._h)
+            self._h = None
+
+    def __del__(self):
+        self.close()
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        self.close()
+
+    @property
+    def gpu_count(self):
+        n = _int()
+        _check(_dev_gpus(self._h, ctypes.byref(n)))
+        return n.value
+
+    def engines(self, gpu):
+        ids = (_int * 256)()
+        n = _int()
+        _check(_dev_engines(self._h, gpu, ids, 256, ctypes.byref(n)))
+        return list(ids[: n.value])
+
+    def topology(self):
+        need = _sz()
+        _check(_dev_topo(self._h, None, 0, ctypes.byref(need)))
+        buf = ctypes.create_string_buffer(need.value)
+        _check(_dev_topo(self._h, buf, need.value, ctypes.byref(need)))
+        return json.loads(buf.value.decode())
+
+    def alloc(self, gpu, nbytes, kind=DEVICE):
+        raw = _Buffer()
+        _check(_buf_alloc(self._h, gpu, nbytes, kind, ctypes.byref(raw)))
+        return Buffer(self, raw)
+
+
+class _Child:
+    """Something made from a Device: destroyed before it (Device.close) or when collected."""
+    _destroy_fn = None
+    _h = None
+
+    def _destroy(self):
+        if self._h:
+            type(self)._destroy_fn(self._h)
+            self._h = None
+
+    def __del__(self):
+        self._destroy()
+
+
+class Signal(_Child):
+    _destroy_fn = staticmethod(_sig_destroy)
+
+    def __init__(self, device, initial=0):
+        device._adopt(self)
+        h = _vp()
+        _check(_sig_create(device._h, initial, ctypes.byref(h)))
+        self._h = h
+
+    value = property(lambda self: _sig_value(self._h))
+    address = property(lambda self: _sig_addr(self._h))
+
+    def add(self, delta=1):
+        _sig_add(self._h, delta)
+
+    def wait(self, value, timeout_ms=10000):
+        _check(_sig_wait(self._h, value, timeout_ms))
+
+
+class Queue(_Child):
+    """One DMA queue (ring) on one engine; commands are recorded, then submitted."""
+    _destroy_fn = staticmethod(_q_destroy)
+
+    def __init__(self, device, gpu, engine):
+        device._adopt(self)
+        h = _vp()
+        _check(_q_create(device._h, gpu, engine, None, ctypes.byref(h)))
+        self._h = h
+
+    def copy(self, dst, src, nbytes):
+        _check(_q_copy(self._h, int(dst), int(src), nbytes))
+
+    def fill(self, dst, value, nbytes):
+        _check(_q_fill(self._h, int(dst), value, nbytes))
+
+    def signal_add(self, signal, delta=1):
+        _check(_q_sadd(self._h, signal._h, delta))
+
+    def wait_signal(self, signal, value):
+        _check(_q_swait(self._h, signal._h, value))
+
+    def submit(self, timeout_ms=1000):
+        t = _u64()
+        _check(_q_submit(self._h, timeout_ms, ctypes.byref(t)))
+        return t.value
+
+    def wait(self, ticket=2**64 - 1, timeout_ms=10000):
+        _check(_q_wait(self._h, ticket, timeout_ms))
+
+    completed = property(lambda self: _q_completed(self._h))
+
+
+def _array(buffers):
+    bufs = list(buffers)
+    arr = (_Buffer * len(bufs))(*[b._raw for b in bufs])
+    return arr, len(bufs)
+
+
+class Plan(_Child):
+    _destroy_fn = staticmethod(_plan_destroy)
+
+    def __init__(self, comm, op, nbytes, send, recv, variant="auto", root=0, peer=1, prelaunch=False):
+        if op not in OPS or variant not in VARIANTS:
+            raise Error("invalid_argument", f"op {op!r} / variant {variant!r}: ops are {sorted(OPS)}, "
+                                            f"variants {sorted(VARIANTS)}")
+        comm._device._adopt(self)
+        self._comm = comm  # keeps the communicator alive
+        s, ns = _array(send)
+        r, nr = _array(recv)
+        a = _CollArgs(ctypes.sizeof(_CollArgs), OPS[op], VARIANTS[variant], nbytes, root, peer, s, ns, r, nr,
+                      int(prelaunch), 0)
+        h = _vp()
+        _check(_plan_create(comm._h, ctypes.byref(a), ctypes.byref(h)))
+        self._h = h
+
+    variant = property(lambda self: _variant_name(_plan_variant(self._h)).decode())
+
+    def launch(self, timeout_ms=10000):
+        _check(_plan_launch(self._h, timeout_ms))
+
+    def prelaunch(self, timeout_ms=10000):
+        _check(_plan_prelaunch(self._h, timeout_ms))
+
+    def release(self):
+        _check(_plan_release(self._h))
+
+    def wait(self, timeout_ms=10000):
+        _check(_plan_wait(self._h, timeout_ms))
+
+    def completion(self, rank):
+        """(address, value): rank's data is in place once the 64-bit word at address >= value."""
+        a, v = _u64(), _u64()
+        _check(_plan_completion(self._h, rank, ctypes.byref(a), ctypes.byref(v)))
+        return a.value, v.value
+
+
+class Communicator(_Child):
+    """Ranks on the GPUs of one device (gpus[r] = rank r's GPU); loopback lets ranks share a GPU."""
+    _destroy_fn = staticmethod(_comm_destroy)
+
+    def __init__(self, device, gpus, loopback=False, engines=None, timeout_ms=60000):
+        device._adopt(self)
+        self._device = device
+        g = list(gpus)
+        ga = (_int * len(g))(*g)
+        eng = list(engines or [])
+        ea = (_int * max(1, len(eng)))(*eng)
+        o = _CommOptions(ctypes.sizeof(_CommOptions), 0, int(loopback), ea if eng else None, len(eng), timeout_ms)
+        h = _vp()
+        _check(_comm_create(device._h, ga, len(g), ctypes.byref(o), ctypes.byref(h)))
+        self._h = h
+
+    size = property(lambda self: _comm_size(self._h))
+
+    def plan(self, op, nbytes, send, recv, **kw):
+        return Plan(self, op, nbytes, send, recv, **kw)
+
+    def all_gather(self, send, recv, nbytes):
+        s, _ = _array(send)
+        r, _ = _array(recv)
+        _check(_all_gather(s, r, nbytes, self._h, None))
+
+    def all_to_all(self, send, recv, nbytes):
+        s, _ = _array(send)
+        r, _ = _array(recv)
+        _check(_all_to_all(s, r, nbytes, self._h, None))
+
+    def broadcast(self, root_send, recv, nbytes, root=0):
+        s, _ = _array([root_send])
+        r, _ = _array(recv)
+        _check(_broadcast(s, r, nbytes, root, self._h, None))

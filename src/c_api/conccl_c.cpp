@@ -1,0 +1,593 @@
+// src/c_api/conccl_c.cpp - the C API (include/conccl/conccl.h) over the C++
+// library. Each entry point: check its pointers, translate, call, turn the
+// Status into a conccl_status and the thread's last-error message. A C++
+// exception never crosses: guard() catches it and reports
+// CONCCL_ERR_INTERNAL (std::bad_alloc: CONCCL_ERR_RESOURCE_EXHAUSTED).
+#include "conccl/conccl.h"
+
+#include <cstring>
+#include <map>
+#include <memory>
+#include <new>
+#include <string>
+#include <tuple>
+#include <vector>
+
+#include "conccl/collectives.hpp"
+#include "conccl/device.hpp"
+#include "conccl/queue.hpp"
+#include "conccl/signal.hpp"
+#include "conccl/staging.hpp"
+
+using namespace conccl;
+
+// The handles. Each owns its C++ object; children point at their device.
+struct conccl_device {
+  std::unique_ptr<Device> dev;
+  std::map<int, std::unique_ptr<Stager>> stagers;  // by GPU (-1: host buffers), made on first use
+};
+struct conccl_signal {
+  Signal sig;
+};
+struct conccl_queue {
+  std::unique_ptr<Queue> q;
+  CommandBuffer pending;
+};
+struct conccl_plan;
+struct conccl_comm {
+  conccl_device* device = nullptr;
+  std::unique_ptr<Communicator> comm;
+  uint32_t timeout_ms = 60000;
+  // NCCL-shaped calls: plans by (op, bytes, root, buffers).
+  using Key = std::tuple<int, uint64_t, int, std::vector<uint64_t>, std::vector<uint64_t>>;
+  std::map<Key, std::unique_ptr<Plan>> cache;
+};
+struct conccl_plan {
+  std::unique_ptr<Plan> plan;
+};
+
+namespace {
+
+thread_local std::string t_last_error;
+
+conccl_status code_to_c(Code c) {
+  switch (c) {
+    case Code::ok: return CONCCL_OK;
+    case Code::invalid_argument: return CONCCL_ERR_INVALID_ARGUMENT;
+    case Code::out_of_range: return CONCCL_ERR_OUT_OF_RANGE;
+    case Code::not_found: return CONCCL_ERR_NOT_FOUND;
+    case Code::timeout: return CONCCL_ERR_TIMEOUT;
+    case Code::device_fault: return CONCCL_ERR_DEVICE_FAULT;
+    case Code::unavailable: return CONCCL_ERR_UNAVAILABLE;
+    case Code::resource_exhausted: return CONCCL_ERR_RESOURCE_EXHAUSTED;
+    case Code::busy: return CONCCL_ERR_BUSY;
+    case Code::verify_failed: return CONCCL_ERR_VERIFY_FAILED;
+    case Code::internal: return CONCCL_ERR_INTERNAL;
+  }
+  return CONCCL_ERR_INTERNAL;
+}
+
+conccl_status report(const Status& st) {
+  t_last_error = st.ok() ? std::string() : st.message();
+  return code_to_c(st.code());
+}
+
+conccl_status fail(conccl_status s, const std::string& msg) {
+  t_last_error = msg;
+  return s;
+}
+
+// Runs f (returning conccl_status); no exception escapes.
+template <typename F>
+conccl_status guard(F&& f) noexcept {
+  try {
+    return f();
+  } catch (const std::bad_alloc&) {
+    return fail(CONCCL_ERR_RESOURCE_EXHAUSTED, "out of host memory (std::bad_alloc)");
+  } catch (const std::exception& e) {
+    return fail(CONCCL_ERR_INTERNAL, std::string("unexpected C++ exception: ") + e.what() + " (a bug in ConCCL: please report)");
+  } catch (...) {
+    return fail(CONCCL_ERR_INTERNAL, "unexpected C++ exception (a bug in ConCCL: please report)");
+  }
+}
+
+#define CONCCL_C_REQUIRE(cond, what) \
+  if (!(cond)) return fail(CONCCL_ERR_INVALID_ARGUMENT, std::string(__func__) + ": " + (what))
+
+// A struct from the caller: its struct_size must cover the fields this
+// version reads (older, shorter structs are refused, longer ones accepted).
+template <typename T>
+bool size_ok(const T* p, size_t needed) {
+  return p && p->struct_size >= needed;
+}
+
+Deadline after(uint32_t ms) { return Deadline::after_ms(ms); }
+
+Buffer to_cpp(const conccl_buffer& b) {
+  Buffer out;
+  out.va = b.va;
+  out.host = b.host;
+  out.size = b.size;
+  out.gpu = b.gpu;
+  out.kind = b.kind == CONCCL_MEM_HOST ? MemKind::host : MemKind::device;
+  out.id = b.id;
+  return out;
+}
+
+conccl_buffer to_c(const Buffer& b) {
+  conccl_buffer out;
+  out.va = b.va;
+  out.host = b.host;
+  out.size = b.size;
+  out.gpu = b.gpu;
+  out.kind = b.kind == MemKind::host ? CONCCL_MEM_HOST : CONCCL_MEM_DEVICE;
+  out.id = b.id;
+  return out;
+}
+
+conccl_status copy_text(const std::string& s, char* buf, size_t capacity, size_t* needed) {
+  if (needed) *needed = s.size() + 1;
+  if (buf && capacity) {
+    const size_t n = std::min(capacity - 1, s.size());
+    std::memcpy(buf, s.data(), n);
+    buf[n] = 0;
+    if (n < s.size()) return fail(CONCCL_ERR_OUT_OF_RANGE, "buffer of " + std::to_string(capacity) +
+                                                                " bytes is too small: " + std::to_string(s.size() + 1) + " needed");
+  }
+  t_last_error.clear();
+  return CONCCL_OK;
+}
+
+Result<Stager*> stager_for(conccl_device* d, int gpu) {
+  auto it = d->stagers.find(gpu);
+  if (it != d->stagers.end()) return it->second.get();
+  Result<std::unique_ptr<Stager>> s = Stager::create(*d->dev, gpu < 0 ? 0 : gpu, 4u << 20);
+  if (!s.ok()) return s.status();
+  Stager* p = s->get();
+  d->stagers[gpu] = std::move(s).value();
+  return p;
+}
+
+conccl_status nccl_shaped(CollOp op, const conccl_buffer* send, const conccl_buffer* recv, size_t bytes, int root,
+                          conccl_comm* c, void* stream) {
+  CONCCL_C_REQUIRE(c, "comm is NULL");
+  CONCCL_C_REQUIRE(send && recv, "send and recv must point at one buffer per rank");
+  if (stream)
+    return fail(CONCCL_ERR_INVALID_ARGUMENT,
+                std::string(coll_op_name(op)) +
+                    ": stream must be NULL: the C call returns when the data is in place; to order it on a CUDA/HIP "
+                    "stream, use a plan and wait on conccl_plan_completion from the stream");
+  const int n = c->comm->size();
+  const bool root_only = op == CollOp::broadcast;
+  CollectiveArgs a;
+  a.op = op;
+  a.bytes = bytes;
+  a.root = root;
+  std::vector<uint64_t> sk, rk;
+  if (root_only) {
+    CONCCL_C_REQUIRE(root >= 0 && root < n, "root " + std::to_string(root) + " is not a rank of a communicator of " +
+                                                std::to_string(n));
+    a.send.assign(static_cast<size_t>(n), Buffer{});
+    a.send[static_cast<size_t>(root)] = to_cpp(send[0]);
+    sk.push_back(send[0].va);
+  } else {
+    for (int r = 0; r < n; ++r) {
+      a.send.push_back(to_cpp(send[r]));
+      sk.push_back(send[r].va);
+    }
+  }
+  for (int r = 0; r < n; ++r) {
+    a.recv.push_back(to_cpp(recv[r]));
+    rk.push_back(recv[r].va);
+  }
+  conccl_comm::Key key{static_cast<int>(op), bytes, root, sk, rk};
+  auto it = c->cache.find(key);
+  if (it == c->cache.end()) {
+    Result<std::unique_ptr<Plan>> p = c->comm->plan(a);
+    if (!p.ok()) return report(p.status());
+    it = c->cache.emplace(key, std::move(p).value()).first;
+  }
+  const Deadline dl = after(c->timeout_ms);
+  Status st = it->second->launch(dl);
+  if (st.ok()) st = it->second->wait(dl);
+  return report(st);
+}
+
+}  // namespace
+
+extern "C" {
+
+const char* conccl_last_error(void) { return t_last_error.c_str(); }
+
+const char* conccl_status_name(conccl_status s) {
+  switch (s) {
+    case CONCCL_OK: return "ok";
+    case CONCCL_ERR_INVALID_ARGUMENT: return "invalid_argument";
+    case CONCCL_ERR_OUT_OF_RANGE: return "out_of_range";
+    case CONCCL_ERR_NOT_FOUND: return "not_found";
+    case CONCCL_ERR_TIMEOUT: return "timeout";
+    case CONCCL_ERR_DEVICE_FAULT: return "device_fault";
+    case CONCCL_ERR_UNAVAILABLE: return "unavailable";
+    case CONCCL_ERR_RESOURCE_EXHAUSTED: return "resource_exhausted";
+    case CONCCL_ERR_BUSY: return "busy";
+    case CONCCL_ERR_VERIFY_FAILED: return "verify_failed";
+    case CONCCL_ERR_INTERNAL: return "internal";
+  }
+  return "unknown";
+}
+
+const char* conccl_version(void) { return CONCCL_VERSION_STRING; }
+
+// ---- devices -------------------------------------------------------------------
+
+void conccl_device_options_init(conccl_device_options* o) {
+  if (!o) return;
+  std::memset(o, 0, sizeof *o);
+  o->struct_size = sizeof *o;
+}
+
+conccl_status conccl_device_open(const conccl_device_options* o, conccl_device_t* device) {
+  return guard([&] {
+    CONCCL_C_REQUIRE(device, "device is NULL");
+    *device = nullptr;
+    DeviceOptions opt;
+    if (o) {
+      CONCCL_C_REQUIRE(size_ok(o, offsetof(conccl_device_options, memory_per_gpu) + sizeof(size_t)),
+                       "options->struct_size is " + std::to_string(o->struct_size) +
+                           ": call conccl_device_options_init first");
+      if (o->backend) opt.backend = o->backend;
+      if (o->preset) opt.preset = o->preset;
+      opt.gpus = o->gpus;
+      opt.engines = o->engines;
+      if (o->gen) opt.gen = o->gen;
+      opt.memory_per_gpu = o->memory_per_gpu;
+    }
+    Result<std::unique_ptr<Device>> d = open_device(opt);
+    if (!d.ok()) return report(d.status());
+    auto h = std::make_unique<conccl_device>();
+    h->dev = std::move(d).value();
+    *device = h.release();
+    return report(Status());
+  });
+}
+
+void conccl_device_close(conccl_device_t device) { delete device; }
+
+conccl_status conccl_device_gpu_count(conccl_device_t d, int* count) {
+  return guard([&] {
+    CONCCL_C_REQUIRE(d && count, "device and count must not be NULL");
+    *count = d->dev->gpu_count();
+    return report(Status());
+  });
+}
+
+conccl_status conccl_device_engines(conccl_device_t d, int gpu, int* ids, int capacity, int* count) {
+  return guard([&] {
+    CONCCL_C_REQUIRE(d && count, "device and count must not be NULL");
+    CONCCL_C_REQUIRE(capacity >= 0 && (ids || capacity == 0), "ids is NULL with a capacity above 0");
+    if (gpu < 0 || gpu >= d->dev->gpu_count())
+      return fail(CONCCL_ERR_NOT_FOUND, "GPU " + std::to_string(gpu) + " requested; the device has " +
+                                            std::to_string(d->dev->gpu_count()));
+    const auto& engines = d->dev->topology().gpus[static_cast<size_t>(gpu)].engines;
+    *count = static_cast<int>(engines.size());
+    for (int i = 0; i < capacity && i < *count; ++i) ids[i] = engines[static_cast<size_t>(i)].id;
+    return report(Status());
+  });
+}
+
+conccl_status conccl_device_topology_json(conccl_device_t d, char* buf, size_t capacity, size_t* needed) {
+  return guard([&] {
+    CONCCL_C_REQUIRE(d, "device is NULL");
+    return copy_text(topology_json(d->dev->topology()), buf, capacity, needed);
+  });
+}
+
+// ---- buffers -------------------------------------------------------------------
+
+conccl_status conccl_buffer_alloc(conccl_device_t d, int gpu, size_t bytes, conccl_mem_kind kind, conccl_buffer* b) {
+  return guard([&] {
+    CONCCL_C_REQUIRE(d && b, "device and buffer must not be NULL");
+    CONCCL_C_REQUIRE(kind == CONCCL_MEM_DEVICE || kind == CONCCL_MEM_HOST,
+                     "kind must be CONCCL_MEM_DEVICE or CONCCL_MEM_HOST");
+    Result<Buffer> r = d->dev->alloc(gpu, bytes, kind == CONCCL_MEM_HOST ? MemKind::host : MemKind::device);
+    if (!r.ok()) return report(r.status());
+    *b = to_c(*r);
+    return report(Status());
+  });
+}
+
+conccl_status conccl_buffer_free(conccl_device_t d, const conccl_buffer* b) {
+  return guard([&] {
+    CONCCL_C_REQUIRE(d && b, "device and buffer must not be NULL");
+    return report(d->dev->free(to_cpp(*b)));
+  });
+}
+
+conccl_status conccl_buffer_upload(conccl_device_t d, const conccl_buffer* b, size_t offset, const void* src,
+                                   size_t bytes, uint32_t timeout_ms) {
+  return guard([&] {
+    CONCCL_C_REQUIRE(d && b && (src || bytes == 0), "device, buffer and src must not be NULL");
+    Result<Stager*> s = stager_for(d, b->kind == CONCCL_MEM_HOST ? -1 : b->gpu);
+    if (!s.ok()) return report(s.status());
+    return report((*s)->upload(to_cpp(*b), offset, src, bytes, after(timeout_ms)));
+  });
+}
+
+conccl_status conccl_buffer_download(conccl_device_t d, void* dst, const conccl_buffer* b, size_t offset, size_t bytes,
+                                     uint32_t timeout_ms) {
+  return guard([&] {
+    CONCCL_C_REQUIRE(d && b && (dst || bytes == 0), "device, buffer and dst must not be NULL");
+    Result<Stager*> s = stager_for(d, b->kind == CONCCL_MEM_HOST ? -1 : b->gpu);
+    if (!s.ok()) return report(s.status());
+    return report((*s)->download(dst, to_cpp(*b), offset, bytes, after(timeout_ms)));
+  });
+}
+
+// ---- signals -------------------------------------------------------------------
+
+conccl_status conccl_signal_create(conccl_device_t d, uint64_t initial, conccl_signal_t* s) {
+  return guard([&] {
+    CONCCL_C_REQUIRE(d && s, "device and signal must not be NULL");
+    *s = nullptr;
+    Result<Signal> r = Signal::create(*d->dev, -1, initial);
+    if (!r.ok()) return report(r.status());
+    auto h = std::make_unique<conccl_signal>();
+    h->sig = std::move(r).value();
+    *s = h.release();
+    return report(Status());
+  });
+}
+
+void conccl_signal_destroy(conccl_signal_t s) { delete s; }
+uint64_t conccl_signal_value(conccl_signal_t s) { return s ? s->sig.value() : 0; }
+void conccl_signal_add(conccl_signal_t s, uint64_t delta) {
+  if (s) (void)s->sig.add(delta);
+}
+uint64_t conccl_signal_address(conccl_signal_t s) { return s ? s->sig.va() : 0; }
+
+conccl_status conccl_signal_wait(conccl_signal_t s, uint64_t v, uint32_t timeout_ms) {
+  return guard([&] {
+    CONCCL_C_REQUIRE(s, "signal is NULL");
+    return report(s->sig.wait(v, after(timeout_ms)));
+  });
+}
+
+// ---- queues --------------------------------------------------------------------
+
+void conccl_queue_options_init(conccl_queue_options* o) {
+  if (!o) return;
+  std::memset(o, 0, sizeof *o);
+  o->struct_size = sizeof *o;
+}
+
+conccl_status conccl_queue_create(conccl_device_t d, int gpu, int engine, const conccl_queue_options* o,
+                                  conccl_queue_t* q) {
+  return guard([&] {
+    CONCCL_C_REQUIRE(d && q, "device and queue must not be NULL");
+    *q = nullptr;
+    QueueOptions opt;
+    if (o) {
+      CONCCL_C_REQUIRE(size_ok(o, sizeof(conccl_queue_options)),
+                       "options->struct_size is " + std::to_string(o->struct_size) +
+                           ": call conccl_queue_options_init first");
+      if (o->ring_bytes) opt.ring_bytes = o->ring_bytes;
+    }
+    Result<std::unique_ptr<Queue>> r = d->dev->create_queue(gpu, engine, opt);
+    if (!r.ok()) return report(r.status());
+    auto h = std::make_unique<conccl_queue>(conccl_queue{std::move(r).value(), CommandBuffer(Isa{})});
+    h->pending = h->q->command_buffer();
+    *q = h.release();
+    return report(Status());
+  });
+}
+
+void conccl_queue_destroy(conccl_queue_t q) { delete q; }
+
+conccl_status conccl_queue_copy(conccl_queue_t q, uint64_t dst, uint64_t src, uint64_t bytes) {
+  return guard([&] {
+    CONCCL_C_REQUIRE(q, "queue is NULL");
+    return report(q->pending.copy(dst, src, bytes));
+  });
+}
+
+conccl_status conccl_queue_fill(conccl_queue_t q, uint64_t dst, uint32_t value, uint64_t bytes) {
+  return guard([&] {
+    CONCCL_C_REQUIRE(q, "queue is NULL");
+    return report(q->pending.fill(dst, value, bytes));
+  });
+}
+
+conccl_status conccl_queue_signal_add(conccl_queue_t q, conccl_signal_t s, uint64_t delta) {
+  return guard([&] {
+    CONCCL_C_REQUIRE(q && s, "queue and signal must not be NULL");
+    return report(s->sig.enqueue_add(q->pending, delta));
+  });
+}
+
+conccl_status conccl_queue_wait_signal(conccl_queue_t q, conccl_signal_t s, uint64_t v) {
+  return guard([&] {
+    CONCCL_C_REQUIRE(q && s, "queue and signal must not be NULL");
+    return report(s->sig.enqueue_wait(q->pending, v));
+  });
+}
+
+conccl_status conccl_queue_submit(conccl_queue_t q, uint32_t timeout_ms, uint64_t* ticket) {
+  return guard([&] {
+    CONCCL_C_REQUIRE(q, "queue is NULL");
+    uint64_t end = 0;
+    Status st = q->q->submit(q->pending, after(timeout_ms), &end);
+    if (st.ok()) {
+      q->pending.clear();
+      if (ticket) *ticket = end;
+    }
+    return report(st);
+  });
+}
+
+conccl_status conccl_queue_wait(conccl_queue_t q, uint64_t ticket, uint32_t timeout_ms) {
+  return guard([&] {
+    CONCCL_C_REQUIRE(q, "queue is NULL");
+    return report(q->q->wait_done(after(timeout_ms), ticket));
+  });
+}
+
+uint64_t conccl_queue_completed(conccl_queue_t q) { return q ? q->q->completed() : 0; }
+size_t conccl_queue_pending_bytes(conccl_queue_t q) { return q ? q->pending.size_bytes() : 0; }
+
+// ---- communicators and plans -----------------------------------------------------
+
+const char* conccl_variant_name(conccl_variant v) {
+  if (v < CONCCL_VARIANT_AUTO || v > CONCCL_VARIANT_SINGLE) return "?";
+  return variant_name(static_cast<Variant>(v));
+}
+
+void conccl_comm_options_init(conccl_comm_options* o) {
+  if (!o) return;
+  std::memset(o, 0, sizeof *o);
+  o->struct_size = sizeof *o;
+}
+
+conccl_status conccl_comm_create(conccl_device_t d, const int* gpus, int nranks, const conccl_comm_options* o,
+                                 conccl_comm_t* comm) {
+  return guard([&] {
+    CONCCL_C_REQUIRE(d && gpus && comm, "device, gpus and comm must not be NULL");
+    *comm = nullptr;
+    CONCCL_C_REQUIRE(nranks > 0, "nranks must be positive");
+    Communicator::Options opt;
+    uint32_t timeout = 60000;
+    if (o) {
+      CONCCL_C_REQUIRE(size_ok(o, sizeof(conccl_comm_options)),
+                       "options->struct_size is " + std::to_string(o->struct_size) +
+                           ": call conccl_comm_options_init first");
+      CONCCL_C_REQUIRE(o->num_engines >= 0 && (o->engines || o->num_engines == 0), "engines is NULL with num_engines > 0");
+      if (o->ring_bytes) opt.ring_bytes = o->ring_bytes;
+      opt.loopback = o->loopback != 0;
+      opt.engines.assign(o->engines, o->engines + o->num_engines);
+      if (o->timeout_ms) timeout = o->timeout_ms;
+    }
+    Result<std::unique_ptr<Communicator>> c = Communicator::create(*d->dev, std::vector<int>(gpus, gpus + nranks), opt);
+    if (!c.ok()) return report(c.status());
+    auto h = std::make_unique<conccl_comm>();
+    h->device = d;
+    h->comm = std::move(c).value();
+    h->timeout_ms = timeout;
+    *comm = h.release();
+    return report(Status());
+  });
+}
+
+void conccl_comm_destroy(conccl_comm_t c) {
+  if (!c) return;
+  c->cache.clear();  // plans before their communicator
+  delete c;
+}
+
+int conccl_comm_size(conccl_comm_t c) { return c ? c->comm->size() : 0; }
+
+void conccl_collective_args_init(conccl_collective_args* a) {
+  if (!a) return;
+  std::memset(a, 0, sizeof *a);
+  a->struct_size = sizeof *a;
+  a->peer = 1;
+}
+
+conccl_status conccl_plan_create(conccl_comm_t c, const conccl_collective_args* a, conccl_plan_t* plan) {
+  return guard([&] {
+    CONCCL_C_REQUIRE(c && a && plan, "comm, args and plan must not be NULL");
+    *plan = nullptr;
+    CONCCL_C_REQUIRE(size_ok(a, sizeof(conccl_collective_args)),
+                     "args->struct_size is " + std::to_string(a->struct_size) +
+                         ": call conccl_collective_args_init first");
+    CONCCL_C_REQUIRE(a->op >= CONCCL_P2P && a->op <= CONCCL_ALL_TO_ALL, "op " + std::to_string(a->op) + " is not a conccl_op");
+    CONCCL_C_REQUIRE(a->variant >= CONCCL_VARIANT_AUTO && a->variant <= CONCCL_VARIANT_SINGLE,
+                     "variant " + std::to_string(a->variant) + " is not a conccl_variant");
+    CONCCL_C_REQUIRE(a->nsend >= 0 && a->nrecv >= 0 && (a->send || a->nsend == 0) && (a->recv || a->nrecv == 0),
+                     "send/recv must hold nsend/nrecv buffers");
+    CollectiveArgs args;
+    args.op = static_cast<CollOp>(a->op);
+    args.variant = static_cast<Variant>(a->variant);
+    args.bytes = a->bytes;
+    args.root = a->root;
+    args.peer = a->peer;
+    for (int i = 0; i < a->nsend; ++i) args.send.push_back(to_cpp(a->send[i]));
+    for (int i = 0; i < a->nrecv; ++i) args.recv.push_back(to_cpp(a->recv[i]));
+    args.prelaunch = a->prelaunch != 0;
+    args.timestamps = a->timestamps != 0;
+    Result<std::unique_ptr<Plan>> p = c->comm->plan(args);
+    if (!p.ok()) return report(p.status());
+    auto h = std::make_unique<conccl_plan>();
+    h->plan = std::move(p).value();
+    *plan = h.release();
+    return report(Status());
+  });
+}
+
+void conccl_plan_destroy(conccl_plan_t p) { delete p; }
+
+conccl_status conccl_plan_launch(conccl_plan_t p, uint32_t timeout_ms) {
+  return guard([&] {
+    CONCCL_C_REQUIRE(p, "plan is NULL");
+    return report(p->plan->launch(after(timeout_ms)));
+  });
+}
+
+conccl_status conccl_plan_prelaunch(conccl_plan_t p, uint32_t timeout_ms) {
+  return guard([&] {
+    CONCCL_C_REQUIRE(p, "plan is NULL");
+    return report(p->plan->prelaunch(after(timeout_ms)));
+  });
+}
+
+conccl_status conccl_plan_release(conccl_plan_t p) {
+  return guard([&] {
+    CONCCL_C_REQUIRE(p, "plan is NULL");
+    return report(p->plan->release());
+  });
+}
+
+conccl_status conccl_plan_wait(conccl_plan_t p, uint32_t timeout_ms) {
+  return guard([&] {
+    CONCCL_C_REQUIRE(p, "plan is NULL");
+    return report(p->plan->wait(after(timeout_ms)));
+  });
+}
+
+conccl_variant conccl_plan_variant(conccl_plan_t p) {
+  return p ? static_cast<conccl_variant>(p->plan->variant()) : CONCCL_VARIANT_AUTO;
+}
+
+conccl_status conccl_plan_completion(conccl_plan_t p, int rank, uint64_t* address, uint64_t* value) {
+  return guard([&] {
+    CONCCL_C_REQUIRE(p && address && value, "plan, address and value must not be NULL");
+    const int n = static_cast<int>(p->plan->args().recv.size());
+    if (rank < 0 || rank >= n)
+      return fail(CONCCL_ERR_OUT_OF_RANGE, "rank " + std::to_string(rank) + " of a plan over " + std::to_string(n) + " ranks");
+    *address = p->plan->arrival(rank).compute_wait(0).address;
+    *value = p->plan->arrivals_expected(rank);
+    return report(Status());
+  });
+}
+
+conccl_status conccl_plan_describe(conccl_plan_t p, char* buf, size_t capacity, size_t* needed) {
+  return guard([&] {
+    CONCCL_C_REQUIRE(p, "plan is NULL");
+    return copy_text(p->plan->describe(), buf, capacity, needed);
+  });
+}
+
+conccl_status conccl_all_gather(const conccl_buffer* send, const conccl_buffer* recv, size_t bytes, conccl_comm_t comm,
+                                void* stream) {
+  return guard([&] { return nccl_shaped(CollOp::all_gather, send, recv, bytes, 0, comm, stream); });
+}
+
+conccl_status conccl_all_to_all(const conccl_buffer* send, const conccl_buffer* recv, size_t bytes, conccl_comm_t comm,
+                                void* stream) {
+  return guard([&] { return nccl_shaped(CollOp::all_to_all, send, recv, bytes, 0, comm, stream); });
+}
+
+conccl_status conccl_broadcast(const conccl_buffer* root_send, const conccl_buffer* recv, size_t bytes, int root,
+                               conccl_comm_t comm, void* stream) {
+  return guard([&] { return nccl_shaped(CollOp::broadcast, root_send, recv, bytes, root, comm, stream); });
+}
+
+}  // extern "C"

@@ -1,0 +1,204 @@
+// tests/c_api/c_api_test.cpp - the C API: every error comes back as a status
+// with a message, structs are size-checked, handles work end to end, and the
+// NCCL-shaped calls cache their plans. (The examples and the Python package
+// exercise it too: tests/install, tests/python.)
+#include <gtest/gtest.h>
+
+#include <cstring>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "conccl/conccl.h"
+
+namespace {
+
+std::string last() { return conccl_last_error(); }
+
+struct Dev {
+  conccl_device_t d = nullptr;
+  Dev() {
+    conccl_device_options o;
+    conccl_device_options_init(&o);
+    o.preset = "mi300x";
+    EXPECT_EQ(conccl_device_open(&o, &d), CONCCL_OK) << last();
+  }
+  ~Dev() { conccl_device_close(d); }
+};
+
+TEST(CApi, ErrorsCarryTheMessage) {
+  conccl_device_options o;
+  conccl_device_options_init(&o);
+  o.backend = "tpu";
+  conccl_device_t d = reinterpret_cast<conccl_device_t>(0x1);
+  EXPECT_EQ(conccl_device_open(&o, &d), CONCCL_ERR_INVALID_ARGUMENT);
+  EXPECT_EQ(d, nullptr) << "no handle on failure";
+  EXPECT_NE(last().find("unknown backend 'tpu'"), std::string::npos) << last();
+  EXPECT_STREQ(conccl_status_name(CONCCL_ERR_INVALID_ARGUMENT), "invalid_argument");
+  EXPECT_STREQ(conccl_status_name(static_cast<conccl_status>(99)), "unknown");
+
+  // A struct from an older or unset caller is refused, naming the fix.
+  conccl_device_options zero{};
+  EXPECT_EQ(conccl_device_open(&zero, &d), CONCCL_ERR_INVALID_ARGUMENT);
+  EXPECT_NE(last().find("conccl_device_options_init"), std::string::npos) << last();
+  EXPECT_EQ(conccl_device_open(&o, nullptr), CONCCL_ERR_INVALID_ARGUMENT);
+  EXPECT_NE(last().find("NULL"), std::string::npos);
+
+  // Success clears the message.
+  Dev dev;
+  int n = 0;
+  EXPECT_EQ(conccl_device_gpu_count(dev.d, &n), CONCCL_OK);
+  EXPECT_EQ(n, 8);
+  EXPECT_EQ(last(), "");
+  EXPECT_STRNE(conccl_version(), "");
+}
+
+TEST(CApi, DeviceBuffersQueuesSignals) {
+  Dev dev;
+  int ids[4], count = 0;
+  ASSERT_EQ(conccl_device_engines(dev.d, 0, ids, 4, &count), CONCCL_OK);
+  EXPECT_EQ(count, 16) << "count is the total even past the capacity";
+  EXPECT_EQ(conccl_device_engines(dev.d, 8, ids, 4, &count), CONCCL_ERR_NOT_FOUND);
+  size_t need = 0;
+  ASSERT_EQ(conccl_device_topology_json(dev.d, nullptr, 0, &need), CONCCL_OK);
+  std::vector<char> json(need);
+  ASSERT_EQ(conccl_device_topology_json(dev.d, json.data(), json.size(), &need), CONCCL_OK);
+  EXPECT_NE(std::string(json.data()).find("\"backend\""), std::string::npos);
+  char small[8];
+  EXPECT_EQ(conccl_device_topology_json(dev.d, small, sizeof small, &need), CONCCL_ERR_OUT_OF_RANGE);
+  EXPECT_EQ(std::strlen(small), 7u) << "truncated and terminated";
+
+  const size_t n = 256 * 1024 + 12;
+  conccl_buffer a{}, b{};
+  ASSERT_EQ(conccl_buffer_alloc(dev.d, 0, n, CONCCL_MEM_DEVICE, &a), CONCCL_OK) << last();
+  ASSERT_EQ(conccl_buffer_alloc(dev.d, 3, n, CONCCL_MEM_DEVICE, &b), CONCCL_OK) << last();
+  EXPECT_EQ(conccl_buffer_alloc(dev.d, 0, n, static_cast<conccl_mem_kind>(7), &b), CONCCL_ERR_INVALID_ARGUMENT);
+  std::vector<uint8_t> data(n), back(n);
+  std::mt19937 rng(5);
+  for (auto& x : data) x = static_cast<uint8_t>(rng());
+  ASSERT_EQ(conccl_buffer_upload(dev.d, &a, 0, data.data(), n, 5000), CONCCL_OK) << last();
+  EXPECT_EQ(conccl_buffer_upload(dev.d, &a, 1, data.data(), n, 5000), CONCCL_ERR_OUT_OF_RANGE) << "past the end";
+
+  conccl_queue_t q = nullptr;
+  conccl_queue_options qo;
+  conccl_queue_options_init(&qo);
+  qo.ring_bytes = 64 * 1024;
+  ASSERT_EQ(conccl_queue_create(dev.d, 0, ids[0], &qo, &q), CONCCL_OK) << last();
+  conccl_signal_t s = nullptr;
+  ASSERT_EQ(conccl_signal_create(dev.d, 5, &s), CONCCL_OK);
+  EXPECT_EQ(conccl_signal_value(s), 5u);
+  EXPECT_NE(conccl_signal_address(s), 0u);
+  ASSERT_EQ(conccl_queue_copy(q, b.va, a.va, n), CONCCL_OK);
+  ASSERT_EQ(conccl_queue_signal_add(q, s, 2), CONCCL_OK);
+  EXPECT_GT(conccl_queue_pending_bytes(q), 0u);
+  uint64_t ticket = 0;
+  ASSERT_EQ(conccl_queue_submit(q, 1000, &ticket), CONCCL_OK) << last();
+  EXPECT_EQ(conccl_queue_pending_bytes(q), 0u);
+  ASSERT_EQ(conccl_signal_wait(s, 7, 5000), CONCCL_OK) << last();
+  ASSERT_EQ(conccl_queue_wait(q, ticket, 5000), CONCCL_OK);
+  EXPECT_GE(conccl_queue_completed(q), ticket);
+  ASSERT_EQ(conccl_buffer_download(dev.d, back.data(), &b, 0, n, 5000), CONCCL_OK);
+  EXPECT_EQ(back, data);
+
+  // The engine waits on a signal the host then advances.
+  ASSERT_EQ(conccl_queue_wait_signal(q, s, 8), CONCCL_OK);
+  ASSERT_EQ(conccl_queue_fill(q, b.va, 0xA5A5A5A5u, 4096), CONCCL_OK);
+  ASSERT_EQ(conccl_queue_submit(q, 1000, &ticket), CONCCL_OK);
+  EXPECT_EQ(conccl_queue_wait(q, ticket, 20), CONCCL_ERR_TIMEOUT) << "held by the signal";
+  EXPECT_NE(last().find("POLL_REGMEM"), std::string::npos) << "names what the engine waits on: " << last();
+  conccl_signal_add(s, 1);
+  ASSERT_EQ(conccl_queue_wait(q, ticket, 5000), CONCCL_OK) << last();
+  ASSERT_EQ(conccl_buffer_download(dev.d, back.data(), &b, 0, 8, 5000), CONCCL_OK);
+  EXPECT_EQ(back[0], 0xA5);
+
+  EXPECT_EQ(conccl_queue_copy(q, b.va, a.va, 0), CONCCL_ERR_INVALID_ARGUMENT) << "0-byte copy";
+  EXPECT_EQ(conccl_queue_create(dev.d, 0, 999, nullptr, &q), CONCCL_ERR_INVALID_ARGUMENT);
+  conccl_signal_destroy(s);
+  conccl_queue_destroy(q);
+  conccl_queue_destroy(nullptr);
+  EXPECT_EQ(conccl_buffer_free(dev.d, &a), CONCCL_OK);
+  EXPECT_EQ(conccl_buffer_free(dev.d, &a), CONCCL_ERR_NOT_FOUND);
+  EXPECT_EQ(conccl_buffer_free(dev.d, &b), CONCCL_OK);
+}
+
+TEST(CApi, CommunicatorPlansAndNcclShapedCalls) {
+  Dev dev;
+  const int gpus[4] = {0, 1, 2, 3};
+  conccl_comm_t comm = nullptr;
+  conccl_comm_options co;
+  conccl_comm_options_init(&co);
+  co.timeout_ms = 5000;
+  ASSERT_EQ(conccl_comm_create(dev.d, gpus, 4, &co, &comm), CONCCL_OK) << last();
+  EXPECT_EQ(conccl_comm_size(comm), 4);
+  const int dup[2] = {0, 0};
+  conccl_comm_t bad = nullptr;
+  EXPECT_EQ(conccl_comm_create(dev.d, dup, 2, nullptr, &bad), CONCCL_ERR_INVALID_ARGUMENT) << "GPU twice without loopback";
+
+  const size_t chunk = 12288 + 4;
+  std::vector<conccl_buffer> send(4), recv(4);
+  std::vector<std::vector<uint8_t>> data(4, std::vector<uint8_t>(chunk));
+  std::mt19937 rng(9);
+  for (int r = 0; r < 4; ++r) {
+    for (auto& x : data[r]) x = static_cast<uint8_t>(rng());
+    ASSERT_EQ(conccl_buffer_alloc(dev.d, r, chunk, CONCCL_MEM_DEVICE, &send[r]), CONCCL_OK);
+    ASSERT_EQ(conccl_buffer_alloc(dev.d, r, chunk * 4, CONCCL_MEM_DEVICE, &recv[r]), CONCCL_OK);
+    ASSERT_EQ(conccl_buffer_upload(dev.d, &send[r], 0, data[r].data(), chunk, 5000), CONCCL_OK);
+  }
+  for (int round = 0; round < 2; ++round) {  // the second call reuses the cached plan
+    ASSERT_EQ(conccl_all_gather(send.data(), recv.data(), chunk, comm, nullptr), CONCCL_OK) << last();
+    for (int r = 0; r < 4; ++r) {
+      std::vector<uint8_t> got(chunk * 4);
+      ASSERT_EQ(conccl_buffer_download(dev.d, got.data(), &recv[r], 0, got.size(), 5000), CONCCL_OK);
+      for (int s = 0; s < 4; ++s)
+        EXPECT_EQ(std::memcmp(got.data() + chunk * s, data[s].data(), chunk), 0) << "rank " << r << " block " << s;
+    }
+  }
+  int stream = 0;
+  EXPECT_EQ(conccl_all_gather(send.data(), recv.data(), chunk, comm, &stream), CONCCL_ERR_INVALID_ARGUMENT);
+  EXPECT_NE(last().find("stream must be NULL"), std::string::npos) << last();
+  EXPECT_EQ(conccl_broadcast(send.data(), recv.data(), chunk, 4, comm, nullptr), CONCCL_ERR_INVALID_ARGUMENT);
+
+  conccl_collective_args a;
+  conccl_collective_args_init(&a);
+  a.op = CONCCL_ALL_GATHER;
+  a.variant = CONCCL_VARIANT_B2B;
+  a.bytes = chunk;
+  a.send = send.data();
+  a.nsend = 4;
+  a.recv = recv.data();
+  a.nrecv = 4;
+  a.prelaunch = 1;
+  conccl_plan_t plan = nullptr;
+  ASSERT_EQ(conccl_plan_create(comm, &a, &plan), CONCCL_OK) << last();
+  EXPECT_EQ(conccl_plan_variant(plan), CONCCL_VARIANT_B2B);
+  EXPECT_STREQ(conccl_variant_name(CONCCL_VARIANT_B2B), "b2b");
+  ASSERT_EQ(conccl_plan_prelaunch(plan, 5000), CONCCL_OK) << last();
+  uint64_t addr = 0, value = 0;
+  ASSERT_EQ(conccl_plan_completion(plan, 2, &addr, &value), CONCCL_OK);
+  EXPECT_EQ(value, 4u);
+  EXPECT_EQ(conccl_plan_wait(plan, 20), CONCCL_ERR_INVALID_ARGUMENT);
+  EXPECT_NE(last().find("release()"), std::string::npos) << last();
+  ASSERT_EQ(conccl_plan_release(plan), CONCCL_OK);
+  ASSERT_EQ(conccl_plan_wait(plan, 5000), CONCCL_OK) << last();
+  EXPECT_NE(addr, 0u);
+  EXPECT_EQ(conccl_plan_completion(plan, 4, &addr, &value), CONCCL_ERR_OUT_OF_RANGE);
+  size_t need = 0;
+  ASSERT_EQ(conccl_plan_describe(plan, nullptr, 0, &need), CONCCL_OK);
+  EXPECT_GT(need, 10u);
+  conccl_plan_destroy(plan);
+
+  a.variant = static_cast<conccl_variant>(42);
+  EXPECT_EQ(conccl_plan_create(comm, &a, &plan), CONCCL_ERR_INVALID_ARGUMENT);
+  a.variant = CONCCL_VARIANT_AUTO;
+  a.struct_size = 8;
+  EXPECT_EQ(conccl_plan_create(comm, &a, &plan), CONCCL_ERR_INVALID_ARGUMENT);
+  EXPECT_NE(last().find("conccl_collective_args_init"), std::string::npos);
+
+  conccl_comm_destroy(comm);
+  for (int r = 0; r < 4; ++r) {
+    EXPECT_EQ(conccl_buffer_free(dev.d, &send[r]), CONCCL_OK);
+    EXPECT_EQ(conccl_buffer_free(dev.d, &recv[r]), CONCCL_OK);
+  }
+}
+
+}  // namespace

@@ -1,0 +1,120 @@
+"""tests/python/test_conccl.py - the Python package over the C API, on the emulated node.
+
+Run by ctest (tests/python/CMakeLists.txt) with PYTHONPATH=python and
+CONCCL_LIBRARY=<build>/src/libconccl.so.
+"""
+import os
+import unittest
+
+import conccl
+
+
+class DeviceTest(unittest.TestCase):
+    def test_unknown_backend_is_an_error_with_the_message(self):
+        with self.assertRaises(conccl.Error) as cm:
+            conccl.Device("tpu")
+        self.assertEqual(cm.exception.status, "invalid_argument")
+        self.assertIn("unknown backend 'tpu'", cm.exception.message)
+
+    def test_topology_and_engines(self):
+        with conccl.Device("emu", preset="mi300x") as dev:
+            self.assertEqual(dev.gpu_count, 8)
+            topo = dev.topology()
+            self.assertEqual(topo["backend"], "emu")
+            self.assertEqual(len(topo["gpus"]), 8)
+            self.assertEqual(len(dev.engines(0)), 16)
+            with self.assertRaises(conccl.Error) as cm:
+                dev.engines(8)
+            self.assertEqual(cm.exception.status, "not_found")
+
+    def test_queue_copy_signal_and_zero_copy_views(self):
+        with conccl.Device("emu", preset="mi300x") as dev:
+            n = 3 * 4096 + 512
+            src, dst = dev.alloc(0, n), dev.alloc(1, n)
+            data = os.urandom(n)
+            src.upload(data)
+            self.assertEqual(bytes(src.memoryview()), data, "emulated HBM is CPU-visible: zero-copy view")
+            q = conccl.Queue(dev, 0, dev.engines(0)[0])
+            done = conccl.Signal(dev)
+            q.copy(dst.va, src.va, n)
+            q.signal_add(done, 1)
+            ticket = q.submit()
+            done.wait(1)
+            q.wait(ticket)
+            self.assertGreaterEqual(q.completed, ticket)
+            self.assertEqual(dst.download(), data)
+            self.assertEqual(done.value, 1)
+            # The view is live: the engine's fill shows through it.
+            q.fill(dst.va, 0x01020304, 4096)
+            q.submit()
+            q.wait()
+            self.assertEqual(bytes(dst.memoryview()[:4]), bytes([4, 3, 2, 1]))
+            try:
+                import numpy  # noqa: F401
+            except ImportError:
+                pass
+            else:
+                self.assertEqual(int(dst.numpy("uint32")[0]), 0x01020304)
+            # Errors from the engine layer arrive as conccl.Error.
+            with self.assertRaises(conccl.Error) as cm:
+                conccl.Queue(dev, 0, 999)
+            self.assertIn("engine 999", cm.exception.message)
+            with self.assertRaises(conccl.Error) as cm:
+                dst.download(nbytes=n + 1)
+            self.assertEqual(cm.exception.status, "out_of_range")
+            # A wait on a signal nobody advances ends at its deadline.
+            with self.assertRaises(conccl.Error) as cm:
+                done.wait(2, timeout_ms=20)
+            self.assertEqual(cm.exception.status, "timeout")
+            src.free()
+            dst.free()
+            with self.assertRaises(conccl.Error) as cm:
+                src.free()
+            self.assertEqual(cm.exception.status, "not_found")
+            with self.assertRaises(conccl.Error) as cm:
+                dev.alloc(0, 0)
+            self.assertEqual(cm.exception.status, "invalid_argument")
+        # Closing the device destroyed the queue and the signal first.
+        self.assertIsNone(q._h)
+        self.assertIsNone(done._h)
+
+
+class CollectiveTest(unittest.TestCase):
+    def test_all_to_all_broadcast_and_plans(self):
+        with conccl.Device("emu", preset="mi300x") as dev:
+            n, chunk = 4, 65536 + 64
+            comm = conccl.Communicator(dev, range(n))
+            self.assertEqual(comm.size, n)
+            data = [os.urandom(chunk * n) for _ in range(n)]
+            send = [dev.alloc(r, chunk * n) for r in range(n)]
+            recv = [dev.alloc(r, chunk * n) for r in range(n)]
+            for r in range(n):
+                send[r].upload(data[r])
+            comm.all_to_all(send, recv, chunk)
+            for r in range(n):
+                got = recv[r].download()
+                for s in range(n):
+                    self.assertEqual(got[s * chunk:(s + 1) * chunk], data[s][r * chunk:(r + 1) * chunk])
+            comm.broadcast(send[2], recv, chunk, root=2)
+            for r in range(n):
+                self.assertEqual(recv[r].download(chunk), data[2][:chunk])
+            plan = comm.plan("all_gather", chunk, send, recv, variant="b2b", prelaunch=True)
+            self.assertEqual(plan.variant, "b2b")
+            plan.prelaunch()
+            plan.release()
+            plan.wait()
+            addr, value = plan.completion(1)
+            self.assertEqual(value, n)
+            self.assertNotEqual(addr, 0)
+            for r in range(n):
+                self.assertEqual(recv[r].download(), b"".join(d[:chunk] for d in data))
+            with self.assertRaises(conccl.Error) as cm:
+                plan.completion(n)
+            self.assertEqual(cm.exception.status, "out_of_range")
+            with self.assertRaises(conccl.Error) as cm:
+                comm.plan("all_gather", 0, send, recv)
+            self.assertEqual(cm.exception.status, "invalid_argument")
+
+
+if __name__ == "__main__":
+    unittest.main()
