@@ -3,6 +3,7 @@
 
 #include <cinttypes>
 #include <cstdio>
+#include <cstdlib>
 
 namespace conccl {
 
@@ -32,6 +33,12 @@ std::string hex(uint64_t v) {
 std::string Status::to_string() const {
   if (ok()) return "ok";
   return std::string(code_name(code_)) + ": " + message_;
+}
+
+void result_value_of_error(const Status& status) {
+  std::fprintf(stderr, "conccl: Result::value() called on an error: %s\n", status.to_string().c_str());
+  std::fflush(stderr);
+  std::abort();
 }
 
 }  // namespace conccl

@@ -58,6 +58,11 @@ inline Status error(Code c, std::string message) { return Status(c, std::move(me
 // "0x1f": the one format for addresses and values in messages.
 std::string hex(uint64_t v);
 
+// What Result::value() does when there is no value: a bug in the caller
+// (like std::optional::value), so it prints the Status - the message that
+// says what went wrong - to stderr and aborts. Check ok() first.
+[[noreturn]] void result_value_of_error(const Status& status);
+
 // Result<T>: a value or an error Status.
 template <typename T>
 class [[nodiscard]] Result {
@@ -67,9 +72,18 @@ class [[nodiscard]] Result {
 
   bool ok() const { return std::holds_alternative<T>(v_); }
   explicit operator bool() const { return ok(); }
-  T& value() & { return std::get<T>(v_); }
-  const T& value() const& { return std::get<T>(v_); }
-  T&& value() && { return std::get<T>(std::move(v_)); }
+  T& value() & {
+    if (!ok()) result_value_of_error(std::get<Status>(v_));
+    return std::get<T>(v_);
+  }
+  const T& value() const& {
+    if (!ok()) result_value_of_error(std::get<Status>(v_));
+    return std::get<T>(v_);
+  }
+  T&& value() && {
+    if (!ok()) result_value_of_error(std::get<Status>(v_));
+    return std::get<T>(std::move(v_));
+  }
   T& operator*() & { return value(); }
   const T& operator*() const& { return value(); }
   T* operator->() { return &value(); }

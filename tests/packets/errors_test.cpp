@@ -479,3 +479,19 @@ TEST(Errors, ParseU64) {
 
 }  // namespace
 }  // namespace conccl::sdma
+
+namespace conccl {
+namespace {
+
+// Result::value() on an error is a caller bug: it says which error before
+// it aborts, instead of std::bad_variant_access with no message.
+TEST(ResultDeathTest, ValueOfAnErrorPrintsTheStatus) {
+  Result<int> r = error(Code::not_found, "GPU 9 requested; the device has 8");
+  EXPECT_FALSE(r.ok());
+  EXPECT_DEATH((void)r.value(), "Result::value\\(\\) called on an error: .*GPU 9 requested; the device has 8");
+  Result<int> good = 7;
+  EXPECT_EQ(good.value(), 7);
+}
+
+}  // namespace
+}  // namespace conccl

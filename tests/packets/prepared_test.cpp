@@ -50,7 +50,9 @@ TEST(PreparedPacket, MatchesTheGenericEncoder) {
       const FieldValue af[] = {{Key::addr, addr}, {Key::value, val}};
       Result<size_t> an = encode(g, Pkt::atomic_add64, af, sa);
       ASSERT_EQ(add->put(fa.data(), av), an.ok()) << hex(addr);
-      if (an.ok()) EXPECT_EQ(fa, sa);
+      if (an.ok()) {
+        EXPECT_EQ(fa, sa);
+      }
     }
     EXPECT_GT(refused, 100) << "the refusals were exercised";
   }
