@@ -317,6 +317,8 @@ class Device {
   Result<uint64_t> reserve_va(size_t bytes, size_t align, bool low = false);
   void release_va(uint64_t va, size_t bytes);
   Result<Buffer> alloc_rm_sysmem(size_t bytes);  // NV01_MEMORY_SYSTEM, CPU-mapped
+  // Host pages at `va` (CPU-mapped already) as an OS-descriptor memory object; its handle.
+  Result<uint32_t> register_host_pages(uint64_t va, size_t bytes);
 
   Options opt_;
   DriverInfo info_;

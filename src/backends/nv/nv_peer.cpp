@@ -94,27 +94,14 @@ Result<Buffer> Device::map_host(void* host, size_t bytes) {
   if ((va < data_base_ + data_size_ && va + bytes > data_base_) || (va < low_base_ + low_size_ && va + bytes > low_base_))
     return error(Code::invalid_argument, "map_host(" + hex(va) + "): the range is in this device's own windows; "
                                              "its own host buffers are mapped already");
-  abi::Nvos02WithFd p{};
-  p.hRoot = h_client_;
-  p.hObjectParent = h_device_;
-  p.hObjectNew = next_handle_++;
-  p.hClass = abi::kNv01MemorySystemOsDescriptor;
-  p.flags = abi::kNvos02FlagsHost;
-  p.pMemory = va;
-  p.limit = bytes - 1;
-  p.fd = -1;
-  if (ioctl(fd_dev_, abi::rm_ioctl(abi::kEscRmAllocMemory, sizeof p), &p) != 0)
-    return os_error("NV_ESC_RM_ALLOC_MEMORY (OS descriptor of shared host pages)", errno);
-  log("rm_alloc_memory os-descriptor (shared) " + hex(va) + "+" + hex(bytes) + " -> " + rm_status_name(p.status));
-  if (p.status != 0)
-    return error(Code::unavailable, "registering " + std::to_string(bytes) + " bytes of host memory at " + hex(va) +
-                                        " failed: " + rm_status_name(p.status));
+  Result<uint32_t> h = register_host_pages(va, bytes);
+  if (!h.ok()) return h.status().prefix("sharing host pages");
   Buffer b;
   b.va = va;
   b.host = host;
   b.size = bytes;
   b.kind = MemKind::host;
-  b.handle = p.hObjectNew;
+  b.handle = *h;
   b.imported = true;
   Status st = map_gpu(b.handle, va, bytes);
   if (!st.ok()) {

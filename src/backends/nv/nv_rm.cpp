@@ -425,6 +425,25 @@ Status Device::map_gpu(uint32_t handle, uint64_t va, size_t bytes, uint32_t extr
 
 // ---- memory -------------------------------------------------------------------
 
+Result<uint32_t> Device::register_host_pages(uint64_t va, size_t bytes) {
+  abi::Nvos02WithFd p{};
+  p.hRoot = h_client_;
+  p.hObjectParent = h_device_;
+  p.hObjectNew = next_handle_++;
+  p.hClass = abi::kNv01MemorySystemOsDescriptor;
+  p.flags = abi::kNvos02FlagsHost;
+  p.pMemory = va;
+  p.limit = bytes - 1;
+  p.fd = -1;
+  if (ioctl(fd_dev_, abi::rm_ioctl(abi::kEscRmAllocMemory, sizeof p), &p) != 0)
+    return errno_status("NV_ESC_RM_ALLOC_MEMORY (OS descriptor)", errno);
+  log("rm_alloc_memory os-descriptor " + hex(va) + "+" + hex(bytes) + " -> " + rm_status_name(p.status));
+  if (p.status != 0)
+    return error(code_for(p.status), "registering " + std::to_string(bytes) + " bytes of host memory at " + hex(va) +
+                                         " (NV01_MEMORY_SYSTEM_OS_DESCRIPTOR) failed: " + rm_status_name(p.status));
+  return p.hObjectNew;
+}
+
 Result<Buffer> Device::alloc(size_t bytes, MemKind kind, bool cpu_map, bool low) {
   if (fd_ctl_ < 0) return error(Code::unavailable, "the nv device is closed");
   if (bytes == 0) return error(Code::invalid_argument, "cannot allocate 0 bytes");
@@ -482,28 +501,12 @@ Result<Buffer> Device::alloc(size_t bytes, MemKind kind, bool cpu_map, bool low)
                                                  std::strerror(e));
     }
     b.host = m;
-    abi::Nvos02WithFd p{};
-    p.hRoot = h_client_;
-    p.hObjectParent = h_device_;
-    p.hObjectNew = next_handle_++;
-    p.hClass = abi::kNv01MemorySystemOsDescriptor;
-    p.flags = abi::kNvos02FlagsHost;
-    p.pMemory = b.va;
-    p.limit = b.size - 1;
-    p.fd = -1;
-    if (ioctl(fd_dev_, abi::rm_ioctl(abi::kEscRmAllocMemory, sizeof p), &p) != 0) {
-      const int e = errno;
+    Result<uint32_t> h = register_host_pages(b.va, b.size);
+    if (!h.ok()) {
       release_va(b.va, b.size);
-      return errno_status("NV_ESC_RM_ALLOC_MEMORY (OS descriptor)", e);
+      return h.status();
     }
-    log("rm_alloc_memory os-descriptor " + hex(b.va) + "+" + hex(b.size) + " -> " + rm_status_name(p.status));
-    if (p.status != 0) {
-      release_va(b.va, b.size);
-      return error(code_for(p.status), "registering " + std::to_string(b.size) +
-                                           " bytes of host memory (NV01_MEMORY_SYSTEM_OS_DESCRIPTOR) failed: " +
-                                           rm_status_name(p.status));
-    }
-    b.handle = p.hObjectNew;
+    b.handle = *h;
     Status st = map_gpu(b.handle, b.va, b.size);
     if (!st.ok()) {
       (void)rm_free(h_device_, b.handle, "host memory");
