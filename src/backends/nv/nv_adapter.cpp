@@ -33,8 +33,6 @@ namespace {
 
 constexpr size_t kCell = 64;            // small host allocations: one cell each
 constexpr size_t kPoolPage = 64 << 10;  // cells come from pages of this size
-constexpr uint32_t abi_reads_writes() { return abi::kP2pReads | abi::kP2pWrites; }
-constexpr uint32_t abi_nvlink() { return abi::kP2pNvlink; }
 
 class GenericDevice final : public conccl::Device {
  public:
@@ -312,14 +310,15 @@ Status GenericDevice::build_topology() {
       } else {
         Result<uint32_t> caps = d.p2p_caps(p.info().gpu_id);
         if (!caps.ok()) return caps.status().prefix("peer capabilities of GPU " + std::to_string(gi) + " and " + std::to_string(pi));
-        const uint32_t rw = abi_reads_writes();
+        const uint32_t rw = abi::kP2pReads | abi::kP2pWrites;
         if ((*caps & rw) != rw)
           return error(Code::unavailable,
                        "GPUs " + std::to_string(gi) + " and " + std::to_string(pi) +
                            " have no peer access to each other's memory (RM peer capabilities 0x" + hexs(*caps) +
                            "); open them as separate devices (nv::Options::gpus) or enable peer access");
-        l.type = *caps & abi_nvlink() ? "nvlink" : "pcie";
-        l.weight = *caps & abi_nvlink() ? 15 : 40;
+        const bool nvlink = *caps & abi::kP2pNvlink;
+        l.type = nvlink ? "nvlink" : "pcie";
+        l.weight = nvlink ? 15 : 40;
       }
       g.links.push_back(l);
     }
