@@ -95,6 +95,14 @@ class Communicator {
     // within a compute phase the engines that make that rate, no more
     // (nv::pick_for_rate chooses them).
     std::vector<int> engines;
+    // The ranks on one GPU (loopback) share one queue (one channel) per
+    // engine instead of one each (without loopback this changes nothing). The engine then runs their lists one after
+    // another rather than time-slicing between channels (on an H200 the
+    // host's runlist switching between 4-12 channels per engine halves the
+    // loopback rate). Plans whose lists wait on each other (chain
+    // broadcast, swap all-to-all) need a queue per rank: asked for, they
+    // are refused; Variant::automatic avoids them.
+    bool shared_queues = false;
   };
   // gpus[r] is rank r's GPU index on `device`.
   static Result<std::unique_ptr<Communicator>> create(Device& device, std::vector<int> gpus,
@@ -144,6 +152,7 @@ struct PlanList {
   Queue* queue = nullptr;
   CommandBuffer cb;  // in the queue's instruction set
   std::vector<int> writes_to;  // ranks whose arrival signal this list advances
+  bool waits_on_lists = false; // waits for another list's signal (not just the trigger)
   QueueSpan span;              // where the last launch put it
 };
 

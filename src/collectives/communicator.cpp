@@ -149,7 +149,8 @@ int Communicator::engine_for(int src, int dst, int k) const {
 }
 
 Result<Queue*> Communicator::queue(int rank, int engine) {
-  auto key = std::make_pair(rank, engine);
+  // Shared queues are keyed by the GPU (as rank -1 - gpu, apart from ranks).
+  auto key = std::make_pair(options_.shared_queues ? -1 - gpu(rank) : rank, engine);
   auto it = queues_.find(key);
   if (it != queues_.end()) return it->second.get();
   QueueOptions qo;
@@ -169,6 +170,10 @@ Result<std::unique_ptr<Plan>> Communicator::plan(const CollectiveArgs& in) {
     bool in_place = args.op == CollOp::all_to_all && args.send.size() == args.recv.size() && !args.send.empty();
     for (size_t r = 0; r < args.send.size() && in_place; ++r) in_place = args.send[r].va == args.recv[r].va;
     if (in_place && caps_.swap) args.variant = Variant::swap;  // only swap works in place
+    // Shared queues run lists one after another: no variant whose lists wait
+    // on each other (an in-place all-to-all then has no variant and is refused).
+    if (options_.shared_queues && args.variant == Variant::chain) args.variant = Variant::fanout;
+    if (options_.shared_queues && args.variant == Variant::swap && !in_place) args.variant = Variant::pcpy;
   }
   CONCCL_RETURN_IF_ERROR(validate_args(*this, args));
   std::unique_ptr<Plan> plan(new Plan());
@@ -200,6 +205,17 @@ Result<std::unique_ptr<Plan>> Communicator::plan(const CollectiveArgs& in) {
     case CollOp::all_to_all: st = build_all_to_all(b, args, plan->variant_); break;
   }
   if (!st.ok()) return st.prefix(std::string("planning ") + coll_op_name(args.op));
+  // On a shared queue a list runs only after the lists queued before it, so
+  // a list that waits for another list could wait for one queued behind it.
+  if (options_.shared_queues)
+    for (const PlanList& l : plan->lists_)
+      if (l.waits_on_lists)
+        return error(Code::invalid_argument,
+                     std::string(coll_op_name(args.op)) + " variant " + variant_name(plan->variant_) +
+                         " has command lists that wait on each other (rank " + std::to_string(l.rank) + " engine " +
+                         std::to_string(l.engine) +
+                         "), which a queue shared by several ranks could deadlock; use another variant, or create "
+                         "the communicator without Options::shared_queues");
   if (args.timestamps) {
     Result<Buffer> b = device_.alloc(-1, 16 * plan->lists_.size(), MemKind::host);
     if (!b.ok()) return b.status().prefix("timestamp slots");
@@ -256,12 +272,14 @@ Status PlanBuilder::arrive(PlanList& l, int dst) {
 }
 
 Status PlanBuilder::wait_arrivals(PlanList& l, int r, uint64_t n) {
+  l.waits_on_lists = true;
   return plan_.arrive_[static_cast<size_t>(r)].enqueue_wait(l.cb, n);
 }
 
 Status PlanBuilder::ready(PlanList& l, int r) { return plan_.ready_[static_cast<size_t>(r)].enqueue_add(l.cb, 1); }
 
 Status PlanBuilder::wait_ready(PlanList& l, int r, uint64_t n) {
+  l.waits_on_lists = true;
   return plan_.ready_[static_cast<size_t>(r)].enqueue_wait(l.cb, n);
 }
 

@@ -771,4 +771,18 @@ TEST(Collectives, LoopbackRanksOnTheEmulatedH200) {
   EXPECT_EQ(sdma.rc, 0) << sdma.err;
 }
 
+TEST(Collectives, SharedQueuesFlag) {
+  const std::string json = scratch() + "/shared.json";
+  Outcome r = probe({"allgather", "--preset", "h200", "--ranks", "4", "--min", "4K", "--max", "64K", "--shared-queues",
+                     "--json", json});
+  EXPECT_EQ(r.rc, 0) << r.err;
+  const std::string j = read_file(json);
+  for (const char* key : {"\"shared_queues\": true", "\"wrong_bytes\": 0"}) EXPECT_TRUE(contains(j, key)) << key << " in " << j;
+  // A variant whose lists wait on each other cannot share a queue: usage error.
+  Outcome chain = probe({"broadcast", "--preset", "h200", "--ranks", "4", "--min", "64K", "--max", "64K",
+                         "--variant", "chain", "--shared-queues"});
+  EXPECT_NE(chain.rc, 0) << chain.err;
+  EXPECT_TRUE(contains(chain.err, "shared_queues")) << chain.err;
+}
+
 }  // namespace

@@ -1083,5 +1083,65 @@ TEST(CollEngines, LoopbackIsAnOption) {
   }
 }
 
+TEST(CollEngines, SharedQueuesRunEveryRankOnOneQueuePerEngine) {
+  for (Topo t : {Topo::h200loop4, Topo::small3}) {
+    SCOPED_TRACE(topo_name(t));
+    ASSERT_OK_AND_ASSIGN(std::unique_ptr<emu::EmuDevice> dev, make_device(t));
+    Communicator::Options o;
+    o.loopback = true;
+    o.shared_queues = true;
+    const std::vector<int> gpus = t == Topo::h200loop4 ? std::vector<int>{0, 0, 0, 0} : std::vector<int>{0, 1, 0, 1};
+    ASSERT_OK_AND_ASSIGN(std::unique_ptr<Communicator> comm, Communicator::create(*dev, gpus, o));
+    Mem mem(*dev, 17);
+    const std::vector<std::pair<CollOp, Variant>> cases = {
+        {CollOp::all_gather, Variant::pcpy},    {CollOp::all_gather, Variant::b2b},
+        {CollOp::all_to_all, Variant::pcpy},    {CollOp::all_to_all, Variant::b2b},
+        {CollOp::broadcast, Variant::fanout},   {CollOp::gather, Variant::pcpy},
+        {CollOp::scatter, Variant::fanout},     {CollOp::p2p, Variant::striped},
+        {CollOp::all_gather, Variant::automatic}, {CollOp::broadcast, Variant::automatic},
+        {CollOp::all_to_all, Variant::automatic}};
+    for (const auto& [op, v] : cases) {
+      SCOPED_TRACE(std::string(coll_op_name(op)) + "/" + variant_name(v));
+      CollectiveArgs a;
+      a.op = op;
+      a.variant = v;
+      a.bytes = op == CollOp::p2p ? (3u << 20) + 7 : 70001;  // big enough for automatic to pick chain/swap
+      a.prelaunch = op == CollOp::all_gather;
+      make_buffers(mem, *comm, a, Form::separate);
+      ASSERT_OK_AND_ASSIGN(std::unique_ptr<Plan> plan, comm->plan(a));
+      EXPECT_NE(plan->variant(), Variant::chain);
+      // Every rank's list on an engine goes to the one queue of (GPU, engine).
+      std::map<std::pair<int, int>, const Queue*> q;
+      for (const PlanList& l : plan->lists()) {
+        const auto key = std::make_pair(comm->gpu(l.rank), l.engine);
+        if (q.count(key)) {
+          EXPECT_EQ(q[key], l.queue) << "rank " << l.rank << " engine " << l.engine;
+        }
+        q[key] = l.queue;
+      }
+      if (a.prelaunch) {
+        ASSERT_OK(plan->prelaunch(Deadline::after(std::chrono::seconds(10))));
+        ASSERT_OK(plan->release());
+        ASSERT_OK(plan->wait(Deadline::after(std::chrono::seconds(10))));
+      }
+      launch_and_verify(mem, *plan, comm->size(), 2);
+    }
+    // Lists that wait on each other could deadlock on one queue: refused.
+    std::vector<std::pair<CollOp, Variant>> refused = {{CollOp::broadcast, Variant::chain}};
+    if (comm->caps().swap) refused.push_back({CollOp::all_to_all, Variant::swap});
+    for (const auto& [op, v] : refused) {
+      SCOPED_TRACE(variant_name(v));
+      CollectiveArgs a;
+      a.op = op;
+      a.variant = v;
+      a.bytes = 70001;
+      make_buffers(mem, *comm, a, Form::separate);
+      Result<std::unique_ptr<Plan>> bad = comm->plan(a);
+      EXPECT_EQ(bad.status().code(), Code::invalid_argument);
+      EXPECT_TRUE(contains(bad.status().message(), "shared_queues")) << bad.status().message();
+    }
+  }
+}
+
 }  // namespace
 }  // namespace conccl

@@ -32,6 +32,12 @@
 //           8 submissions timed at a time, the engine drained between them
 //           (untimed), so the ring never pushes back.
 //
+//           Extra variants (--variants) separate what the budget path pays
+//           for: ce1/budget1 share one queue per engine between the ranks
+//           (Communicator::Options::shared_queues), budget2 adds a second
+//           plan in flight (no host round trip between launches), and
+//           budgetcp moves the budget's bytes as one copy per engine.
+//
 //   nv_coll_bench [--ranks 4] [--n 8192] [--gemms 300] [--chunk-mib 64] [--reps 3]
 //                 [--budget-frac 0.25] [--copy-frac 1] [--gemm-data random|zeros]
 //                 [--lat-iters 300] [--json PATH] [--only c3|latency|hostcost]
@@ -199,18 +205,38 @@ Gemm make_gemm(int n, bool zeros) {
 struct Path {
   std::string key, name;
   std::unique_ptr<Communicator> comm;  // CE paths
-  std::unique_ptr<Plan> plan;
+  std::vector<std::unique_ptr<Plan>> plans;  // >1: launched round robin, each waited only before its relaunch
   cudaStream_t stream = nullptr;       // SM path
+  // The "copy" path: the same bytes per launch as single copies, one per
+  // engine queue (src[i] -> dst[i]), no collective.
+  std::vector<std::unique_ptr<Queue>> queues;
+  std::vector<cnv::CudaAlloc> src, dst;
+  uint64_t copy_bytes = 0;
   double alone_ms = 0;
   int count = 0;
 };
 
 void run_path(Path& p, const Ranks& r, int count) {
-  if (p.plan) {
+  const Deadline dl = Deadline::after(std::chrono::seconds(60));
+  if (!p.plans.empty()) {
     for (int i = 0; i < count; ++i) {
-      const Deadline dl = Deadline::after(std::chrono::seconds(60));
-      check(p.plan->launch(dl), "launch");
-      check(p.plan->wait(dl), "wait");
+      Plan& plan = *p.plans[static_cast<size_t>(i) % p.plans.size()];
+      if (plan.running()) check(plan.wait(dl), "wait");
+      check(plan.launch(dl), "launch");
+      if (p.plans.size() == 1) check(plan.wait(dl), "wait");
+    }
+    for (auto& plan : p.plans)
+      if (plan->running()) check(plan->wait(dl), "wait");
+    return;
+  }
+  if (!p.queues.empty()) {
+    for (int i = 0; i < count; ++i) {
+      for (size_t q = 0; q < p.queues.size(); ++q) {
+        CommandBuffer cb = p.queues[q]->command_buffer();
+        check(cb.copy(p.dst[q].ptr, p.src[q].ptr, p.copy_bytes), "copy");
+        check(p.queues[q]->submit(cb, dl), "submit");
+      }
+      for (auto& q : p.queues) check(q->wait_done(dl), "wait_done");
     }
     return;
   }
@@ -222,6 +248,21 @@ void run_path(Path& p, const Ranks& r, int count) {
   CUDA_CHECK(cudaStreamSynchronize(p.stream));
 }
 
+// What the path got wrong: the all-gather's recv buffers, or each copy's
+// destination against its source.
+uint64_t path_wrong(const Path& p, const Ranks& r) {
+  if (p.queues.empty()) return wrong_bytes(r);
+  uint64_t wrong = 0;
+  std::vector<uint8_t> a(p.copy_bytes), b(p.copy_bytes);
+  for (size_t q = 0; q < p.queues.size(); ++q) {
+    CUDA_CHECK(cudaMemcpy(a.data(), reinterpret_cast<void*>(p.src[q].ptr), a.size(), cudaMemcpyDeviceToHost));
+    CUDA_CHECK(cudaMemcpy(b.data(), reinterpret_cast<void*>(p.dst[q].ptr), b.size(), cudaMemcpyDeviceToHost));
+    for (size_t i = 0; i < a.size(); ++i) wrong += a[i] != b[i];
+    CUDA_CHECK(cudaMemset(reinterpret_cast<void*>(p.dst[q].ptr), 0xA5, p.copy_bytes));  // poison for the next run
+  }
+  return wrong;
+}
+
 struct C3Row {
   std::string key, name;
   double copy_ms, gemm_ms, both_ms, gemm_both_ms, ideal_pct, slowdown_pct;
@@ -230,33 +271,42 @@ struct C3Row {
 };
 
 std::vector<C3Row> run_c3(Device& dev, int ranks, int n, int gemms, uint64_t chunk, int reps, double budget_frac,
-                          double copy_frac, bool zeros) {
+                          double copy_frac, bool zeros, const std::string& variants) {
+  auto wanted = [&](const char* key) { return ("," + variants + ",").find("," + std::string(key) + ",") != std::string::npos; };
   Ranks r = make_ranks(dev, ranks, chunk);
   Gemm g = make_gemm(n, zeros);
   g.run(20);  // warm up cuBLAS and the clocks
   (void)g.gpu_ms();
   std::vector<Path> paths;
-  auto ce_path = [&](const std::string& key, const std::string& name, std::vector<int> engines) {
+  // shared: one queue per engine for all ranks; in_flight: plans launched
+  // round robin, so the next launch is queued before the last one ends.
+  auto ce_path = [&](const std::string& key, const std::string& name, std::vector<int> engines, bool shared,
+                     int in_flight) {
     Path p;
     p.key = key;
     p.name = name;
     Communicator::Options o;
     o.loopback = true;
+    o.shared_queues = shared;
     o.engines = std::move(engines);
     Result<std::unique_ptr<Communicator>> c = Communicator::create(dev, std::vector<int>(ranks, 0), o);
     check(c.status(), "communicator");
     p.comm = std::move(c).value();
-    Result<std::unique_ptr<Plan>> pl = p.comm->plan(all_gather_args(r));
-    check(pl.status(), "plan");
-    p.plan = std::move(pl).value();
+    for (int i = 0; i < in_flight; ++i) {
+      Result<std::unique_ptr<Plan>> pl = p.comm->plan(all_gather_args(r));
+      check(pl.status(), "plan");
+      p.plans.push_back(std::move(pl).value());
+    }
     return p;
   };
-  paths.push_back(ce_path("ce", "all-gather on copy engines (LCE2+3+4)", {}));
-  Path sm;
-  sm.key = "sm";
-  sm.name = "all-gather by cudaMemcpyAsync (SM)";
-  CUDA_CHECK(cudaStreamCreateWithFlags(&sm.stream, cudaStreamNonBlocking));
-  paths.push_back(std::move(sm));
+  if (wanted("ce1")) paths.push_back(ce_path("ce1", "all-gather, one queue per engine, 2 plans in flight", {}, true, 2));
+  if (wanted("sm")) {
+    Path sm;
+    sm.key = "sm";
+    sm.name = "all-gather by cudaMemcpyAsync (SM)";
+    CUDA_CHECK(cudaStreamCreateWithFlags(&sm.stream, cudaStreamNonBlocking));
+    paths.push_back(std::move(sm));
+  }
 
   // Calibrate: GEMM alone, then each path alone, sized to the GEMM phase.
   auto t0 = Clock::now();
@@ -264,6 +314,10 @@ std::vector<C3Row> run_c3(Device& dev, int ranks, int n, int gemms, uint64_t chu
   const double gemm_ms = g.gpu_ms();
   (void)ms_since(t0);
   const uint64_t bytes_per = chunk * uint64_t(ranks) * uint64_t(ranks);
+  // The full-rate count (the budget's reference) comes from the "ce" path,
+  // which is calibrated even when it is not measured.
+  Path ref = ce_path("ce", "all-gather on copy engines (LCE2+3+4)", {}, false, 1);
+  paths.insert(paths.begin(), std::move(ref));
   for (Path& p : paths) {
     run_path(p, r, 2);  // warm-up
     t0 = Clock::now();
@@ -271,6 +325,8 @@ std::vector<C3Row> run_c3(Device& dev, int ranks, int n, int gemms, uint64_t chu
     const double one = ms_since(t0) / 10;
     p.count = std::max(1, static_cast<int>(copy_frac * gemm_ms / one + 0.5));
   }
+  const int full_count = paths[0].count;
+  if (!wanted("ce")) paths.erase(paths.begin());
   // The budget: budget_frac of the full-rate path's bytes, on the fewest
   // engines that move them within the GEMM phase (nv::pick_for_rate with the
   // PCE rate measured beside a GEMM).
@@ -283,15 +339,46 @@ std::vector<C3Row> run_c3(Device& dev, int ranks, int n, int gemms, uint64_t chu
         if (ne.lce == e.id) shared = ne.shared;
       cand.push_back({static_cast<int>(e.weight), shared});
     }
-    const int count = std::max(1, static_cast<int>(paths[0].count * budget_frac + 0.5));
+    const int count = std::max(1, static_cast<int>(full_count * budget_frac + 0.5));
     const double need = double(bytes_per) * count / (gemm_ms * 1e-3);
     std::vector<int> ids;
     for (size_t i : cnv::pick_for_rate(cand, need, cnv::Options{}.pce_bytes_per_s)) ids.push_back(t.gpus[0].engines[i].id);
     std::string names;
     for (int id : ids) names += (names.empty() ? "LCE" : "+LCE") + std::to_string(id);
-    Path b = ce_path("budget", "all-gather on a bandwidth budget (" + names + ")", ids);
-    b.count = count;
-    paths.push_back(std::move(b));
+    auto add = [&](Path b) {
+      b.count = count;
+      paths.push_back(std::move(b));
+    };
+    if (wanted("budget")) add(ce_path("budget", "all-gather on a bandwidth budget (" + names + ")", ids, false, 1));
+    if (wanted("budget1"))
+      add(ce_path("budget1", "budget, one queue per engine (" + names + ")", ids, true, 1));
+    if (wanted("budget2"))
+      add(ce_path("budget2", "budget, one queue per engine, 2 plans in flight (" + names + ")", ids, true, 2));
+    if (wanted("budgetcp")) {
+      // The same bytes per launch as one copy per engine: what the engines
+      // cost the GEMM without a collective's many copies and signals.
+      Path b;
+      b.key = "budgetcp";
+      b.name = "budget bytes as one copy per engine (" + names + ")";
+      b.copy_bytes = bytes_per / ids.size() / 4096 * 4096;
+      std::vector<uint8_t> pattern(b.copy_bytes);
+      for (int id : ids) {
+        QueueOptions qo;
+        Result<std::unique_ptr<Queue>> q = dev.create_queue(0, id, qo);
+        check(q.status(), "queue");
+        b.queues.push_back(std::move(q).value());
+        Result<cnv::CudaAlloc> s = cnv::cuda_alloc(b.copy_bytes), d = cnv::cuda_alloc(b.copy_bytes);
+        check(s.status(), "cuda_alloc");
+        check(d.status(), "cuda_alloc");
+        check(cnv::register_cuda(dev, s->ptr, b.copy_bytes).status(), "register");
+        check(cnv::register_cuda(dev, d->ptr, b.copy_bytes).status(), "register");
+        fill_pattern(pattern, 100 + id);
+        CUDA_CHECK(cudaMemcpy(reinterpret_cast<void*>(s->ptr), pattern.data(), b.copy_bytes, cudaMemcpyHostToDevice));
+        b.src.push_back(*s);
+        b.dst.push_back(*d);
+      }
+      add(std::move(b));
+    }
   }
 
   std::vector<C3Row> rows;
@@ -303,7 +390,7 @@ std::vector<C3Row> run_c3(Device& dev, int ranks, int n, int gemms, uint64_t chu
       t0 = Clock::now();
       run_path(p, r, p.count);
       copy_v.push_back(ms_since(t0));
-      row.wrong += wrong_bytes(r);
+      row.wrong += path_wrong(p, r);
       t0 = Clock::now();
       g.run(gemms);
       (void)g.gpu_ms();
@@ -315,7 +402,7 @@ std::vector<C3Row> run_c3(Device& dev, int ranks, int n, int gemms, uint64_t chu
       const double gb = g.gpu_ms();
       both_v.push_back(ms_since(t0));
       gemm_both_v.push_back(gb);
-      row.wrong += wrong_bytes(r);
+      row.wrong += path_wrong(p, r);
     }
     row.copy_ms = bench::stats(copy_v).median;
     row.gemm_ms = bench::stats(gemm_v).median;
@@ -325,8 +412,8 @@ std::vector<C3Row> run_c3(Device& dev, int ranks, int n, int gemms, uint64_t chu
     const double s_real = (row.gemm_ms + row.copy_ms) / row.both_ms;
     row.ideal_pct = 100 * (s_real - 1) / (s_ideal - 1);
     row.slowdown_pct = 100 * (row.gemm_both_ms / gemm_ms - 1);
-    if (p.comm)
-      for (const PlanList& l : p.plan->lists())
+    for (const auto& plan : p.plans)
+      for (const PlanList& l : plan->lists())
         if (row.engines.find("LCE" + std::to_string(l.engine)) == std::string::npos)
           row.engines += (row.engines.empty() ? "LCE" : "+LCE") + std::to_string(l.engine);
     rows.push_back(row);
@@ -443,7 +530,7 @@ int main(int argc, char** argv) {
   uint64_t chunk_mib = 64;
   double budget_frac = 0.25, copy_frac = 1.0;
   bool zeros = false;
-  std::string json_path, only;
+  std::string json_path, only, variants = "ce,sm,budget";
   for (int i = 1; i < argc; ++i) {
     const std::string a = argv[i];
     auto v = [&] { return i + 1 < argc ? argv[++i] : (std::exit(2), argv[0]); };
@@ -464,11 +551,13 @@ int main(int argc, char** argv) {
     } else if (a == "--lat-iters") lat_iters = std::atoi(v());
     else if (a == "--json") json_path = v();
     else if (a == "--only") only = v();
+    else if (a == "--variants") variants = v();
     else {
       std::fprintf(stderr,
                    "usage: nv_coll_bench [--ranks 4] [--n 8192] [--gemms 300] [--chunk-mib 64] [--reps 3]\n"
                    "                     [--budget-frac 0.25] [--copy-frac 1] [--gemm-data random|zeros]\n"
-                   "                     [--lat-iters 300] [--json PATH] [--only c3|latency|hostcost]\n");
+                   "                     [--lat-iters 300] [--json PATH] [--only c3|latency|hostcost]\n"
+                   "                     [--variants ce,sm,budget (also ce1,budget1,budget2,budgetcp)]\n");
       return 2;
     }
   }
@@ -489,7 +578,7 @@ int main(int argc, char** argv) {
   std::string json = "{\"ranks\": " + std::to_string(ranks);
   std::vector<C3Row> c3;
   if (only.empty() || only == "c3") {
-    c3 = run_c3(dev, ranks, n, gemms, chunk_mib << 20, reps, budget_frac, copy_frac, zeros);
+    c3 = run_c3(dev, ranks, n, gemms, chunk_mib << 20, reps, budget_frac, copy_frac, zeros, variants);
     json += ", \"c3\": {\"n\": " + std::to_string(n) + ", \"gemms\": " + std::to_string(gemms) +
             ", \"gemm_data\": \"" + (zeros ? "zeros" : "random") + "\", \"copy_frac\": " + std::to_string(copy_frac) +
             ", \"budget_frac\": " + std::to_string(budget_frac) +
