@@ -158,8 +158,13 @@ struct PlanList {
 
 class Plan {
  public:
+  // A plan destroyed while its launch runs first waits for it (up to 10 s),
+  // so that no engine is left writing its freed signals; a prelaunched plan
+  // never released (or handed to a writer that never stored) is released
+  // first: its gated lists would otherwise block their queues forever.
   ~Plan();
   const CollectiveArgs& args() const { return args_; }
+  Communicator& communicator() const { return *comm_; }
   Variant variant() const { return variant_; }  // the chosen one (never automatic)
   const std::deque<PlanList>& lists() const { return lists_; }
 
@@ -169,6 +174,13 @@ class Plan {
   // Submits every list gated behind the trigger; release() starts them.
   Status prelaunch(Deadline deadline);
   Status release();
+  // Hands the release of a prelaunched plan to another writer, such as a
+  // compute stream: returns the stores that release it (make them in order:
+  // cuStreamWriteValue64 / hipStreamWriteValue64 after the work the plan's
+  // sources depend on), and counts the plan as released, so that wait(),
+  // running() and the next launch behave as after release(). Nothing runs
+  // until the stores land; wait() names the trigger when they never do.
+  Result<std::vector<SignalStore>> release_by_stores();
   // Waits until every destination has all its data. On timeout the error
   // names the stuck list's queue and engine and decodes its pending packets.
   Status wait(Deadline deadline);

@@ -81,7 +81,11 @@ conccl_status conccl_device_engines(conccl_device_t device, int gpu, int* ids, i
 conccl_status conccl_device_topology_json(conccl_device_t device, char* buf, size_t capacity, size_t* needed);
 
 /* ---- buffers ------------------------------------------------------------ */
-typedef enum conccl_mem_kind { CONCCL_MEM_DEVICE = 0, CONCCL_MEM_HOST = 1 } conccl_mem_kind;
+typedef enum conccl_mem_kind {
+  CONCCL_MEM_DEVICE = 0,
+  CONCCL_MEM_HOST = 1,
+  CONCCL_MEM_CUDA = 2 /* CUDA memory of the GPU (conccl_buffer_alloc_cuda/register_cuda): va is CUDA's pointer */
+} conccl_mem_kind;
 /* Memory engines can address. `va` goes into commands; `host` is the CPU's
  * mapping of the same bytes, or NULL where the CPU cannot see them (NVIDIA
  * HBM): use conccl_buffer_upload/download there. */
@@ -105,6 +109,22 @@ conccl_status conccl_buffer_upload(conccl_device_t device, const conccl_buffer* 
 /* dst = buffer[offset, offset+bytes). */
 conccl_status conccl_buffer_download(conccl_device_t device, void* dst, const conccl_buffer* buffer, size_t offset,
                                      size_t bytes, uint32_t timeout_ms);
+
+/* ---- CUDA memory (backend "nv") -------------------------------------------
+ * CUDA VMM memory the engines use at CUDA's own pointer, so that kernels,
+ * PyTorch tensors and collectives share it. Other backends: UNAVAILABLE. */
+/* cuMemCreate'd memory (POSIX-fd handle type) on `gpu`, registered; freed by
+ * conccl_buffer_free. Contents undefined. */
+conccl_status conccl_buffer_alloc_cuda(conccl_device_t device, int gpu, size_t bytes, conccl_buffer* buffer);
+/* Registers [ptr, ptr+bytes) of CUDA memory allocated with cuMemCreate and
+ * the POSIX-fd handle type (PyTorch with expandable_segments:True; plain
+ * cudaMalloc memory is refused). Registrations are counted: unregister each
+ * one, before CUDA frees the memory. */
+conccl_status conccl_buffer_register_cuda(conccl_device_t device, int gpu, uint64_t ptr, size_t bytes,
+                                          conccl_buffer* buffer);
+conccl_status conccl_buffer_unregister_cuda(conccl_device_t device, const conccl_buffer* buffer);
+/* The CUDA device ordinal of `gpu` (for DLPack and torch.device). */
+conccl_status conccl_device_cuda_ordinal(conccl_device_t device, int gpu, int* ordinal);
 
 /* ---- signals: 64-bit counters engines add to and wait on ---------------- */
 conccl_status conccl_signal_create(conccl_device_t device, uint64_t initial, conccl_signal_t* signal);
@@ -174,6 +194,7 @@ typedef struct conccl_comm_options {
   const int* engines;  /* engine ids plans may use (NULL: all) */
   int num_engines;
   uint32_t timeout_ms; /* the NCCL-shaped calls' deadline (0 = 60000) */
+  int shared_queues;   /* loopback: the ranks of a GPU share one queue per engine */
 } conccl_comm_options;
 void conccl_comm_options_init(conccl_comm_options* options);
 
@@ -209,15 +230,35 @@ conccl_variant conccl_plan_variant(conccl_plan_t plan);
 /* Rank `rank`'s receive buffer is complete once the 64-bit word at *address
  * is >= *value (cu/hipStreamWaitValue64 with GEQ, or a host poll). */
 conccl_status conccl_plan_completion(conccl_plan_t plan, int rank, uint64_t* address, uint64_t* value);
+/* Hands the release of a prelaunched plan to another writer (a compute
+ * stream, another process): up to `capacity` 64-bit stores written to
+ * `stores`, their number in *count; make them in that order (for instance
+ * hipStreamWriteValue64 after the work the sources depend on). The plan then
+ * counts as released: conccl_plan_wait works as after conccl_plan_release. */
+typedef struct conccl_store {
+  uint64_t address;
+  uint64_t value;
+} conccl_store;
+conccl_status conccl_plan_release_by_stores(conccl_plan_t plan, conccl_store* stores, int capacity, int* count);
+/* Backend "nv": orders a plan compiled with `prelaunch` on a CUDA stream
+ * (CUstream; NULL is the legacy default stream): the stream releases it when
+ * its prior work is done, and its later work waits until every rank's data is
+ * in place. Returns at once; conccl_plan_wait tells when it is done. */
+conccl_status conccl_plan_enqueue_on_stream(conccl_plan_t plan, void* stream, uint32_t timeout_ms);
 /* The plan's command lists, decoded, as text (the `describe` form). */
 conccl_status conccl_plan_describe(conccl_plan_t plan, char* buf, size_t capacity, size_t* needed);
 
 /* ---- NCCL-shaped calls: plan, launch and wait in one call ----------------
  * send/recv hold one buffer per rank (for broadcast the root's send alone).
  * Plans are cached per communicator by their arguments, so a repeated call
- * does not plan again. `stream` must be NULL: the call returns when the
- * data is in place (ordering on a CUDA/HIP stream is the Python package's
- * and the caller's, through conccl_plan_completion). */
+ * does not plan again.
+ * stream NULL: the call returns when the data is in place.
+ * stream a CUstream (backend "nv"): the call is ordered on the stream, as
+ * conccl_plan_enqueue_on_stream does, and returns at once: the copies start
+ * when the stream's prior work is done, and the stream's later work sees the
+ * data. Up to 4 launches of the same call may be in flight; a fifth waits
+ * (on the host, within the communicator's timeout) for the oldest. Other
+ * backends refuse a stream (UNAVAILABLE). */
 conccl_status conccl_all_gather(const conccl_buffer* send, const conccl_buffer* recv, size_t bytes,
                                 conccl_comm_t comm, void* stream);
 conccl_status conccl_all_to_all(const conccl_buffer* send, const conccl_buffer* recv, size_t bytes,

@@ -28,6 +28,10 @@
 #include "conccl/device.hpp"
 #include "conccl/status.hpp"
 
+namespace conccl {
+class Plan;
+}
+
 namespace conccl::nv {
 
 // How a sleeping wait is woken (Options::irq_source / irq_notifier).
@@ -167,6 +171,19 @@ Status unregister_cuda(conccl::Device& device, const conccl::Buffer& buffer);
 // CUDA streams can cuStreamWaitValue64 on a plan's arrival signals. Once per
 // device; needs libcuda.
 Status share_signals_with_cuda(conccl::Device& device);
+// The CUDA device ordinal of `gpu` of an nv conccl::Device (by UUID).
+Result<int> cuda_ordinal(conccl::Device& device, int gpu);
+// Orders a prelaunched plan on a CUDA stream (a CUstream; nullptr is the
+// legacy default stream): the stream releases the plan once its prior work is
+// done (cuStreamWriteValue64 into the plan's trigger, which fences that work's
+// writes first), and work queued on the stream afterwards waits until every
+// rank's receive buffer is complete (cuStreamWaitValue64 GEQ on each rank's
+// arrival signal). Shares the device's signals with CUDA on first use. The
+// host returns at once; running() and wait() say when the launch is done,
+// and a relaunch must wait for it. The plan must be compiled with
+// CollectiveArgs::prelaunch; its buffers must be ones the stream's work may
+// touch in that order (registered CUDA memory).
+Status enqueue_on_stream(conccl::Device& device, conccl::Plan& plan, void* cu_stream, Deadline deadline);
 
 // Splits `bytes` over weights (PCE counts): piece i gets about
 // bytes*w[i]/sum(w), rounded to `align`; the last non-empty piece takes the

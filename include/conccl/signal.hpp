@@ -18,6 +18,7 @@
 
 #include <cstdint>
 #include <string>
+#include <vector>
 
 #include "conccl/deadline.hpp"
 #include "conccl/device.hpp"
@@ -32,6 +33,12 @@ struct QueueSpan {
   Queue* queue = nullptr;
   uint64_t begin = 0;  // submitted() before the work was submitted
   uint64_t end = 0;    // ticket of the submission (done when completed() >= end)
+};
+
+// One 64-bit store that an outside writer makes (see Signal::stores_for).
+struct SignalStore {
+  uint64_t va = 0;
+  uint64_t value = 0;
 };
 
 class Signal {
@@ -62,6 +69,12 @@ class Signal {
   void set(uint64_t v);
   // Host atomic add, returns the new value.
   uint64_t add(uint64_t delta);
+  // The 64-bit stores, in this order, that set the signal to v from outside
+  // the host: a compute stream (cuStreamWriteValue64/hipStreamWriteValue64)
+  // or another process. One store on native 64-bit layouts; the SDMA twin
+  // (+8) first and the value last, so that no waiter sees one without the other
+  // in a way that releases it early.
+  std::vector<SignalStore> stores_for(uint64_t v) const;
 
   // --- DMA side: commands appended to a command buffer (the vocabulary's
   // signal_add / signal_set / wait_ge; the lowering encodes the layout) ---

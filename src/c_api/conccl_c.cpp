@@ -15,6 +15,7 @@
 
 #include "conccl/collectives.hpp"
 #include "conccl/device.hpp"
+#include "conccl/nv.hpp"
 #include "conccl/queue.hpp"
 #include "conccl/signal.hpp"
 #include "conccl/staging.hpp"
@@ -25,6 +26,7 @@ using namespace conccl;
 struct conccl_device {
   std::unique_ptr<Device> dev;
   std::map<int, std::unique_ptr<Stager>> stagers;  // by GPU (-1: host buffers), made on first use
+  std::map<uint64_t, nv::CudaAlloc> cuda_allocs;   // conccl_buffer_alloc_cuda's, by pointer
 };
 struct conccl_signal {
   Signal sig;
@@ -38,9 +40,16 @@ struct conccl_comm {
   conccl_device* device = nullptr;
   std::unique_ptr<Communicator> comm;
   uint32_t timeout_ms = 60000;
-  // NCCL-shaped calls: plans by (op, bytes, root, buffers).
-  using Key = std::tuple<int, uint64_t, int, std::vector<uint64_t>, std::vector<uint64_t>>;
-  std::map<Key, std::unique_ptr<Plan>> cache;
+  // NCCL-shaped calls: plans by (op, bytes, root, buffers, on a stream).
+  // Stream-ordered calls keep up to kInFlight plans per key, used in turn,
+  // so that launches queue on the stream without a host wait between them.
+  static constexpr size_t kInFlight = 4;
+  using Key = std::tuple<int, uint64_t, int, std::vector<uint64_t>, std::vector<uint64_t>, bool>;
+  struct Slot {
+    std::vector<std::unique_ptr<Plan>> plans;
+    size_t next = 0;
+  };
+  std::map<Key, Slot> cache;
 };
 struct conccl_plan {
   std::unique_ptr<Plan> plan;
@@ -103,6 +112,12 @@ bool size_ok(const T* p, size_t needed) {
 
 Deadline after(uint32_t ms) { return Deadline::after_ms(ms); }
 
+#define CONCCL_RETURN_IF_ERROR_C(expr)   \
+  do {                                   \
+    const Status st_ = (expr);           \
+    if (!st_.ok()) return report(st_);   \
+  } while (0)
+
 Buffer to_cpp(const conccl_buffer& b) {
   Buffer out;
   out.va = b.va;
@@ -152,17 +167,18 @@ conccl_status nccl_shaped(CollOp op, const conccl_buffer* send, const conccl_buf
                           conccl_comm* c, void* stream) {
   CONCCL_C_REQUIRE(c, "comm is NULL");
   CONCCL_C_REQUIRE(send && recv, "send and recv must point at one buffer per rank");
-  if (stream)
-    return fail(CONCCL_ERR_INVALID_ARGUMENT,
-                std::string(coll_op_name(op)) +
-                    ": stream must be NULL: the C call returns when the data is in place; to order it on a CUDA/HIP "
-                    "stream, use a plan and wait on conccl_plan_completion from the stream");
+  if (stream && !nv::native(*c->device->dev))
+    return fail(CONCCL_ERR_UNAVAILABLE,
+                std::string(coll_op_name(op)) + ": ordering on a stream needs the nv backend (a CUDA stream); on " +
+                    "this backend pass stream NULL (the call returns when the data is in place), or order the work " +
+                    "yourself with conccl_plan_release_by_stores and conccl_plan_completion");
   const int n = c->comm->size();
   const bool root_only = op == CollOp::broadcast;
   CollectiveArgs a;
   a.op = op;
   a.bytes = bytes;
   a.root = root;
+  a.prelaunch = stream != nullptr;
   std::vector<uint64_t> sk, rk;
   if (root_only) {
     CONCCL_C_REQUIRE(root >= 0 && root < n, "root " + std::to_string(root) + " is not a rank of a communicator of " +
@@ -180,16 +196,29 @@ conccl_status nccl_shaped(CollOp op, const conccl_buffer* send, const conccl_buf
     a.recv.push_back(to_cpp(recv[r]));
     rk.push_back(recv[r].va);
   }
-  conccl_comm::Key key{static_cast<int>(op), bytes, root, sk, rk};
-  auto it = c->cache.find(key);
-  if (it == c->cache.end()) {
-    Result<std::unique_ptr<Plan>> p = c->comm->plan(a);
-    if (!p.ok()) return report(p.status());
-    it = c->cache.emplace(key, std::move(p).value()).first;
-  }
+  conccl_comm::Slot& slot = c->cache[conccl_comm::Key{static_cast<int>(op), bytes, root, sk, rk, stream != nullptr}];
   const Deadline dl = after(c->timeout_ms);
-  Status st = it->second->launch(dl);
-  if (st.ok()) st = it->second->wait(dl);
+  // The plan to use: a free one, else a new one (up to kInFlight on a
+  // stream), else the next in turn once its launch is done.
+  Plan* plan = nullptr;
+  for (auto& p : slot.plans)
+    if (!p->running()) plan = p.get();
+  if (!plan && (slot.plans.empty() || (stream && slot.plans.size() < conccl_comm::kInFlight))) {
+    Result<std::unique_ptr<Plan>> p = c->comm->plan(a);
+    if (!p.ok()) {
+      if (slot.plans.empty()) c->cache.erase(conccl_comm::Key{static_cast<int>(op), bytes, root, sk, rk, stream != nullptr});
+      return report(p.status());
+    }
+    slot.plans.push_back(std::move(p).value());
+    plan = slot.plans.back().get();
+  }
+  if (!plan) {
+    plan = slot.plans[slot.next++ % slot.plans.size()].get();
+    CONCCL_RETURN_IF_ERROR_C(plan->wait(dl));
+  }
+  if (stream) return report(nv::enqueue_on_stream(*c->device->dev, *plan, stream, dl));
+  Status st = plan->launch(dl);
+  if (st.ok()) st = plan->wait(dl);
   return report(st);
 }
 
@@ -299,7 +328,68 @@ conccl_status conccl_buffer_alloc(conccl_device_t d, int gpu, size_t bytes, conc
 conccl_status conccl_buffer_free(conccl_device_t d, const conccl_buffer* b) {
   return guard([&] {
     CONCCL_C_REQUIRE(d && b, "device and buffer must not be NULL");
+    auto it = d->cuda_allocs.find(b->va);
+    if (it != d->cuda_allocs.end()) {
+      CONCCL_RETURN_IF_ERROR_C(nv::unregister_cuda(*d->dev, to_cpp(*b)));
+      nv::CudaAlloc a = it->second;
+      d->cuda_allocs.erase(it);
+      return report(nv::cuda_free(a));
+    }
     return report(d->dev->free(to_cpp(*b)));
+  });
+}
+
+conccl_status conccl_device_cuda_ordinal(conccl_device_t d, int gpu, int* ordinal) {
+  return guard([&] {
+    CONCCL_C_REQUIRE(d && ordinal, "device and ordinal must not be NULL");
+    if (!nv::native(*d->dev))
+      return fail(CONCCL_ERR_UNAVAILABLE, "conccl_device_cuda_ordinal: CUDA memory needs the nv backend");
+    Result<int> o = nv::cuda_ordinal(*d->dev, gpu);
+    if (!o.ok()) return report(o.status());
+    *ordinal = *o;
+    return report(Status());
+  });
+}
+
+conccl_status conccl_buffer_register_cuda(conccl_device_t d, int gpu, uint64_t ptr, size_t bytes, conccl_buffer* b) {
+  return guard([&] {
+    CONCCL_C_REQUIRE(d && b, "device and buffer must not be NULL");
+    Result<Buffer> r = nv::register_cuda(*d->dev, ptr, bytes, gpu);
+    if (!r.ok()) return report(r.status());
+    *b = to_c(*r);
+    b->kind = CONCCL_MEM_CUDA;
+    return report(Status());
+  });
+}
+
+conccl_status conccl_buffer_unregister_cuda(conccl_device_t d, const conccl_buffer* b) {
+  return guard([&] {
+    CONCCL_C_REQUIRE(d && b, "device and buffer must not be NULL");
+    CONCCL_C_REQUIRE(!d->cuda_allocs.count(b->va), "buffer came from conccl_buffer_alloc_cuda: free it with conccl_buffer_free");
+    return report(nv::unregister_cuda(*d->dev, to_cpp(*b)));
+  });
+}
+
+conccl_status conccl_buffer_alloc_cuda(conccl_device_t d, int gpu, size_t bytes, conccl_buffer* b) {
+  return guard([&] {
+    CONCCL_C_REQUIRE(d && b, "device and buffer must not be NULL");
+    CONCCL_C_REQUIRE(bytes > 0, "bytes must be > 0");
+    if (!nv::native(*d->dev))
+      return fail(CONCCL_ERR_UNAVAILABLE, "conccl_buffer_alloc_cuda: CUDA memory needs the nv backend; use conccl_buffer_alloc");
+    int ordinal = 0;
+    if (conccl_status s = conccl_device_cuda_ordinal(d, gpu, &ordinal); s != CONCCL_OK) return s;
+    Result<nv::CudaAlloc> a = nv::cuda_alloc(bytes, ordinal);
+    if (!a.ok()) return report(a.status());
+    Result<Buffer> r = nv::register_cuda(*d->dev, a->ptr, bytes, gpu);
+    if (!r.ok()) {
+      nv::CudaAlloc undo = *a;
+      (void)nv::cuda_free(undo);
+      return report(r.status());
+    }
+    d->cuda_allocs[a->ptr] = *a;
+    *b = to_c(*r);
+    b->kind = CONCCL_MEM_CUDA;
+    return report(Status());
   });
 }
 
@@ -462,6 +552,7 @@ conccl_status conccl_comm_create(conccl_device_t d, const int* gpus, int nranks,
       CONCCL_C_REQUIRE(o->num_engines >= 0 && (o->engines || o->num_engines == 0), "engines is NULL with num_engines > 0");
       if (o->ring_bytes) opt.ring_bytes = o->ring_bytes;
       opt.loopback = o->loopback != 0;
+      opt.shared_queues = o->shared_queues != 0;
       opt.engines.assign(o->engines, o->engines + o->num_engines);
       if (o->timeout_ms) timeout = o->timeout_ms;
     }
@@ -565,6 +656,26 @@ conccl_status conccl_plan_completion(conccl_plan_t p, int rank, uint64_t* addres
     *address = p->plan->arrival(rank).compute_wait(0).address;
     *value = p->plan->arrivals_expected(rank);
     return report(Status());
+  });
+}
+
+conccl_status conccl_plan_release_by_stores(conccl_plan_t p, conccl_store* stores, int capacity, int* count) {
+  return guard([&] {
+    CONCCL_C_REQUIRE(p && count && (stores || capacity == 0), "plan, stores and count must not be NULL");
+    // Checked before the plan is counted as released: the stores must fit.
+    CONCCL_C_REQUIRE(capacity >= 2, "capacity " + std::to_string(capacity) + " is too small: give room for 2 stores");
+    Result<std::vector<SignalStore>> w = p->plan->release_by_stores();
+    if (!w.ok()) return report(w.status());
+    *count = static_cast<int>(w->size());
+    for (size_t i = 0; i < w->size(); ++i) stores[i] = conccl_store{(*w)[i].va, (*w)[i].value};
+    return report(Status());
+  });
+}
+
+conccl_status conccl_plan_enqueue_on_stream(conccl_plan_t p, void* stream, uint32_t timeout_ms) {
+  return guard([&] {
+    CONCCL_C_REQUIRE(p, "plan is NULL");
+    return report(nv::enqueue_on_stream(p->plan->communicator().device(), *p->plan, stream, after(timeout_ms)));
   });
 }
 

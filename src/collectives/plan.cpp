@@ -6,6 +6,14 @@
 namespace conccl {
 
 Plan::~Plan() {
+  if (launched_ && trigger_.valid()) {
+    // Lists gated on a trigger nobody will release (prelaunched, or handed
+    // to a stream that never stored) would block their queues on freed
+    // memory: release them, then let the launch finish.
+    if (args_.prelaunch && trigger_.value() == 0) trigger_.set(1);
+    waiting_release_ = false;
+    if (running()) (void)wait(Deadline::after(std::chrono::seconds(10)));
+  }
   if (stamps_.size && comm_) (void)comm_->device().free(stamps_);
 }
 
@@ -70,6 +78,13 @@ Status Plan::release() {
   trigger_.set(1);
   waiting_release_ = false;
   return Status();
+}
+
+Result<std::vector<SignalStore>> Plan::release_by_stores() {
+  if (!waiting_release_)
+    return error(Code::invalid_argument, "release_by_stores() without prelaunch(): prelaunch the plan first");
+  waiting_release_ = false;
+  return trigger_.stores_for(1);
 }
 
 Status Plan::wait(Deadline deadline) {

@@ -78,6 +78,13 @@ uint64_t Signal::add(uint64_t delta) {
   return v;
 }
 
+std::vector<SignalStore> Signal::stores_for(uint64_t v) const {
+  std::vector<SignalStore> out;
+  if (twin_) out.push_back({va_ + 8, v + kTwinOffset});
+  out.push_back({va_, v});
+  return out;
+}
+
 Status Signal::check_layout(const CommandBuffer& cb) const {
   if (cb.caps().signal_twin == twin_) return Status();
   return error(Code::invalid_argument, "signal at " + hex(va_) + " has the " + (twin_ ? "SDMA (twin)" : "native 64-bit") +

@@ -154,8 +154,8 @@ TEST(CApi, CommunicatorPlansAndNcclShapedCalls) {
     }
   }
   int stream = 0;
-  EXPECT_EQ(conccl_all_gather(send.data(), recv.data(), chunk, comm, &stream), CONCCL_ERR_INVALID_ARGUMENT);
-  EXPECT_NE(last().find("stream must be NULL"), std::string::npos) << last();
+  EXPECT_EQ(conccl_all_gather(send.data(), recv.data(), chunk, comm, &stream), CONCCL_ERR_UNAVAILABLE);
+  EXPECT_NE(last().find("needs the nv backend"), std::string::npos) << last();
   EXPECT_EQ(conccl_broadcast(send.data(), recv.data(), chunk, 4, comm, nullptr), CONCCL_ERR_INVALID_ARGUMENT);
 
   conccl_collective_args a;
@@ -196,6 +196,101 @@ TEST(CApi, CommunicatorPlansAndNcclShapedCalls) {
 
   conccl_comm_destroy(comm);
   for (int r = 0; r < 4; ++r) {
+    EXPECT_EQ(conccl_buffer_free(dev.d, &send[r]), CONCCL_OK);
+    EXPECT_EQ(conccl_buffer_free(dev.d, &recv[r]), CONCCL_OK);
+  }
+}
+
+// Another writer releases a prelaunched plan with the stores the plan names:
+// here a DMA queue of the device makes them (as a compute stream would with
+// cu/hipStreamWriteValue64), and the data lands verified. CUDA calls on a
+// backend without CUDA are refused with the reason.
+TEST(CApi, ReleaseByStoresAndCudaCallsElsewhere) {
+  Dev dev;
+  const int gpus[2] = {0, 1};
+  conccl_comm_t comm = nullptr;
+  conccl_comm_options co;
+  conccl_comm_options_init(&co);
+  co.timeout_ms = 5000;
+  ASSERT_EQ(conccl_comm_create(dev.d, gpus, 2, &co, &comm), CONCCL_OK) << last();
+  const size_t chunk = 8192 + 12;
+  std::vector<conccl_buffer> send(2), recv(2);
+  std::vector<std::vector<uint8_t>> data(2, std::vector<uint8_t>(chunk));
+  std::mt19937 rng(21);
+  for (int r = 0; r < 2; ++r) {
+    for (auto& x : data[r]) x = static_cast<uint8_t>(rng());
+    ASSERT_EQ(conccl_buffer_alloc(dev.d, r, chunk, CONCCL_MEM_DEVICE, &send[r]), CONCCL_OK);
+    ASSERT_EQ(conccl_buffer_alloc(dev.d, r, chunk * 2, CONCCL_MEM_DEVICE, &recv[r]), CONCCL_OK);
+    ASSERT_EQ(conccl_buffer_upload(dev.d, &send[r], 0, data[r].data(), chunk, 5000), CONCCL_OK);
+  }
+  auto verify = [&] {
+    for (int r = 0; r < 2; ++r) {
+      std::vector<uint8_t> got(chunk * 2);
+      ASSERT_EQ(conccl_buffer_download(dev.d, got.data(), &recv[r], 0, got.size(), 5000), CONCCL_OK);
+      for (int s = 0; s < 2; ++s)
+        EXPECT_EQ(std::memcmp(got.data() + chunk * s, data[s].data(), chunk), 0) << "rank " << r << " block " << s;
+    }
+  };
+  conccl_collective_args a;
+  conccl_collective_args_init(&a);
+  a.op = CONCCL_ALL_GATHER;
+  a.variant = CONCCL_VARIANT_PCPY;
+  a.bytes = chunk;
+  a.send = send.data();
+  a.nsend = 2;
+  a.recv = recv.data();
+  a.nrecv = 2;
+  a.prelaunch = 1;
+  conccl_plan_t plan = nullptr;
+  ASSERT_EQ(conccl_plan_create(comm, &a, &plan), CONCCL_OK) << last();
+  conccl_store st[4];
+  int count = 0;
+  EXPECT_EQ(conccl_plan_release_by_stores(plan, st, 4, &count), CONCCL_ERR_INVALID_ARGUMENT) << "not prelaunched";
+  ASSERT_EQ(conccl_plan_prelaunch(plan, 5000), CONCCL_OK) << last();
+  EXPECT_EQ(conccl_plan_release_by_stores(plan, st, 1, &count), CONCCL_ERR_INVALID_ARGUMENT);
+  EXPECT_NE(last().find("too small"), std::string::npos) << last();
+  EXPECT_EQ(conccl_plan_wait(plan, 20), CONCCL_ERR_INVALID_ARGUMENT) << "still waiting for a release";
+  ASSERT_EQ(conccl_plan_release_by_stores(plan, st, 4, &count), CONCCL_OK) << last();
+  // SDMA signals: the twin (+8, value + 2^31) first, then the value.
+  ASSERT_EQ(count, 2);
+  EXPECT_EQ(st[0].address, st[1].address + 8);
+  EXPECT_EQ(st[0].value, 1u + (1u << 31));
+  EXPECT_EQ(st[1].value, 1u);
+  EXPECT_EQ(conccl_plan_wait(plan, 50), CONCCL_ERR_TIMEOUT) << "nothing stored yet";
+  int engines[16], n_eng = 0;
+  ASSERT_EQ(conccl_device_engines(dev.d, 0, engines, 16, &n_eng), CONCCL_OK);
+  conccl_queue_t q = nullptr;
+  ASSERT_EQ(conccl_queue_create(dev.d, 0, engines[0], nullptr, &q), CONCCL_OK) << last();
+  for (int i = 0; i < count; ++i) {  // each 64-bit store as two dword fills, low dword first
+    ASSERT_EQ(conccl_queue_fill(q, st[i].address, static_cast<uint32_t>(st[i].value), 4), CONCCL_OK) << last();
+    ASSERT_EQ(conccl_queue_fill(q, st[i].address + 4, static_cast<uint32_t>(st[i].value >> 32), 4), CONCCL_OK);
+  }
+  ASSERT_EQ(conccl_queue_submit(q, 5000, nullptr), CONCCL_OK) << last();
+  ASSERT_EQ(conccl_plan_wait(plan, 5000), CONCCL_OK) << last();
+  verify();
+  conccl_queue_destroy(q);
+  // Handed off and never stored: destroying the plan releases it, and the
+  // queues it blocked run the next call.
+  ASSERT_EQ(conccl_plan_prelaunch(plan, 5000), CONCCL_OK) << last();
+  ASSERT_EQ(conccl_plan_release_by_stores(plan, st, 4, &count), CONCCL_OK) << last();
+  conccl_plan_destroy(plan);
+  ASSERT_EQ(conccl_all_gather(send.data(), recv.data(), chunk, comm, nullptr), CONCCL_OK) << last();
+  verify();
+
+  // CUDA memory and streams need the nv backend.
+  int stream = 0, ordinal = -1;
+  conccl_buffer b;
+  EXPECT_EQ(conccl_all_gather(send.data(), recv.data(), chunk, comm, &stream), CONCCL_ERR_UNAVAILABLE);
+  EXPECT_EQ(conccl_buffer_alloc_cuda(dev.d, 0, 4096, &b), CONCCL_ERR_UNAVAILABLE);
+  EXPECT_NE(last().find("nv backend"), std::string::npos) << last();
+  EXPECT_EQ(conccl_buffer_register_cuda(dev.d, 0, 0x7f0000000000ull, 4096, &b), CONCCL_ERR_UNAVAILABLE);
+  EXPECT_EQ(conccl_device_cuda_ordinal(dev.d, 0, &ordinal), CONCCL_ERR_UNAVAILABLE);
+  a.prelaunch = 1;
+  ASSERT_EQ(conccl_plan_create(comm, &a, &plan), CONCCL_OK) << last();
+  EXPECT_EQ(conccl_plan_enqueue_on_stream(plan, &stream, 1000), CONCCL_ERR_UNAVAILABLE);
+  conccl_plan_destroy(plan);
+  conccl_comm_destroy(comm);
+  for (int r = 0; r < 2; ++r) {
     EXPECT_EQ(conccl_buffer_free(dev.d, &send[r]), CONCCL_OK);
     EXPECT_EQ(conccl_buffer_free(dev.d, &recv[r]), CONCCL_OK);
   }

@@ -5,6 +5,7 @@
 // b2b_ways / striped engines / chain_chunks options.
 #include <gtest/gtest.h>
 
+#include <atomic>
 #include <chrono>
 #include <map>
 #include <set>
@@ -1141,6 +1142,77 @@ TEST(CollEngines, SharedQueuesRunEveryRankOnOneQueuePerEngine) {
       EXPECT_TRUE(contains(bad.status().message(), "shared_queues")) << bad.status().message();
     }
   }
+}
+
+// A compute stream releases a prelaunched plan by storing into its trigger:
+// here a host thread makes exactly the stores release_by_stores() names,
+// after the plan was counted as released, and the data lands verified.
+TEST(CollHandoff, ReleaseByStoresFromAnotherWriter) {
+  for (Topo t : {Topo::h200loop4, Topo::small3}) {
+    SCOPED_TRACE(topo_name(t));
+    ASSERT_OK_AND_ASSIGN(std::unique_ptr<emu::EmuDevice> dev, make_device(t));
+    Communicator::Options o;
+    o.loopback = true;
+    ASSERT_OK_AND_ASSIGN(std::unique_ptr<Communicator> comm, Communicator::create(*dev, {0, 0, 0}, o));
+    Mem mem(*dev, 23);
+    CollectiveArgs a;
+    a.op = CollOp::all_gather;
+    a.variant = Variant::pcpy;
+    a.bytes = 40000;
+    make_buffers(mem, *comm, a, Form::separate);
+    ASSERT_OK_AND_ASSIGN(std::unique_ptr<Plan> unprelaunched, comm->plan(a));
+    EXPECT_EQ(unprelaunched->release_by_stores().status().code(), Code::invalid_argument);
+    a.prelaunch = true;
+    ASSERT_OK_AND_ASSIGN(std::unique_ptr<Plan> plan, comm->plan(a));
+    for (int launch = 0; launch < 2; ++launch) {
+      mem.refill();
+      Mem::Image before, want;
+      mem.snapshot(&before);
+      expected_after(mem, before, plan->args(), comm->size(), &want);
+      ASSERT_OK(plan->prelaunch(long_deadline()));
+      ASSERT_OK_AND_ASSIGN(std::vector<SignalStore> stores, plan->release_by_stores());
+      // SDMA: the twin, then the value; Hopper: one native 64-bit store.
+      ASSERT_EQ(stores.size(), t == Topo::small3 ? 2u : 1u);
+      EXPECT_EQ(stores.back().value, 1u);
+      EXPECT_EQ(plan->release().code(), Code::invalid_argument);  // already handed off
+      std::this_thread::sleep_for(std::chrono::milliseconds(20));
+      EXPECT_TRUE(plan->running());  // nothing moves before the stores
+      EXPECT_EQ(plan->arrival(0).value(), 0u);
+      std::thread writer([&] {
+        for (const SignalStore& w : stores) {
+          auto* p = static_cast<uint64_t*>(dev->host_pointer(w.va, 8));
+          ASSERT_NE(p, nullptr);
+          std::atomic_ref<uint64_t>(*p).store(w.value, std::memory_order_release);
+        }
+      });
+      writer.join();
+      ASSERT_OK(wait_done(*plan));
+      ASSERT_TRUE(mem.matches(want));
+    }
+  }
+}
+
+// Destroying a plan that was prelaunched and never released does not leave
+// its gated lists blocking the queues: the next plan on them runs.
+TEST(CollHandoff, DestroyingAPrelaunchedPlanFreesItsQueues) {
+  ASSERT_OK_AND_ASSIGN(std::unique_ptr<emu::EmuDevice> dev, make_device(Topo::h200loop4));
+  Communicator::Options o;
+  o.loopback = true;
+  ASSERT_OK_AND_ASSIGN(std::unique_ptr<Communicator> comm, Communicator::create(*dev, {0, 0}, o));
+  Mem mem(*dev, 29);
+  CollectiveArgs a;
+  a.op = CollOp::all_to_all;
+  a.variant = Variant::pcpy;
+  a.bytes = 5000;
+  a.prelaunch = true;
+  make_buffers(mem, *comm, a, Form::separate);
+  {
+    ASSERT_OK_AND_ASSIGN(std::unique_ptr<Plan> abandoned, comm->plan(a));
+    ASSERT_OK(abandoned->prelaunch(long_deadline()));
+  }
+  a.prelaunch = false;
+  ASSERT_OK_AND_ASSIGN(std::unique_ptr<Plan> next, comm->plan(a));
+  launch_and_verify(mem, *next, comm->size(), 1);
 }
 
 }  // namespace

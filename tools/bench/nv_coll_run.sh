@@ -7,6 +7,7 @@
 # (run.log, sweeps.jsonl, coll.json, tests.log, configure.log); a summary last.
 #   SWEEP_RANKS="2 4 8"   rank counts for the sweeps
 #   SWEEP_MAX=64M         largest size of the sweeps
+#   SWEEP_FLAGS=""        extra sdma-probe flags for every sweep (e.g. --shared-queues)
 #   SWEEP_OPS="allgather:pcpy,b2b,auto alltoall:pcpy,b2b broadcast:fanout,chain gather:pcpy scatter:fanout p2p:striped,single"
 #   COLL_ARGS="--ranks 4"   nv_coll_bench arguments (COLL=0 skips it)
 #   COLL_ARGS2="..."        a second nv_coll_bench run (coll2.json), e.g. --gemm-data zeros
@@ -66,9 +67,9 @@ B=/tmp/nvb
       for v in $(echo ${spec#*:} | tr ',' ' '); do
         t0=$(date +%s%N)
         timeout 300 $B/tools/sdma-probe/sdma-probe $op --backend nv --ranks $N --variant $v --min ${SWEEP_MIN:-1K} \
-          --max ${SWEEP_MAX:-64M} --timeout-ms 60000 --json /tmp/sw.json > /tmp/sw.txt 2> /tmp/sw.err
+          --max ${SWEEP_MAX:-64M} ${SWEEP_FLAGS:-} --timeout-ms 60000 --json /tmp/sw.json > /tmp/sw.txt 2> /tmp/sw.err
         rc=$?
-        [ -f /tmp/sw.json ] && { tr -d '\n' < /tmp/sw.json | sed "s/^{/{\"variant_asked\": \"$v\", /"; echo; } >> $OUT/sweeps.jsonl
+        [ -f /tmp/sw.json ] && { tr -d '\n' < /tmp/sw.json | sed "s/^{/{\"variant_asked\": \"$v\", \"flags\": \"${SWEEP_FLAGS:-}\", /"; echo; } >> $OUT/sweeps.jsonl
         rm -f /tmp/sw.json
         last=$(tail -1 /tmp/sw.txt)
         printf "%-10s %-8s N=%d rc=%d %6d ms  last: %s\n" $op $v $N $rc $(( ($(date +%s%N) - t0) / 1000000 )) "$last"

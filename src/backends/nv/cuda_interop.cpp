@@ -94,6 +94,9 @@ struct CudaApi {
   CUresult (*cuMemHostRegister)(void*, size_t, unsigned) = nullptr;
   CUresult (*cuMemHostGetDevicePointer)(CUdeviceptr*, void*, unsigned) = nullptr;
   CUresult (*cuMemHostUnregister)(void*) = nullptr;
+  // Stream memory operations (optional: only stream ordering needs them).
+  CUresult (*cuStreamWriteValue64)(void*, CUdeviceptr, uint64_t, unsigned) = nullptr;
+  CUresult (*cuStreamWaitValue64)(void*, CUdeviceptr, uint64_t, unsigned) = nullptr;
 };
 
 template <typename F>
@@ -146,6 +149,8 @@ const CudaApi& api() {
     (void)load(a.lib, a.cuMemHostRegister, "cuMemHostRegister_v2", "cuMemHostRegister");
     (void)load(a.lib, a.cuMemHostGetDevicePointer, "cuMemHostGetDevicePointer_v2", "cuMemHostGetDevicePointer");
     (void)load(a.lib, a.cuMemHostUnregister, "cuMemHostUnregister");
+    (void)load(a.lib, a.cuStreamWriteValue64, "cuStreamWriteValue64_v2", "cuStreamWriteValue64");
+    (void)load(a.lib, a.cuStreamWaitValue64, "cuStreamWaitValue64_v2", "cuStreamWaitValue64");
     if (!missing.empty())
       a.status = error(Code::unavailable, "libcuda.so.1 lacks " + missing +
                                               " (the VMM API needs a CUDA 11.x or newer driver)");
@@ -459,6 +464,23 @@ Status Device::share_slots_with_cuda() {
   CONCCL_RETURN_IF_ERROR(cuda_host_register(slots_.host, slots_.size).prefix("the semaphore slot page"));
   slots_shared_ = true;
   return Status();
+}
+
+// cuda.h: CU_STREAM_WRITE_VALUE_DEFAULT (0) orders the store after the
+// stream's prior work and fences its memory writes first;
+// CU_STREAM_WAIT_VALUE_GEQ (0) compares as (int64_t)(*addr - value) >= 0.
+Status stream_write_value64(void* stream, uint64_t va, uint64_t value) {
+  const CudaApi& a = api();
+  CONCCL_RETURN_IF_ERROR(a.status);
+  if (!a.cuStreamWriteValue64) return error(Code::unavailable, "libcuda lacks cuStreamWriteValue64_v2 (CUDA 11.7+)");
+  return cu_check(a.cuStreamWriteValue64(stream, va, value, 0), "cuStreamWriteValue64 at " + hex(va));
+}
+
+Status stream_wait_value64(void* stream, uint64_t va, uint64_t value) {
+  const CudaApi& a = api();
+  CONCCL_RETURN_IF_ERROR(a.status);
+  if (!a.cuStreamWaitValue64) return error(Code::unavailable, "libcuda lacks cuStreamWaitValue64_v2 (CUDA 11.7+)");
+  return cu_check(a.cuStreamWaitValue64(stream, va, value, 0), "cuStreamWaitValue64 at " + hex(va));
 }
 
 void Device::release_cuda() {

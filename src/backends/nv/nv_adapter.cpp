@@ -15,6 +15,7 @@
 // each. create_queue(gpu, lce): a new GPFIFO channel on that GPU's LCE (its
 // own channel group, token and pushbuffer).
 #include <algorithm>
+#include <atomic>
 #include <cstdio>
 #include <cstring>
 #include <map>
@@ -24,6 +25,7 @@
 
 #include "backends/nv/nv_device.hpp"
 #include "backends/nv/rm_abi.hpp"
+#include "conccl/collectives.hpp"
 #include "conccl/device.hpp"
 #include "conccl/nv.hpp"
 
@@ -409,6 +411,44 @@ Status share_signals_with_cuda(conccl::Device& device) {
   GenericDevice* g = generic(device);
   if (!g) return not_nv("share_signals_with_cuda");
   return g->share_with_cuda();
+}
+
+Result<int> cuda_ordinal(conccl::Device& device, int gpu) {
+  if (!generic(device)) return not_nv("cuda_ordinal");
+  if (gpu < 0 || gpu >= device.gpu_count())
+    return error(Code::invalid_argument, "GPU " + std::to_string(gpu) + " does not exist (the device has " +
+                                             std::to_string(device.gpu_count()) + ")");
+  return cuda_device_for_uuid(native(device, gpu)->info().uuid);
+}
+
+Status enqueue_on_stream(conccl::Device& device, conccl::Plan& plan, void* cu_stream, Deadline deadline) {
+  if (!generic(device)) return not_nv("enqueue_on_stream");
+  if (!plan.args().prelaunch)
+    return error(Code::invalid_argument, "enqueue_on_stream needs a plan compiled with CollectiveArgs::prelaunch");
+  CONCCL_RETURN_IF_ERROR(share_signals_with_cuda(device));
+  CONCCL_RETURN_IF_ERROR(plan.prelaunch(deadline));
+  // The release, then one wait per rank that receives, all on the stream.
+  // If CUDA refuses one of them, the host releases the plan instead, so that
+  // it does not stay gated forever.
+  Result<std::vector<SignalStore>> stores = plan.release_by_stores();
+  if (!stores.ok()) return stores.status();
+  Status st;
+  for (const SignalStore& w : *stores)
+    if (st.ok()) st = stream_write_value64(cu_stream, w.va, w.value);
+  for (int r = 0; r < static_cast<int>(plan.args().recv.size()) && st.ok(); ++r)
+    if (plan.arrivals_expected(r) > 0)
+      st = stream_wait_value64(cu_stream, plan.arrival(r).va(), plan.arrivals_expected(r));
+  if (!st.ok()) {
+    // Whatever the stream did not take: release from the host, so that the
+    // plan completes and the queues do not stay blocked (copy engines
+    // acquire by polling memory: no wake-up is needed).
+    for (const SignalStore& w : *stores) {
+      auto* p = static_cast<uint64_t*>(device.host_pointer(w.va, 8));
+      if (p) std::atomic_ref<uint64_t>(*p).store(w.value, std::memory_order_release);
+    }
+    return st.prefix("enqueue_on_stream (the plan was released from the host instead)");
+  }
+  return Status();
 }
 
 }  // namespace conccl::nv

@@ -366,4 +366,10 @@ class Device {
   const Registration* find_registration(uint64_t va) const;
 };
 
+// CUDA stream memory operations on 64-bit words CUDA can address (our host
+// memory after cuMemHostRegister, or CUDA memory): a store ordered after the
+// stream's prior work, and a wait until the word is >= value.
+Status stream_write_value64(void* stream, uint64_t va, uint64_t value);
+Status stream_wait_value64(void* stream, uint64_t va, uint64_t value);
+
 }  // namespace conccl::nv
