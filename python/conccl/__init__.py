@@ -15,6 +15,15 @@ LD_LIBRARY_PATH=P/lib when P is not a system prefix).
 Every failure raises conccl.Error carrying the library's status and message.
 Buffers whose memory the CPU sees (emulated GPUs, host memory) have zero-copy
 views: Buffer.memoryview() and Buffer.numpy(dtype) (numpy optional).
+
+Every buffer speaks DLPack (Buffer.__dlpack__): numpy.from_dlpack(buf) on
+CPU-visible memory, torch.from_dlpack(buf) on CUDA memory of the nv backend
+(Device.alloc_cuda). PyTorch tensors go into collectives directly:
+Communicator.all_gather_into_tensor(outs, inps) registers the tensors' CUDA
+memory (PyTorch needs PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True, whose
+memory the copy engines can map) and orders the all-gather on the current
+CUDA stream: the copies start when the stream's earlier work is done, and
+the stream's later work sees the data; the call returns at once.
 """
 import ctypes
 import ctypes.util
@@ -22,7 +31,8 @@ import json
 import os
 import weakref
 
-__all__ = ["Error", "Device", "Buffer", "Signal", "Queue", "Communicator", "Plan", "library", "version"]
+__all__ = ["Error", "Device", "Buffer", "Signal", "Queue", "Communicator", "Plan", "library", "version",
+           "CU_STREAM_LEGACY"]
 
 _u64 = ctypes.c_uint64
 _sz = ctypes.c_size_t
@@ -30,7 +40,8 @@ _int = ctypes.c_int
 _vp = ctypes.c_void_p
 _cp = ctypes.c_char_p
 
-DEVICE, HOST = 0, 1
+DEVICE, HOST, CUDA = 0, 1, 2
+CU_STREAM_LEGACY = 1  # cuda.h's handle of the legacy default stream (a stream of 0 means "no stream" here)
 OPS = {"p2p": 0, "broadcast": 1, "gather": 2, "scatter": 3, "all_gather": 4, "all_to_all": 5}
 VARIANTS = {"auto": 0, "pcpy": 1, "bcst": 2, "b2b": 3, "swap": 4, "fanout": 5, "chain": 6, "striped": 7, "single": 8}
 
@@ -46,7 +57,7 @@ class _DeviceOptions(ctypes.Structure):
 
 class _CommOptions(ctypes.Structure):
     _fields_ = [("struct_size", _sz), ("ring_bytes", _sz), ("loopback", _int), ("engines", ctypes.POINTER(_int)),
-                ("num_engines", _int), ("timeout_ms", ctypes.c_uint32)]
+                ("num_engines", _int), ("timeout_ms", ctypes.c_uint32), ("shared_queues", _int)]
 
 
 class _CollArgs(ctypes.Structure):
@@ -125,6 +136,76 @@ _plan_completion = _sig("conccl_plan_completion", _status, _vp, _int, _P(_u64), 
 _all_gather = _sig("conccl_all_gather", _status, _P(_Buffer), _P(_Buffer), _sz, _vp, _vp)
 _all_to_all = _sig("conccl_all_to_all", _status, _P(_Buffer), _P(_Buffer), _sz, _vp, _vp)
 _broadcast = _sig("conccl_broadcast", _status, _P(_Buffer), _P(_Buffer), _sz, _int, _vp, _vp)
+_buf_alloc_cuda = _sig("conccl_buffer_alloc_cuda", _status, _vp, _int, _sz, _P(_Buffer))
+_buf_reg_cuda = _sig("conccl_buffer_register_cuda", _status, _vp, _int, _u64, _sz, _P(_Buffer))
+_buf_unreg_cuda = _sig("conccl_buffer_unregister_cuda", _status, _vp, _P(_Buffer))
+_dev_cuda_ordinal = _sig("conccl_device_cuda_ordinal", _status, _vp, _int, _P(_int))
+
+
+class _Store(ctypes.Structure):
+    _fields_ = [("address", _u64), ("value", _u64)]
+
+
+_plan_release_stores = _sig("conccl_plan_release_by_stores", _status, _vp, _P(_Store), _int, _P(_int))
+_plan_enqueue_stream = _sig("conccl_plan_enqueue_on_stream", _status, _vp, _vp, ctypes.c_uint32)
+
+
+# ---- DLPack (dlpack.h, v0.8 ABI: DLManagedTensor in a "dltensor" capsule) ----
+_kDLCPU, _kDLCUDA = 1, 2
+
+
+class _DLDevice(ctypes.Structure):
+    _fields_ = [("device_type", _int), ("device_id", _int)]
+
+
+class _DLDataType(ctypes.Structure):
+    _fields_ = [("code", ctypes.c_uint8), ("bits", ctypes.c_uint8), ("lanes", ctypes.c_uint16)]
+
+
+class _DLTensor(ctypes.Structure):
+    _fields_ = [("data", _vp), ("device", _DLDevice), ("ndim", _int), ("dtype", _DLDataType),
+                ("shape", ctypes.POINTER(ctypes.c_int64)), ("strides", ctypes.POINTER(ctypes.c_int64)),
+                ("byte_offset", _u64)]
+
+
+class _DLManagedTensor(ctypes.Structure):
+    pass
+
+
+_DLDeleter = ctypes.CFUNCTYPE(None, ctypes.POINTER(_DLManagedTensor))
+_DLManagedTensor._fields_ = [("dl_tensor", _DLTensor), ("manager_ctx", _vp), ("deleter", _DLDeleter)]
+_dl_alive = {}  # manager_ctx -> (managed tensor, shape, buffer): kept until the consumer's deleter runs
+_dl_next = [1]
+_DLTENSOR = b"dltensor"
+
+
+@_DLDeleter
+def _dl_delete(managed):
+    _dl_alive.pop(managed.contents.manager_ctx or 0, None)
+
+
+_PyCapsule_New = ctypes.pythonapi.PyCapsule_New
+_PyCapsule_New.restype = ctypes.py_object
+_PyCapsule_New.argtypes = [_vp, _cp, _vp]
+_PyCapsule_IsValid = ctypes.pythonapi.PyCapsule_IsValid
+_PyCapsule_IsValid.restype = _int
+_PyCapsule_IsValid.argtypes = [_vp, _cp]  # raw PyObject*: the capsule is being destroyed
+_PyCapsule_GetPointer = ctypes.pythonapi.PyCapsule_GetPointer
+_PyCapsule_GetPointer.restype = _vp
+_PyCapsule_GetPointer.argtypes = [_vp, _cp]
+# The destructor gets a PyObject* whose refcount is already 0: take it as a raw
+# pointer (a py_object argument would resurrect and free it a second time).
+_CapsuleDestructor = ctypes.CFUNCTYPE(None, _vp)
+
+
+@_CapsuleDestructor
+def _capsule_destructor(capsule):
+    # A capsule never consumed (still named "dltensor") frees its tensor; a
+    # consumer renames it "used_dltensor" and calls the deleter itself.
+    if _PyCapsule_IsValid(capsule, _DLTENSOR):
+        p = _PyCapsule_GetPointer(capsule, _DLTENSOR)
+        m = ctypes.cast(p, ctypes.POINTER(_DLManagedTensor))
+        _dl_alive.pop(m.contents.manager_ctx or 0, None)
 
 
 class Error(Exception):
@@ -168,6 +249,37 @@ class Buffer:
         _check(_buf_down(self._device._h, out, ctypes.byref(self._raw), offset, n, timeout_ms))
         return out.raw
 
+    kind = property(lambda self: self._raw.kind)
+
+    def __dlpack_device__(self):
+        """(kDLCUDA, CUDA ordinal) for CUDA memory, (kDLCPU, 0) for CPU-visible memory."""
+        if self._raw.kind == CUDA:
+            return (_kDLCUDA, self._device.cuda_ordinal(self.gpu))
+        if not self.host:
+            raise Error("unavailable", "this buffer is neither CPU-visible nor CUDA memory: no DLPack view "
+                                       "(on the nv backend allocate with Device.alloc_cuda)")
+        return (_kDLCPU, 0)
+
+    def __dlpack__(self, stream=None, **kw):
+        """A DLPack capsule viewing the whole buffer as uint8[size], zero-copy. The
+        buffer must outlive the consumer's tensor (free it only after)."""
+        dev_type, dev_id = self.__dlpack_device__()
+        m = _DLManagedTensor()
+        shape = (ctypes.c_int64 * 1)(self.size)
+        m.dl_tensor.data = self.va if dev_type == _kDLCUDA else self.host
+        m.dl_tensor.device = _DLDevice(dev_type, dev_id)
+        m.dl_tensor.ndim = 1
+        m.dl_tensor.dtype = _DLDataType(1, 8, 1)  # kDLUInt, 8 bits
+        m.dl_tensor.shape = shape
+        m.dl_tensor.strides = None
+        m.dl_tensor.byte_offset = 0
+        key = _dl_next[0]
+        _dl_next[0] += 1
+        m.manager_ctx = key
+        m.deleter = _dl_delete
+        _dl_alive[key] = (m, shape, self)
+        return _PyCapsule_New(ctypes.addressof(m), _DLTENSOR, ctypes.cast(_capsule_destructor, _vp))
+
     def memoryview(self):
         """Zero-copy view of CPU-visible memory (emulated GPUs, host buffers)."""
         if not self.host:
@@ -183,7 +295,10 @@ class Buffer:
         if self._raw is None:
             raise Error("not_found", "buffer already freed")
         if self._device._h:
-            _check(_buf_free(self._device._h, ctypes.byref(self._raw)))
+            if getattr(self, "_registered", False):
+                _check(_buf_unreg_cuda(self._device._h, ctypes.byref(self._raw)))
+            else:
+                _check(_buf_free(self._device._h, ctypes.byref(self._raw)))
         self._raw = None
 
 
@@ -246,6 +361,46 @@ class Device:
         raw = _Buffer()
         _check(_buf_alloc(self._h, gpu, nbytes, kind, ctypes.byref(raw)))
         return Buffer(self, raw)
+
+    def alloc_cuda(self, gpu, nbytes):
+        """CUDA memory on `gpu` (nv backend) the engines and CUDA both use; torch.from_dlpack views it."""
+        raw = _Buffer()
+        _check(_buf_alloc_cuda(self._h, gpu, nbytes, ctypes.byref(raw)))
+        return Buffer(self, raw)
+
+    def register_cuda(self, ptr, nbytes, gpu=0):
+        """Registers CUDA memory (cuMemCreate with POSIX-fd handles: PyTorch with
+        expandable_segments:True) so that collectives can use it; Buffer.free() unregisters."""
+        raw = _Buffer()
+        _check(_buf_reg_cuda(self._h, gpu, int(ptr), nbytes, ctypes.byref(raw)))
+        b = Buffer(self, raw)
+        b._registered = True
+        return b
+
+    def cuda_ordinal(self, gpu):
+        o = _int()
+        _check(_dev_cuda_ordinal(self._h, gpu, ctypes.byref(o)))
+        return o.value
+
+    def _tensor_buffer(self, t, gpu):
+        """The registered Buffer of a CUDA tensor's bytes (cached by pointer and size
+        until release_tensors())."""
+        if not getattr(t, "is_cuda", False):
+            raise Error("invalid_argument", "expected a CUDA torch tensor, got " + type(t).__name__ +
+                        (" on " + str(t.device) if hasattr(t, "device") else ""))
+        if not t.is_contiguous():
+            raise Error("invalid_argument", "the tensor is not contiguous: call .contiguous() first")
+        key = (t.data_ptr(), t.numel() * t.element_size(), gpu)
+        cache = self.__dict__.setdefault("_tensor_regs", {})
+        if key not in cache:
+            cache[key] = self.register_cuda(key[0], key[1], gpu)
+        return cache[key]
+
+    def release_tensors(self):
+        """Unregisters every tensor registered by the torch calls. Call it before the
+        memory goes back to CUDA (torch.cuda.empty_cache(), or the tensors dying)."""
+        for b in self.__dict__.pop("_tensor_regs", {}).values():
+            b.free()
 
 
 class _Child:
@@ -351,6 +506,19 @@ class Plan(_Child):
     def wait(self, timeout_ms=10000):
         _check(_plan_wait(self._h, timeout_ms))
 
+    def release_by_stores(self):
+        """Hands the release of a prelaunched plan to another writer: [(address, value)]
+        64-bit stores to make in order (a compute stream's write-value operation)."""
+        st = (_Store * 4)()
+        n = _int()
+        _check(_plan_release_stores(self._h, st, 4, ctypes.byref(n)))
+        return [(st[i].address, st[i].value) for i in range(n.value)]
+
+    def enqueue_on_stream(self, stream, timeout_ms=10000):
+        """nv backend: order a prelaunch plan on a CUDA stream (a CUstream handle, a
+        torch.cuda.Stream, or None for torch's current stream). Returns at once."""
+        _check(_plan_enqueue_stream(self._h, _stream_handle(stream), timeout_ms))
+
     def completion(self, rank):
         """(address, value): rank's data is in place once the 64-bit word at address >= value."""
         a, v = _u64(), _u64()
@@ -362,17 +530,19 @@ class Communicator(_Child):
     """Ranks on the GPUs of one device (gpus[r] = rank r's GPU); loopback lets ranks share a GPU."""
     _destroy_fn = staticmethod(_comm_destroy)
 
-    def __init__(self, device, gpus, loopback=False, engines=None, timeout_ms=60000):
+    def __init__(self, device, gpus, loopback=False, engines=None, timeout_ms=60000, shared_queues=False):
         device._adopt(self)
         self._device = device
         g = list(gpus)
         ga = (_int * len(g))(*g)
         eng = list(engines or [])
         ea = (_int * max(1, len(eng)))(*eng)
-        o = _CommOptions(ctypes.sizeof(_CommOptions), 0, int(loopback), ea if eng else None, len(eng), timeout_ms)
+        o = _CommOptions(ctypes.sizeof(_CommOptions), 0, int(loopback), ea if eng else None, len(eng), timeout_ms,
+                         int(shared_queues))
         h = _vp()
         _check(_comm_create(device._h, ga, len(g), ctypes.byref(o), ctypes.byref(h)))
         self._h = h
+        self._gpus = g
 
     size = property(lambda self: _comm_size(self._h))
 
@@ -393,3 +563,43 @@ class Communicator(_Child):
         s, _ = _array([root_send])
         r, _ = _array(recv)
         _check(_broadcast(s, r, nbytes, root, self._h, None))
+
+    # ---- PyTorch: CUDA tensors, ordered on a CUDA stream (nv backend) ----
+    def all_gather_into_tensor(self, outputs, inputs, stream=None):
+        """outputs[r] (size x input bytes) of every rank r gets every rank's inputs[s]
+        at offset s x input bytes, like torch.distributed.all_gather_into_tensor with
+        one process per rank. Ordered on `stream` (default: torch's current stream):
+        the copies start when the stream's earlier work is done, and its later work
+        sees the results. Returns at once."""
+        self._tensor_call(_all_gather, outputs, inputs, stream)
+
+    def all_to_all_single(self, outputs, inputs, stream=None):
+        """outputs[d] chunk s = inputs[s] chunk d (equal chunks), ordered on the stream."""
+        self._tensor_call(_all_to_all, outputs, inputs, stream)
+
+    def _tensor_call(self, fn, outputs, inputs, stream):
+        n = self.size
+        if len(outputs) != n or len(inputs) != n:
+            raise Error("invalid_argument", f"give one output and one input tensor per rank ({n} each), "
+                                            f"got {len(outputs)} and {len(inputs)}")
+        dev = self._device
+        gpus = getattr(self, "_gpus", [0] * n)
+        send = [dev._tensor_buffer(t, gpus[r]) for r, t in enumerate(inputs)]
+        recv = [dev._tensor_buffer(t, gpus[r]) for r, t in enumerate(outputs)]
+        nbytes = send[0].size
+        if any(b.size != nbytes for b in send) or any(b.size != nbytes * n for b in recv):
+            raise Error("invalid_argument", f"every input must have the same bytes and every output {n} times "
+                                            f"that: inputs {[b.size for b in send]}, outputs {[b.size for b in recv]}")
+        s, _ = _array(send)
+        r, _ = _array(recv)
+        _check(fn(s, r, nbytes, self._h, _stream_handle(stream)))
+
+
+def _stream_handle(stream):
+    """A CUstream for the C API: a torch.cuda.Stream, an int handle, or None for torch's
+    current stream; the legacy default stream (handle 0) becomes CU_STREAM_LEGACY."""
+    if stream is None:
+        import torch
+        stream = torch.cuda.current_stream()
+    h = getattr(stream, "cuda_stream", stream)
+    return _vp(int(h) or CU_STREAM_LEGACY)

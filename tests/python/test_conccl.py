@@ -116,5 +116,81 @@ class CollectiveTest(unittest.TestCase):
             self.assertEqual(cm.exception.status, "invalid_argument")
 
 
+    def test_shared_queues_and_release_by_stores(self):
+        # Another writer releases a prelaunched plan with the stores it names:
+        # here an engine (a queue's dword fills), as a compute stream would.
+        with conccl.Device("emu", preset="h200") as dev:
+            n, chunk = 3, 40960 + 8
+            comm = conccl.Communicator(dev, [0] * n, loopback=True, shared_queues=True)
+            data = [os.urandom(chunk) for _ in range(n)]
+            send = [dev.alloc(0, chunk) for _ in range(n)]
+            recv = [dev.alloc(0, chunk * n) for _ in range(n)]
+            for r in range(n):
+                send[r].upload(data[r])
+            plan = comm.plan("all_gather", chunk, send, recv, variant="pcpy", prelaunch=True)
+            plan.prelaunch()
+            stores = plan.release_by_stores()
+            self.assertEqual(len(stores), 1, "Hopper signals: one native 64-bit store")
+            self.assertEqual(stores[0][1], 1)
+            with self.assertRaises(conccl.Error) as cm:
+                plan.wait(timeout_ms=50)
+            self.assertEqual(cm.exception.status, "timeout")
+            q = conccl.Queue(dev, 0, dev.engines(0)[0])
+            for address, value in stores:
+                q.fill(address, value & 0xFFFFFFFF, 4)
+                q.fill(address + 4, value >> 32, 4)
+            q.submit()
+            plan.wait()
+            for r in range(n):
+                self.assertEqual(recv[r].download(), b"".join(data))
+
+    def test_cuda_calls_need_the_nv_backend(self):
+        with conccl.Device("emu", preset="h200") as dev:
+            with self.assertRaises(conccl.Error) as cm:
+                dev.alloc_cuda(0, 4096)
+            self.assertEqual(cm.exception.status, "unavailable")
+            self.assertIn("nv backend", cm.exception.message)
+            comm = conccl.Communicator(dev, [0, 0], loopback=True)
+            with self.assertRaises(conccl.Error) as cm:
+                comm.all_gather_into_tensor([b"x", b"y"], [b"x", b"y"])
+            self.assertEqual(cm.exception.status, "invalid_argument")
+            self.assertIn("CUDA torch tensor", cm.exception.message)
+            send = [dev.alloc(0, 4096) for _ in range(2)]
+            recv = [dev.alloc(0, 8192) for _ in range(2)]
+            plan = comm.plan("all_gather", 4096, send, recv, prelaunch=True)
+            with self.assertRaises(conccl.Error) as cm:
+                plan.enqueue_on_stream(conccl.CU_STREAM_LEGACY)
+            self.assertEqual(cm.exception.status, "unavailable")
+
+
+class DLPackTest(unittest.TestCase):
+    def test_numpy_from_dlpack_is_a_zero_copy_view(self):
+        try:
+            import numpy as np
+        except ImportError:
+            self.skipTest("numpy is not installed")
+        if not hasattr(np, "from_dlpack"):
+            self.skipTest("this numpy has no from_dlpack")
+        with conccl.Device("emu", preset="mi300x") as dev:
+            n = 8192 + 24
+            buf = dev.alloc(1, n)
+            data = os.urandom(n)
+            buf.upload(data)
+            self.assertEqual(buf.__dlpack_device__(), (1, 0))
+            a = np.from_dlpack(buf)
+            self.assertEqual(a.dtype, np.uint8)
+            self.assertEqual(a.shape, (n,))
+            self.assertEqual(a.tobytes(), data)
+            buf.upload(bytes(range(16)))  # a view, not a copy: new bytes show through
+            self.assertEqual(a[:16].tobytes(), bytes(range(16)))
+            del a
+            # An unconsumed capsule frees its tensor when it dies.
+            before = len(conccl._dl_alive)
+            cap = buf.__dlpack__()
+            self.assertEqual(len(conccl._dl_alive), before + 1)
+            del cap
+            self.assertEqual(len(conccl._dl_alive), before)
+
+
 if __name__ == "__main__":
     unittest.main()

@@ -1,15 +1,17 @@
 #!/bin/bash
 # tools/bench/nv_capi_run.sh - on the GPU machine (device tool, carry .nvdev):
-# the installed library from outside - the C transport example and the Python
-# package - on the nv backend. Logs in $OUT.
+# the installed library from outside - the C transport example, the Python
+# package and PyTorch (examples/python/torch_allgather.py) - on the nv
+# backend. Builds in /tmp/nvb, as nv_coll_run.sh does. Logs in $OUT.
+#   TORCH_ARGS="4 64"   ranks and MiB per rank of the PyTorch example
 set -uo pipefail
-OUT=${OUT:-/tmp/nv_out}; mkdir -p "$OUT"; B=/tmp/b
+OUT=${OUT:-/tmp/nv_out}; mkdir -p "$OUT"; B=/tmp/nvb
 if [ ! -f /tmp/gtest/lib/libgtest.a ]; then
   cmake -S .nvdev/googletest -B /tmp/gt -G Ninja -DCMAKE_BUILD_TYPE=Release -DBUILD_GMOCK=OFF \
     -DCMAKE_INSTALL_PREFIX=/tmp/gtest > /tmp/gt.log 2>&1 && ninja -C /tmp/gt install > /tmp/gt.log 2>&1
 fi
 cmake -S . -B $B -G Ninja -DCMAKE_BUILD_TYPE=Release -DCMAKE_PREFIX_PATH=/tmp/gtest -DGTEST_ROOT=/tmp/gtest \
-  -DCONCCL_BUILD_BENCHMARKS=OFF > $OUT/cfg.log 2>&1
+  > $OUT/cfg.log 2>&1
 ninja -C $B conccl_shared sdma-probe test_c_api 2>&1 | grep -E "error|warning: " | head
 cmake --install $B --prefix /tmp/pfx > /dev/null
 export PKG_CONFIG_PATH=/tmp/pfx/lib/pkgconfig LD_LIBRARY_PATH=/tmp/pfx/lib PYTHONPATH=python
@@ -44,3 +46,6 @@ with conccl.Device("nv") as dev:
         print("view of HBM refused:", e.status)
 PY
 echo "== test_c_api"; $B/tests/c_api/test_c_api 2>&1 | tail -2
+echo "== PyTorch ($(python3 -c 'import torch; print(torch.__version__)' 2>&1)): examples/python/torch_allgather.py ${TORCH_ARGS:-4 64}"
+PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True timeout 300 python3 examples/python/torch_allgather.py ${TORCH_ARGS:-4 64} 2>&1 | tail -12
+echo "torch rc=${PIPESTATUS[0]}"
