@@ -253,7 +253,8 @@ conccl_status conccl_plan_describe(conccl_plan_t plan, char* buf, size_t capacit
  * Plans are cached per communicator by their arguments, so a repeated call
  * does not plan again.
  * stream NULL: the call returns when the data is in place.
- * stream a CUstream (backend "nv"): the call is ordered on the stream, as
+ * stream a CUstream (backend "nv"; CU_STREAM_LEGACY, (void*)1, for the legacy
+ * default stream, since NULL means no stream): the call is ordered on it, as
  * conccl_plan_enqueue_on_stream does, and returns at once: the copies start
  * when the stream's prior work is done, and the stream's later work sees the
  * data. Up to 4 launches of the same call may be in flight; a fifth waits
