@@ -12,11 +12,15 @@ Prints what it checked and one C3 line:
   % of ideal = 100 x (S_real - 1) / (S_ideal - 1), S_ideal = (t_mm + t_ag) / max(t_mm, t_ag),
   S_real = (t_mm + t_ag) / t_both (the ConCCL paper's metric).
 """
+import faulthandler
 import os
 import sys
 import time
 
 os.environ.setdefault("PYTORCH_CUDA_ALLOC_CONF", "expandable_segments:True")
+# A stream parked on a signal that never comes would hang the process (and its
+# exit): a watchdog ends it with a traceback instead.
+faulthandler.dump_traceback_later(240, exit=True)
 import torch  # noqa: E402
 
 import conccl  # noqa: E402
@@ -51,7 +55,7 @@ for rnd in range(3):
     checks.append(all(torch.equal(o, ref) for o in outputs))
 torch.cuda.synchronize()
 print(f"all_gather_into_tensor: {n} ranks x {chunk >> 20} MiB, ordered on the current stream, "
-      f"verified against torch.cat in {sum(checks)}/{len(checks)} rounds")
+      f"verified against torch.cat in {sum(checks)}/{len(checks)} rounds", flush=True)
 
 # 2. A zero-copy tensor over memory ConCCL allocated (DLPack).
 buf = dev.alloc_cuda(0, 1 << 20)
@@ -59,7 +63,8 @@ view = torch.from_dlpack(buf)
 view.copy_(rand_bytes(1 << 20))
 torch.cuda.synchronize()
 dlpack_ok = buf.download() == view.cpu().numpy().tobytes()
-print(f"torch.from_dlpack(Device.alloc_cuda(...)): {view.shape[0]} bytes, the same memory: {dlpack_ok}")
+print(f"torch.from_dlpack(Device.alloc_cuda(...)): {view.shape[0]} bytes, the same memory: {dlpack_ok}",
+      flush=True)
 del view
 
 # 3. C3: the all-gather on copy engines beside a matmul loop on another stream.

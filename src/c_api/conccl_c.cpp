@@ -202,7 +202,10 @@ conccl_status nccl_shaped(CollOp op, const conccl_buffer* send, const conccl_buf
   // stream), else the next in turn once its launch is done.
   Plan* plan = nullptr;
   for (auto& p : slot.plans)
-    if (!p->running()) plan = p.get();
+    if (!p->running()) {
+      plan = p.get();
+      break;
+    }
   if (!plan && (slot.plans.empty() || (stream && slot.plans.size() < conccl_comm::kInFlight))) {
     Result<std::unique_ptr<Plan>> p = c->comm->plan(a);
     if (!p.ok()) {

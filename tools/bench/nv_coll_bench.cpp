@@ -268,6 +268,8 @@ struct C3Row {
   double copy_ms, gemm_ms, both_ms, gemm_both_ms, ideal_pct, slowdown_pct;
   uint64_t wrong;
   std::string engines;
+  int launches = 0;
+  double gbytes = 0;  // moved per measurement (all launches)
 };
 
 std::vector<C3Row> run_c3(Device& dev, int ranks, int n, int gemms, uint64_t chunk, int reps, double budget_frac,
@@ -383,7 +385,8 @@ std::vector<C3Row> run_c3(Device& dev, int ranks, int n, int gemms, uint64_t chu
 
   std::vector<C3Row> rows;
   for (Path& p : paths) {
-    C3Row row{p.key, p.name, 0, 0, 0, 0, 0, 0, 0, ""};
+    C3Row row{p.key, p.name, 0, 0, 0, 0, 0, 0, 0, "", p.count, 0};
+    row.gbytes = 1e-9 * double(p.queues.empty() ? bytes_per : p.copy_bytes * p.queues.size()) * p.count;
     std::vector<double> copy_v, gemm_v, both_v, gemm_both_v;
     for (int rep = 0; rep < reps; ++rep) {
       poison(r);
@@ -588,10 +591,10 @@ int main(int argc, char** argv) {
       std::snprintf(b, sizeof b,
                     "%s{\"variant\": \"%s\", \"engines\": \"%s\", \"copy_ms\": %.3f, \"gemm_ms\": %.3f, \"both_ms\": "
                     "%.3f, \"gemm_beside_ms\": %.3f, \"ideal_pct\": %.2f, \"gemm_slowdown_pct\": %.2f, "
-                    "\"wrong_bytes\": %llu}",
+                    "\"wrong_bytes\": %llu, \"launches\": %d, \"gbytes\": %.3f}",
                     i ? ", " : "", c3[i].key.c_str(), c3[i].engines.c_str(), c3[i].copy_ms, c3[i].gemm_ms,
                     c3[i].both_ms, c3[i].gemm_both_ms, c3[i].ideal_pct, c3[i].slowdown_pct,
-                    static_cast<unsigned long long>(c3[i].wrong));
+                    static_cast<unsigned long long>(c3[i].wrong), c3[i].launches, c3[i].gbytes);
       json += b;
     }
     json += "]}";
@@ -625,10 +628,10 @@ int main(int argc, char** argv) {
                 "the GEMM, budget %.2f\n",
                 n, gemms, zeros ? "zero" : "random", ranks, static_cast<unsigned long long>(chunk_mib), copy_frac,
                 budget_frac);
-    std::printf("%-8s %-14s %9s %9s %9s %8s %8s %6s\n", "variant", "engines", "copy_ms", "gemm_ms", "both_ms", "ideal%",
-                "gemm+%", "wrong");
+    std::printf("%-8s %-14s %7s %9s %9s %9s %8s %8s %6s\n", "variant", "engines", "GB", "copy_ms", "gemm_ms", "both_ms",
+                "ideal%", "gemm+%", "wrong");
     for (const C3Row& r : c3) {
-      std::printf("%-8s %-14s %9.1f %9.1f %9.1f %8.1f %8.1f %6llu\n", r.key.c_str(), r.engines.c_str(), r.copy_ms,
+      std::printf("%-8s %-14s %7.1f %9.1f %9.1f %9.1f %8.1f %8.1f %6llu\n", r.key.c_str(), r.engines.c_str(), r.gbytes, r.copy_ms,
                   r.gemm_ms, r.both_ms, r.ideal_pct, r.slowdown_pct, static_cast<unsigned long long>(r.wrong));
       ok &= r.wrong == 0;
     }
