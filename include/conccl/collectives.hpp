@@ -95,14 +95,21 @@ class Communicator {
     // within a compute phase the engines that make that rate, no more
     // (nv::pick_for_rate chooses them).
     std::vector<int> engines;
-    // The ranks on one GPU (loopback) share one queue (one channel) per
-    // engine instead of one each (without loopback this changes nothing). The engine then runs their lists one after
-    // another rather than time-slicing between channels (on an H200 the
-    // host's runlist switching between 4-12 channels per engine halves the
-    // loopback rate). Plans whose lists wait on each other (chain
-    // broadcast, swap all-to-all) need a queue per rank: asked for, they
-    // are refused; Variant::automatic avoids them.
-    bool shared_queues = false;
+    // Which queues the ranks of one GPU (loopback) use on an engine:
+    //  per_rank    each rank its own queue (one channel each on NVIDIA);
+    //  per_engine  one queue per engine shared by the GPU's ranks, which the
+    //              engine runs one list after another instead of
+    //              time-slicing between channels (an H200's loopback
+    //              all-gather runs twice as fast: docs/perf/h200-collectives.md
+    //              run 20). A list on a shared queue runs only after those
+    //              queued before it, so variants whose lists wait on each
+    //              other (chain broadcast, swap all-to-all out of place)
+    //              are refused, and Variant::automatic avoids them;
+    //  automatic   per_engine for plans whose lists do not wait on each
+    //              other, per_rank for those that do.
+    // Without loopback every GPU has one rank and the three are the same.
+    enum class QueueSharing : uint8_t { automatic, per_rank, per_engine };
+    QueueSharing queues = QueueSharing::automatic;
   };
   // gpus[r] is rank r's GPU index on `device`.
   static Result<std::unique_ptr<Communicator>> create(Device& device, std::vector<int> gpus,
@@ -129,14 +136,17 @@ class Communicator {
   // Engines of src suitable for traffic to dst, recommended first.
   std::vector<int> engines_toward(int src, int dst) const;
 
-  // The queue on (rank, engine), created on first use.
-  Result<Queue*> queue(int rank, int engine);
+  // The queue on (rank, engine), created on first use; `shared`: the one
+  // queue of the rank's GPU on that engine (QueueSharing::per_engine).
+  Result<Queue*> queue(int rank, int engine, bool shared = false);
 
   // Compiles a collective. Validates everything first: nothing is submitted.
   Result<std::unique_ptr<Plan>> plan(const CollectiveArgs& args);
 
  private:
   Communicator(Device& device, std::vector<int> gpus, Options options);
+  // Builds a validated plan with its lists on shared or per-rank queues.
+  Result<std::unique_ptr<Plan>> compile(const CollectiveArgs& args, const CollectiveArgs& asked, bool shared);
   Device& device_;
   std::vector<int> gpus_;
   Options options_;
@@ -153,6 +163,7 @@ struct PlanList {
   CommandBuffer cb;  // in the queue's instruction set
   std::vector<int> writes_to;  // ranks whose arrival signal this list advances
   bool waits_on_lists = false; // waits for another list's signal (not just the trigger)
+  bool shared_queue = false;   // queue is the GPU's per-engine queue (QueueSharing)
   QueueSpan span;              // where the last launch put it
 };
 

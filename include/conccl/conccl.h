@@ -187,6 +187,12 @@ typedef enum conccl_variant {
 /* "auto", "pcpy", ... */
 const char* conccl_variant_name(conccl_variant variant);
 
+/* Communicator::Options::QueueSharing (docs/collectives.md "Loopback"). */
+typedef enum conccl_queue_sharing {
+  CONCCL_QUEUES_AUTO = 0,      /* one queue per engine for the GPU's ranks, unless the plan's lists wait on each other */
+  CONCCL_QUEUES_PER_RANK = 1,  /* each rank its own queue per engine */
+  CONCCL_QUEUES_PER_ENGINE = 2 /* always shared; variants whose lists wait on each other are refused */
+} conccl_queue_sharing;
 typedef struct conccl_comm_options {
   size_t struct_size;
   size_t ring_bytes;   /* per (rank, engine) queue; 0 = default */
@@ -194,7 +200,7 @@ typedef struct conccl_comm_options {
   const int* engines;  /* engine ids plans may use (NULL: all) */
   int num_engines;
   uint32_t timeout_ms; /* the NCCL-shaped calls' deadline (0 = 60000) */
-  int shared_queues;   /* loopback: the ranks of a GPU share one queue per engine */
+  int queues;          /* conccl_queue_sharing: which queues loopback ranks use */
 } conccl_comm_options;
 void conccl_comm_options_init(conccl_comm_options* options);
 

@@ -57,7 +57,7 @@ class _DeviceOptions(ctypes.Structure):
 
 class _CommOptions(ctypes.Structure):
     _fields_ = [("struct_size", _sz), ("ring_bytes", _sz), ("loopback", _int), ("engines", ctypes.POINTER(_int)),
-                ("num_engines", _int), ("timeout_ms", ctypes.c_uint32), ("shared_queues", _int)]
+                ("num_engines", _int), ("timeout_ms", ctypes.c_uint32), ("queues", _int)]
 
 
 class _CollArgs(ctypes.Structure):
@@ -527,10 +527,15 @@ class Plan(_Child):
 
 
 class Communicator(_Child):
-    """Ranks on the GPUs of one device (gpus[r] = rank r's GPU); loopback lets ranks share a GPU."""
+    """Ranks on the GPUs of one device (gpus[r] = rank r's GPU); loopback lets ranks share a GPU,
+    and `queues` ("auto", "per_rank", "per_engine") says which queues they use on an engine."""
     _destroy_fn = staticmethod(_comm_destroy)
 
-    def __init__(self, device, gpus, loopback=False, engines=None, timeout_ms=60000, shared_queues=False):
+    QUEUES = {"auto": 0, "per_rank": 1, "per_engine": 2}
+
+    def __init__(self, device, gpus, loopback=False, engines=None, timeout_ms=60000, queues="auto"):
+        if queues not in self.QUEUES:
+            raise Error("invalid_argument", f"queues {queues!r}: one of {sorted(self.QUEUES)}")
         device._adopt(self)
         self._device = device
         g = list(gpus)
@@ -538,7 +543,7 @@ class Communicator(_Child):
         eng = list(engines or [])
         ea = (_int * max(1, len(eng)))(*eng)
         o = _CommOptions(ctypes.sizeof(_CommOptions), 0, int(loopback), ea if eng else None, len(eng), timeout_ms,
-                         int(shared_queues))
+                         self.QUEUES[queues])
         h = _vp()
         _check(_comm_create(device._h, ga, len(g), ctypes.byref(o), ctypes.byref(h)))
         self._h = h

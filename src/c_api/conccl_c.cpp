@@ -555,7 +555,11 @@ conccl_status conccl_comm_create(conccl_device_t d, const int* gpus, int nranks,
       CONCCL_C_REQUIRE(o->num_engines >= 0 && (o->engines || o->num_engines == 0), "engines is NULL with num_engines > 0");
       if (o->ring_bytes) opt.ring_bytes = o->ring_bytes;
       opt.loopback = o->loopback != 0;
-      opt.shared_queues = o->shared_queues != 0;
+      CONCCL_C_REQUIRE(o->queues >= CONCCL_QUEUES_AUTO && o->queues <= CONCCL_QUEUES_PER_ENGINE,
+                       "queues " + std::to_string(o->queues) + " is not a conccl_queue_sharing");
+      opt.queues = o->queues == CONCCL_QUEUES_PER_RANK     ? Communicator::Options::QueueSharing::per_rank
+                   : o->queues == CONCCL_QUEUES_PER_ENGINE ? Communicator::Options::QueueSharing::per_engine
+                                                           : Communicator::Options::QueueSharing::automatic;
       opt.engines.assign(o->engines, o->engines + o->num_engines);
       if (o->timeout_ms) timeout = o->timeout_ms;
     }

@@ -9,7 +9,8 @@ namespace conccl {
 
 class PlanBuilder {
  public:
-  PlanBuilder(Communicator& comm, Plan& plan) : comm_(comm), plan_(plan) {}
+  // shared: lists go on the GPU's per-engine queues (QueueSharing).
+  PlanBuilder(Communicator& comm, Plan& plan, bool shared) : comm_(comm), plan_(plan), shared_(shared) {}
 
   // The list for (rank, engine), created (with the trigger gate when the plan
   // is prelaunched) on first use.
@@ -29,6 +30,7 @@ class PlanBuilder {
  private:
   Communicator& comm_;
   Plan& plan_;
+  bool shared_;
   std::map<std::pair<int, int>, size_t> index_;
 };
 

@@ -148,9 +148,9 @@ int Communicator::engine_for(int src, int dst, int k) const {
   return slots[static_cast<size_t>(d - 1 + k) % slots.size()];
 }
 
-Result<Queue*> Communicator::queue(int rank, int engine) {
+Result<Queue*> Communicator::queue(int rank, int engine, bool shared) {
   // Shared queues are keyed by the GPU (as rank -1 - gpu, apart from ranks).
-  auto key = std::make_pair(options_.shared_queues ? -1 - gpu(rank) : rank, engine);
+  auto key = std::make_pair(shared ? -1 - gpu(rank) : rank, engine);
   auto it = queues_.find(key);
   if (it != queues_.end()) return it->second.get();
   QueueOptions qo;
@@ -172,10 +172,21 @@ Result<std::unique_ptr<Plan>> Communicator::plan(const CollectiveArgs& in) {
     if (in_place && caps_.swap) args.variant = Variant::swap;  // only swap works in place
     // Shared queues run lists one after another: no variant whose lists wait
     // on each other (an in-place all-to-all then has no variant and is refused).
-    if (options_.shared_queues && args.variant == Variant::chain) args.variant = Variant::fanout;
-    if (options_.shared_queues && args.variant == Variant::swap && !in_place) args.variant = Variant::pcpy;
+    const bool per_engine = options_.queues == Options::QueueSharing::per_engine;
+    if (per_engine && args.variant == Variant::chain) args.variant = Variant::fanout;
+    if (per_engine && args.variant == Variant::swap && !in_place) args.variant = Variant::pcpy;
   }
   CONCCL_RETURN_IF_ERROR(validate_args(*this, args));
+  using QS = Options::QueueSharing;
+  if (options_.queues == QS::per_rank || !options_.loopback) return compile(args, in, false);
+  Result<std::unique_ptr<Plan>> shared = compile(args, in, true);
+  if (!shared.ok() || options_.queues == QS::per_engine) return shared;
+  for (const PlanList& l : (*shared)->lists())
+    if (l.waits_on_lists) return compile(args, in, false);  // automatic: this plan needs a queue per rank
+  return shared;
+}
+
+Result<std::unique_ptr<Plan>> Communicator::compile(const CollectiveArgs& args, const CollectiveArgs& in, bool shared) {
   std::unique_ptr<Plan> plan(new Plan());
   plan->args_ = in;
   plan->comm_ = this;
@@ -194,7 +205,7 @@ Result<std::unique_ptr<Plan>> Communicator::plan(const CollectiveArgs& in) {
   if (!trig.ok()) return trig.status();
   plan->trigger_ = std::move(trig).value();
 
-  PlanBuilder b(*this, *plan);
+  PlanBuilder b(*this, *plan, shared);
   Status st;
   switch (args.op) {
     case CollOp::p2p: st = build_p2p(b, args, plan->variant_); break;
@@ -207,15 +218,15 @@ Result<std::unique_ptr<Plan>> Communicator::plan(const CollectiveArgs& in) {
   if (!st.ok()) return st.prefix(std::string("planning ") + coll_op_name(args.op));
   // On a shared queue a list runs only after the lists queued before it, so
   // a list that waits for another list could wait for one queued behind it.
-  if (options_.shared_queues)
+  if (shared && options_.queues == Options::QueueSharing::per_engine)
     for (const PlanList& l : plan->lists_)
       if (l.waits_on_lists)
         return error(Code::invalid_argument,
                      std::string(coll_op_name(args.op)) + " variant " + variant_name(plan->variant_) +
                          " has command lists that wait on each other (rank " + std::to_string(l.rank) + " engine " +
                          std::to_string(l.engine) +
-                         "), which a queue shared by several ranks could deadlock; use another variant, or create "
-                         "the communicator without Options::shared_queues");
+                         "), which a queue shared by several ranks could deadlock; use another variant, or "
+                         "Options::queues automatic or per_rank");
   if (args.timestamps) {
     Result<Buffer> b = device_.alloc(-1, 16 * plan->lists_.size(), MemKind::host);
     if (!b.ok()) return b.status().prefix("timestamp slots");
@@ -243,11 +254,12 @@ Result<PlanList*> PlanBuilder::list(int rank, int engine) {
   auto key = std::make_pair(rank, engine);
   auto it = index_.find(key);
   if (it != index_.end()) return &plan_.lists_[it->second];
-  Result<Queue*> q = comm_.queue(rank, engine);
+  Result<Queue*> q = comm_.queue(rank, engine, shared_);
   if (!q.ok()) return q.status();
   PlanList l;
   l.rank = rank;
   l.engine = engine;
+  l.shared_queue = shared_;
   l.queue = *q;
   l.cb = (*q)->command_buffer();
   if (!(l.cb.isa() == comm_.isa(0)))

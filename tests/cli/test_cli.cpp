@@ -771,18 +771,25 @@ TEST(Collectives, LoopbackRanksOnTheEmulatedH200) {
   EXPECT_EQ(sdma.rc, 0) << sdma.err;
 }
 
-TEST(Collectives, SharedQueuesFlag) {
+TEST(Collectives, QueuesFlag) {
   const std::string json = scratch() + "/shared.json";
-  Outcome r = probe({"allgather", "--preset", "h200", "--ranks", "4", "--min", "4K", "--max", "64K", "--shared-queues",
+  Outcome r = probe({"allgather", "--preset", "h200", "--ranks", "4", "--min", "4K", "--max", "64K", "--queues", "per-engine",
                      "--json", json});
   EXPECT_EQ(r.rc, 0) << r.err;
   const std::string j = read_file(json);
-  for (const char* key : {"\"shared_queues\": true", "\"wrong_bytes\": 0"}) EXPECT_TRUE(contains(j, key)) << key << " in " << j;
+  for (const char* key : {"\"queues\": \"per-engine\"", "\"wrong_bytes\": 0"}) EXPECT_TRUE(contains(j, key)) << key << " in " << j;
   // A variant whose lists wait on each other cannot share a queue: usage error.
   Outcome chain = probe({"broadcast", "--preset", "h200", "--ranks", "4", "--min", "64K", "--max", "64K",
-                         "--variant", "chain", "--shared-queues"});
+                         "--variant", "chain", "--queues", "per-engine"});
   EXPECT_NE(chain.rc, 0) << chain.err;
-  EXPECT_TRUE(contains(chain.err, "shared_queues")) << chain.err;
+  EXPECT_TRUE(contains(chain.err, "per_rank")) << chain.err;
+  for (const char* q : {"auto", "per-rank"}) {  // chain runs there: on its own queues per rank
+    Outcome ok = probe({"broadcast", "--preset", "h200", "--ranks", "4", "--min", "64K", "--max", "64K", "--variant",
+                        "chain", "--queues", q});
+    EXPECT_EQ(ok.rc, 0) << q << ": " << ok.err;
+  }
+  Outcome bad = probe({"allgather", "--preset", "h200", "--ranks", "2", "--max", "4K", "--queues", "shared"});
+  EXPECT_EQ(bad.rc, 2) << bad.err;
 }
 
 }  // namespace

@@ -1090,7 +1090,7 @@ TEST(CollEngines, SharedQueuesRunEveryRankOnOneQueuePerEngine) {
     ASSERT_OK_AND_ASSIGN(std::unique_ptr<emu::EmuDevice> dev, make_device(t));
     Communicator::Options o;
     o.loopback = true;
-    o.shared_queues = true;
+    o.queues = Communicator::Options::QueueSharing::per_engine;
     const std::vector<int> gpus = t == Topo::h200loop4 ? std::vector<int>{0, 0, 0, 0} : std::vector<int>{0, 1, 0, 1};
     ASSERT_OK_AND_ASSIGN(std::unique_ptr<Communicator> comm, Communicator::create(*dev, gpus, o));
     Mem mem(*dev, 17);
@@ -1139,7 +1139,45 @@ TEST(CollEngines, SharedQueuesRunEveryRankOnOneQueuePerEngine) {
       make_buffers(mem, *comm, a, Form::separate);
       Result<std::unique_ptr<Plan>> bad = comm->plan(a);
       EXPECT_EQ(bad.status().code(), Code::invalid_argument);
-      EXPECT_TRUE(contains(bad.status().message(), "shared_queues")) << bad.status().message();
+      EXPECT_TRUE(contains(bad.status().message(), "per_rank")) << bad.status().message();
+    }
+  }
+}
+
+// QueueSharing::automatic (the default): loopback ranks share the per-engine
+// queue unless the plan's lists wait on each other; per_rank never shares.
+TEST(CollEngines, AutomaticQueueSharingFollowsThePlan) {
+  ASSERT_OK_AND_ASSIGN(std::unique_ptr<emu::EmuDevice> dev, make_device(Topo::h200loop4));
+  using QS = Communicator::Options::QueueSharing;
+  for (QS qs : {QS::automatic, QS::per_rank}) {
+    SCOPED_TRACE(qs == QS::automatic ? "automatic" : "per_rank");
+    Communicator::Options o;
+    o.loopback = true;
+    o.queues = qs;
+    ASSERT_OK_AND_ASSIGN(std::unique_ptr<Communicator> comm, Communicator::create(*dev, {0, 0, 0, 0}, o));
+    Mem mem(*dev, 31);
+    for (Variant v : {Variant::pcpy, Variant::chain}) {
+      SCOPED_TRACE(variant_name(v));
+      CollectiveArgs a;
+      a.op = v == Variant::chain ? CollOp::broadcast : CollOp::all_gather;
+      a.variant = v;
+      a.bytes = 300000;
+      make_buffers(mem, *comm, a, Form::separate);
+      ASSERT_OK_AND_ASSIGN(std::unique_ptr<Plan> plan, comm->plan(a));
+      const bool want_shared = qs == QS::automatic && v != Variant::chain;
+      std::map<int, std::set<const Queue*>> queues_per_engine;
+      for (const PlanList& l : plan->lists()) {
+        EXPECT_EQ(l.shared_queue, want_shared) << "rank " << l.rank << " engine " << l.engine;
+        queues_per_engine[l.engine].insert(l.queue);
+      }
+      std::set<const Queue*> all;
+      for (const PlanList& l : plan->lists()) all.insert(l.queue);
+      if (want_shared) {
+        EXPECT_EQ(all.size(), queues_per_engine.size()) << "one queue per engine";
+      } else {
+        EXPECT_EQ(all.size(), plan->lists().size()) << "one queue per (rank, engine) list";
+      }
+      launch_and_verify(mem, *plan, comm->size(), 2);
     }
   }
 }

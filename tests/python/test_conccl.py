@@ -116,12 +116,12 @@ class CollectiveTest(unittest.TestCase):
             self.assertEqual(cm.exception.status, "invalid_argument")
 
 
-    def test_shared_queues_and_release_by_stores(self):
+    def test_per_engine_queues_and_release_by_stores(self):
         # Another writer releases a prelaunched plan with the stores it names:
         # here an engine (a queue's dword fills), as a compute stream would.
         with conccl.Device("emu", preset="h200") as dev:
             n, chunk = 3, 40960 + 8
-            comm = conccl.Communicator(dev, [0] * n, loopback=True, shared_queues=True)
+            comm = conccl.Communicator(dev, [0] * n, loopback=True, queues="per_engine")
             data = [os.urandom(chunk) for _ in range(n)]
             send = [dev.alloc(0, chunk) for _ in range(n)]
             recv = [dev.alloc(0, chunk * n) for _ in range(n)]

@@ -34,7 +34,7 @@
 //
 //           Extra variants (--variants) separate what the budget path pays
 //           for: ce1/budget1 share one queue per engine between the ranks
-//           (Communicator::Options::shared_queues), budget2 adds a second
+//           (Communicator::Options::queues per_engine; the others per_rank), budget2 adds a second
 //           plan in flight (no host round trip between launches), and
 //           budgetcp moves the budget's bytes as one copy per engine.
 //
@@ -289,7 +289,7 @@ std::vector<C3Row> run_c3(Device& dev, int ranks, int n, int gemms, uint64_t chu
     p.name = name;
     Communicator::Options o;
     o.loopback = true;
-    o.shared_queues = shared;
+    o.queues = shared ? Communicator::Options::QueueSharing::per_engine : Communicator::Options::QueueSharing::per_rank;
     o.engines = std::move(engines);
     Result<std::unique_ptr<Communicator>> c = Communicator::create(dev, std::vector<int>(ranks, 0), o);
     check(c.status(), "communicator");

@@ -7,7 +7,7 @@
 # (run.log, sweeps.jsonl, coll.json, tests.log, configure.log); a summary last.
 #   SWEEP_RANKS="2 4 8"   rank counts for the sweeps
 #   SWEEP_MAX=64M         largest size of the sweeps
-#   SWEEP_FLAGS=""        extra sdma-probe flags for every sweep (e.g. --shared-queues)
+#   SWEEP_FLAGS=""        extra sdma-probe flags for every sweep (e.g. --queues per-rank)
 #   SWEEP_OPS="allgather:pcpy,b2b,auto alltoall:pcpy,b2b broadcast:fanout,chain gather:pcpy scatter:fanout p2p:striped,single"
 #   COLL_ARGS="--ranks 4"   nv_coll_bench arguments (COLL=0 skips it)
 #   COLL_ARGS2="..."        a second nv_coll_bench run (coll2.json), e.g. --gemm-data zeros

@@ -249,7 +249,11 @@ int run_collective(const Args& args, Context& ctx) {
   for (int r = 0; r < n; ++r) gpu_of.push_back(r % gpus);
   conccl::Communicator::Options co;
   co.loopback = n > gpus;
-  co.shared_queues = args.has("shared-queues");
+  const std::string queues = args.value("queues").value_or("auto");
+  using QS = conccl::Communicator::Options::QueueSharing;
+  if (queues == "per-rank") co.queues = QS::per_rank;
+  else if (queues == "per-engine") co.queues = QS::per_engine;
+  else if (queues != "auto") return usage_error(args, ctx, "--queues is auto, per-rank or per-engine, not '" + queues + "'");
   conccl::Result<std::unique_ptr<conccl::Communicator>> comm = conccl::Communicator::create(dev, gpu_of, co);
   if (!comm.ok()) return fail(args, ctx, comm.status());
 
@@ -401,9 +405,9 @@ int run_collective(const Args& args, Context& ctx) {
 
   auto json_rows = [&](FILE* f) {
     std::fprintf(f, "{\"op\": \"%s\", \"backend\": \"%s\", \"ranks\": %d, \"gpus\": %d, \"loopback\": %s, "
-                    "\"prelaunch\": %s, \"shared_queues\": %s, \"rows\": [",
+                    "\"prelaunch\": %s, \"queues\": \"%s\", \"rows\": [",
                  op.name, std::string(backend_name(args.common().backend)).c_str(), n, gpus, co.loopback ? "true" : "false",
-                 base.prelaunch ? "true" : "false", co.shared_queues ? "true" : "false");
+                 base.prelaunch ? "true" : "false", queues.c_str());
     for (size_t i = 0; i < rows.size(); ++i)
       std::fprintf(f,
                    "%s\n  {\"size\": %" PRIu64 ", \"time_us\": %.3f, \"algbw_gbps\": %.4f, \"busbw_gbps\": %.4f, "
@@ -436,8 +440,8 @@ std::vector<FlagSpec> collective_flags() {
   f.push_back({.name = "max", .value = "SIZE", .help = "largest size (default 16M); sizes double"});
   f.push_back({.name = "variant", .value = "NAME", .help = "algorithm variant (default auto)"});
   f.push_back({.name = "prelaunch", .help = "queue each launch behind a trigger; time from its release"});
-  f.push_back({.name = "shared-queues",
-               .help = "loopback: the ranks on a GPU share one queue per engine (no chain/swap variants)"});
+  f.push_back({.name = "queues", .value = "auto|per-rank|per-engine",
+               .help = "loopback: the queues a GPU's ranks use on an engine (default auto)"});
   f.push_back({.name = "iters", .value = "N", .help = "timed iterations per size (default: by size, 3..20)"});
   f.push_back({.name = "warmup", .value = "N",
                .help = "untimed iterations per size (default 2; on real engines also at least 100 ms of them)"});
@@ -466,8 +470,9 @@ constexpr const char* kDetails =
     "--gpus N: emulator: an N-GPU node; real backends: the first N GPUs.\n"
     "--ranks N: N ranks over those GPUs, round robin; more ranks than GPUs is loopback\n"
     "mode (several ranks per GPU, each with its own buffers and queues): with --backend nv\n"
-    "and --ranks 4, four ranks on the one H200. --shared-queues gives the ranks of a GPU one\n"
-    "queue per engine between them (one channel per engine on NVIDIA). Source data is a per-rank pattern,\n"
+    "and --ranks 4, four ranks on the one H200. --queues says which queues the ranks of a GPU\n"
+    "use on an engine: per-rank (one each), per-engine (one shared; no chain/swap), or auto\n"
+    "(the default: shared unless the variant's lists wait on each other). Source data is a per-rank pattern,\n"
     "destinations are poisoned before each size, and every destination byte is checked\n"
     "(through a DMA staging copy where device memory is not CPU-visible); the JSON rows\n"
     "carry wrong_bytes.\n"
