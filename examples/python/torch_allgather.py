@@ -20,7 +20,7 @@ import time
 os.environ.setdefault("PYTORCH_CUDA_ALLOC_CONF", "expandable_segments:True")
 # A stream parked on a signal that never comes would hang the process (and its
 # exit): a watchdog ends it with a traceback instead.
-faulthandler.dump_traceback_later(240, exit=True)
+faulthandler.dump_traceback_later(int(os.environ.get("TORCH_WATCHDOG_S", "240")), exit=True)
 import torch  # noqa: E402
 
 import conccl  # noqa: E402

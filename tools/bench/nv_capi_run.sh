@@ -47,9 +47,9 @@ with conccl.Device("nv") as dev:
 PY
 echo "== test_c_api"; $B/tests/c_api/test_c_api 2>&1 | tail -2
 echo "== PyTorch, step by step (tools/bench/nv_torch_steps.py)"
-timeout 200 python3 tools/bench/nv_torch_steps.py > $OUT/torch_steps.log 2>&1; echo "steps rc=$?"
+STEPS_WATCHDOG_S=75 timeout 90 python3 tools/bench/nv_torch_steps.py > $OUT/torch_steps.log 2>&1; echo "steps rc=$?"
 grep -E "^[a-z].*: (ok|FAILED)|^steps:" $OUT/torch_steps.log
 echo "== PyTorch ($(python3 -c 'import torch; print(torch.__version__)' 2>&1)): examples/python/torch_allgather.py ${TORCH_ARGS:-4 64}"
-PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True timeout 300 python3 examples/python/torch_allgather.py ${TORCH_ARGS:-4 64} \
+TORCH_WATCHDOG_S=140 PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True timeout 150 python3 examples/python/torch_allgather.py ${TORCH_ARGS:-4 64} \
   > $OUT/torch.log 2>&1; echo "torch rc=$?"
 grep -vE "^  (copy|host)\." $OUT/torch.log | tail -12 | cut -c1-400
