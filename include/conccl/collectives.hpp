@@ -66,7 +66,9 @@ struct CollectiveArgs {
   uint64_t bytes = 0;          // per-rank chunk, see above
   int root = 0;                // broadcast/gather/scatter root; p2p source rank
   int peer = 1;                // p2p destination rank
-  std::vector<Buffer> send;    // per rank (only the root's for broadcast/scatter/p2p)
+  // Per rank. Broadcast, scatter and p2p read only the root's: give
+  // {root's buffer} alone, or one per rank with the others empty.
+  std::vector<Buffer> send;
   std::vector<Buffer> recv;    // per rank
   bool prelaunch = false;      // gate every list behind the plan's trigger
   int engines = 0;             // p2p striped: engines to use (0 = all suitable)

@@ -162,7 +162,16 @@ Result<Queue*> Communicator::queue(int rank, int engine, bool shared) {
   return p;
 }
 
-Result<std::unique_ptr<Plan>> Communicator::plan(const CollectiveArgs& in) {
+Result<std::unique_ptr<Plan>> Communicator::plan(const CollectiveArgs& given) {
+  // Ops with one source (broadcast, scatter, p2p) take the root's send
+  // Buffer alone: spread it to the per-rank form the builders index.
+  CollectiveArgs in = given;
+  const bool root_only = in.op == CollOp::broadcast || in.op == CollOp::scatter || in.op == CollOp::p2p;
+  if (root_only && in.send.size() == 1 && size() > 1 && in.root >= 0 && in.root < size()) {
+    Buffer root_send = in.send[0];
+    in.send.assign(static_cast<size_t>(size()), Buffer{});
+    in.send[static_cast<size_t>(in.root)] = root_send;
+  }
   // Resolve `automatic` first, so validation judges the variant that runs.
   CollectiveArgs args = in;
   if (args.variant == Variant::automatic) {

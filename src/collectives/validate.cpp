@@ -65,7 +65,10 @@ Status validate_args(const Communicator& comm, const CollectiveArgs& a) {
     return bad("peer rank " + std::to_string(a.peer) + " is outside the communicator (ranks 0.." + std::to_string(n - 1) + ")");
   if (a.send.size() != static_cast<size_t>(n) || a.recv.size() != static_cast<size_t>(n))
     return bad("give one send and one recv Buffer per rank (" + std::to_string(n) + " each; got " +
-               std::to_string(a.send.size()) + " and " + std::to_string(a.recv.size()) + ")");
+               std::to_string(a.send.size()) + " and " + std::to_string(a.recv.size()) + ")" +
+               (a.op == CollOp::broadcast || a.op == CollOp::scatter || a.op == CollOp::p2p
+                    ? "; or, for this op, send = {the root's buffer} alone"
+                    : ""));
   if (std::string need = variant_missing_cap(a.variant, comm.caps()); !need.empty()) {
     std::string ok;
     for (Variant v : variants_for(a.op))

@@ -1039,6 +1039,41 @@ TEST(CollHopper, PlansAreHopperMethods) {
   launch_and_verify(mem, *plan, node.comm->size(), 2);
 }
 
+// Broadcast, scatter and p2p take the root's send buffer alone.
+TEST(CollArgs, RootOpsTakeTheRootsSendBufferAlone) {
+  for (Topo t : {Topo::small3, Topo::h200loop4}) {
+    SCOPED_TRACE(topo_name(t));
+    ASSERT_OK_AND_ASSIGN(std::unique_ptr<emu::EmuDevice> dev, make_device(t));
+    Communicator::Options o;
+    o.loopback = true;
+    const std::vector<int> gpus = t == Topo::small3 ? std::vector<int>{0, 1, 2, 0} : std::vector<int>{0, 0, 0, 0};
+    ASSERT_OK_AND_ASSIGN(std::unique_ptr<Communicator> comm, Communicator::create(*dev, gpus, o));
+    Mem mem(*dev, 37);
+    for (CollOp op : {CollOp::broadcast, CollOp::scatter, CollOp::p2p}) {
+      SCOPED_TRACE(coll_op_name(op));
+      CollectiveArgs a;
+      a.op = op;
+      a.bytes = 12345;
+      a.root = 2;
+      a.peer = 1;
+      make_buffers(mem, *comm, a, Form::separate);
+      a.send = {a.send[2]};
+      ASSERT_OK_AND_ASSIGN(std::unique_ptr<Plan> plan, comm->plan(a));
+      ASSERT_EQ(plan->args().send.size(), 4u);
+      EXPECT_EQ(plan->args().send[2].va, a.send[0].va);
+      launch_and_verify(mem, *plan, comm->size(), 1);
+    }
+    CollectiveArgs bad;
+    bad.op = CollOp::all_gather;
+    bad.bytes = 64;
+    make_buffers(mem, *comm, bad, Form::separate);
+    bad.send.resize(1);
+    Result<std::unique_ptr<Plan>> r = comm->plan(bad);
+    EXPECT_EQ(r.status().code(), Code::invalid_argument);
+    EXPECT_TRUE(contains(r.status().message(), "one send and one recv Buffer per rank")) << r.status().message();
+  }
+}
+
 TEST(CollEngines, OptionsEnginesRestrictThePlans) {
   ASSERT_OK_AND_ASSIGN(std::unique_ptr<emu::EmuDevice> dev, make_device(Topo::h200loop4));
   Communicator::Options o;
