@@ -55,9 +55,9 @@ Status Stager::upload(const Buffer& dst, size_t offset, const void* src, size_t 
     std::memcpy(staging_.host, static_cast<const uint8_t*>(src) + done, n);
     CommandBuffer cb = queue_->command_buffer();
     CONCCL_RETURN_IF_ERROR(cb.copy(dst.va + offset + done, staging_.va, n));
-    uint64_t end = 0;
-    CONCCL_RETURN_IF_ERROR(queue_->submit(cb, deadline, &end));
-    CONCCL_RETURN_IF_ERROR(queue_->wait_done(deadline, end));
+    QueueSpan span;
+    CONCCL_RETURN_IF_ERROR(queue_->submit(cb, deadline, &span));
+    CONCCL_RETURN_IF_ERROR(queue_->wait_done(deadline, span.end));
     done += n;
   }
   return Status();
@@ -73,9 +73,9 @@ Status Stager::download(void* dst, const Buffer& src, size_t offset, size_t byte
     const size_t n = std::min(bytes - done, staging_.size);
     CommandBuffer cb = queue_->command_buffer();
     CONCCL_RETURN_IF_ERROR(cb.copy(staging_.va, src.va + offset + done, n));
-    uint64_t end = 0;
-    CONCCL_RETURN_IF_ERROR(queue_->submit(cb, deadline, &end));
-    CONCCL_RETURN_IF_ERROR(queue_->wait_done(deadline, end));
+    QueueSpan span;
+    CONCCL_RETURN_IF_ERROR(queue_->submit(cb, deadline, &span));
+    CONCCL_RETURN_IF_ERROR(queue_->wait_done(deadline, span.end));
     std::memcpy(static_cast<uint8_t*>(dst) + done, staging_.host, n);
     done += n;
   }
@@ -88,9 +88,9 @@ Status Stager::fill(const Buffer& dst, uint32_t value, Deadline deadline) {
                                              std::to_string(dst.size) + ") must be multiples of 4");
   CommandBuffer cb = queue_->command_buffer();
   CONCCL_RETURN_IF_ERROR(cb.fill(dst.va, value, dst.size));
-  uint64_t end = 0;
-  CONCCL_RETURN_IF_ERROR(queue_->submit(cb, deadline, &end));
-  return queue_->wait_done(deadline, end);
+  QueueSpan span;
+  CONCCL_RETURN_IF_ERROR(queue_->submit(cb, deadline, &span));
+  return queue_->wait_done(deadline, span.end);
 }
 
 }  // namespace conccl

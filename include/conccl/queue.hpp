@@ -56,6 +56,16 @@ struct QueueOptions {
   size_t ring_bytes = 1u << 20;  // power of two, >= 4 KiB (ROCr uses 1 MiB); NVIDIA: the pushbuffer
 };
 
+class Queue;
+// Where a piece of work sits in a queue (what Queue::submit gives back): the
+// queue's ticket before the work and the ticket of its submission. For
+// Signal::wait (to sleep on the queue's progress) and hang diagnosis.
+struct QueueSpan {
+  Queue* queue = nullptr;
+  uint64_t begin = 0;  // submitted() just before the work, under the submit lock
+  uint64_t end = 0;    // ticket of the submission (done when completed() >= end)
+};
+
 class Queue {
  public:
   virtual ~Queue();
@@ -78,8 +88,8 @@ class Queue {
   // Copies cb's commands into the ring and rings the doorbell once. Waits for
   // ring space until `deadline`; fails (writing nothing) if space does not
   // come, if cb is larger than the ring, or if cb is for another Isa.
-  // *end gets the ticket of this work: it is done once completed() >= *end.
-  Status submit(const CommandBuffer& cb, Deadline deadline, uint64_t* end = nullptr);
+  // *span gets where the work sits: it is done once completed() >= span->end.
+  Status submit(const CommandBuffer& cb, Deadline deadline, QueueSpan* span = nullptr);
 
   // Direct recording: ring space for up to `bytes` of commands, encoded in
   // place through commands(); commit() publishes them with one doorbell. The

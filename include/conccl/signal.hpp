@@ -27,14 +27,6 @@
 
 namespace conccl {
 
-// Where a piece of work sits in a queue: the queue's ticket before it was
-// submitted and the ticket of its submission. Used to diagnose hangs.
-struct QueueSpan {
-  Queue* queue = nullptr;
-  uint64_t begin = 0;  // submitted() before the work was submitted
-  uint64_t end = 0;    // ticket of the submission (done when completed() >= end)
-};
-
 // One 64-bit store that an outside writer makes (see Signal::stores_for).
 struct SignalStore {
   uint64_t va = 0;

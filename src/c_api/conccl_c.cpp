@@ -507,11 +507,11 @@ conccl_status conccl_queue_wait_signal(conccl_queue_t q, conccl_signal_t s, uint
 conccl_status conccl_queue_submit(conccl_queue_t q, uint32_t timeout_ms, uint64_t* ticket) {
   return guard([&] {
     CONCCL_C_REQUIRE(q, "queue is NULL");
-    uint64_t end = 0;
-    Status st = q->q->submit(q->pending, after(timeout_ms), &end);
+    QueueSpan span;
+    Status st = q->q->submit(q->pending, after(timeout_ms), &span);
     if (st.ok()) {
       q->pending.clear();
-      if (ticket) *ticket = end;
+      if (ticket) *ticket = span.end;
     }
     return report(st);
   });

@@ -46,8 +46,7 @@ Status Plan::submit_all(Deadline deadline) {
   launched_ = true;
   for (size_t i = 0; i < lists_.size(); ++i) {
     PlanList& l = lists_[i];
-    l.span = QueueSpan{l.queue, l.queue->submitted(), 0};
-    Status st = l.queue->submit(l.cb, deadline, &l.span.end);
+    Status st = l.queue->submit(l.cb, deadline, &l.span);
     if (!st.ok())
       return st.prefix("launch stopped after " + std::to_string(i) + " of " + std::to_string(lists_.size()) +
                        " command lists were submitted (rank " + std::to_string(l.rank) + " engine " +

@@ -10,20 +10,19 @@ Queue::~Queue() = default;
 
 uint64_t Queue::submitted() const { return last_ticket_.load(std::memory_order_acquire); }
 
-Status Queue::submit(const CommandBuffer& cb, Deadline deadline, uint64_t* end) {
+Status Queue::submit(const CommandBuffer& cb, Deadline deadline, QueueSpan* span) {
   if (!(cb.isa() == isa_))
     return error(Code::invalid_argument, "command buffer was recorded for " + cb.isa().name() +
                                              " but the queue's engine speaks " + isa_.name() +
                                              "; record it with queue.command_buffer()");
   std::lock_guard<std::mutex> lock(submit_mu_);
-  if (cb.empty()) {
-    if (end) *end = last_ticket_.load(std::memory_order_relaxed);
-    return Status();
-  }
+  const uint64_t before = last_ticket_.load(std::memory_order_relaxed);
+  if (span) *span = QueueSpan{this, before, before};
+  if (cb.empty()) return Status();
   Result<uint64_t> t = ring_submit(cb, deadline);
   if (!t.ok()) return t.status();
   last_ticket_.store(*t, std::memory_order_release);
-  if (end) *end = *t;
+  if (span) span->end = *t;
   return Status();
 }
 

@@ -144,9 +144,9 @@ inline Result<std::unique_ptr<Queue>> make_queue(Device& dev, int gpu, int engin
 
 // Submits and waits until the engine consumed the packets.
 inline Status run(Queue& q, const CommandBuffer& cb, Deadline deadline = long_deadline()) {
-  uint64_t end = 0;
-  CONCCL_RETURN_IF_ERROR(q.submit(cb, deadline, &end));
-  return q.wait_done(deadline, end);
+  QueueSpan span;
+  CONCCL_RETURN_IF_ERROR(q.submit(cb, deadline, &span));
+  return q.wait_done(deadline, span.end);
 }
 
 // Host stores to memory an engine may be reading concurrently (polls, cond_exe).

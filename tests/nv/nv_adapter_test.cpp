@@ -134,7 +134,9 @@ TEST(NvAdapterHw, TopologyMemoryQueues) {
     ASSERT_TRUE(cb.copy(back->va, a->va, n).ok());
     ASSERT_TRUE(sig->enqueue_add(cb, 1).ok());
     uint64_t end = 0;
-    ASSERT_TRUE((*q)->submit(cb, Deadline::after_ms(1000), &end).ok());
+    QueueSpan end_span;
+    ASSERT_TRUE((*q)->submit(cb, Deadline::after_ms(1000), &end_span).ok());
+    end = end_span.end;
     ASSERT_TRUE((*q)->wait_done(Deadline::after_ms(5000), end).ok()) << (*q)->diagnose();
     EXPECT_EQ(std::memcmp(back->host, h->host, n), 0);
     // A second queue waits on the first one's signal (64-bit acquire).
@@ -144,7 +146,8 @@ TEST(NvAdapterHw, TopologyMemoryQueues) {
     CommandBuffer w = (*q2)->command_buffer();
     ASSERT_TRUE(sig->enqueue_wait(w, want).ok());
     ASSERT_TRUE(w.fill(back->va, 0x1234567u, 4096).ok());
-    ASSERT_TRUE((*q2)->submit(w, Deadline::after_ms(1000), &end).ok());
+    ASSERT_TRUE((*q2)->submit(w, Deadline::after_ms(1000), &end_span).ok());
+    end = end_span.end;
     EXPECT_EQ((*q2)->wait_done(Deadline::after_ms(20), end).code(), Code::timeout) << "waits for the signal";
     sig->add(1);
     ASSERT_TRUE((*q2)->wait_done(Deadline::after_ms(5000), end).ok()) << (*q2)->diagnose();

@@ -160,16 +160,20 @@ TEST_F(SubmitChecks, WrongGenerationIsRefused) {
 
 TEST_F(SubmitChecks, EmptySubmitPublishesNothing) {
   CommandBuffer cb = q_->command_buffer();
-  uint64_t end = 123;
-  ASSERT_OK(q_->submit(cb, Deadline::now(), &end));
-  EXPECT_EQ(end, 0u);
+  QueueSpan span{nullptr, 77, 123};
+  ASSERT_OK(q_->submit(cb, Deadline::now(), &span));
+  EXPECT_EQ(span.queue, q_.get());  // submit fills the span: nothing built by hand
+  EXPECT_EQ(span.begin, 0u);
+  EXPECT_EQ(span.end, 0u);
   EXPECT_EQ(q_->submitted(), 0u);
   ASSERT_OK(cb.nop());
-  ASSERT_OK(q_->submit(cb, long_deadline(), &end));
-  EXPECT_EQ(end, 4u);
+  ASSERT_OK(q_->submit(cb, long_deadline(), &span));
+  EXPECT_EQ(span.begin, 0u);
+  EXPECT_EQ(span.end, 4u);
   cb.clear();
-  ASSERT_OK(q_->submit(cb, Deadline::now(), &end));
-  EXPECT_EQ(end, 4u);
+  ASSERT_OK(q_->submit(cb, Deadline::now(), &span));
+  EXPECT_EQ(span.begin, 4u);
+  EXPECT_EQ(span.end, 4u);
   ASSERT_OK(q_->wait_done(long_deadline()));
   EXPECT_EQ(q_->completed(), 4u);
 }

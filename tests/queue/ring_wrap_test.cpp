@@ -151,7 +151,9 @@ TEST_F(RingWrap, MillionRandomPacketsExecuteExactlyOnceInOrder) {
       b.recs.push_back(rec);
       ++packets;
     }
-    ASSERT_OK(q->submit(cb, long_deadline(), &b.end_wptr));
+    QueueSpan span;
+    ASSERT_OK(q->submit(cb, long_deadline(), &span));
+    b.end_wptr = span.end;
     ++submits;
     inflight.push_back(std::move(b));
     // Verify what the engine finished, while the rest is still in flight.
@@ -236,8 +238,9 @@ TEST_F(RingWrap, EveryTailOffsetIsPaddedWithNops) {
       for (uint64_t i = 1; i < kSlotDwords; ++i) data[i] = payload(rec.seq, i);
       ASSERT_OK(cb.write(log_.va_at((rec.seq % kLog) * kSlotDwords * 4), data));
       b.recs.push_back(rec);
-      uint64_t end = 0;
-      ASSERT_OK(q->submit(cb, long_deadline(), &end));
+      QueueSpan span;
+      ASSERT_OK(q->submit(cb, long_deadline(), &span));
+      const uint64_t end = span.end;
       // The write went to the ring start, behind a pad of exactly the tail.
       const uint64_t pad = kWriteBytes - over;
       ASSERT_EQ(end, start + pad + kWriteBytes);

@@ -26,8 +26,8 @@ class HangTest : public SignalTest {
   QueueSpan submit_copy(CommandBuffer cb) {
     EXPECT_TRUE(cb.copy(dst.va, src.va, 4096).ok());
     EXPECT_TRUE(sig.enqueue_add(cb, 1).ok());
-    QueueSpan span{q.get(), q->submitted(), 0};
-    EXPECT_TRUE(q->submit(cb, Deadline::after_ms(1000), &span.end).ok());
+    QueueSpan span;
+    EXPECT_TRUE(q->submit(cb, Deadline::after_ms(1000), &span).ok());
     return span;
   }
   Status wait_short(const QueueSpan& span) {

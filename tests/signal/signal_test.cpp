@@ -50,8 +50,8 @@ TEST_F(SignalTest, OrderingBytesVisibleWhenSignalSeen) {
     CommandBuffer cb = q->command_buffer();
     ASSERT_TRUE(cb.copy(dst.va, src.va, kBytes).ok());
     ASSERT_TRUE(s->enqueue_add(cb, 1).ok());
-    QueueSpan span{q.get(), q->submitted(), 0};
-    ASSERT_TRUE(q->submit(cb, Deadline::after_ms(kMs), &span.end).ok());
+    QueueSpan span;
+    ASSERT_TRUE(q->submit(cb, Deadline::after_ms(kMs), &span).ok());
     ASSERT_TRUE(s->wait(round, Deadline::after_ms(kMs), &span).ok());
     ASSERT_EQ(std::memcmp(src.host, dst.host, kBytes), 0) << "round " << round;
   }
@@ -137,8 +137,8 @@ TEST_F(SignalTest, HostWaitWakesOnTrapAfterSleeping) {
   ASSERT_TRUE(trig->arm(cb).ok());
   ASSERT_TRUE(s->enqueue_add(cb, 1).ok());
   ASSERT_TRUE(cb.trap(42).ok());
-  QueueSpan span{q.get(), q->submitted(), 0};
-  ASSERT_TRUE(q->submit(cb, Deadline::after_ms(kMs), &span.end).ok());
+  QueueSpan span;
+  ASSERT_TRUE(q->submit(cb, Deadline::after_ms(kMs), &span).ok());
   std::thread releaser([&] {
     std::this_thread::sleep_for(std::chrono::milliseconds(20));  // the waiter is asleep by now
     trig->release();
@@ -164,7 +164,9 @@ TEST_F(SignalTest, TriggerGatesPrelaunchedWork) {
     ASSERT_TRUE(trig->arm(cb).ok());
     ASSERT_TRUE(cb.copy(dst.va, src.va, 4096).ok());
     uint64_t end = 0;
-    ASSERT_TRUE(q->submit(cb, Deadline::after_ms(kMs), &end).ok());
+    QueueSpan end_span;
+    ASSERT_TRUE(q->submit(cb, Deadline::after_ms(kMs), &end_span).ok());
+    end = end_span.end;
     std::this_thread::sleep_for(std::chrono::milliseconds(5));
     EXPECT_LT(q->completed(), end) << "gated work ran before release";
     EXPECT_NE(std::memcmp(src.host, dst.host, 4096), 0);

@@ -377,13 +377,13 @@ void BM_EmuCopy(benchmark::State& state) {
     const uint64_t len = e + 1 == engines ? kBig - off : part;
     if (!check(state, cbs.back().copy(b.dst.va_at(off), b.src.va_at(off), len), "record")) return;
   }
-  std::vector<uint64_t> ends(static_cast<size_t>(engines));
+  std::vector<QueueSpan> ends(static_cast<size_t>(engines));
   const auto t0 = std::chrono::steady_clock::now();
   for (auto _ : state) {
     for (int e = 0; e < engines; ++e)
       if (!check(state, qs[e]->submit(cbs[e], Deadline::after_ms(10000), &ends[e]), "submit")) return;
     for (int e = 0; e < engines; ++e)
-      if (!check(state, qs[e]->wait_done(Deadline::after_ms(60000), ends[e]), "wait")) return;
+      if (!check(state, qs[e]->wait_done(Deadline::after_ms(60000), ends[e].end), "wait")) return;
   }
   const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
   if (std::memcmp(b.dst.host, b.src.host, kBig) != 0) state.SkipWithError("copied data does not match the source");

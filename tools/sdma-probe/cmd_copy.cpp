@@ -88,8 +88,8 @@ int run_copy(const Args& args, Context& ctx) {
 
   const auto deadline = conccl::Deadline::after_ms(static_cast<int64_t>(args.common().timeout_ms));
   const auto t0 = std::chrono::steady_clock::now();
-  conccl::QueueSpan span{q->get(), (*q)->submitted(), 0};
-  if (st = (*q)->submit(cb, deadline, &span.end); !st.ok()) return fail(args, ctx, st);
+  conccl::QueueSpan span;
+  if (st = (*q)->submit(cb, deadline, &span); !st.ok()) return fail(args, ctx, st);
   st = sig->wait(1, deadline, &span);
   const double secs = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
   if (!st.ok()) return fail(args, ctx, st);
