@@ -1,4 +1,5 @@
 // src/topology.cpp - printing topologies (sdma-probe list).
+#include <algorithm>
 #include <cstdio>
 
 #include "conccl/device.hpp"
@@ -43,6 +44,30 @@ std::string EngineStatus::detail() const {
     out += buf;
   }
   if (state == State::halted) out += " (fault: " + fault + ")";
+  return out;
+}
+
+Result<std::vector<int>> engines_toward(const Topology& t, int gpu, int peer) {
+  const int n = static_cast<int>(t.gpus.size());
+  if (gpu < 0 || gpu >= n || peer < 0 || peer >= n)
+    return error(Code::not_found, "engines toward GPU " + std::to_string(peer) + " from GPU " + std::to_string(gpu) +
+                                      ": the topology has GPUs 0.." + std::to_string(n - 1));
+  const GpuInfo& g = t.gpus[static_cast<size_t>(gpu)];
+  std::vector<int> out;
+  auto add = [&](int id) {
+    if (std::find(out.begin(), out.end(), id) == out.end()) out.push_back(id);
+  };
+  if (gpu != peer)
+    if (const LinkInfo* l = g.link_to(peer))
+      for (int e : l->recommended_engines) add(e);
+  for (EngineKind want : {EngineKind::xgmi, EngineKind::pcie})
+    for (const EngineInfo& e : g.engines)
+      if (e.kind == want) add(e.id);
+  std::vector<const EngineInfo*> ces;
+  for (const EngineInfo& e : g.engines)
+    if (e.kind == EngineKind::copy) ces.push_back(&e);
+  std::stable_sort(ces.begin(), ces.end(), [](const EngineInfo* a, const EngineInfo* b) { return a->weight > b->weight; });
+  for (const EngineInfo* e : ces) add(e->id);
   return out;
 }
 

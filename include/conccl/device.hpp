@@ -44,6 +44,14 @@ class Device {
   virtual ~Device() = default;
 
   virtual const Topology& topology() const = 0;
+  // The engine of `gpu` to use for copies toward GPU `peer` (peer == gpu:
+  // local copies): the first of engines_toward(topology(), gpu, peer).
+  Result<int> engine_toward(int gpu, int peer) const {
+    Result<std::vector<int>> e = engines_toward(topology(), gpu, peer);
+    if (!e.ok()) return e.status();
+    if (e->empty()) return error(Code::not_found, "GPU " + std::to_string(gpu) + " has no DMA engines");
+    return e->front();
+  }
   int gpu_count() const { return static_cast<int>(topology().gpus.size()); }
 
   // Allocates memory engines can reach. MemKind::device memory belongs to

@@ -6,6 +6,7 @@
 #include <vector>
 
 #include "conccl/commands.hpp"
+#include "conccl/status.hpp"
 
 namespace conccl {
 
@@ -53,6 +54,13 @@ struct Topology {
   // skipped GPUs, fallbacks taken). Printed by topology_table/json.
   std::vector<std::string> notes;
 };
+
+// The engines of `gpu` suited to copies toward GPU `peer` (peer == gpu: local
+// copies), best first: the link's recommended engines (KFD's
+// rec_sdma_eng_map on MI300X), then xGMI engines, then PCIe engines, then
+// copy engines heaviest (most PCEs) first. Errors: not_found for a GPU
+// outside the topology.
+Result<std::vector<int>> engines_toward(const Topology& t, int gpu, int peer);
 
 // Human-readable table and JSON (the `sdma-probe list` formats).
 std::string topology_table(const Topology& t);

@@ -72,24 +72,11 @@ const Isa& Communicator::isa(int rank) const {
 }
 
 std::vector<int> Communicator::engines_toward(int src, int dst) const {
-  const GpuInfo& g = device_.topology().gpus[static_cast<size_t>(gpu(src))];
   std::vector<int> out;
-  if (gpu(src) != gpu(dst))
-    if (const LinkInfo* l = g.link_to(gpu(dst)))
-      for (int e : l->recommended_engines)
-        if (allowed(e)) out.push_back(e);
-  // Then the other engines of the kind that suits the traffic (xGMI for
-  // GPU-to-GPU), then the rest; copy engines (NVIDIA) heaviest first.
-  std::vector<const EngineInfo*> ces;
-  for (const EngineInfo& e : g.engines)
-    if (e.kind == EngineKind::copy && allowed(e.id)) ces.push_back(&e);
-  std::stable_sort(ces.begin(), ces.end(), [](const EngineInfo* a, const EngineInfo* b) { return a->weight > b->weight; });
-  for (EngineKind want : {EngineKind::xgmi, EngineKind::pcie})
-    for (const EngineInfo& e : g.engines)
-      if (e.kind == want && allowed(e.id) && std::find(out.begin(), out.end(), e.id) == out.end())
-        out.push_back(e.id);
-  for (const EngineInfo* e : ces)
-    if (std::find(out.begin(), out.end(), e->id) == out.end()) out.push_back(e->id);
+  Result<std::vector<int>> all = conccl::engines_toward(device_.topology(), gpu(src), gpu(dst));
+  if (all.ok())
+    for (int e : *all)
+      if (allowed(e)) out.push_back(e);
   return out;
 }
 

@@ -1039,6 +1039,26 @@ TEST(CollHopper, PlansAreHopperMethods) {
   launch_and_verify(mem, *plan, node.comm->size(), 2);
 }
 
+// The Device names the engine toward a peer without a communicator: the
+// kernel's recommended engine on MI300X, the heaviest copy engine on H200.
+TEST(CollEngines, DeviceNamesTheEngineTowardAPeer) {
+  ASSERT_OK_AND_ASSIGN(std::unique_ptr<emu::EmuDevice> mi, make_device(Topo::mi300x8));
+  for (int s = 0; s < 8; ++s)
+    for (int d = 0; d < 8; ++d) {
+      if (s == d) continue;
+      ASSERT_OK_AND_ASSIGN(int e, mi->engine_toward(s, d));
+      EXPECT_EQ(e, kMi300xRec[s][d]) << s << " -> " << d;
+      ASSERT_OK_AND_ASSIGN(std::vector<int> all, engines_toward(mi->topology(), s, d));
+      EXPECT_EQ(all.size(), mi->topology().gpus[static_cast<size_t>(s)].engines.size()) << "every engine, best first";
+    }
+  EXPECT_EQ(mi->engine_toward(0, 8).status().code(), Code::not_found);
+  EXPECT_EQ(mi->engine_toward(-1, 0).status().code(), Code::not_found);
+  ASSERT_OK_AND_ASSIGN(std::unique_ptr<emu::EmuDevice> h200, make_device(Topo::h200loop4));
+  ASSERT_OK_AND_ASSIGN(std::vector<int> ces, engines_toward(h200->topology(), 0, 0));
+  ASSERT_FALSE(ces.empty());
+  EXPECT_EQ(ces.front(), 4) << "LCE4 has the most PCEs";
+}
+
 // Broadcast, scatter and p2p take the root's send buffer alone.
 TEST(CollArgs, RootOpsTakeTheRootsSendBufferAlone) {
   for (Topo t : {Topo::small3, Topo::h200loop4}) {
