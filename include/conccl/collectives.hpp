@@ -194,6 +194,12 @@ class Plan {
   // running() and the next launch behave as after release(). Nothing runs
   // until the stores land; wait() names the trigger when they never do.
   Result<std::vector<SignalStore>> release_by_stores();
+  // After release_by_stores(): the store the writer makes once it no longer
+  // reads this launch's signals (after its last wait on the arrivals). Until
+  // it lands the plan counts as running, so that a relaunch, which resets
+  // the signals, cannot strand a stream still waiting on them (the stream
+  // would wait on arrivals that only its own later release can bring).
+  SignalStore consumed_store() const;
   // Waits until every destination has all its data. On timeout the error
   // names the stuck list's queue and engine and decodes its pending packets.
   Status wait(Deadline deadline);
@@ -228,6 +234,8 @@ class Plan {
   std::vector<uint64_t> expected_;
   std::vector<Signal> ready_;     // per rank: local phase done (swap)
   Signal trigger_;
+  Signal consumed_;              // advanced by an outside writer (consumed_store)
+  uint64_t consumed_target_ = 0; // what consumed_ reaches once the writer is done
   Buffer stamps_{};  // 16 bytes per list when args_.timestamps
   bool launched_ = false;
   bool waiting_release_ = false;

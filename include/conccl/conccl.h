@@ -246,6 +246,12 @@ typedef struct conccl_store {
   uint64_t value;
 } conccl_store;
 conccl_status conccl_plan_release_by_stores(conccl_plan_t plan, conccl_store* stores, int capacity, int* count);
+/* After conccl_plan_release_by_stores: the store the writer makes once it no
+ * longer waits on this launch's completion (after its last wait on the
+ * conccl_plan_completion words). Until it lands the plan counts as running,
+ * and conccl_plan_wait waits for it too: a relaunch resets the completion
+ * words, which would strand a stream still about to wait on them. */
+conccl_status conccl_plan_consumed_store(conccl_plan_t plan, conccl_store* store);
 /* Backend "nv": orders a plan compiled with `prelaunch` on a CUDA stream
  * (CUstream; NULL is the legacy default stream): the stream releases it when
  * its prior work is done, and its later work waits until every rank's data is

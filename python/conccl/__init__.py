@@ -147,6 +147,7 @@ class _Store(ctypes.Structure):
 
 
 _plan_release_stores = _sig("conccl_plan_release_by_stores", _status, _vp, _P(_Store), _int, _P(_int))
+_plan_consumed_store = _sig("conccl_plan_consumed_store", _status, _vp, _P(_Store))
 _plan_enqueue_stream = _sig("conccl_plan_enqueue_on_stream", _status, _vp, _vp, ctypes.c_uint32)
 
 
@@ -513,6 +514,13 @@ class Plan(_Child):
         n = _int()
         _check(_plan_release_stores(self._h, st, 4, ctypes.byref(n)))
         return [(st[i].address, st[i].value) for i in range(n.value)]
+
+    def consumed_store(self):
+        """(address, value): the store the writer makes after its waits on the plan's
+        completion; until it lands the plan counts as running (see conccl.h)."""
+        st = _Store()
+        _check(_plan_consumed_store(self._h, ctypes.byref(st)))
+        return st.address, st.value
 
     def enqueue_on_stream(self, stream, timeout_ms=10000):
         """nv backend: order a prelaunch plan on a CUDA stream (a CUstream handle, a

@@ -679,6 +679,16 @@ conccl_status conccl_plan_release_by_stores(conccl_plan_t p, conccl_store* store
   });
 }
 
+conccl_status conccl_plan_consumed_store(conccl_plan_t p, conccl_store* store) {
+  return guard([&] {
+    CONCCL_C_REQUIRE(p && store, "plan and store must not be NULL");
+    const SignalStore s = p->plan->consumed_store();
+    if (s.va == 0) return fail(CONCCL_ERR_INVALID_ARGUMENT, "conccl_plan_consumed_store before conccl_plan_release_by_stores");
+    *store = conccl_store{s.va, s.value};
+    return report(Status());
+  });
+}
+
 conccl_status conccl_plan_enqueue_on_stream(conccl_plan_t p, void* stream, uint32_t timeout_ms) {
   return guard([&] {
     CONCCL_C_REQUIRE(p, "plan is NULL");

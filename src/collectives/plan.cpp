@@ -10,7 +10,11 @@ Plan::~Plan() {
     // Lists gated on a trigger nobody will release (prelaunched, or handed
     // to a stream that never stored) would block their queues on freed
     // memory: release them, then let the launch finish.
-    if (args_.prelaunch && trigger_.value() == 0) trigger_.set(1);
+    if (args_.prelaunch && trigger_.value() == 0) {
+      trigger_.set(1);
+      // Nobody stored the release, so no writer waits on this launch either.
+      if (consumed_.valid()) consumed_.set(consumed_target_);
+    }
     waiting_release_ = false;
     if (running()) (void)wait(Deadline::after(std::chrono::seconds(10)));
   }
@@ -26,6 +30,7 @@ uint64_t Plan::finish_timestamp(size_t list) const {
 
 bool Plan::running() const {
   if (!launched_) return false;
+  if (consumed_.valid() && consumed_.value() < consumed_target_) return true;
   for (size_t r = 0; r < arrive_.size(); ++r)
     if (arrive_[r].value() < expected_[r]) return true;
   // Every packet of the launch consumed, not only the arrivals seen: a list
@@ -82,8 +87,19 @@ Status Plan::release() {
 Result<std::vector<SignalStore>> Plan::release_by_stores() {
   if (!waiting_release_)
     return error(Code::invalid_argument, "release_by_stores() without prelaunch(): prelaunch the plan first");
+  if (!consumed_.valid()) {
+    Result<Signal> c = Signal::create(comm_->device());
+    if (!c.ok()) return c.status().prefix("release_by_stores");
+    consumed_ = std::move(c).value();
+  }
   waiting_release_ = false;
+  ++consumed_target_;
   return trigger_.stores_for(1);
+}
+
+SignalStore Plan::consumed_store() const {
+  if (!consumed_.valid()) return SignalStore{};
+  return consumed_.stores_for(consumed_target_).back();
 }
 
 Status Plan::wait(Deadline deadline) {
@@ -115,6 +131,14 @@ Status Plan::wait(Deadline deadline) {
   // when the caller relaunches, or frees the plan and its signals.
   for (const PlanList& l : lists_)
     CONCCL_RETURN_IF_ERROR(l.queue->wait_done(deadline, l.span.end));
+  // And the writer the release was handed to past its waits on this launch.
+  if (consumed_.valid() && consumed_.value() < consumed_target_) {
+    Status st = consumed_.wait(consumed_target_, deadline);
+    if (!st.ok())
+      return st.prefix(std::string(coll_op_name(args_.op)) +
+                       ": the data is in place, but the writer the release was handed to (a compute stream) has not "
+                       "made the plan's consumed_store() after its waits");
+  }
   return Status();
 }
 

@@ -246,6 +246,8 @@ TEST(CApi, ReleaseByStoresAndCudaCallsElsewhere) {
   conccl_store st[4];
   int count = 0;
   EXPECT_EQ(conccl_plan_release_by_stores(plan, st, 4, &count), CONCCL_ERR_INVALID_ARGUMENT) << "not prelaunched";
+  conccl_store none;
+  EXPECT_EQ(conccl_plan_consumed_store(plan, &none), CONCCL_ERR_INVALID_ARGUMENT);
   ASSERT_EQ(conccl_plan_prelaunch(plan, 5000), CONCCL_OK) << last();
   EXPECT_EQ(conccl_plan_release_by_stores(plan, st, 1, &count), CONCCL_ERR_INVALID_ARGUMENT);
   EXPECT_NE(last().find("too small"), std::string::npos) << last();
@@ -261,6 +263,9 @@ TEST(CApi, ReleaseByStoresAndCudaCallsElsewhere) {
   ASSERT_EQ(conccl_device_engines(dev.d, 0, engines, 16, &n_eng), CONCCL_OK);
   conccl_queue_t q = nullptr;
   ASSERT_EQ(conccl_queue_create(dev.d, 0, engines[0], nullptr, &q), CONCCL_OK) << last();
+  conccl_store done;
+  ASSERT_EQ(conccl_plan_consumed_store(plan, &done), CONCCL_OK) << last();
+  st[count++] = done;  // the writer's last store: it is past its waits
   for (int i = 0; i < count; ++i) {  // each 64-bit store as two dword fills, low dword first
     ASSERT_EQ(conccl_queue_fill(q, st[i].address, static_cast<uint32_t>(st[i].value), 4), CONCCL_OK) << last();
     ASSERT_EQ(conccl_queue_fill(q, st[i].address + 4, static_cast<uint32_t>(st[i].value >> 32), 4), CONCCL_OK);

@@ -1279,7 +1279,17 @@ TEST(CollHandoff, ReleaseByStoresFromAnotherWriter) {
         }
       });
       writer.join();
+      // The data lands, but until the writer says it is past its waits the
+      // plan counts as running: a relaunch would reset what it waits on.
+      for (int r = 0; r < comm->size(); ++r) ASSERT_OK(plan->arrival(r).wait(plan->arrivals_expected(r), long_deadline()));
+      EXPECT_TRUE(plan->running());
+      EXPECT_EQ(plan->prelaunch(long_deadline()).code(), Code::busy);
+      EXPECT_EQ(plan->wait(Deadline::after_ms(30)).code(), Code::timeout);
+      const SignalStore done = plan->consumed_store();
+      ASSERT_NE(done.va, 0u);
+      std::atomic_ref<uint64_t>(*static_cast<uint64_t*>(dev->host_pointer(done.va, 8))).store(done.value);
       ASSERT_OK(wait_done(*plan));
+      EXPECT_FALSE(plan->running());
       ASSERT_TRUE(mem.matches(want));
     }
   }

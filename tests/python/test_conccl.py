@@ -136,7 +136,7 @@ class CollectiveTest(unittest.TestCase):
                 plan.wait(timeout_ms=50)
             self.assertEqual(cm.exception.status, "timeout")
             q = conccl.Queue(dev, 0, dev.engines(0)[0])
-            for address, value in stores:
+            for address, value in stores + [plan.consumed_store()]:
                 q.fill(address, value & 0xFFFFFFFF, 4)
                 q.fill(address + 4, value >> 32, 4)
             q.submit()

@@ -438,11 +438,18 @@ Status enqueue_on_stream(conccl::Device& device, conccl::Plan& plan, void* cu_st
   for (int r = 0; r < static_cast<int>(plan.args().recv.size()) && st.ok(); ++r)
     if (plan.arrivals_expected(r) > 0)
       st = stream_wait_value64(cu_stream, plan.arrival(r).va(), plan.arrivals_expected(r));
+  // Past its waits, the stream says so: until then the plan counts as
+  // running and is not relaunched (a relaunch resets the arrivals the stream
+  // may still be about to wait on).
+  const SignalStore done = plan.consumed_store();
+  if (st.ok()) st = stream_write_value64(cu_stream, done.va, done.value);
   if (!st.ok()) {
     // Whatever the stream did not take: release from the host, so that the
     // plan completes and the queues do not stay blocked (copy engines
     // acquire by polling memory: no wake-up is needed).
-    for (const SignalStore& w : *stores) {
+    std::vector<SignalStore> all = *stores;
+    all.push_back(done);
+    for (const SignalStore& w : all) {
       auto* p = static_cast<uint64_t*>(device.host_pointer(w.va, 8));
       if (p) std::atomic_ref<uint64_t>(*p).store(w.value, std::memory_order_release);
     }
