@@ -114,6 +114,34 @@ TEST(Args, TypedGetterErrorsNameTheFlag) {
   EXPECT_FALSE(a->get_double("peer").ok());
 }
 
+TEST(Args, IntInRangeNeverNarrows) {
+  // Values that an int or a uint64 cast would wrap into range.
+  for (const char* v : {"4294967296", "4294967297", "18446744073709551615", "18446744073709551616",
+                        "99999999999999999999999", "-1", "-4294967296", "-9223372036854775808",
+                        "0xFFFFFFFFFFFFFFFF", "0x100000000", "64"}) {
+    conccl::Result<Args> a = Args::parse("t", {"--size", v}, specs());
+    ASSERT_TRUE(a.ok());
+    conccl::Result<std::optional<int64_t>> r = a->get_int_in_range("size", 0, 63);
+    ASSERT_FALSE(r.ok()) << v;
+    EXPECT_EQ(r.status().code(), Code::invalid_argument);
+    EXPECT_EQ(r.status().message(), "--size " + std::string(v) + " is out of range: give 0..63");
+  }
+  for (const char* v : {"abc", "1K", "1.5", "", "0x", "--1", "1e3"}) {
+    conccl::Result<Args> a = Args::parse("t", {"--size=" + std::string(v)}, specs());
+    ASSERT_TRUE(a.ok());
+    conccl::Result<std::optional<int64_t>> r = a->get_int_in_range("size", 0, 63);
+    ASSERT_FALSE(r.ok()) << v;
+    EXPECT_NE(r.status().message().find("is not an integer (give 0..63"), std::string::npos)
+        << r.status().message();
+  }
+  conccl::Result<Args> a = Args::parse("t", {"--size", "0x3f", "--peer", "-2"}, specs());
+  ASSERT_TRUE(a.ok());
+  EXPECT_EQ(*a->get_int_in_range("size", 0, 63), std::optional<int64_t>(63));
+  EXPECT_EQ(*a->get_int_in_range("peer", -2, 2), std::optional<int64_t>(-2));
+  EXPECT_EQ(*a->get_int_in_range("absent", 1, 8), std::optional<int64_t>());
+  EXPECT_EQ(*a->get_int_in_range("absent", 1, 8, 0), 0);
+}
+
 TEST(Args, SharedFlags) {
   conccl::Result<Args> a = Args::parse(
       "t", {"--backend=nv", "--preset", "small", "--json", "--timeout-ms", "0x10"}, specs());

@@ -199,6 +199,18 @@ Result<T> or_default(Result<std::optional<T>> r, T fallback) {
   return r->value_or(fallback);
 }
 
+// Decimal or 0x-hex digits with an optional '-', of any length.
+bool looks_like_integer(std::string_view s) {
+  if (!s.empty() && s.front() == '-') s.remove_prefix(1);
+  const bool hex = s.size() > 2 && s[0] == '0' && (s[1] == 'x' || s[1] == 'X');
+  if (hex) s.remove_prefix(2);
+  if (s.empty()) return false;
+  for (char c : s)
+    if (!(hex ? std::isxdigit(static_cast<unsigned char>(c)) : std::isdigit(static_cast<unsigned char>(c))))
+      return false;
+  return true;
+}
+
 const FlagSpec* find_spec(const std::vector<FlagSpec>& specs, std::string_view name) {
   for (const FlagSpec& s : specs)
     if (s.name == name) return &s;
@@ -242,6 +254,28 @@ Result<int64_t> Args::get_int(std::string_view flag, int64_t fallback) const {
 }
 Result<uint64_t> Args::get_size(std::string_view flag, uint64_t fallback) const {
   return or_default(get_size(flag), fallback);
+}
+
+Result<std::optional<int64_t>> Args::get_int_in_range(std::string_view flag, int64_t lo,
+                                                       int64_t hi) const {
+  std::optional<std::string> v = value(flag);
+  if (!v) return std::optional<int64_t>();
+  const std::string range = std::to_string(lo) + ".." + std::to_string(hi);
+  const std::string name = "--" + std::string(flag);
+  std::optional<int64_t> x = parse_int(*v);
+  // A number too large even for 64 bits is out of range, not malformed.
+  const bool huge = !x && looks_like_integer(*v);
+  if (!x && !huge)
+    return conccl::error(Code::invalid_argument,
+                         name + " '" + *v + "' is not an integer (give " + range + ", decimal or 0x-hex)");
+  if (huge || *x < lo || *x > hi)
+    return conccl::error(Code::invalid_argument, name + " " + *v + " is out of range: give " + range);
+  return x;
+}
+
+Result<int64_t> Args::get_int_in_range(std::string_view flag, int64_t lo, int64_t hi,
+                                       int64_t fallback) const {
+  return or_default(get_int_in_range(flag, lo, hi), fallback);
 }
 
 Status Args::apply_common() {

@@ -111,6 +111,15 @@ class Args {
   conccl::Result<uint64_t> get_uint(std::string_view flag, uint64_t fallback) const;
   conccl::Result<int64_t> get_int(std::string_view flag, int64_t fallback) const;
   conccl::Result<uint64_t> get_size(std::string_view flag, uint64_t fallback) const;
+  // An integer that must lie in [lo, hi] (indices, counts): checked on the
+  // full 64-bit value before any narrowing, so 4294967296, 2^64-1 or -1 never
+  // wrap into range. Errors (invalid_argument, exit 2) name the flag and the
+  // range: "--gpu 4294967296 is out of range: give 0..63". Callers may narrow
+  // the result to any type that holds [lo, hi].
+  conccl::Result<std::optional<int64_t>> get_int_in_range(std::string_view flag, int64_t lo,
+                                                          int64_t hi) const;
+  conccl::Result<int64_t> get_int_in_range(std::string_view flag, int64_t lo, int64_t hi,
+                                           int64_t fallback) const;
 
   const Common& common() const { return common_; }
 

@@ -39,6 +39,9 @@ constexpr OpInfo kOps[] = {
     {CollOp::scatter, "scatter", true, "(n-1)/n"},      {CollOp::p2p, "p2p", false, "1"},
 };
 
+constexpr int kMaxRanks = 64;
+constexpr int64_t kMaxIters = 1000000;  // --iters and --warmup
+
 const OpInfo& info_for(std::string_view name) {
   for (const OpInfo& o : kOps)
     if (name == o.name) return o;
@@ -213,15 +216,15 @@ int run_collective(const Args& args, Context& ctx) {
   }
   conccl::Result<uint64_t> min = args.get_size("min", 1024);
   conccl::Result<uint64_t> max = args.get_size("max", 16ull << 20);
-  conccl::Result<uint64_t> iters = args.get_uint("iters", 0);
-  conccl::Result<uint64_t> warmup = args.get_uint("warmup", 2);
-  conccl::Result<uint64_t> root = args.get_uint("root", 0);
-  conccl::Result<uint64_t> peer = args.get_uint("peer", 1);
-  conccl::Result<uint64_t> ranks_flag = args.get_uint("ranks", 0);
-  for (auto* r : {&min, &max, &iters, &warmup, &root, &peer, &ranks_flag})
+  conccl::Result<int64_t> iters = args.get_int_in_range("iters", 1, kMaxIters, 0);  // 0: by size
+  conccl::Result<int64_t> warmup = args.get_int_in_range("warmup", 0, kMaxIters, 2);
+  conccl::Result<int64_t> root = args.get_int_in_range("root", 0, kMaxRanks - 1, 0);
+  conccl::Result<int64_t> peer = args.get_int_in_range("peer", 0, kMaxRanks - 1, 1);
+  conccl::Result<int64_t> ranks_flag = args.get_int_in_range("ranks", 1, kMaxRanks, 0);  // 0: one per GPU
+  for (auto* r : {&min, &max}) if (!r->ok()) return fail(args, ctx, r->status());
+  for (auto* r : {&iters, &warmup, &root, &peer, &ranks_flag})
     if (!r->ok()) return fail(args, ctx, r->status());
   if (*min == 0 || *max < *min) return usage_error(args, ctx, "need 0 < --min <= --max");
-  if (*ranks_flag > 64) return usage_error(args, ctx, "--ranks must be 1..64");
   conccl::Variant variant = conccl::Variant::automatic;
   if (std::optional<std::string> v = args.value("variant"); v && !conccl::parse_variant(*v, &variant))
     return usage_error(args, ctx, "unknown --variant '" + *v + "'");
@@ -237,12 +240,16 @@ int run_collective(const Args& args, Context& ctx) {
   if (!devr.ok()) return fail(args, ctx, devr.status());
   conccl::Device& dev = **devr;
   int gpus = dev.gpu_count();
-  if (conccl::Result<uint64_t> g = args.get_uint("gpus", 0); g.ok() && *g > 0) gpus = std::min<int>(gpus, static_cast<int>(*g));
-  const int n = *ranks_flag ? static_cast<int>(*ranks_flag) : gpus;
+  // Checked by open_device_from_args: 0 (absent) or 1..kMaxGpus.
+  if (conccl::Result<int64_t> g = args.get_int_in_range("gpus", 1, kMaxGpus, 0); g.ok() && *g > 0)
+    gpus = std::min(gpus, static_cast<int>(*g));
+  const int n = *ranks_flag ? static_cast<int>(*ranks_flag) : std::min(gpus, kMaxRanks);
   if (op.op == CollOp::p2p && n < 2)
     return usage_error(args, ctx, "p2p needs two ranks: give --ranks 2 (loopback on one GPU)");
-  if (*root >= static_cast<uint64_t>(n) || *peer >= static_cast<uint64_t>(n))
-    return usage_error(args, ctx, "--root and --peer must be ranks 0.." + std::to_string(n - 1));
+  for (const auto& [flag, rank] : {std::pair{"--root", *root}, std::pair{"--peer", *peer}})
+    if (rank >= n)
+      return usage_error(args, ctx, std::string(flag) + " " + std::to_string(rank) + " is out of range: give a rank 0.." +
+                                        std::to_string(n - 1) + " (" + std::to_string(n) + " ranks)");
   if (op.op == CollOp::p2p && *root == *peer)
     return usage_error(args, ctx, "p2p from a rank to itself: give a different --peer");
   std::vector<int> gpu_of;
@@ -340,7 +347,7 @@ int run_collective(const Args& args, Context& ctx) {
       release();
       return fail(args, ctx, plan.status());
     }
-    const uint64_t n_iters = *iters ? *iters : std::clamp<uint64_t>((64ull << 20) / std::max<uint64_t>(size, 1), 3, 20);
+    const uint64_t n_iters = *iters ? static_cast<uint64_t>(*iters) : std::clamp<uint64_t>((64ull << 20) / std::max<uint64_t>(size, 1), 3, 20);
     double total_us = 0;
     // Warm-up: --warmup launches, and on real engines at least 100 ms of
     // them: copy engines of a GPU that idled (as it does while the previous
@@ -349,7 +356,7 @@ int run_collective(const Args& args, Context& ctx) {
     const bool emulated = args.common().backend == Backend::emu;
     const auto warm_until = std::chrono::steady_clock::now() + std::chrono::milliseconds(emulated ? 0 : 100);
     uint64_t warm = 0;
-    while (warm < *warmup || std::chrono::steady_clock::now() < warm_until) {
+    while (warm < static_cast<uint64_t>(*warmup) || std::chrono::steady_clock::now() < warm_until) {
       const conccl::Deadline dl = deadline();
       Status st = a.prelaunch ? (*plan)->prelaunch(dl) : (*plan)->launch(dl);
       if (st.ok() && a.prelaunch) st = (*plan)->release();
@@ -438,14 +445,14 @@ std::vector<FlagSpec> collective_flags() {
   f.push_back({.name = "prelaunch", .help = "queue each launch behind a trigger; time from its release"});
   f.push_back({.name = "shared-queues",
                .help = "loopback: the ranks on a GPU share one queue per engine (no chain/swap variants)"});
-  f.push_back({.name = "iters", .value = "N", .help = "timed iterations per size (default: by size, 3..20)"});
+  f.push_back({.name = "iters", .value = "N", .help = "timed iterations per size, 1..1000000 (default: by size, 3..20)"});
   f.push_back({.name = "warmup", .value = "N",
-               .help = "untimed iterations per size (default 2; on real engines also at least 100 ms of them)"});
+               .help = "untimed iterations per size, 0..1000000 (default 2; on real engines also at least 100 ms of them)"});
   f.push_back({.name = "root", .value = "R", .help = "root rank (broadcast, gather, scatter; p2p source)"});
   f.push_back({.name = "peer", .value = "R", .help = "p2p destination rank (default 1)"});
   f.push_back({.name = "json-file", .value = "FILE", .help = "also write the rows as JSON to FILE"});
   f.push_back({.name = "ranks", .value = "N",
-               .help = "ranks (default: one per GPU); more ranks than GPUs places several on each (loopback)"});
+               .help = "ranks, 1..64 (default: one per GPU); more ranks than GPUs places several on each (loopback)"});
   return f;
 }
 

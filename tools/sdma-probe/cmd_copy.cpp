@@ -29,11 +29,13 @@ void random_fill(void* p, size_t n, uint64_t seed) {
 
 int run_copy(const Args& args, Context& ctx) {
   if (!args.positionals().empty()) return usage_error(args, ctx, "copy takes no positional arguments");
-  conccl::Result<std::optional<uint64_t>> src = args.get_uint("src");
-  conccl::Result<std::optional<uint64_t>> dst = args.get_uint("dst");
+  conccl::Result<std::optional<int64_t>> src = args.get_int_in_range("src", 0, kMaxGpus - 1);
+  conccl::Result<std::optional<int64_t>> dst = args.get_int_in_range("dst", 0, kMaxGpus - 1);
+  conccl::Result<std::optional<int64_t>> engine_flag = args.get_int_in_range("engine", 0, kMaxEngineId);
   conccl::Result<std::optional<uint64_t>> bytes = args.get_size("bytes");
-  for (const auto* r : {&src, &dst, &bytes})
+  for (const auto* r : {&src, &dst, &engine_flag})
     if (!r->ok()) return fail(args, ctx, r->status());
+  if (!bytes.ok()) return fail(args, ctx, bytes.status());
   if (!*src || !*dst || !*bytes || **bytes == 0)
     return usage_error(args, ctx, "give --src GPU --dst GPU --bytes SIZE (SIZE > 0)");
   conccl::Result<uint64_t> seed = args.get_uint("seed", 1);
@@ -45,16 +47,17 @@ int run_copy(const Args& args, Context& ctx) {
   conccl::Result<std::unique_ptr<conccl::Device>> devr = open_device_from_args(args);
   if (!devr.ok()) return fail(args, ctx, devr.status());
   conccl::Device& dev = **devr;
-  const int s = static_cast<int>(**src), d = static_cast<int>(**dst);
-  if (s >= dev.gpu_count() || d >= dev.gpu_count())
-    return usage_error(args, ctx, "GPU index out of range: the node has GPUs 0.." + std::to_string(dev.gpu_count() - 1));
+  const int s = static_cast<int>(**src), d = static_cast<int>(**dst);  // in 0..kMaxGpus-1
+  for (const auto& [flag, gpu] : {std::pair{"--src", s}, std::pair{"--dst", d}})
+    if (gpu >= dev.gpu_count())
+      return usage_error(args, ctx, std::string(flag) + " " + std::to_string(gpu) +
+                                        " is out of range: the node has GPUs 0.." + std::to_string(dev.gpu_count() - 1));
 
   // Engine: as asked, else the one the topology recommends for src -> dst.
   const conccl::GpuInfo& g = dev.topology().gpus[static_cast<size_t>(s)];
   int engine = g.engines.empty() ? 0 : g.engines.back().id;
   if (const conccl::LinkInfo* l = g.link_to(d); l && !l->recommended_engines.empty()) engine = l->recommended_engines[0];
-  if (conccl::Result<std::optional<uint64_t>> e = args.get_uint("engine"); !e.ok()) return fail(args, ctx, e.status());
-  else if (*e) engine = static_cast<int>(**e);
+  if (*engine_flag) engine = static_cast<int>(**engine_flag);  // create_queue says which engines exist
 
   const uint64_t n = **bytes;
   conccl::Result<conccl::Buffer> a = dev.alloc(s, n, conccl::MemKind::device);

@@ -1,0 +1,70 @@
+// tests/cli/test_cli_robust.cpp - sdma-probe on hostile values: every one
+// gives a clear error and the documented exit code (docs/sdma-probe.md),
+// never a crash, a silent wrap to another index, or a false diagnosis.
+#include <string>
+#include <vector>
+
+#include <gtest/gtest.h>
+
+#include "probe_runner.hpp"
+
+namespace {
+
+using probe_test::contains;
+using probe_test::Outcome;
+using probe_test::probe;
+
+using Argv = std::vector<std::string>;
+
+// Values an int or uint64 cast would wrap: 2^32 -> 0, 2^64-1 -> -1, ...
+const std::vector<std::string> kWrapping = {"4294967296", "4294967297", "18446744073709551615",
+                                            "-1", "0x100000000", "99999999999999999999999"};
+
+// Runs argv + {flag, v} for every wrapping v: exit 2 and an error naming the flag.
+void expect_refused(const Argv& argv, const std::string& flag, const std::string& range) {
+  for (const std::string& v : kWrapping) {
+    Argv a = argv;
+    a.push_back(flag);
+    a.push_back(v);
+    Outcome r = probe(a, "", 20);
+    EXPECT_EQ(r.rc, 2) << flag << " " << v << ": " << r.err;
+    EXPECT_TRUE(contains(r.err, flag)) << r.err;
+    EXPECT_TRUE(contains(r.err, range)) << flag << " " << v << ": " << r.err;
+    EXPECT_TRUE(r.out.empty() || !contains(r.out, "verified")) << r.out;
+  }
+}
+
+// ---------------------------------------------------------------------------
+// Integer narrowing: indices and counts are range-checked on 64 bits.
+
+TEST(Narrowing, GpuEngineAndCountFlags) {
+  expect_refused({"copy", "--dst", "1", "--bytes", "4K"}, "--src", "0..63");
+  expect_refused({"copy", "--src", "0", "--bytes", "4K"}, "--dst", "0..63");
+  expect_refused({"copy", "--src", "0", "--dst", "1", "--bytes", "4K"}, "--engine", "0..255");
+  expect_refused({"exec"}, "--gpu", "0..63");
+  expect_refused({"exec"}, "--engine", "0..255");
+  expect_refused({"list"}, "--gpus", "1..64");
+  expect_refused({"list"}, "--engines", "1..32");
+  expect_refused({"allgather", "--max", "4K"}, "--ranks", "1..64");
+  expect_refused({"allgather", "--max", "4K"}, "--iters", "1..1000000");
+  expect_refused({"allgather", "--max", "4K"}, "--warmup", "0..1000000");
+  expect_refused({"broadcast", "--max", "4K"}, "--root", "0..63");
+  expect_refused({"p2p", "--ranks", "2", "--max", "4K"}, "--peer", "0..63");
+}
+
+TEST(Narrowing, IndicesPastTheNodeNameTheFlag) {
+  Outcome r = probe({"copy", "--src", "0", "--dst", "8", "--bytes", "4K"});
+  EXPECT_EQ(r.rc, 2) << r.err;
+  EXPECT_TRUE(contains(r.err, "--dst 8 is out of range: the node has GPUs 0..7")) << r.err;
+  r = probe({"exec", "--gpu", "8"});
+  EXPECT_EQ(r.rc, 2) << r.err;
+  EXPECT_TRUE(contains(r.err, "--gpu 8 is out of range")) << r.err;
+  r = probe({"p2p", "--ranks", "2", "--peer", "2", "--max", "4K"});
+  EXPECT_EQ(r.rc, 2) << r.err;
+  EXPECT_TRUE(contains(r.err, "--peer 2 is out of range: give a rank 0..1")) << r.err;
+  r = probe({"exec", "--buffer", "a=4K@4294967296"});
+  EXPECT_EQ(r.rc, 2) << r.err;
+  EXPECT_TRUE(contains(r.err, "GPU index (0..63)")) << r.err;
+}
+
+}  // namespace
