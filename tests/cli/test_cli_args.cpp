@@ -152,6 +152,9 @@ TEST(Args, SharedFlags) {
   EXPECT_TRUE(a->common().json);
   EXPECT_EQ(a->common().timeout_ms, 16u);
   EXPECT_TRUE(a->common().timeout_given);
+  a = Args::parse("t", {"--timeout-ms", "86400000"}, specs());
+  ASSERT_TRUE(a.ok()) << a.status().message();
+  EXPECT_EQ(a->common().timeout_ms, 86400000u);
   EXPECT_EQ(backend_name(Backend::kfd), "kfd");
 }
 
@@ -167,7 +170,12 @@ TEST(Args, Errors) {
            {{"--size", "1", "--size=2"}, "--size given more than once"},
            {{"--verbose=1"}, "--verbose takes no value"},
            {{"--backend", "rocm"}, "--backend 'rocm' is not one of emu, kfd, nv"},
-           {{"--timeout-ms", "-1"}, "--timeout-ms '-1'"},
+           {{"--timeout-ms", "-1"}, "--timeout-ms -1 is out of range: give 1..86400000"},
+           {{"--timeout-ms", "0"}, "--timeout-ms 0 would fail every wait at once"},
+           {{"--timeout-ms", "0x0"}, "--timeout-ms 0 would fail every wait at once"},
+           {{"--timeout-ms", "86400001"}, "--timeout-ms 86400001 is out of range: give 1..86400000"},
+           {{"--timeout-ms", "10000000000000"}, "out of range: give 1..86400000"},
+           {{"--timeout-ms", "18446744073709551615"}, "out of range: give 1..86400000"},
            {{"--preset="}, "--preset needs a name"},
        }) {
     conccl::Result<Args> a = Args::parse("t", c.argv, specs());

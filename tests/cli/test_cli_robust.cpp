@@ -67,4 +67,25 @@ TEST(Narrowing, IndicesPastTheNodeNameTheFlag) {
   EXPECT_TRUE(contains(r.err, "GPU index (0..63)")) << r.err;
 }
 
+// ---------------------------------------------------------------------------
+// --timeout-ms: 1..86400000; 0 and values whose deadline would overflow the
+// clock are usage errors, not an instant false hang diagnosis.
+
+TEST(Timeout, ZeroAndHugeAreUsageErrors) {
+  for (const Argv& cmd : {Argv{"copy", "--src", "0", "--dst", "1", "--bytes", "4K"}, Argv{"exec"},
+                          Argv{"allgather", "--gpus", "2", "--max", "4K"}}) {
+    for (const char* v : {"0", "10000000000000", "9223372036854775807", "18446744073709551615"}) {
+      Argv a = cmd;
+      a.insert(a.end(), {"--timeout-ms", v});
+      Outcome r = probe(a, "", 20);
+      EXPECT_EQ(r.rc, 2) << cmd[0] << " --timeout-ms " << v << ": " << r.err;
+      EXPECT_TRUE(contains(r.err, "--timeout-ms")) << r.err;
+      EXPECT_TRUE(contains(r.err, "1..86400000")) << r.err;
+      EXPECT_FALSE(contains(r.err, "rptr=")) << r.err;  // no hang diagnosis
+    }
+  }
+  Outcome ok = probe({"copy", "--src", "0", "--dst", "1", "--bytes", "4K", "--timeout-ms", "86400000"});
+  EXPECT_EQ(ok.rc, 0) << ok.err;
+}
+
 }  // namespace

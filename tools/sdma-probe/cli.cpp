@@ -151,7 +151,7 @@ const std::vector<FlagSpec>& common_flags() {
       {.name = "preset", .value = "NAME", .help = "named configuration preset"},
       {.name = "json", .help = "machine-readable JSON on stdout instead of tables"},
       {.name = "timeout-ms", .value = "N",
-       .help = "deadline for every wait, in milliseconds (default 10000)"},
+       .help = "deadline for every wait, in milliseconds: 1..86400000 (24 h; default 10000)"},
   };
   return kFlags;
 }
@@ -293,10 +293,14 @@ Status Args::apply_common() {
     common_.preset = *p;
   }
   common_.json = has("json");
-  Result<std::optional<uint64_t>> t = get_uint("timeout-ms");
+  Result<std::optional<int64_t>> t = get_int_in_range("timeout-ms", 1, kMaxTimeoutMs);
+  if (!t.ok() && parse_int(value("timeout-ms").value_or("")) == 0)
+    return conccl::error(Code::invalid_argument,
+                         "--timeout-ms 0 would fail every wait at once (a false hang diagnosis); give 1.." +
+                             std::to_string(kMaxTimeoutMs) + " ms");
   if (!t.ok()) return t.status();
   if (t->has_value()) {
-    common_.timeout_ms = **t;
+    common_.timeout_ms = static_cast<uint64_t>(**t);
     common_.timeout_given = true;
   }
   return Status();

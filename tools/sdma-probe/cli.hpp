@@ -76,6 +76,9 @@ enum class Backend { emu, kfd, nv };
 std::string_view backend_name(Backend b);
 
 inline constexpr uint64_t kDefaultTimeoutMs = 10000;
+// --timeout-ms is 1..kMaxTimeoutMs (24 h): 0 would fail every wait at once,
+// and larger values would overflow the clock arithmetic of a deadline.
+inline constexpr int64_t kMaxTimeoutMs = 24 * 3600 * 1000;
 
 // The flags every subcommand accepts (parsed by the framework).
 struct Common {
