@@ -88,4 +88,33 @@ TEST(Timeout, ZeroAndHugeAreUsageErrors) {
   EXPECT_EQ(ok.rc, 0) << ok.err;
 }
 
+// ---------------------------------------------------------------------------
+// Bounds checks that wrapped for huge values
+
+TEST(Overflow, ExecDumpNeverReadsOutsideTheBuffer) {
+  // OFF + BYTES wraps past 2^64 to a small number: it must not pass the check
+  // (it printed host memory from before the buffer, or crashed).
+  for (const char* dump : {"a+0xFFFFFFFFFFFFFFF0:16", "a+0xFFFFFFFFFFFFFFFC:8", "a+4:0xFFFFFFFFFFFFFFFC",
+                           "a+4084:16", "a:8192"}) {
+    Outcome r = probe({"exec", "--buffer", "a=4K", "--dump", dump}, "", 20);
+    EXPECT_EQ(r.rc, 2) << dump << ": " << r.err;
+    EXPECT_TRUE(contains(r.err, "reads past the end of a")) << dump << ": " << r.err;
+    EXPECT_TRUE(r.out.empty()) << dump << ": " << r.out;
+  }
+  Outcome last = probe({"exec", "--buffer", "a=4K", "--dump", "a+4080:16"});
+  EXPECT_EQ(last.rc, 0) << last.err;
+  EXPECT_EQ(last.out, "a+4080: 00000000 00000000 00000000 00000000\n");
+}
+
+TEST(Overflow, HugeBufferSizesAreRefusedNotWrapped) {
+  // Rounding 2^64-1 up to the allocation granule wrapped to a 0-byte buffer:
+  // exit 0, or a wrong "not CPU-visible" exit 5 once it was filled.
+  for (const char* size : {"18446744073709551615", "0xFFFFFFFFFFFFFF01", "16777215T"}) {
+    Outcome r = probe({"exec", "--buffer", std::string("a=") + size, "--fill", "a=1"}, "", 20);
+    EXPECT_EQ(r.rc, 4) << size << ": " << r.err;
+    EXPECT_TRUE(contains(r.err, "larger than")) << size << ": " << r.err;
+    EXPECT_FALSE(contains(r.err, "CPU-visible")) << r.err;
+  }
+}
+
 }  // namespace

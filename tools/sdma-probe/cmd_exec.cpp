@@ -164,7 +164,7 @@ int run_exec(const Args& args, Context& ctx) {
     if (it == bufs.end() || !n || *n == 0 || *n % 4 || off % 4)
       return usage_error(args, ctx, "--dump '" + d + "': expected NAME[+OFF]:BYTES with a defined buffer and "
                                                       "4-byte multiples");
-    if (off + *n > it->second.buf.size)
+    if (*n > it->second.buf.size || off > it->second.buf.size - *n)  // no wrap for huge OFF
       return usage_error(args, ctx, "--dump '" + d + "' reads past the end of " + what);
     if (!it->second.buf.host)
       return fail(args, ctx, conccl::error(Code::unavailable, "buffer " + what + " is not CPU-visible here"));

@@ -51,6 +51,11 @@ Result<uint64_t> Arena::allocate(size_t bytes, size_t align) {
   if (bytes == 0) return error(Code::invalid_argument, "allocation of 0 bytes");
   if (align < 256 || (align & (align - 1)))
     return error(Code::invalid_argument, "alignment must be a power of two >= 256");
+  // Larger than the whole arena: refused before the rounding below, which
+  // would wrap near 2^64 to a 0-byte block.
+  if (bytes > size_)
+    return error(Code::resource_exhausted, "allocation of " + std::to_string(bytes) + " bytes is larger than the emulated memory " +
+                                               name_ + " (" + std::to_string(size_) + " bytes)");
   const uint64_t len = (bytes + 255) & ~uint64_t(255);
   std::lock_guard<std::mutex> lock(mu_);
   for (auto it = free_.begin(); it != free_.end(); ++it) {
