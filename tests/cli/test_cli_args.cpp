@@ -1,6 +1,8 @@
 // tests/cli/test_cli_args.cpp - sdma-probe's argument parser and value helpers.
 #include <gtest/gtest.h>
 
+#include <limits>
+
 #include "cli.hpp"
 
 namespace probe {
@@ -55,6 +57,16 @@ TEST(FormatSize, Units) {
 
 TEST(JsonString, Escapes) {
   EXPECT_EQ(json_string("a\"b\\c\n\x01"), "\"a\\\"b\\\\c\\n\\u0001\"");
+}
+
+TEST(JsonNumber, NeverInfOrNan) {
+  EXPECT_EQ(json_number(1.5, 3), "1.500");
+  EXPECT_EQ(json_number(0, 4), "0.0000");
+  EXPECT_EQ(json_number(-2.25, 1), "-2.2");
+  // A zero time gives an infinite bandwidth; 0/0 a NaN: JSON has neither.
+  EXPECT_EQ(json_number(1.0 / 0.0 * 1e9, 4), "null");
+  EXPECT_EQ(json_number(-std::numeric_limits<double>::infinity(), 4), "null");
+  EXPECT_EQ(json_number(std::numeric_limits<double>::quiet_NaN(), 3), "null");
 }
 
 TEST(ExitCodes, FromLibraryCodes) {

@@ -5,6 +5,7 @@
 #include <cctype>
 #include <cerrno>
 #include <charconv>
+#include <cmath>
 #include <cstdint>
 #include <cstring>
 #include <exception>
@@ -130,6 +131,13 @@ std::string json_string(std::string_view s) {
   }
   out += '"';
   return out;
+}
+
+std::string json_number(double v, int decimals) {
+  if (!std::isfinite(v)) return "null";
+  char buf[64];
+  std::snprintf(buf, sizeof buf, "%.*f", std::clamp(decimals, 0, 17), v);
+  return buf;
 }
 
 // ---------------------------------------------------------------------------

@@ -61,6 +61,9 @@ std::optional<int64_t> parse_int(std::string_view s);
 
 // A JSON string literal, quotes included.
 std::string json_string(std::string_view s);
+// A JSON number with `decimals` digits after the point; `null` for an
+// infinity or NaN (a zero time's bandwidth), which JSON cannot express.
+std::string json_number(double v, int decimals);
 
 // ---------------------------------------------------------------------------
 // Flags and arguments

@@ -413,9 +413,10 @@ int run_collective(const Args& args, Context& ctx) {
                  base.prelaunch ? "true" : "false", co.shared_queues ? "true" : "false");
     for (size_t i = 0; i < rows.size(); ++i)
       std::fprintf(f,
-                   "%s\n  {\"size\": %" PRIu64 ", \"time_us\": %.3f, \"algbw_gbps\": %.4f, \"busbw_gbps\": %.4f, "
+                   "%s\n  {\"size\": %" PRIu64 ", \"time_us\": %s, \"algbw_gbps\": %s, \"busbw_gbps\": %s, "
                    "\"verified\": %s, \"wrong_bytes\": %" PRIu64 ", \"variant\": \"%s\"}",
-                   i ? "," : "", rows[i].size, rows[i].time_us, rows[i].algbw, rows[i].busbw,
+                   i ? "," : "", rows[i].size, json_number(rows[i].time_us, 3).c_str(),
+                   json_number(rows[i].algbw, 4).c_str(), json_number(rows[i].busbw, 4).c_str(),
                    rows[i].wrong == 0 ? "true" : "false", rows[i].wrong, rows[i].variant.c_str());
     std::fprintf(f, "\n]}\n");
   };

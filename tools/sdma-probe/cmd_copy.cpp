@@ -101,9 +101,9 @@ int run_copy(const Args& args, Context& ctx) {
   const double gbps = static_cast<double>(n) / secs / 1e9;
   if (args.common().json) {
     std::fprintf(ctx.out,
-                 "{\"bytes\": %" PRIu64 ", \"seconds\": %.9f, \"gbps\": %.3f, \"verified\": %s, \"src\": %d, "
+                 "{\"bytes\": %" PRIu64 ", \"seconds\": %s, \"gbps\": %s, \"verified\": %s, \"src\": %d, "
                  "\"dst\": %d, \"engine\": %d}\n",
-                 n, secs, gbps, ok ? "true" : "false", s, d, engine);
+                 n, json_number(secs, 9).c_str(), json_number(gbps, 3).c_str(), ok ? "true" : "false", s, d, engine);
   } else {
     std::fprintf(ctx.out, "%-14s %-12s %-10s %s\n", "bytes", "time", "GB/s", "verified");
     std::fprintf(ctx.out, "%-14" PRIu64 " %-12s %-10.3f %s\n", n,
