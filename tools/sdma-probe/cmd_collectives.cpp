@@ -14,9 +14,11 @@
 #include <thread>
 
 #include "cli.hpp"
+#include "coll_memory.hpp"
 #include "conccl/collectives.hpp"
 #include "conccl/staging.hpp"
 #include "device_flags.hpp"
+#include "mem_budget.hpp"
 
 namespace probe {
 namespace {
@@ -115,21 +117,6 @@ std::vector<Piece> pieces_of(const conccl::CollectiveArgs& a, int n) {
       break;
   }
   return out;
-}
-
-// Bytes of rank r's send and recv buffers an op needs (0: none) for a
-// per-rank chunk of `chunk` bytes: only what the op touches.
-std::pair<uint64_t, uint64_t> buffer_bytes(CollOp op, int root, int peer, int r, int n, uint64_t chunk) {
-  const uint64_t all = chunk * static_cast<uint64_t>(n);
-  switch (op) {
-    case CollOp::p2p: return {r == root ? chunk : 0, r == peer ? chunk : 0};
-    case CollOp::broadcast: return {r == root ? chunk : 0, chunk};
-    case CollOp::gather: return {chunk, r == root ? all : 0};
-    case CollOp::scatter: return {r == root ? all : 0, chunk};
-    case CollOp::all_gather: return {chunk, all};
-    case CollOp::all_to_all: return {all, all};
-  }
-  return {0, 0};
 }
 
 // Writes rank r's pattern into a buffer through its GPU's stager, in pieces.
@@ -254,6 +241,20 @@ int run_collective(const Args& args, Context& ctx) {
     return usage_error(args, ctx, "p2p from a rank to itself: give a different --peer");
   std::vector<int> gpu_of;
   for (int r = 0; r < n; ++r) gpu_of.push_back(r % gpus);
+
+  // Buffers for the largest size, reused by every row: only what the op uses.
+  // Refused up front when they do not fit (on the emulator GPU memory is host
+  // memory: a sweep too big for it died by the OOM killer).
+  auto chunk_of = [&](uint64_t size) { return std::max<uint64_t>(1, op.size_is_total ? size / n : size); };
+  const uint64_t max_chunk = chunk_of(*max);
+  const MemBudget need = sweep_budget(op.op, static_cast<int>(*root), static_cast<int>(*peer), gpu_of, gpus, max_chunk);
+  if (Status st = check_budget(need, dev.topology(), args.common().backend == Backend::emu,
+                               "lower --max (now " + format_size(*max) + ") or --ranks (now " + std::to_string(n) + ")",
+                               mem_available());
+      !st.ok())
+    return fail(args, ctx, st.prefix(std::string(op.name) + " up to --max " + format_size(*max) + " on " +
+                                     std::to_string(n) + " ranks"));
+
   conccl::Communicator::Options co;
   co.loopback = n > gpus;
   co.shared_queues = args.has("shared-queues");
@@ -266,7 +267,7 @@ int run_collective(const Args& args, Context& ctx) {
   auto deadline = [&] { return conccl::Deadline::after_ms(deadline_ms); };
   std::vector<std::unique_ptr<conccl::Stager>> stagers;
   for (int g = 0; g < gpus; ++g) {
-    conccl::Result<std::unique_ptr<conccl::Stager>> st = conccl::Stager::create(dev, g, 32u << 20);
+    conccl::Result<std::unique_ptr<conccl::Stager>> st = conccl::Stager::create(dev, g, staging_bytes(gpus));
     if (!st.ok()) return fail(args, ctx, st.status());
     stagers.push_back(std::move(st).value());
   }
@@ -277,9 +278,6 @@ int run_collective(const Args& args, Context& ctx) {
   // chunk d sits at offset d * chunk of the same pattern).
   constexpr uint64_t kSeed = 0xC0CC1;
 
-  // Buffers for the largest size, reused by every row: only what the op uses.
-  auto chunk_of = [&](uint64_t size) { return std::max<uint64_t>(1, op.size_is_total ? size / n : size); };
-  const uint64_t max_chunk = chunk_of(*max);
   conccl::CollectiveArgs base;
   base.op = op.op;
   base.variant = variant;
@@ -289,16 +287,12 @@ int run_collective(const Args& args, Context& ctx) {
   base.send.assign(static_cast<size_t>(n), Buffer{});
   base.recv.assign(static_cast<size_t>(n), Buffer{});
   uint64_t total = 0;
+  for (uint64_t g : need.gpu) total = add_sat(total, g);
   for (int r = 0; r < n; ++r) {
-    auto [sb, rb] = buffer_bytes(op.op, base.root, base.peer, r, n, max_chunk);
-    total += sb + rb;
-  }
-  for (int r = 0; r < n; ++r) {
-    auto [sb, rb] = buffer_bytes(op.op, base.root, base.peer, r, n, max_chunk);
-    for (auto [bytes, out] : {std::pair{sb, &base.send[static_cast<size_t>(r)]}, std::pair{rb, &base.recv[static_cast<size_t>(r)]}}) {
+    const RankBuffers rb = buffer_bytes(op.op, base.root, base.peer, r, n, max_chunk);
+    for (auto [bytes, out] : {std::pair{rb.send, &base.send[static_cast<size_t>(r)]}, std::pair{rb.recv, &base.recv[static_cast<size_t>(r)]}}) {
       if (!bytes) continue;
-      // A multiple of 4 bytes, so the engine can poison it with a 32-bit fill.
-      conccl::Result<Buffer> b = dev.alloc(gpu_of[static_cast<size_t>(r)], (bytes + 3) & ~uint64_t(3), conccl::MemKind::device);
+      conccl::Result<Buffer> b = dev.alloc(gpu_of[static_cast<size_t>(r)], alloc_bytes(bytes), conccl::MemKind::device);
       if (!b.ok())
         return fail(args, ctx, b.status().prefix("allocating " + format_size(total) + " of buffers for " +
                                                   std::to_string(n) + " ranks up to --max " + format_size(*max) +

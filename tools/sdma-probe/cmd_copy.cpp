@@ -9,6 +9,7 @@
 #include "conccl/emu.hpp"
 #include "conccl/signal.hpp"
 #include "device_flags.hpp"
+#include "mem_budget.hpp"
 
 namespace probe {
 namespace {
@@ -60,6 +61,14 @@ int run_copy(const Args& args, Context& ctx) {
   if (*engine_flag) engine = static_cast<int>(**engine_flag);  // create_queue says which engines exist
 
   const uint64_t n = **bytes;
+  MemBudget need;
+  need.gpu.assign(static_cast<size_t>(dev.gpu_count()), 0);
+  need.gpu[static_cast<size_t>(s)] = add_sat(need.gpu[static_cast<size_t>(s)], n);
+  need.gpu[static_cast<size_t>(d)] = add_sat(need.gpu[static_cast<size_t>(d)], n);
+  if (Status st = check_budget(need, dev.topology(), args.common().backend == Backend::emu,
+                               "lower --bytes (now " + format_size(n) + ")", mem_available());
+      !st.ok())
+    return fail(args, ctx, st.prefix("copy of " + format_size(n)));
   conccl::Result<conccl::Buffer> a = dev.alloc(s, n, conccl::MemKind::device);
   if (!a.ok()) return fail(args, ctx, a.status());
   conccl::Result<conccl::Buffer> b = dev.alloc(d, n, conccl::MemKind::device);

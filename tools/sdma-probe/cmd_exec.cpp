@@ -11,6 +11,7 @@
 #include "cli.hpp"
 #include "conccl/queue.hpp"
 #include "device_flags.hpp"
+#include "mem_budget.hpp"
 #include "packets/sdma_asm.hpp"
 
 namespace probe {
@@ -105,6 +106,20 @@ int run_exec(const Args& args, Context& ctx) {
   conccl::Result<std::unique_ptr<conccl::Queue>> q =
       device.create_queue(static_cast<int>(*gpu), static_cast<int>(*engine));
   if (!q.ok()) return fail(args, ctx, q.status());
+
+  MemBudget need;
+  need.gpu.assign(static_cast<size_t>(device.gpu_count()), 0);
+  for (const Def& d : defs) {
+    if (d.gpu >= device.gpu_count())
+      return usage_error(args, ctx, "buffer '" + d.name + "' is on GPU " + std::to_string(d.gpu) +
+                                        ", but the node has GPUs 0.." + std::to_string(device.gpu_count() - 1));
+    uint64_t& slot = d.gpu < 0 ? need.host : need.gpu[static_cast<size_t>(d.gpu)];
+    slot = add_sat(slot, d.size);
+  }
+  if (Status st = check_budget(need, device.topology(), args.common().backend == Backend::emu,
+                               "give smaller --buffer sizes", mem_available());
+      !st.ok())
+    return fail(args, ctx, st.prefix("the --buffer definitions"));
 
   std::map<std::string, Named> bufs;
   for (const Def& d : defs) {
