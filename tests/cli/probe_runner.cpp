@@ -108,7 +108,9 @@ Outcome probe(const std::vector<std::string>& args, std::string_view in, double 
     const int i = open(in_path.c_str(), O_RDONLY);
     const int o = open(out_path.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
     const int e = open(err_path.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
-    if (i < 0 || o < 0 || e < 0) _exit(126);
+    // In the scratch directory, so that files the command writes (--json
+    // FILE with a random name in the property test) land there.
+    if (i < 0 || o < 0 || e < 0 || chdir(scratch().c_str()) != 0) _exit(126);
     dup2(i, 0);
     dup2(o, 1);
     dup2(e, 2);

@@ -17,7 +17,7 @@ struct Outcome {
   std::string out, err;
 };
 
-// Runs sdma-probe with `args`, `in` on stdin. With limit_s > 0 the process
+// Runs sdma-probe with `args`, `in` on stdin, in the scratch directory. With limit_s > 0 the process
 // is killed (SIGKILL) once it has run that long, and timed_out is set.
 Outcome probe(const std::vector<std::string>& args, std::string_view in = "", double limit_s = 0);
 

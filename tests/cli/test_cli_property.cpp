@@ -56,13 +56,20 @@ std::vector<CommandFlags> discover() {
   return out;
 }
 
-const std::vector<std::string> kHostile = {
-    "0", "-1", "-0", "4294967295", "4294967296", "4294967297", "2147483648", "-2147483649",
-    "9223372036854775807", "9223372036854775808", "18446744073709551615", "18446744073709551616",
-    "99999999999999999999999", "0xFFFFFFFFFFFFFFFF", "0x100000000", "-0x8000000000000000", "16777215T",
-    "0x", "", " ", "abc", "1e3", "1.5", "nan", "inf", "--", "-", "=", "a=", "=4K", "a=4K@-1",
-    "a=18446744073709551615", "a=4K@4294967296", "a+0xFFFFFFFFFFFFFFF0:16", "a:0", "a:18446744073709551615",
-    "\x01\x7f", "%s%n%s", std::string(300, '9')};
+// Numbers that fit 64 bits (so they pass a plain uint64/int64 parse) but are
+// huge, negative, or wrap when narrowed.
+const std::vector<std::string> kHugeNumbers = {
+    "0", "-1", "4294967295", "4294967296", "4294967297", "2147483648", "-2147483649", "9223372036854775807",
+    "9223372036854775808", "18446744073709551615", "0xFFFFFFFFFFFFFFFF", "0x100000000", "-0x8000000000000000",
+    "16777215T", "a=18446744073709551615", "a=4K@4294967296", "a+0xFFFFFFFFFFFFFFF0:16", "a:18446744073709551615"};
+// Text no parser should accept.
+const std::vector<std::string> kGarbage = {
+    "18446744073709551616", "99999999999999999999999", "-0", "0x", "", " ", "abc", "1e3", "1.5", "nan",
+    "inf", "--", "-", "=", "a=", "=4K", "a=4K@-1", "a:0", "\x01\x7f", "%s%n%s", std::string(300, '9')};
+
+std::string hostile(std::mt19937_64& rng) {
+  return rng() % 3 ? kHugeNumbers[rng() % kHugeNumbers.size()] : kGarbage[rng() % kGarbage.size()];
+}
 
 // A plausible value for a flag, small enough to run quickly.
 std::string plausible(const std::string& flag, std::mt19937_64& rng) {
@@ -73,7 +80,8 @@ std::string plausible(const std::string& flag, std::mt19937_64& rng) {
   if (flag == "--gen" || flag == "--sdma-gen") return pick({"4", "4.4.2", "5", "5.2", "6", "7", "hopper-ce", "9"});
   if (flag == "--gfx") return pick({"gfx942", "gfx90a", "gfx1100", "gfx0"});
   if (flag == "--min" || flag == "--max" || flag == "--bytes") return pick({"1", "4", "1K", "4K", "16K", "0x100"});
-  if (flag == "--gpus") return pick({"1", "2", "4", "8", "64"});
+  // (64 GPUs of 16 emulated engines are 1024 engine threads: correct, but slow on a small machine.)
+  if (flag == "--gpus") return pick({"1", "2", "4", "8"});
   if (flag == "--engines") return pick({"1", "2", "4", "32"});
   if (flag == "--ranks") return pick({"1", "2", "3", "8", "64"});
   if (flag == "--iters" || flag == "--warmup") return pick({"0", "1", "2", "3"});
@@ -124,14 +132,17 @@ TEST(Property, RandomArgumentVectorsNeverCrashOrHang) {
       if (f.takes_value) argv.push_back(plausible(f.name, rng));
     }
     argv.push_back(c.name);
-    const int n = static_cast<int>(rng() % 6);
+    // One to four flags, mostly the command's own (its help lists the shared
+    // ones last): fewer flags reach further past the parser.
+    const int n = 1 + static_cast<int>(rng() % 4);
+    const size_t own = c.flags.size() > shared.size() ? c.flags.size() - shared.size() : c.flags.size();
     for (int k = 0; k < n && !c.flags.empty(); ++k) {
-      const Flag& f = c.flags[rng() % c.flags.size()];
+      const Flag& f = c.flags[rng() % 4 ? rng() % own : rng() % c.flags.size()];
       if (!f.takes_value) {
         argv.push_back(f.name);
         continue;
       }
-      const std::string v = rng() % 2 ? kHostile[rng() % kHostile.size()] : plausible(f.name, rng);
+      const std::string v = rng() % 2 ? hostile(rng) : plausible(f.name, rng);
       if (rng() % 4 == 0) {
         argv.push_back(f.name + "=" + v);
       } else {
@@ -139,7 +150,7 @@ TEST(Property, RandomArgumentVectorsNeverCrashOrHang) {
         argv.push_back(v);
       }
     }
-    if (rng() % 10 == 0) argv.push_back(rng() % 2 ? "-" : kHostile[rng() % kHostile.size()]);
+    if (rng() % 10 == 0) argv.push_back(rng() % 2 ? "-" : hostile(rng));
     // Small and bounded: sweeps stop at 16K, waits at 2 s.
     if (is_sweep(c.name) && !has(argv, "--max")) argv.insert(argv.end(), {"--max", "16K"});
     if (!has(argv, "--timeout-ms")) argv.insert(argv.end(), {"--timeout-ms", "2000"});
