@@ -89,6 +89,20 @@ size_t count_lines(const std::string& s) {
   return n;
 }
 
+std::vector<std::string> flag_names(const std::string& text) {
+  std::vector<std::string> out;
+  auto name_char = [](char c) { return (c >= 'a' && c <= 'z') || (c >= '0' && c <= '9') || c == '-'; };
+  for (size_t i = text.find("--"); i != std::string::npos; i = text.find("--", i)) {
+    size_t j = i + 2;
+    if (j < text.size() && text[j] >= 'a' && text[j] <= 'z') {
+      while (j < text.size() && name_char(text[j])) ++j;
+      out.push_back(text.substr(i, j - i));
+    }
+    i = j;
+  }
+  return out;
+}
+
 Outcome probe(const std::vector<std::string>& args, std::string_view in, double limit_s) {
   static int counter = 0;
   const int id = counter++;

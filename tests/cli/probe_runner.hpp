@@ -32,4 +32,7 @@ inline bool contains(const std::string& hay, std::string_view needle) {
 
 size_t count_lines(const std::string& s);
 
+// Every "--name" (lowercase letters, digits, '-') in `text`, in order.
+std::vector<std::string> flag_names(const std::string& text);
+
 }  // namespace probe_test

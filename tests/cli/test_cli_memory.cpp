@@ -1,9 +1,8 @@
 // tests/cli/test_cli_memory.cpp - sdma-probe refuses, before allocating, a
 // run that does not fit in GPU or host memory, with the sum and a fix that
 // names real flags; and it allocates only what an op needs.
-#include <cstdio>
+#include <cstdlib>
 #include <optional>
-#include <regex>
 #include <set>
 #include <string>
 #include <vector>
@@ -23,24 +22,19 @@ using Argv = std::vector<std::string>;
 
 std::optional<unsigned long long> mem_available_kib() {
   const std::string info = read_file("/proc/meminfo");
-  std::smatch m;
-  if (!std::regex_search(info, m, std::regex("MemAvailable:\\s+([0-9]+) kB"))) return std::nullopt;
-  return std::stoull(m[1]);
+  const size_t at = info.find("MemAvailable:");
+  if (at == std::string::npos) return std::nullopt;
+  return std::strtoull(info.c_str() + at + 13, nullptr, 10);
 }
 
 // Every --flag that `text` names is a flag of `command` (from its help).
 void expect_real_flags(const std::string& command, const std::string& text) {
-  const std::string help = probe({"help", command}).out;
   std::set<std::string> known;
-  const std::regex flag("--[a-z][a-z0-9-]*");
-  for (auto it = std::sregex_iterator(help.begin(), help.end(), flag); it != std::sregex_iterator(); ++it)
-    known.insert(it->str());
-  bool any = false;
-  for (auto it = std::sregex_iterator(text.begin(), text.end(), flag); it != std::sregex_iterator(); ++it) {
-    EXPECT_TRUE(known.count(it->str())) << command << " names " << it->str() << ", which it does not have: " << text;
-    any = true;
-  }
-  EXPECT_TRUE(any) << "the refusal names no flag to change: " << text;
+  for (const std::string& f : probe_test::flag_names(probe({"help", command}).out)) known.insert(f);
+  const std::vector<std::string> named = probe_test::flag_names(text);
+  for (const std::string& f : named)
+    EXPECT_TRUE(known.count(f)) << command << " names " << f << ", which it does not have: " << text;
+  EXPECT_FALSE(named.empty()) << "the refusal names no flag to change: " << text;
 }
 
 TEST(Memory, GpuMemoryRefusalGivesTheSumAndARealFix) {

@@ -117,4 +117,19 @@ TEST(Overflow, HugeBufferSizesAreRefusedNotWrapped) {
   }
 }
 
+// ---------------------------------------------------------------------------
+// Sweeps of sizes below the core count: every byte is still verified (the
+// per-thread share rounded to 0 bytes: nothing was checked, and the empty
+// compare passed a null pointer to memcmp, which UBSan reports).
+
+TEST(TinySizes, EveryByteIsVerified) {
+  for (const Argv& a : {Argv{"scatter", "--ranks", "64", "--min", "1", "--max", "1"},
+                        Argv{"broadcast", "--gpus", "2", "--min", "1", "--max", "8"},
+                        Argv{"p2p", "--ranks", "2", "--min", "1", "--max", "4"}}) {
+    Outcome r = probe(a, "", 60);
+    EXPECT_EQ(r.rc, 0) << a[0] << ": " << r.err;
+    EXPECT_EQ(r.err.find("runtime error"), std::string::npos) << r.err;
+  }
+}
+
 }  // namespace

@@ -135,7 +135,9 @@ Status upload_pattern(conccl::Stager& st, const Buffer& b, uint64_t seed, int ra
 // counted on all cores (a 1 GiB-per-rank sweep checks tens of GiB).
 uint64_t count_diff(const uint8_t* got, uint64_t seed, int rank, uint64_t off, size_t n) {
   const unsigned threads = std::max(1u, std::min(16u, std::thread::hardware_concurrency()));
-  const size_t per = (n / threads + 4095) / 4096 * 4096;
+  // Whole pages per thread, at least one: for n below the thread count,
+  // n / threads rounded to 0 and no byte was checked at all.
+  const size_t per = std::max<size_t>(4096, (n / threads + 4095) / 4096 * 4096);
   std::vector<uint64_t> wrong(threads, 0);
   std::vector<std::thread> ts;
   for (unsigned t = 0; t < threads && per * t < n; ++t)
