@@ -143,8 +143,40 @@ Result<std::optional<Packet>> parse_line(Gen g, std::string_view line) {
   return std::optional<Packet>(std::move(p));
 }
 
+namespace {
+
+// `raw data=W,W,...`: the dwords as given, unchecked (what `dis` prints for a
+// packet the assembler would refuse). `rest` follows the op.
+Status assemble_raw(std::string_view rest, std::vector<uint32_t>* out) {
+  rest = trim(rest);
+  if (rest.substr(0, 5) != "data=" || rest.find_first_of(" \t") != std::string_view::npos)
+    return error(Code::invalid_argument, "raw: expected data=DWORD,DWORD,... (one key, no spaces)");
+  std::vector<uint32_t> words;
+  std::string_view list = rest.substr(5);
+  while (true) {
+    const size_t comma = list.find(',');
+    const std::string_view item = list.substr(0, comma);
+    uint64_t d = 0;
+    if (!parse_u64(item, &d) || d > 0xFFFFFFFFull)
+      return error(Code::invalid_argument, "raw: data item '" + std::string(item) + "' is not a 32-bit number");
+    words.push_back(static_cast<uint32_t>(d));
+    if (comma == std::string_view::npos) break;
+    list = list.substr(comma + 1);
+  }
+  out->insert(out->end(), words.begin(), words.end());
+  return Status();
+}
+
+}  // namespace
+
 Status assemble_line(Gen g, std::string_view line, std::vector<uint32_t>* out, bool* produced) {
   if (produced) *produced = false;
+  const std::string_view code = trim(line.substr(0, line.find('#')));
+  if (code.substr(0, 3) == "raw" && (code.size() == 3 || std::isspace(static_cast<unsigned char>(code[3])))) {
+    CONCCL_RETURN_IF_ERROR(assemble_raw(code.substr(3), out));
+    if (produced) *produced = true;
+    return Status();
+  }
   Result<std::optional<Packet>> parsed = parse_line(g, line);
   if (!parsed.ok()) return parsed.status();
   if (!parsed->has_value()) return Status();
@@ -259,6 +291,7 @@ std::string describe_packets(Gen g) {
     if (d.tail == Tail::nop_body) out += " [data]";
     out += "\n      " + std::string(d.summary) + "\n";
   }
+  out += "  raw data\n      dwords as given, unchecked (dis prints it for a packet that asm would refuse)\n";
   return out;
 }
 

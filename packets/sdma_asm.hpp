@@ -23,7 +23,9 @@ namespace conccl::sdma {
 Result<std::optional<Packet>> parse_line(Gen g, std::string_view line);
 
 // Parses and encodes one line; appends its dwords to `out`.
-// Returns false in *produced for blank lines.
+// Returns false in *produced for blank lines. Besides the packets, the
+// pseudo-op `raw data=W,W,...` emits its dwords unchecked (the disassembler's
+// form for a packet that the assembler's checks would refuse, sdma_dis.hpp).
 Status assemble_line(Gen g, std::string_view line, std::vector<uint32_t>* out,
                      bool* produced = nullptr);
 

@@ -320,15 +320,17 @@ Result<std::vector<uint32_t>> encode(Gen g, const Packet& packet) {
 
 namespace {
 
-// Finds the packet kind at in[0] and its length; the core of decode.
-Status identify(Gen g, std::span<const uint32_t> in, const Layout** out_layout, size_t* out_len) {
+// Finds the packet kind at in[0] and its length; the core of decode. With
+// `only` other than Pkt::kCount, only that kind is considered.
+Status identify(Gen g, std::span<const uint32_t> in, const Layout** out_layout, size_t* out_len,
+                Pkt only = Pkt::kCount) {
   if (in.empty()) return error(Code::invalid_argument, "truncated: no header dword");
   const uint32_t h = in[0];
   const uint32_t op = h & 0xFF, sub = (h >> 8) & 0xFF;
   bool op_known = false;
   const Layout* found = nullptr;
   for (const PacketDef& def : packet_defs()) {
-    if (def.op != op) continue;
+    if (def.op != op || (only != Pkt::kCount && def.pkt != only)) continue;
     const Layout* l = layout(def.pkt, g);
     if (!l) continue;
     op_known = true;
@@ -390,10 +392,12 @@ Result<size_t> packet_length(Gen g, std::span<const uint32_t> in) {
   return n;
 }
 
-Result<Packet> decode(Gen g, std::span<const uint32_t> in) {
+namespace {
+
+Result<Packet> decode_impl(Gen g, std::span<const uint32_t> in, Pkt only) {
   const Layout* lp = nullptr;
   size_t n = 0;
-  Status st = identify(g, in, &lp, &n);
+  Status st = identify(g, in, &lp, &n, only);
   if (!st.ok()) return st;
   const Layout& l = *lp;
   const PacketDef& def = *l.def;
@@ -417,6 +421,15 @@ Result<Packet> decode(Gen g, std::span<const uint32_t> in) {
     if (extra) p.reserved.push_back({static_cast<uint8_t>(i), extra});
   }
   return p;
+}
+
+}  // namespace
+
+Result<Packet> decode(Gen g, std::span<const uint32_t> in) { return decode_impl(g, in, Pkt::kCount); }
+
+Result<Packet> decode_as(Gen g, Pkt kind, std::span<const uint32_t> in) {
+  if (kind == Pkt::kCount) return error(Code::invalid_argument, "decode_as: no packet kind given");
+  return decode_impl(g, in, kind);
 }
 
 StreamDecode decode_stream(Gen g, std::span<const uint32_t> in) {

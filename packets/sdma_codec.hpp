@@ -74,6 +74,11 @@ size_t packet_dwords(Gen g, Pkt p, std::span<const FieldValue> fields, size_t da
 // wrong (unknown opcode, truncated); offsets are added by decode_stream.
 Result<Packet> decode(Gen g, std::span<const uint32_t> in);
 
+// Decodes the packet at in[0] as `kind`, which must match its header (a kind
+// that shares its opcode with others: atomic vs atomic_add64, poll vs
+// hdp_flush); an error like decode's when it does not.
+Result<Packet> decode_as(Gen g, Pkt kind, std::span<const uint32_t> in);
+
 // Length of the packet at in[0] without decoding its fields (used by engines
 // to skip and by hang diagnosis); error like decode.
 Result<size_t> packet_length(Gen g, std::span<const uint32_t> in);

@@ -1,118 +1,24 @@
 // tests/cli/test_cli.cpp - sdma-probe end to end: the binary is run with
 // fork+exec, stdin fed from a file, stdout/stderr captured, exit code checked.
-#include <fcntl.h>
-#include <sys/wait.h>
 #include <unistd.h>
 
 #include <chrono>
-#include <cstdio>
-#include <cstdlib>
-#include <filesystem>
-#include <fstream>
-#include <sstream>
 #include <string>
-#include <string_view>
 #include <vector>
 
 #include <gtest/gtest.h>
 
-#ifndef SDMA_PROBE_PATH
-#error "SDMA_PROBE_PATH must name the sdma-probe binary"
-#endif
+#include "probe_runner.hpp"
 
 namespace {
 
-// A scratch directory for the whole test program, made on first use and
-// removed when the tests end.
-std::string& scratch_dir() {
-  static std::string dir;
-  return dir;
-}
-
-const std::string& scratch() {
-  std::string& dir = scratch_dir();
-  if (dir.empty()) {
-    const char* base = std::getenv("TMPDIR");
-    std::string tmpl = std::string(base && *base ? base : "/tmp") + "/test_cli.XXXXXX";
-    if (!mkdtemp(tmpl.data())) std::abort();
-    dir = tmpl;
-  }
-  return dir;
-}
-
-class ScratchCleanup : public ::testing::Environment {
- public:
-  void TearDown() override {
-    if (scratch_dir().empty()) return;
-    std::error_code ec;
-    std::filesystem::remove_all(scratch_dir(), ec);
-    scratch_dir().clear();
-  }
-};
-[[maybe_unused]] ::testing::Environment* const kCleanup =
-    ::testing::AddGlobalTestEnvironment(new ScratchCleanup);
-
-std::string write_file(const std::string& name, std::string_view text) {
-  const std::string path = scratch() + "/" + name;
-  std::ofstream(path, std::ios::binary) << text;
-  return path;
-}
-
-std::string read_file(const std::string& path) {
-  std::ifstream f(path, std::ios::binary);
-  std::stringstream ss;
-  ss << f.rdbuf();
-  return ss.str();
-}
-
-struct Outcome {
-  int rc = -1;
-  std::string out, err;
-};
-
-// Runs sdma-probe with `args`, `in` on stdin.
-Outcome probe(const std::vector<std::string>& args, std::string_view in = "") {
-  static int counter = 0;
-  const std::string base = scratch() + "/run" + std::to_string(counter++);
-  const std::string in_path = write_file("run" + std::to_string(counter - 1) + ".in", in);
-  const std::string out_path = base + ".out", err_path = base + ".err";
-
-  std::vector<std::string> words = {SDMA_PROBE_PATH};
-  words.insert(words.end(), args.begin(), args.end());
-  std::vector<char*> argv;
-  for (std::string& w : words) argv.push_back(w.data());
-  argv.push_back(nullptr);
-
-  const pid_t pid = fork();
-  if (pid == 0) {
-    const int i = open(in_path.c_str(), O_RDONLY);
-    const int o = open(out_path.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
-    const int e = open(err_path.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
-    if (i < 0 || o < 0 || e < 0) _exit(126);
-    dup2(i, 0);
-    dup2(o, 1);
-    dup2(e, 2);
-    execv(argv[0], argv.data());
-    _exit(127);
-  }
-  Outcome r;
-  int status = 0;
-  if (pid < 0 || waitpid(pid, &status, 0) != pid) return r;
-  r.rc = WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
-  r.out = read_file(out_path);
-  r.err = read_file(err_path);
-  return r;
-}
-
-bool contains(const std::string& hay, std::string_view needle) {
-  return hay.find(needle) != std::string::npos;
-}
-
-size_t count_lines(const std::string& s) {
-  size_t n = 0;
-  for (char c : s) n += c == '\n';
-  return n;
-}
+using probe_test::contains;
+using probe_test::count_lines;
+using probe_test::Outcome;
+using probe_test::probe;
+using probe_test::read_file;
+using probe_test::scratch;
+using probe_test::write_file;
 
 const std::vector<std::string> kAllGens = {"4", "4.4.2", "5", "5.2", "6", "7"};
 

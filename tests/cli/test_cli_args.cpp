@@ -1,6 +1,8 @@
 // tests/cli/test_cli_args.cpp - sdma-probe's argument parser and value helpers.
 #include <gtest/gtest.h>
 
+#include <limits>
+
 #include "cli.hpp"
 
 namespace probe {
@@ -55,6 +57,16 @@ TEST(FormatSize, Units) {
 
 TEST(JsonString, Escapes) {
   EXPECT_EQ(json_string("a\"b\\c\n\x01"), "\"a\\\"b\\\\c\\n\\u0001\"");
+}
+
+TEST(JsonNumber, NeverInfOrNan) {
+  EXPECT_EQ(json_number(1.5, 3), "1.500");
+  EXPECT_EQ(json_number(0, 4), "0.0000");
+  EXPECT_EQ(json_number(-2.25, 1), "-2.2");
+  // A zero time gives an infinite bandwidth; 0/0 a NaN: JSON has neither.
+  EXPECT_EQ(json_number(1.0 / 0.0 * 1e9, 4), "null");
+  EXPECT_EQ(json_number(-std::numeric_limits<double>::infinity(), 4), "null");
+  EXPECT_EQ(json_number(std::numeric_limits<double>::quiet_NaN(), 3), "null");
 }
 
 TEST(ExitCodes, FromLibraryCodes) {
@@ -114,6 +126,34 @@ TEST(Args, TypedGetterErrorsNameTheFlag) {
   EXPECT_FALSE(a->get_double("peer").ok());
 }
 
+TEST(Args, IntInRangeNeverNarrows) {
+  // Values that an int or a uint64 cast would wrap into range.
+  for (const char* v : {"4294967296", "4294967297", "18446744073709551615", "18446744073709551616",
+                        "99999999999999999999999", "-1", "-4294967296", "-9223372036854775808",
+                        "0xFFFFFFFFFFFFFFFF", "0x100000000", "64"}) {
+    conccl::Result<Args> a = Args::parse("t", {"--size", v}, specs());
+    ASSERT_TRUE(a.ok());
+    conccl::Result<std::optional<int64_t>> r = a->get_int_in_range("size", 0, 63);
+    ASSERT_FALSE(r.ok()) << v;
+    EXPECT_EQ(r.status().code(), Code::invalid_argument);
+    EXPECT_EQ(r.status().message(), "--size " + std::string(v) + " is out of range: give 0..63");
+  }
+  for (const char* v : {"abc", "1K", "1.5", "", "0x", "--1", "1e3"}) {
+    conccl::Result<Args> a = Args::parse("t", {"--size=" + std::string(v)}, specs());
+    ASSERT_TRUE(a.ok());
+    conccl::Result<std::optional<int64_t>> r = a->get_int_in_range("size", 0, 63);
+    ASSERT_FALSE(r.ok()) << v;
+    EXPECT_NE(r.status().message().find("is not an integer (give 0..63"), std::string::npos)
+        << r.status().message();
+  }
+  conccl::Result<Args> a = Args::parse("t", {"--size", "0x3f", "--peer", "-2"}, specs());
+  ASSERT_TRUE(a.ok());
+  EXPECT_EQ(*a->get_int_in_range("size", 0, 63), std::optional<int64_t>(63));
+  EXPECT_EQ(*a->get_int_in_range("peer", -2, 2), std::optional<int64_t>(-2));
+  EXPECT_EQ(*a->get_int_in_range("absent", 1, 8), std::optional<int64_t>());
+  EXPECT_EQ(*a->get_int_in_range("absent", 1, 8, 0), 0);
+}
+
 TEST(Args, SharedFlags) {
   conccl::Result<Args> a = Args::parse(
       "t", {"--backend=nv", "--preset", "small", "--json", "--timeout-ms", "0x10"}, specs());
@@ -124,6 +164,9 @@ TEST(Args, SharedFlags) {
   EXPECT_TRUE(a->common().json);
   EXPECT_EQ(a->common().timeout_ms, 16u);
   EXPECT_TRUE(a->common().timeout_given);
+  a = Args::parse("t", {"--timeout-ms", "86400000"}, specs());
+  ASSERT_TRUE(a.ok()) << a.status().message();
+  EXPECT_EQ(a->common().timeout_ms, 86400000u);
   EXPECT_EQ(backend_name(Backend::kfd), "kfd");
 }
 
@@ -139,7 +182,12 @@ TEST(Args, Errors) {
            {{"--size", "1", "--size=2"}, "--size given more than once"},
            {{"--verbose=1"}, "--verbose takes no value"},
            {{"--backend", "rocm"}, "--backend 'rocm' is not one of emu, kfd, nv"},
-           {{"--timeout-ms", "-1"}, "--timeout-ms '-1'"},
+           {{"--timeout-ms", "-1"}, "--timeout-ms -1 is out of range: give 1..86400000"},
+           {{"--timeout-ms", "0"}, "--timeout-ms 0 would fail every wait at once"},
+           {{"--timeout-ms", "0x0"}, "--timeout-ms 0 would fail every wait at once"},
+           {{"--timeout-ms", "86400001"}, "--timeout-ms 86400001 is out of range: give 1..86400000"},
+           {{"--timeout-ms", "10000000000000"}, "out of range: give 1..86400000"},
+           {{"--timeout-ms", "18446744073709551615"}, "out of range: give 1..86400000"},
            {{"--preset="}, "--preset needs a name"},
        }) {
     conccl::Result<Args> a = Args::parse("t", c.argv, specs());

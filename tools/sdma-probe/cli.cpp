@@ -5,6 +5,7 @@
 #include <cctype>
 #include <cerrno>
 #include <charconv>
+#include <cmath>
 #include <cstdint>
 #include <cstring>
 #include <exception>
@@ -132,6 +133,13 @@ std::string json_string(std::string_view s) {
   return out;
 }
 
+std::string json_number(double v, int decimals) {
+  if (!std::isfinite(v)) return "null";
+  char buf[64];
+  std::snprintf(buf, sizeof buf, "%.*f", std::clamp(decimals, 0, 17), v);
+  return buf;
+}
+
 // ---------------------------------------------------------------------------
 // Args
 
@@ -151,7 +159,7 @@ const std::vector<FlagSpec>& common_flags() {
       {.name = "preset", .value = "NAME", .help = "named configuration preset"},
       {.name = "json", .help = "machine-readable JSON on stdout instead of tables"},
       {.name = "timeout-ms", .value = "N",
-       .help = "deadline for every wait, in milliseconds (default 10000)"},
+       .help = "deadline for every wait, in milliseconds: 1..86400000 (24 h; default 10000)"},
   };
   return kFlags;
 }
@@ -199,6 +207,18 @@ Result<T> or_default(Result<std::optional<T>> r, T fallback) {
   return r->value_or(fallback);
 }
 
+// Decimal or 0x-hex digits with an optional '-', of any length.
+bool looks_like_integer(std::string_view s) {
+  if (!s.empty() && s.front() == '-') s.remove_prefix(1);
+  const bool hex = s.size() > 2 && s[0] == '0' && (s[1] == 'x' || s[1] == 'X');
+  if (hex) s.remove_prefix(2);
+  if (s.empty()) return false;
+  for (char c : s)
+    if (!(hex ? std::isxdigit(static_cast<unsigned char>(c)) : std::isdigit(static_cast<unsigned char>(c))))
+      return false;
+  return true;
+}
+
 const FlagSpec* find_spec(const std::vector<FlagSpec>& specs, std::string_view name) {
   for (const FlagSpec& s : specs)
     if (s.name == name) return &s;
@@ -244,6 +264,28 @@ Result<uint64_t> Args::get_size(std::string_view flag, uint64_t fallback) const 
   return or_default(get_size(flag), fallback);
 }
 
+Result<std::optional<int64_t>> Args::get_int_in_range(std::string_view flag, int64_t lo,
+                                                       int64_t hi) const {
+  std::optional<std::string> v = value(flag);
+  if (!v) return std::optional<int64_t>();
+  const std::string range = std::to_string(lo) + ".." + std::to_string(hi);
+  const std::string name = "--" + std::string(flag);
+  std::optional<int64_t> x = parse_int(*v);
+  // A number too large even for 64 bits is out of range, not malformed.
+  const bool huge = !x && looks_like_integer(*v);
+  if (!x && !huge)
+    return conccl::error(Code::invalid_argument,
+                         name + " '" + *v + "' is not an integer (give " + range + ", decimal or 0x-hex)");
+  if (huge || *x < lo || *x > hi)
+    return conccl::error(Code::invalid_argument, name + " " + *v + " is out of range: give " + range);
+  return x;
+}
+
+Result<int64_t> Args::get_int_in_range(std::string_view flag, int64_t lo, int64_t hi,
+                                       int64_t fallback) const {
+  return or_default(get_int_in_range(flag, lo, hi), fallback);
+}
+
 Status Args::apply_common() {
   if (std::optional<std::string> b = value("backend")) {
     if (*b == "emu") common_.backend = Backend::emu;
@@ -259,10 +301,14 @@ Status Args::apply_common() {
     common_.preset = *p;
   }
   common_.json = has("json");
-  Result<std::optional<uint64_t>> t = get_uint("timeout-ms");
+  Result<std::optional<int64_t>> t = get_int_in_range("timeout-ms", 1, kMaxTimeoutMs);
+  if (!t.ok() && parse_int(value("timeout-ms").value_or("")) == 0)
+    return conccl::error(Code::invalid_argument,
+                         "--timeout-ms 0 would fail every wait at once (a false hang diagnosis); give 1.." +
+                             std::to_string(kMaxTimeoutMs) + " ms");
   if (!t.ok()) return t.status();
   if (t->has_value()) {
-    common_.timeout_ms = **t;
+    common_.timeout_ms = static_cast<uint64_t>(**t);
     common_.timeout_given = true;
   }
   return Status();

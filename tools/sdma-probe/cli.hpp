@@ -61,6 +61,9 @@ std::optional<int64_t> parse_int(std::string_view s);
 
 // A JSON string literal, quotes included.
 std::string json_string(std::string_view s);
+// A JSON number with `decimals` digits after the point; `null` for an
+// infinity or NaN (a zero time's bandwidth), which JSON cannot express.
+std::string json_number(double v, int decimals);
 
 // ---------------------------------------------------------------------------
 // Flags and arguments
@@ -76,6 +79,9 @@ enum class Backend { emu, kfd, nv };
 std::string_view backend_name(Backend b);
 
 inline constexpr uint64_t kDefaultTimeoutMs = 10000;
+// --timeout-ms is 1..kMaxTimeoutMs (24 h): 0 would fail every wait at once,
+// and larger values would overflow the clock arithmetic of a deadline.
+inline constexpr int64_t kMaxTimeoutMs = 24 * 3600 * 1000;
 
 // The flags every subcommand accepts (parsed by the framework).
 struct Common {
@@ -111,6 +117,15 @@ class Args {
   conccl::Result<uint64_t> get_uint(std::string_view flag, uint64_t fallback) const;
   conccl::Result<int64_t> get_int(std::string_view flag, int64_t fallback) const;
   conccl::Result<uint64_t> get_size(std::string_view flag, uint64_t fallback) const;
+  // An integer that must lie in [lo, hi] (indices, counts): checked on the
+  // full 64-bit value before any narrowing, so 4294967296, 2^64-1 or -1 never
+  // wrap into range. Errors (invalid_argument, exit 2) name the flag and the
+  // range: "--gpu 4294967296 is out of range: give 0..63". Callers may narrow
+  // the result to any type that holds [lo, hi].
+  conccl::Result<std::optional<int64_t>> get_int_in_range(std::string_view flag, int64_t lo,
+                                                          int64_t hi) const;
+  conccl::Result<int64_t> get_int_in_range(std::string_view flag, int64_t lo, int64_t hi,
+                                           int64_t fallback) const;
 
   const Common& common() const { return common_; }
 

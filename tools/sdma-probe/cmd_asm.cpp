@@ -9,6 +9,7 @@
 #include "packets/hopper_ce.hpp"
 #include "packets/sdma_asm.hpp"
 #include "packets/sdma_codec.hpp"
+#include "packets/sdma_dis.hpp"
 
 namespace probe {
 namespace {
@@ -162,7 +163,11 @@ bool dis_one(sdma::Gen g, const std::string& name, FILE* f, Context& ctx) {
     return false;
   }
   sdma::StreamDecode d = sdma::decode_stream(g, dwords);
-  for (const sdma::Packet& p : d.packets) std::fprintf(ctx.out, "%s\n", sdma::format_packet(p).c_str());
+  // Text that assembles back to exactly these dwords, whatever their origin.
+  for (size_t i = 0; i < d.packets.size(); ++i) {
+    const std::span<const uint32_t> words(dwords.data() + d.offsets[i], d.packets[i].dwords);
+    std::fprintf(ctx.out, "%s\n", sdma::disassemble_exact(g, words, d.packets[i]).c_str());
+  }
   if (!d.error.ok()) {
     std::fflush(ctx.out);
     const size_t left = dwords.size() - d.error_offset;

@@ -14,9 +14,11 @@
 #include <thread>
 
 #include "cli.hpp"
+#include "coll_memory.hpp"
 #include "conccl/collectives.hpp"
 #include "conccl/staging.hpp"
 #include "device_flags.hpp"
+#include "mem_budget.hpp"
 
 namespace probe {
 namespace {
@@ -38,6 +40,9 @@ constexpr OpInfo kOps[] = {
     {CollOp::broadcast, "broadcast", false, "1"},       {CollOp::gather, "gather", true, "(n-1)/n"},
     {CollOp::scatter, "scatter", true, "(n-1)/n"},      {CollOp::p2p, "p2p", false, "1"},
 };
+
+constexpr int kMaxRanks = 64;
+constexpr int64_t kMaxIters = 1000000;  // --iters and --warmup
 
 const OpInfo& info_for(std::string_view name) {
   for (const OpInfo& o : kOps)
@@ -114,21 +119,6 @@ std::vector<Piece> pieces_of(const conccl::CollectiveArgs& a, int n) {
   return out;
 }
 
-// Bytes of rank r's send and recv buffers an op needs (0: none) for a
-// per-rank chunk of `chunk` bytes: only what the op touches.
-std::pair<uint64_t, uint64_t> buffer_bytes(CollOp op, int root, int peer, int r, int n, uint64_t chunk) {
-  const uint64_t all = chunk * static_cast<uint64_t>(n);
-  switch (op) {
-    case CollOp::p2p: return {r == root ? chunk : 0, r == peer ? chunk : 0};
-    case CollOp::broadcast: return {r == root ? chunk : 0, chunk};
-    case CollOp::gather: return {chunk, r == root ? all : 0};
-    case CollOp::scatter: return {r == root ? all : 0, chunk};
-    case CollOp::all_gather: return {chunk, all};
-    case CollOp::all_to_all: return {all, all};
-  }
-  return {0, 0};
-}
-
 // Writes rank r's pattern into a buffer through its GPU's stager, in pieces.
 Status upload_pattern(conccl::Stager& st, const Buffer& b, uint64_t seed, int rank, conccl::Deadline dl) {
   constexpr size_t kPiece = 32u << 20;
@@ -145,7 +135,9 @@ Status upload_pattern(conccl::Stager& st, const Buffer& b, uint64_t seed, int ra
 // counted on all cores (a 1 GiB-per-rank sweep checks tens of GiB).
 uint64_t count_diff(const uint8_t* got, uint64_t seed, int rank, uint64_t off, size_t n) {
   const unsigned threads = std::max(1u, std::min(16u, std::thread::hardware_concurrency()));
-  const size_t per = (n / threads + 4095) / 4096 * 4096;
+  // Whole pages per thread, at least one: for n below the thread count,
+  // n / threads rounded to 0 and no byte was checked at all.
+  const size_t per = std::max<size_t>(4096, (n / threads + 4095) / 4096 * 4096);
   std::vector<uint64_t> wrong(threads, 0);
   std::vector<std::thread> ts;
   for (unsigned t = 0; t < threads && per * t < n; ++t)
@@ -213,15 +205,15 @@ int run_collective(const Args& args, Context& ctx) {
   }
   conccl::Result<uint64_t> min = args.get_size("min", 1024);
   conccl::Result<uint64_t> max = args.get_size("max", 16ull << 20);
-  conccl::Result<uint64_t> iters = args.get_uint("iters", 0);
-  conccl::Result<uint64_t> warmup = args.get_uint("warmup", 2);
-  conccl::Result<uint64_t> root = args.get_uint("root", 0);
-  conccl::Result<uint64_t> peer = args.get_uint("peer", 1);
-  conccl::Result<uint64_t> ranks_flag = args.get_uint("ranks", 0);
-  for (auto* r : {&min, &max, &iters, &warmup, &root, &peer, &ranks_flag})
+  conccl::Result<int64_t> iters = args.get_int_in_range("iters", 1, kMaxIters, 0);  // 0: by size
+  conccl::Result<int64_t> warmup = args.get_int_in_range("warmup", 0, kMaxIters, 2);
+  conccl::Result<int64_t> root = args.get_int_in_range("root", 0, kMaxRanks - 1, 0);
+  conccl::Result<int64_t> peer = args.get_int_in_range("peer", 0, kMaxRanks - 1, 1);
+  conccl::Result<int64_t> ranks_flag = args.get_int_in_range("ranks", 1, kMaxRanks, 0);  // 0: one per GPU
+  for (auto* r : {&min, &max}) if (!r->ok()) return fail(args, ctx, r->status());
+  for (auto* r : {&iters, &warmup, &root, &peer, &ranks_flag})
     if (!r->ok()) return fail(args, ctx, r->status());
   if (*min == 0 || *max < *min) return usage_error(args, ctx, "need 0 < --min <= --max");
-  if (*ranks_flag > 64) return usage_error(args, ctx, "--ranks must be 1..64");
   conccl::Variant variant = conccl::Variant::automatic;
   if (std::optional<std::string> v = args.value("variant"); v && !conccl::parse_variant(*v, &variant))
     return usage_error(args, ctx, "unknown --variant '" + *v + "'");
@@ -237,16 +229,34 @@ int run_collective(const Args& args, Context& ctx) {
   if (!devr.ok()) return fail(args, ctx, devr.status());
   conccl::Device& dev = **devr;
   int gpus = dev.gpu_count();
-  if (conccl::Result<uint64_t> g = args.get_uint("gpus", 0); g.ok() && *g > 0) gpus = std::min<int>(gpus, static_cast<int>(*g));
-  const int n = *ranks_flag ? static_cast<int>(*ranks_flag) : gpus;
+  // Checked by open_device_from_args: 0 (absent) or 1..kMaxGpus.
+  if (conccl::Result<int64_t> g = args.get_int_in_range("gpus", 1, kMaxGpus, 0); g.ok() && *g > 0)
+    gpus = std::min(gpus, static_cast<int>(*g));
+  const int n = *ranks_flag ? static_cast<int>(*ranks_flag) : std::min(gpus, kMaxRanks);
   if (op.op == CollOp::p2p && n < 2)
     return usage_error(args, ctx, "p2p needs two ranks: give --ranks 2 (loopback on one GPU)");
-  if (*root >= static_cast<uint64_t>(n) || *peer >= static_cast<uint64_t>(n))
-    return usage_error(args, ctx, "--root and --peer must be ranks 0.." + std::to_string(n - 1));
+  for (const auto& [flag, rank] : {std::pair{"--root", *root}, std::pair{"--peer", *peer}})
+    if (rank >= n)
+      return usage_error(args, ctx, std::string(flag) + " " + std::to_string(rank) + " is out of range: give a rank 0.." +
+                                        std::to_string(n - 1) + " (" + std::to_string(n) + " ranks)");
   if (op.op == CollOp::p2p && *root == *peer)
     return usage_error(args, ctx, "p2p from a rank to itself: give a different --peer");
   std::vector<int> gpu_of;
   for (int r = 0; r < n; ++r) gpu_of.push_back(r % gpus);
+
+  // Buffers for the largest size, reused by every row: only what the op uses.
+  // Refused up front when they do not fit (on the emulator GPU memory is host
+  // memory: a sweep too big for it died by the OOM killer).
+  auto chunk_of = [&](uint64_t size) { return std::max<uint64_t>(1, op.size_is_total ? size / n : size); };
+  const uint64_t max_chunk = chunk_of(*max);
+  const MemBudget need = sweep_budget(op.op, static_cast<int>(*root), static_cast<int>(*peer), gpu_of, gpus, max_chunk);
+  if (Status st = check_budget(need, dev.topology(), args.common().backend == Backend::emu,
+                               "lower --max (now " + format_size(*max) + ") or --ranks (now " + std::to_string(n) + ")",
+                               mem_available());
+      !st.ok())
+    return fail(args, ctx, st.prefix(std::string(op.name) + " up to --max " + format_size(*max) + " on " +
+                                     std::to_string(n) + " ranks"));
+
   conccl::Communicator::Options co;
   co.loopback = n > gpus;
   const std::string queues = args.value("queues").value_or("auto");
@@ -263,7 +273,7 @@ int run_collective(const Args& args, Context& ctx) {
   auto deadline = [&] { return conccl::Deadline::after_ms(deadline_ms); };
   std::vector<std::unique_ptr<conccl::Stager>> stagers;
   for (int g = 0; g < gpus; ++g) {
-    conccl::Result<std::unique_ptr<conccl::Stager>> st = conccl::Stager::create(dev, g, 32u << 20);
+    conccl::Result<std::unique_ptr<conccl::Stager>> st = conccl::Stager::create(dev, g, staging_bytes(gpus));
     if (!st.ok()) return fail(args, ctx, st.status());
     stagers.push_back(std::move(st).value());
   }
@@ -274,9 +284,6 @@ int run_collective(const Args& args, Context& ctx) {
   // chunk d sits at offset d * chunk of the same pattern).
   constexpr uint64_t kSeed = 0xC0CC1;
 
-  // Buffers for the largest size, reused by every row: only what the op uses.
-  auto chunk_of = [&](uint64_t size) { return std::max<uint64_t>(1, op.size_is_total ? size / n : size); };
-  const uint64_t max_chunk = chunk_of(*max);
   conccl::CollectiveArgs base;
   base.op = op.op;
   base.variant = variant;
@@ -286,16 +293,12 @@ int run_collective(const Args& args, Context& ctx) {
   base.send.assign(static_cast<size_t>(n), Buffer{});
   base.recv.assign(static_cast<size_t>(n), Buffer{});
   uint64_t total = 0;
+  for (uint64_t g : need.gpu) total = add_sat(total, g);
   for (int r = 0; r < n; ++r) {
-    auto [sb, rb] = buffer_bytes(op.op, base.root, base.peer, r, n, max_chunk);
-    total += sb + rb;
-  }
-  for (int r = 0; r < n; ++r) {
-    auto [sb, rb] = buffer_bytes(op.op, base.root, base.peer, r, n, max_chunk);
-    for (auto [bytes, out] : {std::pair{sb, &base.send[static_cast<size_t>(r)]}, std::pair{rb, &base.recv[static_cast<size_t>(r)]}}) {
+    const RankBuffers rb = buffer_bytes(op.op, base.root, base.peer, r, n, max_chunk);
+    for (auto [bytes, out] : {std::pair{rb.send, &base.send[static_cast<size_t>(r)]}, std::pair{rb.recv, &base.recv[static_cast<size_t>(r)]}}) {
       if (!bytes) continue;
-      // A multiple of 4 bytes, so the engine can poison it with a 32-bit fill.
-      conccl::Result<Buffer> b = dev.alloc(gpu_of[static_cast<size_t>(r)], (bytes + 3) & ~uint64_t(3), conccl::MemKind::device);
+      conccl::Result<Buffer> b = dev.alloc(gpu_of[static_cast<size_t>(r)], alloc_bytes(bytes), conccl::MemKind::device);
       if (!b.ok())
         return fail(args, ctx, b.status().prefix("allocating " + format_size(total) + " of buffers for " +
                                                   std::to_string(n) + " ranks up to --max " + format_size(*max) +
@@ -344,7 +347,7 @@ int run_collective(const Args& args, Context& ctx) {
       release();
       return fail(args, ctx, plan.status());
     }
-    const uint64_t n_iters = *iters ? *iters : std::clamp<uint64_t>((64ull << 20) / std::max<uint64_t>(size, 1), 3, 20);
+    const uint64_t n_iters = *iters ? static_cast<uint64_t>(*iters) : std::clamp<uint64_t>((64ull << 20) / std::max<uint64_t>(size, 1), 3, 20);
     double total_us = 0;
     // Warm-up: --warmup launches, and on real engines at least 100 ms of
     // them: copy engines of a GPU that idled (as it does while the previous
@@ -353,7 +356,7 @@ int run_collective(const Args& args, Context& ctx) {
     const bool emulated = args.common().backend == Backend::emu;
     const auto warm_until = std::chrono::steady_clock::now() + std::chrono::milliseconds(emulated ? 0 : 100);
     uint64_t warm = 0;
-    while (warm < *warmup || std::chrono::steady_clock::now() < warm_until) {
+    while (warm < static_cast<uint64_t>(*warmup) || std::chrono::steady_clock::now() < warm_until) {
       const conccl::Deadline dl = deadline();
       Status st = a.prelaunch ? (*plan)->prelaunch(dl) : (*plan)->launch(dl);
       if (st.ok() && a.prelaunch) st = (*plan)->release();
@@ -410,9 +413,10 @@ int run_collective(const Args& args, Context& ctx) {
                  base.prelaunch ? "true" : "false", queues.c_str());
     for (size_t i = 0; i < rows.size(); ++i)
       std::fprintf(f,
-                   "%s\n  {\"size\": %" PRIu64 ", \"time_us\": %.3f, \"algbw_gbps\": %.4f, \"busbw_gbps\": %.4f, "
+                   "%s\n  {\"size\": %" PRIu64 ", \"time_us\": %s, \"algbw_gbps\": %s, \"busbw_gbps\": %s, "
                    "\"verified\": %s, \"wrong_bytes\": %" PRIu64 ", \"variant\": \"%s\"}",
-                   i ? "," : "", rows[i].size, rows[i].time_us, rows[i].algbw, rows[i].busbw,
+                   i ? "," : "", rows[i].size, json_number(rows[i].time_us, 3).c_str(),
+                   json_number(rows[i].algbw, 4).c_str(), json_number(rows[i].busbw, 4).c_str(),
                    rows[i].wrong == 0 ? "true" : "false", rows[i].wrong, rows[i].variant.c_str());
     std::fprintf(f, "\n]}\n");
   };
@@ -442,14 +446,14 @@ std::vector<FlagSpec> collective_flags() {
   f.push_back({.name = "prelaunch", .help = "queue each launch behind a trigger; time from its release"});
   f.push_back({.name = "queues", .value = "auto|per-rank|per-engine",
                .help = "loopback: the queues a GPU's ranks use on an engine (default auto)"});
-  f.push_back({.name = "iters", .value = "N", .help = "timed iterations per size (default: by size, 3..20)"});
+  f.push_back({.name = "iters", .value = "N", .help = "timed iterations per size, 1..1000000 (default: by size, 3..20)"});
   f.push_back({.name = "warmup", .value = "N",
-               .help = "untimed iterations per size (default 2; on real engines also at least 100 ms of them)"});
+               .help = "untimed iterations per size, 0..1000000 (default 2; on real engines also at least 100 ms of them)"});
   f.push_back({.name = "root", .value = "R", .help = "root rank (broadcast, gather, scatter; p2p source)"});
   f.push_back({.name = "peer", .value = "R", .help = "p2p destination rank (default 1)"});
   f.push_back({.name = "json-file", .value = "FILE", .help = "also write the rows as JSON to FILE"});
   f.push_back({.name = "ranks", .value = "N",
-               .help = "ranks (default: one per GPU); more ranks than GPUs places several on each (loopback)"});
+               .help = "ranks, 1..64 (default: one per GPU); more ranks than GPUs places several on each (loopback)"});
   return f;
 }
 

@@ -9,6 +9,7 @@
 #include "conccl/emu.hpp"
 #include "conccl/signal.hpp"
 #include "device_flags.hpp"
+#include "mem_budget.hpp"
 
 namespace probe {
 namespace {
@@ -29,11 +30,13 @@ void random_fill(void* p, size_t n, uint64_t seed) {
 
 int run_copy(const Args& args, Context& ctx) {
   if (!args.positionals().empty()) return usage_error(args, ctx, "copy takes no positional arguments");
-  conccl::Result<std::optional<uint64_t>> src = args.get_uint("src");
-  conccl::Result<std::optional<uint64_t>> dst = args.get_uint("dst");
+  conccl::Result<std::optional<int64_t>> src = args.get_int_in_range("src", 0, kMaxGpus - 1);
+  conccl::Result<std::optional<int64_t>> dst = args.get_int_in_range("dst", 0, kMaxGpus - 1);
+  conccl::Result<std::optional<int64_t>> engine_flag = args.get_int_in_range("engine", 0, kMaxEngineId);
   conccl::Result<std::optional<uint64_t>> bytes = args.get_size("bytes");
-  for (const auto* r : {&src, &dst, &bytes})
+  for (const auto* r : {&src, &dst, &engine_flag})
     if (!r->ok()) return fail(args, ctx, r->status());
+  if (!bytes.ok()) return fail(args, ctx, bytes.status());
   if (!*src || !*dst || !*bytes || **bytes == 0)
     return usage_error(args, ctx, "give --src GPU --dst GPU --bytes SIZE (SIZE > 0)");
   conccl::Result<uint64_t> seed = args.get_uint("seed", 1);
@@ -45,18 +48,27 @@ int run_copy(const Args& args, Context& ctx) {
   conccl::Result<std::unique_ptr<conccl::Device>> devr = open_device_from_args(args);
   if (!devr.ok()) return fail(args, ctx, devr.status());
   conccl::Device& dev = **devr;
-  const int s = static_cast<int>(**src), d = static_cast<int>(**dst);
-  if (s >= dev.gpu_count() || d >= dev.gpu_count())
-    return usage_error(args, ctx, "GPU index out of range: the node has GPUs 0.." + std::to_string(dev.gpu_count() - 1));
+  const int s = static_cast<int>(**src), d = static_cast<int>(**dst);  // in 0..kMaxGpus-1
+  for (const auto& [flag, gpu] : {std::pair{"--src", s}, std::pair{"--dst", d}})
+    if (gpu >= dev.gpu_count())
+      return usage_error(args, ctx, std::string(flag) + " " + std::to_string(gpu) +
+                                        " is out of range: the node has GPUs 0.." + std::to_string(dev.gpu_count() - 1));
 
   // Engine: as asked, else the one the topology recommends for src -> dst.
   const conccl::GpuInfo& g = dev.topology().gpus[static_cast<size_t>(s)];
   int engine = g.engines.empty() ? 0 : g.engines.back().id;
   if (const conccl::LinkInfo* l = g.link_to(d); l && !l->recommended_engines.empty()) engine = l->recommended_engines[0];
-  if (conccl::Result<std::optional<uint64_t>> e = args.get_uint("engine"); !e.ok()) return fail(args, ctx, e.status());
-  else if (*e) engine = static_cast<int>(**e);
+  if (*engine_flag) engine = static_cast<int>(**engine_flag);  // create_queue says which engines exist
 
   const uint64_t n = **bytes;
+  MemBudget need;
+  need.gpu.assign(static_cast<size_t>(dev.gpu_count()), 0);
+  need.gpu[static_cast<size_t>(s)] = add_sat(need.gpu[static_cast<size_t>(s)], n);
+  need.gpu[static_cast<size_t>(d)] = add_sat(need.gpu[static_cast<size_t>(d)], n);
+  if (Status st = check_budget(need, dev.topology(), args.common().backend == Backend::emu,
+                               "lower --bytes (now " + format_size(n) + ")", mem_available());
+      !st.ok())
+    return fail(args, ctx, st.prefix("copy of " + format_size(n)));
   conccl::Result<conccl::Buffer> a = dev.alloc(s, n, conccl::MemKind::device);
   if (!a.ok()) return fail(args, ctx, a.status());
   conccl::Result<conccl::Buffer> b = dev.alloc(d, n, conccl::MemKind::device);
@@ -98,9 +110,9 @@ int run_copy(const Args& args, Context& ctx) {
   const double gbps = static_cast<double>(n) / secs / 1e9;
   if (args.common().json) {
     std::fprintf(ctx.out,
-                 "{\"bytes\": %" PRIu64 ", \"seconds\": %.9f, \"gbps\": %.3f, \"verified\": %s, \"src\": %d, "
+                 "{\"bytes\": %" PRIu64 ", \"seconds\": %s, \"gbps\": %s, \"verified\": %s, \"src\": %d, "
                  "\"dst\": %d, \"engine\": %d}\n",
-                 n, secs, gbps, ok ? "true" : "false", s, d, engine);
+                 n, json_number(secs, 9).c_str(), json_number(gbps, 3).c_str(), ok ? "true" : "false", s, d, engine);
   } else {
     std::fprintf(ctx.out, "%-14s %-12s %-10s %s\n", "bytes", "time", "GB/s", "verified");
     std::fprintf(ctx.out, "%-14" PRIu64 " %-12s %-10.3f %s\n", n,

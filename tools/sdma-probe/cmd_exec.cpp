@@ -11,6 +11,7 @@
 #include "cli.hpp"
 #include "conccl/queue.hpp"
 #include "device_flags.hpp"
+#include "mem_budget.hpp"
 #include "packets/sdma_asm.hpp"
 
 namespace probe {
@@ -60,9 +61,9 @@ conccl::Result<std::string> substitute(const std::string& line, const std::map<s
 
 int run_exec(const Args& args, Context& ctx) {
   if (args.positionals().size() > 1) return usage_error(args, ctx, "exec takes at most one packet FILE");
-  conccl::Result<uint64_t> gpu = args.get_uint("gpu", 0);
+  conccl::Result<int64_t> gpu = args.get_int_in_range("gpu", 0, kMaxGpus - 1, 0);
   if (!gpu.ok()) return fail(args, ctx, gpu.status());
-  conccl::Result<uint64_t> engine = args.get_uint("engine", 0);
+  conccl::Result<int64_t> engine = args.get_int_in_range("engine", 0, kMaxEngineId, 0);
   if (!engine.ok()) return fail(args, ctx, engine.status());
 
   // Buffer definitions are checked before the device opens, so usage errors
@@ -83,8 +84,9 @@ int run_exec(const Args& args, Context& ctx) {
       const std::string where = size.substr(at + 1);
       size = size.substr(0, at);
       if (where == "host") def.gpu = -1;
-      else if (std::optional<uint64_t> g = parse_uint(where); g && *g < 64) def.gpu = static_cast<int>(*g);
-      else return usage_error(args, ctx, "--buffer '" + d + "': after '@' give a GPU index or 'host'");
+      else if (std::optional<uint64_t> g = parse_uint(where); g && *g < uint64_t(kMaxGpus)) def.gpu = static_cast<int>(*g);
+      else return usage_error(args, ctx, "--buffer '" + d + "': after '@' give a GPU index (0.." +
+                                             std::to_string(kMaxGpus - 1) + ") or 'host'");
     }
     std::optional<uint64_t> sz = parse_size(size);
     if (!sz || *sz == 0) return usage_error(args, ctx, "--buffer '" + d + "': bad size '" + size + "'");
@@ -98,9 +100,26 @@ int run_exec(const Args& args, Context& ctx) {
   conccl::Result<std::unique_ptr<conccl::Device>> dev = open_device_from_args(args);
   if (!dev.ok()) return fail(args, ctx, dev.status());
   conccl::Device& device = **dev;
+  if (*gpu >= device.gpu_count())
+    return usage_error(args, ctx, "--gpu " + std::to_string(*gpu) + " is out of range: the node has GPUs 0.." +
+                                      std::to_string(device.gpu_count() - 1));
   conccl::Result<std::unique_ptr<conccl::Queue>> q =
       device.create_queue(static_cast<int>(*gpu), static_cast<int>(*engine));
   if (!q.ok()) return fail(args, ctx, q.status());
+
+  MemBudget need;
+  need.gpu.assign(static_cast<size_t>(device.gpu_count()), 0);
+  for (const Def& d : defs) {
+    if (d.gpu >= device.gpu_count())
+      return usage_error(args, ctx, "buffer '" + d.name + "' is on GPU " + std::to_string(d.gpu) +
+                                        ", but the node has GPUs 0.." + std::to_string(device.gpu_count() - 1));
+    uint64_t& slot = d.gpu < 0 ? need.host : need.gpu[static_cast<size_t>(d.gpu)];
+    slot = add_sat(slot, d.size);
+  }
+  if (Status st = check_budget(need, device.topology(), args.common().backend == Backend::emu,
+                               "give smaller --buffer sizes", mem_available());
+      !st.ok())
+    return fail(args, ctx, st.prefix("the --buffer definitions"));
 
   std::map<std::string, Named> bufs;
   for (const Def& d : defs) {
@@ -160,7 +179,7 @@ int run_exec(const Args& args, Context& ctx) {
     if (it == bufs.end() || !n || *n == 0 || *n % 4 || off % 4)
       return usage_error(args, ctx, "--dump '" + d + "': expected NAME[+OFF]:BYTES with a defined buffer and "
                                                       "4-byte multiples");
-    if (off + *n > it->second.buf.size)
+    if (*n > it->second.buf.size || off > it->second.buf.size - *n)  // no wrap for huge OFF
       return usage_error(args, ctx, "--dump '" + d + "' reads past the end of " + what);
     if (!it->second.buf.host)
       return fail(args, ctx, conccl::error(Code::unavailable, "buffer " + what + " is not CPU-visible here"));

@@ -5,8 +5,8 @@ namespace probe {
 
 std::vector<FlagSpec> device_flag_specs() {
   return {
-      {.name = "gpus", .value = "N", .help = "emu: number of GPUs (reshapes the preset)"},
-      {.name = "engines", .value = "K", .help = "emu: SDMA engines per GPU (reshapes the preset)"},
+      {.name = "gpus", .value = "N", .help = "emu: number of GPUs, 1..64 (reshapes the preset)"},
+      {.name = "engines", .value = "K", .help = "emu: SDMA engines per GPU, 1..32 (reshapes the preset)"},
       {.name = "sdma-gen", .value = "GEN", .help = "emu: SDMA generation of the emulated GPUs (default 4.4.2)"},
   };
 }
@@ -15,13 +15,11 @@ conccl::Result<std::unique_ptr<conccl::Device>> open_device_from_args(const Args
   conccl::DeviceOptions o;
   o.backend = std::string(backend_name(args.common().backend));
   o.preset = args.common().preset;
-  conccl::Result<uint64_t> gpus = args.get_uint("gpus", 0);
+  conccl::Result<int64_t> gpus = args.get_int_in_range("gpus", 1, kMaxGpus, 0);
   if (!gpus.ok()) return gpus.status();
-  conccl::Result<uint64_t> engines = args.get_uint("engines", 0);
+  conccl::Result<int64_t> engines = args.get_int_in_range("engines", 1, kMaxEngines, 0);
   if (!engines.ok()) return engines.status();
-  if (*gpus > 64 || *engines > 32)
-    return conccl::error(conccl::Code::invalid_argument, "--gpus must be 1..64 and --engines 1..32");
-  o.gpus = static_cast<int>(*gpus);
+  o.gpus = static_cast<int>(*gpus);  // 0: the preset's
   o.engines = static_cast<int>(*engines);
   o.gen = args.value("sdma-gen").value_or("");
   return conccl::open_device(o);

@@ -10,6 +10,13 @@
 
 namespace probe {
 
+// The emulator's limits, and the most GPUs any command addresses.
+inline constexpr int kMaxGpus = 64;
+inline constexpr int kMaxEngines = 32;
+// The largest engine id a flag accepts before the device says which exist
+// (NVIDIA copy engines are numbered by LCE, not densely).
+inline constexpr int kMaxEngineId = 255;
+
 // --gpus N, --engines K, --sdma-gen G (emulator topology overrides).
 std::vector<FlagSpec> device_flag_specs();
 

@@ -15,8 +15,8 @@ namespace {
 constexpr uint64_t kPage = 4096;
 }  // namespace
 
-Arena::Arena(std::string name, uint64_t va_base, size_t size, int fd, uint8_t* host)
-    : name_(std::move(name)), va_base_(va_base), size_(size), fd_(fd), host_(host) {
+Arena::Arena(std::string name, uint64_t va_base, size_t size, int fd, uint8_t* host, std::string full_hint)
+    : name_(std::move(name)), full_hint_(std::move(full_hint)), va_base_(va_base), size_(size), fd_(fd), host_(host) {
   free_[0] = size;
 }
 
@@ -25,7 +25,8 @@ Arena::~Arena() {
   close(fd_);
 }
 
-Result<std::unique_ptr<Arena>> Arena::create(std::string name, uint64_t va_base, size_t size) {
+Result<std::unique_ptr<Arena>> Arena::create(std::string name, uint64_t va_base, size_t size,
+                                             std::string full_hint) {
   if (size == 0 || size % kPage)
     return error(Code::invalid_argument, "arena " + name + ": size must be a non-zero multiple of 4 KiB");
   const int fd = memfd_create(("conccl-" + name).c_str(), MFD_CLOEXEC);
@@ -44,13 +45,19 @@ Result<std::unique_ptr<Arena>> Arena::create(std::string name, uint64_t va_base,
     close(fd);
     return error(Code::resource_exhausted, "mmap arena " + name + " failed: " + strerror(e));
   }
-  return std::unique_ptr<Arena>(new Arena(std::move(name), va_base, size, fd, static_cast<uint8_t*>(p)));
+  return std::unique_ptr<Arena>(
+      new Arena(std::move(name), va_base, size, fd, static_cast<uint8_t*>(p), std::move(full_hint)));
 }
 
 Result<uint64_t> Arena::allocate(size_t bytes, size_t align) {
   if (bytes == 0) return error(Code::invalid_argument, "allocation of 0 bytes");
   if (align < 256 || (align & (align - 1)))
     return error(Code::invalid_argument, "alignment must be a power of two >= 256");
+  // Larger than the whole arena: refused before the rounding below, which
+  // would wrap near 2^64 to a 0-byte block.
+  if (bytes > size_)
+    return error(Code::resource_exhausted, "allocation of " + std::to_string(bytes) + " bytes is larger than the emulated memory " +
+                                               name_ + " (" + std::to_string(size_) + " bytes); " + full_hint_);
   const uint64_t len = (bytes + 255) & ~uint64_t(255);
   std::lock_guard<std::mutex> lock(mu_);
   for (auto it = free_.begin(); it != free_.end(); ++it) {
@@ -70,7 +77,7 @@ Result<uint64_t> Arena::allocate(size_t bytes, size_t align) {
   return error(Code::resource_exhausted,
                "emulated memory " + name_ + " is out of space for " + std::to_string(bytes) + " bytes (" +
                    std::to_string(in_use) + " of " + std::to_string(size_) +
-                   " bytes in use); free buffers or give the emulator more memory (--memory-per-gpu)");
+                   " bytes in use); " + full_hint_);
 }
 
 Status Arena::release(uint64_t va) {

@@ -20,7 +20,9 @@ namespace conccl::emu {
 
 class Arena {
  public:
-  static Result<std::unique_ptr<Arena>> create(std::string name, uint64_t va_base, size_t size);
+  // `full_hint` ends the out-of-space error: what to do about it.
+  static Result<std::unique_ptr<Arena>> create(std::string name, uint64_t va_base, size_t size,
+                                               std::string full_hint = "free buffers, or allocate less");
   ~Arena();
   Arena(const Arena&) = delete;
   Arena& operator=(const Arena&) = delete;
@@ -46,8 +48,9 @@ class Arena {
   size_t bytes_in_use() const;
 
  private:
-  Arena(std::string name, uint64_t va_base, size_t size, int fd, uint8_t* host);
+  Arena(std::string name, uint64_t va_base, size_t size, int fd, uint8_t* host, std::string full_hint);
   std::string name_;
+  std::string full_hint_;
   uint64_t va_base_;
   size_t size_;
   int fd_;

@@ -9,7 +9,10 @@ Node::Node(Topology topo, size_t host_bytes, size_t gpu_bytes)
 Node::~Node() { stop_engines(); }
 
 Status Node::init() {
-  Result<std::unique_ptr<Arena>> host = Arena::create("host", kHostVaBase, host_bytes_);
+  Result<std::unique_ptr<Arena>> host =
+      Arena::create("host", kHostVaBase, host_bytes_,
+                    "free buffers, or allocate less (the emulated host memory is " +
+                        std::to_string(host_bytes_ >> 20) + " MiB)");
   if (!host.ok()) return host.status();
   host_ = std::move(host).value();
   Result<std::unique_ptr<Arena>> ch = Arena::create("channels", kChannelVaBase, kChannelArenaBytes);
@@ -17,7 +20,9 @@ Status Node::init() {
   channels_ = std::move(ch).value();
   for (const GpuInfo& g : topo_.gpus) {
     Result<std::unique_ptr<Arena>> a =
-        Arena::create("gpu" + std::to_string(g.index), kGpuVaBase + uint64_t(g.index) * kGpuVaStride, gpu_bytes_);
+        Arena::create("gpu" + std::to_string(g.index), kGpuVaBase + uint64_t(g.index) * kGpuVaStride, gpu_bytes_,
+                      "free buffers, allocate less, or open the emulator with more memory per GPU "
+                      "(DeviceOptions::memory_per_gpu; conccl_device_options.memory_per_gpu in C)");
     if (!a.ok()) return a.status();
     gpus_.push_back(std::move(a).value());
     std::vector<std::unique_ptr<Engine>> engines;

@@ -401,6 +401,8 @@ class KfdDeviceImpl final : public KfdDevice, public KfdInternals {
 
   Result<Buffer> alloc(int gpu, size_t bytes, MemKind kind) override {
     if (bytes == 0) return error(Code::invalid_argument, "alloc of 0 bytes: give a size of at least 1");
+    if (bytes > SIZE_MAX - kPage)  // round_up would wrap to 0
+      return error(Code::resource_exhausted, "alloc of " + std::to_string(bytes) + " bytes: larger than any memory");
     const size_t size = round_up(bytes, kPage);
     Alloc a;
     a.origin = Origin::allocated;

@@ -447,6 +447,8 @@ Result<uint32_t> Device::register_host_pages(uint64_t va, size_t bytes) {
 Result<Buffer> Device::alloc(size_t bytes, MemKind kind, bool cpu_map, bool low) {
   if (fd_ctl_ < 0) return error(Code::unavailable, "the nv device is closed");
   if (bytes == 0) return error(Code::invalid_argument, "cannot allocate 0 bytes");
+  if (bytes > SIZE_MAX - (2u << 20))  // round_up would wrap to 0
+    return error(Code::resource_exhausted, "cannot allocate " + std::to_string(bytes) + " bytes: larger than any memory");
   Buffer b;
   b.kind = kind;
   if (kind == MemKind::device) {

@@ -1,0 +1,38 @@
+// tests/cli/probe_runner.hpp - runs the built sdma-probe binary for the CLI
+// tests: stdin fed from a file, stdout/stderr captured, exit code (or signal)
+// and wall time returned, with an optional time limit.
+#pragma once
+
+#include <string>
+#include <string_view>
+#include <vector>
+
+namespace probe_test {
+
+struct Outcome {
+  int rc = -1;             // exit status, or 128 + signal number
+  bool signaled = false;   // ended by a signal (a crash, or killed at the time limit)
+  bool timed_out = false;  // killed because it ran past the time limit
+  double seconds = 0;      // wall time
+  std::string out, err;
+};
+
+// Runs sdma-probe with `args`, `in` on stdin, in the scratch directory. With limit_s > 0 the process
+// is killed (SIGKILL) once it has run that long, and timed_out is set.
+Outcome probe(const std::vector<std::string>& args, std::string_view in = "", double limit_s = 0);
+
+// A scratch directory for the whole test program, removed when the tests end.
+const std::string& scratch();
+std::string write_file(const std::string& name, std::string_view text);
+std::string read_file(const std::string& path);
+
+inline bool contains(const std::string& hay, std::string_view needle) {
+  return hay.find(needle) != std::string::npos;
+}
+
+size_t count_lines(const std::string& s);
+
+// Every "--name" (lowercase letters, digits, '-') in `text`, in order.
+std::vector<std::string> flag_names(const std::string& text);
+
+}  // namespace probe_test
