@@ -92,4 +92,51 @@ struct DeviceOptions {
 // its driver is missing here (the message names the cause and the fix).
 Result<std::unique_ptr<Device>> open_device(const DeviceOptions& options);
 
+// An owning Buffer, as std::unique_ptr owns memory: freed through its device
+// when destroyed or reset(); move-only. release() hands the plain Buffer back
+// to the caller, who then frees it. The device must outlive it.
+class UniqueBuffer {
+ public:
+  UniqueBuffer() = default;
+  UniqueBuffer(Device& device, const Buffer& buffer) : device_(&device), buffer_(buffer) {}
+  static Result<UniqueBuffer> alloc(Device& device, int gpu, size_t bytes, MemKind kind) {
+    Result<Buffer> b = device.alloc(gpu, bytes, kind);
+    if (!b.ok()) return b.status();
+    return UniqueBuffer(device, *b);
+  }
+  UniqueBuffer(UniqueBuffer&& o) noexcept : device_(o.device_), buffer_(o.buffer_) { o.device_ = nullptr; }
+  UniqueBuffer& operator=(UniqueBuffer&& o) noexcept {
+    if (this != &o) {
+      (void)reset();
+      device_ = o.device_;
+      buffer_ = o.buffer_;
+      o.device_ = nullptr;
+    }
+    return *this;
+  }
+  UniqueBuffer(const UniqueBuffer&) = delete;
+  UniqueBuffer& operator=(const UniqueBuffer&) = delete;
+  ~UniqueBuffer() { (void)reset(); }
+
+  const Buffer& get() const { return buffer_; }
+  const Buffer* operator->() const { return &buffer_; }
+  operator const Buffer&() const { return buffer_; }  // NOLINT: passes where a Buffer is taken
+  explicit operator bool() const { return device_ != nullptr; }
+  // Frees now; the error of Device::free, if any (the destructor drops it).
+  Status reset() {
+    if (!device_) return Status();
+    Device* d = device_;
+    device_ = nullptr;
+    return d->free(buffer_);
+  }
+  Buffer release() {
+    device_ = nullptr;
+    return buffer_;
+  }
+
+ private:
+  Device* device_ = nullptr;
+  Buffer buffer_{};
+};
+
 }  // namespace conccl

@@ -344,5 +344,34 @@ TEST(EmuQueueCreation, QueueMayOutliveItsDevice) {
   q.reset();
 }
 
+// UniqueBuffer frees its memory when it dies or is reset, moves ownership,
+// and release() hands the plain Buffer back.
+TEST(UniqueBuffer, OwnsAndFreesItsMemory) {
+  DeviceOptions o;
+  o.preset = "small";
+  ASSERT_OK_AND_ASSIGN(std::unique_ptr<Device> dev, open_device(o));
+  Buffer seen{};
+  {
+    ASSERT_OK_AND_ASSIGN(UniqueBuffer a, UniqueBuffer::alloc(*dev, 0, 1 << 16, MemKind::device));
+    ASSERT_TRUE(a);
+    seen = a.get();
+    const uint64_t va = a->va;
+    UniqueBuffer b = std::move(a);  // ownership moves; a owns nothing
+    EXPECT_FALSE(a);
+    EXPECT_EQ(b.get().va, va);
+    const Buffer& plain = b;  // passes where a Buffer is taken
+    EXPECT_EQ(plain.size, size_t(1) << 16);
+  }
+  EXPECT_FALSE(dev->free(seen).ok()) << "already freed when the owner died: a second free is refused";
+  ASSERT_OK_AND_ASSIGN(UniqueBuffer c, UniqueBuffer::alloc(*dev, 1, 4096, MemKind::device));
+  ASSERT_OK(c.reset());
+  ASSERT_OK(c.reset());  // a second reset frees nothing
+  ASSERT_OK_AND_ASSIGN(UniqueBuffer d, UniqueBuffer::alloc(*dev, 1, 4096, MemKind::device));
+  const Buffer kept = d.release();
+  EXPECT_FALSE(d);
+  ASSERT_OK(dev->free(kept));  // released, not freed: the caller frees it
+  EXPECT_EQ(UniqueBuffer::alloc(*dev, 0, 0, MemKind::device).status().code(), Code::invalid_argument);
+}
+
 }  // namespace
 }  // namespace conccl
