@@ -101,7 +101,7 @@ class Queue {
     Reservation& operator=(Reservation&&) noexcept;
     ~Reservation();
     CommandBuffer& commands() { return cb_; }
-    Status commit(uint64_t* end = nullptr);
+    Status commit(QueueSpan* span = nullptr);  // fills *span as Queue::submit does
 
    private:
     friend class Queue;

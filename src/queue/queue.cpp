@@ -60,17 +60,18 @@ Queue::Reservation::~Reservation() {
   if (q_ && lock_.owns_lock()) q_->ring_abandon();
 }
 
-Status Queue::Reservation::commit(uint64_t* end) {
+Status Queue::Reservation::commit(QueueSpan* span) {
   if (!q_ || !lock_.owns_lock())
     return error(Code::invalid_argument, "commit() on a reservation that was already committed or moved from");
-  uint64_t t = q_->last_ticket_.load(std::memory_order_relaxed);
+  const uint64_t before = q_->last_ticket_.load(std::memory_order_relaxed);
+  uint64_t t = before;
   if (!cb_.empty()) {
     t = q_->ring_commit(cb_.size_bytes());
     q_->last_ticket_.store(t, std::memory_order_release);
   } else {
     q_->ring_abandon();
   }
-  if (end) *end = t;
+  if (span) *span = QueueSpan{q_, before, t};
   lock_.unlock();
   q_ = nullptr;
   return Status();

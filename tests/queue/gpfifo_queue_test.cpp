@@ -169,10 +169,13 @@ TEST_F(Gpfifo, ReserveWritesStraightIntoThePushbuffer) {
     ASSERT_OK(r.commands().copy(dst.va + round * 64, src.va + round * 64, 64));
     ASSERT_OK(s.enqueue_add(r.commands(), 1));
     EXPECT_EQ(r.commands().copy(dst.va, src.va, 64).code(), Code::resource_exhausted) << "past the reservation";
-    uint64_t end = 0;
-    ASSERT_OK(r.commit(&end));
+    QueueSpan span;
+    ASSERT_OK(r.commit(&span));
+    EXPECT_EQ(span.queue, q.get());
+    EXPECT_EQ(span.end, q->submitted());
+    EXPECT_LT(span.begin, span.end);
     EXPECT_EQ(r.commit().code(), Code::invalid_argument) << "committed once";
-    ASSERT_OK(q->wait_done(long_deadline(), end));
+    ASSERT_OK(q->wait_done(long_deadline(), span.end));
     EXPECT_EQ(s.value(), static_cast<uint64_t>(round));
   }
   EXPECT_TRUE(bytes_equal(dst.as<uint8_t>() + 64, src.as<uint8_t>() + 64, 50 * 64));

@@ -1,0 +1,174 @@
+// tests/docs/docs_examples_test.cpp - every ```cpp block of docs/*.md and
+// README.md, verbatim, inside a function that gives it its context; built with
+// -Werror (an ignored Status is a warning: Status is [[nodiscard]]) and run
+// on the emulator where it needs no GPU. DocsExamples.EveryBlockIsHere fails
+// when a block of the docs is not found here (indentation aside), so an
+// example cannot change in the docs without changing here.
+#include <gtest/gtest.h>
+
+#include <cstring>
+#include <fstream>
+#include <random>
+#include <sstream>
+#include <string>
+#include <vector>
+
+#include "backends/nv/nv_device.hpp"
+#include "conccl/collectives.hpp"
+#include "conccl/emu.hpp"
+#include "conccl/signal.hpp"
+#include "emu/emu_test_util.hpp"
+
+namespace conccl {
+namespace {
+
+// ---- docs/collectives.md -------------------------------------------------
+
+Status collectives_intro(Device& device, uint64_t chunk, const std::vector<Buffer>& send_buffers,
+                         const std::vector<Buffer>& recv_buffers) {
+  auto comm = conccl::Communicator::create(device, {0, 1, 2, 3, 4, 5, 6, 7}).value();
+  conccl::CollectiveArgs a;
+  a.op = conccl::CollOp::all_gather;
+  a.bytes = chunk;             // per rank
+  a.send = send_buffers;       // one conccl::Buffer per rank
+  a.recv = recv_buffers;       // ranks * chunk bytes each
+  auto plan = comm->plan(a).value();   // validated, compiled; nothing submitted yet
+  CONCCL_RETURN_IF_ERROR(plan->launch(conccl::Deadline::after_ms(100)));
+  CONCCL_RETURN_IF_ERROR(plan->wait(conccl::Deadline::after_ms(1000)));
+  // compute streams: rank r's data is complete when
+  // plan->arrival(r).value() >= plan->arrivals_expected(r)
+  for (int r = 0; r < comm->size(); ++r)
+    if (plan->arrival(r).value() < plan->arrivals_expected(r)) return error(Code::internal, "not complete");
+  return Status();
+}
+
+int collectives_loopback(Device& device) {
+  conccl::Communicator::Options o;
+  o.loopback = true;
+  auto comm = conccl::Communicator::create(device, {0, 0, 0, 0}, o).value();  // 4 ranks on GPU 0
+  return comm->size();
+}
+
+// ---- docs/queues.md -----------------------------------------------------
+
+Status queues_record_and_submit(Queue* queue, Signal& signal, uint64_t dst_va, uint64_t src_va, uint64_t fill_va,
+                                uint64_t bytes) {
+  conccl::CommandBuffer cb = queue->command_buffer();            // for the queue's Isa
+  CONCCL_RETURN_IF_ERROR(cb.copy(dst_va, src_va, bytes));        // split into legal commands
+  CONCCL_RETURN_IF_ERROR(cb.fill(fill_va, 0xdeadbeef, bytes));   // 32-bit fill (4-byte aligned address and size)
+  CONCCL_RETURN_IF_ERROR(signal.enqueue_add(cb));                // completion (docs/signals.md)
+  CONCCL_RETURN_IF_ERROR(queue->record_wake(cb));                // wake host sleepers (SDMA TRAP / Hopper interrupt)
+  conccl::QueueSpan span;
+  CONCCL_RETURN_IF_ERROR(queue->submit(cb, conccl::Deadline::after_ms(100), &span));     // one doorbell for all
+  CONCCL_RETURN_IF_ERROR(queue->wait_done(conccl::Deadline::after_ms(1000), span.end));  // completed() >= span.end
+  CONCCL_RETURN_IF_ERROR(signal.wait(1, conccl::Deadline::after_ms(1000), &span));       // or sleep on the queue's progress
+  return Status();
+}
+
+Status queues_reserve(Queue* queue, Signal& signal, uint64_t dst, uint64_t src, uint64_t bytes, Deadline deadline) {
+  auto r = queue->reserve(256, deadline).value();                 // holds the producer lock
+  CONCCL_RETURN_IF_ERROR(r.commands().copy(dst, src, bytes));     // encoded in place
+  CONCCL_RETURN_IF_ERROR(signal.enqueue_add(r.commands()));
+  conccl::QueueSpan done;
+  CONCCL_RETURN_IF_ERROR(r.commit(&done));                        // publishes with one doorbell
+  return queue->wait_done(deadline, done.end);
+}
+
+// ---- docs/nv-backend.md (compiled only: needs an NVIDIA GPU) ---------------
+
+[[maybe_unused]] Status nv_budget(conccl::nv::Device& dev, uint64_t dst, uint64_t src, uint64_t bytes, double window,
+                                  Deadline deadline) {
+  namespace nv = conccl::nv;
+  // bytes to move while a GEMM of about `window` seconds runs
+  std::vector<nv::Channel*> chs = dev.channels_for_rate(double(bytes) / window);
+  CONCCL_RETURN_IF_ERROR(dev.copy_striped(dst, src, bytes, deadline, chs));
+  return Status();
+}
+
+// ---- the checks --------------------------------------------------------
+
+std::string read(const std::string& path) {
+  std::ifstream f(path);
+  std::stringstream s;
+  s << f.rdbuf();
+  return s.str();
+}
+
+// Each line without its leading whitespace.
+std::string unindent(const std::string& text) {
+  std::istringstream in(text);
+  std::string line, out;
+  while (std::getline(in, line)) {
+    const size_t b = line.find_first_not_of(" \t");
+    out += (b == std::string::npos ? "" : line.substr(b)) + "\n";
+  }
+  return out;
+}
+
+TEST(DocsExamples, EveryBlockIsHere) {
+  const std::string here = unindent(read(DOCS_EXAMPLES_FILE));
+  ASSERT_FALSE(here.empty());
+  int blocks = 0;
+  for (const char* doc : {"README.md", "docs/collectives.md", "docs/queues.md", "docs/nv-backend.md",
+                          "docs/signals.md", "docs/architecture.md", "docs/getting-started.md", "docs/emulator.md",
+                          "docs/hardware.md", "docs/asm.md", "docs/sdma-probe.md"}) {
+    const std::string text = read(std::string(CONCCL_SOURCE_DIR) + "/" + doc);
+    size_t at = 0;
+    while ((at = text.find("```cpp\n", at)) != std::string::npos) {
+      const size_t begin = at + 7, end = text.find("```", begin);
+      ASSERT_NE(end, std::string::npos) << doc << ": unterminated ```cpp block";
+      const std::string block = unindent(text.substr(begin, end - begin));
+      EXPECT_NE(here.find(block), std::string::npos)
+          << doc << ": this C++ example is not compiled by tests/docs/docs_examples_test.cpp; add it there:\n"
+          << block;
+      ++blocks;
+      at = end + 3;
+    }
+  }
+  EXPECT_GE(blocks, 5);
+}
+
+TEST(DocsExamples, CollectivesRunOnTheEmulator) {
+  DeviceOptions o;
+  o.preset = "mi300x";
+  ASSERT_OK_AND_ASSIGN(std::unique_ptr<Device> dev, open_device(o));
+  const uint64_t chunk = 8192 + 64;
+  std::vector<Buffer> send, recv;
+  std::mt19937_64 rng(5);
+  for (int r = 0; r < 8; ++r) {
+    ASSERT_OK_AND_ASSIGN(Buffer s, dev->alloc(r, chunk, MemKind::device));
+    ASSERT_OK_AND_ASSIGN(Buffer d, dev->alloc(r, chunk * 8, MemKind::device));
+    for (uint64_t i = 0; i < chunk / 8; ++i) s.as<uint64_t>()[i] = rng();
+    send.push_back(s);
+    recv.push_back(d);
+  }
+  ASSERT_OK(collectives_intro(*dev, chunk, send, recv));
+  for (int d = 0; d < 8; ++d)
+    for (int s = 0; s < 8; ++s)
+      ASSERT_EQ(std::memcmp(recv[d].as<uint8_t>() + s * chunk, send[s].host, chunk), 0) << d << " <- " << s;
+  EXPECT_EQ(collectives_loopback(*dev), 4);
+}
+
+TEST(DocsExamples, QueuesRunOnTheEmulator) {
+  DeviceOptions o;
+  o.preset = "mi300x";
+  ASSERT_OK_AND_ASSIGN(std::unique_ptr<Device> dev, open_device(o));
+  const uint64_t n = 4096;
+  ASSERT_OK_AND_ASSIGN(Buffer src, dev->alloc(0, n, MemKind::device));
+  ASSERT_OK_AND_ASSIGN(Buffer dst, dev->alloc(0, n, MemKind::device));
+  ASSERT_OK_AND_ASSIGN(Buffer fill, dev->alloc(0, n, MemKind::device));
+  std::mt19937 rng(3);
+  for (uint64_t i = 0; i < n; ++i) src.as<uint8_t>()[i] = static_cast<uint8_t>(rng());
+  ASSERT_OK_AND_ASSIGN(std::unique_ptr<Queue> q, dev->create_queue(0, dev->topology().gpus[0].engines[0].id));
+  ASSERT_OK_AND_ASSIGN(Signal sig, Signal::create(*dev));
+  ASSERT_OK(queues_record_and_submit(q.get(), sig, dst.va, src.va, fill.va, n));
+  EXPECT_EQ(std::memcmp(dst.host, src.host, n), 0);
+  for (uint64_t i = 0; i < n / 4; ++i) ASSERT_EQ(fill.as<uint32_t>()[i], 0xdeadbeefu);
+  std::memset(dst.host, 0, n);
+  ASSERT_OK(queues_reserve(q.get(), sig, dst.va, src.va, n, Deadline::after_ms(1000)));
+  EXPECT_EQ(std::memcmp(dst.host, src.host, n), 0);
+  EXPECT_EQ(sig.value(), 2u);
+}
+
+}  // namespace
+}  // namespace conccl
