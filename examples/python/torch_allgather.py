@@ -109,5 +109,6 @@ print(f"C3: matmul 8192^3 bf16 x {mm_count} {t_mm * 1e3:.1f} ms, all-gather x {a
       f"({gbps:.0f} GB/s moved), both {t_both * 1e3:.1f} ms -> {pct:.1f}% of ideal; verified: {c3_ok}")
 dev.release_tensors()
 buf.free()
+dev.close()  # before CUDA goes away at exit
 ok = all(checks) and dlpack_ok and c3_ok
 sys.exit(0 if ok else 1)

@@ -25,6 +25,7 @@ memory the copy engines can map) and orders the all-gather on the current
 CUDA stream: the copies start when the stream's earlier work is done, and
 the stream's later work sees the data; the call returns at once.
 """
+import atexit
 import ctypes
 import ctypes.util
 import json
@@ -303,6 +304,17 @@ class Buffer:
         self._raw = None
 
 
+_open_devices = weakref.WeakSet()
+
+
+@atexit.register
+def _close_open_devices():
+    # Before the interpreter tears modules (and, with PyTorch, CUDA) down: a
+    # device closed later would free CUDA registrations through a dead context.
+    for d in list(_open_devices):
+        d.close()
+
+
 class Device:
     """open_device: backend "emu" (default, no GPU needed), "kfd" or "nv"."""
     _h = None
@@ -314,6 +326,7 @@ class Device:
         _check(_dev_open(ctypes.byref(o), ctypes.byref(h)))
         self._h = h
         self._children = weakref.WeakSet()  # queues, signals, communicators, plans
+        _open_devices.add(self)
 
     def _adopt(self, child):
         if not self._h:
