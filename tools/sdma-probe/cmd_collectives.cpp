@@ -3,8 +3,6 @@
 // verified. --ranks N places N ranks on the device's GPUs (round robin);
 // more ranks than GPUs is loopback mode (several ranks per GPU, each with its
 // own buffers and queues), how one GPU runs every collective.
-#include <unistd.h>
-
 #include <algorithm>
 #include <chrono>
 #include <cinttypes>
@@ -19,6 +17,10 @@
 #include "conccl/staging.hpp"
 #include "device_flags.hpp"
 #include "mem_budget.hpp"
+#include "sweep_progress.hpp"
+#include "sweep_signal.hpp"
+#include "sweep_stats.hpp"
+#include "sweep_table.hpp"
 
 namespace probe {
 namespace {
@@ -43,6 +45,7 @@ constexpr OpInfo kOps[] = {
 
 constexpr int kMaxRanks = 64;
 constexpr int64_t kMaxIters = 1000000;  // --iters and --warmup
+constexpr int64_t kMaxStepFactor = 1024;
 
 const OpInfo& info_for(std::string_view name) {
   for (const OpInfo& o : kOps)
@@ -174,21 +177,38 @@ conccl::Result<uint64_t> count_wrong(const conccl::CollectiveArgs& a, int n, uin
   return wrong;
 }
 
-struct Row {
-  uint64_t size;
-  double time_us, algbw, busbw;
-  uint64_t wrong;
-  std::string variant;
-};
+// The distinct (GPU, engine) pairs a plan's lists run on.
+int engines_used(const conccl::Plan& plan, const std::vector<int>& gpu_of) {
+  std::vector<std::pair<int, int>> used;
+  for (const conccl::PlanList& l : plan.lists()) {
+    const std::pair<int, int> e{gpu_of[static_cast<size_t>(l.rank)], l.engine};
+    if (std::find(used.begin(), used.end(), e) == used.end()) used.push_back(e);
+  }
+  return static_cast<int>(used.size());
+}
 
-void progress(Context& ctx, bool tty, size_t done, size_t total, uint64_t size) {
-  if (!tty) return;
-  const int width = 30;
-  const int filled = total ? static_cast<int>(width * done / total) : width;
-  std::fprintf(ctx.err, "\r[%.*s%*s] %zu/%zu  %-10s", filled, "##############################", width - filled, "",
-               done, total, format_size(size).c_str());
-  if (done == total) std::fprintf(ctx.err, "\r%*s\r", width + 40, "");
-  std::fflush(ctx.err);
+void write_json(FILE* f, const SweepSetup& setup, const std::vector<SweepRow>& rows, int signal) {
+  std::fprintf(f, "{\"op\": \"%s\", \"backend\": \"%s\", \"emulated\": %s, \"ranks\": %d, \"gpus\": %d, "
+                  "\"loopback\": %s, \"prelaunch\": %s, \"queues\": \"%s\", \"variant_asked\": \"%s\", "
+                  "\"iters\": %" PRId64 ", \"warmup\": %" PRId64 ", \"step_factor\": %" PRIu64 ", "
+                  "\"interrupted\": %s, \"rows\": [",
+               setup.op.c_str(), setup.backend.c_str(), setup.emulated ? "true" : "false", setup.ranks, setup.gpus,
+               setup.loopback ? "true" : "false", setup.prelaunch ? "true" : "false", setup.queues.c_str(),
+               setup.variant.c_str(), setup.iters, setup.warmup, setup.step_factor,
+               signal ? json_string(sweep_signal_name(signal)).c_str() : "null");
+  for (size_t i = 0; i < rows.size(); ++i) {
+    const SweepRow& r = rows[i];
+    std::fprintf(f,
+                 "%s\n  {\"size\": %" PRIu64 ", \"time_us\": %s, \"algbw_gbps\": %s, \"busbw_gbps\": %s, "
+                 "\"verified\": %s, \"wrong_bytes\": %" PRIu64 ", \"variant\": \"%s\", \"count\": %" PRIu64
+                 ", \"type\": \"%s\", \"engines\": %d, \"iters\": %" PRIu64
+                 ", \"min_us\": %s, \"max_us\": %s, \"stddev_us\": %s}",
+                 i ? "," : "", r.size, json_number(r.time.mean, 3).c_str(), json_number(r.algbw, 4).c_str(),
+                 json_number(r.busbw, 4).c_str(), r.wrong == 0 ? "true" : "false", r.wrong, r.variant.c_str(), r.count,
+                 r.type.c_str(), r.engines, r.iters, json_number(r.time.min, 3).c_str(),
+                 json_number(r.time.max, 3).c_str(), json_number(r.time.stddev, 3).c_str());
+  }
+  std::fprintf(f, "\n]}\n");
 }
 
 int run_collective(const Args& args, Context& ctx) {
@@ -210,8 +230,9 @@ int run_collective(const Args& args, Context& ctx) {
   conccl::Result<int64_t> root = args.get_int_in_range("root", 0, kMaxRanks - 1, 0);
   conccl::Result<int64_t> peer = args.get_int_in_range("peer", 0, kMaxRanks - 1, 1);
   conccl::Result<int64_t> ranks_flag = args.get_int_in_range("ranks", 1, kMaxRanks, 0);  // 0: one per GPU
+  conccl::Result<int64_t> step = args.get_int_in_range("step-factor", 2, kMaxStepFactor, 2);
   for (auto* r : {&min, &max}) if (!r->ok()) return fail(args, ctx, r->status());
-  for (auto* r : {&iters, &warmup, &root, &peer, &ranks_flag})
+  for (auto* r : {&iters, &warmup, &root, &peer, &ranks_flag, &step})
     if (!r->ok()) return fail(args, ctx, r->status());
   if (*min == 0 || *max < *min) return usage_error(args, ctx, "need 0 < --min <= --max");
   conccl::Variant variant = conccl::Variant::automatic;
@@ -317,17 +338,42 @@ int run_collective(const Args& args, Context& ctx) {
       if (b.va) (void)dev.free(b);
   };
 
-  std::vector<uint64_t> sizes;
-  for (uint64_t s = *min; s <= *max; s *= 2) {
-    sizes.push_back(s);
-    if (s > (~uint64_t(0)) / 2) break;
+  const std::vector<uint64_t> sizes = sweep_sizes(*min, *max, static_cast<uint64_t>(*step));
+  const bool emulated = args.common().backend == Backend::emu;
+  SweepSetup setup;
+  setup.op = op.name;
+  setup.backend = std::string(backend_name(args.common().backend));
+  setup.emulated = emulated;
+  setup.preset = args.common().preset;
+  setup.ranks = n;
+  setup.gpus = gpus;
+  setup.loopback = co.loopback;
+  setup.queues = queues;
+  setup.engines_per_gpu = dev.topology().gpus.empty() ? 0 : static_cast<int>(dev.topology().gpus[0].engines.size());
+  setup.variant = variant == conccl::Variant::automatic ? "auto" : std::string(conccl::variant_name(variant));
+  setup.prelaunch = base.prelaunch;
+  setup.iters = *iters;
+  setup.warmup = *warmup;
+  setup.min = *min;
+  setup.max = *max;
+  setup.step_factor = static_cast<uint64_t>(*step);
+  setup.root = base.root;
+  setup.peer = base.peer;
+  setup.has_root = op.op != CollOp::all_gather && op.op != CollOp::all_to_all;
+  setup.has_peer = op.op == CollOp::p2p;
+  if (!json_stdout) {
+    print_banner(ctx.out, setup);
+    print_header(ctx.out);
+    std::fflush(ctx.out);
   }
-  const bool tty = isatty(fileno(ctx.err));
-  std::vector<Row> rows;
+  Progress progress(ctx.err);
+  // SIGINT/SIGTERM: checked between iterations; the size being timed is
+  // abandoned, the finished rows are written, exit 128 + signal.
+  install_sweep_signals();
+  std::vector<SweepRow> rows;
   bool all_ok = true;
-  if (!json_stdout) std::fprintf(ctx.out, "size,time_us,algbw_gbps,busbw_gbps,verified\n");
-  for (size_t si = 0; si < sizes.size(); ++si) {
-    progress(ctx, tty, si, sizes.size(), sizes[si]);
+  for (size_t si = 0; si < sizes.size() && !sweep_signal(); ++si) {
+    progress.show(si, sizes.size(), sizes[si]);
     conccl::CollectiveArgs a = base;
     a.bytes = chunk_of(sizes[si]);
     const uint64_t size = op.size_is_total ? a.bytes * static_cast<uint64_t>(n) : a.bytes;
@@ -338,33 +384,37 @@ int run_collective(const Args& args, Context& ctx) {
       Status st = b.va ? stager_of_rank[static_cast<size_t>(r)]->fill(b, 0xA5A5A5A5u ^ static_cast<uint32_t>(si), deadline())
                        : Status();
       if (!st.ok()) {
+        progress.clear();
         release();
         return fail(args, ctx, st.prefix("poisoning the destinations"));
       }
     }
     conccl::Result<std::unique_ptr<conccl::Plan>> plan = (*comm)->plan(a);
     if (!plan.ok()) {
+      progress.clear();
       release();
       return fail(args, ctx, plan.status());
     }
     const uint64_t n_iters = *iters ? static_cast<uint64_t>(*iters) : std::clamp<uint64_t>((64ull << 20) / std::max<uint64_t>(size, 1), 3, 20);
-    double total_us = 0;
+    std::vector<double> times;
     // Warm-up: --warmup launches, and on real engines at least 100 ms of
     // them: copy engines of a GPU that idled (as it does while the previous
     // size was verified) run at about half rate for their first ~100 ms
     // (docs/perf/h200.md, "Cold GPU").
-    const bool emulated = args.common().backend == Backend::emu;
     const auto warm_until = std::chrono::steady_clock::now() + std::chrono::milliseconds(emulated ? 0 : 100);
     uint64_t warm = 0;
-    while (warm < static_cast<uint64_t>(*warmup) || std::chrono::steady_clock::now() < warm_until) {
+    while ((warm < static_cast<uint64_t>(*warmup) || std::chrono::steady_clock::now() < warm_until) && !sweep_signal()) {
       const conccl::Deadline dl = deadline();
       Status st = a.prelaunch ? (*plan)->prelaunch(dl) : (*plan)->launch(dl);
       if (st.ok() && a.prelaunch) st = (*plan)->release();
       if (st.ok()) st = (*plan)->wait(dl);
-      if (!st.ok()) return fail(args, ctx, st.prefix("warm-up at size " + std::to_string(size)));
+      if (!st.ok()) {
+        progress.clear();
+        return fail(args, ctx, st.prefix("warm-up at size " + std::to_string(size)));
+      }
       ++warm;
     }
-    for (uint64_t it = 0; it < n_iters; ++it) {
+    for (uint64_t it = 0; it < n_iters && !sweep_signal(); ++it) {
       const conccl::Deadline dl = deadline();
       Status st;
       std::chrono::steady_clock::time_point t0;
@@ -379,58 +429,59 @@ int run_collective(const Args& args, Context& ctx) {
       if (st.ok()) st = (*plan)->wait(dl);
       const double us = std::chrono::duration<double, std::micro>(std::chrono::steady_clock::now() - t0).count();
       if (!st.ok()) {
-        if (tty) std::fprintf(ctx.err, "\n");
+        progress.clear();
         // The launch may still be running: the buffers go with the device.
         return fail(args, ctx, st.prefix("size " + std::to_string(size)));
       }
-      total_us += us;
+      times.push_back(us);
     }
-    Row row;
+    if (sweep_signal()) break;  // this size is abandoned
+    SweepRow row;
     row.size = size;
-    row.time_us = total_us / static_cast<double>(n_iters);
-    row.algbw = static_cast<double>(size) / (row.time_us * 1e-6) / 1e9;
+    row.count = size;  // uint8 elements
+    row.iters = n_iters;
+    row.time = time_stats(times);
+    row.algbw = static_cast<double>(size) / (row.time.mean * 1e-6) / 1e9;
     row.busbw = row.algbw * busbw_factor(op.op, n);
     conccl::Result<uint64_t> wrong = count_wrong(a, n, seed, stager_of_rank, deadline());
     if (!wrong.ok()) {
+      progress.clear();
       release();
       return fail(args, ctx, wrong.status().prefix("verifying size " + std::to_string(size)));
     }
     row.wrong = *wrong;
     row.variant = conccl::variant_name((*plan)->variant());
+    row.engines = engines_used(**plan, gpu_of);
     all_ok &= row.wrong == 0;
-    if (!json_stdout)
-      std::fprintf(ctx.out, "%" PRIu64 ",%.2f,%.3f,%.3f,%s\n", row.size, row.time_us, row.algbw, row.busbw,
-                   row.wrong == 0 ? "true" : "false");
+    progress.clear();
+    if (!json_stdout) print_row(ctx.out, row);
     std::fflush(ctx.out);
     rows.push_back(row);
   }
-  progress(ctx, tty, sizes.size(), sizes.size(), 0);
-
-  auto json_rows = [&](FILE* f) {
-    std::fprintf(f, "{\"op\": \"%s\", \"backend\": \"%s\", \"ranks\": %d, \"gpus\": %d, \"loopback\": %s, "
-                    "\"prelaunch\": %s, \"queues\": \"%s\", \"rows\": [",
-                 op.name, std::string(backend_name(args.common().backend)).c_str(), n, gpus, co.loopback ? "true" : "false",
-                 base.prelaunch ? "true" : "false", queues.c_str());
-    for (size_t i = 0; i < rows.size(); ++i)
-      std::fprintf(f,
-                   "%s\n  {\"size\": %" PRIu64 ", \"time_us\": %s, \"algbw_gbps\": %s, \"busbw_gbps\": %s, "
-                   "\"verified\": %s, \"wrong_bytes\": %" PRIu64 ", \"variant\": \"%s\"}",
-                   i ? "," : "", rows[i].size, json_number(rows[i].time_us, 3).c_str(),
-                   json_number(rows[i].algbw, 4).c_str(), json_number(rows[i].busbw, 4).c_str(),
-                   rows[i].wrong == 0 ? "true" : "false", rows[i].wrong, rows[i].variant.c_str());
-    std::fprintf(f, "\n]}\n");
-  };
-  if (json_stdout) json_rows(ctx.out);
+  progress.clear();
+  const int signal = sweep_signal();
+  if (!json_stdout) {
+    if (signal)
+      std::fprintf(ctx.out, "# interrupted by %s after %zu of %zu sizes\n", sweep_signal_name(signal), rows.size(),
+                   sizes.size());
+    print_summary(ctx.out, rows);
+  }
+  if (json_stdout) write_json(ctx.out, setup, rows, signal);
   if (json_file) {
     FILE* f = std::fopen(json_file->c_str(), "w");
     if (!f) {
       release();
       return fail(args, ctx, conccl::error(conccl::Code::invalid_argument, "cannot write " + *json_file));
     }
-    json_rows(f);
+    write_json(f, setup, rows, signal);
     std::fclose(f);
   }
   release();
+  if (signal) {
+    std::fprintf(ctx.err, "sdma-probe %s: interrupted by %s; %zu finished size%s written\n", op.name,
+                 sweep_signal_name(signal), rows.size(), rows.size() == 1 ? "" : "s");
+    return 128 + signal;
+  }
   if (!all_ok) {
     std::fprintf(ctx.err, "sdma-probe %s: verification FAILED for at least one size\n", op.name);
     return to_int(ExitCode::verify_failed);
@@ -441,7 +492,9 @@ int run_collective(const Args& args, Context& ctx) {
 std::vector<FlagSpec> collective_flags() {
   std::vector<FlagSpec> f = device_flag_specs();
   f.push_back({.name = "min", .value = "SIZE", .help = "smallest size (default 1K)"});
-  f.push_back({.name = "max", .value = "SIZE", .help = "largest size (default 16M); sizes double"});
+  f.push_back({.name = "max", .value = "SIZE", .help = "largest size (default 16M)"});
+  f.push_back({.name = "step-factor", .value = "F",
+               .help = "each size is F times the last, 2..1024 (default 2)"});
   f.push_back({.name = "variant", .value = "NAME", .help = "algorithm variant (default auto)"});
   f.push_back({.name = "prelaunch", .help = "queue each launch behind a trigger; time from its release"});
   f.push_back({.name = "queues", .value = "auto|per-rank|per-engine",
@@ -458,19 +511,35 @@ std::vector<FlagSpec> collective_flags() {
 }
 
 constexpr const char* kDetails =
-    "Sweeps sizes from --min to --max (doubling), launching the compiled plan --warmup +\n"
-    "--iters times per size, and prints one row per size:\n"
-    "  size,time_us,algbw_gbps,busbw_gbps,verified\n"
+    "Sweeps sizes from --min to --max (each --step-factor times the last, default 2),\n"
+    "launching the compiled plan --warmup + --iters times per size. The table is laid out\n"
+    "like nccl-tests: a banner of '#' lines (op, ranks and GPUs, loopback, backend and\n"
+    "whether it is emulated, preset, engines per GPU, --queues, variant, iterations,\n"
+    "warm-up, sizes), a '#' header, then one row per size with whitespace-separated columns:\n"
+    "  size count type variant eng iters time min max stddev algbw busbw #wrong\n"
+    "  (out-of-place), then time algbw busbw #wrong in place: n/a (not supported yet)\n"
+    "and a closing summary: '# Out of bounds values : N OK|FAILED' (N: wrong bytes over\n"
+    "all rows) and '# Avg bus bandwidth    : X' (GB/s, the mean busbw of the rows).\n"
     "Definitions (as in nccl-tests): size is the collective's size in bytes (allgather,\n"
     "alltoall, gather, scatter: ranks x per-rank chunk; broadcast, p2p: the message);\n"
-    "time_us is the mean time of one launch until every destination has its data;\n"
+    "count is size in elements of type (uint8); variant is the one the plan chose (with\n"
+    "--variant auto, per size); eng counts the (GPU, engine) pairs the plan runs on;\n"
+    "time is the mean time of one launch until every destination has its data, with\n"
+    "min, max and the standard deviation over the timed iterations (us);\n"
     "algbw = size / time; busbw = algbw x (n-1)/n for allgather, alltoall, gather and\n"
     "scatter, algbw for broadcast and p2p (GB/s = 1e9 bytes/s). After timing, every byte of\n"
-    "every destination is verified against the source data (verified true/false;\n"
-    "exit 1 if any is false). A progress bar goes to stderr when it is a terminal.\n"
+    "every destination is verified against the source data: #wrong counts the bytes that\n"
+    "differ (exit 1 if any does). A progress bar goes to stderr only when it is a terminal,\n"
+    "erased before each row.\n"
+    "SIGINT or SIGTERM: the size being timed is abandoned, the finished rows (table\n"
+    "summary, JSON) are written, and the exit code is 130 (SIGINT) or 143 (SIGTERM).\n"
     "--json FILE (or --json-file FILE) writes the rows as JSON to FILE; --json alone prints\n"
     "them as JSON on stdout instead of the table:\n"
-    "{\"op\", \"rows\": [{\"size\", \"time_us\", \"algbw_gbps\", \"busbw_gbps\", \"verified\"}]}.\n"
+    "{\"op\", \"backend\", \"emulated\", \"ranks\", \"gpus\", \"loopback\", \"prelaunch\", \"queues\",\n"
+    " \"variant_asked\", \"iters\", \"warmup\", \"step_factor\", \"interrupted\" (null or \"SIGINT\"/\"SIGTERM\"),\n"
+    " \"rows\": [{\"size\", \"time_us\", \"algbw_gbps\", \"busbw_gbps\", \"verified\", \"wrong_bytes\",\n"
+    "           \"variant\", \"count\", \"type\", \"engines\", \"iters\", \"min_us\", \"max_us\", \"stddev_us\"}]}\n"
+    "(iters 0: by size; a time or bandwidth that is not a finite number is null).\n"
     "--gpus N: emulator: an N-GPU node; real backends: the first N GPUs.\n"
     "--ranks N: N ranks over those GPUs, round robin; more ranks than GPUs is loopback\n"
     "mode (several ranks per GPU, each with its own buffers and queues): with --backend nv\n"
@@ -478,8 +547,7 @@ constexpr const char* kDetails =
     "use on an engine: per-rank (one each), per-engine (one shared; no chain/swap), or auto\n"
     "(the default: shared unless the variant's lists wait on each other). Source data is a per-rank pattern,\n"
     "destinations are poisoned before each size, and every destination byte is checked\n"
-    "(through a DMA staging copy where device memory is not CPU-visible); the JSON rows\n"
-    "carry wrong_bytes.\n"
+    "(through a DMA staging copy where device memory is not CPU-visible).\n"
     "Variants: docs/collectives.md.\n";
 
 #define CONCCL_COLLECTIVE_COMMAND(NAME, ORDER, SUMMARY)                                                  \
@@ -487,7 +555,7 @@ constexpr const char* kDetails =
       .name = NAME,                                                                                      \
       .summary = SUMMARY,                                                                                \
       .usage = "sdma-probe " NAME " [--backend B] [--preset P] [--gpus N] [--ranks N] [--min SIZE]\n"    \
-               "       [--max SIZE] [--variant NAME] [--prelaunch] [--json FILE]",                       \
+               "       [--max SIZE] [--step-factor F] [--variant NAME] [--prelaunch] [--json FILE]",                   \
       .details = kDetails,                                                                               \
       .flags = collective_flags(),                                                                       \
       .run = run_collective,                                                                             \
