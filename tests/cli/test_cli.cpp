@@ -717,6 +717,27 @@ TEST(Collectives, StepFactor) {
   }
 }
 
+TEST(Collectives, DtypeCountsElements) {
+  // alltoall on 3 ranks: each rank's chunk is whole floats (1024 / 3 = 341 B -> 85 floats = 340 B).
+  Outcome r = probe({"alltoall", "--gpus", "3", "--min", "1K", "--max", "2K", "--dtype", "float"});
+  EXPECT_EQ(r.rc, 0) << r.err;
+  const std::vector<std::string> rows = data_rows(r.out);
+  ASSERT_EQ(rows.size(), 2u) << r.out;
+  EXPECT_EQ(fields(rows[0])[0], "1020") << rows[0];  // 3 x 340 B
+  EXPECT_EQ(fields(rows[0])[1], "255") << rows[0];
+  EXPECT_EQ(fields(rows[0])[2], "float") << rows[0];
+  EXPECT_EQ(fields(rows[0])[12], "0") << rows[0];
+  // Sizes below one element run once, as one element.
+  Outcome d = probe({"p2p", "--ranks", "2", "--min", "1", "--max", "16", "--dtype", "double"});
+  EXPECT_EQ(d.rc, 0) << d.err;
+  std::vector<std::string> sizes;
+  for (const std::string& row : data_rows(d.out)) sizes.push_back(fields(row).at(0) + "/" + fields(row).at(1));
+  EXPECT_EQ(sizes, (std::vector<std::string>{"8/1", "16/2"})) << d.out;
+  Outcome bad = probe({"p2p", "--ranks", "2", "--max", "4K", "--dtype", "fp32"});
+  EXPECT_EQ(bad.rc, 2) << bad.err;
+  EXPECT_TRUE(contains(bad.err, "unknown --dtype 'fp32': give one of uint8")) << bad.err;
+}
+
 TEST(Collectives, QueuesFlag) {
   const std::string json = scratch() + "/shared.json";
   Outcome r = probe({"allgather", "--preset", "h200", "--ranks", "4", "--min", "4K", "--max", "64K", "--queues", "per-engine",

@@ -17,6 +17,7 @@
 #include "conccl/staging.hpp"
 #include "device_flags.hpp"
 #include "mem_budget.hpp"
+#include "sweep_dtype.hpp"
 #include "sweep_progress.hpp"
 #include "sweep_signal.hpp"
 #include "sweep_stats.hpp"
@@ -235,6 +236,9 @@ int run_collective(const Args& args, Context& ctx) {
   for (auto* r : {&iters, &warmup, &root, &peer, &ranks_flag, &step})
     if (!r->ok()) return fail(args, ctx, r->status());
   if (*min == 0 || *max < *min) return usage_error(args, ctx, "need 0 < --min <= --max");
+  const std::string dtype_name = args.value("dtype").value_or("uint8");
+  const DType* dtype = find_dtype(dtype_name);
+  if (!dtype) return usage_error(args, ctx, "unknown --dtype '" + dtype_name + "': give one of " + dtype_names());
   conccl::Variant variant = conccl::Variant::automatic;
   if (std::optional<std::string> v = args.value("variant"); v && !conccl::parse_variant(*v, &variant))
     return usage_error(args, ctx, "unknown --variant '" + *v + "'");
@@ -268,7 +272,11 @@ int run_collective(const Args& args, Context& ctx) {
   // Buffers for the largest size, reused by every row: only what the op uses.
   // Refused up front when they do not fit (on the emulator GPU memory is host
   // memory: a sweep too big for it died by the OOM killer).
-  auto chunk_of = [&](uint64_t size) { return std::max<uint64_t>(1, op.size_is_total ? size / n : size); };
+  // Each rank's chunk: a whole number of --dtype elements, at least one.
+  auto chunk_of = [&](uint64_t size) {
+    const uint64_t c = op.size_is_total ? size / n : size;
+    return std::max<uint64_t>(dtype->bytes, c / dtype->bytes * dtype->bytes);
+  };
   const uint64_t max_chunk = chunk_of(*max);
   const MemBudget need = sweep_budget(op.op, static_cast<int>(*root), static_cast<int>(*peer), gpu_of, gpus, max_chunk);
   if (Status st = check_budget(need, dev.topology(), args.common().backend == Backend::emu,
@@ -373,6 +381,8 @@ int run_collective(const Args& args, Context& ctx) {
   std::vector<SweepRow> rows;
   bool all_ok = true;
   for (size_t si = 0; si < sizes.size() && !sweep_signal(); ++si) {
+    // Sizes that round to the same whole elements per rank run once.
+    if (si > 0 && chunk_of(sizes[si]) == chunk_of(sizes[si - 1])) continue;
     progress.show(si, sizes.size(), sizes[si]);
     conccl::CollectiveArgs a = base;
     a.bytes = chunk_of(sizes[si]);
@@ -438,7 +448,8 @@ int run_collective(const Args& args, Context& ctx) {
     if (sweep_signal()) break;  // this size is abandoned
     SweepRow row;
     row.size = size;
-    row.count = size;  // uint8 elements
+    row.count = size / dtype->bytes;
+    row.type = std::string(dtype->name);
     row.iters = n_iters;
     row.time = time_stats(times);
     row.algbw = static_cast<double>(size) / (row.time.mean * 1e-6) / 1e9;
@@ -493,6 +504,9 @@ std::vector<FlagSpec> collective_flags() {
   std::vector<FlagSpec> f = device_flag_specs();
   f.push_back({.name = "min", .value = "SIZE", .help = "smallest size (default 1K)"});
   f.push_back({.name = "max", .value = "SIZE", .help = "largest size (default 16M)"});
+  f.push_back({.name = "dtype", .value = "TYPE",
+               .help = "element type of the count column: uint8 (default), int8, int32, uint32, int64, uint64, half, "
+                       "bfloat16, float, double; chunks are whole elements"});
   f.push_back({.name = "step-factor", .value = "F",
                .help = "each size is F times the last, 2..1024 (default 2)"});
   f.push_back({.name = "variant", .value = "NAME", .help = "algorithm variant (default auto)"});
@@ -522,7 +536,9 @@ constexpr const char* kDetails =
     "all rows) and '# Avg bus bandwidth    : X' (GB/s, the mean busbw of the rows).\n"
     "Definitions (as in nccl-tests): size is the collective's size in bytes (allgather,\n"
     "alltoall, gather, scatter: ranks x per-rank chunk; broadcast, p2p: the message);\n"
-    "count is size in elements of type (uint8); variant is the one the plan chose (with\n"
+    "count is size in elements of type (--dtype, default uint8: DMA copies bytes, so the\n"
+    "type only sets the element size, and each rank's chunk is rounded down to whole\n"
+    "elements, at least one); variant is the one the plan chose (with\n"
     "--variant auto, per size); eng counts the (GPU, engine) pairs the plan runs on;\n"
     "time is the mean time of one launch until every destination has its data, with\n"
     "min, max and the standard deviation over the timed iterations (us);\n"
@@ -555,7 +571,7 @@ constexpr const char* kDetails =
       .name = NAME,                                                                                      \
       .summary = SUMMARY,                                                                                \
       .usage = "sdma-probe " NAME " [--backend B] [--preset P] [--gpus N] [--ranks N] [--min SIZE]\n"    \
-               "       [--max SIZE] [--step-factor F] [--variant NAME] [--prelaunch] [--json FILE]",                   \
+               "       [--max SIZE] [--step-factor F] [--dtype TYPE] [--variant NAME] [--prelaunch] [--json FILE]",    \
       .details = kDetails,                                                                               \
       .flags = collective_flags(),                                                                       \
       .run = run_collective,                                                                             \
