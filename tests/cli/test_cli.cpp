@@ -650,7 +650,8 @@ TEST(Collectives, SweepsPrintRowsAndJson) {
     EXPECT_GE(std::stod(f[8]), std::stod(f[6])) << row;  // max >= mean
     EXPECT_LE(std::stod(f[7]), std::stod(f[6])) << row;  // min <= mean
     EXPECT_EQ(f[12], "0") << row;                        // #wrong: a count of bytes
-    for (size_t i = 13; i < 17; ++i) EXPECT_EQ(f[i], "n/a") << row;
+    EXPECT_GT(std::stod(f[13]), 0) << row;               // in place: time, algbw, busbw, #wrong
+    EXPECT_EQ(f[16], "0") << row;
     size *= 2;
   }
   EXPECT_FALSE(contains(r.err, "\r")) << r.err;  // no progress bar in captured output
@@ -658,12 +659,19 @@ TEST(Collectives, SweepsPrintRowsAndJson) {
   for (const char* key : {"\"rows\": [", "\"size\": 1024", "\"size\": 65536", "\"time_us\": ", "\"algbw_gbps\": ",
                           "\"busbw_gbps\": ", "\"verified\": true", "\"wrong_bytes\": 0", "\"min_us\": ",
                           "\"max_us\": ", "\"stddev_us\": ", "\"emulated\": true", "\"step_factor\": 2",
-                          "\"interrupted\": null"})
+                          "\"interrupted\": null", "\"in_place\": {\"time_us\": "})
     EXPECT_TRUE(contains(j, key)) << key;
+  EXPECT_TRUE(contains(j, "\"wrong_bytes\": 0, \"min_us\": ")) << j;  // in place, verified
+  // Every op: in-place columns measured and verified, or n/a where the op has no in-place form here.
   for (const char* op : {"alltoall", "broadcast", "gather", "scatter", "p2p"}) {
     Outcome o = probe({op, "--gpus", "4", "--engines", "4", "--min", "4K", "--max", "8K"});
     EXPECT_EQ(o.rc, 0) << op << ": " << o.err;
-    EXPECT_EQ(data_rows(o.out).size(), 2u) << op << ": " << o.out;
+    const std::vector<std::string> op_rows = data_rows(o.out);
+    ASSERT_EQ(op_rows.size(), 2u) << op << ": " << o.out;
+    const std::vector<std::string> f = fields(op_rows[0]);
+    ASSERT_EQ(f.size(), 17u) << op_rows[0];
+    const bool none = std::string(op) == "alltoall" || std::string(op) == "p2p";
+    EXPECT_EQ(f[16], none ? "n/a" : "0") << op << ": " << op_rows[0];
   }
   Outcome v = probe({"allgather", "--gpus", "4", "--min", "4K", "--max", "4K", "--variant", "chain"});
   EXPECT_EQ(v.rc, 2);

@@ -7,6 +7,7 @@
 #include <string>
 #include <vector>
 
+#include "sweep_inplace.hpp"
 #include "sweep_stats.hpp"
 #include "sweep_table.hpp"
 
@@ -59,6 +60,49 @@ TEST(SweepTable, SummaryCountsWrongBytesAndAveragesBusbw) {
   rows[0].wrong = 3;
   EXPECT_EQ(printed(print_summary, rows), "# Out of bounds values : 20 FAILED\n# Avg bus bandwidth    : 2.000\n#\n");
   EXPECT_EQ(printed(print_summary, {}), "# Out of bounds values : 0 OK\n# Avg bus bandwidth    : 0.000\n#\n");
+}
+
+conccl::CollectiveArgs args_of(conccl::CollOp op, int n, uint64_t chunk) {
+  conccl::CollectiveArgs a;
+  a.op = op;
+  a.bytes = chunk;
+  a.root = 1;
+  for (int r = 0; r < n; ++r) {
+    a.send.push_back({.va = 0x1000000u * (r + 1), .size = 4u * chunk});
+    a.recv.push_back({.va = 0x8000000u * (r + 1), .size = 4u * chunk});
+  }
+  return a;
+}
+
+TEST(SweepInPlace, SourcesAreViewsOfTheDestinations) {
+  std::optional<InPlace> ag = in_place_of(args_of(conccl::CollOp::all_gather, 3, 100), 3);
+  ASSERT_TRUE(ag);
+  for (int r = 0; r < 3; ++r) {
+    EXPECT_EQ(ag->args.send[r].va, ag->args.recv[r].va + 100u * r);
+    EXPECT_EQ(ag->args.send[r].size, 100u);
+  }
+  ASSERT_EQ(ag->sources.size(), 3u);
+  EXPECT_EQ(ag->sources[2].src_rank, 2);
+  EXPECT_EQ(ag->sources[2].at.va, ag->args.recv[2].va + 200u);
+
+  std::optional<InPlace> g = in_place_of(args_of(conccl::CollOp::gather, 3, 100), 3);
+  ASSERT_TRUE(g);
+  EXPECT_EQ(g->args.send[1].va, g->args.recv[1].va + 100u);  // root 1's chunk of its recv
+  EXPECT_EQ(g->args.send[0].va, 0x1000000u);                 // the others send from their own buffers
+
+  std::optional<InPlace> b = in_place_of(args_of(conccl::CollOp::broadcast, 3, 100), 3);
+  ASSERT_TRUE(b);
+  EXPECT_EQ(b->args.send[1].va, b->args.recv[1].va);
+
+  std::optional<InPlace> s = in_place_of(args_of(conccl::CollOp::scatter, 3, 100), 3);
+  ASSERT_TRUE(s);
+  EXPECT_EQ(s->args.recv[1].va, s->args.send[1].va + 100u);
+  EXPECT_FALSE(s->poison[1]);  // the root's recv is its source: not poisoned
+  EXPECT_TRUE(s->poison[0]);
+  EXPECT_TRUE(s->sources.empty());
+
+  EXPECT_FALSE(in_place_of(args_of(conccl::CollOp::all_to_all, 3, 100), 3));
+  EXPECT_FALSE(in_place_of(args_of(conccl::CollOp::p2p, 3, 100), 3));
 }
 
 }  // namespace

@@ -18,6 +18,7 @@
 #include "device_flags.hpp"
 #include "mem_budget.hpp"
 #include "sweep_dtype.hpp"
+#include "sweep_inplace.hpp"
 #include "sweep_progress.hpp"
 #include "sweep_signal.hpp"
 #include "sweep_stats.hpp"
@@ -124,12 +125,14 @@ std::vector<Piece> pieces_of(const conccl::CollectiveArgs& a, int n) {
 }
 
 // Writes rank r's pattern into a buffer through its GPU's stager, in pieces.
-Status upload_pattern(conccl::Stager& st, const Buffer& b, uint64_t seed, int rank, conccl::Deadline dl) {
+// Rank r's bytes from src_off on (0: the whole pattern's start).
+Status upload_pattern(conccl::Stager& st, const Buffer& b, uint64_t seed, int rank, conccl::Deadline dl,
+                      uint64_t src_off = 0) {
   constexpr size_t kPiece = 32u << 20;
   std::vector<uint8_t> tmp(std::min<uint64_t>(kPiece, b.size));
   for (uint64_t off = 0; off < b.size; off += kPiece) {
     const size_t len = static_cast<size_t>(std::min<uint64_t>(kPiece, b.size - off));
-    pattern(seed, rank, off, tmp.data(), len);
+    pattern(seed, rank, src_off + off, tmp.data(), len);
     CONCCL_RETURN_IF_ERROR(st.upload(b, off, tmp.data(), len, dl));
   }
   return Status();
@@ -188,6 +191,15 @@ int engines_used(const conccl::Plan& plan, const std::vector<int>& gpu_of) {
   return static_cast<int>(used.size());
 }
 
+// The in-place measurement of a row as a JSON object, or null.
+std::string in_place_json(const SweepRow& r) {
+  if (!r.in_place) return "null";
+  return "{\"time_us\": " + json_number(r.ip_time.mean, 3) + ", \"algbw_gbps\": " + json_number(r.ip_algbw, 4) +
+         ", \"busbw_gbps\": " + json_number(r.ip_busbw, 4) + ", \"wrong_bytes\": " + std::to_string(r.ip_wrong) +
+         ", \"min_us\": " + json_number(r.ip_time.min, 3) + ", \"max_us\": " + json_number(r.ip_time.max, 3) +
+         ", \"stddev_us\": " + json_number(r.ip_time.stddev, 3) + ", \"variant\": \"" + r.ip_variant + "\"}";
+}
+
 void write_json(FILE* f, const SweepSetup& setup, const std::vector<SweepRow>& rows, int signal) {
   std::fprintf(f, "{\"op\": \"%s\", \"backend\": \"%s\", \"emulated\": %s, \"ranks\": %d, \"gpus\": %d, "
                   "\"loopback\": %s, \"prelaunch\": %s, \"queues\": \"%s\", \"variant_asked\": \"%s\", "
@@ -203,11 +215,11 @@ void write_json(FILE* f, const SweepSetup& setup, const std::vector<SweepRow>& r
                  "%s\n  {\"size\": %" PRIu64 ", \"time_us\": %s, \"algbw_gbps\": %s, \"busbw_gbps\": %s, "
                  "\"verified\": %s, \"wrong_bytes\": %" PRIu64 ", \"variant\": \"%s\", \"count\": %" PRIu64
                  ", \"type\": \"%s\", \"engines\": %d, \"iters\": %" PRIu64
-                 ", \"min_us\": %s, \"max_us\": %s, \"stddev_us\": %s}",
+                 ", \"min_us\": %s, \"max_us\": %s, \"stddev_us\": %s, \"in_place\": %s}",
                  i ? "," : "", r.size, json_number(r.time.mean, 3).c_str(), json_number(r.algbw, 4).c_str(),
                  json_number(r.busbw, 4).c_str(), r.wrong == 0 ? "true" : "false", r.wrong, r.variant.c_str(), r.count,
                  r.type.c_str(), r.engines, r.iters, json_number(r.time.min, 3).c_str(),
-                 json_number(r.time.max, 3).c_str(), json_number(r.time.stddev, 3).c_str());
+                 json_number(r.time.max, 3).c_str(), json_number(r.time.stddev, 3).c_str(), in_place_json(r).c_str());
   }
   std::fprintf(f, "\n]}\n");
 }
@@ -380,33 +392,30 @@ int run_collective(const Args& args, Context& ctx) {
   install_sweep_signals();
   std::vector<SweepRow> rows;
   bool all_ok = true;
-  for (size_t si = 0; si < sizes.size() && !sweep_signal(); ++si) {
-    // Sizes that round to the same whole elements per rank run once.
-    if (si > 0 && chunk_of(sizes[si]) == chunk_of(sizes[si - 1])) continue;
-    progress.show(si, sizes.size(), sizes[si]);
-    conccl::CollectiveArgs a = base;
-    a.bytes = chunk_of(sizes[si]);
-    const uint64_t size = op.size_is_total ? a.bytes * static_cast<uint64_t>(n) : a.bytes;
-    const uint64_t seed = kSeed;
-    // Poisoned destinations for every size (by the engine: no host traffic).
+  // One form (out of place or in place) of one size: poison the
+  // destinations, put the in-place sources in place, warm up, time, verify.
+  // The error is prefixed for the message; a signal leaves `times` short.
+  struct Measured {
+    TimeStats time;
+    uint64_t wrong = 0;
+    std::string variant;
+    int engines = 0;
+  };
+  auto measure = [&](const conccl::CollectiveArgs& a, const std::vector<bool>& poison,
+                     const std::vector<InPlaceSource>& sources, uint32_t poison_value, uint64_t n_iters,
+                     Measured* m) -> Status {
+    const std::string at = "size " + std::to_string(op.size_is_total ? a.bytes * static_cast<uint64_t>(n) : a.bytes);
     for (int r = 0; r < n; ++r) {
       const Buffer& b = a.recv[static_cast<size_t>(r)];
-      Status st = b.va ? stager_of_rank[static_cast<size_t>(r)]->fill(b, 0xA5A5A5A5u ^ static_cast<uint32_t>(si), deadline())
-                       : Status();
-      if (!st.ok()) {
-        progress.clear();
-        release();
-        return fail(args, ctx, st.prefix("poisoning the destinations"));
-      }
+      if (b.va && poison[static_cast<size_t>(r)])
+        CONCCL_RETURN_IF_ERROR(stager_of_rank[static_cast<size_t>(r)]->fill(b, poison_value, deadline()).prefix("poisoning the destinations"));
     }
+    for (const InPlaceSource& src : sources)
+      CONCCL_RETURN_IF_ERROR(upload_pattern(*stager_of_rank[static_cast<size_t>(src.owner)], src.at, kSeed, src.src_rank,
+                                            deadline(), src.src_off)
+                                 .prefix("placing rank " + std::to_string(src.src_rank) + "'s data in place"));
     conccl::Result<std::unique_ptr<conccl::Plan>> plan = (*comm)->plan(a);
-    if (!plan.ok()) {
-      progress.clear();
-      release();
-      return fail(args, ctx, plan.status());
-    }
-    const uint64_t n_iters = *iters ? static_cast<uint64_t>(*iters) : std::clamp<uint64_t>((64ull << 20) / std::max<uint64_t>(size, 1), 3, 20);
-    std::vector<double> times;
+    if (!plan.ok()) return plan.status();
     // Warm-up: --warmup launches, and on real engines at least 100 ms of
     // them: copy engines of a GPU that idled (as it does while the previous
     // size was verified) run at about half rate for their first ~100 ms
@@ -418,12 +427,10 @@ int run_collective(const Args& args, Context& ctx) {
       Status st = a.prelaunch ? (*plan)->prelaunch(dl) : (*plan)->launch(dl);
       if (st.ok() && a.prelaunch) st = (*plan)->release();
       if (st.ok()) st = (*plan)->wait(dl);
-      if (!st.ok()) {
-        progress.clear();
-        return fail(args, ctx, st.prefix("warm-up at size " + std::to_string(size)));
-      }
+      CONCCL_RETURN_IF_ERROR(st.prefix("warm-up at " + at));
       ++warm;
     }
+    std::vector<double> times;
     for (uint64_t it = 0; it < n_iters && !sweep_signal(); ++it) {
       const conccl::Deadline dl = deadline();
       Status st;
@@ -438,12 +445,37 @@ int run_collective(const Args& args, Context& ctx) {
       }
       if (st.ok()) st = (*plan)->wait(dl);
       const double us = std::chrono::duration<double, std::micro>(std::chrono::steady_clock::now() - t0).count();
-      if (!st.ok()) {
-        progress.clear();
-        // The launch may still be running: the buffers go with the device.
-        return fail(args, ctx, st.prefix("size " + std::to_string(size)));
-      }
+      CONCCL_RETURN_IF_ERROR(st.prefix(at));  // a launch may still run: the buffers go with the device
       times.push_back(us);
+    }
+    if (sweep_signal()) return Status();  // abandoned
+    m->time = time_stats(times);
+    conccl::Result<uint64_t> wrong = count_wrong(a, n, kSeed, stager_of_rank, deadline());
+    if (!wrong.ok()) return wrong.status().prefix("verifying " + at);
+    m->wrong = *wrong;
+    m->variant = conccl::variant_name((*plan)->variant());
+    m->engines = engines_used(**plan, gpu_of);
+    return Status();
+  };
+
+  for (size_t si = 0; si < sizes.size() && !sweep_signal(); ++si) {
+    // Sizes that round to the same whole elements per rank run once.
+    if (si > 0 && chunk_of(sizes[si]) == chunk_of(sizes[si - 1])) continue;
+    progress.show(si, sizes.size(), sizes[si]);
+    conccl::CollectiveArgs a = base;
+    a.bytes = chunk_of(sizes[si]);
+    const uint64_t size = op.size_is_total ? a.bytes * static_cast<uint64_t>(n) : a.bytes;
+    const uint64_t n_iters = *iters ? static_cast<uint64_t>(*iters) : std::clamp<uint64_t>((64ull << 20) / std::max<uint64_t>(size, 1), 3, 20);
+    const uint32_t poison_value = 0xA5A5A5A5u ^ static_cast<uint32_t>(si);
+    Measured oop;
+    Status st = measure(a, std::vector<bool>(static_cast<size_t>(n), true), {}, poison_value, n_iters, &oop);
+    std::optional<InPlace> ip = in_place_of(a, n);
+    Measured inp;
+    if (st.ok() && ip && !sweep_signal()) st = measure(ip->args, ip->poison, ip->sources, ~poison_value, n_iters, &inp);
+    if (!st.ok()) {
+      progress.clear();
+      if (st.code() != conccl::Code::timeout) release();
+      return fail(args, ctx, st);
     }
     if (sweep_signal()) break;  // this size is abandoned
     SweepRow row;
@@ -451,19 +483,21 @@ int run_collective(const Args& args, Context& ctx) {
     row.count = size / dtype->bytes;
     row.type = std::string(dtype->name);
     row.iters = n_iters;
-    row.time = time_stats(times);
+    row.time = oop.time;
     row.algbw = static_cast<double>(size) / (row.time.mean * 1e-6) / 1e9;
     row.busbw = row.algbw * busbw_factor(op.op, n);
-    conccl::Result<uint64_t> wrong = count_wrong(a, n, seed, stager_of_rank, deadline());
-    if (!wrong.ok()) {
-      progress.clear();
-      release();
-      return fail(args, ctx, wrong.status().prefix("verifying size " + std::to_string(size)));
+    row.wrong = oop.wrong;
+    row.variant = oop.variant;
+    row.engines = oop.engines;
+    if (ip) {
+      row.in_place = true;
+      row.ip_time = inp.time;
+      row.ip_algbw = static_cast<double>(size) / (inp.time.mean * 1e-6) / 1e9;
+      row.ip_busbw = row.ip_algbw * busbw_factor(op.op, n);
+      row.ip_wrong = inp.wrong;
+      row.ip_variant = inp.variant;
     }
-    row.wrong = *wrong;
-    row.variant = conccl::variant_name((*plan)->variant());
-    row.engines = engines_used(**plan, gpu_of);
-    all_ok &= row.wrong == 0;
+    all_ok &= row.wrong == 0 && row.ip_wrong == 0;
     progress.clear();
     if (!json_stdout) print_row(ctx.out, row);
     std::fflush(ctx.out);
@@ -531,9 +565,10 @@ constexpr const char* kDetails =
     "whether it is emulated, preset, engines per GPU, --queues, variant, iterations,\n"
     "warm-up, sizes), a '#' header, then one row per size with whitespace-separated columns:\n"
     "  size count type variant eng iters time min max stddev algbw busbw #wrong\n"
-    "  (out-of-place), then time algbw busbw #wrong in place: n/a (not supported yet)\n"
+    "  (out-of-place), then time algbw busbw #wrong in place: each rank's source inside its\n"
+    "  own destination buffer (as nccl-tests; n/a for alltoall and p2p), verified again\n"
     "and a closing summary: '# Out of bounds values : N OK|FAILED' (N: wrong bytes over\n"
-    "all rows) and '# Avg bus bandwidth    : X' (GB/s, the mean busbw of the rows).\n"
+    "all rows, both forms) and '# Avg bus bandwidth    : X' (GB/s, the mean busbw of both).\n"
     "Definitions (as in nccl-tests): size is the collective's size in bytes (allgather,\n"
     "alltoall, gather, scatter: ranks x per-rank chunk; broadcast, p2p: the message);\n"
     "count is size in elements of type (--dtype, default uint8: DMA copies bytes, so the\n"
@@ -554,7 +589,9 @@ constexpr const char* kDetails =
     "{\"op\", \"backend\", \"emulated\", \"ranks\", \"gpus\", \"loopback\", \"prelaunch\", \"queues\",\n"
     " \"variant_asked\", \"iters\", \"warmup\", \"step_factor\", \"interrupted\" (null or \"SIGINT\"/\"SIGTERM\"),\n"
     " \"rows\": [{\"size\", \"time_us\", \"algbw_gbps\", \"busbw_gbps\", \"verified\", \"wrong_bytes\",\n"
-    "           \"variant\", \"count\", \"type\", \"engines\", \"iters\", \"min_us\", \"max_us\", \"stddev_us\"}]}\n"
+    "           \"variant\", \"count\", \"type\", \"engines\", \"iters\", \"min_us\", \"max_us\", \"stddev_us\",\n"
+    "           \"in_place\": null or {\"time_us\", \"algbw_gbps\", \"busbw_gbps\", \"wrong_bytes\", \"min_us\",\n"
+    "                             \"max_us\", \"stddev_us\", \"variant\"}}]}\n"
     "(iters 0: by size; a time or bandwidth that is not a finite number is null).\n"
     "--gpus N: emulator: an N-GPU node; real backends: the first N GPUs.\n"
     "--ranks N: N ranks over those GPUs, round robin; more ranks than GPUs is loopback\n"

@@ -39,21 +39,30 @@ void print_header(FILE* f) {
 
 void print_row(FILE* f, const SweepRow& r) {
   std::fprintf(f,
-               "%12" PRIu64 " %12" PRIu64 " %6s %8s %3d %6" PRIu64 " %10.2f %10.2f %10.2f %9.2f %8.3f %8.3f %8" PRIu64
-               " %8s %7s %7s %7s\n",
+               "%12" PRIu64 " %12" PRIu64 " %6s %8s %3d %6" PRIu64 " %10.2f %10.2f %10.2f %9.2f %8.3f %8.3f %8" PRIu64,
                r.size, r.count, r.type.c_str(), r.variant.c_str(), r.engines, r.iters, r.time.mean, r.time.min,
-               r.time.max, r.time.stddev, r.algbw, r.busbw, r.wrong, "n/a", "n/a", "n/a", "n/a");
+               r.time.max, r.time.stddev, r.algbw, r.busbw, r.wrong);
+  if (r.in_place)
+    std::fprintf(f, " %8.2f %7.3f %7.3f %7" PRIu64 "\n", r.ip_time.mean, r.ip_algbw, r.ip_busbw, r.ip_wrong);
+  else
+    std::fprintf(f, " %8s %7s %7s %7s\n", "n/a", "n/a", "n/a", "n/a");
 }
 
 void print_summary(FILE* f, const std::vector<SweepRow>& rows) {
   uint64_t wrong = 0;
   double bus = 0;
+  size_t measured = 0;
   for (const SweepRow& r : rows) {
-    wrong += r.wrong;
+    wrong += r.wrong + r.ip_wrong;
     bus += r.busbw;
+    ++measured;
+    if (r.in_place) {
+      bus += r.ip_busbw;
+      ++measured;
+    }
   }
   std::fprintf(f, "# Out of bounds values : %" PRIu64 " %s\n", wrong, wrong ? "FAILED" : "OK");
-  std::fprintf(f, "# Avg bus bandwidth    : %.3f\n#\n", rows.empty() ? 0.0 : bus / static_cast<double>(rows.size()));
+  std::fprintf(f, "# Avg bus bandwidth    : %.3f\n#\n", measured ? bus / static_cast<double>(measured) : 0.0);
 }
 
 std::vector<uint64_t> sweep_sizes(uint64_t min, uint64_t max, uint64_t factor) {

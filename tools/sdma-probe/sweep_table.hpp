@@ -32,7 +32,7 @@ struct SweepSetup {
   bool has_root = false, has_peer = false;
 };
 
-// One size (out-of-place; in-place is printed as n/a).
+// One size: out of place, and in place where the op has that form.
 struct SweepRow {
   uint64_t size = 0;
   uint64_t count = 0;     // elements of `type`
@@ -43,12 +43,18 @@ struct SweepRow {
   TimeStats time;         // microseconds
   double algbw = 0, busbw = 0;  // GB/s
   uint64_t wrong = 0;     // destination bytes that differ
+  bool in_place = false;  // measured in place too (else the in-place columns print n/a)
+  TimeStats ip_time;
+  double ip_algbw = 0, ip_busbw = 0;
+  uint64_t ip_wrong = 0;
+  std::string ip_variant;
 };
 
 void print_banner(FILE* f, const SweepSetup& s);
 void print_header(FILE* f);
 void print_row(FILE* f, const SweepRow& r);
-// "# Out of bounds values : N OK|FAILED" and "# Avg bus bandwidth    : X".
+// "# Out of bounds values : N OK|FAILED" (wrong bytes, both forms) and
+// "# Avg bus bandwidth    : X" (the mean of every busbw measured, both forms).
 void print_summary(FILE* f, const std::vector<SweepRow>& rows);
 // Sizes from min to max, each `factor` times the last (factor >= 2).
 std::vector<uint64_t> sweep_sizes(uint64_t min, uint64_t max, uint64_t factor);
