@@ -262,6 +262,10 @@ int run_collective(const Args& args, Context& ctx) {
   }
   if (!variant_ok) return usage_error(args, ctx, std::string(op.name) + " variants: " + names);
 
+  // SIGINT/SIGTERM from here on: checked between iterations; the size being
+  // timed is abandoned, the finished rows are written, exit 128 + signal. A
+  // signal during the set-up (allocating, uploading) ends it with no rows.
+  install_sweep_signals();
   conccl::Result<std::unique_ptr<conccl::Device>> devr = open_device_from_args(args);
   if (!devr.ok()) return fail(args, ctx, devr.status());
   conccl::Device& dev = **devr;
@@ -387,9 +391,6 @@ int run_collective(const Args& args, Context& ctx) {
     std::fflush(ctx.out);
   }
   Progress progress(ctx.err);
-  // SIGINT/SIGTERM: checked between iterations; the size being timed is
-  // abandoned, the finished rows are written, exit 128 + signal.
-  install_sweep_signals();
   std::vector<SweepRow> rows;
   bool all_ok = true;
   // One form (out of place or in place) of one size: poison the
