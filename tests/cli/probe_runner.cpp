@@ -103,12 +103,20 @@ std::vector<std::string> flag_names(const std::string& text) {
   return out;
 }
 
-Outcome probe(const std::vector<std::string>& args, std::string_view in, double limit_s) {
+namespace {
+
+double now_s() {
+  return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count();
+}
+
+Started spawn(const std::vector<std::string>& args, std::string_view in) {
   static int counter = 0;
   const int id = counter++;
   const std::string base = scratch() + "/run" + std::to_string(id);
   const std::string in_path = write_file("run" + std::to_string(id) + ".in", in);
-  const std::string out_path = base + ".out", err_path = base + ".err";
+  Started s;
+  s.out_path = base + ".out";
+  s.err_path = base + ".err";
 
   std::vector<std::string> words = {SDMA_PROBE_PATH};
   words.insert(words.end(), args.begin(), args.end());
@@ -116,12 +124,12 @@ Outcome probe(const std::vector<std::string>& args, std::string_view in, double 
   for (std::string& w : words) argv.push_back(w.data());
   argv.push_back(nullptr);
 
-  const auto t0 = std::chrono::steady_clock::now();
+  s.t0 = now_s();
   const pid_t pid = fork();
   if (pid == 0) {
     const int i = open(in_path.c_str(), O_RDONLY);
-    const int o = open(out_path.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
-    const int e = open(err_path.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
+    const int o = open(s.out_path.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
+    const int e = open(s.err_path.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
     // In the scratch directory, so that files the command writes (--json
     // FILE with a random name in the property test) land there.
     if (i < 0 || o < 0 || e < 0 || chdir(scratch().c_str()) != 0) _exit(126);
@@ -131,16 +139,48 @@ Outcome probe(const std::vector<std::string>& args, std::string_view in, double 
     execv(argv[0], argv.data());
     _exit(127);
   }
+  s.pid = pid;
+  return s;
+}
+
+}  // namespace
+
+Started start(const std::vector<std::string>& args) { return spawn(args, ""); }
+
+Outcome finish(const Started& s, double limit_s) {
   Outcome r;
-  if (pid < 0) return r;
-  const int status = wait_with_limit(pid, limit_s, &r.timed_out);
-  r.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  if (s.pid < 0) return r;
+  const int status = wait_with_limit(s.pid, limit_s, &r.timed_out);
+  r.seconds = now_s() - s.t0;
   if (status == -1) return r;
   r.signaled = WIFSIGNALED(status);
   r.rc = WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
-  r.out = read_file(out_path);
-  r.err = read_file(err_path);
+  r.out = read_file(s.out_path);
+  r.err = read_file(s.err_path);
   return r;
+}
+
+Outcome probe(const std::vector<std::string>& args, std::string_view in, double limit_s) {
+  return finish(spawn(args, in), limit_s);
+}
+
+std::vector<std::string> data_rows(const std::string& out) {
+  std::vector<std::string> rows;
+  size_t b = 0;
+  while (b < out.size()) {
+    size_t e = out.find('\n', b);
+    if (e == std::string::npos) e = out.size();
+    if (e > b && out[b] != '#') rows.push_back(out.substr(b, e - b));
+    b = e + 1;
+  }
+  return rows;
+}
+
+std::vector<std::string> fields(const std::string& line) {
+  std::vector<std::string> out;
+  std::istringstream ss(line);
+  for (std::string w; ss >> w;) out.push_back(w);
+  return out;
 }
 
 }  // namespace probe_test

@@ -21,6 +21,22 @@ struct Outcome {
 // is killed (SIGKILL) once it has run that long, and timed_out is set.
 Outcome probe(const std::vector<std::string>& args, std::string_view in = "", double limit_s = 0);
 
+// A process started by start(): its id and where its output goes.
+struct Started {
+  int pid = -1;
+  std::string out_path, err_path;
+  double t0 = 0;  // steady-clock seconds at the start
+};
+// Starts sdma-probe with `args` (stdin empty) without waiting for it.
+Started start(const std::vector<std::string>& args);
+// Waits for a started process (killed after limit_s when > 0) and collects its outcome.
+Outcome finish(const Started& s, double limit_s = 0);
+
+// The table rows of a sweep's output: the lines that do not start with '#'.
+std::vector<std::string> data_rows(const std::string& out);
+// The whitespace-separated fields of a line.
+std::vector<std::string> fields(const std::string& line);
+
 // A scratch directory for the whole test program, removed when the tests end.
 const std::string& scratch();
 std::string write_file(const std::string& name, std::string_view text);

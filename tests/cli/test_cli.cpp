@@ -14,6 +14,8 @@ namespace {
 
 using probe_test::contains;
 using probe_test::count_lines;
+using probe_test::data_rows;
+using probe_test::fields;
 using probe_test::Outcome;
 using probe_test::probe;
 using probe_test::read_file;
@@ -629,17 +631,47 @@ TEST(Collectives, SweepsPrintRowsAndJson) {
   const std::string json = scratch() + "/ag.json";
   Outcome r = probe({"allgather", "--preset", "mi300x", "--min", "1K", "--max", "64K", "--json", json});
   EXPECT_EQ(r.rc, 0) << r.err;
-  EXPECT_TRUE(contains(r.out, "size,time_us,algbw_gbps,busbw_gbps,verified\n"));
-  EXPECT_EQ(count_lines(r.out), 1u + 7u) << r.out;  // header + 1K..64K
-  EXPECT_FALSE(contains(r.out, "false"));
+  // nccl-tests layout: a '#' banner and header, one row per size, a summary.
+  for (const char* text : {"# sdma-probe allgather: 8 ranks on 8 GPUs\n", "backend: emu (emulated", "preset: mi300x",
+                           "engines: ", "variant: auto", "iterations: by size", "2 warm-up", "step factor 2",
+                           "out-of-place", "in-place", "#wrong", "stddev", "(elements)",
+                           "# Out of bounds values : 0 OK\n", "# Avg bus bandwidth    : "})
+    EXPECT_TRUE(contains(r.out, text)) << text << " in " << r.out;
+  const std::vector<std::string> rows = data_rows(r.out);
+  ASSERT_EQ(rows.size(), 7u) << r.out;  // 1K..64K
+  uint64_t size = 1024;
+  for (const std::string& row : rows) {
+    // size count type variant eng iters time min max stddev algbw busbw #wrong | time algbw busbw #wrong
+    const std::vector<std::string> f = fields(row);
+    ASSERT_EQ(f.size(), 17u) << row;
+    EXPECT_EQ(f[0], std::to_string(size)) << row;
+    EXPECT_EQ(f[1], std::to_string(size)) << row;  // count of uint8
+    EXPECT_EQ(f[2], "uint8") << row;
+    EXPECT_GE(std::stod(f[8]), std::stod(f[6])) << row;  // max >= mean
+    EXPECT_LE(std::stod(f[7]), std::stod(f[6])) << row;  // min <= mean
+    EXPECT_EQ(f[12], "0") << row;                        // #wrong: a count of bytes
+    EXPECT_GT(std::stod(f[13]), 0) << row;               // in place: time, algbw, busbw, #wrong
+    EXPECT_EQ(f[16], "0") << row;
+    size *= 2;
+  }
+  EXPECT_FALSE(contains(r.err, "\r")) << r.err;  // no progress bar in captured output
   const std::string j = read_file(json);
   for (const char* key : {"\"rows\": [", "\"size\": 1024", "\"size\": 65536", "\"time_us\": ", "\"algbw_gbps\": ",
-                          "\"busbw_gbps\": ", "\"verified\": true"})
+                          "\"busbw_gbps\": ", "\"verified\": true", "\"wrong_bytes\": 0", "\"min_us\": ",
+                          "\"max_us\": ", "\"stddev_us\": ", "\"emulated\": true", "\"step_factor\": 2",
+                          "\"interrupted\": null", "\"in_place\": {\"time_us\": "})
     EXPECT_TRUE(contains(j, key)) << key;
+  EXPECT_TRUE(contains(j, "\"wrong_bytes\": 0, \"min_us\": ")) << j;  // in place, verified
+  // Every op: in-place columns measured and verified, or n/a where the op has no in-place form here.
   for (const char* op : {"alltoall", "broadcast", "gather", "scatter", "p2p"}) {
     Outcome o = probe({op, "--gpus", "4", "--engines", "4", "--min", "4K", "--max", "8K"});
     EXPECT_EQ(o.rc, 0) << op << ": " << o.err;
-    EXPECT_EQ(count_lines(o.out), 3u) << op << ": " << o.out;
+    const std::vector<std::string> op_rows = data_rows(o.out);
+    ASSERT_EQ(op_rows.size(), 2u) << op << ": " << o.out;
+    const std::vector<std::string> f = fields(op_rows[0]);
+    ASSERT_EQ(f.size(), 17u) << op_rows[0];
+    const bool none = std::string(op) == "alltoall" || std::string(op) == "p2p";
+    EXPECT_EQ(f[16], none ? "n/a" : "0") << op << ": " << op_rows[0];
   }
   Outcome v = probe({"allgather", "--gpus", "4", "--min", "4K", "--max", "4K", "--variant", "chain"});
   EXPECT_EQ(v.rc, 2);
@@ -653,8 +685,9 @@ TEST(Collectives, LoopbackRanksOnTheEmulatedH200) {
   const std::string json = scratch() + "/h200.json";
   Outcome r = probe({"allgather", "--preset", "h200", "--ranks", "4", "--min", "1K", "--max", "256K", "--json", json});
   EXPECT_EQ(r.rc, 0) << r.err;
-  EXPECT_EQ(count_lines(r.out), 1u + 9u) << r.out;
-  EXPECT_FALSE(contains(r.out, "false"));
+  EXPECT_EQ(data_rows(r.out).size(), 9u) << r.out;
+  EXPECT_TRUE(contains(r.out, "loopback")) << r.out;
+  EXPECT_TRUE(contains(r.out, "# Out of bounds values : 0 OK")) << r.out;
   const std::string j = read_file(json);
   for (const char* key : {"\"ranks\": 4", "\"gpus\": 1", "\"loopback\": true", "\"wrong_bytes\": 0"})
     EXPECT_TRUE(contains(j, key)) << key << " in " << j;
@@ -675,6 +708,42 @@ TEST(Collectives, LoopbackRanksOnTheEmulatedH200) {
   // SDMA engines run loopback ranks too: 4 ranks on 2 emulated GPUs.
   Outcome sdma = probe({"alltoall", "--preset", "small", "--ranks", "4", "--min", "1K", "--max", "64K"});
   EXPECT_EQ(sdma.rc, 0) << sdma.err;
+}
+
+TEST(Collectives, StepFactor) {
+  Outcome r = probe({"broadcast", "--gpus", "2", "--min", "1K", "--max", "64K", "--step-factor", "4"});
+  EXPECT_EQ(r.rc, 0) << r.err;
+  std::vector<std::string> sizes;
+  for (const std::string& row : data_rows(r.out)) sizes.push_back(fields(row).at(0));
+  EXPECT_EQ(sizes, (std::vector<std::string>{"1024", "4096", "16384", "65536"})) << r.out;
+  EXPECT_TRUE(contains(r.out, "step factor 4")) << r.out;
+  for (const char* bad : {"1", "0", "1025", "-2", "4294967298"}) {
+    Outcome b = probe({"broadcast", "--gpus", "2", "--max", "4K", "--step-factor", bad});
+    EXPECT_EQ(b.rc, 2) << bad << ": " << b.err;
+    EXPECT_TRUE(contains(b.err, "--step-factor")) << b.err;
+    EXPECT_TRUE(contains(b.err, "2..1024")) << b.err;
+  }
+}
+
+TEST(Collectives, DtypeCountsElements) {
+  // alltoall on 3 ranks: each rank's chunk is whole floats (1024 / 3 = 341 B -> 85 floats = 340 B).
+  Outcome r = probe({"alltoall", "--gpus", "3", "--min", "1K", "--max", "2K", "--dtype", "float"});
+  EXPECT_EQ(r.rc, 0) << r.err;
+  const std::vector<std::string> rows = data_rows(r.out);
+  ASSERT_EQ(rows.size(), 2u) << r.out;
+  EXPECT_EQ(fields(rows[0])[0], "1020") << rows[0];  // 3 x 340 B
+  EXPECT_EQ(fields(rows[0])[1], "255") << rows[0];
+  EXPECT_EQ(fields(rows[0])[2], "float") << rows[0];
+  EXPECT_EQ(fields(rows[0])[12], "0") << rows[0];
+  // Sizes below one element run once, as one element.
+  Outcome d = probe({"p2p", "--ranks", "2", "--min", "1", "--max", "16", "--dtype", "double"});
+  EXPECT_EQ(d.rc, 0) << d.err;
+  std::vector<std::string> sizes;
+  for (const std::string& row : data_rows(d.out)) sizes.push_back(fields(row).at(0) + "/" + fields(row).at(1));
+  EXPECT_EQ(sizes, (std::vector<std::string>{"8/1", "16/2"})) << d.out;
+  Outcome bad = probe({"p2p", "--ranks", "2", "--max", "4K", "--dtype", "fp32"});
+  EXPECT_EQ(bad.rc, 2) << bad.err;
+  EXPECT_TRUE(contains(bad.err, "unknown --dtype 'fp32': give one of uint8")) << bad.err;
 }
 
 TEST(Collectives, QueuesFlag) {

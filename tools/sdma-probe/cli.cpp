@@ -1,6 +1,8 @@
 // tools/sdma-probe/cli.cpp - argument parsing, the command registry, dispatch.
 #include "cli.hpp"
 
+#include <unistd.h>
+
 #include <algorithm>
 #include <cctype>
 #include <cerrno>
@@ -459,7 +461,17 @@ int fail(const Args& args, Context& ctx, const Status& st) {
   const std::string text = code == ExitCode::usage ? st.message() : st.to_string();
   std::fprintf(ctx.err, "sdma-probe %.*s: %s\n", static_cast<int>(args.command().size()),
                args.command().data(), text.c_str());
+  if (code == ExitCode::timeout) end_after_hang(code);
   return to_int(code);
+}
+
+void end_after_hang(ExitCode code) {
+  // After a deadline a packet may still be running (a 10 GiB copy_window):
+  // destroying the device would wait for the emulated engine to finish it,
+  // long after the diagnosis. Flush every stream (stdout, stderr, files)
+  // and end the process now, without destructors.
+  std::fflush(nullptr);
+  _exit(to_int(code));
 }
 
 int usage_error(const Args& args, Context& ctx, std::string_view message) {

@@ -186,6 +186,12 @@ void print_usage(FILE* f);
 // Prints "sdma-probe CMD: <message>" on ctx.err and returns the exit code
 // for the status's code.
 int fail(const Args& args, Context& ctx, const conccl::Status& st);
+// A timeout (exit 3) does not return: after the message fail() calls
+// end_after_hang, so that a packet still in flight cannot keep the process
+// alive past its deadline.
+// Flushes every output stream and ends the process at once with `code`
+// (_exit: no destructors, so no device teardown waiting on an engine).
+[[noreturn]] void end_after_hang(ExitCode code);
 // The same for a usage error (exit 2) given as text.
 int usage_error(const Args& args, Context& ctx, std::string_view message);
 

@@ -3,8 +3,6 @@
 // verified. --ranks N places N ranks on the device's GPUs (round robin);
 // more ranks than GPUs is loopback mode (several ranks per GPU, each with its
 // own buffers and queues), how one GPU runs every collective.
-#include <unistd.h>
-
 #include <algorithm>
 #include <chrono>
 #include <cinttypes>
@@ -19,6 +17,12 @@
 #include "conccl/staging.hpp"
 #include "device_flags.hpp"
 #include "mem_budget.hpp"
+#include "sweep_dtype.hpp"
+#include "sweep_inplace.hpp"
+#include "sweep_progress.hpp"
+#include "sweep_signal.hpp"
+#include "sweep_stats.hpp"
+#include "sweep_table.hpp"
 
 namespace probe {
 namespace {
@@ -43,6 +47,7 @@ constexpr OpInfo kOps[] = {
 
 constexpr int kMaxRanks = 64;
 constexpr int64_t kMaxIters = 1000000;  // --iters and --warmup
+constexpr int64_t kMaxStepFactor = 1024;
 
 const OpInfo& info_for(std::string_view name) {
   for (const OpInfo& o : kOps)
@@ -120,12 +125,14 @@ std::vector<Piece> pieces_of(const conccl::CollectiveArgs& a, int n) {
 }
 
 // Writes rank r's pattern into a buffer through its GPU's stager, in pieces.
-Status upload_pattern(conccl::Stager& st, const Buffer& b, uint64_t seed, int rank, conccl::Deadline dl) {
+// Rank r's bytes from src_off on (0: the whole pattern's start).
+Status upload_pattern(conccl::Stager& st, const Buffer& b, uint64_t seed, int rank, conccl::Deadline dl,
+                      uint64_t src_off = 0) {
   constexpr size_t kPiece = 32u << 20;
   std::vector<uint8_t> tmp(std::min<uint64_t>(kPiece, b.size));
   for (uint64_t off = 0; off < b.size; off += kPiece) {
     const size_t len = static_cast<size_t>(std::min<uint64_t>(kPiece, b.size - off));
-    pattern(seed, rank, off, tmp.data(), len);
+    pattern(seed, rank, src_off + off, tmp.data(), len);
     CONCCL_RETURN_IF_ERROR(st.upload(b, off, tmp.data(), len, dl));
   }
   return Status();
@@ -174,21 +181,47 @@ conccl::Result<uint64_t> count_wrong(const conccl::CollectiveArgs& a, int n, uin
   return wrong;
 }
 
-struct Row {
-  uint64_t size;
-  double time_us, algbw, busbw;
-  uint64_t wrong;
-  std::string variant;
-};
+// The distinct (GPU, engine) pairs a plan's lists run on.
+int engines_used(const conccl::Plan& plan, const std::vector<int>& gpu_of) {
+  std::vector<std::pair<int, int>> used;
+  for (const conccl::PlanList& l : plan.lists()) {
+    const std::pair<int, int> e{gpu_of[static_cast<size_t>(l.rank)], l.engine};
+    if (std::find(used.begin(), used.end(), e) == used.end()) used.push_back(e);
+  }
+  return static_cast<int>(used.size());
+}
 
-void progress(Context& ctx, bool tty, size_t done, size_t total, uint64_t size) {
-  if (!tty) return;
-  const int width = 30;
-  const int filled = total ? static_cast<int>(width * done / total) : width;
-  std::fprintf(ctx.err, "\r[%.*s%*s] %zu/%zu  %-10s", filled, "##############################", width - filled, "",
-               done, total, format_size(size).c_str());
-  if (done == total) std::fprintf(ctx.err, "\r%*s\r", width + 40, "");
-  std::fflush(ctx.err);
+// The in-place measurement of a row as a JSON object, or null.
+std::string in_place_json(const SweepRow& r) {
+  if (!r.in_place) return "null";
+  return "{\"time_us\": " + json_number(r.ip_time.mean, 3) + ", \"algbw_gbps\": " + json_number(r.ip_algbw, 4) +
+         ", \"busbw_gbps\": " + json_number(r.ip_busbw, 4) + ", \"wrong_bytes\": " + std::to_string(r.ip_wrong) +
+         ", \"min_us\": " + json_number(r.ip_time.min, 3) + ", \"max_us\": " + json_number(r.ip_time.max, 3) +
+         ", \"stddev_us\": " + json_number(r.ip_time.stddev, 3) + ", \"variant\": \"" + r.ip_variant + "\"}";
+}
+
+void write_json(FILE* f, const SweepSetup& setup, const std::vector<SweepRow>& rows, int signal) {
+  std::fprintf(f, "{\"op\": \"%s\", \"backend\": \"%s\", \"emulated\": %s, \"ranks\": %d, \"gpus\": %d, "
+                  "\"loopback\": %s, \"prelaunch\": %s, \"queues\": \"%s\", \"variant_asked\": \"%s\", "
+                  "\"iters\": %" PRId64 ", \"warmup\": %" PRId64 ", \"step_factor\": %" PRIu64 ", "
+                  "\"interrupted\": %s, \"rows\": [",
+               setup.op.c_str(), setup.backend.c_str(), setup.emulated ? "true" : "false", setup.ranks, setup.gpus,
+               setup.loopback ? "true" : "false", setup.prelaunch ? "true" : "false", setup.queues.c_str(),
+               setup.variant.c_str(), setup.iters, setup.warmup, setup.step_factor,
+               signal ? json_string(sweep_signal_name(signal)).c_str() : "null");
+  for (size_t i = 0; i < rows.size(); ++i) {
+    const SweepRow& r = rows[i];
+    std::fprintf(f,
+                 "%s\n  {\"size\": %" PRIu64 ", \"time_us\": %s, \"algbw_gbps\": %s, \"busbw_gbps\": %s, "
+                 "\"verified\": %s, \"wrong_bytes\": %" PRIu64 ", \"variant\": \"%s\", \"count\": %" PRIu64
+                 ", \"type\": \"%s\", \"engines\": %d, \"iters\": %" PRIu64
+                 ", \"min_us\": %s, \"max_us\": %s, \"stddev_us\": %s, \"in_place\": %s}",
+                 i ? "," : "", r.size, json_number(r.time.mean, 3).c_str(), json_number(r.algbw, 4).c_str(),
+                 json_number(r.busbw, 4).c_str(), r.wrong == 0 ? "true" : "false", r.wrong, r.variant.c_str(), r.count,
+                 r.type.c_str(), r.engines, r.iters, json_number(r.time.min, 3).c_str(),
+                 json_number(r.time.max, 3).c_str(), json_number(r.time.stddev, 3).c_str(), in_place_json(r).c_str());
+  }
+  std::fprintf(f, "\n]}\n");
 }
 
 int run_collective(const Args& args, Context& ctx) {
@@ -210,10 +243,14 @@ int run_collective(const Args& args, Context& ctx) {
   conccl::Result<int64_t> root = args.get_int_in_range("root", 0, kMaxRanks - 1, 0);
   conccl::Result<int64_t> peer = args.get_int_in_range("peer", 0, kMaxRanks - 1, 1);
   conccl::Result<int64_t> ranks_flag = args.get_int_in_range("ranks", 1, kMaxRanks, 0);  // 0: one per GPU
+  conccl::Result<int64_t> step = args.get_int_in_range("step-factor", 2, kMaxStepFactor, 2);
   for (auto* r : {&min, &max}) if (!r->ok()) return fail(args, ctx, r->status());
-  for (auto* r : {&iters, &warmup, &root, &peer, &ranks_flag})
+  for (auto* r : {&iters, &warmup, &root, &peer, &ranks_flag, &step})
     if (!r->ok()) return fail(args, ctx, r->status());
   if (*min == 0 || *max < *min) return usage_error(args, ctx, "need 0 < --min <= --max");
+  const std::string dtype_name = args.value("dtype").value_or("uint8");
+  const DType* dtype = find_dtype(dtype_name);
+  if (!dtype) return usage_error(args, ctx, "unknown --dtype '" + dtype_name + "': give one of " + dtype_names());
   conccl::Variant variant = conccl::Variant::automatic;
   if (std::optional<std::string> v = args.value("variant"); v && !conccl::parse_variant(*v, &variant))
     return usage_error(args, ctx, "unknown --variant '" + *v + "'");
@@ -225,6 +262,10 @@ int run_collective(const Args& args, Context& ctx) {
   }
   if (!variant_ok) return usage_error(args, ctx, std::string(op.name) + " variants: " + names);
 
+  // SIGINT/SIGTERM from here on: checked between iterations; the size being
+  // timed is abandoned, the finished rows are written, exit 128 + signal. A
+  // signal during the set-up (allocating, uploading) ends it with no rows.
+  install_sweep_signals();
   conccl::Result<std::unique_ptr<conccl::Device>> devr = open_device_from_args(args);
   if (!devr.ok()) return fail(args, ctx, devr.status());
   conccl::Device& dev = **devr;
@@ -247,7 +288,11 @@ int run_collective(const Args& args, Context& ctx) {
   // Buffers for the largest size, reused by every row: only what the op uses.
   // Refused up front when they do not fit (on the emulator GPU memory is host
   // memory: a sweep too big for it died by the OOM killer).
-  auto chunk_of = [&](uint64_t size) { return std::max<uint64_t>(1, op.size_is_total ? size / n : size); };
+  // Each rank's chunk: a whole number of --dtype elements, at least one.
+  auto chunk_of = [&](uint64_t size) {
+    const uint64_t c = op.size_is_total ? size / n : size;
+    return std::max<uint64_t>(dtype->bytes, c / dtype->bytes * dtype->bytes);
+  };
   const uint64_t max_chunk = chunk_of(*max);
   const MemBudget need = sweep_budget(op.op, static_cast<int>(*root), static_cast<int>(*peer), gpu_of, gpus, max_chunk);
   if (Status st = check_budget(need, dev.topology(), args.common().backend == Backend::emu,
@@ -317,54 +362,77 @@ int run_collective(const Args& args, Context& ctx) {
       if (b.va) (void)dev.free(b);
   };
 
-  std::vector<uint64_t> sizes;
-  for (uint64_t s = *min; s <= *max; s *= 2) {
-    sizes.push_back(s);
-    if (s > (~uint64_t(0)) / 2) break;
+  const std::vector<uint64_t> sizes = sweep_sizes(*min, *max, static_cast<uint64_t>(*step));
+  const bool emulated = args.common().backend == Backend::emu;
+  SweepSetup setup;
+  setup.op = op.name;
+  setup.backend = std::string(backend_name(args.common().backend));
+  setup.emulated = emulated;
+  setup.preset = args.common().preset;
+  setup.ranks = n;
+  setup.gpus = gpus;
+  setup.loopback = co.loopback;
+  setup.queues = queues;
+  setup.engines_per_gpu = dev.topology().gpus.empty() ? 0 : static_cast<int>(dev.topology().gpus[0].engines.size());
+  setup.variant = variant == conccl::Variant::automatic ? "auto" : std::string(conccl::variant_name(variant));
+  setup.prelaunch = base.prelaunch;
+  setup.iters = *iters;
+  setup.warmup = *warmup;
+  setup.min = *min;
+  setup.max = *max;
+  setup.step_factor = static_cast<uint64_t>(*step);
+  setup.root = base.root;
+  setup.peer = base.peer;
+  setup.has_root = op.op != CollOp::all_gather && op.op != CollOp::all_to_all;
+  setup.has_peer = op.op == CollOp::p2p;
+  if (!json_stdout) {
+    print_banner(ctx.out, setup);
+    print_header(ctx.out);
+    std::fflush(ctx.out);
   }
-  const bool tty = isatty(fileno(ctx.err));
-  std::vector<Row> rows;
+  Progress progress(ctx.err);
+  std::vector<SweepRow> rows;
   bool all_ok = true;
-  if (!json_stdout) std::fprintf(ctx.out, "size,time_us,algbw_gbps,busbw_gbps,verified\n");
-  for (size_t si = 0; si < sizes.size(); ++si) {
-    progress(ctx, tty, si, sizes.size(), sizes[si]);
-    conccl::CollectiveArgs a = base;
-    a.bytes = chunk_of(sizes[si]);
-    const uint64_t size = op.size_is_total ? a.bytes * static_cast<uint64_t>(n) : a.bytes;
-    const uint64_t seed = kSeed;
-    // Poisoned destinations for every size (by the engine: no host traffic).
+  // One form (out of place or in place) of one size: poison the
+  // destinations, put the in-place sources in place, warm up, time, verify.
+  // The error is prefixed for the message; a signal leaves `times` short.
+  struct Measured {
+    TimeStats time;
+    uint64_t wrong = 0;
+    std::string variant;
+    int engines = 0;
+  };
+  auto measure = [&](const conccl::CollectiveArgs& a, const std::vector<bool>& poison,
+                     const std::vector<InPlaceSource>& sources, uint32_t poison_value, uint64_t n_iters,
+                     Measured* m) -> Status {
+    const std::string at = "size " + std::to_string(op.size_is_total ? a.bytes * static_cast<uint64_t>(n) : a.bytes);
     for (int r = 0; r < n; ++r) {
       const Buffer& b = a.recv[static_cast<size_t>(r)];
-      Status st = b.va ? stager_of_rank[static_cast<size_t>(r)]->fill(b, 0xA5A5A5A5u ^ static_cast<uint32_t>(si), deadline())
-                       : Status();
-      if (!st.ok()) {
-        release();
-        return fail(args, ctx, st.prefix("poisoning the destinations"));
-      }
+      if (b.va && poison[static_cast<size_t>(r)])
+        CONCCL_RETURN_IF_ERROR(stager_of_rank[static_cast<size_t>(r)]->fill(b, poison_value, deadline()).prefix("poisoning the destinations"));
     }
+    for (const InPlaceSource& src : sources)
+      CONCCL_RETURN_IF_ERROR(upload_pattern(*stager_of_rank[static_cast<size_t>(src.owner)], src.at, kSeed, src.src_rank,
+                                            deadline(), src.src_off)
+                                 .prefix("placing rank " + std::to_string(src.src_rank) + "'s data in place"));
     conccl::Result<std::unique_ptr<conccl::Plan>> plan = (*comm)->plan(a);
-    if (!plan.ok()) {
-      release();
-      return fail(args, ctx, plan.status());
-    }
-    const uint64_t n_iters = *iters ? static_cast<uint64_t>(*iters) : std::clamp<uint64_t>((64ull << 20) / std::max<uint64_t>(size, 1), 3, 20);
-    double total_us = 0;
+    if (!plan.ok()) return plan.status();
     // Warm-up: --warmup launches, and on real engines at least 100 ms of
     // them: copy engines of a GPU that idled (as it does while the previous
     // size was verified) run at about half rate for their first ~100 ms
     // (docs/perf/h200.md, "Cold GPU").
-    const bool emulated = args.common().backend == Backend::emu;
     const auto warm_until = std::chrono::steady_clock::now() + std::chrono::milliseconds(emulated ? 0 : 100);
     uint64_t warm = 0;
-    while (warm < static_cast<uint64_t>(*warmup) || std::chrono::steady_clock::now() < warm_until) {
+    while ((warm < static_cast<uint64_t>(*warmup) || std::chrono::steady_clock::now() < warm_until) && !sweep_signal()) {
       const conccl::Deadline dl = deadline();
       Status st = a.prelaunch ? (*plan)->prelaunch(dl) : (*plan)->launch(dl);
       if (st.ok() && a.prelaunch) st = (*plan)->release();
       if (st.ok()) st = (*plan)->wait(dl);
-      if (!st.ok()) return fail(args, ctx, st.prefix("warm-up at size " + std::to_string(size)));
+      CONCCL_RETURN_IF_ERROR(st.prefix("warm-up at " + at));
       ++warm;
     }
-    for (uint64_t it = 0; it < n_iters; ++it) {
+    std::vector<double> times;
+    for (uint64_t it = 0; it < n_iters && !sweep_signal(); ++it) {
       const conccl::Deadline dl = deadline();
       Status st;
       std::chrono::steady_clock::time_point t0;
@@ -378,59 +446,88 @@ int run_collective(const Args& args, Context& ctx) {
       }
       if (st.ok()) st = (*plan)->wait(dl);
       const double us = std::chrono::duration<double, std::micro>(std::chrono::steady_clock::now() - t0).count();
-      if (!st.ok()) {
-        if (tty) std::fprintf(ctx.err, "\n");
-        // The launch may still be running: the buffers go with the device.
-        return fail(args, ctx, st.prefix("size " + std::to_string(size)));
-      }
-      total_us += us;
+      CONCCL_RETURN_IF_ERROR(st.prefix(at));  // a launch may still run: the buffers go with the device
+      times.push_back(us);
     }
-    Row row;
+    if (sweep_signal()) return Status();  // abandoned
+    m->time = time_stats(times);
+    conccl::Result<uint64_t> wrong = count_wrong(a, n, kSeed, stager_of_rank, deadline());
+    if (!wrong.ok()) return wrong.status().prefix("verifying " + at);
+    m->wrong = *wrong;
+    m->variant = conccl::variant_name((*plan)->variant());
+    m->engines = engines_used(**plan, gpu_of);
+    return Status();
+  };
+
+  for (size_t si = 0; si < sizes.size() && !sweep_signal(); ++si) {
+    // Sizes that round to the same whole elements per rank run once.
+    if (si > 0 && chunk_of(sizes[si]) == chunk_of(sizes[si - 1])) continue;
+    progress.show(si, sizes.size(), sizes[si]);
+    conccl::CollectiveArgs a = base;
+    a.bytes = chunk_of(sizes[si]);
+    const uint64_t size = op.size_is_total ? a.bytes * static_cast<uint64_t>(n) : a.bytes;
+    const uint64_t n_iters = *iters ? static_cast<uint64_t>(*iters) : std::clamp<uint64_t>((64ull << 20) / std::max<uint64_t>(size, 1), 3, 20);
+    const uint32_t poison_value = 0xA5A5A5A5u ^ static_cast<uint32_t>(si);
+    Measured oop;
+    Status st = measure(a, std::vector<bool>(static_cast<size_t>(n), true), {}, poison_value, n_iters, &oop);
+    std::optional<InPlace> ip = in_place_of(a, n);
+    Measured inp;
+    if (st.ok() && ip && !sweep_signal()) st = measure(ip->args, ip->poison, ip->sources, ~poison_value, n_iters, &inp);
+    if (!st.ok()) {
+      progress.clear();
+      if (st.code() != conccl::Code::timeout) release();
+      return fail(args, ctx, st);
+    }
+    if (sweep_signal()) break;  // this size is abandoned
+    SweepRow row;
     row.size = size;
-    row.time_us = total_us / static_cast<double>(n_iters);
-    row.algbw = static_cast<double>(size) / (row.time_us * 1e-6) / 1e9;
+    row.count = size / dtype->bytes;
+    row.type = std::string(dtype->name);
+    row.iters = n_iters;
+    row.time = oop.time;
+    row.algbw = static_cast<double>(size) / (row.time.mean * 1e-6) / 1e9;
     row.busbw = row.algbw * busbw_factor(op.op, n);
-    conccl::Result<uint64_t> wrong = count_wrong(a, n, seed, stager_of_rank, deadline());
-    if (!wrong.ok()) {
-      release();
-      return fail(args, ctx, wrong.status().prefix("verifying size " + std::to_string(size)));
+    row.wrong = oop.wrong;
+    row.variant = oop.variant;
+    row.engines = oop.engines;
+    if (ip) {
+      row.in_place = true;
+      row.ip_time = inp.time;
+      row.ip_algbw = static_cast<double>(size) / (inp.time.mean * 1e-6) / 1e9;
+      row.ip_busbw = row.ip_algbw * busbw_factor(op.op, n);
+      row.ip_wrong = inp.wrong;
+      row.ip_variant = inp.variant;
     }
-    row.wrong = *wrong;
-    row.variant = conccl::variant_name((*plan)->variant());
-    all_ok &= row.wrong == 0;
-    if (!json_stdout)
-      std::fprintf(ctx.out, "%" PRIu64 ",%.2f,%.3f,%.3f,%s\n", row.size, row.time_us, row.algbw, row.busbw,
-                   row.wrong == 0 ? "true" : "false");
+    all_ok &= row.wrong == 0 && row.ip_wrong == 0;
+    progress.clear();
+    if (!json_stdout) print_row(ctx.out, row);
     std::fflush(ctx.out);
     rows.push_back(row);
   }
-  progress(ctx, tty, sizes.size(), sizes.size(), 0);
-
-  auto json_rows = [&](FILE* f) {
-    std::fprintf(f, "{\"op\": \"%s\", \"backend\": \"%s\", \"ranks\": %d, \"gpus\": %d, \"loopback\": %s, "
-                    "\"prelaunch\": %s, \"queues\": \"%s\", \"rows\": [",
-                 op.name, std::string(backend_name(args.common().backend)).c_str(), n, gpus, co.loopback ? "true" : "false",
-                 base.prelaunch ? "true" : "false", queues.c_str());
-    for (size_t i = 0; i < rows.size(); ++i)
-      std::fprintf(f,
-                   "%s\n  {\"size\": %" PRIu64 ", \"time_us\": %s, \"algbw_gbps\": %s, \"busbw_gbps\": %s, "
-                   "\"verified\": %s, \"wrong_bytes\": %" PRIu64 ", \"variant\": \"%s\"}",
-                   i ? "," : "", rows[i].size, json_number(rows[i].time_us, 3).c_str(),
-                   json_number(rows[i].algbw, 4).c_str(), json_number(rows[i].busbw, 4).c_str(),
-                   rows[i].wrong == 0 ? "true" : "false", rows[i].wrong, rows[i].variant.c_str());
-    std::fprintf(f, "\n]}\n");
-  };
-  if (json_stdout) json_rows(ctx.out);
+  progress.clear();
+  const int signal = sweep_signal();
+  if (!json_stdout) {
+    if (signal)
+      std::fprintf(ctx.out, "# interrupted by %s after %zu of %zu sizes\n", sweep_signal_name(signal), rows.size(),
+                   sizes.size());
+    print_summary(ctx.out, rows);
+  }
+  if (json_stdout) write_json(ctx.out, setup, rows, signal);
   if (json_file) {
     FILE* f = std::fopen(json_file->c_str(), "w");
     if (!f) {
       release();
       return fail(args, ctx, conccl::error(conccl::Code::invalid_argument, "cannot write " + *json_file));
     }
-    json_rows(f);
+    write_json(f, setup, rows, signal);
     std::fclose(f);
   }
   release();
+  if (signal) {
+    std::fprintf(ctx.err, "sdma-probe %s: interrupted by %s; %zu finished size%s written\n", op.name,
+                 sweep_signal_name(signal), rows.size(), rows.size() == 1 ? "" : "s");
+    return 128 + signal;
+  }
   if (!all_ok) {
     std::fprintf(ctx.err, "sdma-probe %s: verification FAILED for at least one size\n", op.name);
     return to_int(ExitCode::verify_failed);
@@ -441,7 +538,12 @@ int run_collective(const Args& args, Context& ctx) {
 std::vector<FlagSpec> collective_flags() {
   std::vector<FlagSpec> f = device_flag_specs();
   f.push_back({.name = "min", .value = "SIZE", .help = "smallest size (default 1K)"});
-  f.push_back({.name = "max", .value = "SIZE", .help = "largest size (default 16M); sizes double"});
+  f.push_back({.name = "max", .value = "SIZE", .help = "largest size (default 16M)"});
+  f.push_back({.name = "dtype", .value = "TYPE",
+               .help = "element type of the count column: uint8 (default), int8, int32, uint32, int64, uint64, half, "
+                       "bfloat16, float, double; chunks are whole elements"});
+  f.push_back({.name = "step-factor", .value = "F",
+               .help = "each size is F times the last, 2..1024 (default 2)"});
   f.push_back({.name = "variant", .value = "NAME", .help = "algorithm variant (default auto)"});
   f.push_back({.name = "prelaunch", .help = "queue each launch behind a trigger; time from its release"});
   f.push_back({.name = "queues", .value = "auto|per-rank|per-engine",
@@ -458,19 +560,40 @@ std::vector<FlagSpec> collective_flags() {
 }
 
 constexpr const char* kDetails =
-    "Sweeps sizes from --min to --max (doubling), launching the compiled plan --warmup +\n"
-    "--iters times per size, and prints one row per size:\n"
-    "  size,time_us,algbw_gbps,busbw_gbps,verified\n"
+    "Sweeps sizes from --min to --max (each --step-factor times the last, default 2),\n"
+    "launching the compiled plan --warmup + --iters times per size. The table is laid out\n"
+    "like nccl-tests: a banner of '#' lines (op, ranks and GPUs, loopback, backend and\n"
+    "whether it is emulated, preset, engines per GPU, --queues, variant, iterations,\n"
+    "warm-up, sizes), a '#' header, then one row per size with whitespace-separated columns:\n"
+    "  size count type variant eng iters time min max stddev algbw busbw #wrong\n"
+    "  (out-of-place), then time algbw busbw #wrong in place: each rank's source inside its\n"
+    "  own destination buffer (as nccl-tests; n/a for alltoall and p2p), verified again\n"
+    "and a closing summary: '# Out of bounds values : N OK|FAILED' (N: wrong bytes over\n"
+    "all rows, both forms) and '# Avg bus bandwidth    : X' (GB/s, the mean busbw of both).\n"
     "Definitions (as in nccl-tests): size is the collective's size in bytes (allgather,\n"
     "alltoall, gather, scatter: ranks x per-rank chunk; broadcast, p2p: the message);\n"
-    "time_us is the mean time of one launch until every destination has its data;\n"
+    "count is size in elements of type (--dtype, default uint8: DMA copies bytes, so the\n"
+    "type only sets the element size, and each rank's chunk is rounded down to whole\n"
+    "elements, at least one); variant is the one the plan chose (with\n"
+    "--variant auto, per size); eng counts the (GPU, engine) pairs the plan runs on;\n"
+    "time is the mean time of one launch until every destination has its data, with\n"
+    "min, max and the standard deviation over the timed iterations (us);\n"
     "algbw = size / time; busbw = algbw x (n-1)/n for allgather, alltoall, gather and\n"
     "scatter, algbw for broadcast and p2p (GB/s = 1e9 bytes/s). After timing, every byte of\n"
-    "every destination is verified against the source data (verified true/false;\n"
-    "exit 1 if any is false). A progress bar goes to stderr when it is a terminal.\n"
+    "every destination is verified against the source data: #wrong counts the bytes that\n"
+    "differ (exit 1 if any does). A progress bar goes to stderr only when it is a terminal,\n"
+    "erased before each row.\n"
+    "SIGINT or SIGTERM: the size being timed is abandoned, the finished rows (table\n"
+    "summary, JSON) are written, and the exit code is 130 (SIGINT) or 143 (SIGTERM).\n"
     "--json FILE (or --json-file FILE) writes the rows as JSON to FILE; --json alone prints\n"
     "them as JSON on stdout instead of the table:\n"
-    "{\"op\", \"rows\": [{\"size\", \"time_us\", \"algbw_gbps\", \"busbw_gbps\", \"verified\"}]}.\n"
+    "{\"op\", \"backend\", \"emulated\", \"ranks\", \"gpus\", \"loopback\", \"prelaunch\", \"queues\",\n"
+    " \"variant_asked\", \"iters\", \"warmup\", \"step_factor\", \"interrupted\" (null or \"SIGINT\"/\"SIGTERM\"),\n"
+    " \"rows\": [{\"size\", \"time_us\", \"algbw_gbps\", \"busbw_gbps\", \"verified\", \"wrong_bytes\",\n"
+    "           \"variant\", \"count\", \"type\", \"engines\", \"iters\", \"min_us\", \"max_us\", \"stddev_us\",\n"
+    "           \"in_place\": null or {\"time_us\", \"algbw_gbps\", \"busbw_gbps\", \"wrong_bytes\", \"min_us\",\n"
+    "                             \"max_us\", \"stddev_us\", \"variant\"}}]}\n"
+    "(iters 0: by size; a time or bandwidth that is not a finite number is null).\n"
     "--gpus N: emulator: an N-GPU node; real backends: the first N GPUs.\n"
     "--ranks N: N ranks over those GPUs, round robin; more ranks than GPUs is loopback\n"
     "mode (several ranks per GPU, each with its own buffers and queues): with --backend nv\n"
@@ -478,8 +601,7 @@ constexpr const char* kDetails =
     "use on an engine: per-rank (one each), per-engine (one shared; no chain/swap), or auto\n"
     "(the default: shared unless the variant's lists wait on each other). Source data is a per-rank pattern,\n"
     "destinations are poisoned before each size, and every destination byte is checked\n"
-    "(through a DMA staging copy where device memory is not CPU-visible); the JSON rows\n"
-    "carry wrong_bytes.\n"
+    "(through a DMA staging copy where device memory is not CPU-visible).\n"
     "Variants: docs/collectives.md.\n";
 
 #define CONCCL_COLLECTIVE_COMMAND(NAME, ORDER, SUMMARY)                                                  \
@@ -487,7 +609,7 @@ constexpr const char* kDetails =
       .name = NAME,                                                                                      \
       .summary = SUMMARY,                                                                                \
       .usage = "sdma-probe " NAME " [--backend B] [--preset P] [--gpus N] [--ranks N] [--min SIZE]\n"    \
-               "       [--max SIZE] [--variant NAME] [--prelaunch] [--json FILE]",                       \
+               "       [--max SIZE] [--step-factor F] [--dtype TYPE] [--variant NAME] [--prelaunch] [--json FILE]",    \
       .details = kDetails,                                                                               \
       .flags = collective_flags(),                                                                       \
       .run = run_collective,                                                                             \

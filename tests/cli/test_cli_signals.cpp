@@ -1,0 +1,64 @@
+// tests/cli/test_cli_signals.cpp - SIGINT/SIGTERM during a collective sweep:
+// the sweep stops between iterations, writes the finished rows (table and
+// valid JSON) and exits 130 / 143.
+#include <signal.h>
+
+#include <chrono>
+#include <string>
+#include <thread>
+
+#include <gtest/gtest.h>
+
+#include "json_check.hpp"
+#include "probe_runner.hpp"
+
+namespace {
+
+using namespace probe_test;
+
+size_t count_of(const std::string& hay, const std::string& needle) {
+  size_t n = 0;
+  for (size_t i = hay.find(needle); i != std::string::npos; i = hay.find(needle, i + 1)) ++n;
+  return n;
+}
+
+// Starts a sweep that would run for minutes (2000 timed iterations per size
+// up to 256 MiB), waits for its first row, sends `sig`, and checks the end.
+void interrupt_sweep(int sig, int want_rc, const char* name) {
+  const std::string json = scratch() + "/interrupted_" + name + ".json";
+  Started s = start({"p2p", "--ranks", "2", "--min", "4K", "--max", "256M", "--iters", "2000", "--json", json});
+  ASSERT_GT(s.pid, 0);
+  const auto until = std::chrono::steady_clock::now() + std::chrono::seconds(60);
+  while (data_rows(read_file(s.out_path)).empty() && std::chrono::steady_clock::now() < until)
+    std::this_thread::sleep_for(std::chrono::milliseconds(5));
+  ASSERT_FALSE(data_rows(read_file(s.out_path)).empty()) << "no row within 60 s";
+  const auto sent = std::chrono::steady_clock::now();
+  kill(s.pid, sig);
+  Outcome r = finish(s, 60);
+  const double after = std::chrono::duration<double>(std::chrono::steady_clock::now() - sent).count();
+  EXPECT_FALSE(r.signaled) << name << " killed the process instead of ending the sweep";
+  EXPECT_EQ(r.rc, want_rc) << r.err;
+  EXPECT_LT(after, 10.0) << "the sweep did not stop between iterations";
+  const std::vector<std::string> rows = data_rows(r.out);
+  EXPECT_GE(rows.size(), 1u) << r.out;
+  EXPECT_LT(rows.size(), 17u) << "the whole sweep ran: " << r.out;  // 4K..256M is 17 sizes
+  EXPECT_TRUE(contains(r.out, std::string("# interrupted by ") + name)) << r.out;
+  EXPECT_TRUE(contains(r.out, "# Avg bus bandwidth")) << r.out;
+  EXPECT_TRUE(contains(r.err, std::string("interrupted by ") + name)) << r.err;
+  const std::string j = read_file(json);
+  EXPECT_TRUE(is_valid_json(j)) << j;
+  EXPECT_TRUE(contains(j, std::string("\"interrupted\": \"") + name + "\"")) << j;
+  EXPECT_EQ(count_of(j, "\"size\": "), rows.size()) << j;  // the finished rows, no more
+  EXPECT_TRUE(contains(j, "\"size\": 4096,")) << j;
+}
+
+TEST(Signals, SigintEndsTheSweepWithItsRows) { interrupt_sweep(SIGINT, 130, "SIGINT"); }
+TEST(Signals, SigtermEndsTheSweepWithItsRows) { interrupt_sweep(SIGTERM, 143, "SIGTERM"); }
+
+TEST(Signals, JsonCheckerIsStrict) {
+  EXPECT_TRUE(is_valid_json("{\"a\": [1, -2.5e3, true, null, \"x\\n\"]}\n"));
+  for (const char* bad : {"{\"a\": inf}", "{\"a\": 1,}", "[1 2]", "{\"a\": nan}", "", "{\"a\": 01}"})
+    EXPECT_FALSE(is_valid_json(bad)) << bad;
+}
+
+}  // namespace
