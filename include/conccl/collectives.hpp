@@ -101,9 +101,10 @@ class Communicator {
     //  per_rank    each rank its own queue (one channel each on NVIDIA);
     //  per_engine  one queue per engine shared by the GPU's ranks, which the
     //              engine runs one list after another instead of
-    //              time-slicing between channels (an H200's loopback
-    //              all-gather runs twice as fast: docs/perf/h200-collectives.md
-    //              run 20). A list on a shared queue runs only after those
+    //              time-slicing between channels (a third of the channels
+    //              for 4 ranks on an H200; no speed difference measured:
+    //              docs/perf/h200-collectives.md runs 20-22). A list on a
+    //              shared queue runs only after those
     //              queued before it, so variants whose lists wait on each
     //              other (chain broadcast, swap all-to-all out of place)
     //              are refused, and Variant::automatic avoids them;
