@@ -58,10 +58,9 @@ TEST_F(EmuFaults, StallFreezesTheReadPointer) {
   ASSERT_OK(write(cb, 64, 6));
   ASSERT_OK(cb.copy(mem_.va_at(4096), mem_.va_at(8192), 1000));
   std::memcpy(model_.data() + 4096, model_.data() + 8192, 1000);
-  uint64_t end = 0;
   QueueSpan end_span;
   ASSERT_OK(q_->submit(cb, long_deadline(), &end_span));
-  end = end_span.end;
+  const uint64_t end = end_span.end;
 
   Status st = q_->wait_done(Deadline::after_ms(40), end);
   ASSERT_EQ(st.code(), Code::timeout);
@@ -273,10 +272,9 @@ TEST_F(EmuFaults, ResetKeepsTheOtherQueuesOfTheEngine) {
   // While halted the engine runs nothing, for any of its queues.
   CommandBuffer good = other->command_buffer();
   ASSERT_OK(write(good, 300, 7));
-  uint64_t end = 0;
   QueueSpan end_span;
   ASSERT_OK(other->submit(good, long_deadline(), &end_span));
-  end = end_span.end;
+  const uint64_t end = end_span.end;
   Status st = other->wait_done(long_deadline(), end);
   EXPECT_EQ(st.code(), Code::device_fault) << st.to_string();
   EXPECT_EQ(other->completed(), 0u);

@@ -370,10 +370,9 @@ TEST_F(EmuPackets, PollWithEveryCompareFunction) {
     CommandBuffer cb = q_->command_buffer();
     ASSERT_OK(cb.poll(word.va, c.ref << 8, kMask, c.func));
     ASSERT_OK(cb.write(marks.va_at(i * 8), mark));
-    uint64_t end = 0;
     QueueSpan end_span;
     ASSERT_OK(q_->submit(cb, long_deadline(), &end_span));
-    end = end_span.end;
+    const uint64_t end = end_span.end;
     if (c.func != PollFunc::always) {
       ASSERT_NO_FATAL_FAILURE(wait_polling(*q_));
       EngineStatus es = q_->engine_status();
@@ -413,10 +412,9 @@ TEST_F(EmuPackets, PollReleasedByAnotherQueuesFence) {
   CommandBuffer consumer = q_->command_buffer();
   ASSERT_OK(consumer.poll(flag.va, token, 0xFFFFFFFF, PollFunc::eq));
   ASSERT_OK(consumer.copy(dst.va, src.va, 1 << 20));
-  uint64_t end = 0;
   QueueSpan end_span;
   ASSERT_OK(q_->submit(consumer, long_deadline(), &end_span));
-  end = end_span.end;
+  const uint64_t end = end_span.end;
   ASSERT_NO_FATAL_FAILURE(wait_polling(*q_));
 
   CommandBuffer producer = other->command_buffer();
@@ -483,10 +481,9 @@ TEST_F(EmuPackets, TimestampsAreNonzeroMonotonicAndOrdered) {
   CommandBuffer cbb = b->command_buffer();
   ASSERT_OK(cbb.poll(flag.va, 7, 0xFFFFFFFF, PollFunc::eq));
   ASSERT_OK(cbb.timestamp(ts.va_at(512)));
-  uint64_t bend = 0;
   QueueSpan bend_span;
   ASSERT_OK(b->submit(cbb, long_deadline(), &bend_span));
-  bend = bend_span.end;
+  const uint64_t bend = bend_span.end;
   CommandBuffer cba = q_->command_buffer();
   ASSERT_OK(cba.timestamp(ts.va_at(520)));
   ASSERT_OK(cba.fence(flag.va, 7));

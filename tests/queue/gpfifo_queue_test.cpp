@@ -82,11 +82,10 @@ TEST_F(Gpfifo, EveryCommandDoesWhatItSays) {
   ASSERT_OK(cb.timestamp(slot.va));
   ASSERT_OK(sig.enqueue_add(cb, 7));
   ASSERT_OK(sig.enqueue_add(cb, 0x100000000ull));  // carries into the high word: 64-bit adds
-  uint64_t end = 0;
   const uint64_t before = q->submitted();
   QueueSpan end_span;
   ASSERT_OK(q->submit(cb, long_deadline(), &end_span));
-  end = end_span.end;
+  const uint64_t end = end_span.end;
   EXPECT_EQ(end, before + 1) << "tickets are timeline values";
   ASSERT_OK(sig.wait(0x100000007ull, long_deadline()));
   ASSERT_OK(q->wait_done(long_deadline(), end));
@@ -112,10 +111,9 @@ TEST_F(Gpfifo, WaitGeHoldsTheQueueUntilTheSignalArrives) {
   CommandBuffer wb = b->command_buffer();
   ASSERT_OK(s.enqueue_wait(wb, 0x200000000ull));  // only the high word decides: 64-bit compare
   ASSERT_OK(wb.copy(dst.va, src.va, 4096));
-  uint64_t end = 0;
   QueueSpan end_span;
   ASSERT_OK(b->submit(wb, long_deadline(), &end_span));
-  end = end_span.end;
+  const uint64_t end = end_span.end;
   EXPECT_EQ(b->wait_done(Deadline::after_ms(20), end).code(), Code::timeout);
   EngineStatus es = b->engine_status();
   EXPECT_EQ(es.state, EngineStatus::State::polling);
@@ -220,10 +218,9 @@ TEST_F(Gpfifo, MmuFaultKillsOnlyThatChannel) {
   Buffer src = alloc(0, 4096);
   CommandBuffer cb = q->command_buffer();
   ASSERT_OK(cb.copy(0x00007F0000000000ull, src.va, 4096));  // nothing is mapped there
-  uint64_t end = 0;
   QueueSpan end_span;
   ASSERT_OK(q->submit(cb, long_deadline(), &end_span));
-  end = end_span.end;
+  const uint64_t end = end_span.end;
   Status st = q->wait_done(long_deadline(), end);
   EXPECT_EQ(st.code(), Code::device_fault);
   EXPECT_TRUE(contains(st.message(), "MMU fault")) << st.message();
@@ -308,10 +305,9 @@ TEST_F(Gpfifo, WakeRaisesTheChannelsEvent) {
   ASSERT_OK(dev_->inject(0, 2, slow));
   cb.clear();
   ASSERT_OK(cb.copy(b.va, a.va, 8 << 20));
-  uint64_t end = 0;
   QueueSpan end_span;
   ASSERT_OK(q->submit(cb, long_deadline(), &end_span));
-  end = end_span.end;
+  const uint64_t end = end_span.end;
   ASSERT_OK(q->wait_done(long_deadline(), end));
   EXPECT_GE(g->wait_stats().irq_arms, 1u);
   ASSERT_OK(dev_->inject(0, 2, emu::Injection{}));

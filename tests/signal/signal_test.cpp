@@ -163,10 +163,9 @@ TEST_F(SignalTest, TriggerGatesPrelaunchedWork) {
     CommandBuffer cb = q->command_buffer();
     ASSERT_TRUE(trig->arm(cb).ok());
     ASSERT_TRUE(cb.copy(dst.va, src.va, 4096).ok());
-    uint64_t end = 0;
     QueueSpan end_span;
     ASSERT_TRUE(q->submit(cb, Deadline::after_ms(kMs), &end_span).ok());
-    end = end_span.end;
+    const uint64_t end = end_span.end;
     std::this_thread::sleep_for(std::chrono::milliseconds(5));
     EXPECT_LT(q->completed(), end) << "gated work ran before release";
     EXPECT_NE(std::memcmp(src.host, dst.host, 4096), 0);
