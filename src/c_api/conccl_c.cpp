@@ -112,6 +112,16 @@ bool size_ok(const T* p, size_t needed) {
 
 Deadline after(uint32_t ms) { return Deadline::after_ms(ms); }
 
+// A C caller may put any int in an enum parameter or field: read its bits,
+// since loading an out-of-range value as the enum type is undefined in C++.
+template <typename E>
+int enum_bits(const E& e) {
+  static_assert(sizeof(E) == sizeof(int));
+  int v = 0;
+  std::memcpy(&v, &e, sizeof v);
+  return v;
+}
+
 #define CONCCL_RETURN_IF_ERROR_C(expr)   \
   do {                                   \
     const Status st_ = (expr);           \
@@ -231,8 +241,8 @@ extern "C" {
 
 const char* conccl_last_error(void) { return t_last_error.c_str(); }
 
-const char* conccl_status_name(conccl_status s) {
-  switch (s) {
+const char* conccl_status_name(conccl_status status) {
+  switch (enum_bits(status)) {
     case CONCCL_OK: return "ok";
     case CONCCL_ERR_INVALID_ARGUMENT: return "invalid_argument";
     case CONCCL_ERR_OUT_OF_RANGE: return "out_of_range";
@@ -319,9 +329,10 @@ conccl_status conccl_device_topology_json(conccl_device_t d, char* buf, size_t c
 conccl_status conccl_buffer_alloc(conccl_device_t d, int gpu, size_t bytes, conccl_mem_kind kind, conccl_buffer* b) {
   return guard([&] {
     CONCCL_C_REQUIRE(d && b, "device and buffer must not be NULL");
-    CONCCL_C_REQUIRE(kind == CONCCL_MEM_DEVICE || kind == CONCCL_MEM_HOST,
-                     "kind must be CONCCL_MEM_DEVICE or CONCCL_MEM_HOST");
-    Result<Buffer> r = d->dev->alloc(gpu, bytes, kind == CONCCL_MEM_HOST ? MemKind::host : MemKind::device);
+    const int k = enum_bits(kind);
+    CONCCL_C_REQUIRE(k == CONCCL_MEM_DEVICE || k == CONCCL_MEM_HOST,
+                     "kind must be CONCCL_MEM_DEVICE or CONCCL_MEM_HOST (CUDA memory: conccl_buffer_alloc_cuda)");
+    Result<Buffer> r = d->dev->alloc(gpu, bytes, k == CONCCL_MEM_HOST ? MemKind::host : MemKind::device);
     if (!r.ok()) return report(r.status());
     *b = to_c(*r);
     return report(Status());
@@ -529,7 +540,8 @@ size_t conccl_queue_pending_bytes(conccl_queue_t q) { return q ? q->pending.size
 
 // ---- communicators and plans -----------------------------------------------------
 
-const char* conccl_variant_name(conccl_variant v) {
+const char* conccl_variant_name(conccl_variant variant) {
+  const int v = enum_bits(variant);
   if (v < CONCCL_VARIANT_AUTO || v > CONCCL_VARIANT_SINGLE) return "?";
   return variant_name(static_cast<Variant>(v));
 }
@@ -596,14 +608,15 @@ conccl_status conccl_plan_create(conccl_comm_t c, const conccl_collective_args* 
     CONCCL_C_REQUIRE(size_ok(a, sizeof(conccl_collective_args)),
                      "args->struct_size is " + std::to_string(a->struct_size) +
                          ": call conccl_collective_args_init first");
-    CONCCL_C_REQUIRE(a->op >= CONCCL_P2P && a->op <= CONCCL_ALL_TO_ALL, "op " + std::to_string(a->op) + " is not a conccl_op");
-    CONCCL_C_REQUIRE(a->variant >= CONCCL_VARIANT_AUTO && a->variant <= CONCCL_VARIANT_SINGLE,
-                     "variant " + std::to_string(a->variant) + " is not a conccl_variant");
+    const int op = enum_bits(a->op), variant = enum_bits(a->variant);
+    CONCCL_C_REQUIRE(op >= CONCCL_P2P && op <= CONCCL_ALL_TO_ALL, "op " + std::to_string(op) + " is not a conccl_op");
+    CONCCL_C_REQUIRE(variant >= CONCCL_VARIANT_AUTO && variant <= CONCCL_VARIANT_SINGLE,
+                     "variant " + std::to_string(variant) + " is not a conccl_variant");
     CONCCL_C_REQUIRE(a->nsend >= 0 && a->nrecv >= 0 && (a->send || a->nsend == 0) && (a->recv || a->nrecv == 0),
                      "send/recv must hold nsend/nrecv buffers");
     CollectiveArgs args;
-    args.op = static_cast<CollOp>(a->op);
-    args.variant = static_cast<Variant>(a->variant);
+    args.op = static_cast<CollOp>(op);
+    args.variant = static_cast<Variant>(variant);
     args.bytes = a->bytes;
     args.root = a->root;
     args.peer = a->peer;

@@ -112,7 +112,9 @@ TEST(CApi, DeviceBuffersQueuesSignals) {
   EXPECT_EQ(back[0], 0xA5);
 
   EXPECT_EQ(conccl_queue_copy(q, b.va, a.va, 0), CONCCL_ERR_INVALID_ARGUMENT) << "0-byte copy";
-  EXPECT_EQ(conccl_queue_create(dev.d, 0, 999, nullptr, &q), CONCCL_ERR_INVALID_ARGUMENT);
+  conccl_queue_t bad = q;
+  EXPECT_EQ(conccl_queue_create(dev.d, 0, 999, nullptr, &bad), CONCCL_ERR_INVALID_ARGUMENT);
+  EXPECT_EQ(bad, nullptr) << "a failed create leaves no handle";
   conccl_signal_destroy(s);
   conccl_queue_destroy(q);
   conccl_queue_destroy(nullptr);
