@@ -335,9 +335,37 @@ TEST(Asm, AllBadLinesAreReportedInOneRun) {
   for (const BadLine& b : kBadLines) {
     if (std::string_view(b.gen) != "4") continue;
     ++line;
-    EXPECT_TRUE(contains(r.err, "<stdin>:" + std::to_string(line) + ": ")) << line;
+    // The first 20 bad lines of an input are shown, then how many more.
+    EXPECT_EQ(contains(r.err, "<stdin>:" + std::to_string(line) + ": "), line <= 20) << line;
   }
+  ASSERT_GT(line, 20u);
+  EXPECT_TRUE(contains(r.err, "<stdin>: " + std::to_string(line - 20) + " more error")) << r.err;
   EXPECT_TRUE(contains(r.err, std::to_string(line) + " bad lines")) << r.err;
+}
+
+TEST(Dis, StreamsAndNeverEchoesBinary) {
+  // Binary input: one huge "line" of raw bytes is refused without echoing it,
+  // and the error lines stay few.
+  std::string junk(200000, '\x01');
+  for (size_t i = 0; i < junk.size(); i += 7) junk[i] = static_cast<char>(0x80 + i % 100);
+  Outcome r = probe({"dis", "--gen", "4"}, junk + "\n" + std::string(30, 'x') + "\n");
+  EXPECT_EQ(r.rc, 2);
+  EXPECT_TRUE(contains(r.err, "line longer than 65536 bytes")) << r.err.substr(0, 300);
+  for (char c : r.err) ASSERT_TRUE(c == '\n' || (c >= 0x20 && c < 0x7f)) << "raw byte " << int(c) << " on stderr";
+  EXPECT_LT(r.err.size(), 4000u);
+  // Many packets over many lines come out in order, and a bad dword after
+  // good packets stops the printing there (the packets before stay printed).
+  std::string many;
+  for (int i = 0; i < 3000; ++i) many += "00000006 " + std::string(i % 2 ? "00000001" : "00000002") + "\n";
+  r = probe({"dis", "--gen", "4"}, many + "00000006 zz\n00000006 00000003\n");
+  EXPECT_EQ(r.rc, 2);
+  EXPECT_EQ(count_lines(r.out), 3000u);
+  EXPECT_TRUE(contains(r.err, "<stdin>:3001: 'zz' is not a 32-bit hex dword")) << r.err;
+  EXPECT_TRUE(contains(r.err, "stopped at the first bad line")) << r.err;
+  // A packet split over lines is put together.
+  r = probe({"dis", "--gen", "4"}, "00000005\n00400000 00007f00\n00000001\n");
+  EXPECT_EQ(r.rc, 0) << r.err;
+  EXPECT_EQ(r.out, "fence addr=0x7f0000400000 value=0x1\n");
 }
 
 TEST(Asm, FilesAndStdin) {

@@ -1,6 +1,8 @@
 // tools/sdma-probe/cmd_asm.cpp - `sdma-probe asm` and `sdma-probe dis`: the text
 // form of SDMA packets (docs/asm.md) to dwords and back.
 #include <cstdio>
+#include <optional>
+#include <span>
 #include <string>
 #include <vector>
 
@@ -10,6 +12,7 @@
 #include "packets/sdma_asm.hpp"
 #include "packets/sdma_codec.hpp"
 #include "packets/sdma_dis.hpp"
+#include "text_input.hpp"
 
 namespace probe {
 namespace {
@@ -20,6 +23,35 @@ namespace sdma = conccl::sdma;
 
 bool is_hopper(const Args& args) { return args.value("gen") == std::string(conccl::hopper::kGenName); }
 
+// Assembles an input line by line (bounded memory: lines over kMaxLineBytes
+// are refused), printing each packet's dwords; returns the number of bad lines.
+template <typename AssembleLine>
+int assemble_lines(const std::string& name, FILE* f, Context& ctx, AssembleLine assemble_line) {
+  LineReader in(f);
+  ErrorLines errors(ctx.err, name);
+  std::string line;
+  std::vector<uint32_t> dw;
+  bool too_long = false;
+  while (in.next(&line, &too_long)) {
+    if (too_long) {
+      std::fflush(ctx.out);
+      errors.report(in.line_no(), "line longer than " + std::to_string(kMaxLineBytes) +
+                                      " bytes: one packet per line (is this a binary file?)");
+      continue;
+    }
+    dw.clear();
+    bool produced = false;
+    conccl::Status st = assemble_line(line, &dw, &produced);
+    if (!st.ok()) {
+      std::fflush(ctx.out);
+      errors.report(in.line_no(), st.message());
+    } else if (produced) {
+      std::fprintf(ctx.out, "%s\n", sdma::format_dwords(dw).c_str());
+    }
+  }
+  return errors.count();
+}
+
 // --gen hopper-ce: NVIDIA Hopper copy-engine pushbuffer methods (packets/hopper_ce.hpp).
 int run_asm_hopper(const Args& args, Context& ctx) {
   if (args.has("list")) {
@@ -28,20 +60,9 @@ int run_asm_hopper(const Args& args, Context& ctx) {
   }
   int bad = 0;
   const int unopened = for_each_input(args, ctx, [&](const std::string& name, FILE* f) {
-    std::string line;
-    std::vector<uint32_t> dw;
-    for (size_t line_no = 1; read_line(f, &line); ++line_no) {
-      dw.clear();
-      bool produced = false;
-      conccl::Status st = conccl::hopper::assemble_line(line, &dw, &produced);
-      if (!st.ok()) {
-        std::fflush(ctx.out);
-        std::fprintf(ctx.err, "%s:%zu: %s\n", name.c_str(), line_no, st.message().c_str());
-        ++bad;
-      } else if (produced) {
-        std::fprintf(ctx.out, "%s\n", sdma::format_dwords(dw).c_str());
-      }
-    }
+    bad += assemble_lines(name, f, ctx, [](const std::string& line, std::vector<uint32_t>* dw, bool* produced) {
+      return conccl::hopper::assemble_line(line, dw, produced);
+    });
   });
   return to_int(bad || unopened ? ExitCode::usage : ExitCode::ok);
 }
@@ -82,20 +103,9 @@ int run_asm(const Args& args, Context& ctx) {
 
   int bad = 0;
   const int unopened = for_each_input(args, ctx, [&](const std::string& name, FILE* f) {
-    std::string line;
-    std::vector<uint32_t> dw;
-    for (size_t line_no = 1; read_line(f, &line); ++line_no) {
-      dw.clear();
-      bool produced = false;
-      conccl::Status st = sdma::assemble_line(*gen, line, &dw, &produced);
-      if (!st.ok()) {
-        std::fflush(ctx.out);
-        std::fprintf(ctx.err, "%s:%zu: %s\n", name.c_str(), line_no, st.message().c_str());
-        ++bad;
-      } else if (produced) {
-        std::fprintf(ctx.out, "%s\n", sdma::format_dwords(dw).c_str());
-      }
-    }
+    bad += assemble_lines(name, f, ctx, [&](const std::string& line, std::vector<uint32_t>* dw, bool* produced) {
+      return sdma::assemble_line(*gen, line, dw, produced);
+    });
   });
   if (bad || unopened) {
     std::fflush(ctx.out);
@@ -141,42 +151,84 @@ std::string strip_line_prefix(const std::string& msg) {
   return msg.rfind(p, 0) == 0 ? msg.substr(p.size()) : msg;
 }
 
-// Disassembles one input; returns false when anything in it was bad.
+// Disassembles one input as it is read, in bounded memory: a packet is
+// printed as soon as its dwords are in, and only an unfinished packet's
+// dwords are held. A bad line stops the printing (what follows cannot be
+// trusted to line up), but the rest is still read so that every bad line is
+// reported (up to kMaxErrorLines). Returns false when anything was bad.
 bool dis_one(sdma::Gen g, const std::string& name, FILE* f, Context& ctx) {
-  std::vector<uint32_t> dwords;
-  std::vector<size_t> line_of;  // source line of each dword
-  bool ok = true;
+  // Enough dwords to know any packet's length (its header and count fields).
+  constexpr size_t kLengthKnownAfter = 16;
+  LineReader in(f);
+  ErrorLines errors(ctx.err, name);
+  std::vector<uint32_t> pending;     // dwords not yet printed
+  std::vector<size_t> pending_line;  // source line of each
+  size_t offset = 0;                 // input dword offset of pending[0]
+  bool printing = true;              // no bad line yet
+  struct Failure {
+    size_t line = 0, offset = 0, left = 0;
+    std::string why;
+  };
+  std::optional<Failure> failed;  // the first undecodable packet
+  // Prints the whole packets at the front of `pending`. At the end of the
+  // input (`last`) what remains must decode too.
+  auto drain = [&](bool last) {
+    size_t at = 0;
+    while (!failed && at < pending.size()) {
+      const std::span<const uint32_t> rest(pending.data() + at, pending.size() - at);
+      conccl::Result<size_t> len = sdma::packet_length(g, rest);
+      const bool complete = len.ok() && *len <= rest.size();
+      if (!complete && !last && (len.ok() || rest.size() < kLengthKnownAfter)) break;  // more to come
+      conccl::Result<sdma::Packet> p = sdma::decode(g, complete ? rest.first(*len) : rest);
+      if (!p.ok()) {
+        failed = Failure{pending_line[at], offset + at, rest.size(), p.status().message()};
+        break;
+      }
+      std::fprintf(ctx.out, "%s\n", sdma::disassemble_exact(g, rest.first(p->dwords), *p).c_str());
+      at += p->dwords;
+    }
+    pending.erase(pending.begin(), pending.begin() + static_cast<std::ptrdiff_t>(at));
+    pending_line.erase(pending_line.begin(), pending_line.begin() + static_cast<std::ptrdiff_t>(at));
+    offset += at;
+    if (failed) {
+      pending.clear();
+      pending_line.clear();
+    }
+  };
   std::string line;
-  for (size_t line_no = 1; read_line(f, &line); ++line_no) {
-    conccl::Result<std::vector<uint32_t>> dw = sdma::parse_dwords(line);
-    if (!dw.ok()) {
-      std::fprintf(ctx.err, "%s:%zu: %s\n", name.c_str(), line_no,
-                   strip_line_prefix(dw.status().message()).c_str());
-      ok = false;
+  bool too_long = false;
+  while (in.next(&line, &too_long)) {
+    if (too_long) {
+      printing = false;
+      errors.report(in.line_no(), "line longer than " + std::to_string(kMaxLineBytes) +
+                                      " bytes (is this a binary file? dis reads hex dwords)");
       continue;
     }
-    dwords.insert(dwords.end(), dw->begin(), dw->end());
-    line_of.insert(line_of.end(), dw->size(), line_no);
+    conccl::Result<std::vector<uint32_t>> dw = sdma::parse_dwords(line);
+    if (!dw.ok()) {
+      printing = false;
+      std::fflush(ctx.out);
+      errors.report(in.line_no(), strip_line_prefix(dw.status().message()));
+      continue;
+    }
+    if (failed) {
+      failed->left += dw->size();
+      continue;
+    }
+    if (!printing) continue;
+    pending.insert(pending.end(), dw->begin(), dw->end());
+    pending_line.insert(pending_line.end(), dw->size(), in.line_no());
+    drain(false);
   }
-  if (!ok) {
-    std::fprintf(ctx.err, "%s: not disassembled: fix the dwords above first\n", name.c_str());
-    return false;
-  }
-  sdma::StreamDecode d = sdma::decode_stream(g, dwords);
-  // Text that assembles back to exactly these dwords, whatever their origin.
-  for (size_t i = 0; i < d.packets.size(); ++i) {
-    const std::span<const uint32_t> words(dwords.data() + d.offsets[i], d.packets[i].dwords);
-    std::fprintf(ctx.out, "%s\n", sdma::disassemble_exact(g, words, d.packets[i]).c_str());
-  }
-  if (!d.error.ok()) {
-    std::fflush(ctx.out);
-    const size_t left = dwords.size() - d.error_offset;
-    std::fprintf(ctx.err, "%s:%zu: dword offset %zu: %s (%zu dword%s not disassembled)\n",
-                 name.c_str(), line_of[d.error_offset], d.error_offset,
-                 d.error.message().c_str(), left, left == 1 ? "" : "s");
-    return false;
-  }
-  return true;
+  if (printing) drain(true);
+  std::fflush(ctx.out);
+  if (failed)
+    errors.report(failed->line, "dword offset " + std::to_string(failed->offset) + ": " + failed->why + " (" +
+                                    std::to_string(failed->left) + " dword" + (failed->left == 1 ? "" : "s") +
+                                    " not disassembled)");
+  else if (!printing)
+    errors.report(0, "disassembly stopped at the first bad line: fix the dwords above");
+  return errors.count() == 0;
 }
 
 int run_dis(const Args& args, Context& ctx) {
