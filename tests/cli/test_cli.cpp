@@ -774,6 +774,27 @@ TEST(Collectives, DtypeCountsElements) {
   EXPECT_TRUE(contains(bad.err, "unknown --dtype 'fp32': give one of uint8")) << bad.err;
 }
 
+TEST(Collectives, JsonFileBothSpellings) {
+  for (const char* form : {"space", "equals"}) {
+    SCOPED_TRACE(form);
+    const std::string json = scratch() + "/both_" + form + ".json";
+    std::vector<std::string> argv = {"allgather", "--preset", "small", "--min", "1K", "--max", "4K"};
+    if (std::string(form) == "space") {
+      argv.push_back("--json");
+      argv.push_back(json);
+    } else {
+      argv.push_back("--json=" + json);
+    }
+    Outcome r = probe(argv);
+    EXPECT_EQ(r.rc, 0) << r.err;
+    EXPECT_TRUE(contains(r.out, "# Avg bus bandwidth")) << "the table still goes to stdout: " << r.out;
+    EXPECT_TRUE(contains(read_file(json), "\"rows\"")) << read_file(json);
+  }
+  Outcome list = probe({"list", "--json=x.json"});
+  EXPECT_EQ(list.rc, 2);
+  EXPECT_TRUE(contains(list.err, "prints JSON on stdout")) << list.err;
+}
+
 TEST(Collectives, QueuesFlag) {
   const std::string json = scratch() + "/shared.json";
   Outcome r = probe({"allgather", "--preset", "h200", "--ranks", "4", "--min", "4K", "--max", "64K", "--queues", "per-engine",

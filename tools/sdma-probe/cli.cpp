@@ -342,9 +342,17 @@ Result<Args> Args::parse(std::string_view command, const std::vector<std::string
       return conccl::error(Code::invalid_argument,
                            "unknown flag --" + name + " (flags: " + flag_list(specs) + ")");
     std::string value;
+    // --json=FILE: where the command writes JSON to a file (--json-file),
+    // the same as --json FILE.
+    if (name == "json" && eq != std::string::npos && find_spec(specs, "json-file")) {
+      a.flags_.emplace_back("json-file", w.substr(eq + 1));
+      continue;
+    }
     if (spec->value.empty()) {
       if (eq != std::string::npos)
-        return conccl::error(Code::invalid_argument, "--" + name + " takes no value");
+        return conccl::error(Code::invalid_argument,
+                             "--" + name + " takes no value" +
+                                 (name == "json" ? " here (this command prints JSON on stdout with --json)" : ""));
       if (a.has(name)) continue;  // a repeated switch changes nothing
     } else {
       if (eq != std::string::npos) {
