@@ -168,7 +168,14 @@ ExecOutcome launch_dma(MethodContext& ctx, uint32_t d) {
       const uint32_t v = dst_x == 4 ? c.ce.remap_a : c.ce.remap_b;
       uint8_t* p = mem<uint8_t>(ctx, dst, len * comp, "fill destination", &err);
       if (!p) return exec_fault(err);
-      for (uint64_t i = 0; i < len; ++i) std::memcpy(p + i * comp, &v, comp);
+      if (comp == 4 && (dst & 3) == 0) {
+        // Dword stores are single-copy atomic on the hardware (a semaphore
+        // word filled while a channel acquires on it).
+        for (uint64_t i = 0; i < len; ++i)
+          std::atomic_ref<uint32_t>(*reinterpret_cast<uint32_t*>(p + i * 4)).store(v, std::memory_order_release);
+      } else {
+        for (uint64_t i = 0; i < len; ++i) std::memcpy(p + i * comp, &v, comp);
+      }
       out.bytes = len * comp;
     } else {
       const uint64_t src = (uint64_t(c.ce.in_upper & 0x1FFFFFF) << 32) | c.ce.in_lower;

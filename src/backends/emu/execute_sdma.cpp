@@ -146,7 +146,11 @@ ExecOutcome execute_packet(ExecContext& ctx, sdma::Gen gen, const sdma::Packet& 
         std::memset(d, static_cast<int>(v & 0xFF), n);
       } else {
         if ((p.get(Key::dst) | n) & 3) return exec_fault("fill: dword fill needs 4-byte aligned dst and size");
-        for (uint64_t i = 0; i < n; i += 4) std::memcpy(d + i, &v, 4);
+        // Dword stores are single-copy atomic on the hardware: another
+        // engine or the host polling a word being filled (a signal released
+        // by a fill) sees the old or the new value, never a mix.
+        for (uint64_t i = 0; i < n; i += 4)
+          std::atomic_ref<uint32_t>(*reinterpret_cast<uint32_t*>(d + i)).store(v, std::memory_order_release);
       }
       out.bytes = n;
       out.wrote_memory = true;
