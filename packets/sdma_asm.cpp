@@ -11,6 +11,18 @@ namespace conccl::sdma {
 
 namespace {
 
+// POLL_REGMEM's FUNCTION field by name, as conccl::PollFunc spells it
+// (include/conccl/commands.hpp): always=0, lt=1, le=2, eq=3, ne=4, ge=5, gt=6.
+bool poll_func_value(std::string_view v, uint64_t* out) {
+  static constexpr std::string_view kNames[] = {"always", "lt", "le", "eq", "ne", "ge", "gt"};
+  for (uint64_t i = 0; i < std::size(kNames); ++i)
+    if (v == kNames[i]) {
+      *out = i;
+      return true;
+    }
+  return false;
+}
+
 std::string_view trim(std::string_view s) {
   while (!s.empty() && std::isspace(static_cast<unsigned char>(s.front()))) s.remove_prefix(1);
   while (!s.empty() && std::isspace(static_cast<unsigned char>(s.back()))) s.remove_suffix(1);
@@ -134,10 +146,13 @@ Result<std::optional<Packet>> parse_line(Gen g, std::string_view line) {
     for (const FieldValue& f : p.fields)
       if (f.key == key) return error(Code::invalid_argument, op + ": key '" + ks + "' given twice");
     uint64_t value = 0;
-    if (!parse_u64(v, &value, row->enc == Enc::signed64))
+    if (key == Key::func && poll_func_value(v, &value)) {
+      // func=eq etc.: the names of conccl::PollFunc (include/conccl/commands.hpp)
+    } else if (!parse_u64(v, &value, row->enc == Enc::signed64)) {
       return error(Code::invalid_argument,
-                   op + ": value '" + std::string(v) + "' for key '" + ks +
-                       "' is not a number (use decimal or 0x-hex)");
+                   op + ": value '" + std::string(v) + "' for key '" + ks + "' is not a number (use decimal or 0x-hex" +
+                       (key == Key::func ? ", or always, lt, le, eq, ne, ge, gt)" : ")"));
+    }
     p.fields.push_back({key, value});
   }
   return std::optional<Packet>(std::move(p));

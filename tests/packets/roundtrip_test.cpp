@@ -249,6 +249,23 @@ TEST_P(RoundTrip, RandomStreams) {
   }
 }
 
+// asm takes conccl::PollFunc's names for a poll's func, and they mean what
+// the numbers mean; anything else names the choices.
+TEST_P(RoundTrip, PollFuncByName) {
+  const char* names[] = {"always", "lt", "le", "eq", "ne", "ge", "gt"};
+  for (int f = 0; f < 7; ++f) {
+    const std::string base = "poll addr=0x1000 ref=7 mask=0xffffffff func=";
+    Result<std::vector<uint32_t>> by_name = assemble(GetParam(), base + names[f]);
+    Result<std::vector<uint32_t>> by_number = assemble(GetParam(), base + std::to_string(f));
+    ASSERT_TRUE(by_name.ok()) << names[f] << ": " << by_name.status().message();
+    ASSERT_TRUE(by_number.ok()) << by_number.status().message();
+    EXPECT_EQ(*by_name, *by_number) << names[f];
+  }
+  Result<std::vector<uint32_t>> bad = assemble(GetParam(), "poll addr=0x1000 ref=7 mask=0xffffffff func=ge2");
+  ASSERT_FALSE(bad.ok());
+  EXPECT_NE(bad.status().message().find("always, lt, le, eq, ne, ge, gt"), std::string::npos) << bad.status().message();
+}
+
 INSTANTIATE_TEST_SUITE_P(AllGenerations, RoundTrip, ::testing::ValuesIn(kAllGens),
                          [](const ::testing::TestParamInfo<Gen>& info) {
                            std::string n = "sdma" + std::string(gen_name(info.param));
