@@ -774,6 +774,23 @@ TEST(Collectives, DtypeCountsElements) {
   EXPECT_TRUE(contains(bad.err, "unknown --dtype 'fp32': give one of uint8")) << bad.err;
 }
 
+// --gen names the SDMA generation in every subcommand (asm, dis, demo, and
+// the device commands); --sdma-gen, its old name on the device commands, still works.
+TEST(Flags, GenIsTheGenerationEverywhere) {
+  for (const char* flag : {"--gen", "--sdma-gen"}) {
+    Outcome r = probe({"list", "--preset", "small", flag, "5"});
+    EXPECT_EQ(r.rc, 0) << flag << ": " << r.err;
+    EXPECT_TRUE(contains(r.out, "SDMA 5")) << r.out;
+  }
+  Outcome c = probe({"allgather", "--preset", "small", "--gen", "6", "--max", "4K"});
+  EXPECT_EQ(c.rc, 0) << c.err;
+  Outcome both = probe({"list", "--gen", "5", "--sdma-gen", "5"});
+  EXPECT_EQ(both.rc, 2);
+  EXPECT_TRUE(contains(both.err, "give one")) << both.err;
+  Outcome a = probe({"asm", "--gen", "5"}, "nop\n");
+  EXPECT_EQ(a.rc, 0) << a.err;
+}
+
 TEST(Collectives, JsonFileBothSpellings) {
   for (const char* form : {"space", "equals"}) {
     SCOPED_TRACE(form);

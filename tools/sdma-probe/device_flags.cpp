@@ -7,7 +7,9 @@ std::vector<FlagSpec> device_flag_specs() {
   return {
       {.name = "gpus", .value = "N", .help = "emu: number of GPUs, 1..64 (reshapes the preset)"},
       {.name = "engines", .value = "K", .help = "emu: SDMA engines per GPU, 1..32 (reshapes the preset)"},
-      {.name = "sdma-gen", .value = "GEN", .help = "emu: SDMA generation of the emulated GPUs (default 4.4.2)"},
+      // --gen, as asm/dis/demo spell the generation; --sdma-gen is its old name.
+      {.name = "gen", .value = "GEN", .help = "emu: SDMA generation of the emulated GPUs (default: the preset's)"},
+      {.name = "sdma-gen", .value = "GEN", .help = "the old name of --gen"},
   };
 }
 
@@ -21,7 +23,9 @@ conccl::Result<std::unique_ptr<conccl::Device>> open_device_from_args(const Args
   if (!engines.ok()) return engines.status();
   o.gpus = static_cast<int>(*gpus);  // 0: the preset's
   o.engines = static_cast<int>(*engines);
-  o.gen = args.value("sdma-gen").value_or("");
+  if (args.has("gen") && args.has("sdma-gen"))
+    return conccl::error(conccl::Code::invalid_argument, "--gen and --sdma-gen are the same flag: give one");
+  o.gen = args.value("gen").value_or(args.value("sdma-gen").value_or(""));
   return conccl::open_device(o);
 }
 
