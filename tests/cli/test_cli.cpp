@@ -8,6 +8,9 @@
 
 #include <gtest/gtest.h>
 
+#include <cstdio>
+#include <cstdlib>
+
 #include "probe_runner.hpp"
 
 namespace {
@@ -789,6 +792,25 @@ TEST(Flags, GenIsTheGenerationEverywhere) {
   EXPECT_TRUE(contains(both.err, "give one")) << both.err;
   Outcome a = probe({"asm", "--gen", "5"}, "nop\n");
   EXPECT_EQ(a.rc, 0) << a.err;
+}
+
+// --plot FILE.png draws the sweep with gnuplot; without gnuplot it is a clear
+// "unavailable" (exit 5) that names the package, after the sweep ran.
+TEST(Collectives, PlotDrawsAPngOrSaysWhatIsMissing) {
+  const std::string png = scratch() + "/sweep.png";
+  std::remove(png.c_str());
+  Outcome r = probe({"allgather", "--preset", "small", "--min", "1K", "--max", "16K", "--plot", png});
+  if (std::system("command -v gnuplot > /dev/null 2>&1") == 0) {
+    EXPECT_EQ(r.rc, 0) << r.err;
+    const std::string bytes = read_file(png);
+    ASSERT_GE(bytes.size(), 8u);
+    EXPECT_EQ(bytes.substr(0, 8), std::string("\x89PNG\r\n\x1a\n", 8)) << "a PNG file";
+    EXPECT_TRUE(contains(r.out, "# plot: " + png)) << r.out;
+  } else {
+    EXPECT_EQ(r.rc, 5) << r.err;
+    EXPECT_TRUE(contains(r.err, "gnuplot-nox")) << r.err;
+    EXPECT_TRUE(contains(r.out, "# Avg bus bandwidth")) << "the sweep ran first";
+  }
 }
 
 TEST(Collectives, JsonFileBothSpellings) {

@@ -22,6 +22,7 @@
 #include "sweep_progress.hpp"
 #include "sweep_signal.hpp"
 #include "sweep_stats.hpp"
+#include "sweep_plot.hpp"
 #include "sweep_table.hpp"
 
 namespace probe {
@@ -523,6 +524,13 @@ int run_collective(const Args& args, Context& ctx) {
     std::fclose(f);
   }
   release();
+  if (std::optional<std::string> png = args.value("plot")) {
+    const conccl::Status st = plot_sweep(*png, std::string("sdma-probe ") + op.name + ": " + std::to_string(n) +
+                                                   " ranks, " + std::string(backend_name(args.common().backend)),
+                                         rows);
+    if (!st.ok()) return fail(args, ctx, st);
+    if (!json_stdout) std::fprintf(ctx.out, "# plot: %s\n", png->c_str());
+  }
   if (signal) {
     std::fprintf(ctx.err, "sdma-probe %s: interrupted by %s; %zu finished size%s written\n", op.name,
                  sweep_signal_name(signal), rows.size(), rows.size() == 1 ? "" : "s");
@@ -539,6 +547,8 @@ std::vector<FlagSpec> collective_flags() {
   std::vector<FlagSpec> f = device_flag_specs();
   f.push_back({.name = "min", .value = "SIZE", .help = "smallest size (default 1K)"});
   f.push_back({.name = "max", .value = "SIZE", .help = "largest size (default 16M)"});
+  f.push_back({.name = "plot", .value = "FILE.png",
+               .help = "also draw bus bandwidth against size per variant into FILE.png (needs gnuplot)"});
   f.push_back({.name = "dtype", .value = "TYPE",
                .help = "element type of the count column: uint8 (default), int8, int32, uint32, int64, uint64, half, "
                        "bfloat16, float, double; chunks are whole elements"});
