@@ -96,11 +96,17 @@ TEST(CliFramework, FlagValueForms) {
 }
 
 TEST(CliFramework, SharedFlagsAreAcceptedEverywhere) {
-  Outcome r = probe({"--backend", "kfd", "--timeout-ms=250", "asm", "--preset", "mi300x", "--json",
-                 "--gen", "4"},
+  Outcome r = probe({"--backend", "kfd", "--timeout-ms=250", "asm", "--preset", "mi300x", "--gen", "4"},
                 "trap ctx=0x1234\n");
   EXPECT_EQ(r.rc, 0) << r.err;
   EXPECT_EQ(r.out, "00000006 00001234\n");
+  // --json is honoured or refused, never ignored: text-only commands refuse it.
+  for (const char* cmd : {"asm", "dis", "exec", "demo"}) {
+    Outcome j = probe({cmd, "--json", "--gen", "4"}, "nop\n");
+    if (std::string(cmd) == "exec") j = probe({cmd, "--json"}, "nop\n");
+    EXPECT_EQ(j.rc, 2) << cmd << ": " << j.err;
+    EXPECT_TRUE(contains(j.err, "not JSON; drop --json")) << cmd << ": " << j.err;
+  }
   for (const char* b : {"emu", "kfd", "nv"})
     EXPECT_EQ(probe({"gfx", "--backend", b}).rc, 0) << b;
 }

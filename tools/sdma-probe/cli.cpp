@@ -507,6 +507,12 @@ bool read_line(FILE* f, std::string* line) {
   return any;
 }
 
+int refuse_json(const Args& args, Context& ctx, std::string_view what) {
+  if (!args.common().json) return -1;
+  return usage_error(args, ctx, "--json: " + std::string(args.command()) + " prints " + std::string(what) +
+                                    ", not JSON; drop --json");
+}
+
 std::string read_all(FILE* f) {
   std::string out;
   char buf[65536];

@@ -203,6 +203,10 @@ template <typename Fn>
 int for_each_input(const Args& args, Context& ctx, Fn&& fn);
 // Reads one line (without its '\n'); false at end of file.
 bool read_line(FILE* f, std::string* line);
+// For commands whose output is text by nature (asm, dis, exec, demo): a usage
+// error when --json was given, else -1 (go on). Every command honours --json
+// or refuses it; none ignores it.
+int refuse_json(const Args& args, Context& ctx, std::string_view what);
 // Reads a whole file.
 std::string read_all(FILE* f);
 

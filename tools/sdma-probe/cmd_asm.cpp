@@ -88,6 +88,7 @@ int run_dis_hopper(const Args& args, Context& ctx) {
 }
 
 int run_asm(const Args& args, Context& ctx) {
+  if (int rc = refuse_json(args, ctx, "dwords as hex text"); rc >= 0) return rc;
   if (is_hopper(args)) return run_asm_hopper(args, ctx);
   conccl::Result<sdma::Gen> gen = gen_from_args(args);
   if (!gen.ok()) return fail(args, ctx, gen.status());
@@ -232,6 +233,7 @@ bool dis_one(sdma::Gen g, const std::string& name, FILE* f, Context& ctx) {
 }
 
 int run_dis(const Args& args, Context& ctx) {
+  if (int rc = refuse_json(args, ctx, "packets in the asm syntax"); rc >= 0) return rc;
   if (is_hopper(args)) return run_dis_hopper(args, ctx);
   conccl::Result<sdma::Gen> gen = gen_from_args(args);
   if (!gen.ok()) return fail(args, ctx, gen.status());

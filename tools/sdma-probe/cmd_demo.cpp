@@ -41,6 +41,7 @@ trap ctx=0x1234
 )";
 
 int run_demo(const Args& args, Context& ctx) {
+  if (int rc = refuse_json(args, ctx, "an annotated walk-through"); rc >= 0) return rc;
   conccl::Result<sdma::Gen> gen = gen_from_args(args, sdma::Gen::v4_4_2);
   if (!gen.ok()) return fail(args, ctx, gen.status());
   const sdma::Gen g = *gen;

@@ -60,6 +60,7 @@ conccl::Result<std::string> substitute(const std::string& line, const std::map<s
 }
 
 int run_exec(const Args& args, Context& ctx) {
+  if (int rc = refuse_json(args, ctx, "memory dumps as hex text"); rc >= 0) return rc;
   if (args.positionals().size() > 1) return usage_error(args, ctx, "exec takes at most one packet FILE");
   conccl::Result<int64_t> gpu = args.get_int_in_range("gpu", 0, kMaxGpus - 1, 0);
   if (!gpu.ok()) return fail(args, ctx, gpu.status());
