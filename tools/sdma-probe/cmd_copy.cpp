@@ -136,7 +136,7 @@ const Registration copy_reg({
         "Copies SIZE bytes (K/M/G suffixes) of random data from GPU src's memory to GPU dst's\n"
         "on an engine of src (default: the engine the topology recommends for dst), completes\n"
         "with a signal, and verifies every byte. Prints bytes, time, GB/s and verified; --json\n"
-        "prints {\"bytes\", \"seconds\", \"gbps\", \"verified\"}.\n"
+        "prints {\"bytes\", \"seconds\", \"gbps\", \"verified\", \"src\", \"dst\", \"engine\"}.\n"
         "--inject (emulator) makes the engine stall, or drops the signal update, to show the\n"
         "hang diagnosis: exit 3 within --timeout-ms, with the diagnosis on stderr.\n",
     .flags = [] {

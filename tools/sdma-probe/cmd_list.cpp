@@ -24,8 +24,9 @@ const Registration list_reg({
     .details =
         "The table shows each GPU, its SDMA generation and engines, and each link to a\n"
         "peer with the engines recommended for copies to it. --json prints\n"
-        "{\"backend\", \"gpus\": [{\"index\", \"sdma_generation\", \"engines\": [{\"id\", \"kind\"}],\n"
-        "\"links\": [{\"peer\", \"type\", \"recommended_engines\"}]}]}.\n"
+        "{\"backend\", \"preset\", \"gpus\": [{\"index\", \"name\", \"isa\", \"sdma_generation\", \"memory_bytes\",\n"
+        " \"engines\": [{\"id\", \"kind\"}], \"links\": [{\"peer\", \"type\", \"weight\", \"recommended_engines\"}]}],\n"
+        " \"notes\": [backend remarks]}.\n"
         "Emulator presets: mi300x (default; 8 GPUs x 16 engines), small (2 GPUs x 4 engines).\n",
     .flags = device_flag_specs(),
     .run = run_list,
