@@ -190,11 +190,8 @@ conccl_status nccl_shaped(CollOp op, const conccl_buffer* send, const conccl_buf
   a.root = root;
   a.prelaunch = stream != nullptr;
   std::vector<uint64_t> sk, rk;
-  if (root_only) {
-    CONCCL_C_REQUIRE(root >= 0 && root < n, "root " + std::to_string(root) + " is not a rank of a communicator of " +
-                                                std::to_string(n));
-    a.send.assign(static_cast<size_t>(n), Buffer{});
-    a.send[static_cast<size_t>(root)] = to_cpp(send[0]);
+  if (root_only) {  // the root's buffer alone: Communicator::plan places it (and checks the root)
+    a.send.push_back(to_cpp(send[0]));
     sk.push_back(send[0].va);
   } else {
     for (int r = 0; r < n; ++r) {
@@ -390,9 +387,9 @@ conccl_status conccl_buffer_alloc_cuda(conccl_device_t d, int gpu, size_t bytes,
     CONCCL_C_REQUIRE(bytes > 0, "bytes must be > 0");
     if (!nv::native(*d->dev))
       return fail(CONCCL_ERR_UNAVAILABLE, "conccl_buffer_alloc_cuda: CUDA memory needs the nv backend; use conccl_buffer_alloc");
-    int ordinal = 0;
-    if (conccl_status s = conccl_device_cuda_ordinal(d, gpu, &ordinal); s != CONCCL_OK) return s;
-    Result<nv::CudaAlloc> a = nv::cuda_alloc(bytes, ordinal);
+    Result<int> ordinal = nv::cuda_ordinal(*d->dev, gpu);
+    if (!ordinal.ok()) return report(ordinal.status());
+    Result<nv::CudaAlloc> a = nv::cuda_alloc(bytes, *ordinal);
     if (!a.ok()) return report(a.status());
     Result<Buffer> r = nv::register_cuda(*d->dev, a->ptr, bytes, gpu);
     if (!r.ok()) {
