@@ -7,9 +7,10 @@
 // "prelaunched": queued behind a trigger that one write releases.
 //
 // Buffers are given per rank as conccl::Buffer (address, size, owning GPU).
-// Today all ranks live in one process; the API only ever needs a rank's
-// buffer address and size, so a later multi-process mode can fill them from
-// exported handles.
+// All ranks may live in one process (Communicator::create(device, gpus)), or
+// one process per rank (Communicator::create(device, rank, nranks, id)):
+// then each rank gives its own buffers, the ranks exchange them as shared
+// memory, and every rank compiles the same plan (docs/multiprocess.md).
 //
 // Sizes (`bytes` is the per-rank chunk, like NCCL's count):
 //   p2p         send[root] (bytes)                -> recv[peer]
@@ -31,6 +32,7 @@
 #include <string>
 #include <vector>
 
+#include "conccl/bootstrap.hpp"
 #include "conccl/device.hpp"
 #include "conccl/queue.hpp"
 #include "conccl/signal.hpp"
@@ -70,6 +72,9 @@ struct CollectiveArgs {
   // {root's buffer} alone, or one per rank with the others empty.
   std::vector<Buffer> send;
   std::vector<Buffer> recv;    // per rank
+  // Ranks in separate processes give only their own buffers: {mine}, or one
+  // per rank with the others empty (a non-root rank of broadcast, scatter
+  // or p2p gives no send buffer).
   bool prelaunch = false;      // gate every list behind the plan's trigger
   int engines = 0;             // p2p striped: engines to use (0 = all suitable)
   int b2b_ways = 0;            // b2b: destinations per engine (0 = all peers on one engine)
@@ -113,6 +118,11 @@ class Communicator {
     // Without loopback every GPU has one rank and the three are the same.
     enum class QueueSharing : uint8_t { automatic, per_rank, per_engine };
     QueueSharing queues = QueueSharing::automatic;
+    // Ranks in separate processes: this rank's GPU on `device` (-1: rank
+    // modulo the device's GPU count), and how long create() and plan() wait
+    // for the other ranks to make the same call.
+    int gpu = -1;
+    int64_t join_timeout_ms = 60000;
   };
   // gpus[r] is rank r's GPU index on `device`.
   static Result<std::unique_ptr<Communicator>> create(Device& device, std::vector<int> gpus,
@@ -120,7 +130,27 @@ class Communicator {
   static Result<std::unique_ptr<Communicator>> create(Device& device, std::vector<int> gpus) {
     return create(device, std::move(gpus), Options{});
   }
+  // Rank `rank` of `nranks`, one process per rank: every rank calls this
+  // with the same id (make_unique_id() in one process, handed to the others)
+  // and the same nranks and options, on a device opened with its own
+  // DeviceOptions::process_slot. Returns once every rank has joined; the
+  // error names the ranks that did not by Options::join_timeout_ms.
+  // Collective calls (plan, launch) must then be made by every rank in the
+  // same order; buffers are each rank's own (CollectiveArgs::send/recv:
+  // {this rank's} or one per rank). See docs/multiprocess.md.
+  static Result<std::unique_ptr<Communicator>> create(Device& device, int rank, int nranks, const UniqueId& id,
+                                                      const Options& options);
+  static Result<std::unique_ptr<Communicator>> create(Device& device, int rank, int nranks, const UniqueId& id) {
+    return create(device, rank, nranks, id, Options{});
+  }
   ~Communicator();
+
+  // This process's rank, or -1 when every rank lives in this process.
+  int rank() const { return me_; }
+  // Whether rank r's lists run in this process.
+  bool local(int r) const { return me_ < 0 || r == me_; }
+  // An error naming ranks whose process has gone (ok in one process).
+  Status check_peers(const std::string& doing) const;
 
   int size() const { return static_cast<int>(gpus_.size()); }
   int gpu(int rank) const { return gpus_[static_cast<size_t>(rank)]; }
@@ -148,14 +178,32 @@ class Communicator {
 
  private:
   Communicator(Device& device, std::vector<int> gpus, Options options);
+  // Signal addresses of every rank for one plan (ranks in separate processes).
+  struct RankSignals {
+    std::vector<uint64_t> arrive, ready, trigger, stamps;  // per rank
+  };
   // Builds a validated plan with its lists on shared or per-rank queues.
-  Result<std::unique_ptr<Plan>> compile(const CollectiveArgs& args, const CollectiveArgs& asked, bool shared);
+  Result<std::unique_ptr<Plan>> compile(const CollectiveArgs& args, const CollectiveArgs& asked, bool shared,
+                                        const RankSignals* mp = nullptr);
+  // multiprocess.cpp: the exchange that turns this rank's arguments into
+  // everyone's, and the pool its plans' signals come from.
+  Result<std::unique_ptr<Plan>> plan_across_processes(const CollectiveArgs& given);
+  Result<uint64_t> pool_take(size_t bytes);
+  void pool_give(uint64_t va, size_t bytes);
+  Status share_buffer(const Buffer& b, std::vector<SharedRegion>* regions, std::vector<int>* fds);
   Device& device_;
   std::vector<int> gpus_;
   Options options_;
   Caps caps_;
   bool allowed(int engine) const;
   std::map<std::pair<int, int>, std::unique_ptr<Queue>> queues_;
+  // Ranks in separate processes.
+  int me_ = -1;
+  std::unique_ptr<Bootstrap> boot_;
+  Buffer pool_{};                // this rank's signal memory, shared with every rank
+  std::vector<bool> pool_used_;  // per 16-byte slot
+  std::vector<uint64_t> shared_out_;  // regions already given to the other ranks
+  friend class Plan;
 };
 
 // One command list: packets for one queue.
@@ -226,6 +274,10 @@ class Plan {
   friend class PlanBuilder;
   Plan() = default;
   Status submit_all(Deadline deadline);
+  // Waits for fn() in slices, checking between them that no rank's process
+  // has gone (ranks in separate processes).
+  template <typename Fn>
+  Status wait_watching(Fn fn, Deadline deadline, const std::string& doing);
 
   CollectiveArgs args_;
   Variant variant_ = Variant::pcpy;
@@ -234,7 +286,10 @@ class Plan {
   std::vector<Signal> arrive_;    // per rank: data arrivals into that rank
   std::vector<uint64_t> expected_;
   std::vector<Signal> ready_;     // per rank: local phase done (swap)
-  Signal trigger_;
+  Signal trigger_;                // this process's (its rank's) trigger
+  std::vector<Signal> triggers_;  // ranks in separate processes: every rank's; lists wait for all
+  std::vector<uint64_t> stamp_va_;  // per list, with CollectiveArgs::timestamps
+  std::vector<std::pair<uint64_t, size_t>> pool_slots_;  // signal memory taken from the communicator's pool
   Signal consumed_;              // advanced by an outside writer (consumed_store)
   uint64_t consumed_target_ = 0; // what consumed_ reaches once the writer is done
   Buffer stamps_{};  // 16 bytes per list when args_.timestamps

@@ -39,6 +39,18 @@ struct Buffer {
   uint64_t va_at(size_t offset) const { return va + offset; }
 };
 
+// Memory that another process maps at the same address: what a rank in one
+// process gives the others so that one plan's addresses hold in all of them
+// (multi-process communicators, docs/multiprocess.md). The region is at
+// least the buffer shared; the emulator shares its whole arena, NVIDIA the
+// allocation.
+struct SharedRegion {
+  uint64_t va = 0;   // start, the same in every process
+  uint64_t size = 0;
+  MemKind kind = MemKind::host;
+  int gpu = -1;
+};
+
 class Device {
  public:
   virtual ~Device() = default;
@@ -70,6 +82,27 @@ class Device {
   // would fault). Backends that cannot tell answer true.
   virtual bool is_mapped(uint64_t va, size_t bytes) { return host_pointer(va, bytes) != nullptr; }
 
+  // ---- memory across processes (docs/multiprocess.md) ----
+  // DeviceOptions::process_slot: where this process's memory lives in the
+  // address layout that processes of one communicator share.
+  virtual int process_slot() const { return 0; }
+  // The region holding `buffer`, and a new file descriptor for it (the
+  // caller closes it once passed on).
+  virtual Result<SharedRegion> share(const Buffer& buffer, int* fd) {
+    (void)buffer;
+    (void)fd;
+    return error(Code::unavailable, "this backend cannot share memory with another process");
+  }
+  // Maps a region another process shared (its fd) at its address here, so
+  // this process's engines can reach it; a region imported before is
+  // reused. Fails when the address is taken here (the two processes opened
+  // their devices with the same process_slot).
+  virtual Status import_shared(const SharedRegion& region, int fd) {
+    (void)region;
+    (void)fd;
+    return error(Code::unavailable, "this backend cannot map memory of another process");
+  }
+
  private:
   friend class Signal;
   // The host wrote memory engines may be polling (a signal): the emulator
@@ -86,6 +119,11 @@ struct DeviceOptions {
   int engines = 0;              // emu custom topology: engines per GPU (0 = preset's)
   std::string gen;              // emu: SDMA generation of the emulated GPUs ("" = preset's)
   size_t memory_per_gpu = 0;    // emu: HBM arena per GPU in bytes (0 = default)
+  // Processes that form one communicator (Communicator::create with a
+  // UniqueId) open their devices with distinct slots, 0..15 - their rank is
+  // the natural choice - so that every process's memory has one address in
+  // all of them (docs/multiprocess.md).
+  int process_slot = 0;
 };
 
 // Opens a backend. Errors: Code::unavailable when the backend is not built or

@@ -26,6 +26,12 @@ inline constexpr uint64_t kChannelVaBase = 0x0000004000000000ull; // GPFIFO ring
 inline constexpr uint64_t kChannelArenaBytes = 256ull << 20;
 inline constexpr uint64_t kGpuVaBase = 0x0000100000000000ull;    // GPU g's HBM at base + g * stride
 inline constexpr uint64_t kGpuVaStride = 0x0000010000000000ull;  // 1 TiB per GPU
+// Process slot s (DeviceOptions::process_slot) adds s * kSlotStride to the
+// host and GPU windows, so that processes of one communicator map each
+// other's arenas at the addresses their owners use. The channel arena is
+// private to a process and does not move.
+inline constexpr uint64_t kSlotStride = 0x0000200000000000ull;  // 32 TiB
+inline constexpr int kMaxProcessSlots = 16;
 
 // Fault injection, per engine, for tests and for `sdma-probe --inject`.
 struct Injection {

@@ -7,6 +7,10 @@
 
 namespace conccl {
 
+// Ranks in separate processes: timestamp slots each rank reserves per plan
+// (one per list of that rank; a rank has a list per engine it uses).
+inline constexpr uint64_t kStampSlotsPerRank = 64;
+
 class PlanBuilder {
  public:
   // shared: lists go on the GPU's per-engine queues (QueueSharing).

@@ -21,8 +21,6 @@ Communicator::Communicator(Device& device, std::vector<int> gpus, Options option
   }
 }
 
-Communicator::~Communicator() = default;
-
 Result<std::unique_ptr<Communicator>> Communicator::create(Device& device, std::vector<int> gpus,
                                                            const Options& options) {
   if (gpus.empty()) return error(Code::invalid_argument, "a communicator needs at least one GPU");
@@ -136,6 +134,9 @@ int Communicator::engine_for(int src, int dst, int k) const {
 }
 
 Result<Queue*> Communicator::queue(int rank, int engine, bool shared) {
+  if (!local(rank))
+    return error(Code::invalid_argument, "rank " + std::to_string(rank) + "'s queues live in its own process (this is rank " +
+                                             std::to_string(me_) + ")");
   // Shared queues are keyed by the GPU (as rank -1 - gpu, apart from ranks).
   auto key = std::make_pair(shared ? -1 - gpu(rank) : rank, engine);
   auto it = queues_.find(key);
@@ -150,6 +151,7 @@ Result<Queue*> Communicator::queue(int rank, int engine, bool shared) {
 }
 
 Result<std::unique_ptr<Plan>> Communicator::plan(const CollectiveArgs& given) {
+  if (boot_) return plan_across_processes(given);
   // Ops with one source (broadcast, scatter, p2p) take the root's send
   // Buffer alone: spread it to the per-rank form the builders index.
   CollectiveArgs in = given;
@@ -182,22 +184,34 @@ Result<std::unique_ptr<Plan>> Communicator::plan(const CollectiveArgs& given) {
   return shared;
 }
 
-Result<std::unique_ptr<Plan>> Communicator::compile(const CollectiveArgs& args, const CollectiveArgs& in, bool shared) {
+Result<std::unique_ptr<Plan>> Communicator::compile(const CollectiveArgs& args, const CollectiveArgs& in, bool shared,
+                                                    const RankSignals* mp) {
   std::unique_ptr<Plan> plan(new Plan());
   plan->args_ = in;
   plan->comm_ = this;
   plan->variant_ = args.variant;
   const int n = size();
+  // Every rank's signals: allocated here, or (ranks in separate processes)
+  // at the addresses each rank gave, in memory every process has mapped.
+  auto signal_at = [&](uint64_t va) -> Result<Signal> {
+    return Signal::wrap(device_, va, device_.host_pointer(va, Signal::kBytes));
+  };
   for (int r = 0; r < n; ++r) {
-    Result<Signal> a = Signal::create(device_);
+    const size_t i = static_cast<size_t>(r);
+    Result<Signal> a = mp ? signal_at(mp->arrive[i]) : Signal::create(device_);
     if (!a.ok()) return a.status();
     plan->arrive_.push_back(std::move(a).value());
-    Result<Signal> rd = Signal::create(device_);
+    Result<Signal> rd = mp ? signal_at(mp->ready[i]) : Signal::create(device_);
     if (!rd.ok()) return rd.status();
     plan->ready_.push_back(std::move(rd).value());
+    if (mp) {
+      Result<Signal> t = signal_at(mp->trigger[i]);
+      if (!t.ok()) return t.status();
+      plan->triggers_.push_back(std::move(t).value());
+    }
   }
   plan->expected_.assign(static_cast<size_t>(n), 0);
-  Result<Signal> trig = Signal::create(device_);
+  Result<Signal> trig = mp ? signal_at(mp->trigger[static_cast<size_t>(me_)]) : Signal::create(device_);
   if (!trig.ok()) return trig.status();
   plan->trigger_ = std::move(trig).value();
 
@@ -224,17 +238,30 @@ Result<std::unique_ptr<Plan>> Communicator::compile(const CollectiveArgs& args, 
                          "), which a queue shared by several ranks could deadlock; use another variant, or "
                          "Options::queues automatic or per_rank");
   if (args.timestamps) {
-    Result<Buffer> b = device_.alloc(-1, 16 * plan->lists_.size(), MemKind::host);
-    if (!b.ok()) return b.status().prefix("timestamp slots");
-    if (!b->host) return error(Code::unavailable, "timestamps need CPU-visible host memory");
-    plan->stamps_ = *b;
+    if (mp) {
+      // Rank r's k-th list stamps slot k of the stamp memory rank r gave.
+      std::vector<uint64_t> next(static_cast<size_t>(n), 0);
+      for (PlanList& l : plan->lists_) {
+        uint64_t& k = next[static_cast<size_t>(l.rank)];
+        if (k == kStampSlotsPerRank)
+          return error(Code::internal, "more than " + std::to_string(kStampSlotsPerRank) + " lists for rank " +
+                                           std::to_string(l.rank) + " with timestamps");
+        plan->stamp_va_.push_back(mp->stamps[static_cast<size_t>(l.rank)] + 16 * k++);
+      }
+    } else {
+      Result<Buffer> b = device_.alloc(-1, 16 * plan->lists_.size(), MemKind::host);
+      if (!b.ok()) return b.status().prefix("timestamp slots");
+      if (!b->host) return error(Code::unavailable, "timestamps need CPU-visible host memory");
+      plan->stamps_ = *b;
+      for (size_t i = 0; i < plan->lists_.size(); ++i) plan->stamp_va_.push_back(b->va + 16 * i);
+    }
     for (size_t i = 0; i < plan->lists_.size(); ++i)
-      CONCCL_RETURN_IF_ERROR(plan->lists_[i].cb.timestamp(b->va + 16 * i));
+      CONCCL_RETURN_IF_ERROR(plan->lists_[i].cb.timestamp(plan->stamp_va_[i]));
   }
   // Each list goes into its ring in one submit: reject what cannot fit (with
   // room for ring-end padding) before anything runs.
   for (const PlanList& l : plan->lists_)
-    if (l.cb.size_bytes() > l.queue->max_submit_bytes())
+    if (l.queue && l.cb.size_bytes() > l.queue->max_submit_bytes())
       return error(Code::invalid_argument,
                    std::string(coll_op_name(args.op)) + ": the command list for rank " + std::to_string(l.rank) +
                        " engine " + std::to_string(l.engine) + " is " + std::to_string(l.cb.size_bytes()) +
@@ -250,18 +277,26 @@ Result<PlanList*> PlanBuilder::list(int rank, int engine) {
   auto key = std::make_pair(rank, engine);
   auto it = index_.find(key);
   if (it != index_.end()) return &plan_.lists_[it->second];
-  Result<Queue*> q = comm_.queue(rank, engine, shared_);
-  if (!q.ok()) return q.status();
   PlanList l;
   l.rank = rank;
   l.engine = engine;
   l.shared_queue = shared_;
-  l.queue = *q;
-  l.cb = (*q)->command_buffer();
+  if (comm_.local(rank)) {
+    Result<Queue*> q = comm_.queue(rank, engine, shared_);
+    if (!q.ok()) return q.status();
+    l.queue = *q;
+    l.cb = (*q)->command_buffer();
+  } else {
+    l.cb = CommandBuffer(comm_.isa(rank));  // recorded alike everywhere, run by its own process
+  }
   if (!(l.cb.isa() == comm_.isa(0)))
     return error(Code::internal, "queue for rank " + std::to_string(rank) + " speaks " + l.cb.isa().name() +
                                      ", not the communicator's " + comm_.isa(0).name());
-  if (plan_.args_.prelaunch) CONCCL_RETURN_IF_ERROR(plan_.trigger_.enqueue_wait(l.cb, 1));
+  // Gated: in one process on the plan's trigger; across processes on every
+  // rank's, so that no list writes into a rank before it has released.
+  if (plan_.args_.prelaunch && plan_.triggers_.empty()) CONCCL_RETURN_IF_ERROR(plan_.trigger_.enqueue_wait(l.cb, 1));
+  if (plan_.args_.prelaunch)
+    for (const Signal& t : plan_.triggers_) CONCCL_RETURN_IF_ERROR(t.enqueue_wait(l.cb, 1));
   index_[key] = plan_.lists_.size();
   plan_.lists_.push_back(std::move(l));
   return &plan_.lists_.back();

@@ -16,41 +16,72 @@ Plan::~Plan() {
       if (consumed_.valid()) consumed_.set(consumed_target_);
     }
     waiting_release_ = false;
-    if (running()) (void)wait(Deadline::after(std::chrono::seconds(10)));
+    // With a rank's process gone, the launch cannot finish: do not wait for it.
+    if (running() && comm_->check_peers("destroying a plan").ok())
+      (void)wait(Deadline::after(std::chrono::seconds(10)));
   }
   if (stamps_.size && comm_) (void)comm_->device().free(stamps_);
+  // Signal memory from the communicator's pool goes back only when no engine
+  // can still write it; a launch stranded by a gone rank keeps its slots.
+  if (comm_ && !(launched_ && running()))
+    for (const auto& [va, bytes] : pool_slots_) comm_->pool_give(va, bytes);
 }
 
 uint64_t Plan::finish_timestamp(size_t list) const {
-  if (!stamps_.host || list >= lists_.size()) return 0;
-  const size_t off = list * 16 + comm_->caps().timestamp_offset;
-  return std::atomic_ref<uint64_t>(*reinterpret_cast<uint64_t*>(static_cast<uint8_t*>(stamps_.host) + off))
-      .load(std::memory_order_acquire);
+  if (list >= lists_.size() || list >= stamp_va_.size() || !comm_->local(lists_[list].rank)) return 0;
+  void* p = comm_->device().host_pointer(stamp_va_[list] + comm_->caps().timestamp_offset, 8);
+  if (!p) return 0;
+  return std::atomic_ref<uint64_t>(*static_cast<uint64_t*>(p)).load(std::memory_order_acquire);
 }
 
 bool Plan::running() const {
   if (!launched_) return false;
   if (consumed_.valid() && consumed_.value() < consumed_target_) return true;
   for (size_t r = 0; r < arrive_.size(); ++r)
-    if (arrive_[r].value() < expected_[r]) return true;
+    if (comm_->local(static_cast<int>(r)) && arrive_[r].value() < expected_[r]) return true;
   // Every packet of the launch consumed, not only the arrivals seen: a list
   // may still have signal packets in flight after a rank's last arrival.
   for (const PlanList& l : lists_)
-    if (l.queue->completed() < l.span.end) return true;
+    if (l.queue && l.queue->completed() < l.span.end) return true;
   return false;
+}
+
+template <typename Fn>
+Status Plan::wait_watching(Fn fn, Deadline deadline, const std::string& doing) {
+  if (comm_->rank() < 0) return fn(deadline);
+  // Ranks in separate processes: wait in slices, and between them check that
+  // every other rank's process is still there (its lists feed ours).
+  constexpr auto kSlice = std::chrono::milliseconds(100);
+  while (true) {
+    const Deadline slice = deadline.remaining() < kSlice ? deadline : Deadline::after(kSlice);
+    Status st = fn(slice);
+    if (st.ok() || st.code() != Code::timeout) return st;
+    CONCCL_RETURN_IF_ERROR(comm_->check_peers(doing));
+    if (deadline.expired()) return st;
+  }
 }
 
 Status Plan::submit_all(Deadline deadline) {
   if (running())
     return error(Code::busy, std::string(coll_op_name(args_.op)) +
                                  " plan launched while its previous launch is still running; wait() for it first");
-  // Every launch counts from zero: reset before anything is queued.
-  for (Signal& s : arrive_) s.set(0);
-  for (Signal& s : ready_) s.set(0);
+  // Every launch counts from zero: reset before anything is queued (each
+  // process its own rank's signals).
+  for (size_t r = 0; r < arrive_.size(); ++r)
+    if (comm_->local(static_cast<int>(r))) {
+      arrive_[r].set(0);
+      ready_[r].set(0);
+    }
   trigger_.set(0);
+  // Ranks in separate processes: no rank's lists may run before every rank
+  // has reset its signals and is ready to receive.
+  if (comm_->boot_)
+    CONCCL_RETURN_IF_ERROR(comm_->boot_->barrier(std::string("launch ") + coll_op_name(args_.op), deadline)
+                               .prefix("launching " + std::string(coll_op_name(args_.op))));
   launched_ = true;
   for (size_t i = 0; i < lists_.size(); ++i) {
     PlanList& l = lists_[i];
+    if (!l.queue) continue;  // another process's rank
     Status st = l.queue->submit(l.cb, deadline, &l.span);
     if (!st.ok())
       return st.prefix("launch stopped after " + std::to_string(i) + " of " + std::to_string(lists_.size()) +
@@ -106,18 +137,20 @@ Status Plan::wait(Deadline deadline) {
   if (!launched_) return error(Code::invalid_argument, "wait() before launch()");
   if (waiting_release_)
     return error(Code::invalid_argument, "the plan is prelaunched and never released: call release() before wait()");
+  const std::string doing = std::string("waiting for ") + coll_op_name(args_.op);
   for (size_t r = 0; r < arrive_.size(); ++r) {
-    if (expected_[r] == 0) continue;
-    // Sleep on the progress of a list that writes into r.
+    if (expected_[r] == 0 || !comm_->local(static_cast<int>(r))) continue;
+    // Sleep on the progress of a list that writes into r (one of ours).
     const QueueSpan* span = nullptr;
     for (const PlanList& l : lists_)
       for (int d : l.writes_to)
-        if (static_cast<size_t>(d) == r) span = &l.span;
-    Status st = arrive_[r].wait(expected_[r], deadline, span);
+        if (static_cast<size_t>(d) == r && l.queue) span = &l.span;
+    Status st = wait_watching([&](Deadline d) { return arrive_[r].wait(expected_[r], d, span); }, deadline, doing);
     if (st.ok()) continue;
+    if (st.code() != Code::timeout) return st;
     // Name the list that is stuck: the first whose queue has not consumed it.
     for (const PlanList& l : lists_) {
-      if (l.queue->completed() >= l.span.end) continue;
+      if (!l.queue || l.queue->completed() >= l.span.end) continue;
       const int d = l.writes_to.empty() ? static_cast<int>(r) : l.writes_to.front();
       return error(st.code(), std::string(coll_op_name(args_.op)) + " (" + variant_name(variant_) + "): rank " +
                                   std::to_string(r) + " has " + std::to_string(arrive_[r].value()) + " of " +
@@ -130,7 +163,8 @@ Status Plan::wait(Deadline deadline) {
   // Then every list to its end, so no packet of this launch is still to run
   // when the caller relaunches, or frees the plan and its signals.
   for (const PlanList& l : lists_)
-    CONCCL_RETURN_IF_ERROR(l.queue->wait_done(deadline, l.span.end));
+    if (l.queue)
+      CONCCL_RETURN_IF_ERROR(wait_watching([&](Deadline d) { return l.queue->wait_done(d, l.span.end); }, deadline, doing));
   // And the writer the release was handed to past its waits on this launch.
   if (consumed_.valid() && consumed_.value() < consumed_target_) {
     Status st = consumed_.wait(consumed_target_, deadline);

@@ -2,6 +2,7 @@
 #include "backends/emu/arena.hpp"
 
 #include <sys/mman.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include <cerrno>
@@ -47,6 +48,24 @@ Result<std::unique_ptr<Arena>> Arena::create(std::string name, uint64_t va_base,
   }
   return std::unique_ptr<Arena>(
       new Arena(std::move(name), va_base, size, fd, static_cast<uint8_t*>(p), std::move(full_hint)));
+}
+
+Result<std::unique_ptr<Arena>> Arena::map(std::string name, uint64_t va_base, size_t size, int fd) {
+  struct stat st{};
+  if (fstat(fd, &st) != 0 || static_cast<uint64_t>(st.st_size) < size) {
+    close(fd);
+    return error(Code::invalid_argument, "arena " + name + ": the shared file is smaller than the " +
+                                             std::to_string(size) + " bytes announced");
+  }
+  void* p = mmap(nullptr, size, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_NORESERVE, fd, 0);
+  if (p == MAP_FAILED) {
+    const int e = errno;
+    close(fd);
+    return error(Code::resource_exhausted, "mmap of shared arena " + name + " failed: " + strerror(e));
+  }
+  auto a = std::unique_ptr<Arena>(new Arena(std::move(name), va_base, size, fd, static_cast<uint8_t*>(p), ""));
+  a->free_.clear();  // another process allocates from it
+  return a;
 }
 
 Result<uint64_t> Arena::allocate(size_t bytes, size_t align) {

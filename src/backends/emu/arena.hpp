@@ -23,6 +23,10 @@ class Arena {
   // `full_hint` ends the out-of-space error: what to do about it.
   static Result<std::unique_ptr<Arena>> create(std::string name, uint64_t va_base, size_t size,
                                                std::string full_hint = "free buffers, or allocate less");
+  // Maps an arena another process created (its memfd) at the same GPU VA,
+  // for a multi-process communicator; takes ownership of fd. Nothing is
+  // allocated from it here.
+  static Result<std::unique_ptr<Arena>> map(std::string name, uint64_t va_base, size_t size, int fd);
   ~Arena();
   Arena(const Arena&) = delete;
   Arena& operator=(const Arena&) = delete;

@@ -1,5 +1,10 @@
 // src/backends/emu/device.cpp - the emulated node as a conccl::Device.
+#include <fcntl.h>
+#include <unistd.h>
+
+#include <cerrno>
 #include <cinttypes>
+#include <cstring>
 #include <cstdio>
 #include <map>
 
@@ -256,6 +261,30 @@ class EmuDeviceImpl final : public EmuDevice {
   }
 
   void* host_pointer(uint64_t va, size_t bytes) override { return node_->translate(va, bytes); }
+
+  // Another process maps the whole arena holding the buffer (its memfd) at
+  // the same GPU VA: slots keep the processes' windows apart.
+  int process_slot() const override { return node_->slot(); }
+  Result<SharedRegion> share(const Buffer& b, int* fd) override {
+    Arena* a = node_->own_arena(b.va, b.size ? b.size : 1);
+    if (!a)
+      return error(Code::invalid_argument, "share: buffer " + hex(b.va) +
+                                               " is not memory this process's emulated node allocated");
+    const int d = ::fcntl(a->fd(), F_DUPFD_CLOEXEC, 0);
+    if (d < 0) return error(Code::resource_exhausted, std::string("share: dup of the arena's memfd: ") + strerror(errno));
+    *fd = d;
+    SharedRegion r;
+    r.va = a->va_base();
+    r.size = a->size();
+    r.kind = a == node_->host_arena() ? MemKind::host : MemKind::device;
+    r.gpu = r.kind == MemKind::host ? -1 : static_cast<int>((a->va_base() - kGpuVaBase - node_->slot_base()) / kGpuVaStride);
+    return r;
+  }
+  Status import_shared(const SharedRegion& r, int fd) override {
+    const std::string name = r.kind == MemKind::host ? "host memory of another process"
+                                                     : "gpu" + std::to_string(r.gpu) + " memory of another process";
+    return node_->import_arena(name, r.va, r.size, fd);
+  }
   void wake_pollers() override { node_->memory_changed(); }
 
   Status inject(int gpu, int engine, const Injection& inj) override {
@@ -297,7 +326,14 @@ Result<std::unique_ptr<EmuDevice>> create(const DeviceOptions& options) {
   const size_t gpu_bytes = topo->gpus.empty() ? 0 : topo->gpus[0].memory_bytes;
   if (gpu_bytes % 4096)
     return error(Code::invalid_argument, "memory per GPU must be a multiple of 4 KiB");
-  auto node = std::make_shared<Node>(std::move(topo).value(), size_t(1) << 30, gpu_bytes);
+  if (options.process_slot < 0 || options.process_slot >= kMaxProcessSlots)
+    return error(Code::invalid_argument, "process_slot " + std::to_string(options.process_slot) + " must be 0.." +
+                                             std::to_string(kMaxProcessSlots - 1));
+  // Slot s's GPU windows end below slot s+1's host window.
+  if (options.process_slot > 0 && kGpuVaBase + topo->gpus.size() * kGpuVaStride > kSlotStride + kHostVaBase)
+    return error(Code::invalid_argument, "an emulated node of " + std::to_string(topo->gpus.size()) +
+                                             " GPUs has no room for process slots: use at most 24 GPUs with process_slot > 0");
+  auto node = std::make_shared<Node>(std::move(topo).value(), size_t(1) << 30, gpu_bytes, options.process_slot);
   CONCCL_RETURN_IF_ERROR(node->init());
   return std::unique_ptr<EmuDevice>(new EmuDeviceImpl(std::move(node)));
 }

@@ -142,7 +142,7 @@ class Engine {
 
 class Node {
  public:
-  Node(Topology topo, size_t host_bytes, size_t gpu_bytes);
+  Node(Topology topo, size_t host_bytes, size_t gpu_bytes, int slot = 0);
   ~Node();
   Status init();
 
@@ -154,6 +154,15 @@ class Node {
   Arena* gpu_arena(int gpu) { return gpus_[static_cast<size_t>(gpu)].get(); }
   Engine* engine(int gpu, int id);
 
+  int slot() const { return slot_; }
+  uint64_t slot_base() const { return uint64_t(slot_) * kSlotStride; }
+  std::string slot_suffix() const { return slot_ ? "@slot" + std::to_string(slot_) : ""; }
+  // The arena (own host or GPU; not the private channel arena) holding va.
+  Arena* own_arena(uint64_t va, uint64_t bytes);
+  // Maps another process's arena (multi-process communicators); an arena
+  // mapped before is reused. Imports stay mapped until the node is destroyed,
+  // so no engine ever loses memory it may still be writing.
+  Status import_arena(const std::string& name, uint64_t va, uint64_t size, int fd);
   // Host pointer for an engine access, or null (-> page fault).
   void* translate(uint64_t va, uint64_t bytes) const;
   // Memory changed: wake engines blocked on polls.
@@ -165,7 +174,15 @@ class Node {
  private:
   Topology topo_;
   size_t host_bytes_, gpu_bytes_;
+  int slot_ = 0;
   std::unique_ptr<Arena> host_;
+  // Arenas of other processes: append-only, read by engine threads without
+  // a lock (count_ published with release after the slot is filled).
+  static constexpr size_t kMaxImports = 1024;
+  std::unique_ptr<std::atomic<Arena*>[]> imports_{new std::atomic<Arena*>[kMaxImports]()};
+  std::atomic<size_t> import_count_{0};
+  std::vector<std::unique_ptr<Arena>> import_owner_;
+  std::mutex import_mu_;
   std::unique_ptr<Arena> channels_;
   std::vector<std::unique_ptr<Arena>> gpus_;
   std::vector<std::vector<std::unique_ptr<Engine>>> engines_;

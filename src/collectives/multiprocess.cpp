@@ -1,0 +1,424 @@
+// src/collectives/multiprocess.cpp - ranks in separate processes.
+//
+// create(): the ranks connect (Bootstrap), check that they agree (node,
+// options, distinct process slots), and each shares a pool of signal memory.
+// plan(): each rank gives its own buffers and signal addresses, shares the
+// memory they live in, checks that every rank asked for the same collective,
+// and compiles the plan of the whole communicator from everyone's addresses
+// - the same command lists in every process, each process running its own
+// rank's. docs/multiprocess.md.
+#include <unistd.h>
+
+#include <algorithm>
+#include <cstring>
+
+#include "collectives/builder.hpp"
+
+namespace conccl {
+
+namespace {
+
+constexpr size_t kPoolBytes = 1 << 20;  // 65536 signals per rank
+
+// A flat little-endian record of fixed-size values and strings.
+class Writer {
+ public:
+  template <typename T>
+  void put(const T& v) {
+    static_assert(std::is_trivially_copyable_v<T>);
+    out_.append(reinterpret_cast<const char*>(&v), sizeof v);
+  }
+  void put_string(const std::string& s) {
+    put<uint32_t>(static_cast<uint32_t>(s.size()));
+    out_ += s;
+  }
+  const std::string& str() const { return out_; }
+
+ private:
+  std::string out_;
+};
+
+class Reader {
+ public:
+  explicit Reader(const std::string& in) : in_(in) {}
+  template <typename T>
+  T get() {
+    T v{};
+    if (at_ + sizeof v > in_.size()) {
+      bad_ = true;
+      return v;
+    }
+    std::memcpy(&v, in_.data() + at_, sizeof v);
+    at_ += sizeof v;
+    return v;
+  }
+  std::string get_string() {
+    const uint32_t n = get<uint32_t>();
+    if (bad_ || at_ + n > in_.size()) {
+      bad_ = true;
+      return {};
+    }
+    std::string s = in_.substr(at_, n);
+    at_ += n;
+    return s;
+  }
+  bool ok() const { return !bad_; }
+
+ private:
+  const std::string& in_;
+  size_t at_ = 0;
+  bool bad_ = false;
+};
+
+void put_buffer(Writer& w, const Buffer& b) {
+  w.put<uint64_t>(b.va);
+  w.put<uint64_t>(b.size);
+  w.put<int32_t>(b.gpu);
+  w.put<uint8_t>(static_cast<uint8_t>(b.kind));
+}
+
+Buffer get_buffer(Reader& r) {
+  Buffer b;
+  b.va = r.get<uint64_t>();
+  b.size = r.get<uint64_t>();
+  b.gpu = r.get<int32_t>();
+  b.kind = static_cast<MemKind>(r.get<uint8_t>());
+  return b;
+}
+
+void put_regions(Writer& w, const std::vector<SharedRegion>& regions) {
+  w.put<uint32_t>(static_cast<uint32_t>(regions.size()));
+  for (const SharedRegion& r : regions) {
+    w.put<uint64_t>(r.va);
+    w.put<uint64_t>(r.size);
+    w.put<uint8_t>(static_cast<uint8_t>(r.kind));
+    w.put<int32_t>(r.gpu);
+  }
+}
+
+std::vector<SharedRegion> get_regions(Reader& r) {
+  std::vector<SharedRegion> out(std::min<uint32_t>(r.get<uint32_t>(), 64));
+  for (SharedRegion& x : out) {
+    x.va = r.get<uint64_t>();
+    x.size = r.get<uint64_t>();
+    x.kind = static_cast<MemKind>(r.get<uint8_t>());
+    x.gpu = r.get<int32_t>();
+  }
+  return out;
+}
+
+// The node as a rank sees it: what must be the same in every process.
+std::string node_digest(const Topology& t) {
+  std::string s = std::to_string(t.gpus.size()) + " GPUs:";
+  for (const GpuInfo& g : t.gpus) {
+    s += " " + g.isa.name() + "[";
+    for (const EngineInfo& e : g.engines) s += std::to_string(e.id) + ",";
+    s += "]";
+  }
+  return s;
+}
+
+std::string options_digest(const Communicator::Options& o) {
+  std::string s = "loopback=" + std::to_string(o.loopback) + " ring_bytes=" + std::to_string(o.ring_bytes) +
+                  " engines=";
+  for (int e : o.engines) s += std::to_string(e) + ",";
+  return s;
+}
+
+// What must be equal in every rank's CollectiveArgs, in words for errors.
+std::string args_digest(const CollectiveArgs& a) {
+  return std::string(coll_op_name(a.op)) + " variant " + variant_name(a.variant) + " of " + std::to_string(a.bytes) +
+         " bytes, root " + std::to_string(a.root) + ", peer " + std::to_string(a.peer) +
+         (a.prelaunch ? ", prelaunch" : "") + (a.timestamps ? ", timestamps" : "") + ", engines " +
+         std::to_string(a.engines) + ", b2b_ways " + std::to_string(a.b2b_ways) + ", chain_chunks " +
+         std::to_string(a.chain_chunks);
+}
+
+void close_all(std::vector<Bootstrap::Message>& msgs) {
+  for (Bootstrap::Message& m : msgs) {
+    for (int f : m.fds) ::close(f);
+    m.fds.clear();
+  }
+}
+
+}  // namespace
+
+Communicator::~Communicator() {
+  queues_.clear();
+  if (pool_.size) (void)device_.free(pool_);
+}
+
+Status Communicator::check_peers(const std::string& doing) const {
+  return boot_ ? boot_->check_peers(doing) : Status();
+}
+
+Result<std::unique_ptr<Communicator>> Communicator::create(Device& device, int rank, int nranks, const UniqueId& id,
+                                                           const Options& options) {
+  if (device.gpu_count() == 0) return error(Code::unavailable, "the device has no GPUs");
+  const int gpu = options.gpu >= 0 ? options.gpu : (rank >= 0 ? rank % device.gpu_count() : 0);
+  if (gpu >= device.gpu_count())
+    return error(Code::invalid_argument, "Options::gpu " + std::to_string(gpu) + " does not exist (the device has GPUs 0.." +
+                                             std::to_string(device.gpu_count() - 1) + ")");
+  if (options.join_timeout_ms < 1 || options.join_timeout_ms > 86400000)
+    return error(Code::invalid_argument, "Options::join_timeout_ms must be 1..86400000");
+  const Deadline deadline = Deadline::after_ms(options.join_timeout_ms);
+  Result<std::unique_ptr<Bootstrap>> boot = Bootstrap::connect(id, rank, nranks, deadline);
+  if (!boot.ok()) return boot.status().prefix("joining the communicator");
+
+  // Agree on the node, the options and the address layout.
+  Writer w;
+  w.put<int32_t>(gpu);
+  w.put<int32_t>(device.process_slot());
+  w.put_string(node_digest(device.topology()));
+  w.put_string(options_digest(options));
+  Result<std::vector<Bootstrap::Message>> all = (*boot)->exchange("create", w.str(), {}, deadline);
+  if (!all.ok()) return all.status().prefix("joining the communicator");
+  std::vector<int> gpus(static_cast<size_t>(nranks));
+  std::vector<int> slots(static_cast<size_t>(nranks));
+  for (int r = 0; r < nranks; ++r) {
+    Reader rd((*all)[static_cast<size_t>(r)].data);
+    gpus[static_cast<size_t>(r)] = rd.get<int32_t>();
+    slots[static_cast<size_t>(r)] = rd.get<int32_t>();
+    const std::string node = rd.get_string(), opts = rd.get_string();
+    if (!rd.ok()) return error(Code::internal, "rank " + std::to_string(r) + " sent a malformed create message");
+    if (node != node_digest(device.topology()))
+      return error(Code::invalid_argument, "rank " + std::to_string(r) + " sees a different node (" + node +
+                                               ") than rank " + std::to_string(rank) + " (" +
+                                               node_digest(device.topology()) +
+                                               "): open the same backend and preset in every process");
+    if (opts != options_digest(options))
+      return error(Code::invalid_argument, "rank " + std::to_string(r) + " created its communicator with options " +
+                                               opts + ", rank " + std::to_string(rank) + " with " +
+                                               options_digest(options) + ": every rank must pass the same options");
+    for (int q = 0; q < r; ++q)
+      if (slots[static_cast<size_t>(q)] == slots[static_cast<size_t>(r)])
+        return error(Code::invalid_argument,
+                     "ranks " + std::to_string(q) + " and " + std::to_string(r) + " opened their devices with the same "
+                     "DeviceOptions::process_slot (" + std::to_string(slots[static_cast<size_t>(r)]) +
+                     "), so their memory would have the same addresses: give each process its own slot (its rank)");
+  }
+  // The same rules as one process: GPUs exist, given once unless loopback.
+  Result<std::unique_ptr<Communicator>> c = create(device, gpus, options);
+  if (!c.ok()) return c.status();
+  Communicator& comm = **c;
+  comm.me_ = rank;
+  comm.boot_ = std::move(boot).value();
+
+  // The signal pool: this rank's plans take their signals from it; every
+  // other rank maps it.
+  Result<Buffer> pool = device.alloc(-1, kPoolBytes, MemKind::host);
+  if (!pool.ok()) return pool.status().prefix("signal memory of a multi-process communicator");
+  comm.pool_ = *pool;
+  comm.pool_used_.assign(kPoolBytes / Signal::kBytes, false);
+  std::vector<SharedRegion> regions;
+  std::vector<int> fds;
+  CONCCL_RETURN_IF_ERROR(comm.share_buffer(comm.pool_, &regions, &fds));
+  Writer pw;
+  put_regions(pw, regions);
+  Result<std::vector<Bootstrap::Message>> pools = comm.boot_->exchange("signal pools", pw.str(), fds, deadline);
+  for (int f : fds) ::close(f);
+  if (!pools.ok()) return pools.status().prefix("joining the communicator");
+  Status st;
+  for (int r = 0; r < nranks && st.ok(); ++r) {
+    if (r == rank) continue;
+    Bootstrap::Message& m = (*pools)[static_cast<size_t>(r)];
+    Reader rd(m.data);
+    std::vector<SharedRegion> theirs = get_regions(rd);
+    if (!rd.ok() || theirs.size() != m.fds.size()) {
+      st = error(Code::internal, "rank " + std::to_string(r) + " sent a malformed signal pool message");
+      break;
+    }
+    for (size_t i = 0; i < theirs.size() && st.ok(); ++i) {
+      st = device.import_shared(theirs[i], m.fds[i]).prefix("mapping rank " + std::to_string(r) + "'s signal memory");
+      m.fds[i] = -1;  // import_shared took it
+    }
+  }
+  close_all(*pools);
+  if (!st.ok()) return st;
+  // Every rank has mapped everyone's pool before any plan uses it.
+  CONCCL_RETURN_IF_ERROR(comm.boot_->barrier("created", deadline).prefix("joining the communicator"));
+  return c;
+}
+
+Result<uint64_t> Communicator::pool_take(size_t bytes) {
+  const size_t n = (bytes + Signal::kBytes - 1) / Signal::kBytes;
+  for (size_t i = 0; i + n <= pool_used_.size(); ++i) {
+    size_t k = 0;
+    while (k < n && !pool_used_[i + k]) ++k;
+    if (k == n) {
+      for (size_t j = 0; j < n; ++j) pool_used_[i + j] = true;
+      const uint64_t va = pool_.va + i * Signal::kBytes;
+      std::memset(static_cast<uint8_t*>(pool_.host) + i * Signal::kBytes, 0, n * Signal::kBytes);
+      return va;
+    }
+    i += k;
+  }
+  return error(Code::resource_exhausted, "the communicator's signal memory (" + std::to_string(kPoolBytes >> 10) +
+                                             " KiB) is used up: destroy plans that are no longer needed");
+}
+
+void Communicator::pool_give(uint64_t va, size_t bytes) {
+  if (va < pool_.va) return;
+  const size_t first = (va - pool_.va) / Signal::kBytes, n = (bytes + Signal::kBytes - 1) / Signal::kBytes;
+  for (size_t j = first; j < first + n && j < pool_used_.size(); ++j) pool_used_[j] = false;
+}
+
+Status Communicator::share_buffer(const Buffer& b, std::vector<SharedRegion>* regions, std::vector<int>* fds) {
+  if (!b.va || !b.size) return Status();
+  int fd = -1;
+  Result<SharedRegion> r = device_.share(b, &fd);
+  if (!r.ok()) return r.status().prefix("sharing buffer " + hex(b.va) + " with the other ranks");
+  if (std::find(shared_out_.begin(), shared_out_.end(), r->va) != shared_out_.end()) {
+    ::close(fd);
+    return Status();
+  }
+  for (const SharedRegion& x : *regions)
+    if (x.va == r->va) {
+      ::close(fd);
+      return Status();
+    }
+  regions->push_back(*r);
+  fds->push_back(fd);
+  return Status();
+}
+
+Result<std::unique_ptr<Plan>> Communicator::plan_across_processes(const CollectiveArgs& given) {
+  const int n = size();
+  const Deadline deadline = Deadline::after_ms(options_.join_timeout_ms);
+  // This rank's buffers: {mine} or one per rank.
+  auto mine = [&](const std::vector<Buffer>& v, const char* what) -> Result<Buffer> {
+    if (v.empty()) return Buffer{};
+    if (v.size() == 1) return v[0];
+    if (v.size() == static_cast<size_t>(n)) return v[static_cast<size_t>(me_)];
+    return error(Code::invalid_argument, std::string(what) + " has " + std::to_string(v.size()) +
+                                             " buffers: across processes give this rank's alone, or one per rank");
+  };
+  Result<Buffer> send = mine(given.send, "send");
+  if (!send.ok()) return send.status();
+  Result<Buffer> recv = mine(given.recv, "recv");
+  if (!recv.ok()) return recv.status();
+
+  // This rank's signals, from its pool; given back if planning fails.
+  std::vector<std::pair<uint64_t, size_t>> slots;
+  struct GiveBack {
+    Communicator* c;
+    std::vector<std::pair<uint64_t, size_t>>* s;
+    ~GiveBack() {
+      for (const auto& [va, bytes] : *s) c->pool_give(va, bytes);
+    }
+  } give_back{this, &slots};
+  auto take = [&](size_t bytes) -> Result<uint64_t> {
+    Result<uint64_t> va = pool_take(bytes);
+    if (va.ok()) slots.push_back({*va, bytes});
+    return va;
+  };
+  Result<uint64_t> arrive = take(Signal::kBytes), ready = take(Signal::kBytes), trigger = take(Signal::kBytes);
+  for (const Result<uint64_t>* r : {&arrive, &ready, &trigger})
+    if (!r->ok()) return r->status();
+  uint64_t stamps = 0;
+  if (given.timestamps) {
+    Result<uint64_t> s = take(16 * kStampSlotsPerRank);
+    if (!s.ok()) return s.status();
+    stamps = *s;
+  }
+  std::vector<SharedRegion> regions;
+  std::vector<int> fds;
+  struct CloseFds {
+    std::vector<int>* f;
+    ~CloseFds() {
+      for (int x : *f) ::close(x);
+    }
+  } close_fds{&fds};
+  CONCCL_RETURN_IF_ERROR(share_buffer(*send, &regions, &fds));
+  CONCCL_RETURN_IF_ERROR(share_buffer(*recv, &regions, &fds));
+
+  Writer w;
+  w.put_string(args_digest(given));
+  w.put<uint8_t>(static_cast<uint8_t>(given.op));
+  put_buffer(w, *send);
+  put_buffer(w, *recv);
+  w.put<uint64_t>(*arrive);
+  w.put<uint64_t>(*ready);
+  w.put<uint64_t>(*trigger);
+  w.put<uint64_t>(stamps);
+  put_regions(w, regions);
+  const std::string step = std::string("plan ") + coll_op_name(given.op);
+  Result<std::vector<Bootstrap::Message>> all = boot_->exchange("plan", w.str(), fds, deadline);
+  if (!all.ok()) return all.status().prefix(step);
+  for (const SharedRegion& r : regions) shared_out_.push_back(r.va);
+
+  CollectiveArgs full = given;
+  full.send.assign(static_cast<size_t>(n), Buffer{});
+  full.recv.assign(static_cast<size_t>(n), Buffer{});
+  RankSignals sig;
+  Status st;
+  for (int r = 0; r < n; ++r) {
+    Bootstrap::Message& m = (*all)[static_cast<size_t>(r)];
+    Reader rd(m.data);
+    const std::string digest = rd.get_string();
+    (void)rd.get<uint8_t>();
+    const Buffer s = get_buffer(rd), v = get_buffer(rd);
+    sig.arrive.push_back(rd.get<uint64_t>());
+    sig.ready.push_back(rd.get<uint64_t>());
+    sig.trigger.push_back(rd.get<uint64_t>());
+    sig.stamps.push_back(rd.get<uint64_t>());
+    std::vector<SharedRegion> theirs = get_regions(rd);
+    if (r == me_) theirs.clear();  // our own memory
+    if (!rd.ok() || theirs.size() != m.fds.size()) {
+      st = error(Code::internal, "rank " + std::to_string(r) + " sent a malformed plan message");
+      break;
+    }
+    if (st.ok() && digest != args_digest(given))
+      st = error(Code::invalid_argument, "rank " + std::to_string(r) + " asked for " + digest + ", but rank " +
+                                             std::to_string(me_) + " for " + args_digest(given) +
+                                             ": every rank must plan the same collective with the same arguments");
+    // Mapped even when the arguments differ: the regions count as given,
+    // and the next (matching) plan relies on them.
+    for (size_t i = 0; i < theirs.size(); ++i) {
+      Status imp = device_.import_shared(theirs[i], m.fds[i]);
+      m.fds[i] = -1;
+      if (!imp.ok() && (st.ok() || st.code() == Code::invalid_argument))
+        st = imp.prefix("mapping rank " + std::to_string(r) + "'s buffers");
+    }
+    full.send[static_cast<size_t>(r)] = s;
+    full.recv[static_cast<size_t>(r)] = v;
+  }
+  close_all(*all);
+  // Host pointers where this process has them (its own buffers; the
+  // emulator's shared arenas), as in one process.
+  for (std::vector<Buffer>* v : {&full.send, &full.recv})
+    for (Buffer& b : *v)
+      if (b.va) b.host = device_.host_pointer(b.va, b.size);
+
+  Result<std::unique_ptr<Plan>> plan = error(Code::internal, "not planned");
+  if (st.ok()) {
+    CollectiveArgs args = full;
+    if (args.variant == Variant::automatic) {
+      args.variant = choose_variant(args.op, args.bytes, n, caps_, args.prelaunch);
+      bool in_place = args.op == CollOp::all_to_all;
+      for (int r = 0; r < n && in_place; ++r)
+        in_place = full.send[static_cast<size_t>(r)].va == full.recv[static_cast<size_t>(r)].va;
+      if (in_place && caps_.swap) args.variant = Variant::swap;
+    }
+    st = validate_args(*this, args);
+    if (st.ok()) {
+      plan = compile(args, full, false, &sig);
+      if (!plan.ok()) st = plan.status();
+    }
+  }
+  // Every rank learns whether all could plan, so none is left with a plan
+  // the others lack (its launch would wait for them forever).
+  Result<std::vector<Bootstrap::Message>> verdicts =
+      boot_->exchange("planned", st.ok() ? std::string() : st.to_string(), {}, deadline);
+  if (!verdicts.ok()) return verdicts.status().prefix(step);
+  if (!st.ok()) return st;
+  for (int r = 0; r < n; ++r)
+    if (!(*verdicts)[static_cast<size_t>(r)].data.empty())
+      return error(Code::invalid_argument, "rank " + std::to_string(r) + " could not plan the " +
+                                               coll_op_name(given.op) + ": " + (*verdicts)[static_cast<size_t>(r)].data);
+  (*plan)->pool_slots_ = std::move(slots);
+  slots.clear();
+  return plan;
+}
+
+}  // namespace conccl
