@@ -23,7 +23,9 @@ Result<std::unique_ptr<Device>> open_device(const DeviceOptions& options) {
     // NVIDIA Hopper copy engines on our own RM channels (docs/nv-backend.md).
     // Without /dev/nvidiactl, with the proprietary module or another driver
     // branch, the error names the cause and the fix.
-    Result<std::unique_ptr<Device>> d = nv::open_generic(nv::Options{});
+    nv::Options o;
+    o.process_slot = options.process_slot;
+    Result<std::unique_ptr<Device>> d = nv::open_generic(o);
     if (!d.ok()) return d.status().prefix("open_device(backend nv)");
     return d;
   }

@@ -151,6 +151,9 @@ class Communicator {
   bool local(int r) const { return me_ < 0 || r == me_; }
   // An error naming ranks whose process has gone (ok in one process).
   Status check_peers(const std::string& doing) const;
+  // The ranks' connections (null in one process), for a transport's own
+  // exchanges between plans: every rank must make the same calls.
+  Bootstrap* bootstrap() const { return boot_.get(); }
 
   int size() const { return static_cast<int>(gpus_.size()); }
   int gpu(int rank) const { return gpus_[static_cast<size_t>(rank)]; }
@@ -251,6 +254,8 @@ class Plan {
   SignalStore consumed_store() const;
   // Waits until every destination has all its data. On timeout the error
   // names the stuck list's queue and engine and decodes its pending packets.
+  // Across processes every rank waits for every launch (the wait ends when
+  // all ranks' lists have ended; a gone rank is named).
   Status wait(Deadline deadline);
   // True while a launch has not completed.
   bool running() const;
@@ -295,6 +300,7 @@ class Plan {
   Buffer stamps_{};  // 16 bytes per list when args_.timestamps
   bool launched_ = false;
   bool waiting_release_ = false;
+  bool synced_ = true;  // across processes: every rank finished the last launch (wait()'s barrier)
 };
 
 // The variant `automatic` picks for an op, size, rank count and what the

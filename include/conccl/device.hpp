@@ -84,8 +84,8 @@ class Device {
 
   // ---- memory across processes (docs/multiprocess.md) ----
   // DeviceOptions::process_slot: where this process's memory lives in the
-  // address layout that processes of one communicator share.
-  virtual int process_slot() const { return 0; }
+  // address layout that processes of one communicator share (-1: none).
+  virtual int process_slot() const { return -1; }
   // The region holding `buffer`, and a new file descriptor for it (the
   // caller closes it once passed on).
   virtual Result<SharedRegion> share(const Buffer& buffer, int* fd) {
@@ -122,8 +122,8 @@ struct DeviceOptions {
   // Processes that form one communicator (Communicator::create with a
   // UniqueId) open their devices with distinct slots, 0..15 - their rank is
   // the natural choice - so that every process's memory has one address in
-  // all of them (docs/multiprocess.md).
-  int process_slot = 0;
+  // all of them (docs/multiprocess.md). -1: a device of one process.
+  int process_slot = -1;
 };
 
 // Opens a backend. Errors: Code::unavailable when the backend is not built or

@@ -45,8 +45,20 @@ enum class IrqNotifier : uint8_t {
   both,
 };
 
+// Where process slots put their data windows (Options::process_slot): above
+// AddressSanitizer's shadow (which ends at 16 TiB) and below the 128 TiB of
+// a 47-bit user address space.
+inline constexpr uint64_t kSlotWindowBase = 0x2000'0000'0000ull;   // 32 TiB
+inline constexpr uint64_t kSlotWindowBytes = 0x0400'0000'0000ull;  // 4 TiB per slot
+
 struct Options {
   int gpu = 0;  // index among the GPUs the driver lists (NV_ESC_CARD_INFO order)
+  // Ranks in separate processes (DeviceOptions::process_slot, 0..15): the
+  // data windows go to fixed addresses by slot - kSlotWindowBase + slot *
+  // kSlotWindowBytes + gpu * va_size - so that every process of a
+  // communicator can map the others' memory at the addresses its owner
+  // uses. -1: va_base as given (or where the kernel puts it).
+  int process_slot = -1;
   // open_generic: the GPUs of the conccl::Device, in order (GPU i of the
   // Device is driver GPU gpus[i]); empty = every GPU the driver lists. Each
   // gets its own RM client, channels and VA windows; device memory of one is

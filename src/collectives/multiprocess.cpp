@@ -159,6 +159,10 @@ Result<std::unique_ptr<Communicator>> Communicator::create(Device& device, int r
   if (gpu >= device.gpu_count())
     return error(Code::invalid_argument, "Options::gpu " + std::to_string(gpu) + " does not exist (the device has GPUs 0.." +
                                              std::to_string(device.gpu_count() - 1) + ")");
+  if (device.process_slot() < 0)
+    return error(Code::invalid_argument, "rank " + std::to_string(rank) +
+                                             ": a multi-process communicator needs a device opened with "
+                                             "DeviceOptions::process_slot (0..15, distinct per process: the rank)");
   if (options.join_timeout_ms < 1 || options.join_timeout_ms > 86400000)
     return error(Code::invalid_argument, "Options::join_timeout_ms must be 1..86400000");
   const Deadline deadline = Deadline::after_ms(options.join_timeout_ms);

@@ -16,14 +16,20 @@ Plan::~Plan() {
       if (consumed_.valid()) consumed_.set(consumed_target_);
     }
     waiting_release_ = false;
-    // With a rank's process gone, the launch cannot finish: do not wait for it.
-    if (running() && comm_->check_peers("destroying a plan").ok())
+    // With a rank's process gone, the launch cannot finish: do not wait for
+    // it. Across processes the wait is this rank's alone (a destructor makes
+    // no collective call): its signals are then kept, not given back.
+    if (running() && comm_->check_peers("destroying a plan").ok()) {
+      if (comm_->boot_) synced_ = true;  // makes wait() skip its barrier
       (void)wait(Deadline::after(std::chrono::seconds(10)));
+      if (comm_->boot_) synced_ = false;
+    }
   }
   if (stamps_.size && comm_) (void)comm_->device().free(stamps_);
   // Signal memory from the communicator's pool goes back only when no engine
   // can still write it; a launch stranded by a gone rank keeps its slots.
-  if (comm_ && !(launched_ && running()))
+  // Across processes, only after a launch every rank waited for.
+  if (comm_ && (!launched_ || (synced_ && !running())))
     for (const auto& [va, bytes] : pool_slots_) comm_->pool_give(va, bytes);
 }
 
@@ -65,6 +71,15 @@ Status Plan::submit_all(Deadline deadline) {
   if (running())
     return error(Code::busy, std::string(coll_op_name(args_.op)) +
                                  " plan launched while its previous launch is still running; wait() for it first");
+  // Ranks in separate processes: every rank's previous launch is over (wait()
+  // ends with a barrier), so no list still reads the signals reset here; and
+  // no rank's lists run before every rank has reset and is ready to receive:
+  // a barrier after the reset.
+  const std::string step = std::string("launch ") + coll_op_name(args_.op);
+  if (comm_->boot_ && launched_ && !synced_)
+    return error(Code::invalid_argument, "relaunch of a plan whose last launch was not wait()ed for: across processes "
+                                         "every rank waits for every launch");
+  if (comm_->boot_) synced_ = false;
   // Every launch counts from zero: reset before anything is queued (each
   // process its own rank's signals).
   for (size_t r = 0; r < arrive_.size(); ++r)
@@ -73,11 +88,8 @@ Status Plan::submit_all(Deadline deadline) {
       ready_[r].set(0);
     }
   trigger_.set(0);
-  // Ranks in separate processes: no rank's lists may run before every rank
-  // has reset its signals and is ready to receive.
   if (comm_->boot_)
-    CONCCL_RETURN_IF_ERROR(comm_->boot_->barrier(std::string("launch ") + coll_op_name(args_.op), deadline)
-                               .prefix("launching " + std::string(coll_op_name(args_.op))));
+    CONCCL_RETURN_IF_ERROR(comm_->boot_->barrier(step + ": signals reset", deadline).prefix("launching " + std::string(coll_op_name(args_.op))));
   launched_ = true;
   for (size_t i = 0; i < lists_.size(); ++i) {
     PlanList& l = lists_[i];
@@ -172,6 +184,14 @@ Status Plan::wait(Deadline deadline) {
       return st.prefix(std::string(coll_op_name(args_.op)) +
                        ": the data is in place, but the writer the release was handed to (a compute stream) has not "
                        "made the plan's consumed_store() after its waits");
+  }
+  // Across processes: done only when every rank's lists are done, since
+  // they read this rank's signals (the trigger) until they end; after this
+  // the signals may be reset (relaunch) or given back (destruction).
+  if (comm_->boot_ && !synced_) {
+    CONCCL_RETURN_IF_ERROR(comm_->boot_->barrier(std::string(coll_op_name(args_.op)) + ": launch over", deadline)
+                               .prefix(std::string("waiting for ") + coll_op_name(args_.op)));
+    synced_ = true;
   }
   return Status();
 }

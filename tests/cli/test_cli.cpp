@@ -11,6 +11,7 @@
 #include <cstdio>
 #include <cstdlib>
 
+#include "json_check.hpp"
 #include "probe_runner.hpp"
 
 namespace {
@@ -862,3 +863,30 @@ TEST(Collectives, QueuesFlag) {
 }
 
 }  // namespace
+
+// --procs N: one process per rank, started by sdma-probe itself; rank 0
+// prints the table, every rank verifies its own destinations.
+TEST(CliProcs, RanksInSeparateProcessesVerifyEverySize) {
+  for (const char* op : {"allgather", "alltoall", "broadcast"}) {
+    const Outcome o = probe({op, "--procs", "3", "--min", "1K", "--max", "256K", "--json"}, "", 120);
+    ASSERT_EQ(o.rc, 0) << op << ": " << o.err;
+    EXPECT_TRUE(probe_test::is_valid_json(o.out)) << o.out;
+    EXPECT_TRUE(contains(o.out, "\"ranks\": 3")) << o.out;
+    EXPECT_FALSE(contains(o.out, "\"verified\": false")) << o.out;
+    size_t rows = 0;
+    for (size_t at = o.out.find("\"size\":"); at != std::string::npos; at = o.out.find("\"size\":", at + 1)) ++rows;
+    EXPECT_EQ(rows, 9u) << o.out;  // 1K..256K, once, from rank 0 alone
+  }
+  const Outcome h = probe({"alltoall", "--procs", "2", "--preset", "h200", "--min", "4K", "--max", "64K"}, "", 120);
+  ASSERT_EQ(h.rc, 0) << h.err;
+  EXPECT_EQ(data_rows(h.out).size(), 5u) << h.out;  // one table, from rank 0 alone
+}
+
+TEST(CliProcs, ProcsAndRanksTogetherIsAUsageError) {
+  const Outcome o = probe({"allgather", "--procs", "2", "--ranks", "2"});
+  EXPECT_EQ(o.rc, 2);
+  EXPECT_TRUE(contains(o.err, "give --procs or --ranks")) << o.err;
+  const Outcome r = probe({"allgather", "--rank", "0"});
+  EXPECT_EQ(r.rc, 2);
+  EXPECT_TRUE(contains(r.err, "--procs launcher sets them")) << r.err;
+}

@@ -608,8 +608,15 @@ int run_main(const std::vector<std::string>& words) {
 
 }  // namespace
 
+std::vector<std::string>& original_words_storage() {
+  static std::vector<std::string> w;
+  return w;
+}
+const std::vector<std::string>& original_words() { return original_words_storage(); }
+
 int main_entry(int argc, char** argv) {
   std::vector<std::string> words(argv, argv + argc);
+  original_words_storage() = words;
   try {
     const int rc = run_main(words);
     if (std::fflush(stdout) != 0) {

@@ -151,6 +151,11 @@ const std::vector<FlagSpec>& common_flags();
 // ---------------------------------------------------------------------------
 // Subcommands
 
+// The command line this process was started with (set by main_entry), for
+// a launcher that starts copies of itself (--procs).
+const std::vector<std::string>& original_words();
+std::vector<std::string>& original_words_storage();
+
 struct Context {
   FILE* out = stdout;  // results
   FILE* err = stderr;  // diagnostics, progress

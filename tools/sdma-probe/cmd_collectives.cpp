@@ -17,6 +17,7 @@
 #include "conccl/staging.hpp"
 #include "device_flags.hpp"
 #include "mem_budget.hpp"
+#include "procs.hpp"
 #include "sweep_dtype.hpp"
 #include "sweep_inplace.hpp"
 #include "sweep_progress.hpp"
@@ -164,12 +165,15 @@ uint64_t count_diff(const uint8_t* got, uint64_t seed, int rank, uint64_t off, s
 
 // Counts the destination bytes that differ from the sources' patterns,
 // downloading through the stagers (device memory need not be CPU-visible).
+// Ranks in separate processes: only rank `only`'s destinations (-1: all).
 conccl::Result<uint64_t> count_wrong(const conccl::CollectiveArgs& a, int n, uint64_t seed,
-                                     const std::vector<conccl::Stager*>& stager_of_rank, conccl::Deadline dl) {
+                                     const std::vector<conccl::Stager*>& stager_of_rank, conccl::Deadline dl,
+                                     int only = -1) {
   constexpr size_t kPiece = 64u << 20;
   std::vector<uint8_t> got;
   uint64_t wrong = 0;
   for (const Piece& p : pieces_of(a, n)) {
+    if (only >= 0 && p.dst_rank != only) continue;
     const Buffer& dst = a.recv[static_cast<size_t>(p.dst_rank)];
     conccl::Stager& st = *stager_of_rank[static_cast<size_t>(p.dst_rank)];
     for (uint64_t off = 0; off < p.len; off += kPiece) {
@@ -262,19 +266,30 @@ int run_collective(const Args& args, Context& ctx) {
     names += (names.empty() ? "" : ", ") + std::string(conccl::variant_name(v));
   }
   if (!variant_ok) return usage_error(args, ctx, std::string(op.name) + " variants: " + names);
+  // --procs N: one process per rank. This process is either the launcher or
+  // one of the ranks it started (--rank, --unique-id).
+  conccl::Result<int64_t> procs = args.get_int_in_range("procs", 1, kMaxRanks, 0);
+  if (!procs.ok()) return fail(args, ctx, procs.status());
+  conccl::Result<std::optional<ProcRank>> proc = proc_rank_of(args);
+  if (!proc.ok()) return usage_error(args, ctx, proc.status().message());
+  if (*procs && args.has("ranks"))
+    return usage_error(args, ctx, "--procs N runs N ranks, one process each: give --procs or --ranks, not both");
+  if (*procs && !*proc) return run_procs(args, ctx, static_cast<int>(*procs));
+  const int me = *proc ? (*proc)->rank : -1;  // this process's rank; -1: all ranks here
+  const bool printer = me <= 0;               // who prints the table and writes the files
 
   // SIGINT/SIGTERM from here on: checked between iterations; the size being
   // timed is abandoned, the finished rows are written, exit 128 + signal. A
   // signal during the set-up (allocating, uploading) ends it with no rows.
   install_sweep_signals();
-  conccl::Result<std::unique_ptr<conccl::Device>> devr = open_device_from_args(args);
+  conccl::Result<std::unique_ptr<conccl::Device>> devr = open_device_from_args(args, me);
   if (!devr.ok()) return fail(args, ctx, devr.status());
   conccl::Device& dev = **devr;
   int gpus = dev.gpu_count();
   // Checked by open_device_from_args: 0 (absent) or 1..kMaxGpus.
   if (conccl::Result<int64_t> g = args.get_int_in_range("gpus", 1, kMaxGpus, 0); g.ok() && *g > 0)
     gpus = std::min(gpus, static_cast<int>(*g));
-  const int n = *ranks_flag ? static_cast<int>(*ranks_flag) : std::min(gpus, kMaxRanks);
+  const int n = *procs ? static_cast<int>(*procs) : *ranks_flag ? static_cast<int>(*ranks_flag) : std::min(gpus, kMaxRanks);
   if (op.op == CollOp::p2p && n < 2)
     return usage_error(args, ctx, "p2p needs two ranks: give --ranks 2 (loopback on one GPU)");
   for (const auto& [flag, rank] : {std::pair{"--root", *root}, std::pair{"--peer", *peer}})
@@ -310,8 +325,14 @@ int run_collective(const Args& args, Context& ctx) {
   if (queues == "per-rank") co.queues = QS::per_rank;
   else if (queues == "per-engine") co.queues = QS::per_engine;
   else if (queues != "auto") return usage_error(args, ctx, "--queues is auto, per-rank or per-engine, not '" + queues + "'");
-  conccl::Result<std::unique_ptr<conccl::Communicator>> comm = conccl::Communicator::create(dev, gpu_of, co);
+  if (me >= 0) {
+    co.gpu = gpu_of[static_cast<size_t>(me)];
+    co.join_timeout_ms = static_cast<int64_t>(args.common().timeout_ms);
+  }
+  conccl::Result<std::unique_ptr<conccl::Communicator>> comm =
+      me >= 0 ? conccl::Communicator::create(dev, me, n, (*proc)->id, co) : conccl::Communicator::create(dev, gpu_of, co);
   if (!comm.ok()) return fail(args, ctx, comm.status());
+  auto local = [&](int r) { return me < 0 || r == me; };
 
   // One stager per GPU moves the patterns in and the results out: device
   // memory need not be CPU-visible (NVIDIA HBM is not).
@@ -319,6 +340,10 @@ int run_collective(const Args& args, Context& ctx) {
   auto deadline = [&] { return conccl::Deadline::after_ms(deadline_ms); };
   std::vector<std::unique_ptr<conccl::Stager>> stagers;
   for (int g = 0; g < gpus; ++g) {
+    if (me >= 0 && g != gpu_of[static_cast<size_t>(me)]) {  // another process's GPU
+      stagers.push_back(nullptr);
+      continue;
+    }
     conccl::Result<std::unique_ptr<conccl::Stager>> st = conccl::Stager::create(dev, g, staging_bytes(gpus));
     if (!st.ok()) return fail(args, ctx, st.status());
     stagers.push_back(std::move(st).value());
@@ -341,6 +366,7 @@ int run_collective(const Args& args, Context& ctx) {
   uint64_t total = 0;
   for (uint64_t g : need.gpu) total = add_sat(total, g);
   for (int r = 0; r < n; ++r) {
+    if (!local(r)) continue;  // its own process allocates them
     const RankBuffers rb = buffer_bytes(op.op, base.root, base.peer, r, n, max_chunk);
     for (auto [bytes, out] : {std::pair{rb.send, &base.send[static_cast<size_t>(r)]}, std::pair{rb.recv, &base.recv[static_cast<size_t>(r)]}}) {
       if (!bytes) continue;
@@ -386,12 +412,12 @@ int run_collective(const Args& args, Context& ctx) {
   setup.peer = base.peer;
   setup.has_root = op.op != CollOp::all_gather && op.op != CollOp::all_to_all;
   setup.has_peer = op.op == CollOp::p2p;
-  if (!json_stdout) {
+  if (!json_stdout && printer) {
     print_banner(ctx.out, setup);
     print_header(ctx.out);
     std::fflush(ctx.out);
   }
-  Progress progress(ctx.err);
+  Progress progress(printer ? ctx.err : nullptr);
   std::vector<SweepRow> rows;
   bool all_ok = true;
   // One form (out of place or in place) of one size: poison the
@@ -413,6 +439,7 @@ int run_collective(const Args& args, Context& ctx) {
         CONCCL_RETURN_IF_ERROR(stager_of_rank[static_cast<size_t>(r)]->fill(b, poison_value, deadline()).prefix("poisoning the destinations"));
     }
     for (const InPlaceSource& src : sources)
+      if (local(src.owner))
       CONCCL_RETURN_IF_ERROR(upload_pattern(*stager_of_rank[static_cast<size_t>(src.owner)], src.at, kSeed, src.src_rank,
                                             deadline(), src.src_off)
                                  .prefix("placing rank " + std::to_string(src.src_rank) + "'s data in place"));
@@ -452,9 +479,27 @@ int run_collective(const Args& args, Context& ctx) {
     }
     if (sweep_signal()) return Status();  // abandoned
     m->time = time_stats(times);
-    conccl::Result<uint64_t> wrong = count_wrong(a, n, kSeed, stager_of_rank, deadline());
+    conccl::Result<uint64_t> wrong = count_wrong(a, n, kSeed, stager_of_rank, deadline(), me);
     if (!wrong.ok()) return wrong.status().prefix("verifying " + at);
     m->wrong = *wrong;
+    if (me >= 0) {
+      // Every rank checked its own destinations: the row has the sum of
+      // wrong bytes and the times of the slowest rank.
+      struct Mine {
+        uint64_t wrong;
+        TimeStats time;
+      } mine{*wrong, m->time};
+      conccl::Result<std::vector<conccl::Bootstrap::Message>> all = (*comm)->bootstrap()->exchange(
+          "row", std::string(reinterpret_cast<const char*>(&mine), sizeof mine), {}, deadline());
+      if (!all.ok()) return all.status().prefix("collecting the ranks' results at " + at);
+      m->wrong = 0;
+      for (const conccl::Bootstrap::Message& msg : *all) {
+        Mine t{};
+        if (msg.data.size() == sizeof t) std::memcpy(&t, msg.data.data(), sizeof t);
+        m->wrong += t.wrong;
+        if (t.time.mean > m->time.mean) m->time = t.time;
+      }
+    }
     m->variant = conccl::variant_name((*plan)->variant());
     m->engines = engines_used(**plan, gpu_of);
     return Status();
@@ -501,20 +546,20 @@ int run_collective(const Args& args, Context& ctx) {
     }
     all_ok &= row.wrong == 0 && row.ip_wrong == 0;
     progress.clear();
-    if (!json_stdout) print_row(ctx.out, row);
+    if (!json_stdout && printer) print_row(ctx.out, row);
     std::fflush(ctx.out);
     rows.push_back(row);
   }
   progress.clear();
   const int signal = sweep_signal();
-  if (!json_stdout) {
+  if (!json_stdout && printer) {
     if (signal)
       std::fprintf(ctx.out, "# interrupted by %s after %zu of %zu sizes\n", sweep_signal_name(signal), rows.size(),
                    sizes.size());
     print_summary(ctx.out, rows);
   }
-  if (json_stdout) write_json(ctx.out, setup, rows, signal);
-  if (json_file) {
+  if (json_stdout && printer) write_json(ctx.out, setup, rows, signal);
+  if (json_file && printer) {
     FILE* f = std::fopen(json_file->c_str(), "w");
     if (!f) {
       release();
@@ -524,7 +569,7 @@ int run_collective(const Args& args, Context& ctx) {
     std::fclose(f);
   }
   release();
-  if (std::optional<std::string> png = args.value("plot")) {
+  if (std::optional<std::string> png = args.value("plot"); png && printer) {
     const conccl::Status st = plot_sweep(*png, std::string("sdma-probe ") + op.name + ": " + std::to_string(n) +
                                                    " ranks, " + std::string(backend_name(args.common().backend)),
                                          rows);
@@ -564,6 +609,10 @@ std::vector<FlagSpec> collective_flags() {
   f.push_back({.name = "root", .value = "R", .help = "root rank (broadcast, gather, scatter; p2p source)"});
   f.push_back({.name = "peer", .value = "R", .help = "p2p destination rank (default 1)"});
   f.push_back({.name = "json-file", .value = "FILE", .help = "also write the rows as JSON to FILE"});
+  f.push_back({.name = "procs", .value = "N",
+               .help = "N ranks, one process each (started by this one; ranks on GPUs as --ranks places them)"});
+  f.push_back({.name = "rank", .value = "R", .help = "set by --procs for the ranks it starts"});
+  f.push_back({.name = "unique-id", .value = "ID", .help = "set by --procs for the ranks it starts"});
   f.push_back({.name = "ranks", .value = "N",
                .help = "ranks, 1..64 (default: one per GPU); more ranks than GPUs places several on each (loopback)"});
   return f;

@@ -13,8 +13,9 @@ std::vector<FlagSpec> device_flag_specs() {
   };
 }
 
-conccl::Result<std::unique_ptr<conccl::Device>> open_device_from_args(const Args& args) {
+conccl::Result<std::unique_ptr<conccl::Device>> open_device_from_args(const Args& args, int process_slot) {
   conccl::DeviceOptions o;
+  o.process_slot = process_slot;
   o.backend = std::string(backend_name(args.common().backend));
   o.preset = args.common().preset;
   conccl::Result<int64_t> gpus = args.get_int_in_range("gpus", 1, kMaxGpus, 0);

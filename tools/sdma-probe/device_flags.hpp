@@ -22,6 +22,7 @@ std::vector<FlagSpec> device_flag_specs();
 
 // Opens the device the flags describe. Errors carry Code::unavailable when
 // the backend is missing here (exit 5) and invalid_argument for bad flags.
-conccl::Result<std::unique_ptr<conccl::Device>> open_device_from_args(const Args& args);
+// process_slot: DeviceOptions::process_slot (a --procs rank gives its rank).
+conccl::Result<std::unique_ptr<conccl::Device>> open_device_from_args(const Args& args, int process_slot = -1);
 
 }  // namespace probe

@@ -3,6 +3,7 @@
 #include <unistd.h>
 
 #include <cerrno>
+#include <algorithm>
 #include <cinttypes>
 #include <cstring>
 #include <cstdio>
@@ -133,7 +134,7 @@ class EmuGpfifoBackend final : public GpfifoBackend {
 
 class EmuDeviceImpl final : public EmuDevice {
  public:
-  explicit EmuDeviceImpl(std::shared_ptr<Node> node) : node_(std::move(node)) {}
+  EmuDeviceImpl(std::shared_ptr<Node> node, int slot) : node_(std::move(node)), slot_(slot) {}
   ~EmuDeviceImpl() override { node_->stop_engines(); }
 
   const Topology& topology() const override { return node_->topology(); }
@@ -264,7 +265,7 @@ class EmuDeviceImpl final : public EmuDevice {
 
   // Another process maps the whole arena holding the buffer (its memfd) at
   // the same GPU VA: slots keep the processes' windows apart.
-  int process_slot() const override { return node_->slot(); }
+  int process_slot() const override { return slot_; }
   Result<SharedRegion> share(const Buffer& b, int* fd) override {
     Arena* a = node_->own_arena(b.va, b.size ? b.size : 1);
     if (!a)
@@ -316,6 +317,7 @@ class EmuDeviceImpl final : public EmuDevice {
     return error(Code::invalid_argument, "no engine " + std::to_string(engine) + " on gpu " + std::to_string(gpu));
   }
   std::shared_ptr<Node> node_;
+  int slot_;  // as asked (-1: one process; the node then uses slot 0's windows)
 };
 
 }  // namespace
@@ -326,16 +328,17 @@ Result<std::unique_ptr<EmuDevice>> create(const DeviceOptions& options) {
   const size_t gpu_bytes = topo->gpus.empty() ? 0 : topo->gpus[0].memory_bytes;
   if (gpu_bytes % 4096)
     return error(Code::invalid_argument, "memory per GPU must be a multiple of 4 KiB");
-  if (options.process_slot < 0 || options.process_slot >= kMaxProcessSlots)
+  if (options.process_slot < -1 || options.process_slot >= kMaxProcessSlots)
     return error(Code::invalid_argument, "process_slot " + std::to_string(options.process_slot) + " must be 0.." +
-                                             std::to_string(kMaxProcessSlots - 1));
+                                             std::to_string(kMaxProcessSlots - 1) + " (or -1: one process)");
   // Slot s's GPU windows end below slot s+1's host window.
   if (options.process_slot > 0 && kGpuVaBase + topo->gpus.size() * kGpuVaStride > kSlotStride + kHostVaBase)
     return error(Code::invalid_argument, "an emulated node of " + std::to_string(topo->gpus.size()) +
                                              " GPUs has no room for process slots: use at most 24 GPUs with process_slot > 0");
-  auto node = std::make_shared<Node>(std::move(topo).value(), size_t(1) << 30, gpu_bytes, options.process_slot);
+  auto node = std::make_shared<Node>(std::move(topo).value(), size_t(1) << 30, gpu_bytes,
+                                     std::max(0, options.process_slot));
   CONCCL_RETURN_IF_ERROR(node->init());
-  return std::unique_ptr<EmuDevice>(new EmuDeviceImpl(std::move(node)));
+  return std::unique_ptr<EmuDevice>(new EmuDeviceImpl(std::move(node), options.process_slot));
 }
 
 }  // namespace conccl::emu

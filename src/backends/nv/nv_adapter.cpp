@@ -21,7 +21,11 @@
 #include <map>
 #include <set>
 
+#include <fcntl.h>
+#include <sys/mman.h>
 #include <unistd.h>
+
+#include <cerrno>
 
 #include "backends/nv/nv_device.hpp"
 #include "backends/nv/rm_abi.hpp"
@@ -38,10 +42,86 @@ constexpr size_t kPoolPage = 64 << 10;  // cells come from pages of this size
 
 class GenericDevice final : public conccl::Device {
  public:
-  explicit GenericDevice(std::vector<std::unique_ptr<nv::Device>> devs) : devs_(std::move(devs)) {}
+  GenericDevice(std::vector<std::unique_ptr<nv::Device>> devs, int slot) : devs_(std::move(devs)), slot_(slot) {}
   ~GenericDevice() override {
     for (auto& [va, a] : buffers_) (void)release(a);
     for (auto& [va, a] : pool_pages_) (void)release(a);
+    for (auto& [va, im] : imports_) drop_import(im);
+  }
+
+  // ---- memory across processes (docs/multiprocess.md) ----
+  // Device memory crosses as an RM export fd, imported by every client of
+  // the other process at the owner's address (nv_peer.cpp); host memory as
+  // the memfd behind it, mapped there at the same address and registered
+  // with every client (map_host). Process slots keep the addresses apart.
+  int process_slot() const override { return slot_; }
+  Result<SharedRegion> share(const conccl::Buffer& b, int* fd) override {
+    const Alloc* a = find_alloc(b.va, b.size ? b.size : 1);
+    if (!a)
+      return error(Code::invalid_argument,
+                   "share: buffer " + hex(b.va) + " was not allocated by this nv device (CUDA memory is not shared "
+                   "between processes yet: allocate the buffers a multi-process communicator uses with Device::alloc)");
+    SharedRegion r;
+    r.va = a->own.va;
+    r.size = a->own.size;
+    if (a->own.kind == nv::MemKind::device) {
+      Result<int> f = devs_[static_cast<size_t>(a->owner)]->export_fd(a->own);
+      if (!f.ok()) return f.status().prefix("share");
+      *fd = *f;
+      r.kind = conccl::MemKind::device;
+      r.gpu = a->owner;
+    } else {
+      if (a->own.fd < 0) return error(Code::internal, "share: host buffer " + hex(b.va) + " has no memfd");
+      *fd = ::fcntl(a->own.fd, F_DUPFD_CLOEXEC, 0);
+      if (*fd < 0) return error(Code::resource_exhausted, std::string("share: dup: ") + std::strerror(errno));
+      r.kind = conccl::MemKind::host;
+      r.gpu = -1;
+    }
+    return r;
+  }
+  Status import_shared(const SharedRegion& r, int fd) override {
+    struct Close {
+      int fd;
+      ~Close() { ::close(fd); }
+    } close_fd{fd};
+    if (imports_.count(r.va)) return Status();  // mapped before
+    if (r.size == 0 || (r.va | r.size) & 0xFFF)
+      return error(Code::invalid_argument, "import of " + hex(r.va) + "+" + hex(r.size) + ": not page-aligned");
+    if (find_alloc(r.va, 1) || find_alloc(r.va + r.size - 1, 1))
+      return error(Code::invalid_argument, "memory of another process at " + hex(r.va) +
+                                               " overlaps this process's own: the two opened their devices with the "
+                                               "same DeviceOptions::process_slot; give each its own (its rank)");
+    Import im;
+    im.va = r.va;
+    im.size = r.size;
+    im.kind = r.kind;
+    // The address, here too: the owner's pages (host) or a reservation that
+    // keeps anything else away from the GPU mapping (device).
+    const bool host = r.kind == conccl::MemKind::host;
+    void* p = mmap(reinterpret_cast<void*>(r.va), r.size, host ? PROT_READ | PROT_WRITE : PROT_NONE,
+                   host ? MAP_SHARED | MAP_FIXED_NOREPLACE : MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE | MAP_FIXED_NOREPLACE,
+                   host ? fd : -1, 0);
+    if (p == MAP_FAILED || p != reinterpret_cast<void*>(r.va)) {
+      const int e = errno;
+      if (p != MAP_FAILED) munmap(p, r.size);
+      return error(Code::invalid_argument, "cannot map another process's memory at " + hex(r.va) + ": " +
+                                               std::strerror(e) + " (the address is in use here; processes of one "
+                                               "communicator must open their devices with distinct process slots)");
+    }
+    im.host = host ? p : nullptr;
+    Status st;
+    for (size_t g = 0; g < devs_.size() && st.ok(); ++g) {
+      Result<nv::Buffer> v = host ? devs_[g]->map_host(p, r.size) : devs_[g]->import_fd(fd, r.va, r.size);
+      if (v.ok()) im.views.push_back({g, *v});
+      else st = v.status().prefix("mapping another process's " + std::string(host ? "host" : "device") + " memory " +
+                                  hex(r.va) + " into GPU " + std::to_string(g));
+    }
+    if (!st.ok()) {
+      drop_import(im);
+      return st;
+    }
+    imports_[r.va] = std::move(im);
+    return Status();
   }
 
   // Links between the GPUs (peer capabilities from RM); fails for a pair
@@ -116,13 +196,14 @@ class GenericDevice final : public conccl::Device {
 
   void* host_pointer(uint64_t va, size_t bytes) override {
     if (const nv::Buffer* page = find(pool_pages_, va, bytes)) return static_cast<uint8_t*>(page->host) + (va - page->va);
+    if (const Import* im = find_import(va, bytes)) return im->host ? static_cast<uint8_t*>(im->host) + (va - im->va) : nullptr;
     const nv::Buffer* b = find(buffers_, va, bytes);
     if (!b || !b->host) return nullptr;
     return static_cast<uint8_t*>(b->host) + (va - b->va);
   }
 
   bool is_mapped(uint64_t va, size_t bytes) override {
-    if (find(buffers_, va, bytes) || find(pool_pages_, va, bytes)) return true;
+    if (find(buffers_, va, bytes) || find(pool_pages_, va, bytes) || find_import(va, bytes)) return true;
     // CUDA memory: registered with every GPU (register_cuda below).
     return devs_[0]->is_registered(va, bytes ? bytes : 1);
   }
@@ -280,6 +361,37 @@ class GenericDevice final : public conccl::Device {
   Topology topo_;
   std::map<uint64_t, Alloc> buffers_;     // by va
   std::map<uint64_t, Alloc> pool_pages_;  // by va
+  // Memory of other processes (import_shared), by va.
+  struct Import {
+    uint64_t va = 0, size = 0;
+    conccl::MemKind kind = conccl::MemKind::host;
+    void* host = nullptr;
+    std::vector<View> views;
+  };
+  std::map<uint64_t, Import> imports_;
+  int slot_ = -1;
+  const Import* find_import(uint64_t va, size_t bytes) const {
+    auto it = imports_.upper_bound(va);
+    if (it == imports_.begin()) return nullptr;
+    --it;
+    return va >= it->second.va && va + bytes <= it->second.va + it->second.size ? &it->second : nullptr;
+  }
+  const Alloc* find_alloc(uint64_t va, size_t bytes) const {
+    for (const auto* m : {&buffers_, &pool_pages_}) {
+      auto it = m->upper_bound(va);
+      if (it == m->begin()) continue;
+      --it;
+      const nv::Buffer& b = it->second.own;
+      if (va >= b.va && va + bytes <= b.va + b.size) return &it->second;
+    }
+    return nullptr;
+  }
+  void drop_import(Import& im) {
+    for (View& v : im.views) (void)devs_[v.gpu]->free(v.buffer);
+    im.views.clear();
+    if (im.va) munmap(reinterpret_cast<void*>(im.va), im.size);
+    im.va = 0;
+  }
   std::set<uint64_t> cells_;              // cells handed out
   std::vector<uint64_t> free_cells_;
   bool cuda_shared_ = false;
@@ -363,18 +475,26 @@ Result<std::unique_ptr<conccl::Device>> open_generic(const Options& options) {
     if (*n == 0) return error(Code::not_found, "the NVIDIA driver lists no GPU");
     for (int i = 0; i < *n; ++i) list.push_back(i);
   }
+  if (options.process_slot >= 16)
+    return error(Code::invalid_argument, "process_slot " + std::to_string(options.process_slot) + " must be 0..15");
+  if (options.process_slot >= 0 && list.size() * options.va_size > kSlotWindowBytes)
+    return error(Code::invalid_argument, std::to_string(list.size()) + " data windows of " +
+                                             std::to_string(options.va_size >> 30) + " GiB do not fit a process slot (" +
+                                             std::to_string(kSlotWindowBytes >> 40) + " TiB): lower Options::va_size");
   std::vector<std::unique_ptr<nv::Device>> devs;
   for (size_t i = 0; i < list.size(); ++i) {
     Options o = options;
     o.gpu = list[i];
     o.gpus.clear();
+    if (options.process_slot >= 0)
+      o.va_base = kSlotWindowBase + uint64_t(options.process_slot) * kSlotWindowBytes + i * options.va_size;
     Result<std::unique_ptr<nv::Device>> d = nv::Device::open(o);
     if (!d.ok()) return list.size() > 1 ? d.status().prefix("GPU " + std::to_string(i) + " (driver GPU " +
                                                                 std::to_string(list[i]) + ")")
                                         : d.status();
     devs.push_back(std::move(d).value());
   }
-  std::unique_ptr<GenericDevice> g(new GenericDevice(std::move(devs)));
+  std::unique_ptr<GenericDevice> g(new GenericDevice(std::move(devs), options.process_slot));
   CONCCL_RETURN_IF_ERROR(g->build_topology());
   return std::unique_ptr<conccl::Device>(std::move(g));
 }

@@ -42,6 +42,7 @@ struct Buffer {
   uint32_t handle = 0;     // RM memory handle
   uint32_t parent = 0;     // its RM parent when not our device (another GPU's memory: our handle of that GPU)
   bool imported = false;   // import_fd()/map_host(): at an address outside our windows
+  int fd = -1;             // host memory: the memfd behind it (shared with other processes)
   template <typename T>
   T* as() const { return static_cast<T*>(host); }
 };

@@ -494,10 +494,20 @@ Result<Buffer> Device::alloc(size_t bytes, MemKind kind, bool cpu_map, bool low)
     Result<uint64_t> va = reserve_va(b.size, b.size >= (2u << 20) ? (2u << 20) : 4096);
     if (!va.ok()) return va.status();
     b.va = *va;
-    void* m = mmap(reinterpret_cast<void*>(b.va), b.size, PROT_READ | PROT_WRITE,
-                   MAP_SHARED | MAP_ANONYMOUS | MAP_FIXED, -1, 0);
+    // A memfd, so that another process can map the same pages at the same
+    // address (multi-process communicators: GenericDevice::share).
+    b.fd = memfd_create("conccl-nv-host", MFD_CLOEXEC);
+    if (b.fd < 0 || ftruncate(b.fd, static_cast<off_t>(b.size)) != 0) {
+      const int e = errno;
+      if (b.fd >= 0) ::close(b.fd);
+      release_va(b.va, b.size);
+      return error(Code::resource_exhausted, "memfd for " + std::to_string(b.size) + " bytes of host memory failed: " +
+                                                 std::strerror(e));
+    }
+    void* m = mmap(reinterpret_cast<void*>(b.va), b.size, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_FIXED, b.fd, 0);
     if (m == MAP_FAILED) {
       const int e = errno;
+      ::close(b.fd);
       release_va(b.va, b.size);
       return error(Code::resource_exhausted, "mmap of " + std::to_string(b.size) + " bytes of host memory failed: " +
                                                  std::strerror(e));
@@ -505,6 +515,7 @@ Result<Buffer> Device::alloc(size_t bytes, MemKind kind, bool cpu_map, bool low)
     b.host = m;
     Result<uint32_t> h = register_host_pages(b.va, b.size);
     if (!h.ok()) {
+      ::close(b.fd);
       release_va(b.va, b.size);
       return h.status();
     }
@@ -512,6 +523,7 @@ Result<Buffer> Device::alloc(size_t bytes, MemKind kind, bool cpu_map, bool low)
     Status st = map_gpu(b.handle, b.va, b.size);
     if (!st.ok()) {
       (void)rm_free(h_device_, b.handle, "host memory");
+      ::close(b.fd);
       release_va(b.va, b.size);
       return st;
     }
@@ -567,6 +579,7 @@ Status Device::free(Buffer& b) {
   Status st = uvm_ioctl(fd_uvm_, abi::kUvmFree, &f, &f.rmStatus, ("UVM_FREE " + hex(b.va)).c_str());
   Status st2 = rm_free(b.parent ? b.parent : h_device_, b.handle, b.imported ? "imported memory" : "memory");
   if (!b.imported) release_va(b.va, b.size);
+  if (it->fd >= 0) ::close(it->fd);
   buffers_.erase(it);
   b = Buffer{};
   return st.ok() ? st2 : st;
