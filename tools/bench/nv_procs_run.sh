@@ -1,0 +1,73 @@
+#!/bin/bash
+# tools/bench/nv_procs_run.sh - on a GPU machine (through the device tool; see
+# docs/perf/h200.md "How to run"): collectives with one process per rank on
+# the copy engines (sdma-probe <op> --backend nv --procs N), against the same
+# sweep with every rank in one process (--ranks N), and a rank killed with
+# SIGKILL in mid-run. Logs in $OUT (procs.jsonl, run.log); a summary last.
+#   PROCS="2 4"            process counts
+#   OPS="allgather alltoall"
+#   MAX=1G                 largest size (per rank chunk x ranks for these ops)
+set -uo pipefail
+OUT=${OUT:-/tmp/nv_out}
+mkdir -p "$OUT"
+B=/tmp/nvb
+P=$B/tools/sdma-probe/sdma-probe
+{
+  echo "== machine"
+  uname -r; head -1 /proc/driver/nvidia/version
+  nvidia-smi -L 2>&1 | head -2
+  echo "== configure + build"
+  cmake -S . -B $B -G Ninja -DCMAKE_BUILD_TYPE=Release -DCONCCL_BUILD_TESTS=OFF -DCONCCL_BUILD_BENCHMARKS=OFF \
+    > $OUT/configure.log 2>&1 || { echo "configure failed"; tail -30 $OUT/configure.log; }
+  t0=$(date +%s)
+  ninja -C $B sdma-probe 2>&1 | grep -E "error|warning: |FAILED" | head -40
+  echo "build: $(( $(date +%s) - t0 )) s"
+  : > $OUT/procs.jsonl
+  for N in ${PROCS:-2 4}; do
+    for op in ${OPS:-allgather alltoall}; do
+      for mode in procs ranks; do
+        t0=$(date +%s%N)
+        timeout 400 $P $op --backend nv --$mode $N --min 1K --max ${MAX:-1G} --step-factor 4 --timeout-ms 60000 \
+          --json /tmp/p.json > /tmp/p.txt 2> /tmp/p.err
+        rc=$?
+        [ -f /tmp/p.json ] && { tr -d '\n' < /tmp/p.json | sed "s/^{/{\"mode\": \"$mode\", /"; echo; } >> $OUT/procs.jsonl
+        rm -f /tmp/p.json
+        printf "%-9s --%-5s %d rc=%d %6d ms\n" $op $mode $N $rc $(( ($(date +%s%N) - t0) / 1000000 ))
+        [ $rc -ne 0 ] && head -c 1500 /tmp/p.err
+      done
+    done
+  done
+  echo "== kill -9 of rank 2 of 4 in mid-run (allgather 1 GiB, 200 iterations, --timeout-ms 20000)"
+  t0=$(date +%s%N)
+  $P allgather --backend nv --procs 4 --min 1G --max 1G --iters 200 --timeout-ms 20000 > /tmp/k.txt 2> /tmp/k.err &
+  launcher=$!
+  sleep 6
+  victim=$(pgrep -f -- "--rank 2 --unique-id" | head -1)
+  echo "killing pid ${victim:-none}"
+  [ -n "$victim" ] && kill -9 $victim
+  tk=$(date +%s%N)
+  wait $launcher
+  rc=$?
+  echo "launcher rc=$rc, $(( ($(date +%s%N) - tk) / 1000000 )) ms after the kill"
+  grep -o "rank 2 (pid [0-9]*) has left[^;]*" /tmp/k.err | sort | uniq -c | head
+  echo "ranks still running: $(pgrep -fc -- '--unique-id' || true)"
+  cp /tmp/k.err $OUT/kill.err
+  echo "== summary (busbw GB/s: one process per rank vs all ranks in one process)"
+  python3 - "$OUT/procs.jsonl" <<'EOF'
+import json, sys
+runs = [json.loads(l) for l in open(sys.argv[1]) if l.strip()]
+by = {}
+for r in runs:
+    by[(r["op"], r["ranks"], r["mode"])] = {row["size"]: row for row in r["rows"]}
+print("%-9s %2s %10s %12s %12s %8s %s" % ("op", "N", "size", "procs busbw", "ranks busbw", "ratio", "verified"))
+for (op, n, mode), rows in sorted(by.items()):
+    if mode != "procs": continue
+    other = by.get((op, n, "ranks"), {})
+    for size in sorted(rows):
+        if size < (1 << 20): continue
+        a = rows[size]; b = other.get(size)
+        ok = a["verified"] and (b is None or b["verified"])
+        print("%-9s %2d %10d %12.1f %12s %8s %s" % (op, n, size, a["busbw_gbps"],
+              "%.1f" % b["busbw_gbps"] if b else "-", "%.2f" % (a["busbw_gbps"] / b["busbw_gbps"]) if b else "-", ok))
+EOF
+} 2>&1 | tee $OUT/run.log | tail -60
