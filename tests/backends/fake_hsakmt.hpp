@@ -61,6 +61,9 @@ struct Stats {
   std::vector<CreatedQueue> queues;  // every creation, in order
   std::vector<Allocation> allocations;  // live ones
   int alloc_calls = 0, failed_allocs = 0;
+  // Executed by the engines as no-ops and counted: ROCr's firmware HDP flush
+  // (POLL_REGMEM register form, dword 2 = 0x80000000) and GCR packets.
+  int hdp_flushes = 0, gcr_ops = 0;
 };
 Stats stats();
 

@@ -444,3 +444,41 @@ TEST_F(KfdFake, ImportOfMemoryFromElsewhere) {
 }
 
 }  // namespace
+
+namespace {
+
+// Issue #14, defects 2 and 5 on the KFD path: every submission carries ROCr's
+// firmware HDP flush (MI300X reaches the CPU over PCIe) and ends with the
+// queue's sequence FENCE into its own completion page; wait_done returns on
+// that FENCE.
+TEST_F(KfdFake, EverySubmissionIsFramedAndCompletesByItsFence) {
+  auto dev = open();
+  ASSERT_NE(dev, nullptr);
+  const int allocs_before = fakekmt::stats().live_allocations;
+  auto q = dev->create_queue(0, 0, conccl::QueueOptions{});
+  ASSERT_TRUE(q.ok()) << q.status().to_string();
+  // The ring and the 4 KiB completion page.
+  EXPECT_EQ(fakekmt::stats().live_allocations, allocs_before + 2);
+  auto src = dev->alloc(-1, 8192, MemKind::host);
+  auto dst = dev->alloc(0, 8192, MemKind::device);
+  ASSERT_TRUE(src.ok() && dst.ok());
+  std::memset(src->host, 0x5A, 8192);
+  for (int i = 0; i < 3; ++i) {
+    CommandBuffer cb = (*q)->command_buffer();
+    ASSERT_TRUE(cb.copy(dst->va, src->va, 8192).ok());
+    conccl::QueueSpan span;
+    ASSERT_TRUE((*q)->submit(cb, Deadline::after_ms(10000), &span).ok());
+    const conccl::Status st = (*q)->wait_done(Deadline::after_ms(10000), span.end);
+    ASSERT_TRUE(st.ok()) << st.to_string();
+    EXPECT_EQ((*q)->completed(), span.end);
+  }
+  EXPECT_EQ(std::memcmp(dst->host, src->host, 8192), 0);
+  EXPECT_EQ(fakekmt::stats().hdp_flushes, 3);
+  EXPECT_EQ(fakekmt::stats().gcr_ops, 0);  // SDMA 4.4.2 has no GCR
+  EXPECT_TRUE(contains((*q)->diagnose(), "sequence fence at")) << (*q)->diagnose();
+  ASSERT_TRUE(dev->free(*src).ok());
+  ASSERT_TRUE(dev->free(*dst).ok());
+  q->reset();
+}
+
+}  // namespace

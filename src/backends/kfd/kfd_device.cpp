@@ -304,11 +304,12 @@ Status map_nodes(void* ptr, size_t size, const std::vector<uint32_t>& nodes, uin
 
 class KfdQueueBackend final : public SdmaRingBackend {
  public:
-  KfdQueueBackend(std::shared_ptr<Context> ctx, int gpu, Mapping ring, std::unique_ptr<KfdEvent> event,
+  KfdQueueBackend(std::shared_ptr<Context> ctx, int gpu, Mapping ring, Mapping done, std::unique_ptr<KfdEvent> event,
                   HSA_QUEUEID qid, volatile uint64_t* doorbell, const uint64_t* rptr, std::string placement)
       : ctx_(std::move(ctx)),
         gpu_(gpu),
         ring_(ring),
+        done_(done),
         event_(std::move(event)),
         qid_(qid),
         doorbell_(doorbell),
@@ -327,6 +328,7 @@ class KfdQueueBackend final : public SdmaRingBackend {
     }
     event_.reset();
     (void)ring_.release();
+    (void)done_.release();
   }
   KfdQueueBackend(const KfdQueueBackend&) = delete;
   KfdQueueBackend& operator=(const KfdQueueBackend&) = delete;
@@ -375,6 +377,7 @@ class KfdQueueBackend final : public SdmaRingBackend {
   std::shared_ptr<Context> ctx_;
   int gpu_;
   Mapping ring_;
+  Mapping done_;  // the queue's completion word (SubmitFrame's sequence FENCE)
   std::unique_ptr<KfdEvent> event_;
   HSA_QUEUEID qid_;
   volatile uint64_t* doorbell_;
@@ -634,9 +637,39 @@ class KfdDeviceImpl final : public KfdDevice, public KfdInternals {
     ring.mapped = true;
     std::memset(ring.ptr, 0, ring.size);
 
+    // The completion word the engine FENCEs after every submission (host
+    // memory: the CPU reads it; its own page, mapped to this GPU).
+    Mapping done;
+    done.size = kPage;
+    errno = 0;
+    s = hsaKmtAllocMemory(0, done.size, to_hsa(mem_flags_for(MemUse::host)), &done.ptr);
+    e = errno;
+    if (s != HSAKMT_STATUS_SUCCESS) {
+      (void)ring.release();
+      return thunk_error("hsaKmtAllocMemory", s, e, "the queue's 4 KiB completion page");
+    }
+    if (Status st = map_nodes(done.ptr, done.size, {static_cast<uint32_t>(g.thunk_node)}, nullptr, "a completion page");
+        !st.ok()) {
+      (void)done.release();
+      (void)ring.release();
+      return st;
+    }
+    done.mapped = true;
+    std::memset(done.ptr, 0, done.size);
+    auto release_memory = [&] {
+      (void)done.release();
+      (void)ring.release();
+    };
+    Result<SubmitFrame> frame = make_frame(g.gen, frame_policy(g.gen, g.cpu_link_xgmi(), g.min_submit_bytes),
+                                           reinterpret_cast<uint64_t>(done.ptr));
+    if (!frame.ok()) {
+      release_memory();
+      return frame.status();
+    }
+
     Result<HsaEvent*> ev = create_signal_event(g.thunk_node);
     if (!ev.ok()) {
-      (void)ring.release();
+      release_memory();
       return ev.status();
     }
     auto event = std::make_unique<KfdEvent>(ctx_, *ev);
@@ -655,7 +688,7 @@ class KfdDeviceImpl final : public KfdDevice, public KfdInternals {
     e = errno;
     if (s != HSAKMT_STATUS_SUCCESS) {
       event.reset();
-      (void)ring.release();
+      release_memory();
       return queue_create_error(s, e, g, engine, *plan);
     }
     // SDMA queues: the thunk supplies rptr/wptr (in its own page-sized,
@@ -667,17 +700,19 @@ class KfdDeviceImpl final : public KfdDevice, public KfdInternals {
     if (!rptr || !wptr || !doorbell) {
       hsaKmtDestroyQueue(qr->QueueId);
       event.reset();
-      (void)ring.release();
+      release_memory();
       return error(Code::internal, "libhsakmt created a queue on gpu " + std::to_string(gpu) +
                                        " without read/write pointers or a doorbell; please report with `sdma-probe "
                                        "list --backend kfd` output");
     }
-    RingMemory rm{static_cast<uint32_t*>(ring.ptr), ring.size, rptr, wptr};
-    auto backend = std::make_unique<KfdQueueBackend>(ctx_, gpu, ring, std::move(event), qr->QueueId,
+    RingMemory rm{static_cast<uint32_t*>(ring.ptr), ring.size, rptr, wptr, static_cast<uint32_t*>(done.ptr),
+                  reinterpret_cast<uint64_t>(done.ptr)};
+    auto backend = std::make_unique<KfdQueueBackend>(ctx_, gpu, ring, done, std::move(event), qr->QueueId,
                                                      reinterpret_cast<volatile uint64_t*>(doorbell), rptr,
                                                      plan->placement);
     const Isa isa = Isa::sdma_gen(g.gen);
-    return std::unique_ptr<Queue>(new SdmaQueue(gpu, engine, isa, caps(isa), rm, std::move(backend)));
+    return std::unique_ptr<Queue>(
+        new SdmaQueue(gpu, engine, isa, caps(isa), rm, std::move(frame).value(), std::move(backend)));
   }
 
  private:

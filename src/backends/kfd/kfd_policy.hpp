@@ -117,6 +117,18 @@ struct GpuNode {
   int drm_render_minor = 0;
   uint64_t hive_id = 0;
   uint64_t location_id = 0, domain = 0;
+  uint16_t min_submit_bytes = 0;  // from the gfx target (gfx900/904/90c: 256)
+  // The GPU's io_link to the CPU (the first one to a CPU node): its type and
+  // CRAT flags. KFD marks links without PCIe AtomicOps NO_ATOMICS_32/64, and
+  // ROCr then completes with FENCEs instead of ATOMICs; an xGMI CPU link
+  // (MI300A, MI250X with Trento) needs no HDP flush.
+  bool cpu_link_known = false;
+  uint32_t cpu_link_type = 0;
+  uint32_t cpu_link_flags = 0;
+  bool cpu_link_xgmi() const { return cpu_link_known && cpu_link_type == kLinkTypeXgmi; }
+  // 64-bit atomics from this GPU's engines reach system memory (unknown: yes,
+  // as before; the link's flags say otherwise when KFD knows).
+  bool host_atomics64() const { return !(cpu_link_flags & kLinkFlagNoAtomics64); }
   int engine_count() const { return num_sdma + num_xgmi; }
 };
 
