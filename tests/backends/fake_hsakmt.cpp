@@ -409,6 +409,7 @@ HSAKMT_STATUS HSAKMTAPI hsaKmtQueryPointerInfo(const void* ptr, HsaPointerInfo* 
 HSAKMT_STATUS HSAKMTAPI hsaKmtCreateEvent(HsaEventDescriptor* d, bool manual_reset, bool signaled, HsaEvent** out) {
   auto& w = world();
   std::lock_guard<std::mutex> lock(w.mu);
+  if (d->EventType == HSA_EVENTTYPE_SIGNAL && w.cfg.events_page_taken) return fakekmt::fail(HSAKMT_STATUS_ERROR, EINVAL);
   auto* ev = new HsaEvent();
   std::memset(ev, 0, sizeof *ev);
   ev->EventId = w.next_event++;

@@ -482,3 +482,44 @@ TEST_F(KfdFake, EverySubmissionIsFramedAndCompletesByItsFence) {
 }
 
 }  // namespace
+
+namespace {
+
+// Issue #14, defect 1: another libhsakmt copy in the process (ROCm >= 6.3's
+// libhsa-runtime64) set KFD's events page first, so every signal event is
+// refused with EINVAL. Queues must still work: TRAP wake-ups off, named in
+// the topology notes, waits polling with naps.
+TEST_F(KfdFake, EventsPageOfAnotherThunkTurnsTrapWakeupsOff) {
+  fakekmt::Config c = fakekmt::mi300x();
+  c.events_page_taken = true;
+  fakekmt::reset(c);
+  auto dev = open();
+  ASSERT_NE(dev, nullptr);
+  bool noted = false;
+  for (const std::string& n : dev->topology().notes) noted = noted || contains(n, "TRAP wake-ups off");
+  EXPECT_TRUE(noted) << "the topology notes must say that TRAP wake-ups are off and why";
+  const conccl::kfd::KfdInternals* in = conccl::kfd::internals(*dev);
+  ASSERT_NE(in, nullptr);
+  EXPECT_FALSE(in->trap_wakeups());
+  auto q = dev->create_queue(0, 0, conccl::QueueOptions{});
+  ASSERT_TRUE(q.ok()) << q.status().to_string();
+  EXPECT_EQ((*q)->wake_event(), nullptr);
+  CommandBuffer cb = (*q)->command_buffer();
+  ASSERT_TRUE((*q)->record_wake(cb).ok());
+  EXPECT_TRUE(cb.empty()) << "no TRAP without an event";
+  auto src = dev->alloc(-1, 4096, MemKind::host);
+  auto dst = dev->alloc(0, 4096, MemKind::device);
+  ASSERT_TRUE(src.ok() && dst.ok());
+  std::memset(src->host, 0x3C, 4096);
+  ASSERT_TRUE(cb.copy(dst->va, src->va, 4096).ok());
+  conccl::QueueSpan span;
+  ASSERT_TRUE((*q)->submit(cb, Deadline::after_ms(10000), &span).ok());
+  const conccl::Status st = (*q)->wait_done(Deadline::after_ms(10000), span.end);
+  ASSERT_TRUE(st.ok()) << st.to_string();
+  EXPECT_EQ(std::memcmp(dst->host, src->host, 4096), 0);
+  ASSERT_TRUE(dev->free(*src).ok());
+  ASSERT_TRUE(dev->free(*dst).ok());
+  q->reset();
+}
+
+}  // namespace

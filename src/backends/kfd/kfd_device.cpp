@@ -16,9 +16,12 @@
 #include <hsakmt.h>
 #endif
 
+#include <dlfcn.h>
+
 #include <algorithm>
 #include <atomic>
 #include <cerrno>
+#include <cstdlib>
 #include <cinttypes>
 #include <cstdio>
 #include <cstring>
@@ -140,6 +143,7 @@ class Context {
   KfdTopology topo;
   Capabilities caps;
   QueueModeDecision mode;
+  TrapDecision trap;  // whether queues get KFD signal events (TRAP wake-ups)
   std::atomic<int> next_queue_id{0};
   std::atomic<uint64_t> leaked{0};  // resources kept because teardown failed
 
@@ -345,8 +349,10 @@ class KfdQueueBackend final : public SdmaRingBackend {
   Event* wake_event() override { return event_.get(); }
 
   // FENCE(mailbox, id) then TRAP(id): the canonical tail used by kfdtest,
-  // ROCr's BlitSdma and tinygrad.
+  // ROCr's BlitSdma and tinygrad. Without an event (TRAP wake-ups off,
+  // Context::trap) nothing: sleepers poll with naps (wait_progress).
   Status record_wake(CommandBuffer& cb) const override {
+    if (!event_) return Status();
     return kfd::record_wake(cb, event_->trap_context(), event_->mailbox_va());
   }
 
@@ -400,6 +406,7 @@ class KfdDeviceImpl final : public KfdDevice, public KfdInternals {
   const Topology& topology() const override { return ctx_->topo.topology; }
   const KfdTopology& kfd_topology() const override { return ctx_->topo; }
   QueueModeDecision queue_mode() const override { return ctx_->mode; }
+  bool trap_wakeups() const override { return ctx_->trap.trap_wakeups; }
   Capabilities capabilities() const override { return ctx_->caps; }
 
   Result<Buffer> alloc(int gpu, size_t bytes, MemKind kind) override {
@@ -667,12 +674,15 @@ class KfdDeviceImpl final : public KfdDevice, public KfdInternals {
       return frame.status();
     }
 
-    Result<HsaEvent*> ev = create_signal_event(g.thunk_node);
-    if (!ev.ok()) {
-      release_memory();
-      return ev.status();
+    std::unique_ptr<KfdEvent> event;
+    if (ctx_->trap.trap_wakeups) {
+      Result<HsaEvent*> ev = create_signal_event(g.thunk_node);
+      if (!ev.ok()) {
+        release_memory();
+        return ev.status();
+      }
+      event = std::make_unique<KfdEvent>(ctx_, *ev);
     }
-    auto event = std::make_unique<KfdEvent>(ctx_, *ev);
 
     Out<HsaQueueResource> qr;
     errno = 0;
@@ -890,6 +900,46 @@ Status match_thunk_nodes(const SysTopology& sys, const RenderAccess& access, Kfd
   return Status();
 }
 
+// Is a libhsa-runtime64 in the process, and does it use our libhsakmt? Up to
+// ROCm 6.2 (and Debian's 5.2.3) it links libhsakmt.so.1, so its hsaKmt*
+// resolve to the same functions as ours; from ROCm 6.3 the thunk is a static
+// library inside it (ROCR-Runtime libhsakmt/CMakeLists.txt, hsacore.so.def
+// exports no hsaKmt*), a second copy with its own events page.
+ThunkSharing detect_thunk_sharing() {
+  ThunkSharing t;
+  for (const char* name : {"libhsa-runtime64.so.1", "libhsa-runtime64.so"}) {
+    void* h = dlopen(name, RTLD_LAZY | RTLD_NOLOAD);
+    if (!h) continue;
+    t.hsa_runtime_loaded = true;
+    void* theirs = dlsym(h, "hsaKmtOpenKFD");
+    t.hsa_runtime_private_thunk = theirs != reinterpret_cast<void*>(&hsaKmtOpenKFD);
+    dlclose(h);
+    break;
+  }
+  return t;
+}
+
+// The first signal event sets the process's events page in KFD. If another
+// thunk copy set it already, KFD says EINVAL: TRAP wake-ups go off, with a
+// note, instead of every queue creation failing.
+void probe_events_page(Context& ctx) {
+  if (!ctx.trap.trap_wakeups || ctx.topo.gpus.empty()) return;
+  HsaEventDescriptor d;
+  std::memset(&d, 0, sizeof d);
+  d.EventType = HSA_EVENTTYPE_SIGNAL;
+  d.NodeId = static_cast<HSAuint32>(ctx.topo.gpus[0].thunk_node);
+  HsaEvent* ev = nullptr;
+  errno = 0;
+  const HSAKMT_STATUS s = hsaKmtCreateEvent(&d, false, false, &ev);
+  const int e = errno;
+  if (s == HSAKMT_STATUS_SUCCESS && ev) {
+    hsaKmtDestroyEvent(ev);  // the page stays ours; queues create their own events
+    return;
+  }
+  if (is_events_page_conflict(s, e)) ctx.trap = TrapDecision{false, kTrapOffConflict};
+  // Any other failure shows up, with its cause, when a queue creates its event.
+}
+
 }  // namespace
 
 Result<std::unique_ptr<KfdDevice>> open(const Options& opt) {
@@ -925,6 +975,10 @@ Result<std::unique_ptr<KfdDevice>> open(const Options& opt) {
   notes.insert(notes.begin(), "queue mode: " + std::string(queue_mode_name(ctx->mode.mode)) + ": " + ctx->mode.reason);
   notes.insert(notes.begin() + 1, "KFD interface " + std::to_string(ctx->caps.kfd_major) + "." +
                                       std::to_string(ctx->caps.kfd_minor) + ", " + build_description());
+  const char* env = std::getenv("CONCCL_KFD_TRAP");
+  ctx->trap = decide_trap(opt.trap_wakeups, env ? env : "", detect_thunk_sharing());
+  probe_events_page(*ctx);
+  notes.insert(notes.begin() + 2, ctx->trap.reason);
   ctx->watch_faults();
   if (!ctx->fault_watch())
     notes.push_back("could not create a KFD memory-fault event: engine faults show up as timeouts, not faults");

@@ -285,6 +285,27 @@ uint32_t wait_slice_ms(std::chrono::nanoseconds remaining, uint32_t max_ms = 100
 Status record_wake(CommandBuffer& cb, uint32_t event_id, uint64_t mailbox_va);
 
 
+// Who owns the process's KFD events page (issue #14, defect 1).
+struct ThunkSharing {
+  bool hsa_runtime_loaded = false;     // libhsa-runtime64 is in the process
+  bool hsa_runtime_private_thunk = false;  // ...and carries its own libhsakmt (no hsaKmt* of ours in it)
+};
+struct TrapDecision {
+  bool trap_wakeups = true;
+  std::string reason;  // one sentence for the topology notes: which thunk, why TRAPs are on or off
+};
+// Options::trap_wakeups (and CONCCL_KFD_TRAP, "" when unset) with what is loaded.
+TrapDecision decide_trap(Options::Trap opt, const std::string& env, const ThunkSharing& t);
+// A refused hsaKmtCreateEvent that means "another thunk copy owns the events
+// page": KFD returns -EINVAL (kfd_events.c kfd_event_page_set), which 5.2.3
+// reports as HSAKMT_STATUS_ERROR + errno EINVAL and newer thunks as
+// HSAKMT_STATUS_INVALID_PARAMETER.
+bool is_events_page_conflict(int status, int saved_errno);
+inline constexpr const char* kTrapOffConflict =
+    "TRAP wake-ups off: KFD refused this process's events page (\"Event page is already set\": another libhsakmt "
+    "copy, e.g. the one inside ROCm >= 6.3's libhsa-runtime64, opened events first); waits poll with naps instead. "
+    "Load ConCCL before HIP, or use a ROCm whose libhsa-runtime64 shares libhsakmt.so, to get them back";
+
 // What an open KFD device decided, for tests and diagnostics.
 class KfdInternals {
  public:
@@ -292,6 +313,7 @@ class KfdInternals {
   virtual const KfdTopology& kfd_topology() const = 0;
   virtual QueueModeDecision queue_mode() const = 0;
   virtual Capabilities capabilities() const = 0;
+  virtual bool trap_wakeups() const = 0;
 };
 // Null for devices of other backends.
 inline const KfdInternals* internals(const Device& d) { return dynamic_cast<const KfdInternals*>(&d); }
