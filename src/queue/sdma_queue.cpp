@@ -149,7 +149,26 @@ uint64_t SdmaQueue::ring_commit(size_t bytes) {
   return next_wptr_;
 }
 
+// A queue whose caps say no 64-bit atomics (KFD: the GPU's link to the CPU
+// is marked NO_ATOMICS_64) refuses ATOMIC packets: over PCIe without
+// AtomicOps they are not atomic on host memory, and ROCr completes with
+// FENCEs there instead (amd_blit_sdma.cpp, platform_atomic_support_).
+static Status check_atomics(const Caps& caps, const CommandBuffer& cb, int gpu) {
+  if (caps.atomic64) return Status();
+  constexpr uint32_t kOpAtomic = 10;
+  for (uint32_t start : cb.packet_starts())
+    if ((cb.dwords()[start] & 0xFF) == kOpAtomic)
+      return error(Code::unavailable,
+                   "gpu " + std::to_string(gpu) +
+                       " reaches the CPU over a link without 64-bit PCIe AtomicOps (KFD io_link flag NO_ATOMICS_64), "
+                       "so an SDMA ATOMIC (signal_add, atomic_add64) on host memory would not be atomic; use "
+                       "single-writer signals (Signal::enqueue_write), one signal per writer, or enable AtomicOps on "
+                       "the PCIe path (BIOS, switches)");
+  return Status();
+}
+
 Result<uint64_t> SdmaQueue::ring_submit(const CommandBuffer& cb, Deadline deadline) {
+  CONCCL_RETURN_IF_ERROR(check_atomics(caps(), cb, gpu()));
   const uint64_t size = ring_.ring_bytes;
   // The framed submission as packets: prologue, the buffer's packets,
   // epilogue, a minimum-size NOP, the sequence FENCE (patched below).

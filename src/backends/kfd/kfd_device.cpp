@@ -721,8 +721,10 @@ class KfdDeviceImpl final : public KfdDevice, public KfdInternals {
                                                      reinterpret_cast<volatile uint64_t*>(doorbell), rptr,
                                                      plan->placement);
     const Isa isa = Isa::sdma_gen(g.gen);
+    Caps qcaps = caps(isa);
+    qcaps.atomic64 = g.host_atomics64();  // SdmaQueue refuses ATOMICs where the CPU link lacks them
     return std::unique_ptr<Queue>(
-        new SdmaQueue(gpu, engine, isa, caps(isa), rm, std::move(frame).value(), std::move(backend)));
+        new SdmaQueue(gpu, engine, isa, qcaps, rm, std::move(frame).value(), std::move(backend)));
   }
 
  private:

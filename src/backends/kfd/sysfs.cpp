@@ -346,7 +346,7 @@ Result<KfdTopology> build_topology(const SysTopology& sys, const RenderAccess& a
       notes.push_back("gpu " + std::to_string(g.index) +
                       ": its link to the CPU has no 64-bit PCIe AtomicOps (io_link flags " +
                       std::to_string(g.cpu_link_flags) +
-                      ", NO_ATOMICS_64): SDMA ATOMICs (signal_add) on host-memory signals are not atomic there; "
+                      ", NO_ATOMICS_64): its queues refuse SDMA ATOMICs (signal_add); "
                       "enable AtomicOps on the PCIe path (BIOS, switches) or use single-writer signals");
   for (const std::string& w : sys.warnings) notes.push_back("sysfs: " + w);
   t.notes = std::move(notes);
