@@ -36,17 +36,21 @@ constexpr GenName kGenNames[] = {
 //    256 B (KFD mqd: RB_BASE = addr >> 8).
 //  - FENCE MTYPE=3 (uncached) on 5.x/6.x: Linux sdma_v5_0.c/sdma_v6_0.c, ROCr,
 //    Mesa; 4.x has no such field; PAL gfx12 marks the bits reserved on 7.x.
+//  - user-queue HDP flush (POLL_REGMEM op 8, dword 2 = 0x80000000, recognised
+//    by the SDMA firmware): ROCR-Runtime src/core/runtime/amd_blit_sdma.cpp
+//    emits it on gfx9 and newer except gfx101x (SDMA 5.0), whose firmware
+//    lacks it (hdp_flush_support_); core/inc/sdma_registers.h SDMA_PKT_HDP_FLUSH.
 //  - SWAP_LINEAR (COPY sub-op 9): used on gfx942 by AMD DMA-Latte
 //    (include/sdma_pkt_struct.h); not in the Linux headers, so only 4.4.2.
 constexpr uint32_t kMtypeUc = 3u << 16;
 constexpr Limits kLimits[kGenCount] = {
-    // bits max_copy  fbits max_fill  write   nop     fen at8 ts ib  ring mtype    gcr    incr   swap
-    {22, 0x3FFF00,   22, 0x3FFFE0,   1u << 20, 0x3FFF, 4, 8, 8, 32, 256, 0,        false, false, false},  // 4
-    {22, 0x3FFF00,   22, 0x3FFFE0,   1u << 20, 0x3FFF, 4, 8, 8, 32, 256, 0,        false, false, true},   // 4.4.2
-    {22, 0x3FFF00,   22, 0x3FFFE0,   1u << 20, 0x3FFF, 4, 8, 8, 32, 256, kMtypeUc, true,  true,  false},  // 5
-    {30, 0x3FFFFF00, 22, 0x3FFFE0,   1u << 20, 0x3FFF, 4, 8, 8, 32, 256, kMtypeUc, true,  true,  false},  // 5.2
-    {30, 0x3FFFFF00, 30, 0x3FFFFFE0, 1u << 20, 0x3FFF, 4, 8, 8, 32, 256, kMtypeUc, true,  true,  false},  // 6
-    {30, 0x3FFFFF00, 30, 0x3FFFFFE0, 1u << 20, 0x3FFF, 4, 8, 8, 32, 256, 0,        true,  true,  false},  // 7
+    // bits max_copy  fbits max_fill  write   nop     fen at8 ts ib  ring mtype    gcr    hdp    incr   swap
+    {22, 0x3FFF00,   22, 0x3FFFE0,   1u << 20, 0x3FFF, 4, 8, 8, 32, 256, 0,        false, true,  false, false},  // 4
+    {22, 0x3FFF00,   22, 0x3FFFE0,   1u << 20, 0x3FFF, 4, 8, 8, 32, 256, 0,        false, true,  false, true},   // 4.4.2
+    {22, 0x3FFF00,   22, 0x3FFFE0,   1u << 20, 0x3FFF, 4, 8, 8, 32, 256, kMtypeUc, true,  false, true,  false},  // 5
+    {30, 0x3FFFFF00, 22, 0x3FFFE0,   1u << 20, 0x3FFF, 4, 8, 8, 32, 256, kMtypeUc, true,  true,  true,  false},  // 5.2
+    {30, 0x3FFFFF00, 30, 0x3FFFFFE0, 1u << 20, 0x3FFF, 4, 8, 8, 32, 256, kMtypeUc, true,  true,  true,  false},  // 6
+    {30, 0x3FFFFF00, 30, 0x3FFFFFE0, 1u << 20, 0x3FFF, 4, 8, 8, 32, 256, 0,        true,  true,  true,  false},  // 7
 };
 
 // gfx target -> SDMA IP. The SDMA IP version of each ASIC comes from IP
@@ -55,12 +59,12 @@ constexpr Limits kLimits[kGenCount] = {
 // sdma_v*_0.c file, and the gfx names come from the same file's GC versions
 // (and ROCm's LLVM AMDGPUUsage target table).
 constexpr GfxTarget kTargets[] = {
-    {"gfx900", Gen::v4, "4.0.0", "Vega10, MI25", "linux drivers/gpu/drm/amd/amdgpu/sdma_v4_0.c (CHIP_VEGA10)"},
-    {"gfx904", Gen::v4, "4.0.1", "Vega12", "linux drivers/gpu/drm/amd/amdgpu/sdma_v4_0.c (CHIP_VEGA12)"},
+    {"gfx900", Gen::v4, "4.0.0", "Vega10, MI25", "linux drivers/gpu/drm/amd/amdgpu/sdma_v4_0.c (CHIP_VEGA10)", 256},
+    {"gfx904", Gen::v4, "4.0.1", "Vega12", "linux drivers/gpu/drm/amd/amdgpu/sdma_v4_0.c (CHIP_VEGA12)", 256},
     {"gfx906", Gen::v4, "4.2.0", "Vega20, MI50, MI60", "linux drivers/gpu/drm/amd/amdgpu/sdma_v4_0.c (IP 4.2.0)"},
     {"gfx908", Gen::v4, "4.2.2", "Arcturus, MI100", "linux drivers/gpu/drm/amd/amdgpu/sdma_v4_0.c (IP 4.2.2)"},
     {"gfx90a", Gen::v4, "4.4.0", "Aldebaran, MI210, MI250, MI250X", "linux drivers/gpu/drm/amd/amdgpu/sdma_v4_0.c (IP 4.4.0)"},
-    {"gfx90c", Gen::v4, "4.1.2", "Renoir APU", "linux drivers/gpu/drm/amd/amdgpu/sdma_v4_0.c (IP 4.1.2)"},
+    {"gfx90c", Gen::v4, "4.1.2", "Renoir APU", "linux drivers/gpu/drm/amd/amdgpu/sdma_v4_0.c (IP 4.1.2)", 256},
     {"gfx940", Gen::v4_4_2, "4.4.2", "MI300 (early)", "linux drivers/gpu/drm/amd/amdgpu/sdma_v4_4_2.c (IP 4.4.2)"},
     {"gfx941", Gen::v4_4_2, "4.4.2", "MI300X (early)", "linux drivers/gpu/drm/amd/amdgpu/sdma_v4_4_2.c (IP 4.4.2)"},
     {"gfx942", Gen::v4_4_2, "4.4.2", "MI300X, MI300A, MI325X", "linux drivers/gpu/drm/amd/amdgpu/sdma_v4_4_2.c (IP 4.4.2)"},

@@ -53,6 +53,7 @@ struct Limits {
   uint32_t ring_base_align;      // ring base (RB_BASE is addr >> 8)
   uint32_t fence_mtype_uc;       // FENCE header bits to make the write uncached (0 on v4)
   bool has_gcr;                  // GCR_REQ/GCR_USER cache control packets (5+)
+  bool user_hdp_flush;           // the firmware HDP flush a user queue may emit (ROCr hdp_flush_cmd)
   bool has_mem_incr;             // SEM sub-op MEM_INCR (5+)
   bool has_swap_linear;          // COPY sub-op 9 SWAP_LINEAR (only seen on MI300)
 };
@@ -66,6 +67,11 @@ struct GfxTarget {
   std::string_view sdma_ip;    // IP version of the SDMA block, "4.4.2"
   std::string_view products;   // "MI300X, MI300A, MI325X"
   std::string_view source;     // where the fact comes from
+  // Smallest submission the engine fetches correctly; shorter ones are
+  // NOP-padded (0 = no minimum). ROCR-Runtime amd_blit_sdma.cpp: "Some GFX9
+  // devices require a minimum of 64 DWORDS per ring buffer submission"
+  // (gfx900, gfx904, gfx90c: min_submission_size_ = 256).
+  uint16_t min_submit_bytes = 0;
 };
 std::span<const GfxTarget> gfx_targets();
 // Accepts "gfx942", "GFX942", "942" and KFD's gfx_target_version (90402 = gfx942).

@@ -38,6 +38,10 @@ struct Injection {
   bool stall = false;                        // fetch nothing until cleared (rptr never moves)
   uint32_t drop_completions = 0;             // skip the next N FENCE/ATOMIC/MEM_INCR writes
   std::chrono::microseconds delay{0};        // extra time spent on every packet
+  // Hardware model, not a fault: write rptr back when a packet is fetched,
+  // before it executes, as SDMA's rptr write-back may (it reports fetch
+  // progress). Completion must then come from a value the engine writes.
+  bool early_rptr = false;
 };
 
 struct EngineStats {
@@ -45,6 +49,12 @@ struct EngineStats {
   uint64_t bytes_copied = 0;
   uint64_t dropped_completions = 0;
   uint64_t poll_timeouts = 0;  // finite-retry polls that gave up
+  // Executed as no-ops (the emulator is coherent), counted so that tests
+  // can check that submissions carry them: the firmware HDP flush
+  // (POLL_REGMEM register form, dword 2 = 0x80000000, or the hdp_flush form)
+  // and GCR cache operations.
+  uint64_t hdp_flushes = 0;
+  uint64_t cache_ops = 0;
 };
 
 class EmuDevice : public Device {

@@ -41,6 +41,15 @@ struct Options {
   // Fail open() with Code::unavailable unless queues can be pinned to
   // engines (KFD >= 1.17 and a thunk with hsaKmtCreateQueueExt).
   bool require_engine_ids = false;
+  // TRAP wake-ups need a KFD signal event per queue, and KFD accepts one
+  // events page per process (linux amdkfd kfd_events.c: "Event page is
+  // already set"): two libhsakmt copies in one process (ROCm >= 6.3 links a
+  // private one into libhsa-runtime64) cannot both have events. auto: use
+  // them unless a libhsa-runtime64 with its own thunk is loaded, and turn
+  // them off if the first event is refused; then waits poll with naps.
+  // The environment variable CONCCL_KFD_TRAP=0/1 overrides auto.
+  enum class Trap : uint8_t { auto_, on, off };
+  Trap trap_wakeups = Trap::auto_;
 };
 
 class KfdDevice : public Device {

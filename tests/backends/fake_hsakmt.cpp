@@ -132,6 +132,19 @@ struct Queue {
     using conccl::sdma::Pkt;
     switch (p.pkt) {
       case Pkt::nop: return 1;
+      case Pkt::poll_reg: {
+        if (p.get(Key::req) != 0x80000000u) return halt(0xDEAD0000), -1;  // only the firmware HDP flush
+        World& w = world();
+        std::lock_guard<std::mutex> lock(w.mu);
+        ++w.st.hdp_flushes;
+        return 1;
+      }
+      case Pkt::gcr_user: {
+        World& w = world();
+        std::lock_guard<std::mutex> lock(w.mu);
+        ++w.st.gcr_ops;
+        return 1;
+      }
       case Pkt::copy: {
         const uint64_t src = p.get(Key::src), dst = p.get(Key::dst), n = p.get(Key::bytes);
         if (!ok(src, n)) return halt(src), -1;
@@ -396,6 +409,7 @@ HSAKMT_STATUS HSAKMTAPI hsaKmtQueryPointerInfo(const void* ptr, HsaPointerInfo* 
 HSAKMT_STATUS HSAKMTAPI hsaKmtCreateEvent(HsaEventDescriptor* d, bool manual_reset, bool signaled, HsaEvent** out) {
   auto& w = world();
   std::lock_guard<std::mutex> lock(w.mu);
+  if (d->EventType == HSA_EVENTTYPE_SIGNAL && w.cfg.events_page_taken) return fakekmt::fail(HSAKMT_STATUS_ERROR, EINVAL);
   auto* ev = new HsaEvent();
   std::memset(ev, 0, sizeof *ev);
   ev->EventId = w.next_event++;

@@ -33,6 +33,10 @@ struct Config {
   int queues_per_engine = 8;     // slots per engine (pool = engines x this)
   bool small_bar = false;        // VRAM with HostAccess fails (no visible VRAM left)
   uint8_t vram_garbage = 0xAB;   // what fresh VRAM holds (KFD does not promise zeros)
+  // Another libhsakmt copy in the process set KFD's events page first: every
+  // signal event is refused the 5.2.3 way (HSAKMT_STATUS_ERROR, errno EINVAL;
+  // linux kfd_events.c "Event page is already set").
+  bool events_page_taken = false;
 };
 
 // The MI300X fixture's nodes: CPU + 8 GPUs, renderD128 + 8 * i, 2 + 14 engines.
@@ -61,6 +65,9 @@ struct Stats {
   std::vector<CreatedQueue> queues;  // every creation, in order
   std::vector<Allocation> allocations;  // live ones
   int alloc_calls = 0, failed_allocs = 0;
+  // Executed by the engines as no-ops and counted: ROCr's firmware HDP flush
+  // (POLL_REGMEM register form, dword 2 = 0x80000000) and GCR packets.
+  int hdp_flushes = 0, gcr_ops = 0;
 };
 Stats stats();
 

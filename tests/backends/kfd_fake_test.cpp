@@ -444,3 +444,146 @@ TEST_F(KfdFake, ImportOfMemoryFromElsewhere) {
 }
 
 }  // namespace
+
+namespace {
+
+// Issue #14, defects 2 and 5 on the KFD path: every submission carries ROCr's
+// firmware HDP flush (MI300X reaches the CPU over PCIe) and ends with the
+// queue's sequence FENCE into its own completion page; wait_done returns on
+// that FENCE.
+TEST_F(KfdFake, EverySubmissionIsFramedAndCompletesByItsFence) {
+  auto dev = open();
+  ASSERT_NE(dev, nullptr);
+  const int allocs_before = fakekmt::stats().live_allocations;
+  auto q = dev->create_queue(0, 0, conccl::QueueOptions{});
+  ASSERT_TRUE(q.ok()) << q.status().to_string();
+  // The ring and the 4 KiB completion page.
+  EXPECT_EQ(fakekmt::stats().live_allocations, allocs_before + 2);
+  auto src = dev->alloc(-1, 8192, MemKind::host);
+  auto dst = dev->alloc(0, 8192, MemKind::device);
+  ASSERT_TRUE(src.ok() && dst.ok());
+  std::memset(src->host, 0x5A, 8192);
+  for (int i = 0; i < 3; ++i) {
+    CommandBuffer cb = (*q)->command_buffer();
+    ASSERT_TRUE(cb.copy(dst->va, src->va, 8192).ok());
+    conccl::QueueSpan span;
+    ASSERT_TRUE((*q)->submit(cb, Deadline::after_ms(10000), &span).ok());
+    const conccl::Status st = (*q)->wait_done(Deadline::after_ms(10000), span.end);
+    ASSERT_TRUE(st.ok()) << st.to_string();
+    EXPECT_EQ((*q)->completed(), span.end);
+  }
+  EXPECT_EQ(std::memcmp(dst->host, src->host, 8192), 0);
+  EXPECT_EQ(fakekmt::stats().hdp_flushes, 3);
+  EXPECT_EQ(fakekmt::stats().gcr_ops, 0);  // SDMA 4.4.2 has no GCR
+  EXPECT_TRUE(contains((*q)->diagnose(), "sequence fence at")) << (*q)->diagnose();
+  ASSERT_TRUE(dev->free(*src).ok());
+  ASSERT_TRUE(dev->free(*dst).ok());
+  q->reset();
+}
+
+}  // namespace
+
+namespace {
+
+// Issue #14, defect 1: another libhsakmt copy in the process (ROCm >= 6.3's
+// libhsa-runtime64) set KFD's events page first, so every signal event is
+// refused with EINVAL. Queues must still work: TRAP wake-ups off, named in
+// the topology notes, waits polling with naps.
+TEST_F(KfdFake, EventsPageOfAnotherThunkTurnsTrapWakeupsOff) {
+  fakekmt::Config c = fakekmt::mi300x();
+  c.events_page_taken = true;
+  fakekmt::reset(c);
+  auto dev = open();
+  ASSERT_NE(dev, nullptr);
+  bool noted = false;
+  for (const std::string& n : dev->topology().notes) noted = noted || contains(n, "TRAP wake-ups off");
+  EXPECT_TRUE(noted) << "the topology notes must say that TRAP wake-ups are off and why";
+  const conccl::kfd::KfdInternals* in = conccl::kfd::internals(*dev);
+  ASSERT_NE(in, nullptr);
+  EXPECT_FALSE(in->trap_wakeups());
+  auto q = dev->create_queue(0, 0, conccl::QueueOptions{});
+  ASSERT_TRUE(q.ok()) << q.status().to_string();
+  EXPECT_EQ((*q)->wake_event(), nullptr);
+  CommandBuffer cb = (*q)->command_buffer();
+  ASSERT_TRUE((*q)->record_wake(cb).ok());
+  EXPECT_TRUE(cb.empty()) << "no TRAP without an event";
+  auto src = dev->alloc(-1, 4096, MemKind::host);
+  auto dst = dev->alloc(0, 4096, MemKind::device);
+  ASSERT_TRUE(src.ok() && dst.ok());
+  std::memset(src->host, 0x3C, 4096);
+  ASSERT_TRUE(cb.copy(dst->va, src->va, 4096).ok());
+  conccl::QueueSpan span;
+  ASSERT_TRUE((*q)->submit(cb, Deadline::after_ms(10000), &span).ok());
+  const conccl::Status st = (*q)->wait_done(Deadline::after_ms(10000), span.end);
+  ASSERT_TRUE(st.ok()) << st.to_string();
+  EXPECT_EQ(std::memcmp(dst->host, src->host, 4096), 0);
+  ASSERT_TRUE(dev->free(*src).ok());
+  ASSERT_TRUE(dev->free(*dst).ok());
+  q->reset();
+}
+
+}  // namespace
+
+namespace {
+
+// Issue #14, defect 4: KFD marks a CPU link without PCIe AtomicOps
+// NO_ATOMICS_64 (io_link flags bit 3). That GPU's queues must refuse SDMA
+// ATOMICs (they would not be atomic on host memory) and say why; FENCE-based
+// single-writer signals still work.
+TEST_F(KfdFake, CpuLinkWithoutAtomicsRefusesAtomics) {
+  const fs::path root = dri_ / "topology_no_atomics";
+  fs::copy(std::string(KFD_FIXTURES) + "/mi300x_spx/topology", root, fs::copy_options::recursive);
+  const fs::path link = root / "nodes" / "1" / "io_links" / "0" / "properties";  // gpu 0 -> CPU node 0
+  std::string text;
+  {
+    std::FILE* f = std::fopen(link.c_str(), "r");
+    ASSERT_NE(f, nullptr);
+    char buf[4096];
+    const size_t n = std::fread(buf, 1, sizeof buf, f);
+    std::fclose(f);
+    text.assign(buf, n);
+  }
+  const size_t at = text.find("flags 1");
+  ASSERT_NE(at, std::string::npos);
+  text.replace(at, 7, "flags 9");  // enabled | NO_ATOMICS_64
+  {
+    std::FILE* f = std::fopen(link.c_str(), "w");
+    ASSERT_NE(f, nullptr);
+    std::fwrite(text.data(), 1, text.size(), f);
+    std::fclose(f);
+  }
+  conccl::kfd::Options o = options();
+  o.sysfs_root = root.string();
+  auto d = conccl::kfd::open(o);
+  ASSERT_TRUE(d.ok()) << d.status().to_string();
+  bool noted = false;
+  for (const std::string& n : (*d)->topology().notes) noted = noted || contains(n, "NO_ATOMICS_64");
+  EXPECT_TRUE(noted);
+  auto q = (*d)->create_queue(0, 0, conccl::QueueOptions{});
+  ASSERT_TRUE(q.ok()) << q.status().to_string();
+  EXPECT_FALSE((*q)->caps().atomic64);
+  auto sig = (*d)->alloc(-1, 4096, MemKind::host);
+  ASSERT_TRUE(sig.ok());
+  CommandBuffer cb = (*q)->command_buffer();
+  ASSERT_TRUE(cb.signal_add(sig->va, 1).ok());
+  const conccl::Status st = (*q)->submit(cb, Deadline::after_ms(10000));
+  EXPECT_EQ(st.code(), Code::unavailable) << st.to_string();
+  EXPECT_TRUE(contains(st.message(), "NO_ATOMICS_64")) << st.message();
+  EXPECT_EQ((*q)->submitted(), 0u) << "a refused submission publishes nothing";
+  // A single-writer signal by FENCEs is fine.
+  cb.clear();
+  ASSERT_TRUE(cb.signal_set(sig->va, 7).ok());
+  conccl::QueueSpan span;
+  ASSERT_TRUE((*q)->submit(cb, Deadline::after_ms(10000), &span).ok());
+  ASSERT_TRUE((*q)->wait_done(Deadline::after_ms(10000), span.end).ok());
+  EXPECT_EQ(sig->as<uint64_t>()[0], 7u);
+  // Another GPU, whose CPU link has AtomicOps, keeps them.
+  auto q1 = (*d)->create_queue(1, 0, conccl::QueueOptions{});
+  ASSERT_TRUE(q1.ok());
+  EXPECT_TRUE((*q1)->caps().atomic64);
+  ASSERT_TRUE((*d)->free(*sig).ok());
+  q->reset();
+  q1->reset();
+}
+
+}  // namespace

@@ -381,3 +381,28 @@ TEST(KfdOpen, ThunkOpenFailureIsMapped) {
 }
 
 }  // namespace
+
+namespace {
+
+using conccl::kfd::decide_trap;
+using conccl::kfd::Options;
+using conccl::kfd::ThunkSharing;
+
+// Issue #14, defect 1: which thunk owns the events page decides TRAP wake-ups.
+TEST(KfdTrap, PrivateThunkInHsaRuntimeTurnsTrapsOff) {
+  EXPECT_TRUE(decide_trap(Options::Trap::auto_, "", ThunkSharing{}).trap_wakeups);
+  EXPECT_TRUE(decide_trap(Options::Trap::auto_, "", ThunkSharing{true, false}).trap_wakeups);  // shared .so
+  const auto priv = decide_trap(Options::Trap::auto_, "", ThunkSharing{true, true});
+  EXPECT_FALSE(priv.trap_wakeups);
+  EXPECT_NE(priv.reason.find("its own libhsakmt"), std::string::npos) << priv.reason;
+  EXPECT_TRUE(decide_trap(Options::Trap::auto_, "1", ThunkSharing{true, true}).trap_wakeups);
+  EXPECT_FALSE(decide_trap(Options::Trap::on, "0", ThunkSharing{}).trap_wakeups);
+  EXPECT_FALSE(decide_trap(Options::Trap::off, "", ThunkSharing{}).trap_wakeups);
+  EXPECT_TRUE(decide_trap(Options::Trap::on, "", ThunkSharing{true, true}).trap_wakeups);
+  // KFD's "Event page is already set" (-EINVAL) as the thunks report it.
+  EXPECT_TRUE(conccl::kfd::is_events_page_conflict(1 /* HSAKMT_STATUS_ERROR */, EINVAL));
+  EXPECT_TRUE(conccl::kfd::is_events_page_conflict(3 /* INVALID_PARAMETER */, 0));
+  EXPECT_FALSE(conccl::kfd::is_events_page_conflict(1, ENOMEM));
+}
+
+}  // namespace

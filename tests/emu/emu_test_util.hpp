@@ -21,6 +21,7 @@
 #include "conccl/emu.hpp"
 #include "conccl/queue.hpp"
 #include "conccl/status.hpp"
+#include "queue/sdma_queue.hpp"
 
 namespace conccl::test {
 
@@ -127,6 +128,23 @@ inline DeviceOptions options(std::string preset, int gpus = 0, int engines = 0, 
   o.gen = std::move(gen);
   o.memory_per_gpu = memory_per_gpu;
   return o;
+}
+
+// What the SDMA queue's submission frame (src/queue/sdma_frame.hpp) adds
+// around every submission: bytes before the commands, bytes after them (the
+// epilogue and the sequence FENCE), and packets in all. Zero for other queues.
+inline uint64_t frame_head_bytes(const Queue& q) {
+  const auto* s = dynamic_cast<const SdmaQueue*>(&q);
+  return s ? s->frame().prologue_bytes() : 0;
+}
+inline uint64_t frame_tail_bytes(const Queue& q) {
+  const auto* s = dynamic_cast<const SdmaQueue*>(&q);
+  return s ? s->frame().epilogue_bytes() + s->frame().fence.size() * 4 : 0;
+}
+inline uint64_t frame_bytes(const Queue& q) { return frame_head_bytes(q) + frame_tail_bytes(q); }
+inline uint64_t frame_packets(const Queue& q) {
+  const auto* s = dynamic_cast<const SdmaQueue*>(&q);
+  return s ? s->frame().prologue.size() + s->frame().epilogue.size() + 1 : 0;
 }
 
 inline emu::EmuDevice* as_emu(Device* d) { return dynamic_cast<emu::EmuDevice*>(d); }

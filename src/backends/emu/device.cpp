@@ -192,9 +192,9 @@ class EmuDeviceImpl final : public EmuDevice {
                                                std::to_string(engine) + ": that GPU has engines " + ids);
     }
     const size_t size = opt.ring_bytes;
-    if (size < 4096 || (size & (size - 1)))
+    if (size < 4096 || (size & (size - 1)) || size > SdmaQueue::kMaxRingBytes)
       return error(Code::invalid_argument, "ring size " + std::to_string(size) +
-                                               " must be a power of two of at least 4096 bytes");
+                                               " must be a power of two from 4096 bytes to 1 GiB");
     if (g.isa.kind == IsaKind::hopper_ce) return create_channel(gpu, engine, e, size);
     Result<Buffer> ring = alloc(-1, size, MemKind::host);
     if (!ring.ok()) return ring.status();
@@ -212,9 +212,15 @@ class EmuDeviceImpl final : public EmuDevice {
     q.size = size;
     q.rptr = ptrs->as<uint64_t>();
     q.wptr = ptrs->as<uint64_t>() + 8;  // separate cache lines
-    RingMemory rm{q.ring, size, q.rptr, q.wptr};
+    q.done = reinterpret_cast<uint32_t*>(ptrs->as<uint64_t>() + 16);
+    RingMemory rm{q.ring, size, q.rptr, q.wptr, q.done, ptrs->va + 128};
+    // The emulated GPUs reach the host over PCIe: frames carry the HDP flush
+    // where the generation has it (counted by EngineStats).
+    Result<SubmitFrame> frame = make_frame(g.isa.gen, frame_policy(g.isa.gen, false), rm.done_va);
+    if (!frame.ok()) return frame.status();
     e->add_queue(&q);
-    return std::unique_ptr<Queue>(new SdmaQueue(gpu, engine, g.isa, g.caps(), rm, std::move(backend)));
+    return std::unique_ptr<Queue>(
+        new SdmaQueue(gpu, engine, g.isa, g.caps(), rm, std::move(frame).value(), std::move(backend)));
   }
 
   // A GPFIFO channel: GP entries + USERD and the pushbuffer in the channel

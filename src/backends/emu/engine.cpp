@@ -40,6 +40,12 @@ bool is_completion(sdma::Pkt p) {
          p == sdma::Pkt::mem_incr;
 }
 
+// The kernel's HDP-flush form, or ROCr's firmware flush (POLL_REGMEM
+// register form with dword 2 = 0x80000000, core/inc/sdma_registers.h).
+bool is_hdp_flush(const sdma::Packet& p) {
+  return p.pkt == sdma::Pkt::hdp_flush || (p.pkt == sdma::Pkt::poll_reg && p.get(sdma::Key::req) == 0x80000000u);
+}
+
 }  // namespace
 
 Status EmuEvent::wait(uint64_t target, Deadline deadline) {
@@ -118,6 +124,7 @@ void Engine::set_injection(const Injection& inj) {
   stall_.store(inj.stall, std::memory_order_release);
   drop_.store(inj.drop_completions, std::memory_order_release);
   delay_us_.store(inj.delay.count(), std::memory_order_release);
+  early_rptr_.store(inj.early_rptr, std::memory_order_release);
   wake_.bump();
 }
 
@@ -131,7 +138,8 @@ EngineStatus Engine::status() const {
 }
 
 EngineStats Engine::stats() const {
-  return EngineStats{packets_.load(), bytes_.load(), dropped_.load(), poll_timeouts_.load()};
+  return EngineStats{packets_.load(), bytes_.load(), dropped_.load(), poll_timeouts_.load(), hdp_flushes_.load(),
+                     cache_ops_.load()};
 }
 
 void Engine::reset() {
@@ -139,7 +147,10 @@ void Engine::reset() {
     std::lock_guard<std::mutex> lock(mu_);
     for (EmuQueue* q : queues_)
       if (q->id == faulted_queue_) {
-        std::atomic_ref<uint64_t>(*q->rptr).store(std::atomic_ref<uint64_t>(*q->wptr).load());
+        const uint64_t w = std::atomic_ref<uint64_t>(*q->wptr).load();
+        std::atomic_ref<uint64_t>(*q->rptr).store(w);
+        // A reset queue has nothing outstanding: its completion word says so.
+        if (q->done) std::atomic_ref<uint32_t>(*q->done).store(static_cast<uint32_t>(w), std::memory_order_release);
         q->progress.bump();
       }
     faulted_queue_ = -1;
@@ -232,9 +243,17 @@ Engine::Step Engine::run_queue(EmuQueue& q) {
       }
       ctx.drop_completion = d > 0;
     }
+    // The early-rptr model reports the fetch before the work (never for a
+    // wait or a conditional: rptr is also this engine's cursor).
+    if (early_rptr_.load(std::memory_order_acquire) && p->pkt != sdma::Pkt::poll && p->pkt != sdma::Pkt::cond_exe) {
+      rptr_ref.store(r + p->dwords * 4, std::memory_order_release);
+      q.progress.bump();
+    }
     const int64_t delay_us = delay_us_.load(std::memory_order_acquire);
     if (delay_us > 0) std::this_thread::sleep_for(std::chrono::microseconds(delay_us));
     ExecOutcome o = execute_packet(ctx, isa_.gen, *p);
+    if (is_hdp_flush(*p)) hdp_flushes_.fetch_add(1, std::memory_order_relaxed);
+    if (p->pkt == sdma::Pkt::gcr || p->pkt == sdma::Pkt::gcr_user) cache_ops_.fetch_add(1, std::memory_order_relaxed);
     if (o.result == ExecResult::fault) {
       halt(q, r, o.fault + " (packet: " + sdma::format_packet(*p) + ")");
       return Step::halted;

@@ -46,6 +46,7 @@ struct EmuQueue {
   uint64_t size = 0;         // bytes, power of two
   uint64_t* rptr = nullptr;
   uint64_t* wptr = nullptr;
+  uint32_t* done = nullptr;  // the SdmaQueue's completion word (a reset completes everything)
   EmuEvent event;
   util::WakeChannel progress;  // bumped when rptr moves
   // Engine-thread state of a poll the queue is blocked on. Atomic because
@@ -132,9 +133,11 @@ class Engine {
   int faulted_queue_ = -1;
   Injection injection_;
   std::atomic<bool> stall_{false};
+  std::atomic<bool> early_rptr_{false};
   std::atomic<uint32_t> drop_{0};
   std::atomic<int64_t> delay_us_{0};
   std::atomic<uint64_t> packets_{0}, bytes_{0}, dropped_{0}, poll_timeouts_{0};
+  std::atomic<uint64_t> hdp_flushes_{0}, cache_ops_{0};
   std::thread thread_;
   std::atomic<bool> started_{false};
   void set_polling(bool on);

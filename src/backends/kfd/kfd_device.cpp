@@ -16,9 +16,12 @@
 #include <hsakmt.h>
 #endif
 
+#include <dlfcn.h>
+
 #include <algorithm>
 #include <atomic>
 #include <cerrno>
+#include <cstdlib>
 #include <cinttypes>
 #include <cstdio>
 #include <cstring>
@@ -140,6 +143,7 @@ class Context {
   KfdTopology topo;
   Capabilities caps;
   QueueModeDecision mode;
+  TrapDecision trap;  // whether queues get KFD signal events (TRAP wake-ups)
   std::atomic<int> next_queue_id{0};
   std::atomic<uint64_t> leaked{0};  // resources kept because teardown failed
 
@@ -304,11 +308,12 @@ Status map_nodes(void* ptr, size_t size, const std::vector<uint32_t>& nodes, uin
 
 class KfdQueueBackend final : public SdmaRingBackend {
  public:
-  KfdQueueBackend(std::shared_ptr<Context> ctx, int gpu, Mapping ring, std::unique_ptr<KfdEvent> event,
+  KfdQueueBackend(std::shared_ptr<Context> ctx, int gpu, Mapping ring, Mapping done, std::unique_ptr<KfdEvent> event,
                   HSA_QUEUEID qid, volatile uint64_t* doorbell, const uint64_t* rptr, std::string placement)
       : ctx_(std::move(ctx)),
         gpu_(gpu),
         ring_(ring),
+        done_(done),
         event_(std::move(event)),
         qid_(qid),
         doorbell_(doorbell),
@@ -327,6 +332,7 @@ class KfdQueueBackend final : public SdmaRingBackend {
     }
     event_.reset();
     (void)ring_.release();
+    (void)done_.release();
   }
   KfdQueueBackend(const KfdQueueBackend&) = delete;
   KfdQueueBackend& operator=(const KfdQueueBackend&) = delete;
@@ -343,8 +349,10 @@ class KfdQueueBackend final : public SdmaRingBackend {
   Event* wake_event() override { return event_.get(); }
 
   // FENCE(mailbox, id) then TRAP(id): the canonical tail used by kfdtest,
-  // ROCr's BlitSdma and tinygrad.
+  // ROCr's BlitSdma and tinygrad. Without an event (TRAP wake-ups off,
+  // Context::trap) nothing: sleepers poll with naps (wait_progress).
   Status record_wake(CommandBuffer& cb) const override {
+    if (!event_) return Status();
     return kfd::record_wake(cb, event_->trap_context(), event_->mailbox_va());
   }
 
@@ -375,6 +383,7 @@ class KfdQueueBackend final : public SdmaRingBackend {
   std::shared_ptr<Context> ctx_;
   int gpu_;
   Mapping ring_;
+  Mapping done_;  // the queue's completion word (SubmitFrame's sequence FENCE)
   std::unique_ptr<KfdEvent> event_;
   HSA_QUEUEID qid_;
   volatile uint64_t* doorbell_;
@@ -397,6 +406,7 @@ class KfdDeviceImpl final : public KfdDevice, public KfdInternals {
   const Topology& topology() const override { return ctx_->topo.topology; }
   const KfdTopology& kfd_topology() const override { return ctx_->topo; }
   QueueModeDecision queue_mode() const override { return ctx_->mode; }
+  bool trap_wakeups() const override { return ctx_->trap.trap_wakeups; }
   Capabilities capabilities() const override { return ctx_->caps; }
 
   Result<Buffer> alloc(int gpu, size_t bytes, MemKind kind) override {
@@ -634,12 +644,45 @@ class KfdDeviceImpl final : public KfdDevice, public KfdInternals {
     ring.mapped = true;
     std::memset(ring.ptr, 0, ring.size);
 
-    Result<HsaEvent*> ev = create_signal_event(g.thunk_node);
-    if (!ev.ok()) {
+    // The completion word the engine FENCEs after every submission (host
+    // memory: the CPU reads it; its own page, mapped to this GPU).
+    Mapping done;
+    done.size = kPage;
+    errno = 0;
+    s = hsaKmtAllocMemory(0, done.size, to_hsa(mem_flags_for(MemUse::host)), &done.ptr);
+    e = errno;
+    if (s != HSAKMT_STATUS_SUCCESS) {
       (void)ring.release();
-      return ev.status();
+      return thunk_error("hsaKmtAllocMemory", s, e, "the queue's 4 KiB completion page");
     }
-    auto event = std::make_unique<KfdEvent>(ctx_, *ev);
+    if (Status st = map_nodes(done.ptr, done.size, {static_cast<uint32_t>(g.thunk_node)}, nullptr, "a completion page");
+        !st.ok()) {
+      (void)done.release();
+      (void)ring.release();
+      return st;
+    }
+    done.mapped = true;
+    std::memset(done.ptr, 0, done.size);
+    auto release_memory = [&] {
+      (void)done.release();
+      (void)ring.release();
+    };
+    Result<SubmitFrame> frame = make_frame(g.gen, frame_policy(g.gen, g.cpu_link_xgmi(), g.min_submit_bytes),
+                                           reinterpret_cast<uint64_t>(done.ptr));
+    if (!frame.ok()) {
+      release_memory();
+      return frame.status();
+    }
+
+    std::unique_ptr<KfdEvent> event;
+    if (ctx_->trap.trap_wakeups) {
+      Result<HsaEvent*> ev = create_signal_event(g.thunk_node);
+      if (!ev.ok()) {
+        release_memory();
+        return ev.status();
+      }
+      event = std::make_unique<KfdEvent>(ctx_, *ev);
+    }
 
     Out<HsaQueueResource> qr;
     errno = 0;
@@ -655,7 +698,7 @@ class KfdDeviceImpl final : public KfdDevice, public KfdInternals {
     e = errno;
     if (s != HSAKMT_STATUS_SUCCESS) {
       event.reset();
-      (void)ring.release();
+      release_memory();
       return queue_create_error(s, e, g, engine, *plan);
     }
     // SDMA queues: the thunk supplies rptr/wptr (in its own page-sized,
@@ -667,17 +710,21 @@ class KfdDeviceImpl final : public KfdDevice, public KfdInternals {
     if (!rptr || !wptr || !doorbell) {
       hsaKmtDestroyQueue(qr->QueueId);
       event.reset();
-      (void)ring.release();
+      release_memory();
       return error(Code::internal, "libhsakmt created a queue on gpu " + std::to_string(gpu) +
                                        " without read/write pointers or a doorbell; please report with `sdma-probe "
                                        "list --backend kfd` output");
     }
-    RingMemory rm{static_cast<uint32_t*>(ring.ptr), ring.size, rptr, wptr};
-    auto backend = std::make_unique<KfdQueueBackend>(ctx_, gpu, ring, std::move(event), qr->QueueId,
+    RingMemory rm{static_cast<uint32_t*>(ring.ptr), ring.size, rptr, wptr, static_cast<uint32_t*>(done.ptr),
+                  reinterpret_cast<uint64_t>(done.ptr)};
+    auto backend = std::make_unique<KfdQueueBackend>(ctx_, gpu, ring, done, std::move(event), qr->QueueId,
                                                      reinterpret_cast<volatile uint64_t*>(doorbell), rptr,
                                                      plan->placement);
     const Isa isa = Isa::sdma_gen(g.gen);
-    return std::unique_ptr<Queue>(new SdmaQueue(gpu, engine, isa, caps(isa), rm, std::move(backend)));
+    Caps qcaps = caps(isa);
+    qcaps.atomic64 = g.host_atomics64();  // SdmaQueue refuses ATOMICs where the CPU link lacks them
+    return std::unique_ptr<Queue>(
+        new SdmaQueue(gpu, engine, isa, qcaps, rm, std::move(frame).value(), std::move(backend)));
   }
 
  private:
@@ -855,6 +902,46 @@ Status match_thunk_nodes(const SysTopology& sys, const RenderAccess& access, Kfd
   return Status();
 }
 
+// Is a libhsa-runtime64 in the process, and does it use our libhsakmt? Up to
+// ROCm 6.2 (and Debian's 5.2.3) it links libhsakmt.so.1, so its hsaKmt*
+// resolve to the same functions as ours; from ROCm 6.3 the thunk is a static
+// library inside it (ROCR-Runtime libhsakmt/CMakeLists.txt, hsacore.so.def
+// exports no hsaKmt*), a second copy with its own events page.
+ThunkSharing detect_thunk_sharing() {
+  ThunkSharing t;
+  for (const char* name : {"libhsa-runtime64.so.1", "libhsa-runtime64.so"}) {
+    void* h = dlopen(name, RTLD_LAZY | RTLD_NOLOAD);
+    if (!h) continue;
+    t.hsa_runtime_loaded = true;
+    void* theirs = dlsym(h, "hsaKmtOpenKFD");
+    t.hsa_runtime_private_thunk = theirs != reinterpret_cast<void*>(&hsaKmtOpenKFD);
+    dlclose(h);
+    break;
+  }
+  return t;
+}
+
+// The first signal event sets the process's events page in KFD. If another
+// thunk copy set it already, KFD says EINVAL: TRAP wake-ups go off, with a
+// note, instead of every queue creation failing.
+void probe_events_page(Context& ctx) {
+  if (!ctx.trap.trap_wakeups || ctx.topo.gpus.empty()) return;
+  HsaEventDescriptor d;
+  std::memset(&d, 0, sizeof d);
+  d.EventType = HSA_EVENTTYPE_SIGNAL;
+  d.NodeId = static_cast<HSAuint32>(ctx.topo.gpus[0].thunk_node);
+  HsaEvent* ev = nullptr;
+  errno = 0;
+  const HSAKMT_STATUS s = hsaKmtCreateEvent(&d, false, false, &ev);
+  const int e = errno;
+  if (s == HSAKMT_STATUS_SUCCESS && ev) {
+    hsaKmtDestroyEvent(ev);  // the page stays ours; queues create their own events
+    return;
+  }
+  if (is_events_page_conflict(s, e)) ctx.trap = TrapDecision{false, kTrapOffConflict};
+  // Any other failure shows up, with its cause, when a queue creates its event.
+}
+
 }  // namespace
 
 Result<std::unique_ptr<KfdDevice>> open(const Options& opt) {
@@ -890,6 +977,10 @@ Result<std::unique_ptr<KfdDevice>> open(const Options& opt) {
   notes.insert(notes.begin(), "queue mode: " + std::string(queue_mode_name(ctx->mode.mode)) + ": " + ctx->mode.reason);
   notes.insert(notes.begin() + 1, "KFD interface " + std::to_string(ctx->caps.kfd_major) + "." +
                                       std::to_string(ctx->caps.kfd_minor) + ", " + build_description());
+  const char* env = std::getenv("CONCCL_KFD_TRAP");
+  ctx->trap = decide_trap(opt.trap_wakeups, env ? env : "", detect_thunk_sharing());
+  probe_events_page(*ctx);
+  notes.insert(notes.begin() + 2, ctx->trap.reason);
   ctx->watch_faults();
   if (!ctx->fault_watch())
     notes.push_back("could not create a KFD memory-fault event: engine faults show up as timeouts, not faults");

@@ -117,6 +117,18 @@ struct GpuNode {
   int drm_render_minor = 0;
   uint64_t hive_id = 0;
   uint64_t location_id = 0, domain = 0;
+  uint16_t min_submit_bytes = 0;  // from the gfx target (gfx900/904/90c: 256)
+  // The GPU's io_link to the CPU (the first one to a CPU node): its type and
+  // CRAT flags. KFD marks links without PCIe AtomicOps NO_ATOMICS_32/64, and
+  // ROCr then completes with FENCEs instead of ATOMICs; an xGMI CPU link
+  // (MI300A, MI250X with Trento) needs no HDP flush.
+  bool cpu_link_known = false;
+  uint32_t cpu_link_type = 0;
+  uint32_t cpu_link_flags = 0;
+  bool cpu_link_xgmi() const { return cpu_link_known && cpu_link_type == kLinkTypeXgmi; }
+  // 64-bit atomics from this GPU's engines reach system memory (unknown: yes,
+  // as before; the link's flags say otherwise when KFD knows).
+  bool host_atomics64() const { return !(cpu_link_flags & kLinkFlagNoAtomics64); }
   int engine_count() const { return num_sdma + num_xgmi; }
 };
 
@@ -273,6 +285,27 @@ uint32_t wait_slice_ms(std::chrono::nanoseconds remaining, uint32_t max_ms = 100
 Status record_wake(CommandBuffer& cb, uint32_t event_id, uint64_t mailbox_va);
 
 
+// Who owns the process's KFD events page (issue #14, defect 1).
+struct ThunkSharing {
+  bool hsa_runtime_loaded = false;     // libhsa-runtime64 is in the process
+  bool hsa_runtime_private_thunk = false;  // ...and carries its own libhsakmt (no hsaKmt* of ours in it)
+};
+struct TrapDecision {
+  bool trap_wakeups = true;
+  std::string reason;  // one sentence for the topology notes: which thunk, why TRAPs are on or off
+};
+// Options::trap_wakeups (and CONCCL_KFD_TRAP, "" when unset) with what is loaded.
+TrapDecision decide_trap(Options::Trap opt, const std::string& env, const ThunkSharing& t);
+// A refused hsaKmtCreateEvent that means "another thunk copy owns the events
+// page": KFD returns -EINVAL (kfd_events.c kfd_event_page_set), which 5.2.3
+// reports as HSAKMT_STATUS_ERROR + errno EINVAL and newer thunks as
+// HSAKMT_STATUS_INVALID_PARAMETER.
+bool is_events_page_conflict(int status, int saved_errno);
+inline constexpr const char* kTrapOffConflict =
+    "TRAP wake-ups off: KFD refused this process's events page (\"Event page is already set\": another libhsakmt "
+    "copy, e.g. the one inside ROCm >= 6.3's libhsa-runtime64, opened events first); waits poll with naps instead. "
+    "Load ConCCL before HIP, or use a ROCm whose libhsa-runtime64 shares libhsakmt.so, to get them back";
+
 // What an open KFD device decided, for tests and diagnostics.
 class KfdInternals {
  public:
@@ -280,6 +313,7 @@ class KfdInternals {
   virtual const KfdTopology& kfd_topology() const = 0;
   virtual QueueModeDecision queue_mode() const = 0;
   virtual Capabilities capabilities() const = 0;
+  virtual bool trap_wakeups() const = 0;
 };
 // Null for devices of other backends.
 inline const KfdInternals* internals(const Device& d) { return dynamic_cast<const KfdInternals*>(&d); }

@@ -428,4 +428,29 @@ Status record_wake(CommandBuffer& cb, uint32_t event_id, uint64_t mailbox_va) {
   return st;
 }
 
+// ---------------------------------------------------------------------------
+// events page ownership (one per process: linux amdkfd kfd_events.c)
+
+TrapDecision decide_trap(Options::Trap opt, const std::string& env, const ThunkSharing& t) {
+  if (env == "0") return {false, "TRAP wake-ups off (CONCCL_KFD_TRAP=0): waits poll with naps"};
+  if (env == "1") return {true, "TRAP wake-ups on (CONCCL_KFD_TRAP=1)"};
+  if (opt == Options::Trap::off) return {false, "TRAP wake-ups off (kfd::Options::trap_wakeups): waits poll with naps"};
+  if (opt == Options::Trap::on) return {true, "TRAP wake-ups on (kfd::Options::trap_wakeups)"};
+  if (t.hsa_runtime_loaded && t.hsa_runtime_private_thunk)
+    return {false,
+            "TRAP wake-ups off: libhsa-runtime64 in this process carries its own libhsakmt (ROCm >= 6.3) and KFD "
+            "gives a process one events page, so ConCCL's events would take HIP's wake-ups or be refused; waits poll "
+            "with naps (CONCCL_KFD_TRAP=1 forces them on)"};
+  if (t.hsa_runtime_loaded)
+    return {true, "TRAP wake-ups on: one libhsakmt shared with libhsa-runtime64 (one events page for both)"};
+  return {true,
+          "TRAP wake-ups on: ConCCL's libhsakmt owns the events page; a ROCm >= 6.3 HIP loaded later in this process "
+          "cannot get wake-ups (set CONCCL_KFD_TRAP=0 in such programs)"};
+}
+
+bool is_events_page_conflict(int status, int saved_errno) {
+  return (status == static_cast<int>(KmtStatus::error) && saved_errno == EINVAL) ||
+         status == static_cast<int>(KmtStatus::invalid_parameter);
+}
+
 }  // namespace conccl::kfd

@@ -260,6 +260,14 @@ Result<KfdTopology> build_topology(const SysTopology& sys, const RenderAccess& a
     g.hive_id = n.prop("hive_id");
     g.location_id = n.prop("location_id");
     g.domain = n.prop("domain");
+    g.min_submit_bytes = target->min_submit_bytes;
+    for (const SysLink& l : n.io_links) {
+      const SysNode* to = sys.node(l.node_to);
+      if (!to || to->gpu_id != 0 || g.cpu_link_known) continue;
+      g.cpu_link_known = true;
+      g.cpu_link_type = l.type;
+      g.cpu_link_flags = l.flags;
+    }
     kt.gpus.push_back(g);
 
     GpuInfo gi;
@@ -333,6 +341,13 @@ Result<KfdTopology> build_topology(const SysTopology& sys, const RenderAccess& a
         "the kernel gives no recommended_sdma_engine_id_mask for some links (KFD < 1.17, before Linux 6.12): their "
         "recommended engines are every xGMI engine for xGMI peers and every PCIe engine otherwise, as the kernel "
         "computes outside its 8-GPU MI300 table");
+  for (const GpuNode& g : kt.gpus)
+    if (!g.host_atomics64())
+      notes.push_back("gpu " + std::to_string(g.index) +
+                      ": its link to the CPU has no 64-bit PCIe AtomicOps (io_link flags " +
+                      std::to_string(g.cpu_link_flags) +
+                      ", NO_ATOMICS_64): its queues refuse SDMA ATOMICs (signal_add); "
+                      "enable AtomicOps on the PCIe path (BIOS, switches) or use single-writer signals");
   for (const std::string& w : sys.warnings) notes.push_back("sysfs: " + w);
   t.notes = std::move(notes);
   if (kt.gpus.empty()) {
