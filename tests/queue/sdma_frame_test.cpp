@@ -126,10 +126,16 @@ TEST(SubmitFrame, EngineRunsTheFrameAroundEverySubmission) {
       const size_t colon = d.find(": ", at);
       return d.substr(colon + 2, what.size());
     };
-    if (p.hdp_flush) EXPECT_EQ(next("poll_reg req=0x80000000"), "poll_reg req=0x80000000") << d;
-    if (p.gcr) EXPECT_EQ(next("gcr_user control=0xc3c0"), "gcr_user control=0xc3c0") << d;
+    if (p.hdp_flush) {
+      EXPECT_EQ(next("poll_reg req=0x80000000"), "poll_reg req=0x80000000") << d;
+    }
+    if (p.gcr) {
+      EXPECT_EQ(next("gcr_user control=0xc3c0"), "gcr_user control=0xc3c0") << d;
+    }
     EXPECT_EQ(next("copy "), "copy ") << d;
-    if (p.gcr) EXPECT_EQ(next("gcr_user control=0x8040"), "gcr_user control=0x8040") << d;
+    if (p.gcr) {
+      EXPECT_EQ(next("gcr_user control=0x8040"), "gcr_user control=0x8040") << d;
+    }
     EXPECT_EQ(next("fence addr="), "fence addr=") << d;
     ASSERT_OK(dev->inject(0, 0, emu::Injection{}));
     ASSERT_OK(q->wait_done(long_deadline()));
