@@ -85,6 +85,29 @@ Status queues_reserve(Queue* queue, Signal& signal, uint64_t dst, uint64_t src, 
   return Status();
 }
 
+// ---- docs/multiprocess.md (run below as one rank of one) ----------------
+
+Status multiprocess_rank(int r, int n, const conccl::UniqueId& id, uint64_t bytes) {
+  // Every process: rank r of n, the same id (made once, handed to all).
+  conccl::DeviceOptions d;
+  d.process_slot = r;  // distinct per process: the rank
+  auto dev = conccl::open_device(d).value();
+  conccl::Communicator::Options o;
+  o.gpu = r;  // this rank's GPU on the device (default: r modulo the GPU count)
+  auto comm = conccl::Communicator::create(*dev, r, n, id, o).value();
+  conccl::Buffer send = dev->alloc(r, bytes, conccl::MemKind::device).value();
+  conccl::Buffer recv = dev->alloc(r, n * bytes, conccl::MemKind::device).value();
+  conccl::CollectiveArgs a;
+  a.op = conccl::CollOp::all_gather;
+  a.bytes = bytes;
+  a.send = {send};  // this rank's buffers alone
+  a.recv = {recv};
+  auto plan = comm->plan(a).value();             // every rank, in the same order
+  CONCCL_RETURN_IF_ERROR(plan->launch(conccl::Deadline::after_ms(1000)));
+  CONCCL_RETURN_IF_ERROR(plan->wait(conccl::Deadline::after_ms(1000)));  // every rank waits for every launch
+  return Status();
+}
+
 // ---- the checks --------------------------------------------------------
 
 std::string read(const std::string& path) {
@@ -111,7 +134,7 @@ TEST(DocsExamples, EveryBlockIsHere) {
   int blocks = 0;
   for (const char* doc : {"README.md", "docs/collectives.md", "docs/queues.md", "docs/nv-backend.md",
                           "docs/signals.md", "docs/architecture.md", "docs/getting-started.md", "docs/emulator.md",
-                          "docs/hardware.md", "docs/asm.md", "docs/sdma-probe.md"}) {
+                          "docs/hardware.md", "docs/asm.md", "docs/sdma-probe.md", "docs/multiprocess.md"}) {
     const std::string text = read(std::string(CONCCL_SOURCE_DIR) + "/" + doc);
     size_t at = 0;
     while ((at = text.find("```cpp\n", at)) != std::string::npos) {
@@ -126,6 +149,10 @@ TEST(DocsExamples, EveryBlockIsHere) {
     }
   }
   EXPECT_GE(blocks, 5);
+}
+
+TEST(DocsExamples, MultiprocessRunsAsOneRank) {
+  ASSERT_OK(multiprocess_rank(0, 1, make_unique_id().value(), 4096));
 }
 
 TEST(DocsExamples, CollectivesRunOnTheEmulator) {

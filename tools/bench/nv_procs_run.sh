@@ -37,11 +37,11 @@ P=$B/tools/sdma-probe/sdma-probe
       done
     done
   done
-  echo "== kill -9 of rank 2 of 4 in mid-run (allgather 1 GiB, 200 iterations, --timeout-ms 20000)"
+  echo "== kill -9 of rank 2 of 4 in mid-run (allgather 1 GiB, 3000 iterations, --timeout-ms 20000)"
   t0=$(date +%s%N)
-  $P allgather --backend nv --procs 4 --min 1G --max 1G --iters 200 --timeout-ms 20000 > /tmp/k.txt 2> /tmp/k.err &
+  $P allgather --backend nv --procs 4 --min 1G --max 1G --iters 3000 --timeout-ms 20000 > /tmp/k.txt 2> /tmp/k.err &
   launcher=$!
-  sleep 6
+  sleep 8
   victim=$(pgrep -f -- "--rank 2 --unique-id" | head -1)
   echo "killing pid ${victim:-none}"
   [ -n "$victim" ] && kill -9 $victim

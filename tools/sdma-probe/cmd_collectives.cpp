@@ -451,7 +451,22 @@ int run_collective(const Args& args, Context& ctx) {
     // (docs/perf/h200.md, "Cold GPU").
     const auto warm_until = std::chrono::steady_clock::now() + std::chrono::milliseconds(emulated ? 0 : 100);
     uint64_t warm = 0;
-    while ((warm < static_cast<uint64_t>(*warmup) || std::chrono::steady_clock::now() < warm_until) && !sweep_signal()) {
+    auto more_warmup = [&]() -> conccl::Result<bool> {
+      bool more = (warm < static_cast<uint64_t>(*warmup) || std::chrono::steady_clock::now() < warm_until) &&
+                  !sweep_signal();
+      if (me < 0) return more;
+      // Ranks in separate processes launch together: one more while any
+      // rank wants one (each times its own 100 ms).
+      conccl::Result<std::vector<conccl::Bootstrap::Message>> all =
+          (*comm)->bootstrap()->exchange("warm-up", more ? "1" : "0", {}, deadline());
+      if (!all.ok()) return all.status();
+      for (const conccl::Bootstrap::Message& m : *all) more |= m.data == "1";
+      return more;
+    };
+    while (true) {
+      conccl::Result<bool> more = more_warmup();
+      if (!more.ok()) return more.status().prefix("warm-up at " + at);
+      if (!*more) break;
       const conccl::Deadline dl = deadline();
       Status st = a.prelaunch ? (*plan)->prelaunch(dl) : (*plan)->launch(dl);
       if (st.ok() && a.prelaunch) st = (*plan)->release();
