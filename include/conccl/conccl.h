@@ -15,8 +15,9 @@
  *  - No C++ exception and no abort crosses this interface: an unexpected
  *    C++ exception becomes CONCCL_ERR_INTERNAL with its message.
  *
- * Single process: a communicator holds every rank (ranks on the GPUs of one
- * device; several ranks may share a GPU with `loopback`). See
+ * A communicator holds every rank in one process (ranks on the GPUs of one
+ * device; several ranks may share a GPU with `loopback`), or one rank per
+ * process (conccl_comm_create_rank, docs/multiprocess.md). See
  * docs/getting-started.md and examples/.
  */
 #ifndef CONCCL_CONCCL_H
@@ -67,6 +68,7 @@ typedef struct conccl_device_options {
   int engines;            /* emu custom topology: engines per GPU (0 = the preset's) */
   const char* gen;        /* emu: SDMA generation ("4.4.2", ...; NULL = the preset's) */
   size_t memory_per_gpu;  /* emu: bytes of HBM per GPU (0 = default) */
+  int process_slot;       /* one process per rank: 0..15, distinct per process (the rank); -1 (init) = none */
 } conccl_device_options;
 void conccl_device_options_init(conccl_device_options* options);
 
@@ -209,6 +211,27 @@ conccl_status conccl_comm_create(conccl_device_t device, const int* gpus, int nr
                                  const conccl_comm_options* options, conccl_comm_t* comm);
 void conccl_comm_destroy(conccl_comm_t comm);
 int conccl_comm_size(conccl_comm_t comm);
+
+/* One process per rank (docs/multiprocess.md), as ncclGetUniqueId and
+ * ncclCommInitRank: one process makes the id and hands it to all; each
+ * opens its device with its own process_slot and calls
+ * conccl_comm_create_rank, which returns once every rank has joined (or
+ * fails by options->timeout_ms, naming the missing ranks). Plans are then
+ * made by every rank in the same order, each giving its own buffers
+ * (nsend/nrecv 1), and every rank waits for every launch. The NCCL-shaped
+ * calls below are for communicators of one process. */
+typedef struct conccl_unique_id {
+  uint8_t bytes[128];
+} conccl_unique_id;
+conccl_status conccl_get_unique_id(conccl_unique_id* id);
+/* "conccl-uid-" + 32 hex digits (44 characters and a NUL). */
+conccl_status conccl_unique_id_to_string(const conccl_unique_id* id, char* buf, size_t capacity);
+conccl_status conccl_unique_id_from_string(const char* text, conccl_unique_id* id);
+/* gpu: this rank's GPU on the device (-1: rank modulo the GPU count). */
+conccl_status conccl_comm_create_rank(conccl_device_t device, int rank, int nranks, const conccl_unique_id* id, int gpu,
+                                      const conccl_comm_options* options, conccl_comm_t* comm);
+/* This process's rank; -1 for a communicator of one process. */
+int conccl_comm_rank(conccl_comm_t comm);
 
 typedef struct conccl_collective_args {
   size_t struct_size;

@@ -53,7 +53,11 @@ class _Buffer(ctypes.Structure):
 
 class _DeviceOptions(ctypes.Structure):
     _fields_ = [("struct_size", _sz), ("backend", _cp), ("preset", _cp), ("gpus", _int), ("engines", _int),
-                ("gen", _cp), ("memory_per_gpu", _sz)]
+                ("gen", _cp), ("memory_per_gpu", _sz), ("process_slot", _int)]
+
+
+class _UniqueId(ctypes.Structure):
+    _fields_ = [("bytes", ctypes.c_uint8 * 128)]
 
 
 class _CommOptions(ctypes.Structure):
@@ -123,6 +127,12 @@ _q_submit = _sig("conccl_queue_submit", _status, _vp, ctypes.c_uint32, _P(_u64))
 _q_wait = _sig("conccl_queue_wait", _status, _vp, _u64, ctypes.c_uint32)
 _q_completed = _sig("conccl_queue_completed", _u64, _vp)
 _comm_create = _sig("conccl_comm_create", _status, _vp, _P(_int), _int, _P(_CommOptions), _P(_vp))
+_comm_create_rank = _sig("conccl_comm_create_rank", _status, _vp, _int, _int, _P(_UniqueId), _int, _P(_CommOptions),
+                         _P(_vp))
+_comm_rank = _sig("conccl_comm_rank", _int, _vp)
+_get_uid = _sig("conccl_get_unique_id", _status, _P(_UniqueId))
+_uid_to_string = _sig("conccl_unique_id_to_string", _status, _P(_UniqueId), _cp, _sz)
+_uid_from_string = _sig("conccl_unique_id_from_string", _status, _cp, _P(_UniqueId))
 _comm_destroy = _sig("conccl_comm_destroy", None, _vp)
 _comm_size = _sig("conccl_comm_size", _int, _vp)
 _plan_create = _sig("conccl_plan_create", _status, _vp, _P(_CollArgs), _P(_vp))
@@ -319,9 +329,9 @@ class Device:
     """open_device: backend "emu" (default, no GPU needed), "kfd" or "nv"."""
     _h = None
 
-    def __init__(self, backend="emu", preset=None, gpus=0, engines=0, gen=None, memory_per_gpu=0):
+    def __init__(self, backend="emu", preset=None, gpus=0, engines=0, gen=None, memory_per_gpu=0, process_slot=-1):
         o = _DeviceOptions(ctypes.sizeof(_DeviceOptions), backend.encode(), preset.encode() if preset else None,
-                           gpus, engines, gen.encode() if gen else None, memory_per_gpu)
+                           gpus, engines, gen.encode() if gen else None, memory_per_gpu, process_slot)
         h = _vp()
         _check(_dev_open(ctypes.byref(o), ctypes.byref(h)))
         self._h = h
@@ -547,6 +557,16 @@ class Plan(_Child):
         return a.value, v.value
 
 
+def unique_id():
+    """A new id for a communicator of one process per rank, as its printable string
+    ("conccl-uid-..."): make it in one process and hand it to every rank."""
+    uid = _UniqueId()
+    _check(_get_uid(ctypes.byref(uid)))
+    buf = ctypes.create_string_buffer(64)
+    _check(_uid_to_string(ctypes.byref(uid), buf, len(buf)))
+    return buf.value.decode()
+
+
 class Communicator(_Child):
     """Ranks on the GPUs of one device (gpus[r] = rank r's GPU); loopback lets ranks share a GPU,
     and `queues` ("auto", "per_rank", "per_engine") says which queues they use on an engine."""
@@ -554,23 +574,41 @@ class Communicator(_Child):
 
     QUEUES = {"auto": 0, "per_rank": 1, "per_engine": 2}
 
-    def __init__(self, device, gpus, loopback=False, engines=None, timeout_ms=60000, queues="auto"):
+    def __init__(self, device, gpus=None, loopback=False, engines=None, timeout_ms=60000, queues="auto",
+                 rank=None, nranks=None, unique_id=None, gpu=-1):
+        """One process: gpus = every rank's GPU. One process per rank (docs/multiprocess.md):
+        rank, nranks and unique_id (conccl.unique_id() made once, handed to every process;
+        the device opened with process_slot=rank); gpu = this rank's GPU (-1: rank modulo
+        the device's GPU count)."""
         if queues not in self.QUEUES:
             raise Error("invalid_argument", f"queues {queues!r}: one of {sorted(self.QUEUES)}")
+        per_process = rank is not None or nranks is not None or unique_id is not None
+        if per_process and (rank is None or nranks is None or unique_id is None or gpus is not None):
+            raise Error("invalid_argument", "one process per rank: give rank, nranks and unique_id (and no gpus)")
+        if not per_process and gpus is None:
+            raise Error("invalid_argument", "give gpus (every rank in this process), or rank, nranks and unique_id")
         device._adopt(self)
         self._device = device
-        g = list(gpus)
-        ga = (_int * len(g))(*g)
         eng = list(engines or [])
         ea = (_int * max(1, len(eng)))(*eng)
         o = _CommOptions(ctypes.sizeof(_CommOptions), 0, int(loopback), ea if eng else None, len(eng), timeout_ms,
                          self.QUEUES[queues])
         h = _vp()
+        if per_process:
+            uid = _UniqueId()
+            _check(_uid_from_string(str(unique_id).encode(), ctypes.byref(uid)))
+            _check(_comm_create_rank(device._h, rank, nranks, ctypes.byref(uid), gpu, ctypes.byref(o), ctypes.byref(h)))
+            self._h = h
+            self._gpus = None
+            return
+        g = list(gpus)
+        ga = (_int * len(g))(*g)
         _check(_comm_create(device._h, ga, len(g), ctypes.byref(o), ctypes.byref(h)))
         self._h = h
         self._gpus = g
 
     size = property(lambda self: _comm_size(self._h))
+    rank = property(lambda self: _comm_rank(self._h), doc="this process's rank (-1: every rank in this process)")
 
     def plan(self, op, nbytes, send, recv, **kw):
         return Plan(self, op, nbytes, send, recv, **kw)

@@ -176,6 +176,11 @@ Result<Stager*> stager_for(conccl_device* d, int gpu) {
 conccl_status nccl_shaped(CollOp op, const conccl_buffer* send, const conccl_buffer* recv, size_t bytes, int root,
                           conccl_comm* c, void* stream) {
   CONCCL_C_REQUIRE(c, "comm is NULL");
+  if (c->comm->rank() >= 0)
+    return fail(CONCCL_ERR_INVALID_ARGUMENT,
+                std::string(coll_op_name(op)) + ": the NCCL-shaped calls take every rank's buffers, for communicators "
+                                                 "of one process; with one process per rank use conccl_plan_create "
+                                                 "(this rank's buffers) and conccl_plan_launch/wait on every rank");
   CONCCL_C_REQUIRE(send && recv, "send and recv must point at one buffer per rank");
   if (stream && !nv::native(*c->device->dev))
     return fail(CONCCL_ERR_UNAVAILABLE,
@@ -263,6 +268,7 @@ void conccl_device_options_init(conccl_device_options* o) {
   if (!o) return;
   std::memset(o, 0, sizeof *o);
   o->struct_size = sizeof *o;
+  o->process_slot = -1;
 }
 
 conccl_status conccl_device_open(const conccl_device_options* o, conccl_device_t* device) {
@@ -280,6 +286,9 @@ conccl_status conccl_device_open(const conccl_device_options* o, conccl_device_t
       opt.engines = o->engines;
       if (o->gen) opt.gen = o->gen;
       opt.memory_per_gpu = o->memory_per_gpu;
+      // Added after the first version: callers built against it lack the field.
+      if (o->struct_size >= offsetof(conccl_device_options, process_slot) + sizeof(int))
+        opt.process_slot = o->process_slot;
     }
     Result<std::unique_ptr<Device>> d = open_device(opt);
     if (!d.ok()) return report(d.status());
@@ -582,6 +591,73 @@ conccl_status conccl_comm_create(conccl_device_t d, const int* gpus, int nranks,
     return report(Status());
   });
 }
+
+conccl_status conccl_get_unique_id(conccl_unique_id* id) {
+  return guard([&] {
+    CONCCL_C_REQUIRE(id, "id is NULL");
+    Result<UniqueId> u = make_unique_id();
+    if (!u.ok()) return report(u.status());
+    std::memcpy(id->bytes, u->bytes.data(), sizeof id->bytes);
+    return report(Status());
+  });
+}
+
+conccl_status conccl_unique_id_to_string(const conccl_unique_id* id, char* buf, size_t capacity) {
+  return guard([&] {
+    CONCCL_C_REQUIRE(id && buf, "id and buf must not be NULL");
+    UniqueId u;
+    std::memcpy(u.bytes.data(), id->bytes, sizeof id->bytes);
+    const std::string s = u.to_string();
+    CONCCL_C_REQUIRE(capacity > s.size(), "buf holds " + std::to_string(capacity) + " bytes; the id needs " +
+                                              std::to_string(s.size() + 1));
+    std::memcpy(buf, s.c_str(), s.size() + 1);
+    return report(Status());
+  });
+}
+
+conccl_status conccl_unique_id_from_string(const char* text, conccl_unique_id* id) {
+  return guard([&] {
+    CONCCL_C_REQUIRE(text && id, "text and id must not be NULL");
+    Result<UniqueId> u = UniqueId::parse(text);
+    if (!u.ok()) return report(u.status());
+    std::memcpy(id->bytes, u->bytes.data(), sizeof id->bytes);
+    return report(Status());
+  });
+}
+
+conccl_status conccl_comm_create_rank(conccl_device_t d, int rank, int nranks, const conccl_unique_id* id, int gpu,
+                                      const conccl_comm_options* o, conccl_comm_t* comm) {
+  return guard([&] {
+    CONCCL_C_REQUIRE(d && id && comm, "device, id and comm must not be NULL");
+    *comm = nullptr;
+    Communicator::Options opt;
+    uint32_t timeout = 60000;
+    if (o) {
+      CONCCL_C_REQUIRE(size_ok(o, sizeof(conccl_comm_options)),
+                       "options->struct_size is " + std::to_string(o->struct_size) +
+                           ": call conccl_comm_options_init first");
+      CONCCL_C_REQUIRE(o->num_engines >= 0 && (o->engines || o->num_engines == 0), "engines is NULL with num_engines > 0");
+      if (o->ring_bytes) opt.ring_bytes = o->ring_bytes;
+      opt.loopback = o->loopback != 0;
+      opt.engines.assign(o->engines, o->engines + o->num_engines);
+      if (o->timeout_ms) timeout = o->timeout_ms;
+    }
+    opt.gpu = gpu;
+    opt.join_timeout_ms = timeout;
+    UniqueId u;
+    std::memcpy(u.bytes.data(), id->bytes, sizeof id->bytes);
+    Result<std::unique_ptr<Communicator>> c = Communicator::create(*d->dev, rank, nranks, u, opt);
+    if (!c.ok()) return report(c.status());
+    auto h = std::make_unique<conccl_comm>();
+    h->device = d;
+    h->comm = std::move(c).value();
+    h->timeout_ms = timeout;
+    *comm = h.release();
+    return report(Status());
+  });
+}
+
+int conccl_comm_rank(conccl_comm_t c) { return c ? c->comm->rank() : -1; }
 
 void conccl_comm_destroy(conccl_comm_t c) {
   if (!c) return;

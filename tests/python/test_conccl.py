@@ -116,6 +116,43 @@ class CollectiveTest(unittest.TestCase):
             self.assertEqual(cm.exception.status, "invalid_argument")
 
 
+    def test_one_process_per_rank(self):
+        # Each rank a Python process of its own, as torch.distributed runs:
+        # the id made here, handed over on the command line.
+        import subprocess
+        import sys
+        uid = conccl.unique_id()
+        self.assertTrue(uid.startswith("conccl-uid-"))
+        rank_script = '''
+import hashlib, sys, conccl
+r, n, uid, chunk = int(sys.argv[1]), int(sys.argv[2]), sys.argv[3], 70000
+data = lambda s: hashlib.sha256(bytes([s])).digest() * (chunk // 32) + bytes(chunk % 32)
+with conccl.Device("emu", preset="mi300x", process_slot=r) as dev:
+    comm = conccl.Communicator(dev, rank=r, nranks=n, unique_id=uid, gpu=r, timeout_ms=20000)
+    assert comm.rank == r and comm.size == n
+    send, recv = dev.alloc(r, chunk * n), dev.alloc(r, chunk * n)
+    send.upload(b"".join(data(r * n + d) for d in range(n)))
+    plan = comm.plan("all_to_all", chunk, [send], [recv])
+    for _ in range(2):
+        plan.launch()
+        plan.wait()
+    got = recv.download()
+    for s in range(n):
+        assert got[s * chunk:(s + 1) * chunk] == data(s * n + r), s
+print("ok", r)
+'''
+        n = 3
+        procs = [subprocess.Popen([sys.executable, "-c", rank_script, str(r), str(n), uid],
+                                  stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True) for r in range(n)]
+        for r, p in enumerate(procs):
+            out, err = p.communicate(timeout=120)
+            self.assertEqual(p.returncode, 0, f"rank {r}: {err}")
+            self.assertEqual(out.strip(), f"ok {r}")
+        with conccl.Device("emu") as dev:
+            with self.assertRaises(conccl.Error) as cm:
+                conccl.Communicator(dev, rank=0, nranks=2, unique_id="nope")
+            self.assertEqual(cm.exception.status, "invalid_argument")
+
     def test_per_engine_queues_and_release_by_stores(self):
         # Another writer releases a prelaunched plan with the stores it names:
         # here an engine (a queue's dword fills), as a compute stream would.
