@@ -40,8 +40,6 @@ conccl::Result<InjectPlan> parse_inject(const Args& args, const conccl::Topology
   }
   if (p.what != "stall" && p.what != "lost-signal" && p.what != "slow")
     return conccl::error(Code::invalid_argument, "--inject takes stall, lost-signal or slow, not '" + p.what + "'");
-  if (args.common().backend != Backend::emu)
-    return conccl::error(Code::invalid_argument, "--inject works only with --backend emu");
   const std::string sel = args.value("inject-engine").value_or("0:" + std::to_string(t.gpus[0].engines.at(0).id));
   const size_t colon = sel.find(':');
   const std::optional<uint64_t> g = colon == std::string::npos ? std::nullopt : parse_uint(sel.substr(0, colon));
@@ -136,6 +134,9 @@ int run_selftest(const Args& args, Context& ctx) {
   if (!(ratio > 0 && ratio < 1)) return usage_error(args, ctx, "--slow-ratio takes a number between 0 and 1 (default 0.5)");
   conccl::Result<uint64_t> seed = args.get_uint("seed", 1);
   if (!seed.ok()) return fail(args, ctx, seed.status());
+
+  if ((args.has("inject") || args.has("inject-engine")) && args.common().backend != Backend::emu)
+    return usage_error(args, ctx, "--inject works only with --backend emu");
 
   conccl::Result<std::unique_ptr<conccl::Device>> devr = open_device_from_args(args);
   if (!devr.ok()) return fail(args, ctx, devr.status());
