@@ -30,6 +30,9 @@ constexpr auto kSlowDelay = std::chrono::microseconds(2000);
 // Default --slow-ratio on hardware and on the emulator.
 constexpr double kSlowRatio = 0.5;
 constexpr double kEmuSlowRatio = 0.25;
+// Default --bytes on hardware and on the emulator.
+constexpr uint64_t kBandwidthBytes = 64ull << 20;
+constexpr uint64_t kEmuBandwidthBytes = 4ull << 20;
 
 conccl::Result<InjectPlan> parse_inject(const Args& args, const conccl::Topology& t) {
   InjectPlan p;
@@ -106,9 +109,39 @@ void check_placement(conccl::Device& dev, const conccl::emu::EngineStats* before
     r.findings.push_back({"placement", Cell::failed, "the queue did not run on the engine asked for: " + r.placement_note, {}});
 }
 
+// A hung engine may still write the destinations it was given: its GPU's
+// and the peers' it copied into. Those get fresh ones.
+void renew_after_hang(Memory& mem, const EngineReport& r, std::vector<std::string>* notes) {
+  std::vector<int> gpus = {r.gpu};
+  for (const PeerResult& p : r.peers) gpus.push_back(p.peer);
+  for (int g : gpus)
+    if (Status st = mem.renew_dst(g); !st.ok())
+      notes->push_back("after the hang of engine " + std::to_string(r.gpu) + ":" + std::to_string(r.engine) +
+                       ", GPU " + std::to_string(g) + "'s destination buffer could not be replaced (" + st.to_string() +
+                       "): later results there may be disturbed by that engine");
+}
+
+// Names the engines that did not pass on stderr (the report is on stdout).
+void print_failures(const std::vector<EngineReport>& reports, Context& ctx) {
+  std::string names;
+  size_t bad = 0;
+  for (const EngineReport& r : reports) {
+    if (r.verdict() == Verdict::pass) continue;
+    if (++bad <= 8)
+      names += std::string(bad > 1 ? ", " : "") + std::to_string(r.gpu) + ":" + std::to_string(r.engine) + " " +
+               verdict_name(r.verdict());
+  }
+  if (bad > 8) names += ", and " + std::to_string(bad - 8) + " more";
+  std::fprintf(ctx.err, "sdma-probe selftest: %zu of %zu engines did not pass (GPU:engine): %s\n", bad, reports.size(),
+               names.c_str());
+}
+
 conccl::Result<Settings> parse_settings(const Args& args) {
   Settings s;
-  conccl::Result<uint64_t> bytes = args.get_size("bytes", 64ull << 20);
+  // The emulator's bandwidth is the host's memcpy: a smaller default keeps
+  // a run of 128 emulated engines to seconds.
+  const uint64_t fallback = args.common().backend == Backend::emu ? kEmuBandwidthBytes : kBandwidthBytes;
+  conccl::Result<uint64_t> bytes = args.get_size("bytes", fallback);
   if (!bytes.ok()) return bytes.status();
   if (*bytes < 4096 || *bytes > (4ull << 30))
     return conccl::error(Code::invalid_argument, "--bytes " + format_size(*bytes) + " is out of range: give 4K..4G");
@@ -160,6 +193,7 @@ int run_selftest(const Args& args, Context& ctx) {
   if (!mem.ok()) return fail(args, ctx, mem.status());
 
   std::vector<EngineReport> reports;
+  std::vector<std::string> notes;  // the run's own remarks
   // Runs whose engine hung or faulted: never destroyed (their memory and
   // queue may still be written by the engine); the process ends by _exit.
   std::vector<std::unique_ptr<EngineRun>> abandoned;
@@ -194,8 +228,7 @@ int run_selftest(const Args& args, Context& ctx) {
         any_hang |= hung;
         if (emu && !hung) (void)emu->reset_engine(r.gpu, r.engine);  // a fault: clear it, drop what is left
         abandoned.push_back(std::move(*run));
-        if (hung)
-          if (Status st = mem->renew(); !st.ok()) return fail(args, ctx, st.prefix("after a hang"));
+        if (hung) renew_after_hang(*mem, r, &notes);
       } else {
         check_placement(dev, before ? &*before : nullptr, **run, r);
       }
@@ -217,6 +250,7 @@ int run_selftest(const Args& args, Context& ctx) {
       r.findings.push_back({"bandwidth (again)", o.cell, o.message, o.hang_kind});
       abandoned.push_back(std::move(*run));
       any_hang |= o.cell == Cell::hung;
+      if (o.cell == Cell::hung) renew_after_hang(*mem, r, &notes);
       continue;
     }
     r.gbps = std::max(r.gbps, gbps);
@@ -235,9 +269,11 @@ int run_selftest(const Args& args, Context& ctx) {
     info.injected = inject->what + " on engine " + std::to_string(inject->engine) + " of GPU " + std::to_string(inject->gpu);
   info.notes = topo.notes;
   for (const std::string& n : mem->notes()) info.notes.push_back(n);
+  for (const std::string& n : notes) info.notes.push_back(n);
   const std::string out = args.common().json ? report_json(info, reports) : report_table(info, reports);
   std::fputs(out.c_str(), ctx.out);
   const ExitCode rc = selftest_exit_code(reports);
+  if (rc != ExitCode::ok) print_failures(reports, ctx);
   // A hung engine may still hold work: end without tearing the device down.
   if (any_hang || !abandoned.empty()) end_after_hang(rc);
   return to_int(rc);
@@ -262,7 +298,7 @@ const Registration selftest_reg({
         "  timestamp  two engine timestamps around a copy: written, and in order\n"
         "  peers      a verified copy into peers over the links (a sample: the peer the engine is\n"
         "             recommended for and one by rotation; --all-peers for every peer)\n"
-        "  GB/s       the best of --reps copies of --bytes (default 64 MiB) within the GPU\n"
+        "  GB/s       the best of --reps copies of --bytes (default 64 MiB; emulator 4 MiB) in the GPU\n"
         "  placement  whether the queue ran on the engine asked for (emulator: its counters;\n"
         "             KFD and NVIDIA: not checkable)\n"
         "An engine is slow when its GB/s is below --slow-ratio (default 0.5; emulator 0.25) x the\n"
@@ -278,7 +314,7 @@ const Registration selftest_reg({
         "lose its first signal write, or spend 2 ms more on every packet (slow).\n",
     .flags = [] {
       std::vector<FlagSpec> f = device_flag_specs();
-      f.push_back({.name = "bytes", .value = "SIZE", .help = "bandwidth copy size (default 64M; 4K..4G)"});
+      f.push_back({.name = "bytes", .value = "SIZE", .help = "bandwidth copy size (default 64M, emu 4M; 4K..4G)"});
       f.push_back({.name = "reps", .value = "N", .help = "bandwidth copies per engine, the best counts (default 3)"});
       f.push_back({.name = "all-peers", .help = "copy from every engine into every linked peer (default: a sample)"});
       f.push_back({.name = "slow-ratio", .value = "R", .help = "slow below R x the group's median GB/s (default 0.5; emu 0.25)"});

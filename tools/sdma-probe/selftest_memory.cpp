@@ -47,32 +47,49 @@ Memory::~Memory() {
   for (const Buffer& b : owned_) (void)dev_->free(b);
 }
 
-Status Memory::renew() {
-  owned_.clear();  // left allocated on purpose (see the header)
-  return allocate();
+Status Memory::renew_dst(int g) {
+  GpuMemory& gm = gpus_[static_cast<size_t>(g)];
+  for (size_t i = 0; i < owned_.size(); ++i)
+    if (owned_[i].va == gm.dst.va) {
+      owned_.erase(owned_.begin() + static_cast<std::ptrdiff_t>(i));  // left allocated, never freed
+      break;
+    }
+  bool in_host = false;
+  conccl::Result<Buffer> r = alloc_visible(g, &in_host);
+  if (!r.ok()) return r.status();
+  owned_.push_back(*r);
+  gm.dst = *r;
+  return Status();
+}
+
+conccl::Result<Buffer> Memory::alloc_visible(int g, bool* in_host_memory) {
+  conccl::Result<Buffer> r = dev_->alloc(g, bytes_, MemKind::device);
+  if (!r.ok()) return r.status().prefix("selftest buffer of " + format_size(bytes_) + " on GPU " + std::to_string(g));
+  if (r->host) return r;
+  // Not CPU-visible: verify through host memory instead.
+  (void)dev_->free(*r);
+  r = dev_->alloc(g, bytes_, MemKind::host);
+  if (!r.ok()) return r.status().prefix("selftest host buffer of " + format_size(bytes_));
+  if (!r->host) {
+    (void)dev_->free(*r);
+    return conccl::error(Code::unavailable, "selftest needs CPU-visible memory to verify copies, and host memory of "
+                                            "this backend has no CPU mapping");
+  }
+  *in_host_memory = true;
+  return r;
 }
 
 Status Memory::allocate() {
-  gpus_.clear();
   std::mt19937_64 rng(seed_);
   for (int g = 0; g < dev_->gpu_count(); ++g) {
     GpuMemory gm;
     for (Buffer* b : {&gm.src, &gm.dst}) {
-      conccl::Result<Buffer> r = dev_->alloc(g, bytes_, MemKind::device);
-      if (!r.ok()) return r.status().prefix("selftest buffer of " + format_size(bytes_) + " on GPU " + std::to_string(g));
-      if (!r->host) {  // not CPU-visible: verify through host memory instead
-        (void)dev_->free(*r);
-        r = dev_->alloc(g, bytes_, MemKind::host);
-        if (!r.ok()) return r.status().prefix("selftest host buffer of " + format_size(bytes_));
-        if (!r->host)
-          return conccl::error(Code::unavailable, "selftest needs CPU-visible memory to verify copies, and host "
-                                                  "memory of this backend has no CPU mapping");
-        gm.in_host_memory = true;
-      }
+      conccl::Result<Buffer> r = alloc_visible(g, &gm.in_host_memory);
+      if (!r.ok()) return r.status();
       owned_.push_back(*r);
       *b = *r;
     }
-    if (gm.in_host_memory && notes_.size() < static_cast<size_t>(dev_->gpu_count()))
+    if (gm.in_host_memory)
       notes_.push_back("GPU " + std::to_string(g) +
                        ": device memory is not CPU-visible here; copies are verified in host memory");
     random_bytes(rng, gm.src.host, bytes_);

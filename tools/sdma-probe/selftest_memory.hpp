@@ -38,13 +38,16 @@ class Memory {
   const GpuMemory& gpu(int g) const { return gpus_[static_cast<size_t>(g)]; }
   size_t bytes() const { return bytes_; }
   const std::vector<std::string>& notes() const { return notes_; }
-  // After a hang: fresh buffers for every GPU. The old ones stay allocated,
-  // since an engine that hung may still write them later.
-  conccl::Status renew();
+  // After a hang: a fresh destination buffer on GPU g (engines only read the
+  // sources). The old one stays allocated, since an engine that hung may
+  // still write it later.
+  conccl::Status renew_dst(int g);
 
  private:
   Memory(conccl::Device& dev, size_t bytes, uint64_t seed) : dev_(&dev), bytes_(bytes), seed_(seed) {}
   conccl::Status allocate();
+  // A buffer of bytes_ on GPU g, CPU-visible (host memory standing in if need be).
+  conccl::Result<conccl::Buffer> alloc_visible(int g, bool* in_host_memory);
   conccl::Device* dev_;
   size_t bytes_;
   uint64_t seed_;
