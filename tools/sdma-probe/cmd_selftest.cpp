@@ -212,7 +212,8 @@ int run_selftest(const Args& args, Context& ctx) {
       conccl::Result<std::unique_ptr<EngineRun>> run =
           EngineRun::create(dev, *mem, r.gpu, r.engine, *settings, ++run_seed);
       if (!run.ok()) {
-        r.findings.push_back({"queue", run.status().code() == Code::device_fault ? Cell::faulted : Cell::failed,
+        const Code code = run.status().code();  // out of queues or a fault: exit 4, as exit_code_for maps them
+        r.findings.push_back({"queue", code == Code::device_fault || code == Code::resource_exhausted ? Cell::faulted : Cell::failed,
                               "creating a queue: " + run.status().to_string(), {}});
         r.placement = "-";
         reports.push_back(std::move(r));
