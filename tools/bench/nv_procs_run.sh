@@ -3,7 +3,8 @@
 # docs/perf/h200.md "How to run"): collectives with one process per rank on
 # the copy engines (sdma-probe <op> --backend nv --procs N), against the same
 # sweep with every rank in one process (--ranks N), and a rank killed with
-# SIGKILL in mid-run. Logs in $OUT (procs.jsonl, run.log); a summary last.
+# SIGKILL in mid-run; first `sdma-probe selftest --backend nv` (SELFTEST=0
+# skips it). Logs in $OUT (procs.jsonl, selftest.json, run.log); a summary last.
 #   PROCS="2 4"            process counts
 #   OPS="allgather alltoall"
 #   MAX=1G                 largest size (per rank chunk x ranks for these ops)
@@ -22,6 +23,12 @@ P=$B/tools/sdma-probe/sdma-probe
   t0=$(date +%s)
   ninja -C $B sdma-probe 2>&1 | grep -E "error|warning: |FAILED" | head -40
   echo "build: $(( $(date +%s) - t0 )) s"
+  if [ "${SELFTEST:-1}" = 1 ]; then
+    echo "== sdma-probe selftest --backend nv"
+    timeout 300 $P selftest --backend nv --json > $OUT/selftest.json 2> /tmp/st.err
+    echo "selftest rc=$?"; head -c 1500 /tmp/st.err
+    timeout 300 $P selftest --backend nv 2>&1 | tail -15
+  fi
   : > $OUT/procs.jsonl
   for N in ${PROCS:-2 4}; do
     for op in ${OPS:-allgather alltoall}; do
