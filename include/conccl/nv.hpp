@@ -174,6 +174,10 @@ Device* native(conccl::Device& device, int gpu = 0);
 // CUDA VMM allocation [ptr, ptr+bytes) touches (cuMemCreate with the POSIX-fd
 // handle type: cuda_alloc, or PyTorch with expandable segments) so that the
 // engines use CUDA's own pointer. Unregister before CUDA frees the memory.
+// On a device opened with a process slot (one process per rank), the one
+// allocation holding [ptr, ptr+bytes) is mapped into the slot's window
+// instead, where other processes can map it too: the Buffer's va is then
+// that address, not ptr (docs/multiprocess.md).
 // Errors: invalid_argument for plain cudaMalloc memory, unavailable for
 // other backends or without libcuda.
 Result<conccl::Buffer> register_cuda(conccl::Device& device, uint64_t ptr, size_t bytes, int gpu = 0);

@@ -32,14 +32,15 @@ P=$B/tools/sdma-probe/sdma-probe
   : > $OUT/procs.jsonl
   for N in ${PROCS:-2 4}; do
     for op in ${OPS:-allgather alltoall}; do
-      for mode in procs ranks; do
+      for spec in ${MODES:-procs:cuda procs:device ranks:device}; do
+        mode=${spec%%:*}; bufs=${spec#*:}
         t0=$(date +%s%N)
-        timeout 400 $P $op --backend nv --$mode $N --min 1K --max ${MAX:-1G} --step-factor 4 --timeout-ms 60000 \
-          --json /tmp/p.json > /tmp/p.txt 2> /tmp/p.err
+        timeout 400 $P $op --backend nv --$mode $N --buffers $bufs --min 1K --max ${MAX:-1G} --step-factor 4 \
+          --timeout-ms 60000 --json /tmp/p.json > /tmp/p.txt 2> /tmp/p.err
         rc=$?
-        [ -f /tmp/p.json ] && { tr -d '\n' < /tmp/p.json | sed "s/^{/{\"mode\": \"$mode\", /"; echo; } >> $OUT/procs.jsonl
+        [ -f /tmp/p.json ] && { tr -d '\n' < /tmp/p.json | sed "s/^{/{\"mode\": \"$mode\", \"buffers\": \"$bufs\", /"; echo; } >> $OUT/procs.jsonl
         rm -f /tmp/p.json
-        printf "%-9s --%-5s %d rc=%d %6d ms\n" $op $mode $N $rc $(( ($(date +%s%N) - t0) / 1000000 ))
+        printf "%-9s --%-5s %d --buffers %-6s rc=%d %6d ms\n" $op $mode $N $bufs $rc $(( ($(date +%s%N) - t0) / 1000000 ))
         [ $rc -ne 0 ] && head -c 1500 /tmp/p.err
       done
     done
@@ -59,22 +60,20 @@ P=$B/tools/sdma-probe/sdma-probe
   grep -o "rank 2 (pid [0-9]*) has left[^;]*" /tmp/k.err | sort | uniq -c | head
   echo "ranks still running: $(pgrep -fc -- '--unique-id' || true)"
   cp /tmp/k.err $OUT/kill.err
-  echo "== summary (busbw GB/s: one process per rank vs all ranks in one process)"
+  echo "== summary (busbw GB/s: one process per rank from CUDA / device buffers, and all ranks in one process)"
   python3 - "$OUT/procs.jsonl" <<'EOF'
 import json, sys
 runs = [json.loads(l) for l in open(sys.argv[1]) if l.strip()]
 by = {}
 for r in runs:
-    by[(r["op"], r["ranks"], r["mode"])] = {row["size"]: row for row in r["rows"]}
-print("%-9s %2s %10s %12s %12s %8s %s" % ("op", "N", "size", "procs busbw", "ranks busbw", "ratio", "verified"))
-for (op, n, mode), rows in sorted(by.items()):
-    if mode != "procs": continue
-    other = by.get((op, n, "ranks"), {})
-    for size in sorted(rows):
+    by[(r["op"], r["ranks"], r["mode"], r.get("buffers", "device"))] = {row["size"]: row for row in r["rows"]}
+print("%-9s %2s %10s %13s %13s %13s %s" % ("op", "N", "size", "procs+cuda", "procs+device", "1 process", "verified"))
+for (op, n) in sorted({(k[0], k[1]) for k in by}):
+    cols = [by.get((op, n, "procs", "cuda"), {}), by.get((op, n, "procs", "device"), {}), by.get((op, n, "ranks", "device"), {})]
+    for size in sorted(set().union(*[set(c) for c in cols])):
         if size < (1 << 20): continue
-        a = rows[size]; b = other.get(size)
-        ok = a["verified"] and (b is None or b["verified"])
-        print("%-9s %2d %10d %12.1f %12s %8s %s" % (op, n, size, a["busbw_gbps"],
-              "%.1f" % b["busbw_gbps"] if b else "-", "%.2f" % (a["busbw_gbps"] / b["busbw_gbps"]) if b else "-", ok))
+        rows = [c.get(size) for c in cols]
+        ok = all(r["verified"] for r in rows if r)
+        print("%-9s %2d %10d %13s %13s %13s %s" % (op, n, size, *["%.1f" % r["busbw_gbps"] if r else "-" for r in rows], ok))
 EOF
 } 2>&1 | tee $OUT/run.log | tail -60

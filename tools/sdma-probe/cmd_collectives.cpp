@@ -14,6 +14,7 @@
 #include "cli.hpp"
 #include "coll_memory.hpp"
 #include "conccl/collectives.hpp"
+#include "conccl/nv.hpp"
 #include "conccl/staging.hpp"
 #include "device_flags.hpp"
 #include "mem_budget.hpp"
@@ -276,6 +277,13 @@ int run_collective(const Args& args, Context& ctx) {
     return usage_error(args, ctx, "--procs N runs N ranks, one process each: give --procs or --ranks, not both");
   if (*procs && !*proc) return run_procs(args, ctx, static_cast<int>(*procs));
   const int me = *proc ? (*proc)->rank : -1;  // this process's rank; -1: all ranks here
+  // --buffers cuda: CUDA VMM allocations (cuMemCreate) registered with the
+  // device, as a framework's tensors would be, instead of the device's own.
+  const std::string buffers = args.value("buffers").value_or("device");
+  if (buffers != "device" && buffers != "cuda")
+    return usage_error(args, ctx, "--buffers is device or cuda, not '" + buffers + "'");
+  if (buffers == "cuda" && args.common().backend != Backend::nv)
+    return usage_error(args, ctx, "--buffers cuda needs --backend nv (CUDA memory)");
   const bool printer = me <= 0;               // who prints the table and writes the files
 
   // SIGINT/SIGTERM from here on: checked between iterations; the size being
@@ -365,12 +373,22 @@ int run_collective(const Args& args, Context& ctx) {
   base.recv.assign(static_cast<size_t>(n), Buffer{});
   uint64_t total = 0;
   for (uint64_t g : need.gpu) total = add_sat(total, g);
+  std::vector<conccl::nv::CudaAlloc> cuda_allocs;
+  auto alloc_buffer = [&](int gpu, uint64_t bytes) -> conccl::Result<Buffer> {
+    if (buffers == "device") return dev.alloc(gpu, bytes, conccl::MemKind::device);
+    conccl::Result<int> ordinal = conccl::nv::cuda_ordinal(dev, gpu);
+    if (!ordinal.ok()) return ordinal.status();
+    conccl::Result<conccl::nv::CudaAlloc> ca = conccl::nv::cuda_alloc(bytes, *ordinal);
+    if (!ca.ok()) return ca.status();
+    cuda_allocs.push_back(*ca);
+    return conccl::nv::register_cuda(dev, ca->ptr, bytes, gpu);
+  };
   for (int r = 0; r < n; ++r) {
     if (!local(r)) continue;  // its own process allocates them
     const RankBuffers rb = buffer_bytes(op.op, base.root, base.peer, r, n, max_chunk);
     for (auto [bytes, out] : {std::pair{rb.send, &base.send[static_cast<size_t>(r)]}, std::pair{rb.recv, &base.recv[static_cast<size_t>(r)]}}) {
       if (!bytes) continue;
-      conccl::Result<Buffer> b = dev.alloc(gpu_of[static_cast<size_t>(r)], alloc_bytes(bytes), conccl::MemKind::device);
+      conccl::Result<Buffer> b = alloc_buffer(gpu_of[static_cast<size_t>(r)], alloc_bytes(bytes));
       if (!b.ok())
         return fail(args, ctx, b.status().prefix("allocating " + format_size(total) + " of buffers for " +
                                                   std::to_string(n) + " ranks up to --max " + format_size(*max) +
@@ -383,10 +401,11 @@ int run_collective(const Args& args, Context& ctx) {
       if (Status st = upload_pattern(*stager_of_rank[static_cast<size_t>(r)], b, kSeed, r, deadline()); !st.ok())
         return fail(args, ctx, st.prefix("uploading rank " + std::to_string(r) + "'s data"));
   auto release = [&] {
-    for (Buffer& b : base.send)
-      if (b.va) (void)dev.free(b);
-    for (Buffer& b : base.recv)
-      if (b.va) (void)dev.free(b);
+    for (std::vector<Buffer>* v : {&base.send, &base.recv})
+      for (Buffer& b : *v)
+        if (b.va) (void)(buffers == "cuda" ? conccl::nv::unregister_cuda(dev, b) : dev.free(b));
+    for (conccl::nv::CudaAlloc& c : cuda_allocs) (void)conccl::nv::cuda_free(c);
+    cuda_allocs.clear();
   };
 
   const std::vector<uint64_t> sizes = sweep_sizes(*min, *max, static_cast<uint64_t>(*step));
@@ -624,6 +643,8 @@ std::vector<FlagSpec> collective_flags() {
   f.push_back({.name = "root", .value = "R", .help = "root rank (broadcast, gather, scatter; p2p source)"});
   f.push_back({.name = "peer", .value = "R", .help = "p2p destination rank (default 1)"});
   f.push_back({.name = "json-file", .value = "FILE", .help = "also write the rows as JSON to FILE"});
+  f.push_back({.name = "buffers", .value = "device|cuda",
+               .help = "the ranks' buffers: the device's own (default), or CUDA VMM allocations registered with it (nv)"});
   f.push_back({.name = "procs", .value = "N",
                .help = "N ranks, one process each (started by this one; ranks on GPUs as --ranks places them)"});
   f.push_back({.name = "rank", .value = "R", .help = "set by --procs for the ranks it starts"});

@@ -315,28 +315,11 @@ Status Device::register_cuda(uint64_t ptr, size_t bytes) {
       p = r->buffer.va + r->buffer.size;
       continue;
     }
-    CUmemGenericAllocationHandle h = 0;
-    CUresult rr = a.cuMemRetainAllocationHandle(&h, reinterpret_cast<void*>(p));
-    if (rr != kCudaSuccess)
-      return rollback(error(Code::invalid_argument,
-                            "CUDA memory at " + hex(p) + " is not a CUDA VMM allocation (cuMemRetainAllocationHandle: " +
-                                cu_name(rr) +
-                                "): plain cudaMalloc/cuMemAlloc memory has no allocation handle and cannot be "
-                                "imported by another RM client (nvidia_interop.md §3); " + kUseVmm));
-    CUdeviceptr base = 0;
-    size_t size = 0;
-    Status st = cu_check(a.cuMemGetAddressRange(&base, &size, p), "cuMemGetAddressRange(" + hex(p) + ")");
-    int fd = -1;
-    if (st.ok()) {
-      rr = a.cuMemExportToShareableHandle(&fd, h, kMemHandleTypePosixFd, 0);
-      if (rr != kCudaSuccess)
-        st = error(Code::invalid_argument,
-                   "the CUDA allocation at " + hex(base) + " cannot be exported as a POSIX fd (" + cu_name(rr) +
-                       "): it was created without CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR in requestedHandleTypes; " +
-                       kUseVmm);
-    }
-    (void)a.cuMemRelease(h);  // drop the reference cuMemRetainAllocationHandle took
-    if (!st.ok()) return rollback(st);
+    Result<CudaAllocation> ca = export_cuda(p);
+    if (!ca.ok()) return rollback(ca.status());
+    const uint64_t base = ca->base;
+    const size_t size = ca->size;
+    const int fd = ca->fd;
     Result<Buffer> b = import_fd(fd, base, size);
     ::close(fd);
     if (!b.ok()) return rollback(b.status().prefix("registering CUDA memory at " + hex(base)));
@@ -364,6 +347,49 @@ Status Device::register_cuda(uint64_t ptr, size_t bytes) {
     p = base + size;
   }
   return Status();
+}
+
+Result<Device::CudaAllocation> Device::export_cuda(uint64_t p) {
+  const CudaApi& a = api();
+  CONCCL_RETURN_IF_ERROR(a.status);
+  CUmemGenericAllocationHandle h = 0;
+  CUresult rr = a.cuMemRetainAllocationHandle(&h, reinterpret_cast<void*>(p));
+  if (rr != kCudaSuccess)
+    return error(Code::invalid_argument,
+                 "CUDA memory at " + hex(p) + " is not a CUDA VMM allocation (cuMemRetainAllocationHandle: " +
+                     cu_name(rr) +
+                     "): plain cudaMalloc/cuMemAlloc memory has no allocation handle and cannot be "
+                     "imported by another RM client (nvidia_interop.md §3); " + kUseVmm);
+  CUdeviceptr base = 0;
+  size_t size = 0;
+  Status st = cu_check(a.cuMemGetAddressRange(&base, &size, p), "cuMemGetAddressRange(" + hex(p) + ")");
+  int fd = -1;
+  if (st.ok()) {
+    rr = a.cuMemExportToShareableHandle(&fd, h, kMemHandleTypePosixFd, 0);
+    if (rr != kCudaSuccess)
+      st = error(Code::invalid_argument,
+                 "the CUDA allocation at " + hex(base) + " cannot be exported as a POSIX fd (" + cu_name(rr) +
+                     "): it was created without CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR in requestedHandleTypes; " +
+                     kUseVmm);
+  }
+  (void)a.cuMemRelease(h);  // drop the reference cuMemRetainAllocationHandle took
+  if (!st.ok()) return st;
+  return CudaAllocation{static_cast<uint64_t>(base), size, fd};
+}
+
+Result<Buffer> Device::import_in_window(int fd, size_t bytes) {
+  if (fd_ctl_ < 0) return error(Code::unavailable, "the nv device is closed");
+  Result<uint64_t> va = reserve_va(bytes, 2u << 20);
+  if (!va.ok()) return va.status().prefix("an address for imported memory");
+  Result<Buffer> b = import_fd(fd, *va, bytes);
+  if (!b.ok()) {
+    release_va(*va, bytes);
+    return b.status();
+  }
+  for (Buffer& x : buffers_)
+    if (x.handle == b->handle && x.va == b->va) x.windowed = true;
+  b->windowed = true;
+  return b;
 }
 
 Status Device::unregister_cuda(uint64_t ptr, size_t bytes) {

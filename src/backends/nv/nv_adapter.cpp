@@ -59,12 +59,18 @@ class GenericDevice final : public conccl::Device {
     const Alloc* a = find_alloc(b.va, b.size ? b.size : 1);
     if (!a)
       return error(Code::invalid_argument,
-                   "share: buffer " + hex(b.va) + " was not allocated by this nv device (CUDA memory is not shared "
-                   "between processes yet: allocate the buffers a multi-process communicator uses with Device::alloc)");
+                   "share: buffer " + hex(b.va) + " was not allocated by this nv device (CUDA memory is shared only "
+                   "when registered on a device opened with a process slot, which maps it into the slot's window)");
     SharedRegion r;
     r.va = a->own.va;
     r.size = a->own.size;
-    if (a->own.kind == nv::MemKind::device) {
+    if (a->cuda_base) {  // CUDA memory: CUDA's export fd again
+      Result<nv::Device::CudaAllocation> ca = devs_[static_cast<size_t>(a->owner)]->export_cuda(a->cuda_base);
+      if (!ca.ok()) return ca.status().prefix("share");
+      *fd = ca->fd;
+      r.kind = conccl::MemKind::device;
+      r.gpu = a->owner;
+    } else if (a->own.kind == nv::MemKind::device) {
       Result<int> f = devs_[static_cast<size_t>(a->owner)]->export_fd(a->own);
       if (!f.ok()) return f.status().prefix("share");
       *fd = *f;
@@ -211,6 +217,60 @@ class GenericDevice final : public conccl::Device {
   size_t gpus() const { return devs_.size(); }
   nv::Device& native(size_t gpu) { return *devs_[gpu]; }
 
+  // Ranks in separate processes: CUDA's addresses often coincide between
+  // processes, so one process could not map another's CUDA memory at its
+  // owner's address. There, a CUDA allocation is imported into the data
+  // window of its GPU (a slot address) instead, and kept shareable: the
+  // buffer's va is that address, not CUDA's pointer. Returns the va of ptr.
+  Result<uint64_t> register_cuda_in_window(uint64_t ptr, size_t bytes, int gpu) {
+    if (gpu < 0 || static_cast<size_t>(gpu) >= devs_.size())
+      return error(Code::invalid_argument, "register_cuda for GPU " + std::to_string(gpu));
+    nv::Device& owner = *devs_[static_cast<size_t>(gpu)];
+    Result<nv::Device::CudaAllocation> ca = owner.export_cuda(ptr);
+    if (!ca.ok()) return ca.status();
+    struct Close {
+      int fd;
+      ~Close() { ::close(fd); }
+    } close_fd{ca->fd};
+    if (ptr + bytes > ca->base + ca->size)
+      return error(Code::invalid_argument, "register_cuda(" + hex(ptr) + ", " + std::to_string(bytes) +
+                                               ") spans several CUDA allocations: with a process slot, register one "
+                                               "allocation at a time");
+    for (auto& [va, a] : buffers_)
+      if (a.cuda_base == ca->base) {
+        ++a.cuda_refs;
+        return a.own.va + (ptr - ca->base);
+      }
+    Result<nv::Buffer> own = owner.import_in_window(ca->fd, ca->size);
+    if (!own.ok()) return own.status().prefix("registering CUDA memory at " + hex(ptr));
+    Alloc a{gpu, *own, {}};
+    a.cuda_base = ca->base;
+    a.cuda_refs = 1;
+    Status st;
+    for (size_t g = 0; g < devs_.size() && st.ok(); ++g) {
+      if (static_cast<int>(g) == gpu) continue;
+      Result<nv::Buffer> v = devs_[g]->import_fd(ca->fd, own->va, own->size);
+      if (v.ok()) a.views.push_back({g, *v});
+      else st = v.status();
+    }
+    if (!st.ok()) {
+      (void)release(a);
+      return st.prefix("mapping CUDA memory " + hex(ptr) + " into the other GPUs");
+    }
+    buffers_[own->va] = a;
+    return own->va + (ptr - ca->base);
+  }
+  Status unregister_cuda_in_window(uint64_t va) {
+    const Alloc* found = find_alloc(va, 1);
+    if (!found || !found->cuda_base)
+      return error(Code::not_found, "buffer " + hex(va) + " is not registered CUDA memory of this device");
+    Alloc& a = buffers_[found->own.va];
+    if (--a.cuda_refs > 0) return Status();
+    Alloc copy = a;
+    buffers_.erase(a.own.va);
+    return release(copy);
+  }
+
   // CUDA memory is imported into every GPU's client: its own GPU maps it
   // locally, the others with a peer mapping (nv::Device::import_fd).
   Status register_cuda(uint64_t ptr, size_t bytes) {
@@ -265,6 +325,8 @@ class GenericDevice final : public conccl::Device {
     int owner = 0;
     nv::Buffer own;
     std::vector<View> views;
+    uint64_t cuda_base = 0;  // CUDA memory imported into the window: CUDA's address of it
+    int cuda_refs = 0;
   };
 
   Status map_everywhere(Alloc& a) {
@@ -511,9 +573,16 @@ Result<conccl::Buffer> register_cuda(conccl::Device& device, uint64_t ptr, size_
   if (gpu < 0 || static_cast<size_t>(gpu) >= g->gpus())
     return error(Code::invalid_argument, "register_cuda for GPU " + std::to_string(gpu) + ": this nv device has " +
                                              std::to_string(g->gpus()) + " GPU(s)");
-  CONCCL_RETURN_IF_ERROR(g->register_cuda(ptr, bytes));
   conccl::Buffer b;
-  b.va = ptr;
+  if (g->process_slot() >= 0) {
+    // One process per rank: mapped into the slot's window (va != ptr).
+    Result<uint64_t> va = g->register_cuda_in_window(ptr, bytes, gpu);
+    if (!va.ok()) return va.status();
+    b.va = *va;
+  } else {
+    CONCCL_RETURN_IF_ERROR(g->register_cuda(ptr, bytes));
+    b.va = ptr;
+  }
   b.size = bytes;
   b.gpu = gpu;
   b.kind = conccl::MemKind::device;
@@ -524,6 +593,7 @@ Result<conccl::Buffer> register_cuda(conccl::Device& device, uint64_t ptr, size_
 Status unregister_cuda(conccl::Device& device, const conccl::Buffer& buffer) {
   GenericDevice* g = generic(device);
   if (!g) return not_nv("unregister_cuda");
+  if (g->process_slot() >= 0) return g->unregister_cuda_in_window(buffer.va);
   return g->unregister_cuda(buffer.va, buffer.size);
 }
 

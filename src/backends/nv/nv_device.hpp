@@ -43,6 +43,7 @@ struct Buffer {
   uint32_t parent = 0;     // its RM parent when not our device (another GPU's memory: our handle of that GPU)
   bool imported = false;   // import_fd()/map_host(): at an address outside our windows
   int fd = -1;             // host memory: the memfd behind it (shared with other processes)
+  bool windowed = false;   // import_in_window(): imported, at an address of our data window
   template <typename T>
   T* as() const { return static_cast<T*>(host); }
 };
@@ -258,6 +259,18 @@ class Device {
   // cudaMalloc), unavailable without libcuda.
   Status register_cuda(uint64_t ptr, size_t bytes);
   Status unregister_cuda(uint64_t ptr, size_t bytes);
+  // The one CUDA VMM allocation holding ptr: its base, size and a new RM
+  // export fd of it (the caller closes it). For sharing CUDA memory with
+  // other processes (conccl::Device::share on the nv backend).
+  struct CudaAllocation {
+    uint64_t base = 0;
+    size_t size = 0;
+    int fd = -1;
+  };
+  Result<CudaAllocation> export_cuda(uint64_t ptr);
+  // import_fd at an address of this device's data window instead of one the
+  // caller gives; freed (and the address given back) by free().
+  Result<Buffer> import_in_window(int fd, size_t bytes);
   // Whether [va, va+bytes) lies in registered CUDA memory.
   bool is_registered(uint64_t va, size_t bytes) const;
   size_t registered_allocations() const { return registered_.size(); }

@@ -578,7 +578,7 @@ Status Device::free(Buffer& b) {
   f.length = b.size;
   Status st = uvm_ioctl(fd_uvm_, abi::kUvmFree, &f, &f.rmStatus, ("UVM_FREE " + hex(b.va)).c_str());
   Status st2 = rm_free(b.parent ? b.parent : h_device_, b.handle, b.imported ? "imported memory" : "memory");
-  if (!b.imported) release_va(b.va, b.size);
+  if (!b.imported || it->windowed) release_va(b.va, b.size);
   if (it->fd >= 0) ::close(it->fd);
   buffers_.erase(it);
   b = Buffer{};
