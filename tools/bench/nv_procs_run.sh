@@ -8,6 +8,7 @@
 #   PROCS="2 4"            process counts
 #   OPS="allgather alltoall"
 #   MAX=1G                 largest size (per rank chunk x ranks for these ops)
+#   C3F=1                  also tools/bench/nv_c3_factors.py (C3 with PyTorch, one factor at a time)
 set -uo pipefail
 OUT=${OUT:-/tmp/nv_out}
 mkdir -p "$OUT"
@@ -21,7 +22,7 @@ P=$B/tools/sdma-probe/sdma-probe
   cmake -S . -B $B -G Ninja -DCMAKE_BUILD_TYPE=Release -DCONCCL_BUILD_TESTS=OFF -DCONCCL_BUILD_BENCHMARKS=OFF \
     > $OUT/configure.log 2>&1 || { echo "configure failed"; tail -30 $OUT/configure.log; }
   t0=$(date +%s)
-  ninja -C $B sdma-probe 2>&1 | grep -E "error|warning: |FAILED" | head -40
+  ninja -C $B sdma-probe conccl_shared 2>&1 | grep -E "error|warning: |FAILED" | head -40
   echo "build: $(( $(date +%s) - t0 )) s"
   if [ "${SELFTEST:-1}" = 1 ]; then
     echo "== sdma-probe selftest --backend nv"
@@ -60,6 +61,12 @@ P=$B/tools/sdma-probe/sdma-probe
   grep -o "rank 2 (pid [0-9]*) has left[^;]*" /tmp/k.err | sort | uniq -c | head
   echo "ranks still running: $(pgrep -fc -- '--unique-id' || true)"
   cp /tmp/k.err $OUT/kill.err
+  if [ "${C3F:-0}" = 1 ]; then
+    echo "== C3 factors (tools/bench/nv_c3_factors.py ${C3F_ARGS:-4 64})"
+    CONCCL_LIBRARY=$(ls $B/src/libconccl.so.0) PYTHONPATH=python TORCH_WATCHDOG_S=280 timeout 300 \
+      python3 tools/bench/nv_c3_factors.py ${C3F_ARGS:-4 64} $OUT/c3_factors.json > $OUT/c3_factors.log 2>&1
+    echo "c3 factors rc=$?"; tail -12 $OUT/c3_factors.log
+  fi
   echo "== summary (busbw GB/s: one process per rank from CUDA / device buffers, and all ranks in one process)"
   python3 - "$OUT/procs.jsonl" <<'EOF'
 import json, sys
