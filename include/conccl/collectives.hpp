@@ -205,7 +205,7 @@ class Communicator {
   std::unique_ptr<Bootstrap> boot_;
   Buffer pool_{};                // this rank's signal memory, shared with every rank
   std::vector<bool> pool_used_;  // per 16-byte slot
-  std::vector<uint64_t> shared_out_;  // regions already given to the other ranks
+  std::vector<std::pair<uint64_t, uint64_t>> shared_out_;  // (va, serial) of regions already given to the other ranks
   friend class Plan;
 };
 

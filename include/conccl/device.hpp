@@ -49,6 +49,9 @@ struct SharedRegion {
   uint64_t size = 0;
   MemKind kind = MemKind::host;
   int gpu = -1;
+  // Which allocation: memory freed and allocated again at the same address
+  // is another region (the importer then maps the new one).
+  uint64_t serial = 0;
 };
 
 class Device {

@@ -93,6 +93,7 @@ void put_regions(Writer& w, const std::vector<SharedRegion>& regions) {
     w.put<uint64_t>(r.size);
     w.put<uint8_t>(static_cast<uint8_t>(r.kind));
     w.put<int32_t>(r.gpu);
+    w.put<uint64_t>(r.serial);
   }
 }
 
@@ -103,6 +104,7 @@ std::vector<SharedRegion> get_regions(Reader& r) {
     x.size = r.get<uint64_t>();
     x.kind = static_cast<MemKind>(r.get<uint8_t>());
     x.gpu = r.get<int32_t>();
+    x.serial = r.get<uint64_t>();
   }
   return out;
 }
@@ -272,12 +274,12 @@ Status Communicator::share_buffer(const Buffer& b, std::vector<SharedRegion>* re
   int fd = -1;
   Result<SharedRegion> r = device_.share(b, &fd);
   if (!r.ok()) return r.status().prefix("sharing buffer " + hex(b.va) + " with the other ranks");
-  if (std::find(shared_out_.begin(), shared_out_.end(), r->va) != shared_out_.end()) {
+  if (std::find(shared_out_.begin(), shared_out_.end(), std::make_pair(r->va, r->serial)) != shared_out_.end()) {
     ::close(fd);
     return Status();
   }
   for (const SharedRegion& x : *regions)
-    if (x.va == r->va) {
+    if (x.va == r->va && x.serial == r->serial) {
       ::close(fd);
       return Status();
     }
@@ -349,7 +351,11 @@ Result<std::unique_ptr<Plan>> Communicator::plan_across_processes(const Collecti
   const std::string step = std::string("plan ") + coll_op_name(given.op);
   Result<std::vector<Bootstrap::Message>> all = boot_->exchange("plan", w.str(), fds, deadline);
   if (!all.ok()) return all.status().prefix(step);
-  for (const SharedRegion& r : regions) shared_out_.push_back(r.va);
+  for (const SharedRegion& r : regions) {
+    // A region at the same address from an earlier allocation is replaced.
+    std::erase_if(shared_out_, [&](const std::pair<uint64_t, uint64_t>& x) { return x.first == r.va; });
+    shared_out_.push_back({r.va, r.serial});
+  }
 
   CollectiveArgs full = given;
   full.send.assign(static_cast<size_t>(n), Buffer{});

@@ -64,6 +64,7 @@ class GenericDevice final : public conccl::Device {
     SharedRegion r;
     r.va = a->own.va;
     r.size = a->own.size;
+    r.serial = a->serial;
     if (a->cuda_base) {  // CUDA memory: CUDA's export fd again
       Result<nv::Device::CudaAllocation> ca = devs_[static_cast<size_t>(a->owner)]->export_cuda(a->cuda_base);
       if (!ca.ok()) return ca.status().prefix("share");
@@ -90,7 +91,12 @@ class GenericDevice final : public conccl::Device {
       int fd;
       ~Close() { ::close(fd); }
     } close_fd{fd};
-    if (imports_.count(r.va)) return Status();  // mapped before
+    if (auto it = imports_.find(r.va); it != imports_.end()) {
+      if (it->second.serial == r.serial && it->second.size == r.size) return Status();  // mapped before
+      // The owner freed that memory and allocated again there: map the new.
+      drop_import(it->second);
+      imports_.erase(it);
+    }
     if (r.size == 0 || (r.va | r.size) & 0xFFF)
       return error(Code::invalid_argument, "import of " + hex(r.va) + "+" + hex(r.size) + ": not page-aligned");
     if (find_alloc(r.va, 1) || find_alloc(r.va + r.size - 1, 1))
@@ -101,6 +107,7 @@ class GenericDevice final : public conccl::Device {
     im.va = r.va;
     im.size = r.size;
     im.kind = r.kind;
+    im.serial = r.serial;
     // The address, here too: the owner's pages (host) or a reservation that
     // keeps anything else away from the GPU mapping (device).
     const bool host = r.kind == conccl::MemKind::host;
@@ -171,6 +178,7 @@ class GenericDevice final : public conccl::Device {
       (void)release(a);
       return st;
     }
+    a.serial = next_serial_++;
     buffers_[b->va] = a;
     return to_generic(*b, dev ? gpu : -1, kind, bytes);
   }
@@ -257,6 +265,7 @@ class GenericDevice final : public conccl::Device {
       (void)release(a);
       return st.prefix("mapping CUDA memory " + hex(ptr) + " into the other GPUs");
     }
+    a.serial = next_serial_++;
     buffers_[own->va] = a;
     return own->va + (ptr - ca->base);
   }
@@ -327,7 +336,9 @@ class GenericDevice final : public conccl::Device {
     std::vector<View> views;
     uint64_t cuda_base = 0;  // CUDA memory imported into the window: CUDA's address of it
     int cuda_refs = 0;
+    uint64_t serial = 0;     // this allocation among all of the device's (SharedRegion::serial)
   };
+  uint64_t next_serial_ = 1;
 
   Status map_everywhere(Alloc& a) {
     if (devs_.size() == 1) return Status();
@@ -387,6 +398,7 @@ class GenericDevice final : public conccl::Device {
         (void)release(a);
         return st;
       }
+      a.serial = next_serial_++;
       pool_pages_[page->va] = a;
       for (size_t off = kPoolPage; off > 0; off -= kCell) free_cells_.push_back(page->va + off - kCell);
     }
@@ -429,6 +441,7 @@ class GenericDevice final : public conccl::Device {
     conccl::MemKind kind = conccl::MemKind::host;
     void* host = nullptr;
     std::vector<View> views;
+    uint64_t serial = 0;
   };
   std::map<uint64_t, Import> imports_;
   int slot_ = -1;
