@@ -4,7 +4,8 @@
 // (no threads are running then, so fork is safe); each child runs the rank's
 // function, sends its text back through a pipe and leaves with _exit, never
 // returning into gtest. The parent collects every child's exit status and
-// text, killing children still running at the deadline.
+// text, killing children still running at the deadline. In AddressSanitizer
+// builds each child checks for leaks before it leaves (kLeaked).
 #pragma once
 
 #include <poll.h>
@@ -17,7 +18,22 @@
 #include <string>
 #include <vector>
 
+#if defined(__SANITIZE_ADDRESS__)
+#define CONCCL_MPTEST_LSAN 1
+#elif defined(__has_feature)
+#if __has_feature(address_sanitizer)
+#define CONCCL_MPTEST_LSAN 1
+#endif
+#endif
+#ifdef CONCCL_MPTEST_LSAN
+#include <sanitizer/lsan_interface.h>
+#endif
+
 namespace conccl::mptest {
+
+// Exit code of a rank whose objects leaked memory (AddressSanitizer builds:
+// a child leaves with _exit, so LeakSanitizer's exit check would not run).
+inline constexpr int kLeaked = 97;
 
 struct RankOutcome {
   int exit_code = -1;  // exit status, or 128 + signal
@@ -48,10 +64,16 @@ inline std::vector<RankOutcome> fork_ranks(const std::vector<int>& ranks,
       std::string out;
       int code = 99;
       try {
-        code = fn(rank, &out);
+        code = fn(rank, &out);  // its objects are destroyed when it returns
       } catch (...) {
         out += "exception\n";
       }
+#ifdef CONCCL_MPTEST_LSAN
+      if (__lsan_do_recoverable_leak_check() != 0) {
+        out += "LeakSanitizer: memory leaked (report on stderr)\n";
+        code = kLeaked;
+      }
+#endif
       size_t at = 0;
       while (at < out.size()) {
         const ssize_t n = write(p[1], out.data() + at, out.size() - at);
