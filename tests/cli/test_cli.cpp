@@ -651,6 +651,24 @@ TEST(Copy, VerifiedCopyAndJson) {
   EXPECT_EQ(probe({"copy", "--src", "0", "--dst", "9", "--bytes", "4K"}).rc, 2);
 }
 
+// copy records only the vocabulary and the queue's own wake-up, so it runs on
+// every ISA: SDMA (mi300x) and Hopper CE (h200, one GPU and two).
+TEST(Copy, WorksOnEveryIsa) {
+  const std::vector<std::vector<std::string>> runs = {
+      {"--preset", "mi300x", "--src", "0", "--dst", "1"},
+      {"--preset", "h200", "--src", "0", "--dst", "0"},
+      {"--preset", "h200", "--gpus", "2", "--src", "0", "--dst", "1"},
+  };
+  for (const auto& where : runs) {
+    std::vector<std::string> argv = {"copy", "--bytes", "1M", "--json"};
+    argv.insert(argv.end(), where.begin(), where.end());
+    Outcome r = probe(argv);
+    EXPECT_EQ(r.rc, 0) << where[1] << ": " << r.err;
+    EXPECT_TRUE(contains(r.out, "\"verified\": true")) << where[1] << ": " << r.out;
+    EXPECT_EQ(r.err, "") << where[1];
+  }
+}
+
 TEST(Copy, InjectedHangsAreDiagnosedWithinTheDeadline) {
   for (const char* kind : {"stall", "lost-signal"}) {
     const auto t0 = std::chrono::steady_clock::now();
