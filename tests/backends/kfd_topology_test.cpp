@@ -118,7 +118,8 @@ TEST(KfdTopology, Mi250xWithoutRecommendedMasks) {
   ASSERT_EQ(t.gpus.size(), 4u);
   for (const conccl::GpuInfo& gi : t.gpus) {
     EXPECT_EQ(gi.name, "gfx90a");
-    EXPECT_EQ(gi.isa, conccl::Isa::sdma_gen(conccl::sdma::Gen::v4));
+    EXPECT_EQ(gi.isa, conccl::Isa::sdma_gen(conccl::sdma::Gen::v4_4));
+    EXPECT_EQ(gi.caps().max_copy_bytes, 0x3FFFFF00u);  // SDMA 4.4.0: 30-bit COPY count
     ASSERT_EQ(gi.engines.size(), 5u);
     EXPECT_EQ(gi.engines[1].kind, EngineKind::pcie);
     EXPECT_EQ(gi.engines[2].kind, EngineKind::xgmi);
@@ -159,7 +160,7 @@ TEST(KfdTopology, ConsumerGfx11) {
 TEST(KfdTopology, TableAndJsonCarryNotes) {
   const KfdTopology kt = load("mi250x");
   const std::string table = conccl::topology_table(kt.topology);
-  EXPECT_NE(table.find("gpu 0: gfx90a, SDMA 4, 5 engines (2 pcie: 0,1; 3 xgmi: 2,3,4)"), std::string::npos) << table;
+  EXPECT_NE(table.find("gpu 0: gfx90a, SDMA 4.4, 5 engines (2 pcie: 0,1; 3 xgmi: 2,3,4)"), std::string::npos) << table;
   EXPECT_NE(table.find("note: the kernel gives no recommended_sdma_engine_id_mask"), std::string::npos) << table;
   const std::string json = conccl::topology_json(kt.topology);
   EXPECT_NE(json.find("\"backend\": \"kfd\""), std::string::npos);
@@ -374,7 +375,7 @@ TEST(KfdTopology, GfxTargetVersionToGeneration) {
   };
   const Case cases[] = {
       {90000, "gfx900", conccl::sdma::Gen::v4},     {90006, "gfx906", conccl::sdma::Gen::v4},
-      {90008, "gfx908", conccl::sdma::Gen::v4},     {90010, "gfx90a", conccl::sdma::Gen::v4},
+      {90008, "gfx908", conccl::sdma::Gen::v4},     {90010, "gfx90a", conccl::sdma::Gen::v4_4},
       {90402, "gfx942", conccl::sdma::Gen::v4_4_2}, {90500, "gfx950", conccl::sdma::Gen::v4_4_2},
       {100100, "gfx1010", conccl::sdma::Gen::v5},   {100300, "gfx1030", conccl::sdma::Gen::v5_2},
       {110000, "gfx1100", conccl::sdma::Gen::v6},   {110501, "gfx1151", conccl::sdma::Gen::v6},
