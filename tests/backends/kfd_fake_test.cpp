@@ -107,6 +107,11 @@ TEST_F(KfdFake, OpenReportsTheQueueModeAndWhy) {
   for (int g = 0; g < 8; ++g) EXPECT_EQ(conccl::kfd::internals(*dev)->kfd_topology().gpus[g].thunk_node, g + 1);
   EXPECT_TRUE(contains(conccl::topology_table(t), "note: queue mode: kernel-chooses"));
   EXPECT_EQ(fakekmt::stats().open_count, 1);
+  // kernel-chooses queues (SDMA / SDMA_XGMI) get no CWSR area: nothing per
+  // queue; the note still says what a by-engine-id queue would cost.
+  for (const conccl::GpuInfo& g : t.gpus) EXPECT_EQ(g.per_queue_bytes, 0u);
+  EXPECT_EQ(conccl::kfd::internals(*dev)->kfd_topology().gpus[0].cwsr.bytes, 186019840u);
+  EXPECT_TRUE(contains(conccl::topology_table(t), "each by-engine-id queue costs 177.4 MiB"));
 }
 
 TEST_F(KfdFake, TheThunkHidingAGpuIsFollowed) {

@@ -406,3 +406,12 @@ TEST(KfdTrap, PrivateThunkInHsaRuntimeTurnsTrapsOff) {
 }
 
 }  // namespace
+
+// The thunk allocates a CWSR area only for by-engine-id SDMA queues
+// (libhsakmt queues.c handle_concrete_asic returns early for SDMA, SDMA_XGMI).
+TEST(KfdPolicy, PerQueueBytesFollowTheQueueMode) {
+  conccl::kfd::CwsrEstimate c;
+  c.bytes = 186019840;
+  EXPECT_EQ(conccl::kfd::per_queue_bytes(conccl::kfd::QueueMode::by_engine_id, c), 186019840u);
+  EXPECT_EQ(conccl::kfd::per_queue_bytes(conccl::kfd::QueueMode::kernel_chooses, c), 0u);
+}

@@ -973,6 +973,8 @@ Result<std::unique_ptr<KfdDevice>> open(const Options& opt) {
 
   ctx->topo = std::move(topo).value();
   CONCCL_RETURN_IF_ERROR(match_thunk_nodes(*sys, access, ctx->topo, kDefaultDevicePath));
+  for (size_t i = 0; i < ctx->topo.gpus.size(); ++i)
+    ctx->topo.topology.gpus[i].per_queue_bytes = per_queue_bytes(ctx->mode.mode, ctx->topo.gpus[i].cwsr);
   std::vector<std::string>& notes = ctx->topo.topology.notes;
   notes.insert(notes.begin(), "queue mode: " + std::string(queue_mode_name(ctx->mode.mode)) + ": " + ctx->mode.reason);
   notes.insert(notes.begin() + 1, "KFD interface " + std::to_string(ctx->caps.kfd_major) + "." +

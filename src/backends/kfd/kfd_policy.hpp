@@ -102,6 +102,34 @@ inline RenderAccess all_render_nodes_accessible() {
   return [](int) { return 0; };
 }
 
+// The context save/restore (CWSR) area libhsakmt allocates with every queue
+// it creates as HSA_QUEUE_SDMA_BY_ENG_ID (ROCR-Runtime libhsakmt/src/queues.c
+// handle_concrete_asic skips it only for SDMA and SDMA_XGMI queues; KFD does
+// not use it for SDMA queues). Per queue the thunk allocates
+// (ctx_save_restore_size + debug_memory_size) x num_xcc, page-aligned: VRAM
+// (an SVM range prefetched to the GPU) where KFD has the SVM API, else GTT.
+// ctx_save_restore_size is KFD's cwsr_size node property where the kernel
+// publishes it (kfd_topology.c node_show), else computed from the node's
+// properties with amdkfd kfd_queue.c kfd_queue_ctx_save_restore_size (the
+// thunk's update_ctx_save_restore_size is the same formula):
+//   cu    = simd_count / simd_per_cu / num_xcc
+//   waves = gfx < 10.1 ? min(cu * 40, array_count / simd_arrays_per_engine * 512) : cu * 32
+//   wg    = align4K(cu * (vgpr(gfx) + 16 KiB SGPR + LDS + 4 KiB HWREG))
+//   ctl   = align4K(40-byte header + waves * (gfx < 10.1 ? 8 : 12) + 8)   (gfx10: <= 0x7000)
+//   debug = align64(waves * 32)
+// vgpr: 512 KiB on gfx908/90a/94x/950, 384 KiB on gfx1100/1101/1200/1201,
+// else 256 KiB; LDS: lds_size_in_kb (64 KiB when absent).
+struct CwsrEstimate {
+  uint64_t bytes = 0;          // per queue, every XCC together; 0 = not known
+  uint64_t per_xcc_bytes = 0;  // ctx_save_restore_size + debug_memory_size
+  uint32_t xccs = 1;
+  std::string source;          // how the figure was obtained, for the topology note
+};
+CwsrEstimate queue_cwsr_estimate(const SysNode& gpu);
+// The figure reported on MI300X (gfx942 SPX: 8 XCCs), used only where sysfs
+// lacks what the formula needs.
+inline constexpr uint64_t kMi300xReportedCwsrBytes = 177ull << 20;
+
 // One GPU as the KFD backend uses it.
 struct GpuNode {
   int index = 0;           // ConCCL GPU index (Topology::gpus[index])
@@ -118,6 +146,7 @@ struct GpuNode {
   uint64_t hive_id = 0;
   uint64_t location_id = 0, domain = 0;
   uint16_t min_submit_bytes = 0;  // from the gfx target (gfx900/904/90c: 256)
+  CwsrEstimate cwsr;              // what each by-engine-id queue costs beside its ring
   // The GPU's io_link to the CPU (the first one to a CPU node): its type and
   // CRAT flags. KFD marks links without PCIe AtomicOps NO_ATOMICS_32/64, and
   // ROCr then completes with FENCEs instead of ATOMICs; an xGMI CPU link
@@ -174,6 +203,12 @@ struct QueueModeDecision {
   std::string reason;  // one sentence: why this mode, and how to get the other
 };
 QueueModeDecision decide_queue_mode(const Capabilities& caps);
+
+// What each queue costs beside its ring in a queue mode: the thunk's CWSR
+// area for by-engine-id queues, nothing for SDMA / SDMA_XGMI queues.
+inline uint64_t per_queue_bytes(QueueMode mode, const CwsrEstimate& cwsr) {
+  return mode == QueueMode::by_engine_id ? cwsr.bytes : 0;
+}
 
 // KFD 1.17 introduced SDMA_BY_ENG_ID (kfd_ioctl.h "1.17 - Add SDMA queue
 // creation with target SDMA engine ID").
