@@ -259,6 +259,20 @@ enum class MemUse : uint8_t {
 };
 const char* mem_use_name(MemUse u);
 MemFlags mem_flags_for(MemUse use);
+
+// How a fresh allocation is zeroed. KFD does not promise zeroed VRAM, and CPU
+// stores through the BAR run at PCIe write-combining speed (a few GB/s) while
+// an SDMA constant fill runs at VRAM speed without the CPU. So VRAM without a
+// CPU mapping, and CPU-visible VRAM of kSdmaZeroMinBytes or more, is zeroed by
+// a CONSTANT_FILL on the device's internal queue; smaller VRAM (where queue
+// submission and the wait cost more than the stores) and host memory keep the
+// memset. The threshold is a choice, not yet measured on hardware.
+enum class ZeroBy : uint8_t { cpu, sdma };
+inline constexpr size_t kSdmaZeroMinBytes = size_t(1) << 20;
+ZeroBy zero_by(MemUse use, size_t bytes);
+// The deadline for zeroing `bytes` with SDMA: 30 s plus 1 s per GiB (an
+// engine slower than 1 GiB/s is broken, not slow).
+std::chrono::milliseconds sdma_zero_timeout(size_t bytes);
 // Which GPUs a buffer is mapped to at allocation: rings only to their own
 // GPU (kfdtest BaseQueue); host memory to every GPU; VRAM to its owner and
 // every GPU with a peer-DMA-capable link to it (so any engine can copy
