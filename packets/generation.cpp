@@ -15,9 +15,10 @@ struct GenName {
 };
 // The first entry for each Gen is its canonical name.
 constexpr GenName kGenNames[] = {
-    {"4", Gen::v4},         {"4.4.2", Gen::v4_4_2}, {"5", Gen::v5},
-    {"5.2", Gen::v5_2},     {"6", Gen::v6},         {"7", Gen::v7},
-    {"4.0", Gen::v4},       {"4.2", Gen::v4},       {"4.4.0", Gen::v4},
+    {"4", Gen::v4},         {"4.4", Gen::v4_4},     {"4.4.2", Gen::v4_4_2},
+    {"5", Gen::v5},         {"5.2", Gen::v5_2},     {"6", Gen::v6},
+    {"7", Gen::v7},         {"4.0", Gen::v4},       {"4.2", Gen::v4},
+    {"4.4.0", Gen::v4_4},
     {"4.4.5", Gen::v4_4_2}, {"5.0", Gen::v5},       {"6.0", Gen::v6},
     {"6.1", Gen::v6},       {"7.0", Gen::v7},
 };
@@ -25,6 +26,13 @@ constexpr GenName kGenNames[] = {
 // Limits per generation. Sources:
 //  - count widths: Linux vega10_sdma_pkt_open.h / navi10_sdma_pkt_open.h /
 //    sdma_v6_0_0_pkt_open.h (COPY_LINEAR count[21:0] vs count[29:0]);
+//    SDMA 4.4.0 (gfx90a) takes 30-bit COPY_LINEAR and CONSTANT_FILL counts:
+//    Linux drivers/gpu/drm/amd/amdgpu/sdma_v4_0.c sdma_v4_0_set_buffer_funcs
+//    picks sdma_v4_4_buffer_funcs (copy_max_bytes = fill_max_bytes = 1 << 30,
+//    written as byte_count - 1 by sdma_v4_0_emit_copy_buffer/emit_fill_buffer)
+//    for IP >= 4.4.0 and sdma_v4_0_buffer_funcs (1 << 22) below it; ROCR-Runtime
+//    GpuAgent::CreateBlitSdma (amd_gpu_agent.cpp) likewise raises its copy size
+//    override to 0x3fffffff for gfx90a. copy_bcst stays 22-bit there (no source).
 //    PAL gfx10_merged_sdma_packets.h ("22 bits wide for all products but
 //    GFX10.3+"); CONSTANT_FILL count [21:0] on 4.x/5.x, [29:0] on 6.x/7.x.
 //  - max copy: Mesa src/amd/common/sid.h 0x3FFF00 (<5.2) / 0x3FFFFF00 (>=5.2),
@@ -46,6 +54,7 @@ constexpr uint32_t kMtypeUc = 3u << 16;
 constexpr Limits kLimits[kGenCount] = {
     // bits max_copy  fbits max_fill  write   nop     fen at8 ts ib  ring mtype    gcr    hdp    incr   swap
     {22, 0x3FFF00,   22, 0x3FFFE0,   1u << 20, 0x3FFF, 4, 8, 8, 32, 256, 0,        false, true,  false, false},  // 4
+    {30, 0x3FFFFF00, 30, 0x3FFFFFE0, 1u << 20, 0x3FFF, 4, 8, 8, 32, 256, 0,        false, true,  false, false},  // 4.4
     {22, 0x3FFF00,   22, 0x3FFFE0,   1u << 20, 0x3FFF, 4, 8, 8, 32, 256, 0,        false, true,  false, true},   // 4.4.2
     {22, 0x3FFF00,   22, 0x3FFFE0,   1u << 20, 0x3FFF, 4, 8, 8, 32, 256, kMtypeUc, true,  false, true,  false},  // 5
     {30, 0x3FFFFF00, 22, 0x3FFFE0,   1u << 20, 0x3FFF, 4, 8, 8, 32, 256, kMtypeUc, true,  true,  true,  false},  // 5.2
@@ -63,7 +72,8 @@ constexpr GfxTarget kTargets[] = {
     {"gfx904", Gen::v4, "4.0.1", "Vega12", "linux drivers/gpu/drm/amd/amdgpu/sdma_v4_0.c (CHIP_VEGA12)", 256},
     {"gfx906", Gen::v4, "4.2.0", "Vega20, MI50, MI60", "linux drivers/gpu/drm/amd/amdgpu/sdma_v4_0.c (IP 4.2.0)"},
     {"gfx908", Gen::v4, "4.2.2", "Arcturus, MI100", "linux drivers/gpu/drm/amd/amdgpu/sdma_v4_0.c (IP 4.2.2)"},
-    {"gfx90a", Gen::v4, "4.4.0", "Aldebaran, MI210, MI250, MI250X", "linux drivers/gpu/drm/amd/amdgpu/sdma_v4_0.c (IP 4.4.0)"},
+    {"gfx90a", Gen::v4_4, "4.4.0", "Aldebaran, MI210, MI250, MI250X",
+     "linux drivers/gpu/drm/amd/amdgpu/sdma_v4_0.c (IP 4.4.0: sdma_v4_4_buffer_funcs, 1 << 30 per copy/fill)"},
     {"gfx90c", Gen::v4, "4.1.2", "Renoir APU", "linux drivers/gpu/drm/amd/amdgpu/sdma_v4_0.c (IP 4.1.2)", 256},
     {"gfx940", Gen::v4_4_2, "4.4.2", "MI300 (early)", "linux drivers/gpu/drm/amd/amdgpu/sdma_v4_4_2.c (IP 4.4.2)"},
     {"gfx941", Gen::v4_4_2, "4.4.2", "MI300X (early)", "linux drivers/gpu/drm/amd/amdgpu/sdma_v4_4_2.c (IP 4.4.2)"},

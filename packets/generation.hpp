@@ -14,27 +14,28 @@
 namespace conccl::sdma {
 
 enum class Gen : uint8_t {
-  v4,      // "4":     SDMA 4.0-4.4.0, gfx9 (MI25, MI50/60, MI100, MI200)
+  v4,      // "4":     SDMA 4.0-4.2, gfx9 (MI25, MI50/60, MI100)
+  v4_4,    // "4.4":   SDMA 4.4.0, gfx90a (MI200): the 4.x packets, 30-bit copy/fill counts
   v4_4_2,  // "4.4.2": SDMA 4.4.2/4.4.5 (MI300 family, MI350)
   v5,      // "5":     SDMA 5.0, gfx101x (RDNA1)
   v5_2,    // "5.2":   SDMA 5.2, gfx103x (RDNA2): 30-bit copy count, cache policies
   v6,      // "6":     SDMA 6.x, gfx11 (RDNA3)
   v7,      // "7":     SDMA 7.0, gfx12 (RDNA4)
 };
-inline constexpr int kGenCount = 6;
-inline constexpr Gen kAllGens[kGenCount] = {Gen::v4, Gen::v4_4_2, Gen::v5,
-                                            Gen::v5_2, Gen::v6, Gen::v7};
+inline constexpr int kGenCount = 7;
+inline constexpr Gen kAllGens[kGenCount] = {Gen::v4,   Gen::v4_4, Gen::v4_4_2, Gen::v5,
+                                            Gen::v5_2, Gen::v6,   Gen::v7};
 
 // Bit set of generations, used by the layout tables.
 using GenMask = uint8_t;
 constexpr GenMask gen_bit(Gen g) { return GenMask(1u << static_cast<unsigned>(g)); }
-inline constexpr GenMask kAllGenMask = 0x3F;
+inline constexpr GenMask kAllGenMask = 0x7F;
 
 std::string_view gen_name(Gen g);
-// Accepts "4", "4.4.2", "5", "5.2", "6", "7" (also "4.4.5" -> 4.4.2, "6.0"/"6.1"
-// -> 6, "7.0" -> 7, "5.0" -> 5, "4.0"/"4.2"/"4.4.0" -> 4).
+// Accepts "4", "4.4", "4.4.2", "5", "5.2", "6", "7" (also "4.4.0" -> 4.4,
+// "4.4.5" -> 4.4.2, "6.0"/"6.1" -> 6, "7.0" -> 7, "5.0" -> 5, "4.0"/"4.2" -> 4).
 std::optional<Gen> parse_gen(std::string_view name);
-// "4, 4.4.2, 5, 5.2, 6, 7" for error messages.
+// "4, 4.4, 4.4.2, 5, 5.2, 6, 7" for error messages.
 std::string gen_list();
 
 // Per-generation limits and rules a queue must respect. Sources are cited in

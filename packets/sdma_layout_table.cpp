@@ -20,9 +20,9 @@ namespace conccl::sdma {
 namespace {
 
 // Generation sets used below.
-constexpr GenMask G4 = gen_bit(Gen::v4), G442 = gen_bit(Gen::v4_4_2), G5 = gen_bit(Gen::v5),
-                  G52 = gen_bit(Gen::v5_2), G6 = gen_bit(Gen::v6), G7 = gen_bit(Gen::v7);
-constexpr GenMask V4x = G4 | G442;            // vega10 header
+constexpr GenMask G4 = gen_bit(Gen::v4), G44 = gen_bit(Gen::v4_4), G442 = gen_bit(Gen::v4_4_2),
+                  G5 = gen_bit(Gen::v5), G52 = gen_bit(Gen::v5_2), G6 = gen_bit(Gen::v6), G7 = gen_bit(Gen::v7);
+constexpr GenMask V4x = G4 | G44 | G442;      // vega10 header
 constexpr GenMask V5x = G5 | G52;             // navi10 header
 constexpr GenMask UpTo6 = V4x | V5x | G6;     // the three Linux headers
 constexpr GenMask From5 = V5x | G6 | G7;
@@ -138,8 +138,10 @@ constexpr FieldRow kRows[] = {
     F(P(Pkt::copy_bcst), Key::cpv, G6, B(0, 19, 19)),
     F(P(Pkt::copy), Key::dcc, G7, B(0, 19, 19)),   // 7.x: dcc=1 adds dword 7
     F(P(Pkt::copy), Key::backwards, From5, B(0, 25, 25)),
-    M1(P(Pkt::copy), Key::bytes, V4x | G5, B(1, 21, 0), R),
-    M1(P(Pkt::copy), Key::bytes, G52 | G6 | G7, B(1, 29, 0), R),
+    // 4.4.0 (gfx90a) takes count[29:0]: Linux sdma_v4_0.c sdma_v4_4_buffer_funcs
+    // (copy_max_bytes 1 << 30, count = byte_count - 1); see packets/generation.cpp.
+    M1(P(Pkt::copy), Key::bytes, G4 | G442 | G5, B(1, 21, 0), R),
+    M1(P(Pkt::copy), Key::bytes, G44 | G52 | G6 | G7, B(1, 29, 0), R),
     M1(P(Pkt::copy_bcst), Key::bytes, V4x | V5x, B(1, 21, 0), R),
     M1(P(Pkt::copy_bcst), Key::bytes, G6 | G7, B(1, 29, 0), R),
     F(P(Pkt::copy), Key::dst_sw, UpTo6, B(2, 17, 16)),
@@ -234,10 +236,11 @@ constexpr FieldRow kRows[] = {
     Q(P(Pkt::fill8), Key::dst, All, 1, RH),
     F(Fills, Key::value, All, B(3, 31, 0), RH),
     // count is bytes-1 even for dword fills (Mesa: "Must be programmed in bytes")
-    M1(P(Pkt::fill), Key::bytes, V4x | V5x, B(4, 21, 0), R, 4),
-    M1(P(Pkt::fill), Key::bytes, G6 | G7, B(4, 29, 0), R, 4),
-    M1(P(Pkt::fill8), Key::bytes, V4x | V5x, B(4, 21, 0), R),
-    M1(P(Pkt::fill8), Key::bytes, G6 | G7, B(4, 29, 0), R),
+    // 4.4.0: count[29:0] (Linux sdma_v4_4_buffer_funcs fill_max_bytes 1 << 30)
+    M1(P(Pkt::fill), Key::bytes, G4 | G442 | V5x, B(4, 21, 0), R, 4),
+    M1(P(Pkt::fill), Key::bytes, G44 | G6 | G7, B(4, 29, 0), R, 4),
+    M1(P(Pkt::fill8), Key::bytes, G4 | G442 | V5x, B(4, 21, 0), R),
+    M1(P(Pkt::fill8), Key::bytes, G44 | G6 | G7, B(4, 29, 0), R),
 
     // ---- WRITE_UNTILED ----
     F(P(Pkt::write), Key::encrypt, UpTo6, B(0, 16, 16)),

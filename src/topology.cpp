@@ -99,7 +99,13 @@ std::string topology_table(const Topology& t) {
       }
       out += ids_p + "; " + std::to_string(xgmi) + " xgmi: " + ids_x;
       if (ce) out += "; " + std::to_string(ce) + " ce: " + ids_c;
-      out += ")\n";
+      out += ")";
+      if (g.per_queue_bytes) {
+        char mib[48];
+        std::snprintf(mib, sizeof mib, ", %.1f MiB per queue", static_cast<double>(g.per_queue_bytes) / (1 << 20));
+        out += mib;
+      }
+      out += "\n";
     }
     for (const LinkInfo& l : g.links) {
       out += "  -> gpu " + std::to_string(l.peer) + "  " + l.type + "  weight " + std::to_string(l.weight) +
@@ -145,7 +151,9 @@ std::string topology_json(const Topology& t) {
     out += std::string(gi ? ", " : "") + "{\"index\": " + std::to_string(g.index) + ", \"name\": \"" + g.name +
            "\", \"isa\": \"" + g.isa.name() +
            (g.isa.is_sdma() ? "\", \"sdma_generation\": \"" + std::string(sdma::gen_name(g.isa.gen)) : std::string()) +
-           "\", \"memory_bytes\": " + std::to_string(g.memory_bytes) + ", \"engines\": [";
+           "\", \"memory_bytes\": " + std::to_string(g.memory_bytes) +
+           (g.per_queue_bytes ? ", \"per_queue_bytes\": " + std::to_string(g.per_queue_bytes) : std::string()) +
+           ", \"engines\": [";
     for (size_t i = 0; i < g.engines.size(); ++i)
     {
       out += std::string(i ? ", " : "") + "{\"id\": " + std::to_string(g.engines[i].id) + ", \"kind\": \"" +

@@ -35,6 +35,10 @@ struct GpuInfo {
   std::string name;       // "gfx942", "NVIDIA H200" or a preset's label
   Isa isa;                // what its engines execute (SDMA generation, Hopper CE)
   uint64_t memory_bytes = 0;
+  // Memory the driver stack sets aside with each queue created on this GPU,
+  // beside the ring (KFD: the CWSR area libhsakmt allocates for by-engine-id
+  // SDMA queues; the topology notes say how it was found); 0 = none or not known.
+  uint64_t per_queue_bytes = 0;
   std::vector<EngineInfo> engines;
   std::vector<LinkInfo> links;
 

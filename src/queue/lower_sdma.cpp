@@ -177,9 +177,11 @@ const Ops& sdma_ops() {
 }
 
 const Caps& sdma_caps(sdma::Gen g) {
-  static const Caps table[sdma::kGenCount] = {make_caps(sdma::kAllGens[0]), make_caps(sdma::kAllGens[1]),
-                                              make_caps(sdma::kAllGens[2]), make_caps(sdma::kAllGens[3]),
-                                              make_caps(sdma::kAllGens[4]), make_caps(sdma::kAllGens[5])};
+  static const std::array<Caps, sdma::kGenCount> table = [] {
+    std::array<Caps, sdma::kGenCount> t{};
+    for (int i = 0; i < sdma::kGenCount; ++i) t[static_cast<size_t>(i)] = make_caps(sdma::kAllGens[i]);
+    return t;
+  }();
   return table[static_cast<size_t>(g)];
 }
 

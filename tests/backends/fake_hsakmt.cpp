@@ -156,7 +156,15 @@ struct Queue {
         const uint64_t dst = p.get(Key::dst), n = p.get(Key::bytes);
         const uint32_t v = static_cast<uint32_t>(p.get(Key::value));
         if (!ok(dst, n)) return halt(dst), -1;
-        for (uint64_t i = 0; i + 4 <= n; i += 4) std::memcpy(reinterpret_cast<void*>(dst + i), &v, 4);
+        World& w = world();
+        bool write = true;
+        {
+          std::lock_guard<std::mutex> lock(w.mu);
+          w.st.fills.push_back(Fill{node, dst, n, v});
+          write = !w.cfg.fills_write_nothing;
+        }
+        if (write)
+          for (uint64_t i = 0; i + 4 <= n; i += 4) std::memcpy(reinterpret_cast<void*>(dst + i), &v, 4);
         return 1;
       }
       case Pkt::fence: {

@@ -37,6 +37,9 @@ struct Config {
   // signal event is refused the 5.2.3 way (HSAKMT_STATUS_ERROR, errno EINVAL;
   // linux kfd_events.c "Event page is already set").
   bool events_page_taken = false;
+  // The engines log CONSTANT_FILLs but write nothing: memory then shows
+  // whether the CPU wrote it (vram_garbage left = nobody did).
+  bool fills_write_nothing = false;
 };
 
 // The MI300X fixture's nodes: CPU + 8 GPUs, renderD128 + 8 * i, 2 + 14 engines.
@@ -59,6 +62,13 @@ struct Allocation {
   std::vector<uint32_t> mapped_nodes;
 };
 
+// A CONSTANT_FILL an engine executed.
+struct Fill {
+  int node = 0;  // the queue's thunk node
+  uint64_t dst = 0, bytes = 0;
+  uint32_t value = 0;
+};
+
 struct Stats {
   int open_count = 0;  // opens minus closes
   int live_queues = 0, live_events = 0, live_allocations = 0;
@@ -68,6 +78,7 @@ struct Stats {
   // Executed by the engines as no-ops and counted: ROCr's firmware HDP flush
   // (POLL_REGMEM register form, dword 2 = 0x80000000) and GCR packets.
   int hdp_flushes = 0, gcr_ops = 0;
+  std::vector<Fill> fills;  // every CONSTANT_FILL executed, in order
 };
 Stats stats();
 

@@ -107,6 +107,11 @@ TEST_F(KfdFake, OpenReportsTheQueueModeAndWhy) {
   for (int g = 0; g < 8; ++g) EXPECT_EQ(conccl::kfd::internals(*dev)->kfd_topology().gpus[g].thunk_node, g + 1);
   EXPECT_TRUE(contains(conccl::topology_table(t), "note: queue mode: kernel-chooses"));
   EXPECT_EQ(fakekmt::stats().open_count, 1);
+  // kernel-chooses queues (SDMA / SDMA_XGMI) get no CWSR area: nothing per
+  // queue; the note still says what a by-engine-id queue would cost.
+  for (const conccl::GpuInfo& g : t.gpus) EXPECT_EQ(g.per_queue_bytes, 0u);
+  EXPECT_EQ(conccl::kfd::internals(*dev)->kfd_topology().gpus[0].cwsr.bytes, 186019840u);
+  EXPECT_TRUE(contains(conccl::topology_table(t), "each by-engine-id queue costs 177.4 MiB"));
 }
 
 TEST_F(KfdFake, TheThunkHidingAGpuIsFollowed) {
@@ -213,6 +218,68 @@ TEST_F(KfdFake, SmallBarVramIsZeroedBySdma) {
   ASSERT_EQ(s.queues.size(), 1u);  // the internal zero-fill queue, on gpu 1
   EXPECT_EQ(s.queues[0].node, 2);
   EXPECT_EQ(dev->host_pointer(vram->va, 8), nullptr);
+}
+
+// Large CPU-visible VRAM is zeroed by CONSTANT_FILLs on the internal queue,
+// not by the CPU through the BAR: with fills that write nothing, the fake's
+// fresh-VRAM garbage survives (the CPU wrote none of it) and the logged fills
+// cover the allocation exactly. Small VRAM and host memory keep the memset.
+TEST_F(KfdFake, LargeVramIsZeroedBySdmaNotThroughTheBar) {
+  fakekmt::Config c = fakekmt::mi300x();
+  c.fills_write_nothing = true;
+  fakekmt::reset(c);
+  auto dev = open();
+  ASSERT_NE(dev, nullptr);
+  constexpr size_t kBytes = (9u << 20) + 100;  // > one 4 MiB CONSTANT_FILL on SDMA 4.4.2
+  conccl::Result<Buffer> big = dev->alloc(1, kBytes, MemKind::device);
+  ASSERT_TRUE(big.ok()) << big.status().to_string();
+  ASSERT_NE(big->host, nullptr);  // CPU-visible, yet not written by the CPU
+  const fakekmt::Allocation a = fakekmt::allocation_of(big->va);
+  EXPECT_EQ(a.flags, conccl::kfd::mem_flags_for(MemUse::device).bits());
+  for (size_t i = 0; i < a.size; i += 4093)
+    ASSERT_EQ(big->as<uint8_t>()[i], 0xAB) << "byte " << i << " was written by the CPU";
+  fakekmt::Stats s = fakekmt::stats();
+  ASSERT_EQ(s.queues.size(), 1u);  // the internal queue, gpu 1 (thunk node 2)
+  EXPECT_EQ(s.queues[0].node, 2);
+  ASSERT_FALSE(s.fills.empty());
+  uint64_t at = big->va;
+  for (const fakekmt::Fill& f : s.fills) {
+    EXPECT_EQ(f.node, 2);
+    EXPECT_EQ(f.value, 0u);
+    EXPECT_EQ(f.dst, at) << "the fills are contiguous, in order";
+    at = f.dst + f.bytes;
+  }
+  EXPECT_EQ(at, big->va + a.size) << "the fills cover the whole allocation";
+  const size_t fills = s.fills.size();
+
+  // Below the threshold, and host memory: the CPU zeroes, no fill, no new queue.
+  conccl::Result<Buffer> small = dev->alloc(1, conccl::kfd::kSdmaZeroMinBytes - 4096, MemKind::device);
+  ASSERT_TRUE(small.ok()) << small.status().to_string();
+  for (size_t i = 0; i < small->size; i += 509) ASSERT_EQ(small->as<uint8_t>()[i], 0) << "byte " << i;
+  conccl::Result<Buffer> host = dev->alloc(-1, 16u << 20, MemKind::host);
+  ASSERT_TRUE(host.ok()) << host.status().to_string();
+  s = fakekmt::stats();
+  EXPECT_EQ(s.fills.size(), fills);
+  EXPECT_EQ(s.queues.size(), 1u);
+
+  // A second large allocation reuses the internal queue.
+  conccl::Result<Buffer> big2 = dev->alloc(1, conccl::kfd::kSdmaZeroMinBytes, MemKind::device);
+  ASSERT_TRUE(big2.ok()) << big2.status().to_string();
+  s = fakekmt::stats();
+  EXPECT_EQ(s.queues.size(), 1u);
+  ASSERT_EQ(s.fills.size(), fills + 1);
+  EXPECT_EQ(s.fills.back().dst, big2->va);
+  EXPECT_EQ(s.fills.back().bytes, conccl::kfd::kSdmaZeroMinBytes);
+}
+
+// The same with fills that write: large VRAM reads back as zeros.
+TEST_F(KfdFake, LargeVramReadsBackZeroed) {
+  auto dev = open();
+  ASSERT_NE(dev, nullptr);
+  conccl::Result<Buffer> big = dev->alloc(0, 5u << 20, MemKind::device);
+  ASSERT_TRUE(big.ok()) << big.status().to_string();
+  for (size_t i = 0; i < big->size; ++i) ASSERT_EQ(big->as<uint8_t>()[i], 0) << "byte " << i;
+  EXPECT_FALSE(fakekmt::stats().fills.empty());
 }
 
 TEST_F(KfdFake, QueueCopyFenceTrap) {

@@ -406,3 +406,30 @@ TEST(KfdTrap, PrivateThunkInHsaRuntimeTurnsTrapsOff) {
 }
 
 }  // namespace
+
+// The thunk allocates a CWSR area only for by-engine-id SDMA queues
+// (libhsakmt queues.c handle_concrete_asic returns early for SDMA, SDMA_XGMI).
+TEST(KfdPolicy, PerQueueBytesFollowTheQueueMode) {
+  conccl::kfd::CwsrEstimate c;
+  c.bytes = 186019840;
+  EXPECT_EQ(conccl::kfd::per_queue_bytes(conccl::kfd::QueueMode::by_engine_id, c), 186019840u);
+  EXPECT_EQ(conccl::kfd::per_queue_bytes(conccl::kfd::QueueMode::kernel_chooses, c), 0u);
+}
+
+// Fresh VRAM: large or CPU-invisible by an SDMA fill, small by the CPU; host memory by the CPU.
+TEST(KfdPolicy, HowFreshMemoryIsZeroed) {
+  using conccl::kfd::MemUse;
+  using conccl::kfd::ZeroBy;
+  using conccl::kfd::zero_by;
+  constexpr size_t kMin = conccl::kfd::kSdmaZeroMinBytes;
+  EXPECT_EQ(kMin, size_t(1) << 20);
+  EXPECT_EQ(zero_by(MemUse::device, 4096), ZeroBy::cpu);
+  EXPECT_EQ(zero_by(MemUse::device, kMin - 4096), ZeroBy::cpu);
+  EXPECT_EQ(zero_by(MemUse::device, kMin), ZeroBy::sdma);
+  EXPECT_EQ(zero_by(MemUse::device, size_t(64) << 30), ZeroBy::sdma);
+  EXPECT_EQ(zero_by(MemUse::device_hidden, 4096), ZeroBy::sdma);  // the CPU cannot reach it
+  EXPECT_EQ(zero_by(MemUse::host, size_t(1) << 30), ZeroBy::cpu);
+  EXPECT_EQ(zero_by(MemUse::ring, 1 << 20), ZeroBy::cpu);
+  EXPECT_EQ(conccl::kfd::sdma_zero_timeout(4096).count(), 30000);
+  EXPECT_EQ(conccl::kfd::sdma_zero_timeout(size_t(64) << 30).count(), 30000 + 64000);
+}

@@ -109,7 +109,57 @@ TEST(KfdTopology, Mi300xSpx) {
     EXPECT_EQ(peers.size(), 7u);
   }
   EXPECT_FALSE(has_note(t, "no recommended_sdma_engine_id_mask"));
-  EXPECT_TRUE(t.notes.empty()) << t.notes.front();
+  // The only note: what each by-engine-id queue costs, once for the 8 GPUs.
+  ASSERT_EQ(t.notes.size(), 1u) << t.notes.back();
+  EXPECT_EQ(t.notes[0].rfind("gpu 0,1,2,3,4,5,6,7: each by-engine-id queue costs 177.4 MiB (8 XCCs x 22.2 MiB)", 0),
+            0u) << t.notes[0];
+  EXPECT_TRUE(has_note(t, "38 CUs and 1520 waves per XCC, amdkfd kfd_queue.c's formula")) << t.notes[0];
+}
+
+// The per-queue CWSR area, by the formula in kfd_policy.hpp, worked by hand
+// from the fixtures' node properties:
+//  MI300X (gfx942): 38 CUs/XCC, 1520 waves; wg = 38 * (512K+16K+64K+4K) = 23191552,
+//    ctl = align4K(40 + 1520*8 + 8) = 12288, debug = 1520*32 = 48640;
+//    (23191552 + 12288 + 48640) * 8 XCCs = 186019840 (177.4 MiB, the reported figure).
+//  MI250X GCD (gfx90a): 110 CUs, min(4400, 8/1*512) = 4096 waves; wg = 110 * 610304 = 67133440,
+//    ctl = align4K(40 + 4096*8 + 8) = 36864, debug = 131072 -> 67301376.
+//  RX 7900 XTX (gfx1100): 96 CUs, 3072 waves; wg = 96 * (384K+16K+64K+4K) = 46006272,
+//    ctl = align4K(40 + 3072*12 + 8) = 40960, debug = 98304 -> 46145536.
+TEST(KfdTopology, CwsrAreaPerQueueFromSysfs) {
+  struct Case {
+    const char* fixture;
+    uint64_t bytes, per_xcc;
+    uint32_t xccs;
+  };
+  for (const Case& c : {Case{"mi300x_spx", 186019840, 23252480, 8}, Case{"mi250x", 67301376, 67301376, 1},
+                        Case{"rx7900xtx", 46145536, 46145536, 1}}) {
+    const KfdTopology kt = load(c.fixture);
+    ASSERT_FALSE(kt.gpus.empty()) << c.fixture;
+    for (size_t i = 0; i < kt.gpus.size(); ++i) {
+      EXPECT_EQ(kt.gpus[i].cwsr.bytes, c.bytes) << c.fixture;
+      EXPECT_EQ(kt.gpus[i].cwsr.per_xcc_bytes, c.per_xcc) << c.fixture;
+      EXPECT_EQ(kt.gpus[i].cwsr.xccs, c.xccs) << c.fixture;
+      EXPECT_EQ(kt.topology.gpus[i].per_queue_bytes, c.bytes) << c.fixture;
+    }
+  }
+
+  conccl::Result<SysTopology> sys = conccl::kfd::read_sysfs(fixture("mi300x_spx"));
+  ASSERT_TRUE(sys.ok());
+  conccl::kfd::SysNode node = sys->nodes[1];
+  // A kernel that publishes cwsr_size (kfd_topology.c node_show): its figure is used.
+  node.props["cwsr_size"] = 23203840 + 4096;
+  conccl::kfd::CwsrEstimate e = conccl::kfd::queue_cwsr_estimate(node);
+  EXPECT_EQ(e.bytes, (23203840u + 4096 + 48640) * 8);
+  EXPECT_NE(e.source.find("cwsr_size"), std::string::npos) << e.source;
+  // Without the CU counts: MI300X falls back to the reported figure, labelled as such.
+  node.props.erase("cwsr_size");
+  node.props.erase("simd_per_cu");
+  e = conccl::kfd::queue_cwsr_estimate(node);
+  EXPECT_EQ(e.bytes, 177ull << 20);
+  EXPECT_NE(e.source.find("the figure reported for MI300X, not computed"), std::string::npos) << e.source;
+  // Another GPU without them: not known (0), never a guess.
+  node.props["gfx_target_version"] = 90010;
+  EXPECT_EQ(conccl::kfd::queue_cwsr_estimate(node).bytes, 0u);
 }
 
 TEST(KfdTopology, Mi250xWithoutRecommendedMasks) {
@@ -118,7 +168,8 @@ TEST(KfdTopology, Mi250xWithoutRecommendedMasks) {
   ASSERT_EQ(t.gpus.size(), 4u);
   for (const conccl::GpuInfo& gi : t.gpus) {
     EXPECT_EQ(gi.name, "gfx90a");
-    EXPECT_EQ(gi.isa, conccl::Isa::sdma_gen(conccl::sdma::Gen::v4));
+    EXPECT_EQ(gi.isa, conccl::Isa::sdma_gen(conccl::sdma::Gen::v4_4));
+    EXPECT_EQ(gi.caps().max_copy_bytes, 0x3FFFFF00u);  // SDMA 4.4.0: 30-bit COPY count
     ASSERT_EQ(gi.engines.size(), 5u);
     EXPECT_EQ(gi.engines[1].kind, EngineKind::pcie);
     EXPECT_EQ(gi.engines[2].kind, EngineKind::xgmi);
@@ -159,11 +210,16 @@ TEST(KfdTopology, ConsumerGfx11) {
 TEST(KfdTopology, TableAndJsonCarryNotes) {
   const KfdTopology kt = load("mi250x");
   const std::string table = conccl::topology_table(kt.topology);
-  EXPECT_NE(table.find("gpu 0: gfx90a, SDMA 4, 5 engines (2 pcie: 0,1; 3 xgmi: 2,3,4)"), std::string::npos) << table;
+  EXPECT_NE(table.find("gpu 0: gfx90a, SDMA 4.4, 5 engines (2 pcie: 0,1; 3 xgmi: 2,3,4)"), std::string::npos) << table;
   EXPECT_NE(table.find("note: the kernel gives no recommended_sdma_engine_id_mask"), std::string::npos) << table;
+  EXPECT_NE(table.find("3 xgmi: 2,3,4), 64.2 MiB per queue\n"), std::string::npos) << table;
+  EXPECT_NE(table.find("note: gpu 0,1,2,3: each by-engine-id queue costs 64.2 MiB beside its ring"), std::string::npos)
+      << table;
   const std::string json = conccl::topology_json(kt.topology);
   EXPECT_NE(json.find("\"backend\": \"kfd\""), std::string::npos);
   EXPECT_NE(json.find("\"notes\": [\"the kernel gives no"), std::string::npos) << json;
+  EXPECT_NE(json.find("\"memory_bytes\": 68702699520, \"per_queue_bytes\": 67301376, \"engines\""), std::string::npos)
+      << json;
 }
 
 // GPU node skipped because this process cannot open its render node: the
@@ -374,7 +430,7 @@ TEST(KfdTopology, GfxTargetVersionToGeneration) {
   };
   const Case cases[] = {
       {90000, "gfx900", conccl::sdma::Gen::v4},     {90006, "gfx906", conccl::sdma::Gen::v4},
-      {90008, "gfx908", conccl::sdma::Gen::v4},     {90010, "gfx90a", conccl::sdma::Gen::v4},
+      {90008, "gfx908", conccl::sdma::Gen::v4},     {90010, "gfx90a", conccl::sdma::Gen::v4_4},
       {90402, "gfx942", conccl::sdma::Gen::v4_4_2}, {90500, "gfx950", conccl::sdma::Gen::v4_4_2},
       {100100, "gfx1010", conccl::sdma::Gen::v5},   {100300, "gfx1030", conccl::sdma::Gen::v5_2},
       {110000, "gfx1100", conccl::sdma::Gen::v6},   {110501, "gfx1151", conccl::sdma::Gen::v6},

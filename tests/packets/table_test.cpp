@@ -216,7 +216,7 @@ TEST(Table, GfxMap) {
     const char* gen;
   };
   const Case cases[] = {
-      {"gfx900", "4"},     {"gfx906", "4"},     {"gfx908", "4"},    {"gfx90a", "4"},
+      {"gfx900", "4"},     {"gfx906", "4"},     {"gfx908", "4"},    {"gfx90a", "4.4"},
       {"gfx940", "4.4.2"}, {"gfx942", "4.4.2"}, {"gfx950", "4.4.2"}, {"gfx1010", "5"},
       {"gfx1012", "5"},    {"gfx1030", "5.2"},  {"gfx1036", "5.2"}, {"gfx1100", "6"},
       {"gfx1103", "6"},    {"gfx1151", "6"},    {"gfx1200", "7"},   {"gfx1201", "7"},
@@ -260,15 +260,16 @@ TEST(Table, GfxTargetVersion) {
     EXPECT_EQ(t->gfx, c.gfx) << c.v;
   }
   EXPECT_EQ(gen_name(gfx_target_version_to_target(90402)->gen), "4.4.2");
-  EXPECT_EQ(gen_name(gfx_target_version_to_target(90010)->gen), "4");
+  EXPECT_EQ(gen_name(gfx_target_version_to_target(90010)->gen), "4.4");
+  EXPECT_EQ(gen_name(gfx_target_version_to_target(90008)->gen), "4");
   EXPECT_EQ(gen_name(gfx_target_version_to_target(110000)->gen), "6");
   for (uint32_t bad : {0u, 80001u, 91600u, 90016u, 999999u, 4294967295u})
     EXPECT_FALSE(gfx_target_version_to_target(bad).has_value()) << bad;
 }
 
 TEST(Table, GenerationNames) {
-  EXPECT_EQ(gen_list(), "4, 4.4.2, 5, 5.2, 6, 7");
-  const char* canonical[] = {"4", "4.4.2", "5", "5.2", "6", "7"};
+  EXPECT_EQ(gen_list(), "4, 4.4, 4.4.2, 5, 5.2, 6, 7");
+  const char* canonical[] = {"4", "4.4", "4.4.2", "5", "5.2", "6", "7"};
   for (int i = 0; i < kGenCount; ++i) {
     EXPECT_EQ(gen_name(kAllGens[i]), canonical[i]);
     EXPECT_EQ(parse_gen(canonical[i]), kAllGens[i]);
@@ -277,11 +278,11 @@ TEST(Table, GenerationNames) {
     const char* name;
     Gen g;
   };
-  for (const Alias& a : {Alias{"4.0", Gen::v4}, Alias{"4.2", Gen::v4}, Alias{"4.4.0", Gen::v4},
+  for (const Alias& a : {Alias{"4.0", Gen::v4}, Alias{"4.2", Gen::v4}, Alias{"4.4.0", Gen::v4_4},
                          Alias{"4.4.5", Gen::v4_4_2}, Alias{"5.0", Gen::v5}, Alias{"6.0", Gen::v6},
                          Alias{"6.1", Gen::v6}, Alias{"7.0", Gen::v7}})
     EXPECT_EQ(parse_gen(a.name), a.g) << a.name;
-  for (const char* bad : {"", "3", "8", "4.4", "5.1", "v4", "gfx942"})
+  for (const char* bad : {"", "3", "8", "4.3", "5.1", "v4", "gfx942"})
     EXPECT_FALSE(parse_gen(bad).has_value()) << bad;
 }
 
@@ -289,15 +290,16 @@ TEST(Table, LimitsMatchTheLayout) {
   for (Gen g : kAllGens) {
     const Limits& lim = limits(g);
     const std::string where = "SDMA " + std::string(gen_name(g));
-    const bool wide = g == Gen::v5_2 || g == Gen::v6 || g == Gen::v7;
+    // 4.4 (gfx90a): Linux sdma_v4_0.c sdma_v4_4_buffer_funcs, 1 << 30 per copy and fill.
+    const bool wide = g == Gen::v4_4 || g == Gen::v5_2 || g == Gen::v6 || g == Gen::v7;
     // sdma_packets.md §5: 0x3FFF00 on 22-bit generations, 0x3FFFFF00 on 30-bit ones.
     EXPECT_EQ(lim.copy_count_bits, wide ? 30 : 22) << where;
     EXPECT_EQ(lim.max_copy_bytes, wide ? 0x3FFFFF00u : 0x3FFF00u) << where;
     EXPECT_EQ(test::row_of(Pkt::copy, g, Key::bytes)->total_width(), lim.copy_count_bits) << where;
     EXPECT_LE(lim.max_copy_bytes - 1, (1ull << lim.copy_count_bits) - 1);
     EXPECT_EQ(lim.max_copy_bytes % 256, 0u);
-    // Fill: count [21:0] on 4.x/5.x, [29:0] on 6/7; caps are dword multiples.
-    const bool wide_fill = g == Gen::v6 || g == Gen::v7;
+    // Fill: count [21:0] on 4.x/5.x, [29:0] on 4.4.0 and 6/7; caps are dword multiples.
+    const bool wide_fill = g == Gen::v4_4 || g == Gen::v6 || g == Gen::v7;
     EXPECT_EQ(lim.fill_count_bits, wide_fill ? 30 : 22) << where;
     EXPECT_EQ(lim.max_fill_bytes, wide_fill ? 0x3FFFFFE0u : 0x3FFFE0u) << where;
     for (Pkt p : {Pkt::fill, Pkt::fill8})

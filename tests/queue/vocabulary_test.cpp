@@ -187,6 +187,43 @@ TEST(SdmaLowering, SignalCommandsKeepTheTwin) {
   EXPECT_EQ(wait.signal_add(va + 4, 1).code(), Code::invalid_argument) << "8-byte aligned";
 }
 
+// gfx90a (SDMA 4.4.0) takes 30-bit COPY_LINEAR and CONSTANT_FILL counts
+// (Linux sdma_v4_0.c: sdma_v4_4_buffer_funcs, 1 << 30 per command); gfx908
+// (SDMA 4.2.2) keeps 22 bits. The KFD backend gets the Isa from the gfx target.
+TEST(SdmaLowering, Gfx90aCopiesAndFillsUseThe30BitCount) {
+  const std::optional<sdma::GfxTarget> mi200 = sdma::gfx_target_version_to_target(90010);
+  const std::optional<sdma::GfxTarget> mi100 = sdma::gfx_target_version_to_target(90008);
+  ASSERT_TRUE(mi200 && mi100);
+  const Isa wide = Isa::sdma_gen(mi200->gen), narrow = Isa::sdma_gen(mi100->gen);
+  EXPECT_EQ(wide.name(), "SDMA 4.4");
+  EXPECT_EQ(caps(wide).max_copy_bytes, 0x3FFFFF00u);
+  EXPECT_EQ(caps(wide).max_fill_bytes, 0x3FFFFFE0u);
+  EXPECT_EQ(caps(narrow).max_copy_bytes, 0x3FFF00u);
+  EXPECT_FALSE(caps(wide).swap);
+
+  const uint64_t n = 64ull << 20;  // 64 MiB
+  CommandBuffer a(wide);
+  ASSERT_OK(a.copy(0x7F01'0000'0000ull, 0x7F00'0000'1000ull, n));
+  const std::vector<uint32_t> one_copy = {0x00000001, uint32_t(n - 1), 0, 0x00001000, 0x7F00, 0, 0x7F01};
+  EXPECT_EQ(dw(a), one_copy);
+  CommandBuffer b(narrow);
+  ASSERT_OK(b.copy(0x7F01'0000'0000ull, 0x7F00'0000'1000ull, n));
+  EXPECT_EQ(b.packet_count(), 17u);  // ceil(64 MiB / 0x3FFF00)
+  EXPECT_EQ(dw(b)[1], 0x3FFF00u - 1);
+
+  // The largest single command, then one byte more (two packets).
+  CommandBuffer c(wide);
+  ASSERT_OK(c.copy(0x10000, 0x20000000000ull, 0x3FFFFF00u + 1));
+  ASSERT_EQ(c.packet_count(), 2u);
+  EXPECT_EQ(dw(c)[1], 0x3FFFFEFFu);
+  EXPECT_EQ(dw(c)[7 + 1], 0u);  // the 1-byte tail: count 0
+
+  CommandBuffer f(wide);
+  ASSERT_OK(f.fill(0x7F00'0020'0000ull, 0, 256ull << 20));
+  const std::vector<uint32_t> one_fill = {0x8000000B, 0x00200000, 0x7F00, 0, 0x0FFFFFFF};
+  EXPECT_EQ(dw(f), one_fill);
+}
+
 TEST(Vocabulary, FixedStorageFillsThenRefuses) {
   std::vector<uint32_t> storage(12);
   CommandBuffer cb(Isa::hopper(), storage);

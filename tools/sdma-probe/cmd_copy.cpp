@@ -95,7 +95,9 @@ int run_copy(const Args& args, Context& ctx) {
   conccl::CommandBuffer cb = (*q)->command_buffer();
   Status st = cb.copy(b->va, a->va, n);
   if (st.ok()) st = sig->enqueue_add(cb, 1);
-  if (st.ok()) st = cb.trap(0);
+  // The host wake-up in the queue's own terms (SDMA TRAP, KFD mailbox + TRAP,
+  // Hopper non-stall interrupt): never a packet of one ISA on another.
+  if (st.ok()) st = (*q)->record_wake(cb);
   if (!st.ok()) return fail(args, ctx, st);
 
   const auto deadline = conccl::Deadline::after_ms(static_cast<int64_t>(args.common().timeout_ms));

@@ -25,6 +25,7 @@ const Registration list_reg({
         "The table shows each GPU, its SDMA generation and engines, and each link to a\n"
         "peer with the engines recommended for copies to it. --json prints\n"
         "{\"backend\", \"preset\", \"gpus\": [{\"index\", \"name\", \"isa\", \"sdma_generation\", \"memory_bytes\",\n"
+        " \"per_queue_bytes\" (KFD by-engine-id: the CWSR area each queue costs),\n"
         " \"engines\": [{\"id\", \"kind\"}], \"links\": [{\"peer\", \"type\", \"weight\", \"recommended_engines\"}]}],\n"
         " \"notes\": [backend remarks]}.\n"
         "Emulator presets: mi300x (default; 8 GPUs x 16 engines), small (2 GPUs x 4 engines).\n",

@@ -11,7 +11,7 @@ using conccl::sdma::Gen;
 std::vector<FlagSpec> gen_flag_specs() {
   return {
       {.name = "gen", .value = "GEN",
-       .help = "SDMA packet generation: 4, 4.4.2, 5, 5.2, 6 or 7 (aliases such as 4.4.5, 6.0)"},
+       .help = "SDMA packet generation: 4, 4.4, 4.4.2, 5, 5.2, 6 or 7 (aliases such as 4.4.5, 6.0)"},
       {.name = "gfx", .value = "TARGET",
        .help = "take the generation from a gfx target instead (gfx942; see `sdma-probe gfx`)"},
   };

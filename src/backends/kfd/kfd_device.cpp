@@ -462,11 +462,17 @@ class KfdDeviceImpl final : public KfdDevice, public KfdInternals {
       return mapped;
     }
     a.mapped = true;
-    if (a.host) {
+    if (zero_by(use, size) == ZeroBy::cpu) {
       std::memset(a.host, 0, size);
-    } else if (Status st = zero_with_sdma(gpu, a.va, size); !st.ok()) {
-      (void)release(a);
-      return st.prefix("zeroing " + std::to_string(size) + " bytes of VRAM without a CPU mapping");
+    } else {
+      Result<Queue*> zq = zero_queue(gpu);
+      if (!zq.ok() && a.host) {
+        std::memset(a.host, 0, size);  // no queue for the fill (slots taken, say): the BAR still works
+      } else if (Status st = zq.ok() ? zero_with_sdma(**zq, a.va, size) : zq.status(); !st.ok()) {
+        (void)release(a);
+        return st.prefix("zeroing " + std::to_string(size) + " bytes of VRAM on gpu " + std::to_string(gpu) +
+                         (a.host ? " with an SDMA fill" : " without a CPU mapping (with an SDMA fill)"));
+      }
     }
     return remember(a, bytes);
   }
@@ -804,54 +810,36 @@ class KfdDeviceImpl final : public KfdDevice, public KfdInternals {
     return st;
   }
 
-  // VRAM the CPU cannot reach is zeroed by an SDMA constant fill on an
-  // internal queue (created on first use, engine 0 of that GPU).
-  Status zero_with_sdma(int gpu, uint64_t va, size_t bytes) {
+  // The internal queue fresh VRAM is zeroed through (zero_by()): created on
+  // first use, engine 0 of the GPU, kept until the device closes.
+  Result<Queue*> zero_queue(int gpu) {
     std::lock_guard<std::mutex> lock(utility_mu_);
-    Utility& u = utility_[gpu];
-    if (!u.queue) {
-      Result<Buffer> sig = alloc(-1, kPage, MemKind::host);
-      if (!sig.ok()) return sig.status();
-      Result<std::unique_ptr<Queue>> q = create_queue(gpu, 0, QueueOptions{});
-      if (!q.ok()) {
-        (void)free(*sig);
-        return q.status();
-      }
-      u.signal = *sig;
-      u.queue = std::move(q).value();
-      u.owner = this;
+    std::unique_ptr<Queue>& q = utility_[gpu];
+    if (!q) {
+      Result<std::unique_ptr<Queue>> made = create_queue(gpu, 0, QueueOptions{});
+      if (!made.ok()) return made.status().prefix("the internal zero-fill queue on gpu " + std::to_string(gpu));
+      q = std::move(made).value();
     }
-    constexpr uint64_t kChunk = uint64_t(1) << 30;  // keeps each command buffer well inside the ring
-    for (uint64_t off = 0; off < bytes; off += kChunk) {
-      const uint64_t len = std::min<uint64_t>(kChunk, bytes - off);
-      CommandBuffer cb = u.queue->command_buffer();
-      CONCCL_RETURN_IF_ERROR(cb.fill(va + off, 0, len));
-      const uint32_t seq = ++u.seq;
-      CONCCL_RETURN_IF_ERROR(cb.fence(u.signal.va, seq));
-      const Deadline deadline = Deadline::after(std::chrono::seconds(30));
-      CONCCL_RETURN_IF_ERROR(u.queue->submit(cb, deadline));
-      auto* word = u.signal.as<uint32_t>();
-      const bool done = util::wait_until(
-          [&] { return std::atomic_ref<uint32_t>(*word).load(std::memory_order_acquire) >= seq; }, deadline);
-      if (!done)
-        return error(Code::timeout, "the zero-fill did not complete within 30 s. " + u.queue->diagnose());
-    }
-    return Status();
+    return q.get();
   }
 
-  struct Utility {
-    std::unique_ptr<Queue> queue;
-    Buffer signal;
-    uint32_t seq = 0;
-    KfdDeviceImpl* owner = nullptr;
-    Utility() = default;
-    Utility(const Utility&) = delete;
-    Utility& operator=(const Utility&) = delete;
-    ~Utility() {
-      queue.reset();
-      if (owner && signal.size) (void)owner->free(signal);
+  // CONSTANT_FILLs of zero over [va, va + bytes), then one wait for all of
+  // them: the queue's completion ticket, sleeping on its wake-up, until a
+  // deadline that grows with the size (sdma_zero_timeout). Queue::submit is
+  // thread-safe, so concurrent allocations share the queue.
+  static Status zero_with_sdma(Queue& q, uint64_t va, size_t bytes) {
+    const Deadline deadline = Deadline::after(sdma_zero_timeout(bytes));
+    constexpr uint64_t kChunk = uint64_t(1) << 30;  // keeps each command buffer well inside the ring
+    QueueSpan span;
+    for (uint64_t off = 0; off < bytes; off += kChunk) {
+      const uint64_t len = std::min<uint64_t>(kChunk, bytes - off);
+      CommandBuffer cb = q.command_buffer();
+      CONCCL_RETURN_IF_ERROR(cb.fill(va + off, 0, len));
+      if (off + len >= bytes) CONCCL_RETURN_IF_ERROR(q.record_wake(cb));
+      CONCCL_RETURN_IF_ERROR(q.submit(cb, deadline, &span));
     }
-  };
+    return q.wait_done(deadline, span.end);
+  }
 
   static constexpr uint64_t kImportIdBit = uint64_t(1) << 63;  // never a user-space address
   std::shared_ptr<Context> ctx_;
@@ -859,7 +847,7 @@ class KfdDeviceImpl final : public KfdDevice, public KfdInternals {
   std::map<uint64_t, Alloc> allocs_;
   uint64_t next_import_id_ = 1;
   std::mutex utility_mu_;
-  std::map<int, Utility> utility_;
+  std::map<int, std::unique_ptr<Queue>> utility_;  // zero_queue(), per GPU
 };
 
 // Matches our GPUs to the thunk's node ids by DRM render minor (present in
@@ -973,6 +961,8 @@ Result<std::unique_ptr<KfdDevice>> open(const Options& opt) {
 
   ctx->topo = std::move(topo).value();
   CONCCL_RETURN_IF_ERROR(match_thunk_nodes(*sys, access, ctx->topo, kDefaultDevicePath));
+  for (size_t i = 0; i < ctx->topo.gpus.size(); ++i)
+    ctx->topo.topology.gpus[i].per_queue_bytes = per_queue_bytes(ctx->mode.mode, ctx->topo.gpus[i].cwsr);
   std::vector<std::string>& notes = ctx->topo.topology.notes;
   notes.insert(notes.begin(), "queue mode: " + std::string(queue_mode_name(ctx->mode.mode)) + ": " + ctx->mode.reason);
   notes.insert(notes.begin() + 1, "KFD interface " + std::to_string(ctx->caps.kfd_major) + "." +

@@ -102,6 +102,34 @@ inline RenderAccess all_render_nodes_accessible() {
   return [](int) { return 0; };
 }
 
+// The context save/restore (CWSR) area libhsakmt allocates with every queue
+// it creates as HSA_QUEUE_SDMA_BY_ENG_ID (ROCR-Runtime libhsakmt/src/queues.c
+// handle_concrete_asic skips it only for SDMA and SDMA_XGMI queues; KFD does
+// not use it for SDMA queues). Per queue the thunk allocates
+// (ctx_save_restore_size + debug_memory_size) x num_xcc, page-aligned: VRAM
+// (an SVM range prefetched to the GPU) where KFD has the SVM API, else GTT.
+// ctx_save_restore_size is KFD's cwsr_size node property where the kernel
+// publishes it (kfd_topology.c node_show), else computed from the node's
+// properties with amdkfd kfd_queue.c kfd_queue_ctx_save_restore_size (the
+// thunk's update_ctx_save_restore_size is the same formula):
+//   cu    = simd_count / simd_per_cu / num_xcc
+//   waves = gfx < 10.1 ? min(cu * 40, array_count / simd_arrays_per_engine * 512) : cu * 32
+//   wg    = align4K(cu * (vgpr(gfx) + 16 KiB SGPR + LDS + 4 KiB HWREG))
+//   ctl   = align4K(40-byte header + waves * (gfx < 10.1 ? 8 : 12) + 8)   (gfx10: <= 0x7000)
+//   debug = align64(waves * 32)
+// vgpr: 512 KiB on gfx908/90a/94x/950, 384 KiB on gfx1100/1101/1200/1201,
+// else 256 KiB; LDS: lds_size_in_kb (64 KiB when absent).
+struct CwsrEstimate {
+  uint64_t bytes = 0;          // per queue, every XCC together; 0 = not known
+  uint64_t per_xcc_bytes = 0;  // ctx_save_restore_size + debug_memory_size
+  uint32_t xccs = 1;
+  std::string source;          // how the figure was obtained, for the topology note
+};
+CwsrEstimate queue_cwsr_estimate(const SysNode& gpu);
+// The figure reported on MI300X (gfx942 SPX: 8 XCCs), used only where sysfs
+// lacks what the formula needs.
+inline constexpr uint64_t kMi300xReportedCwsrBytes = 177ull << 20;
+
 // One GPU as the KFD backend uses it.
 struct GpuNode {
   int index = 0;           // ConCCL GPU index (Topology::gpus[index])
@@ -118,6 +146,7 @@ struct GpuNode {
   uint64_t hive_id = 0;
   uint64_t location_id = 0, domain = 0;
   uint16_t min_submit_bytes = 0;  // from the gfx target (gfx900/904/90c: 256)
+  CwsrEstimate cwsr;              // what each by-engine-id queue costs beside its ring
   // The GPU's io_link to the CPU (the first one to a CPU node): its type and
   // CRAT flags. KFD marks links without PCIe AtomicOps NO_ATOMICS_32/64, and
   // ROCr then completes with FENCEs instead of ATOMICs; an xGMI CPU link
@@ -175,6 +204,12 @@ struct QueueModeDecision {
 };
 QueueModeDecision decide_queue_mode(const Capabilities& caps);
 
+// What each queue costs beside its ring in a queue mode: the thunk's CWSR
+// area for by-engine-id queues, nothing for SDMA / SDMA_XGMI queues.
+inline uint64_t per_queue_bytes(QueueMode mode, const CwsrEstimate& cwsr) {
+  return mode == QueueMode::by_engine_id ? cwsr.bytes : 0;
+}
+
 // KFD 1.17 introduced SDMA_BY_ENG_ID (kfd_ioctl.h "1.17 - Add SDMA queue
 // creation with target SDMA engine ID").
 inline constexpr uint32_t kKfdMinorByEngineId = 17;
@@ -224,6 +259,20 @@ enum class MemUse : uint8_t {
 };
 const char* mem_use_name(MemUse u);
 MemFlags mem_flags_for(MemUse use);
+
+// How a fresh allocation is zeroed. KFD does not promise zeroed VRAM, and CPU
+// stores through the BAR run at PCIe write-combining speed (a few GB/s) while
+// an SDMA constant fill runs at VRAM speed without the CPU. So VRAM without a
+// CPU mapping, and CPU-visible VRAM of kSdmaZeroMinBytes or more, is zeroed by
+// a CONSTANT_FILL on the device's internal queue; smaller VRAM (where queue
+// submission and the wait cost more than the stores) and host memory keep the
+// memset. The threshold is a choice, not yet measured on hardware.
+enum class ZeroBy : uint8_t { cpu, sdma };
+inline constexpr size_t kSdmaZeroMinBytes = size_t(1) << 20;
+ZeroBy zero_by(MemUse use, size_t bytes);
+// The deadline for zeroing `bytes` with SDMA: 30 s plus 1 s per GiB (an
+// engine slower than 1 GiB/s is broken, not slow).
+std::chrono::milliseconds sdma_zero_timeout(size_t bytes);
 // Which GPUs a buffer is mapped to at allocation: rings only to their own
 // GPU (kfdtest BaseQueue); host memory to every GPU; VRAM to its owner and
 // every GPU with a peer-DMA-capable link to it (so any engine can copy

@@ -453,4 +453,18 @@ bool is_events_page_conflict(int status, int saved_errno) {
          status == static_cast<int>(KmtStatus::invalid_parameter);
 }
 
+ZeroBy zero_by(MemUse use, size_t bytes) {
+  switch (use) {
+    case MemUse::device_hidden: return ZeroBy::sdma;  // the CPU cannot reach it
+    case MemUse::device: return bytes >= kSdmaZeroMinBytes ? ZeroBy::sdma : ZeroBy::cpu;
+    case MemUse::ring:
+    case MemUse::host: return ZeroBy::cpu;
+  }
+  return ZeroBy::cpu;
+}
+
+std::chrono::milliseconds sdma_zero_timeout(size_t bytes) {
+  return std::chrono::milliseconds(30000 + static_cast<int64_t>(bytes >> 30) * 1000);
+}
+
 }  // namespace conccl::kfd

@@ -13,6 +13,7 @@
 #include <algorithm>
 #include <cerrno>
 #include <charconv>
+#include <cstdio>
 #include <cstring>
 #include <filesystem>
 #include <fstream>
@@ -195,6 +196,60 @@ RenderAccess default_render_access(const std::string& dri_dir) {
   };
 }
 
+namespace {
+
+uint64_t align_up(uint64_t v, uint64_t a) { return (v + a - 1) / a * a; }
+
+std::string mib(uint64_t bytes) {
+  char buf[32];
+  std::snprintf(buf, sizeof buf, "%.1f MiB", static_cast<double>(bytes) / (1 << 20));
+  return buf;
+}
+
+// amdkfd kfd_queue.c kfd_get_vgpr_size_per_cu (gfx_target_version numbering).
+uint64_t vgpr_bytes_per_cu(uint64_t gfxv) {
+  if (gfxv == 90008 || gfxv == 90010 || gfxv / 100 == 904 || gfxv == 90500) return 0x80000;
+  if (gfxv == 110000 || gfxv == 110001 || gfxv == 120000 || gfxv == 120001) return 0x60000;
+  return 0x40000;
+}
+
+}  // namespace
+
+CwsrEstimate queue_cwsr_estimate(const SysNode& n) {
+  CwsrEstimate e;
+  const uint64_t gfxv = n.prop("gfx_target_version");
+  const uint64_t simds = n.prop("simd_count"), simd_per_cu = n.prop("simd_per_cu");
+  const uint64_t arrays = n.prop("array_count"), arrays_per_engine = n.prop("simd_arrays_per_engine");
+  const uint64_t xccs = std::max<uint64_t>(n.prop("num_xcc", 1), 1);
+  e.xccs = static_cast<uint32_t>(xccs);
+  const bool navi = gfxv >= 100100;  // GFX_VERSION_NAVI10
+  const uint64_t cu = simd_per_cu ? simds / simd_per_cu / xccs : 0;
+  if (cu == 0 || (!navi && (arrays == 0 || arrays_per_engine == 0))) {
+    if (gfxv / 100 == 904) {
+      e.bytes = kMi300xReportedCwsrBytes;
+      e.source = "the figure reported for MI300X, not computed: sysfs lacks simd_count, simd_per_cu or array_count";
+    }
+    return e;
+  }
+  const uint64_t waves = navi ? cu * 32 : std::min(cu * 40, arrays / arrays_per_engine * 512);
+  uint64_t ctx = 0;
+  if (n.prop("cwsr_size") > 0) {
+    ctx = n.prop("cwsr_size");
+    e.source = "KFD's cwsr_size (sysfs)";
+  } else {
+    const uint64_t lds = n.has("lds_size_in_kb") ? n.prop("lds_size_in_kb") << 10 : 0x10000;
+    const uint64_t wg = align_up(cu * (vgpr_bytes_per_cu(gfxv) + 0x4000 + lds + 0x1000), 4096);
+    uint64_t ctl = align_up(40 + waves * (navi ? 12 : 8) + 8, 4096);
+    if (gfxv / 10000 == 10) ctl = std::min<uint64_t>(ctl, 0x7000);
+    ctx = ctl + wg;
+    e.source = "computed from sysfs (" + std::to_string(cu) + " CUs and " + std::to_string(waves) +
+               " waves per XCC, amdkfd kfd_queue.c's formula)";
+  }
+  e.per_xcc_bytes = ctx + align_up(waves * 32, 64);
+  e.bytes = align_up(e.per_xcc_bytes * xccs, 4096);
+  return e;
+}
+
 Result<KfdTopology> build_topology(const SysTopology& sys, const RenderAccess& access) {
   KfdTopology kt;
   Topology& t = kt.topology;
@@ -261,6 +316,7 @@ Result<KfdTopology> build_topology(const SysTopology& sys, const RenderAccess& a
     g.location_id = n.prop("location_id");
     g.domain = n.prop("domain");
     g.min_submit_bytes = target->min_submit_bytes;
+    g.cwsr = queue_cwsr_estimate(n);
     for (const SysLink& l : n.io_links) {
       const SysNode* to = sys.node(l.node_to);
       if (!to || to->gpu_id != 0 || g.cpu_link_known) continue;
@@ -275,6 +331,7 @@ Result<KfdTopology> build_topology(const SysTopology& sys, const RenderAccess& a
     gi.name = gfx;
     gi.isa = Isa::sdma_gen(g.gen);
     gi.memory_bytes = n.vram_bytes;
+    gi.per_queue_bytes = g.cwsr.bytes;
     for (int e = 0; e < num_sdma + num_xgmi; ++e)
       gi.engines.push_back(EngineInfo{e, e < num_sdma ? EngineKind::pcie : EngineKind::xgmi});
     t.gpus.push_back(std::move(gi));
@@ -348,6 +405,22 @@ Result<KfdTopology> build_topology(const SysTopology& sys, const RenderAccess& a
                       std::to_string(g.cpu_link_flags) +
                       ", NO_ATOMICS_64): its queues refuse SDMA ATOMICs (signal_add); "
                       "enable AtomicOps on the PCIe path (BIOS, switches) or use single-writer signals");
+  // One note per distinct per-queue cost (8 identical MI300X GPUs: one line).
+  for (size_t i = 0; i < kt.gpus.size(); ++i) {
+    const CwsrEstimate& c = kt.gpus[i].cwsr;
+    bool seen = false;
+    for (size_t j = 0; j < i; ++j) seen |= kt.gpus[j].cwsr.bytes == c.bytes && kt.gpus[j].cwsr.source == c.source;
+    if (seen || c.bytes == 0) continue;
+    std::string who;
+    for (size_t j = i; j < kt.gpus.size(); ++j)
+      if (kt.gpus[j].cwsr.bytes == c.bytes && kt.gpus[j].cwsr.source == c.source)
+        who += (who.empty() ? "" : ",") + std::to_string(j);
+    std::string what = mib(c.bytes);
+    if (c.per_xcc_bytes && c.xccs > 1) what += " (" + std::to_string(c.xccs) + " XCCs x " + mib(c.per_xcc_bytes) + ")";
+    notes.push_back("gpu " + who + ": each by-engine-id queue costs " + what +
+                    " beside its ring: the CWSR area libhsakmt allocates with it (VRAM where KFD has the SVM API, "
+                    "else GTT) and KFD does not use for SDMA queues; kernel-chooses queues get none; " + c.source);
+  }
   for (const std::string& w : sys.warnings) notes.push_back("sysfs: " + w);
   t.notes = std::move(notes);
   if (kt.gpus.empty()) {
