@@ -558,6 +558,25 @@ void conccl_comm_options_init(conccl_comm_options* o) {
   o->struct_size = sizeof *o;
 }
 
+// conccl_comm_options (NULL: the defaults) as Communicator::Options and the
+// calls' timeout.
+static conccl_status comm_options_from(const conccl_comm_options* o, Communicator::Options* opt, uint32_t* timeout) {
+  if (!o) return CONCCL_OK;
+  CONCCL_C_REQUIRE(size_ok(o, sizeof(conccl_comm_options)),
+                   "options->struct_size is " + std::to_string(o->struct_size) + ": call conccl_comm_options_init first");
+  CONCCL_C_REQUIRE(o->num_engines >= 0 && (o->engines || o->num_engines == 0), "engines is NULL with num_engines > 0");
+  if (o->ring_bytes) opt->ring_bytes = o->ring_bytes;
+  opt->loopback = o->loopback != 0;
+  CONCCL_C_REQUIRE(o->queues >= CONCCL_QUEUES_AUTO && o->queues <= CONCCL_QUEUES_PER_ENGINE,
+                   "queues " + std::to_string(o->queues) + " is not a conccl_queue_sharing");
+  opt->queues = o->queues == CONCCL_QUEUES_PER_RANK     ? Communicator::Options::QueueSharing::per_rank
+                : o->queues == CONCCL_QUEUES_PER_ENGINE ? Communicator::Options::QueueSharing::per_engine
+                                                        : Communicator::Options::QueueSharing::automatic;
+  opt->engines.assign(o->engines, o->engines + o->num_engines);
+  if (o->timeout_ms) *timeout = o->timeout_ms;
+  return CONCCL_OK;
+}
+
 conccl_status conccl_comm_create(conccl_device_t d, const int* gpus, int nranks, const conccl_comm_options* o,
                                  conccl_comm_t* comm) {
   return guard([&] {
@@ -566,21 +585,7 @@ conccl_status conccl_comm_create(conccl_device_t d, const int* gpus, int nranks,
     CONCCL_C_REQUIRE(nranks > 0, "nranks must be positive");
     Communicator::Options opt;
     uint32_t timeout = 60000;
-    if (o) {
-      CONCCL_C_REQUIRE(size_ok(o, sizeof(conccl_comm_options)),
-                       "options->struct_size is " + std::to_string(o->struct_size) +
-                           ": call conccl_comm_options_init first");
-      CONCCL_C_REQUIRE(o->num_engines >= 0 && (o->engines || o->num_engines == 0), "engines is NULL with num_engines > 0");
-      if (o->ring_bytes) opt.ring_bytes = o->ring_bytes;
-      opt.loopback = o->loopback != 0;
-      CONCCL_C_REQUIRE(o->queues >= CONCCL_QUEUES_AUTO && o->queues <= CONCCL_QUEUES_PER_ENGINE,
-                       "queues " + std::to_string(o->queues) + " is not a conccl_queue_sharing");
-      opt.queues = o->queues == CONCCL_QUEUES_PER_RANK     ? Communicator::Options::QueueSharing::per_rank
-                   : o->queues == CONCCL_QUEUES_PER_ENGINE ? Communicator::Options::QueueSharing::per_engine
-                                                           : Communicator::Options::QueueSharing::automatic;
-      opt.engines.assign(o->engines, o->engines + o->num_engines);
-      if (o->timeout_ms) timeout = o->timeout_ms;
-    }
+    if (conccl_status st = comm_options_from(o, &opt, &timeout); st != CONCCL_OK) return st;
     Result<std::unique_ptr<Communicator>> c = Communicator::create(*d->dev, std::vector<int>(gpus, gpus + nranks), opt);
     if (!c.ok()) return report(c.status());
     auto h = std::make_unique<conccl_comm>();
@@ -632,16 +637,7 @@ conccl_status conccl_comm_create_rank(conccl_device_t d, int rank, int nranks, c
     *comm = nullptr;
     Communicator::Options opt;
     uint32_t timeout = 60000;
-    if (o) {
-      CONCCL_C_REQUIRE(size_ok(o, sizeof(conccl_comm_options)),
-                       "options->struct_size is " + std::to_string(o->struct_size) +
-                           ": call conccl_comm_options_init first");
-      CONCCL_C_REQUIRE(o->num_engines >= 0 && (o->engines || o->num_engines == 0), "engines is NULL with num_engines > 0");
-      if (o->ring_bytes) opt.ring_bytes = o->ring_bytes;
-      opt.loopback = o->loopback != 0;
-      opt.engines.assign(o->engines, o->engines + o->num_engines);
-      if (o->timeout_ms) timeout = o->timeout_ms;
-    }
+    if (conccl_status st = comm_options_from(o, &opt, &timeout); st != CONCCL_OK) return st;
     opt.gpu = gpu;
     opt.join_timeout_ms = timeout;
     UniqueId u;

@@ -9,6 +9,7 @@
 #include <cstring>
 #include <map>
 #include <thread>
+#include <tuple>
 #include <sstream>
 
 #include "conccl/bootstrap.hpp"
@@ -160,6 +161,13 @@ std::vector<Case> cases_for(const Caps& caps, int n) {
   return out;
 }
 
+// A buffer on `gpu` holding the pattern of `seed`.
+Result<UniqueBuffer> filled(Device& dev, int gpu, uint64_t bytes, uint64_t seed) {
+  Result<UniqueBuffer> b = UniqueBuffer::alloc(dev, gpu, bytes, MemKind::device);
+  if (b.ok()) fill((*b)->as<uint8_t>(), bytes, seed);
+  return b;
+}
+
 // Three launches of the plan (a relaunch resets the signals other ranks'
 // lists use), each waited for; prelaunched plans released by the host.
 Status run_plan(Plan& p, const Case& c) {
@@ -180,17 +188,11 @@ std::string run_case(Device& dev, Communicator& comm, int gpu, const Case& c, si
   line << "case " << ci << " " << c.name() << " ";
   UniqueBuffer send, recv;
   const uint64_t ss = send_size(c, me, n), rs = recv_size(c, me, n);
-  if (ss) {
-    Result<UniqueBuffer> b = UniqueBuffer::alloc(dev, gpu, ss, MemKind::device);
+  for (auto [bytes, seed, out] : {std::tuple{ss, send_seed(ci, me), &send}, std::tuple{rs, recv_seed(ci, me), &recv}}) {
+    if (!bytes) continue;
+    Result<UniqueBuffer> b = filled(dev, gpu, bytes, seed);
     if (!b.ok()) return line.str() + "alloc-failed " + b.status().to_string() + "\n";
-    send = std::move(b).value();
-    fill(send->as<uint8_t>(), ss, send_seed(ci, me));
-  }
-  if (rs) {
-    Result<UniqueBuffer> b = UniqueBuffer::alloc(dev, gpu, rs, MemKind::device);
-    if (!b.ok()) return line.str() + "alloc-failed " + b.status().to_string() + "\n";
-    recv = std::move(b).value();
-    fill(recv->as<uint8_t>(), rs, recv_seed(ci, me));
+    *out = std::move(b).value();
   }
   CollectiveArgs a;
   a.op = c.op;
@@ -259,17 +261,11 @@ std::vector<std::string> single_process(const Layout& l) {
     for (int r = 0; r < l.nranks; ++r) {
       const uint64_t ss = send_size(c, r, l.nranks), rs = recv_size(c, r, l.nranks);
       UniqueBuffer s, v;
-      if (ss) {
-        Result<UniqueBuffer> b = UniqueBuffer::alloc(**dev, gpus[size_t(r)], ss, MemKind::device);
+      for (auto [bytes, seed, out] : {std::tuple{ss, send_seed(i, r), &s}, std::tuple{rs, recv_seed(i, r), &v}}) {
+        if (!bytes) continue;
+        Result<UniqueBuffer> b = filled(**dev, gpus[size_t(r)], bytes, seed);
         if (!b.ok()) return {b.status().to_string()};
-        s = std::move(b).value();
-        fill(s->as<uint8_t>(), ss, send_seed(i, r));
-      }
-      if (rs) {
-        Result<UniqueBuffer> b = UniqueBuffer::alloc(**dev, gpus[size_t(r)], rs, MemKind::device);
-        if (!b.ok()) return {b.status().to_string()};
-        v = std::move(b).value();
-        fill(v->as<uint8_t>(), rs, recv_seed(i, r));
+        *out = std::move(b).value();
       }
       a.send.push_back(ss ? s.get() : Buffer{});
       a.recv.push_back(rs ? v.get() : Buffer{});
