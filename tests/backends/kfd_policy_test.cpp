@@ -4,6 +4,8 @@
 // mapping, and open_device(kfd) on a machine without an AMD GPU.
 #include <gtest/gtest.h>
 
+#include <tuple>
+
 #include <sys/stat.h>
 
 #include <unistd.h>
@@ -90,6 +92,24 @@ TEST(KfdQueuePlan, ByEngineIdPinsEveryEngine) {
     EXPECT_EQ(p->type, ThunkQueueType::sdma_by_eng_id);
     EXPECT_EQ(p->sdma_engine_id, static_cast<uint32_t>(e));
     EXPECT_TRUE(p->pinned);
+  }
+}
+
+// ROCr does not pin SDMA engines on gfx9 below gfx90a; neither do we, even
+// where the kernel and thunk could (amd_gpu_agent.cpp).
+TEST(KfdQueuePlan, Gfx908IsNeverPinned) {
+  GpuNode g = mi300x_gpu();
+  for (auto [version, gfx, pinned] : {std::tuple{90008u, "gfx908", false}, std::tuple{90006u, "gfx906", false},
+                                      std::tuple{90010u, "gfx90a", true}, std::tuple{90402u, "gfx942", true}}) {
+    g.gfx_target_version = version;
+    g.gfx = gfx;
+    conccl::Result<conccl::kfd::QueuePlan> p = conccl::kfd::plan_queue(QueueMode::by_engine_id, g, 5);
+    ASSERT_TRUE(p.ok()) << p.status().to_string();
+    EXPECT_EQ(p->pinned, pinned) << gfx;
+    EXPECT_EQ(p->type, pinned ? ThunkQueueType::sdma_by_eng_id : ThunkQueueType::sdma_xgmi) << gfx;
+    if (!pinned) {
+      EXPECT_TRUE(contains(p->placement, "not pinned, as ROCr does not pin it")) << p->placement;
+    }
   }
 }
 

@@ -80,6 +80,14 @@ Result<QueuePlan> plan_queue(QueueMode mode, const GpuNode& g, int engine) {
     return error(Code::invalid_argument, "engine " + std::to_string(engine) + " is out of range: gpu " +
                                              std::to_string(g.index) + " (" + g.gfx + ") has " + engine_ranges(g));
   QueuePlan p;
+  // ROCr does not target recommended SDMA engines on gfx9 below gfx90a
+  // (MI25/MI50/MI100: ROCR-Runtime src/core/runtime/amd_gpu_agent.cpp turns
+  // rec_eng off there), so neither do we: KFD places those queues.
+  const bool pinnable = !(g.gfx_target_version >= 90000 && g.gfx_target_version < 90010);
+  if (mode == QueueMode::by_engine_id && !pinnable) {
+    mode = QueueMode::kernel_chooses;
+    p.placement = g.gfx + " (gfx9 below gfx90a) is not pinned, as ROCr does not pin it: ";
+  }
   if (mode == QueueMode::by_engine_id) {
     p.type = ThunkQueueType::sdma_by_eng_id;
     p.sdma_engine_id = static_cast<uint32_t>(engine);
@@ -91,7 +99,7 @@ Result<QueuePlan> plan_queue(QueueMode mode, const GpuNode& g, int engine) {
   p.type = pcie ? ThunkQueueType::sdma : ThunkQueueType::sdma_xgmi;
   const int first = pcie ? 0 : g.num_sdma;
   const int count = pcie ? g.num_sdma : g.num_xgmi;
-  p.placement = std::string("a ") + (pcie ? "PCIe" : "xGMI") + " engine chosen by KFD (" +
+  p.placement += std::string("a ") + (pcie ? "PCIe" : "xGMI") + " engine chosen by KFD (" +
                 thunk_queue_type_name(p.type) + ": first free slot of engines " + std::to_string(first) + "-" +
                 std::to_string(first + count - 1) + ", round-robin), not necessarily engine " + std::to_string(engine);
   return p;
