@@ -38,7 +38,7 @@
 //           plan in flight (no host round trip between launches), and
 //           budgetcp moves the budget's bytes as one copy per engine.
 //
-//   nv_coll_bench [--ranks 4] [--n 8192] [--gemms 300] [--chunk-mib 64] [--reps 3]
+//   nv_coll_bench [--ranks 4] [--n 8192] [--gemms 300] [--chunk-mib 64] [--reps 3] [--soak-ms 0]
 //                 [--budget-frac 0.25] [--copy-frac 1] [--gemm-data random|zeros]
 //                 [--lat-iters 300] [--json PATH] [--only c3|latency|hostcost]
 #include <cublas_v2.h>
@@ -273,12 +273,22 @@ struct C3Row {
 };
 
 std::vector<C3Row> run_c3(Device& dev, int ranks, int n, int gemms, uint64_t chunk, int reps, double budget_frac,
-                          double copy_frac, bool zeros, const std::string& variants) {
+                          double copy_frac, bool zeros, const std::string& variants, int soak_ms) {
   auto wanted = [&](const char* key) { return ("," + variants + ",").find("," + std::string(key) + ",") != std::string::npos; };
   Ranks r = make_ranks(dev, ranks, chunk);
   Gemm g = make_gemm(n, zeros);
   g.run(20);  // warm up cuBLAS and the clocks
   (void)g.gpu_ms();
+  // --soak-ms: GEMMs for that long before every timed phase, so that each
+  // starts from the same power and thermal state (run 24: the GEMMs alone
+  // took 482 or 508 ms depending on what ran before them).
+  auto soak = [&] {
+    const auto s = Clock::now();
+    while (soak_ms > 0 && ms_since(s) < soak_ms) {
+      g.run(10);
+      (void)g.gpu_ms();
+    }
+  };
   std::vector<Path> paths;
   // shared: one queue per engine for all ranks; in_flight: plans launched
   // round robin, so the next launch is queued before the last one ends.
@@ -311,6 +321,7 @@ std::vector<C3Row> run_c3(Device& dev, int ranks, int n, int gemms, uint64_t chu
   }
 
   // Calibrate: GEMM alone, then each path alone, sized to the GEMM phase.
+  soak();
   auto t0 = Clock::now();
   g.run(gemms);
   const double gemm_ms = g.gpu_ms();
@@ -390,15 +401,18 @@ std::vector<C3Row> run_c3(Device& dev, int ranks, int n, int gemms, uint64_t chu
     std::vector<double> copy_v, gemm_v, both_v, gemm_both_v;
     for (int rep = 0; rep < reps; ++rep) {
       poison(r);
+      soak();
       t0 = Clock::now();
       run_path(p, r, p.count);
       copy_v.push_back(ms_since(t0));
       row.wrong += path_wrong(p, r);
+      soak();
       t0 = Clock::now();
       g.run(gemms);
       (void)g.gpu_ms();
       gemm_v.push_back(ms_since(t0));
       poison(r);
+      soak();
       t0 = Clock::now();
       g.run(gemms);
       run_path(p, r, p.count);
@@ -529,7 +543,7 @@ HostCost run_hostcost(Device& dev) {
 }  // namespace
 
 int main(int argc, char** argv) {
-  int ranks = 4, n = 8192, gemms = 300, reps = 3, lat_iters = 300;
+  int ranks = 4, n = 8192, gemms = 300, reps = 3, lat_iters = 300, soak_ms = 0;
   uint64_t chunk_mib = 64;
   double budget_frac = 0.25, copy_frac = 1.0;
   bool zeros = false;
@@ -542,6 +556,7 @@ int main(int argc, char** argv) {
     else if (a == "--gemms") gemms = std::atoi(v());
     else if (a == "--chunk-mib") chunk_mib = std::strtoull(v(), nullptr, 10);
     else if (a == "--reps") reps = std::atoi(v());
+    else if (a == "--soak-ms") soak_ms = std::atoi(v());
     else if (a == "--budget-frac") budget_frac = std::atof(v());
     else if (a == "--copy-frac") copy_frac = std::atof(v());
     else if (a == "--gemm-data") {
@@ -557,7 +572,7 @@ int main(int argc, char** argv) {
     else if (a == "--variants") variants = v();
     else {
       std::fprintf(stderr,
-                   "usage: nv_coll_bench [--ranks 4] [--n 8192] [--gemms 300] [--chunk-mib 64] [--reps 3]\n"
+                   "usage: nv_coll_bench [--ranks 4] [--n 8192] [--gemms 300] [--chunk-mib 64] [--reps 3] [--soak-ms 0]\n"
                    "                     [--budget-frac 0.25] [--copy-frac 1] [--gemm-data random|zeros]\n"
                    "                     [--lat-iters 300] [--json PATH] [--only c3|latency|hostcost]\n"
                    "                     [--variants ce,sm,budget (also ce1,budget1,budget2,budgetcp)]\n");
@@ -581,9 +596,9 @@ int main(int argc, char** argv) {
   std::string json = "{\"ranks\": " + std::to_string(ranks);
   std::vector<C3Row> c3;
   if (only.empty() || only == "c3") {
-    c3 = run_c3(dev, ranks, n, gemms, chunk_mib << 20, reps, budget_frac, copy_frac, zeros, variants);
+    c3 = run_c3(dev, ranks, n, gemms, chunk_mib << 20, reps, budget_frac, copy_frac, zeros, variants, soak_ms);
     json += ", \"c3\": {\"n\": " + std::to_string(n) + ", \"gemms\": " + std::to_string(gemms) +
-            ", \"gemm_data\": \"" + (zeros ? "zeros" : "random") + "\", \"copy_frac\": " + std::to_string(copy_frac) +
+            ", \"gemm_data\": \"" + (zeros ? "zeros" : "random") + "\", \"soak_ms\": " + std::to_string(soak_ms) + ", \"copy_frac\": " + std::to_string(copy_frac) +
             ", \"budget_frac\": " + std::to_string(budget_frac) +
             ", \"chunk_bytes\": " + std::to_string(chunk_mib << 20) + ", \"rows\": [";
     for (size_t i = 0; i < c3.size(); ++i) {
