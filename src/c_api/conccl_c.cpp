@@ -558,6 +558,18 @@ void conccl_comm_options_init(conccl_comm_options* o) {
   o->struct_size = sizeof *o;
 }
 
+// A created communicator as the caller's handle (or the error it carries).
+static conccl_status adopt_comm(conccl_device_t d, Result<std::unique_ptr<Communicator>> c, uint32_t timeout,
+                                conccl_comm_t* comm) {
+  if (!c.ok()) return report(c.status());
+  auto h = std::make_unique<conccl_comm>();
+  h->device = d;
+  h->comm = std::move(c).value();
+  h->timeout_ms = timeout;
+  *comm = h.release();
+  return report(Status());
+}
+
 // conccl_comm_options (NULL: the defaults) as Communicator::Options and the
 // calls' timeout.
 static conccl_status comm_options_from(const conccl_comm_options* o, Communicator::Options* opt, uint32_t* timeout) {
@@ -587,13 +599,7 @@ conccl_status conccl_comm_create(conccl_device_t d, const int* gpus, int nranks,
     uint32_t timeout = 60000;
     if (conccl_status st = comm_options_from(o, &opt, &timeout); st != CONCCL_OK) return st;
     Result<std::unique_ptr<Communicator>> c = Communicator::create(*d->dev, std::vector<int>(gpus, gpus + nranks), opt);
-    if (!c.ok()) return report(c.status());
-    auto h = std::make_unique<conccl_comm>();
-    h->device = d;
-    h->comm = std::move(c).value();
-    h->timeout_ms = timeout;
-    *comm = h.release();
-    return report(Status());
+    return adopt_comm(d, std::move(c), timeout, comm);
   });
 }
 
@@ -643,13 +649,7 @@ conccl_status conccl_comm_create_rank(conccl_device_t d, int rank, int nranks, c
     UniqueId u;
     std::memcpy(u.bytes.data(), id->bytes, sizeof id->bytes);
     Result<std::unique_ptr<Communicator>> c = Communicator::create(*d->dev, rank, nranks, u, opt);
-    if (!c.ok()) return report(c.status());
-    auto h = std::make_unique<conccl_comm>();
-    h->device = d;
-    h->comm = std::move(c).value();
-    h->timeout_ms = timeout;
-    *comm = h.release();
-    return report(Status());
+    return adopt_comm(d, std::move(c), timeout, comm);
   });
 }
 

@@ -161,6 +161,18 @@ std::vector<Case> cases_for(const Caps& caps, int n) {
   return out;
 }
 
+// The case's arguments, without buffers.
+CollectiveArgs args_of(const Case& c) {
+  CollectiveArgs a;
+  a.op = c.op;
+  a.variant = c.variant;
+  a.bytes = c.bytes;
+  a.root = c.root;
+  a.peer = c.peer;
+  a.prelaunch = c.prelaunch;
+  return a;
+}
+
 // A buffer on `gpu` holding the pattern of `seed`.
 Result<UniqueBuffer> filled(Device& dev, int gpu, uint64_t bytes, uint64_t seed) {
   Result<UniqueBuffer> b = UniqueBuffer::alloc(dev, gpu, bytes, MemKind::device);
@@ -194,17 +206,11 @@ std::string run_case(Device& dev, Communicator& comm, int gpu, const Case& c, si
     if (!b.ok()) return line.str() + "alloc-failed " + b.status().to_string() + "\n";
     *out = std::move(b).value();
   }
-  CollectiveArgs a;
-  a.op = c.op;
-  a.variant = c.variant;
-  a.bytes = c.bytes;
-  a.root = c.root;
-  a.peer = c.peer;
+  CollectiveArgs a = args_of(c);
   if (comm.rank() >= 0) {
     if (ss) a.send = {send.get()};
     if (rs) a.recv = {recv.get()};
   }
-  a.prelaunch = c.prelaunch;
   Result<std::unique_ptr<Plan>> p = comm.plan(a);
   if (!p.ok()) return line.str() + "plan-error " + code_name(p.status().code()) + "\n";
   Status st = run_plan(**p, c);
@@ -251,13 +257,7 @@ std::vector<std::string> single_process(const Layout& l) {
     // Each rank's buffers, filled as that rank fills them, then one plan.
     const Case& c = cases[i];
     std::vector<UniqueBuffer> sends, recvs;
-    CollectiveArgs a;
-    a.op = c.op;
-    a.variant = c.variant;
-    a.bytes = c.bytes;
-    a.root = c.root;
-    a.peer = c.peer;
-    a.prelaunch = c.prelaunch;
+    CollectiveArgs a = args_of(c);
     for (int r = 0; r < l.nranks; ++r) {
       const uint64_t ss = send_size(c, r, l.nranks), rs = recv_size(c, r, l.nranks);
       UniqueBuffer s, v;

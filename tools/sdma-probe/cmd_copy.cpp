@@ -6,6 +6,7 @@
 #include <random>
 
 #include "cli.hpp"
+#include "selftest_memory.hpp"
 #include "conccl/emu.hpp"
 #include "conccl/signal.hpp"
 #include "device_flags.hpp"
@@ -19,13 +20,7 @@ using conccl::Status;
 
 void random_fill(void* p, size_t n, uint64_t seed) {
   std::mt19937_64 rng(seed);
-  auto* w = static_cast<uint8_t*>(p);
-  size_t i = 0;
-  for (; i + 8 <= n; i += 8) {
-    const uint64_t v = rng();
-    std::memcpy(w + i, &v, 8);
-  }
-  for (uint64_t v = rng(); i < n; ++i, v >>= 8) w[i] = static_cast<uint8_t>(v);
+  selftest::random_bytes(rng, p, n);
 }
 
 int run_copy(const Args& args, Context& ctx) {
