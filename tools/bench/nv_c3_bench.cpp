@@ -44,19 +44,16 @@
 #include <cublas_v2.h>
 #include <cuda.h>
 #include <cuda_runtime.h>
-#include <dlfcn.h>
 #include <sys/wait.h>
 #include <time.h>
 #include <unistd.h>
 
 #include <algorithm>
-#include <atomic>
 #include <chrono>
 #include <cmath>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
-#include <mutex>
 #include <random>
 #include <string>
 #include <thread>
@@ -65,6 +62,7 @@
 #include "backends/nv/nv_device.hpp"
 #include "tools/bench/cuda_check.hpp"
 #include "tools/bench/nv_bench_util.hpp"
+#include "tools/bench/nvml_sampler.hpp"
 
 using namespace conccl;
 namespace cnv = conccl::nv;  // CUDA headers have their own namespace nv
@@ -73,8 +71,8 @@ using Clock = std::chrono::steady_clock;
 
 namespace {
 
-const Clock::time_point g_start = Clock::now();
-double now_ms() { return std::chrono::duration<double, std::milli>(Clock::now() - g_start).count(); }
+using bench::Sampler;
+double now_ms() { return bench::sampler_now_ms(); }
 
 uint16_t to_bf16(float f) {
   uint32_t u;
@@ -87,94 +85,6 @@ float from_bf16(uint16_t b) {
   std::memcpy(&f, &u, 4);
   return f;
 }
-
-// NVML through dlopen (nvml.h names; read-only queries, nothing is set).
-class Sampler {
- public:
-  struct Sample {
-    double t_ms;
-    unsigned sm_mhz, mem_mhz, power_mw, temp_c;
-    unsigned long long reasons;
-  };
-  bool start() {
-    lib_ = dlopen("libnvidia-ml.so.1", RTLD_NOW | RTLD_LOCAL);
-    if (!lib_) return false;
-    auto sym = [&](const char* n) { return dlsym(lib_, n); };
-    init_ = reinterpret_cast<int (*)()>(sym("nvmlInit_v2"));
-    handle_ = reinterpret_cast<int (*)(unsigned, void**)>(sym("nvmlDeviceGetHandleByIndex_v2"));
-    clock_ = reinterpret_cast<int (*)(void*, int, unsigned*)>(sym("nvmlDeviceGetClockInfo"));
-    power_ = reinterpret_cast<int (*)(void*, unsigned*)>(sym("nvmlDeviceGetPowerUsage"));
-    temp_ = reinterpret_cast<int (*)(void*, int, unsigned*)>(sym("nvmlDeviceGetTemperature"));
-    reasons_ = reinterpret_cast<int (*)(void*, unsigned long long*)>(sym("nvmlDeviceGetCurrentClocksEventReasons"));
-    if (!reasons_)
-      reasons_ = reinterpret_cast<int (*)(void*, unsigned long long*)>(sym("nvmlDeviceGetCurrentClocksThrottleReasons"));
-    if (!init_ || !handle_ || !clock_ || !power_ || init_() != 0 || handle_(0, &dev_) != 0) return false;
-    run_ = true;
-    thread_ = std::thread([this] {
-      while (run_) {
-        Sample s{now_ms(), 0, 0, 0, 0, 0};
-        clock_(dev_, 1 /* NVML_CLOCK_SM */, &s.sm_mhz);
-        clock_(dev_, 2 /* NVML_CLOCK_MEM */, &s.mem_mhz);
-        power_(dev_, &s.power_mw);
-        if (temp_) temp_(dev_, 0 /* NVML_TEMPERATURE_GPU */, &s.temp_c);
-        if (reasons_) reasons_(dev_, &s.reasons);
-        {
-          std::lock_guard<std::mutex> g(mu_);
-          samples_.push_back(s);
-        }
-        std::this_thread::sleep_for(std::chrono::milliseconds(10));
-      }
-    });
-    return true;
-  }
-  void stop() {
-    run_ = false;
-    if (thread_.joinable()) thread_.join();
-  }
-  ~Sampler() { stop(); }
-  struct Avg {
-    double sm = 0, mem = 0, power_w = 0, temp = 0, power_cap_frac = 0;
-    unsigned long long reasons = 0;
-    int n = 0;
-  };
-  Avg average(double t0, double t1) {
-    std::lock_guard<std::mutex> g(mu_);
-    Avg a;
-    int capped = 0;
-    for (const Sample& s : samples_) {
-      if (s.t_ms < t0 || s.t_ms > t1) continue;
-      a.sm += s.sm_mhz;
-      a.mem += s.mem_mhz;
-      a.power_w += s.power_mw / 1000.0;
-      a.temp += s.temp_c;
-      a.reasons |= s.reasons;
-      capped += (s.reasons & 0x4) ? 1 : 0;  // SwPowerCap
-      ++a.n;
-    }
-    if (a.n) {
-      a.sm /= a.n;
-      a.mem /= a.n;
-      a.power_w /= a.n;
-      a.temp /= a.n;
-      a.power_cap_frac = double(capped) / a.n;
-    }
-    return a;
-  }
-
- private:
-  void* lib_ = nullptr;
-  void* dev_ = nullptr;
-  int (*init_)() = nullptr;
-  int (*handle_)(unsigned, void**) = nullptr;
-  int (*clock_)(void*, int, unsigned*) = nullptr;
-  int (*power_)(void*, unsigned*) = nullptr;
-  int (*temp_)(void*, int, unsigned*) = nullptr;
-  int (*reasons_)(void*, unsigned long long*) = nullptr;
-  std::atomic<bool> run_{false};
-  std::thread thread_;
-  std::mutex mu_;
-  std::vector<Sample> samples_;
-};
 
 struct Variant {
   std::string key, name;

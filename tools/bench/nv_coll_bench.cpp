@@ -8,16 +8,22 @@
 //           (the SM path: a copy kernel on CUDA 13 / driver 580), and on a
 //           bandwidth budget: --budget-frac of the full-rate path's bytes,
 //           on the engines nv::pick_for_rate picks to move them within the
-//           GEMM phase (Communicator::Options::engines). Per variant: all-gather
-//           alone, GEMM alone, both together; % of ideal speedup
-//           100*(S_real-1)/(S_ideal-1), S_ideal = (t_g+t_c)/max(t_g,t_c),
-//           S_real = (t_g+t_c)/t_both (the ConCCL paper's metric), and the
-//           GEMM's slowdown (its CUDA-event time beside the copies over its
-//           time alone). Every variant's result is verified byte for byte.
+//           GEMM phase (Communicator::Options::engines). Per variant: the
+//           all-gathers alone, then (nv_c3_bench's protocol) each concurrent
+//           phase between two GEMM-alone phases, the variants' order rotating
+//           between repetitions: the GEMM's slowdown is its CUDA-event time
+//           beside the copies over the mean of its two neighbours', and % of
+//           ideal speedup is 100*(S_real-1)/(S_ideal-1), S_ideal =
+//           (t_g+t_c)/max(t_g,t_c), S_real = (t_g+t_c)/t_both (the ConCCL
+//           paper's metric) with t_g the neighbours' mean, so drift in clock
+//           and power between phases cancels; medians over repetitions. NVML
+//           (dlopen, read-only) gives each phase's SM clock and power. Every
+//           variant's result is verified byte for byte.
 //           --copy-frac R sizes the all-gathers to R x the GEMM's time alone
 //           (R = 1: as long as the GEMM; R = 0.8: they end inside it, the
-//           method of docs/perf/h200.md runs 6-7), and --gemm-data zeros runs
-//           the same GEMM on all-zero matrices, which stays off the power cap.
+//           method of docs/perf/h200.md runs 6-7), --gemm-data zeros runs
+//           the same GEMM on all-zero matrices, which stays off the power cap,
+//           and --soak-ms S runs S ms of GEMMs before every phase.
 //  latency  Plan completion -> a dependent CUDA kernel: the plan is
 //           prelaunched (queued behind its trigger), a stream waits with
 //           cuStreamWaitValue64(GEQ) on rank 0's arrival signal (host memory
@@ -32,11 +38,14 @@
 //           8 submissions timed at a time, the engine drained between them
 //           (untimed), so the ring never pushes back.
 //
-//           Extra variants (--variants) separate what the budget path pays
-//           for: ce1/budget1 share one queue per engine between the ranks
-//           (Communicator::Options::queues per_engine; the others per_rank), budget2 adds a second
-//           plan in flight (no host round trip between launches), and
-//           budgetcp moves the budget's bytes as one copy per engine.
+//           Extra variants (--variants) separate what the engines cost from
+//           what the collective costs: ce1/ceq/budget1 share one queue per
+//           engine between the ranks (Communicator::Options::queues
+//           per_engine; ce and budget per_rank), ce1/budget2 keep a second
+//           plan in flight (no host round trip between launches),
+//           budgetpace spreads the budget's launches evenly over the GEMM
+//           instead of back to back, and cecp/budgetcp move the same bytes
+//           as one plain copy per engine, no collective.
 //
 //   nv_coll_bench [--ranks 4] [--n 8192] [--gemms 300] [--chunk-mib 64] [--reps 3] [--soak-ms 0]
 //                 [--budget-frac 0.25] [--copy-frac 1] [--gemm-data random|zeros]
@@ -62,10 +71,12 @@
 #include "tools/bench/cuda_check.hpp"
 #include "tools/bench/cuda_stamp.hpp"
 #include "tools/bench/nv_bench_util.hpp"
+#include "tools/bench/nvml_sampler.hpp"
 
 using namespace conccl;
 namespace cnv = conccl::nv;
 using Clock = std::chrono::steady_clock;
+using bench::Sampler;
 
 
 namespace {
@@ -212,14 +223,16 @@ struct Path {
   std::vector<std::unique_ptr<Queue>> queues;
   std::vector<cnv::CudaAlloc> src, dst;
   uint64_t copy_bytes = 0;
-  double alone_ms = 0;
+  double pace_ms = 0;  // > 0: launch i starts no earlier than i * pace_ms after the first
   int count = 0;
 };
 
 void run_path(Path& p, const Ranks& r, int count) {
   const Deadline dl = Deadline::after(std::chrono::seconds(60));
   if (!p.plans.empty()) {
+    const auto t0 = Clock::now();
     for (int i = 0; i < count; ++i) {
+      if (p.pace_ms > 0) std::this_thread::sleep_until(t0 + std::chrono::duration<double, std::milli>(i * p.pace_ms));
       Plan& plan = *p.plans[static_cast<size_t>(i) % p.plans.size()];
       if (plan.running()) check(plan.wait(dl), "wait");
       check(plan.launch(dl), "launch");
@@ -265,11 +278,14 @@ uint64_t path_wrong(const Path& p, const Ranks& r) {
 
 struct C3Row {
   std::string key, name;
-  double copy_ms, gemm_ms, both_ms, gemm_both_ms, ideal_pct, slowdown_pct;
-  uint64_t wrong;
+  double copy_ms = 0, gemm_ms = 0, both_ms = 0, gemm_both_ms = 0, ideal_pct = 0, slowdown_pct = 0;
+  std::vector<double> ideal_reps, slowdown_reps;  // per repetition
+  uint64_t wrong = 0;
   std::string engines;
   int launches = 0;
   double gbytes = 0;  // moved per measurement (all launches)
+  // NVML averages: GEMM-alone neighbours / concurrent phase.
+  double sm_mhz_alone = 0, sm_mhz_both = 0, power_w_alone = 0, power_w_both = 0;
 };
 
 std::vector<C3Row> run_c3(Device& dev, int ranks, int n, int gemms, uint64_t chunk, int reps, double budget_frac,
@@ -289,6 +305,7 @@ std::vector<C3Row> run_c3(Device& dev, int ranks, int n, int gemms, uint64_t chu
       (void)g.gpu_ms();
     }
   };
+  const uint64_t bytes_per = chunk * uint64_t(ranks) * uint64_t(ranks);
   std::vector<Path> paths;
   // shared: one queue per engine for all ranks; in_flight: plans launched
   // round robin, so the next launch is queued before the last one ends.
@@ -311,7 +328,37 @@ std::vector<C3Row> run_c3(Device& dev, int ranks, int n, int gemms, uint64_t chu
     }
     return p;
   };
+  // The all-gather's bytes per launch as one plain copy per engine (src ->
+  // dst on each), no collective: what the engines cost the GEMM without a
+  // collective's many copies and signals.
+  auto cp_path = [&](const std::string& key, const std::string& name, const std::vector<int>& ids) {
+    Path b;
+    b.key = key;
+    b.name = name;
+    b.copy_bytes = bytes_per / ids.size() / 4096 * 4096;
+    std::vector<uint8_t> pattern(b.copy_bytes);
+    for (int id : ids) {
+      QueueOptions qo;
+      Result<std::unique_ptr<Queue>> q = dev.create_queue(0, id, qo);
+      check(q.status(), "queue");
+      b.queues.push_back(std::move(q).value());
+      Result<cnv::CudaAlloc> s = cnv::cuda_alloc(b.copy_bytes), d = cnv::cuda_alloc(b.copy_bytes);
+      check(s.status(), "cuda_alloc");
+      check(d.status(), "cuda_alloc");
+      check(cnv::register_cuda(dev, s->ptr, b.copy_bytes).status(), "register");
+      check(cnv::register_cuda(dev, d->ptr, b.copy_bytes).status(), "register");
+      fill_pattern(pattern, 100 + id);
+      CUDA_CHECK(cudaMemcpy(reinterpret_cast<void*>(s->ptr), pattern.data(), b.copy_bytes, cudaMemcpyHostToDevice));
+      b.src.push_back(*s);
+      b.dst.push_back(*d);
+    }
+    return b;
+  };
+  std::vector<int> all_ids;
+  for (const EngineInfo& e : dev.topology().gpus[0].engines) all_ids.push_back(e.id);
   if (wanted("ce1")) paths.push_back(ce_path("ce1", "all-gather, one queue per engine, 2 plans in flight", {}, true, 2));
+  if (wanted("ceq")) paths.push_back(ce_path("ceq", "all-gather, one queue per engine", {}, true, 1));
+  if (wanted("cecp")) paths.push_back(cp_path("cecp", "all-gather bytes as one copy per engine", all_ids));
   if (wanted("sm")) {
     Path sm;
     sm.key = "sm";
@@ -320,20 +367,40 @@ std::vector<C3Row> run_c3(Device& dev, int ranks, int n, int gemms, uint64_t chu
     paths.push_back(std::move(sm));
   }
 
+  Sampler sampler;
+  if (!sampler.start()) std::fprintf(stderr, "NVML not available: no clock/power samples\n");
+  struct Phase {
+    double wall_ms = 0, gemm_ms = 0, copy_ms = 0;
+    Sampler::Avg avg;
+  };
+  // One phase from one host instant: GEMMs (with_gemm) and `count` runs of
+  // path p (if any); the copy time is the host's, the GEMM's CUDA events'.
+  auto phase = [&](bool with_gemm, Path* p, int count) {
+    soak();
+    CUDA_CHECK(cudaDeviceSynchronize());
+    Phase ph;
+    const double s0 = bench::sampler_now_ms();
+    const auto t0 = Clock::now();
+    if (with_gemm) g.run(gemms);
+    if (p) {
+      run_path(*p, r, count);
+      ph.copy_ms = ms_since(t0);
+    }
+    if (with_gemm) ph.gemm_ms = g.gpu_ms();
+    ph.wall_ms = ms_since(t0);
+    ph.avg = sampler.average(s0, bench::sampler_now_ms());
+    return ph;
+  };
+
   // Calibrate: GEMM alone, then each path alone, sized to the GEMM phase.
-  soak();
-  auto t0 = Clock::now();
-  g.run(gemms);
-  const double gemm_ms = g.gpu_ms();
-  (void)ms_since(t0);
-  const uint64_t bytes_per = chunk * uint64_t(ranks) * uint64_t(ranks);
+  const double gemm_ms = phase(true, nullptr, 0).gemm_ms;
   // The full-rate count (the budget's reference) comes from the "ce" path,
   // which is calibrated even when it is not measured.
   Path ref = ce_path("ce", "all-gather on copy engines (LCE2+3+4)", {}, false, 1);
   paths.insert(paths.begin(), std::move(ref));
   for (Path& p : paths) {
     run_path(p, r, 2);  // warm-up
-    t0 = Clock::now();
+    const auto t0 = Clock::now();
     run_path(p, r, 10);
     const double one = ms_since(t0) / 10;
     p.count = std::max(1, static_cast<int>(copy_frac * gemm_ms / one + 0.5));
@@ -367,75 +434,81 @@ std::vector<C3Row> run_c3(Device& dev, int ranks, int n, int gemms, uint64_t chu
       add(ce_path("budget1", "budget, one queue per engine (" + names + ")", ids, true, 1));
     if (wanted("budget2"))
       add(ce_path("budget2", "budget, one queue per engine, 2 plans in flight (" + names + ")", ids, true, 2));
-    if (wanted("budgetcp")) {
-      // The same bytes per launch as one copy per engine: what the engines
-      // cost the GEMM without a collective's many copies and signals.
-      Path b;
-      b.key = "budgetcp";
-      b.name = "budget bytes as one copy per engine (" + names + ")";
-      b.copy_bytes = bytes_per / ids.size() / 4096 * 4096;
-      std::vector<uint8_t> pattern(b.copy_bytes);
-      for (int id : ids) {
-        QueueOptions qo;
-        Result<std::unique_ptr<Queue>> q = dev.create_queue(0, id, qo);
-        check(q.status(), "queue");
-        b.queues.push_back(std::move(q).value());
-        Result<cnv::CudaAlloc> s = cnv::cuda_alloc(b.copy_bytes), d = cnv::cuda_alloc(b.copy_bytes);
-        check(s.status(), "cuda_alloc");
-        check(d.status(), "cuda_alloc");
-        check(cnv::register_cuda(dev, s->ptr, b.copy_bytes).status(), "register");
-        check(cnv::register_cuda(dev, d->ptr, b.copy_bytes).status(), "register");
-        fill_pattern(pattern, 100 + id);
-        CUDA_CHECK(cudaMemcpy(reinterpret_cast<void*>(s->ptr), pattern.data(), b.copy_bytes, cudaMemcpyHostToDevice));
-        b.src.push_back(*s);
-        b.dst.push_back(*d);
-      }
+    if (wanted("budgetpace")) {
+      // The budget's launches spread evenly over copy_frac of the GEMM's
+      // time instead of back to back: the same bytes at a lower rate.
+      Path b = ce_path("budgetpace", "budget, launches paced over the GEMM (" + names + ")", ids, true, 1);
+      b.pace_ms = copy_frac * gemm_ms / count;
       add(std::move(b));
     }
+    if (wanted("budgetcp")) add(cp_path("budgetcp", "budget bytes as one copy per engine (" + names + ")", ids));
   }
 
-  std::vector<C3Row> rows;
-  for (Path& p : paths) {
-    C3Row row{p.key, p.name, 0, 0, 0, 0, 0, 0, 0, "", p.count, 0};
+  // Each path alone, then each concurrent phase between two GEMM-alone
+  // phases (nv_c3_bench's protocol): its GEMM slowdown is its GEMM time over
+  // the mean of the two neighbours', and % of ideal takes their mean wall
+  // time as the GEMM's, so drift in clock and power between phases cancels.
+  // The order of the paths rotates from one repetition to the next.
+  std::vector<C3Row> rows(paths.size());
+  for (size_t i = 0; i < paths.size(); ++i) {
+    Path& p = paths[i];
+    C3Row& row = rows[i];
+    row.key = p.key;
+    row.name = p.name;
+    row.launches = p.count;
     row.gbytes = 1e-9 * double(p.queues.empty() ? bytes_per : p.copy_bytes * p.queues.size()) * p.count;
-    std::vector<double> copy_v, gemm_v, both_v, gemm_both_v;
-    for (int rep = 0; rep < reps; ++rep) {
-      poison(r);
-      soak();
-      t0 = Clock::now();
-      run_path(p, r, p.count);
-      copy_v.push_back(ms_since(t0));
-      row.wrong += path_wrong(p, r);
-      soak();
-      t0 = Clock::now();
-      g.run(gemms);
-      (void)g.gpu_ms();
-      gemm_v.push_back(ms_since(t0));
-      poison(r);
-      soak();
-      t0 = Clock::now();
-      g.run(gemms);
-      run_path(p, r, p.count);
-      const double gb = g.gpu_ms();
-      both_v.push_back(ms_since(t0));
-      gemm_both_v.push_back(gb);
-      row.wrong += path_wrong(p, r);
-    }
-    row.copy_ms = bench::stats(copy_v).median;
-    row.gemm_ms = bench::stats(gemm_v).median;
-    row.both_ms = bench::stats(both_v).median;
-    row.gemm_both_ms = bench::stats(gemm_both_v).median;
-    const double s_ideal = (row.gemm_ms + row.copy_ms) / std::max(row.gemm_ms, row.copy_ms);
-    const double s_real = (row.gemm_ms + row.copy_ms) / row.both_ms;
-    row.ideal_pct = 100 * (s_real - 1) / (s_ideal - 1);
-    row.slowdown_pct = 100 * (row.gemm_both_ms / gemm_ms - 1);
+    poison(r);
+    row.copy_ms = phase(false, &p, p.count).copy_ms;
+    row.wrong += path_wrong(p, r);
     for (const auto& plan : p.plans)
       for (const PlanList& l : plan->lists())
         if (row.engines.find("LCE" + std::to_string(l.engine)) == std::string::npos)
           row.engines += (row.engines.empty() ? "LCE" : "+LCE") + std::to_string(l.engine);
-    rows.push_back(row);
+    for (const auto& q : p.queues) {
+      const std::string e = "LCE" + std::to_string(q->engine());
+      row.engines += (row.engines.empty() ? "" : "+") + e;
+    }
+  }
+  std::vector<std::vector<double>> gemm_alone(paths.size()), both(paths.size()), gemm_beside(paths.size());
+  poison(r);
+  Phase before = phase(true, nullptr, 0);
+  for (int rep = 0; rep < reps; ++rep) {
+    for (size_t k = 0; k < paths.size(); ++k) {
+      const size_t vi = (k + static_cast<size_t>(rep)) % paths.size();
+      Path& p = paths[vi];
+      C3Row& row = rows[vi];
+      const Phase c = phase(true, &p, p.count);
+      const Phase after = phase(true, nullptr, 0);
+      // Verified after the GEMM-alone phase, so the check's idle time on the
+      // GPU precedes a phase that has its own neighbours.
+      row.wrong += path_wrong(p, r);
+      poison(r);
+      const double tg = (before.wall_ms + after.wall_ms) / 2, ga = (before.gemm_ms + after.gemm_ms) / 2;
+      const double tc = row.copy_ms;
+      const double s_ideal = (tg + tc) / std::max(tg, tc), s_real = (tg + tc) / c.wall_ms;
+      row.ideal_reps.push_back(100 * (s_real - 1) / (s_ideal - 1));
+      row.slowdown_reps.push_back(100 * (c.gemm_ms / ga - 1));
+      gemm_alone[vi].push_back(ga);
+      both[vi].push_back(c.wall_ms);
+      gemm_beside[vi].push_back(c.gemm_ms);
+      const double k_reps = reps;
+      row.sm_mhz_alone += (before.avg.sm + after.avg.sm) / 2 / k_reps;
+      row.sm_mhz_both += c.avg.sm / k_reps;
+      row.power_w_alone += (before.avg.power_w + after.avg.power_w) / 2 / k_reps;
+      row.power_w_both += c.avg.power_w / k_reps;
+      before = after;
+    }
+  }
+  sampler.stop();
+  for (size_t i = 0; i < paths.size(); ++i) {
+    C3Row& row = rows[i];
+    row.gemm_ms = bench::stats(gemm_alone[i]).median;
+    row.both_ms = bench::stats(both[i]).median;
+    row.gemm_both_ms = bench::stats(gemm_beside[i]).median;
+    row.ideal_pct = bench::stats(row.ideal_reps).median;
+    row.slowdown_pct = bench::stats(row.slowdown_reps).median;
     std::fprintf(stderr, "c3 %s: copy %.1f ms, gemm %.1f ms, both %.1f ms -> %.1f%% of ideal, gemm +%.1f%%\n",
-                 p.key.c_str(), row.copy_ms, row.gemm_ms, row.both_ms, row.ideal_pct, row.slowdown_pct);
+                 row.key.c_str(), row.copy_ms, row.gemm_ms, row.both_ms, row.ideal_pct, row.slowdown_pct);
   }
   for (int i = 0; i < ranks; ++i) {
     (void)cnv::unregister_cuda(dev, r.send_b[i]);
@@ -575,7 +648,7 @@ int main(int argc, char** argv) {
                    "usage: nv_coll_bench [--ranks 4] [--n 8192] [--gemms 300] [--chunk-mib 64] [--reps 3] [--soak-ms 0]\n"
                    "                     [--budget-frac 0.25] [--copy-frac 1] [--gemm-data random|zeros]\n"
                    "                     [--lat-iters 300] [--json PATH] [--only c3|latency|hostcost]\n"
-                   "                     [--variants ce,sm,budget (also ce1,budget1,budget2,budgetcp)]\n");
+                   "                     [--variants ce,sm,budget (also ce1,ceq,cecp,budget1,budget2,budgetpace,budgetcp)]\n");
       return 2;
     }
   }
@@ -602,15 +675,24 @@ int main(int argc, char** argv) {
             ", \"budget_frac\": " + std::to_string(budget_frac) +
             ", \"chunk_bytes\": " + std::to_string(chunk_mib << 20) + ", \"rows\": [";
     for (size_t i = 0; i < c3.size(); ++i) {
-      char b[512];
+      auto list = [](const std::vector<double>& v) {
+        std::string out = "[";
+        for (size_t k = 0; k < v.size(); ++k) out += (k ? ", " : "") + std::to_string(v[k]);
+        return out + "]";
+      };
+      char b[768];
       std::snprintf(b, sizeof b,
                     "%s{\"variant\": \"%s\", \"engines\": \"%s\", \"copy_ms\": %.3f, \"gemm_ms\": %.3f, \"both_ms\": "
                     "%.3f, \"gemm_beside_ms\": %.3f, \"ideal_pct\": %.2f, \"gemm_slowdown_pct\": %.2f, "
-                    "\"wrong_bytes\": %llu, \"launches\": %d, \"gbytes\": %.3f}",
+                    "\"wrong_bytes\": %llu, \"launches\": %d, \"gbytes\": %.3f, \"sm_mhz_alone\": %.0f, "
+                    "\"sm_mhz_both\": %.0f, \"power_w_alone\": %.1f, \"power_w_both\": %.1f, ",
                     i ? ", " : "", c3[i].key.c_str(), c3[i].engines.c_str(), c3[i].copy_ms, c3[i].gemm_ms,
                     c3[i].both_ms, c3[i].gemm_both_ms, c3[i].ideal_pct, c3[i].slowdown_pct,
-                    static_cast<unsigned long long>(c3[i].wrong), c3[i].launches, c3[i].gbytes);
+                    static_cast<unsigned long long>(c3[i].wrong), c3[i].launches, c3[i].gbytes, c3[i].sm_mhz_alone,
+                    c3[i].sm_mhz_both, c3[i].power_w_alone, c3[i].power_w_both);
       json += b;
+      json += "\"ideal_pct_reps\": " + list(c3[i].ideal_reps) + ", \"gemm_slowdown_pct_reps\": " +
+              list(c3[i].slowdown_reps) + "}";
     }
     json += "]}";
   }
@@ -643,11 +725,15 @@ int main(int argc, char** argv) {
                 "the GEMM, budget %.2f\n",
                 n, gemms, zeros ? "zero" : "random", ranks, static_cast<unsigned long long>(chunk_mib), copy_frac,
                 budget_frac);
-    std::printf("%-8s %-14s %7s %9s %9s %9s %8s %8s %6s\n", "variant", "engines", "GB", "copy_ms", "gemm_ms", "both_ms",
-                "ideal%", "gemm+%", "wrong");
+    std::printf("%-10s %-14s %7s %8s %8s %8s %7s %7s %-16s %11s %11s %6s\n", "variant", "engines", "GB", "copy_ms",
+                "gemm_ms", "both_ms", "ideal%", "gemm+%", "ideal% per rep", "SM MHz a/c", "power W a/c", "wrong");
     for (const C3Row& r : c3) {
-      std::printf("%-8s %-14s %7.1f %9.1f %9.1f %9.1f %8.1f %8.1f %6llu\n", r.key.c_str(), r.engines.c_str(), r.gbytes, r.copy_ms,
-                  r.gemm_ms, r.both_ms, r.ideal_pct, r.slowdown_pct, static_cast<unsigned long long>(r.wrong));
+      std::string per;
+      for (double x : r.ideal_reps) per += (per.empty() ? "" : " ") + std::to_string(static_cast<int>(x + 0.5));
+      std::printf("%-10s %-14s %7.1f %8.1f %8.1f %8.1f %7.1f %7.1f %-16s %5.0f/%-5.0f %5.0f/%-5.0f %6llu\n",
+                  r.key.c_str(), r.engines.c_str(), r.gbytes, r.copy_ms, r.gemm_ms, r.both_ms, r.ideal_pct,
+                  r.slowdown_pct, per.c_str(), r.sm_mhz_alone, r.sm_mhz_both, r.power_w_alone, r.power_w_both,
+                  static_cast<unsigned long long>(r.wrong));
       ok &= r.wrong == 0;
     }
   }
