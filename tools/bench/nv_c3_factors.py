@@ -15,7 +15,11 @@ changed at a time:
 
 SOAK_MS runs matmuls for that long before every timed phase, so that the
 matmuls alone and the overlapped run start from the same power and thermal
-state; REPS interleaves that many rounds and reports medians.
+state; REPS interleaves that many rounds and reports medians. BRACKET=1 puts
+every overlapped phase between two matmul-alone phases and takes their mean
+as t_mm (nv_c3_bench's protocol, which cancels drift between phases); MM sets
+the matmuls per phase (300); CONFIGS="randn,same,stream uniform,distinct,host"
+runs only those configurations.
 
 Prints one line per configuration and a table; % of ideal = 100 x (S_real - 1)
 / (S_ideal - 1), S_ideal = (t_mm + t_ag) / max(t_mm, t_ag), S_real = (t_mm +
@@ -37,9 +41,10 @@ import conccl  # noqa: E402
 n = int(sys.argv[1]) if len(sys.argv) > 1 else 4
 chunk = (int(sys.argv[2]) if len(sys.argv) > 2 else 64) << 20
 json_out = sys.argv[3] if len(sys.argv) > 3 else None
-MM = 300  # matmuls per C3 measurement (about 480 ms alone)
+MM = int(os.environ.get("MM", "300"))  # matmuls per C3 measurement (300: about 480 ms alone)
 SOAK_MS = int(os.environ.get("SOAK_MS", "0"))  # matmuls before each timed phase (0: none, as run 24)
 REPS = int(os.environ.get("REPS", "1"))        # rounds per configuration (medians)
+BRACKET = os.environ.get("BRACKET", "0") == "1"  # overlapped phases between matmul-alone phases
 
 torch.cuda.init()
 dev = conccl.Device("nv")
@@ -115,25 +120,30 @@ def c3(data, distinct, path):
     t_one = timed(lambda: gathers(10)) / 10
     t_mm0 = soaked(lambda: matmuls(MM))
     ag = max(1, round(0.8 * t_mm0 / t_one))
-    # REPS rounds of (matmuls, gathers, both), interleaved; medians.
-    mm_t, ag_t, both_t = [], [], []
+    # REPS rounds of (matmuls, gathers, both), interleaved; medians. With
+    # BRACKET, each round is (gathers, matmuls, both, matmuls) and the round's
+    # t_mm is the mean of the two matmul phases around the overlapped one.
+    mm_t, ag_t, both_t, pcts = [], [], [], []
     for _ in range(REPS):
-        mm_t.append(soaked(lambda: matmuls(MM)))
         ag_t.append(soaked(lambda: gathers(ag)))
+        mm_before = soaked(lambda: matmuls(MM))
         both_t.append(soaked(lambda: matmuls(MM), lambda: gathers(ag)))
+        mm_t.append((mm_before + soaked(lambda: matmuls(MM))) / 2 if BRACKET else mm_before)
+        s_i = (mm_t[-1] + ag_t[-1]) / max(mm_t[-1], ag_t[-1])
+        pcts.append(100 * ((mm_t[-1] + ag_t[-1]) / both_t[-1] - 1) / (s_i - 1))
     med = lambda v: sorted(v)[len(v) // 2]  # noqa: E731
     t_mm, t_ag, t_both = med(mm_t), med(ag_t), med(both_t)
     ok = all(torch.equal(o, ref) for o in outputs)
     s_ideal = (t_mm + t_ag) / max(t_mm, t_ag)
     s_real = (t_mm + t_ag) / t_both
-    pct = 100 * (s_real - 1) / (s_ideal - 1)
+    pct = med(pcts) if BRACKET else 100 * (s_real - 1) / (s_ideal - 1)
     # The matmuls' slowdown if they finished last (they run the whole time).
     row = {"data": data, "operands": "distinct" if distinct else "same", "path": path, "t_mm_ms": t_mm * 1e3,
            "t_ag_ms": t_ag * 1e3, "t_both_ms": t_both * 1e3, "gathers": ag,
            "gbps": ag * n * n * chunk / t_ag / 1e9, "pct_of_ideal": pct,
            "mm_slowdown_pct": 100 * (t_both / t_mm - 1), "verified": ok, "soak_ms": SOAK_MS,
            "t_mm_all_ms": [t * 1e3 for t in mm_t], "t_ag_all_ms": [t * 1e3 for t in ag_t],
-           "t_both_all_ms": [t * 1e3 for t in both_t]}
+           "t_both_all_ms": [t * 1e3 for t in both_t], "bracket": BRACKET, "pct_reps": pcts, "matmuls": MM}
     print(f"C3 data={data:7s} operands={row['operands']:8s} path={path:6s}: mm {t_mm * 1e3:6.1f} ms, "
           f"ag x{ag} {t_ag * 1e3:6.1f} ms ({row['gbps']:.0f} GB/s), both {t_both * 1e3:6.1f} ms -> "
           f"{pct:5.1f}% of ideal, verified {ok}", flush=True)
@@ -147,6 +157,8 @@ configs = [("randn", False, "stream"),    # the PyTorch path of run 23
            ("randn", False, "host"),
            ("zeros", False, "stream"),
            ("randn", False, "stream")]    # the first again: run-to-run spread
+if os.environ.get("CONFIGS"):
+    configs = [(d, o == "distinct", p) for d, o, p in (c.split(",") for c in os.environ["CONFIGS"].split())]
 rows = [c3(*c) for c in configs]
 print("\n| data | operands | path | % of ideal | matmul +% | GB/s | verified |\n|---|---|---|---|---|---|---|")
 for r in rows:

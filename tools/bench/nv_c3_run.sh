@@ -7,6 +7,8 @@
 # (run.log, coll*.json/log, c3*.json/log); the tables last.
 #   COLL_ARGS="..."   nv_coll_bench arguments (--only c3 is added); COLL_ARGS2 a second run
 #   C3_ARGS="..."     nv_c3_bench arguments (C3_ARGS=skip: not run)
+#   TORCH="4 64"      also tools/bench/nv_c3_factors.py with these arguments (the
+#                     PyTorch C3; its SOAK_MS, REPS, BRACKET, MM, CONFIGS pass through)
 set -uo pipefail
 OUT=${OUT:-/tmp/nv_out}
 mkdir -p "$OUT"
@@ -19,7 +21,7 @@ B=/tmp/nvb
   cmake -S . -B $B -G Ninja -DCMAKE_BUILD_TYPE=Release -DCONCCL_BUILD_TESTS=OFF > $OUT/configure.log 2>&1 \
     || { echo "configure failed"; tail -30 $OUT/configure.log; }
   t0=$(date +%s)
-  ninja -C $B nv_coll_bench nv_c3_bench 2>&1 | grep -E "error|warning: |FAILED" | head -40
+  ninja -C $B nv_coll_bench nv_c3_bench ${TORCH:+conccl_shared} 2>&1 | grep -E "error|warning: |FAILED" | head -40
   echo "build: $(( $(date +%s) - t0 )) s"
   run_coll() {  # name args...
     local name=$1; shift
@@ -35,6 +37,12 @@ B=/tmp/nvb
     timeout ${C3_TIMEOUT:-400} $B/tools/bench/nv_c3_bench --json $OUT/c3.json $C3_ARGS > $OUT/c3.log 2>&1
     echo "c3 rc=$?"
     tail -12 $OUT/c3.log
+  fi
+  if [ -n "${TORCH:-}" ]; then
+    echo "== tools/bench/nv_c3_factors.py $TORCH (SOAK_MS=${SOAK_MS:-0} REPS=${REPS:-1} BRACKET=${BRACKET:-0} MM=${MM:-300})"
+    CONCCL_LIBRARY=$(ls $B/src/libconccl.so.0) PYTHONPATH=python TORCH_WATCHDOG_S=380 timeout 400 \
+      python3 tools/bench/nv_c3_factors.py $TORCH $OUT/torch_c3.json > $OUT/torch_c3.log 2>&1
+    echo "torch rc=$?"; tail -8 $OUT/torch_c3.log
   fi
   echo "== dmesg"
   dmesg 2>/dev/null | grep -iE "nvrm|xid" | tail -6
