@@ -223,6 +223,8 @@ struct PlanList {
 
 class Plan {
  public:
+  // A plan uses its communicator's queues and signal memory: destroy every
+  // plan before the Communicator that made it.
   // A plan destroyed while its launch runs first waits for it (up to 10 s),
   // so that no engine is left writing its freed signals; a prelaunched plan
   // never released (or handed to a writer that never stored) is released

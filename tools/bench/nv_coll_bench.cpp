@@ -45,7 +45,11 @@
 //           plan in flight (no host round trip between launches),
 //           budgetpace spreads the budget's launches evenly over the GEMM
 //           instead of back to back, and cecp/budgetcp move the same bytes
-//           as one plain copy per engine, no collective.
+//           as one plain copy per engine, no collective. agdest/agpiece
+//           write the all-gather's copies by hand on one queue per engine,
+//           destination-major or piece-major (each --piece-kib piece of a
+//           source copied to every destination back to back, so that it is
+//           read from HBM once and then from L2).
 //
 //   nv_coll_bench [--ranks 4] [--n 8192] [--gemms 300] [--chunk-mib 64] [--reps 3] [--soak-ms 0]
 //                 [--budget-frac 0.25] [--copy-frac 1] [--gemm-data random|zeros]
@@ -215,8 +219,11 @@ Gemm make_gemm(int n, bool zeros) {
 // One way of doing the all-gather `count` times back to back.
 struct Path {
   std::string key, name;
-  std::unique_ptr<Communicator> comm;  // CE paths
+  // Plans before their communicator: a move assignment (vector::erase)
+  // assigns members in this order, so the old plans go before the old
+  // communicator they point to (ASan found the other order on the H200).
   std::vector<std::unique_ptr<Plan>> plans;  // >1: launched round robin, each waited only before its relaunch
+  std::unique_ptr<Communicator> comm;        // CE paths
   cudaStream_t stream = nullptr;       // SM path
   // The "copy" path: the same bytes per launch as single copies, one per
   // engine queue (src[i] -> dst[i]), no collective.
@@ -224,6 +231,14 @@ struct Path {
   std::vector<cnv::CudaAlloc> src, dst;
   uint64_t copy_bytes = 0;
   double pace_ms = 0;  // > 0: launch i starts no earlier than i * pace_ms after the first
+  // The "manual all-gather" paths: the all-gather's copies written by hand
+  // on one queue per engine (queues, stripe[q] of every chunk on queue q):
+  // dest-major (for each destination, every source's stripe) or piece-major
+  // (for each piece of a source, its copies to every destination back to
+  // back, so that the piece is read from HBM once and then from L2).
+  bool gather = false, piece_major = false;
+  uint64_t piece = 0;
+  std::vector<uint64_t> stripe;
   int count = 0;
 };
 
@@ -240,6 +255,30 @@ void run_path(Path& p, const Ranks& r, int count) {
     }
     for (auto& plan : p.plans)
       if (plan->running()) check(plan->wait(dl), "wait");
+    return;
+  }
+  if (p.gather) {
+    for (int i = 0; i < count; ++i) {
+      for (size_t q = 0; q < p.queues.size(); ++q) {
+        uint64_t off = 0;
+        for (size_t k = 0; k < q; ++k) off += p.stripe[k];
+        const uint64_t len = p.stripe[q];
+        CommandBuffer cb = p.queues[q]->command_buffer();
+        auto put = [&](int d, int s, uint64_t o, uint64_t n) {
+          check(cb.copy(r.recv[d].ptr + uint64_t(s) * r.chunk + o, r.send[s].ptr + o, n), "copy");
+        };
+        for (int a = 0; a < r.n; ++a) {
+          if (!p.piece_major) {
+            for (int s = 0; s < r.n; ++s) put(a, s, off, len);  // a: the destination
+            continue;
+          }
+          for (uint64_t o = off; o < off + len; o += p.piece)  // a: the source
+            for (int d = 0; d < r.n; ++d) put(d, a, o, std::min(p.piece, off + len - o));
+        }
+        check(p.queues[q]->submit(cb, dl), "submit");
+      }
+      for (auto& q : p.queues) check(q->wait_done(dl), "wait_done");
+    }
     return;
   }
   if (!p.queues.empty()) {
@@ -264,7 +303,7 @@ void run_path(Path& p, const Ranks& r, int count) {
 // What the path got wrong: the all-gather's recv buffers, or each copy's
 // destination against its source.
 uint64_t path_wrong(const Path& p, const Ranks& r) {
-  if (p.queues.empty()) return wrong_bytes(r);
+  if (p.queues.empty() || p.gather) return wrong_bytes(r);
   uint64_t wrong = 0;
   std::vector<uint8_t> a(p.copy_bytes), b(p.copy_bytes);
   for (size_t q = 0; q < p.queues.size(); ++q) {
@@ -289,7 +328,7 @@ struct C3Row {
 };
 
 std::vector<C3Row> run_c3(Device& dev, int ranks, int n, int gemms, uint64_t chunk, int reps, double budget_frac,
-                          double copy_frac, bool zeros, const std::string& variants, int soak_ms) {
+                          double copy_frac, bool zeros, const std::string& variants, int soak_ms, uint64_t piece_kib) {
   auto wanted = [&](const char* key) { return ("," + variants + ",").find("," + std::string(key) + ",") != std::string::npos; };
   Ranks r = make_ranks(dev, ranks, chunk);
   Gemm g = make_gemm(n, zeros);
@@ -354,8 +393,28 @@ std::vector<C3Row> run_c3(Device& dev, int ranks, int n, int gemms, uint64_t chu
     }
     return b;
   };
-  std::vector<int> all_ids;
-  for (const EngineInfo& e : dev.topology().gpus[0].engines) all_ids.push_back(e.id);
+  std::vector<int> all_ids, weights;
+  for (const EngineInfo& e : dev.topology().gpus[0].engines) {
+    all_ids.push_back(e.id);
+    weights.push_back(static_cast<int>(e.weight));
+  }
+  auto gather_path = [&](const std::string& key, const std::string& name, bool piece_major) {
+    Path b;
+    b.key = key;
+    b.name = name;
+    b.gather = true;
+    b.piece_major = piece_major;
+    b.piece = piece_kib << 10;
+    b.stripe = cnv::stripe(chunk, weights, 4096);
+    for (int id : all_ids) {
+      Result<std::unique_ptr<Queue>> q = dev.create_queue(0, id, QueueOptions{});
+      check(q.status(), "queue");
+      b.queues.push_back(std::move(q).value());
+    }
+    return b;
+  };
+  if (wanted("agdest")) paths.push_back(gather_path("agdest", "all-gather by hand, dest-major", false));
+  if (wanted("agpiece")) paths.push_back(gather_path("agpiece", "all-gather by hand, piece-major (L2 reuse)", true));
   if (wanted("ce1")) paths.push_back(ce_path("ce1", "all-gather, one queue per engine, 2 plans in flight", {}, true, 2));
   if (wanted("ceq")) paths.push_back(ce_path("ceq", "all-gather, one queue per engine", {}, true, 1));
   if (wanted("cecp")) paths.push_back(cp_path("cecp", "all-gather bytes as one copy per engine", all_ids));
@@ -456,7 +515,7 @@ std::vector<C3Row> run_c3(Device& dev, int ranks, int n, int gemms, uint64_t chu
     row.key = p.key;
     row.name = p.name;
     row.launches = p.count;
-    row.gbytes = 1e-9 * double(p.queues.empty() ? bytes_per : p.copy_bytes * p.queues.size()) * p.count;
+    row.gbytes = 1e-9 * double(p.queues.empty() || p.gather ? bytes_per : p.copy_bytes * p.queues.size()) * p.count;
     poison(r);
     row.copy_ms = phase(false, &p, p.count).copy_ms;
     row.wrong += path_wrong(p, r);
@@ -617,7 +676,7 @@ HostCost run_hostcost(Device& dev) {
 
 int main(int argc, char** argv) {
   int ranks = 4, n = 8192, gemms = 300, reps = 3, lat_iters = 300, soak_ms = 0;
-  uint64_t chunk_mib = 64;
+  uint64_t chunk_mib = 64, piece_kib = 2048;
   double budget_frac = 0.25, copy_frac = 1.0;
   bool zeros = false;
   std::string json_path, only, variants = "ce,sm,budget";
@@ -630,6 +689,7 @@ int main(int argc, char** argv) {
     else if (a == "--chunk-mib") chunk_mib = std::strtoull(v(), nullptr, 10);
     else if (a == "--reps") reps = std::atoi(v());
     else if (a == "--soak-ms") soak_ms = std::atoi(v());
+    else if (a == "--piece-kib") piece_kib = std::strtoull(v(), nullptr, 10);
     else if (a == "--budget-frac") budget_frac = std::atof(v());
     else if (a == "--copy-frac") copy_frac = std::atof(v());
     else if (a == "--gemm-data") {
@@ -648,7 +708,8 @@ int main(int argc, char** argv) {
                    "usage: nv_coll_bench [--ranks 4] [--n 8192] [--gemms 300] [--chunk-mib 64] [--reps 3] [--soak-ms 0]\n"
                    "                     [--budget-frac 0.25] [--copy-frac 1] [--gemm-data random|zeros]\n"
                    "                     [--lat-iters 300] [--json PATH] [--only c3|latency|hostcost]\n"
-                   "                     [--variants ce,sm,budget (also ce1,ceq,cecp,budget1,budget2,budgetpace,budgetcp)]\n");
+                   "                     [--variants ce,sm,budget (also ce1,ceq,cecp,agdest,agpiece,budget1,budget2,budgetpace,budgetcp)]\n"
+                   "                     [--piece-kib 2048]\n");
       return 2;
     }
   }
@@ -669,7 +730,8 @@ int main(int argc, char** argv) {
   std::string json = "{\"ranks\": " + std::to_string(ranks);
   std::vector<C3Row> c3;
   if (only.empty() || only == "c3") {
-    c3 = run_c3(dev, ranks, n, gemms, chunk_mib << 20, reps, budget_frac, copy_frac, zeros, variants, soak_ms);
+    c3 = run_c3(dev, ranks, n, gemms, chunk_mib << 20, reps, budget_frac, copy_frac, zeros, variants, soak_ms,
+                piece_kib);
     json += ", \"c3\": {\"n\": " + std::to_string(n) + ", \"gemms\": " + std::to_string(gemms) +
             ", \"gemm_data\": \"" + (zeros ? "zeros" : "random") + "\", \"soak_ms\": " + std::to_string(soak_ms) + ", \"copy_frac\": " + std::to_string(copy_frac) +
             ", \"budget_frac\": " + std::to_string(budget_frac) +
