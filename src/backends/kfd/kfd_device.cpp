@@ -649,6 +649,11 @@ class KfdDeviceImpl final : public KfdDevice, public KfdInternals {
 
   Status map_to(const Buffer& b, std::span<const int> gpus) override {
     for (int g : gpus) CONCCL_RETURN_IF_ERROR(check_gpu(g, "map_to"));
+    if (shared_ && shared_->window().contains(b.va, 1))
+      return error(Code::unavailable, "map_to: buffer " + hex(b.va) +
+                                          " is shareable memory of a device with a process slot, mapped at allocation "
+                                          "(host memory to every GPU, VRAM to its GPU and its peers); adding GPUs to it "
+                                          "is not supported yet");
     std::lock_guard<std::mutex> lock(mu_);
     auto it = allocs_.find(b.id);
     if (it == allocs_.end())
