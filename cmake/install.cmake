@@ -43,6 +43,10 @@ set(CONCCL_PC_PRIVATE "-lpthread -ldl -lstdc++")
 if(CONCCL_HAVE_HSAKMT AND HSAKMT_LIBRARY)
   string(APPEND CONCCL_PC_PRIVATE " ${HSAKMT_LIBRARY}")
 endif()
+if(CONCCL_HAVE_DRM_AMDGPU)
+  list(JOIN DRM_AMDGPU_LINK_LIBRARIES " " _drm_amdgpu_libs)
+  string(APPEND CONCCL_PC_PRIVATE " ${_drm_amdgpu_libs}")
+endif()
 # Relocatable: the prefix is found from the .pc file's own place, so
 # `cmake --install build --prefix P` works whatever prefix was configured.
 file(RELATIVE_PATH CONCCL_PC_TO_PREFIX "/prefix/${CMAKE_INSTALL_LIBDIR}/pkgconfig" "/prefix")

@@ -97,15 +97,19 @@ set(CONCCL_HAVE_HSA OFF)
 if(HSA_INCLUDE_DIR AND HSA_LIBRARY)
   set(CONCCL_HAVE_HSA ON)
 endif()
+# libdrm_amdgpu: buffer objects the KFD backend shares between processes
+# (src/backends/kfd/kfd_share_sys.cpp); -DCONCCL_USE_DRM_AMDGPU=OFF builds
+# without it, as on a machine that lacks libdrm-dev.
+option(CONCCL_USE_DRM_AMDGPU "Share KFD memory between processes through libdrm_amdgpu when found" ON)
 set(CONCCL_HAVE_DRM_AMDGPU OFF)
-if(DRM_AMDGPU_FOUND)
+if(DRM_AMDGPU_FOUND AND CONCCL_USE_DRM_AMDGPU)
   set(CONCCL_HAVE_DRM_AMDGPU ON)
 endif()
 
 message(STATUS "ConCCL backends: emu=ON")
 message(STATUS "  libhsakmt (KFD backend):      ${CONCCL_HAVE_HSAKMT} (${CONCCL_HSAKMT_DESCRIPTION})")
 message(STATUS "  hsa-runtime64 (HSA signals):  ${CONCCL_HAVE_HSA} ${HSA_LIBRARY}")
-message(STATUS "  libdrm_amdgpu:                ${CONCCL_HAVE_DRM_AMDGPU}")
+message(STATUS "  libdrm_amdgpu (KFD sharing):  ${CONCCL_HAVE_DRM_AMDGPU}")
 if(NOT CONCCL_HAVE_HSAKMT)
   message(STATUS "  libhsakmt not usable: the KFD backend's sysfs and policy parts are built and tested, "
                  "open_device(kfd) returns 'unavailable' (apt-get install libhsakmt-dev, or set ROCM_PATH)")

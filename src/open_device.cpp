@@ -15,7 +15,9 @@ Result<std::unique_ptr<Device>> open_device(const DeviceOptions& options) {
   if (options.backend == "kfd") {
     // AMD GPUs through /dev/kfd and libhsakmt (docs/hardware.md). Errors say
     // why the backend cannot run here and what to do.
-    Result<std::unique_ptr<kfd::KfdDevice>> d = kfd::open(kfd::Options{});
+    kfd::Options o;
+    o.process_slot = options.process_slot;
+    Result<std::unique_ptr<kfd::KfdDevice>> d = kfd::open(o);
     if (!d.ok()) return d.status();
     return std::unique_ptr<Device>(std::move(d).value());
   }

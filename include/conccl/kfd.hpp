@@ -32,6 +32,8 @@ inline constexpr const char* kDefaultDriDir = "/dev/dri";
 // ---------------------------------------------------------------------------
 // device
 
+class ShareSys;  // internal (src/backends/kfd/kfd_share.hpp)
+
 struct Options {
   std::string sysfs_root = kDefaultSysfsRoot;  // KFD topology to read (tests: a fixture tree)
   // Checked for access before libhsakmt runs, for a precise error; the thunk
@@ -50,6 +52,12 @@ struct Options {
   // The environment variable CONCCL_KFD_TRAP=0/1 overrides auto.
   enum class Trap : uint8_t { auto_, on, off };
   Trap trap_wakeups = Trap::auto_;
+  // DeviceOptions::process_slot (0..15, -1: none): this process's memory
+  // then lives in the slot's address window and can be shared with other
+  // processes, which map it at the same address (docs/multiprocess.md).
+  int process_slot = -1;
+  // Tests: the system calls behind shared memory (null: the real ones).
+  std::shared_ptr<ShareSys> share_sys;
 };
 
 class KfdDevice : public Device {

@@ -23,6 +23,7 @@
 #include "backends/kfd/kfd_policy.hpp"
 #include "conccl/queue.hpp"
 #include "fake_hsakmt.hpp"
+#include "fake_share_sys.hpp"
 
 namespace {
 
@@ -651,6 +652,138 @@ TEST_F(KfdFake, CpuLinkWithoutAtomicsRefusesAtomics) {
   ASSERT_TRUE((*d)->free(*sig).ok());
   q->reset();
   q1->reset();
+}
+
+// ---- a process slot: shareable memory (kfd_share.hpp) wired into the device ----
+
+TEST_F(KfdFake, ProcessSlotAllocatesShareableMemoryInItsWindow) {
+  auto sys = std::make_shared<fakeshare::FakeShareSys>();
+  conccl::kfd::Options o = options();
+  o.process_slot = 2;
+  o.share_sys = sys;
+  auto d = conccl::kfd::open(o);
+  ASSERT_TRUE(d.ok()) << d.status().to_string();
+  conccl::kfd::KfdDevice& dev = **d;
+  EXPECT_EQ(dev.process_slot(), 2);
+  const conccl::kfd::Window w = *conccl::kfd::slot_window(2);
+  const conccl::kfd::KfdTopology& topo = conccl::kfd::internals(dev)->kfd_topology();
+  bool noted = false;
+  for (const std::string& n : dev.topology().notes) noted = noted || contains(n, "process_slot 2: buffers are shareable");
+  EXPECT_TRUE(noted);
+
+  // Host memory: GTT on GPU 0's render node, mapped to every GPU; not the thunk's.
+  sys->clear();
+  conccl::Result<Buffer> host = dev.alloc(-1, 100, MemKind::host);
+  ASSERT_TRUE(host.ok()) << host.status().to_string();
+  EXPECT_TRUE(w.contains(host->va, host->size));
+  EXPECT_EQ(host->host, reinterpret_cast<void*>(host->va));
+  EXPECT_EQ(fakekmt::stats().live_allocations, 0) << "no thunk memory behind it";
+  std::vector<fakeshare::Call> c = sys->calls_of({"bo_alloc_export", "import_dmabuf", "map"});
+  ASSERT_EQ(c.size(), 3u);
+  EXPECT_EQ(c[0].render_minor, topo.gpus[0].drm_render_minor);
+  EXPECT_EQ(c[0].domain, conccl::kfd::kGemDomainGtt);
+  EXPECT_EQ(c[1].gpu_id, topo.gpus[0].gpu_id);
+  EXPECT_EQ(c[2].gpu_ids.size(), 8u);
+
+  // Device memory of gpu 3: its render node, its gpu_id, owner first then peers.
+  sys->clear();
+  conccl::Result<Buffer> vram = dev.alloc(3, 5000, MemKind::device);
+  ASSERT_TRUE(vram.ok()) << vram.status().to_string();
+  EXPECT_EQ(vram->gpu, 3);
+  c = sys->calls_of({"bo_alloc_export", "import_dmabuf", "map"});
+  ASSERT_EQ(c.size(), 3u);
+  EXPECT_EQ(c[0].render_minor, topo.gpus[3].drm_render_minor);
+  EXPECT_EQ(c[0].domain, conccl::kfd::kGemDomainVram);
+  EXPECT_EQ(c[1].gpu_id, topo.gpus[3].gpu_id);
+  ASSERT_EQ(c[2].gpu_ids.size(), 8u);
+  EXPECT_EQ(c[2].gpu_ids[0], topo.gpus[3].gpu_id);
+
+  // Coverage: inside buffers, past them, in the window between them.
+  EXPECT_EQ(dev.host_pointer(vram->va + 8, 8), vram->as<uint8_t>() + 8);
+  EXPECT_TRUE(dev.is_mapped(vram->va, 8192));
+  EXPECT_FALSE(dev.is_mapped(vram->va + 4096, 8192));
+  EXPECT_FALSE(dev.is_mapped(w.base + (uint64_t(1) << 40), 8)) << "our window, nothing allocated there";
+
+  // share, and another process's memory mapped here.
+  int fd = -1;
+  conccl::Result<conccl::SharedRegion> r = dev.share(*vram, &fd);
+  ASSERT_TRUE(r.ok()) << r.status().to_string();
+  EXPECT_EQ(r->va, vram->va);
+  EXPECT_EQ(r->gpu, 3);
+  ::close(fd);
+  conccl::SharedRegion theirs;
+  theirs.va = conccl::kfd::slot_window(5)->base;
+  theirs.size = 4096;
+  theirs.kind = MemKind::host;
+  theirs.serial = 1;
+  const int tfd = memfd_create("theirs", MFD_CLOEXEC);
+  ASSERT_EQ(ftruncate(tfd, 4096), 0);
+  sys->clear();
+  ASSERT_TRUE(dev.import_shared(theirs, tfd).ok());
+  c = sys->calls_of({"import_dmabuf", "map"});
+  ASSERT_EQ(c.size(), 2u);
+  EXPECT_EQ(c[0].va, theirs.va);
+  EXPECT_EQ(c[0].gpu_id, topo.gpus[0].gpu_id);
+  EXPECT_EQ(c[1].gpu_ids.size(), 8u) << "host memory reaches every GPU";
+  EXPECT_NE(dev.host_pointer(theirs.va, 4096), nullptr);
+  EXPECT_TRUE(dev.is_mapped(theirs.va, 4096));
+
+  EXPECT_TRUE(dev.free(*host).ok());
+  const conccl::Status twice = dev.free(*host);
+  EXPECT_EQ(twice.code(), Code::invalid_argument);
+  EXPECT_TRUE(contains(twice.message(), "freed already")) << twice.message();
+  d->reset();  // vram and the import go with the device
+  EXPECT_EQ(sys->live_bos(), 0);
+  EXPECT_EQ(sys->live_kfd_handles(), 0);
+}
+
+TEST_F(KfdFake, SharingNeedsASlotAndLibdrm) {
+  auto dev = open();
+  ASSERT_NE(dev, nullptr);
+  EXPECT_EQ(dev->process_slot(), -1);
+  conccl::Result<Buffer> b = dev->alloc(-1, 4096, MemKind::host);
+  ASSERT_TRUE(b.ok());
+  int fd = -1;
+  conccl::Result<conccl::SharedRegion> r = dev->share(*b, &fd);
+  ASSERT_FALSE(r.ok());
+  EXPECT_EQ(r.status().code(), Code::invalid_argument);
+  EXPECT_TRUE(contains(r.status().message(), "process_slot")) << r.status().message();
+  ASSERT_TRUE(dev->free(*b).ok());
+
+  // Built without libdrm_amdgpu: the device opens, its memory is the
+  // thunk's, and share/import say what to install.
+  auto sys = std::make_shared<fakeshare::FakeShareSys>();
+  sys->unavailable = true;
+  conccl::kfd::Options o = options();
+  o.process_slot = 1;
+  o.share_sys = sys;
+  auto d = conccl::kfd::open(o);
+  ASSERT_TRUE(d.ok()) << d.status().to_string();
+  b = (*d)->alloc(-1, 4096, MemKind::host);
+  ASSERT_TRUE(b.ok());
+  r = (*d)->share(*b, &fd);
+  ASSERT_FALSE(r.ok());
+  EXPECT_EQ(r.status().code(), Code::unavailable);
+  EXPECT_TRUE(contains(r.status().message(), "libdrm")) << r.status().message();
+  const int tfd = memfd_create("theirs", MFD_CLOEXEC);
+  conccl::SharedRegion theirs;
+  theirs.va = conccl::kfd::slot_window(0)->base;
+  theirs.size = 4096;
+  const conccl::Status st = (*d)->import_shared(theirs, tfd);
+  EXPECT_EQ(st.code(), Code::unavailable);
+  EXPECT_EQ(::fcntl(tfd, F_GETFD), -1) << "import_shared closed the descriptor";
+  ASSERT_TRUE((*d)->free(*b).ok());
+
+  // A slot out of range, and one already taken in this process.
+  o.share_sys = std::make_shared<fakeshare::FakeShareSys>();
+  o.process_slot = 16;
+  EXPECT_EQ(conccl::kfd::open(o).status().code(), Code::invalid_argument);
+  o.process_slot = 4;
+  auto first = conccl::kfd::open(o);
+  ASSERT_TRUE(first.ok()) << first.status().to_string();
+  auto second = conccl::kfd::open(o);
+  ASSERT_FALSE(second.ok());
+  EXPECT_TRUE(contains(second.status().message(), "process_slot 4")) << second.status().message();
 }
 
 }  // namespace

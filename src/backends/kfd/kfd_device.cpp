@@ -17,6 +17,7 @@
 #endif
 
 #include <dlfcn.h>
+#include <unistd.h>
 
 #include <algorithm>
 #include <atomic>
@@ -28,10 +29,12 @@
 #include <map>
 #include <mutex>
 #include <new>
+#include <optional>
 #include <set>
 #include <thread>
 
 #include "backends/kfd/kfd_policy.hpp"
+#include "backends/kfd/kfd_share.hpp"
 #include "conccl/queue.hpp"
 #include "queue/sdma_queue.hpp"
 #include "util/wait.hpp"
@@ -394,10 +397,14 @@ class KfdQueueBackend final : public SdmaRingBackend {
 
 class KfdDeviceImpl final : public KfdDevice, public KfdInternals {
  public:
-  explicit KfdDeviceImpl(std::shared_ptr<Context> ctx) : ctx_(std::move(ctx)) {}
+  // shared: the slot's shareable memory (null without a slot, or when it
+  // cannot be had here: share_off says why).
+  KfdDeviceImpl(std::shared_ptr<Context> ctx, int slot, std::unique_ptr<SharedMemory> shared, Status share_off)
+      : ctx_(std::move(ctx)), slot_(slot), shared_(std::move(shared)), share_off_(std::move(share_off)) {}
 
   ~KfdDeviceImpl() override {
     utility_.clear();  // queues first: they use memory below
+    shared_.reset();   // before the thunk closes (ctx_): its buffers live in the thunk's KFD process
     std::lock_guard<std::mutex> lock(mu_);
     for (auto& [va, a] : allocs_) (void)release(a);
     allocs_.clear();
@@ -413,6 +420,7 @@ class KfdDeviceImpl final : public KfdDevice, public KfdInternals {
     if (bytes == 0) return error(Code::invalid_argument, "alloc of 0 bytes: give a size of at least 1");
     if (bytes > SIZE_MAX - kPage)  // round_up would wrap to 0
       return error(Code::resource_exhausted, "alloc of " + std::to_string(bytes) + " bytes: larger than any memory");
+    if (shared_) return alloc_shareable(gpu, bytes, kind);
     const size_t size = round_up(bytes, kPage);
     Alloc a;
     a.origin = Origin::allocated;
@@ -478,6 +486,7 @@ class KfdDeviceImpl final : public KfdDevice, public KfdInternals {
   }
 
   Status free(const Buffer& b) override {
+    if (shared_ && shared_->window().contains(b.va, 1)) return shared_->free(b.va);
     Alloc a;
     {
       std::lock_guard<std::mutex> lock(mu_);
@@ -493,6 +502,8 @@ class KfdDeviceImpl final : public KfdDevice, public KfdInternals {
   }
 
   void* host_pointer(uint64_t va, size_t bytes) override {
+    if (shared_)
+      if (void* p = shared_->host_pointer(va, bytes)) return p;
     std::lock_guard<std::mutex> lock(mu_);
     for (const auto& [key, a] : allocs_) {
       if (!a.host || va < a.va || va + bytes > a.va + a.size || va + bytes < va) continue;
@@ -504,10 +515,37 @@ class KfdDeviceImpl final : public KfdDevice, public KfdInternals {
   // Our own buffers are known exactly; any other address (HIP memory not
   // imported, say) cannot be judged from here, so it counts as mapped.
   bool is_mapped(uint64_t va, size_t bytes) override {
+    if (shared_)
+      if (std::optional<bool> in = shared_->covers(va, bytes)) return *in;
     std::lock_guard<std::mutex> lock(mu_);
     for (const auto& [key, a] : allocs_)
       if (va >= a.va && va < a.va + a.size) return va + bytes <= a.va + a.size && va + bytes >= va;
     return true;
+  }
+
+  // ---- memory across processes (docs/multiprocess.md; kfd_share.hpp) ----
+  int process_slot() const override { return slot_; }
+
+  Result<SharedRegion> share(const Buffer& b, int* fd) override {
+    if (!shared_) return share_refusal("share");
+    return shared_->share(b.va, b.size, fd);
+  }
+
+  Status import_shared(const SharedRegion& r, int fd) override {
+    if (!shared_) {
+      if (fd >= 0) ::close(fd);  // ours, whatever happens
+      return share_refusal("import_shared");
+    }
+    // Mapped as this process maps its own memory of that kind: host memory
+    // to every GPU, VRAM to its GPU and that GPU's peers.
+    const bool device = r.kind == MemKind::device;
+    if (device) {
+      if (Status st = check_gpu(r.gpu, "import_shared"); !st.ok()) {
+        if (fd >= 0) ::close(fd);
+        return st;
+      }
+    }
+    return shared_->import(r, fd, map_targets(ctx_->topo, device ? MemUse::device : MemUse::host, device ? r.gpu : -1));
   }
 
   Result<Buffer> register_host(void* ptr, size_t bytes) override {
@@ -611,6 +649,11 @@ class KfdDeviceImpl final : public KfdDevice, public KfdInternals {
 
   Status map_to(const Buffer& b, std::span<const int> gpus) override {
     for (int g : gpus) CONCCL_RETURN_IF_ERROR(check_gpu(g, "map_to"));
+    if (shared_ && shared_->window().contains(b.va, 1))
+      return error(Code::unavailable, "map_to: buffer " + hex(b.va) +
+                                          " is shareable memory of a device with a process slot, mapped at allocation "
+                                          "(host memory to every GPU, VRAM to its GPU and its peers); adding GPUs to it "
+                                          "is not supported yet");
     std::lock_guard<std::mutex> lock(mu_);
     auto it = allocs_.find(b.id);
     if (it == allocs_.end())
@@ -747,6 +790,29 @@ class KfdDeviceImpl final : public KfdDevice, public KfdInternals {
     std::vector<int> mapped_gpus;
   };
 
+  // Memory of the slot's window: every buffer of a device with a process
+  // slot, so that any of them can be shared. A device peer that refuses the
+  // mapping leaves the buffer to its own GPU, as alloc() does.
+  Result<Buffer> alloc_shareable(int gpu, size_t bytes, MemKind kind) {
+    const bool device = kind == MemKind::device;
+    if (device) CONCCL_RETURN_IF_ERROR(check_gpu(gpu, "alloc"));
+    const std::vector<int> targets = map_targets(ctx_->topo, device ? MemUse::device : MemUse::host, device ? gpu : -1);
+    Result<Buffer> b = shared_->alloc(device ? gpu : -1, bytes, kind, targets);
+    if (!b.ok() && device && targets.size() > 1 && b.status().code() != Code::resource_exhausted) {
+      Result<Buffer> own = shared_->alloc(gpu, bytes, kind, {gpu});
+      if (own.ok()) return own;
+    }
+    return b;
+  }
+
+  Status share_refusal(const char* call) const {
+    if (slot_ < 0)
+      return error(Code::invalid_argument, std::string(call) +
+                                               ": this kfd device was opened without DeviceOptions::process_slot; "
+                                               "open it with one (0..15, distinct per process: the rank) to share memory");
+    return share_off_;
+  }
+
   Status check_gpu(int gpu, const char* what) const {
     const int n = static_cast<int>(ctx_->topo.gpus.size());
     if (gpu < 0 || gpu >= n)
@@ -843,6 +909,9 @@ class KfdDeviceImpl final : public KfdDevice, public KfdInternals {
 
   static constexpr uint64_t kImportIdBit = uint64_t(1) << 63;  // never a user-space address
   std::shared_ptr<Context> ctx_;
+  int slot_ = -1;
+  std::unique_ptr<SharedMemory> shared_;
+  Status share_off_;
   std::mutex mu_;  // guards allocs_, next_import_id_
   std::map<uint64_t, Alloc> allocs_;
   uint64_t next_import_id_ = 1;
@@ -974,7 +1043,35 @@ Result<std::unique_ptr<KfdDevice>> open(const Options& opt) {
   ctx->watch_faults();
   if (!ctx->fault_watch())
     notes.push_back("could not create a KFD memory-fault event: engine faults show up as timeouts, not faults");
-  return std::unique_ptr<KfdDevice>(new KfdDeviceImpl(std::move(ctx)));
+
+  // A process slot: the window for shareable memory. Opened after the
+  // thunk, which has acquired the GPUs' VMs for this process; our own
+  // /dev/kfd descriptor then reaches the same KFD process.
+  std::unique_ptr<SharedMemory> shared;
+  Status share_off;
+  if (opt.process_slot != -1) {
+    Result<Window> w = slot_window(opt.process_slot);
+    if (!w.ok()) return w.status();
+    std::shared_ptr<ShareSys> sys = opt.share_sys ? opt.share_sys : real_share_sys(opt.dri_dir);
+    share_off = sys->available();
+    if (share_off.ok()) {
+      ShareConfig sc;
+      sc.slot = opt.process_slot;
+      sc.kfd_path = opt.device_path;
+      for (const GpuNode& g : ctx->topo.gpus) sc.gpus.push_back(ShareGpu{g.gpu_id, g.drm_render_minor});
+      Result<std::unique_ptr<SharedMemory>> m = SharedMemory::open(std::move(sys), sc);
+      if (!m.ok()) return m.status().prefix("open(kfd) with process_slot " + std::to_string(opt.process_slot));
+      shared = std::move(m).value();
+      notes.push_back("process_slot " + std::to_string(opt.process_slot) + ": buffers are shareable, in [" +
+                      hex(w->base) + ", " + hex(w->end()) + ") (libdrm_amdgpu buffer objects imported into KFD)");
+    } else {
+      // Without libdrm_amdgpu the device still works; share/import say why not.
+      notes.push_back("process_slot " + std::to_string(opt.process_slot) + ": memory cannot be shared: " +
+                      share_off.message());
+    }
+  }
+  return std::unique_ptr<KfdDevice>(
+      new KfdDeviceImpl(std::move(ctx), opt.process_slot, std::move(shared), std::move(share_off)));
 }
 
 }  // namespace conccl::kfd
