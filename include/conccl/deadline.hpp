@@ -10,8 +10,19 @@ using Clock = std::chrono::steady_clock;
 
 class Deadline {
  public:
-  static Deadline after(std::chrono::nanoseconds d) { return Deadline(Clock::now() + d); }
-  static Deadline after_ms(int64_t ms) { return after(std::chrono::milliseconds(ms)); }
+  // Saturating: a span too long for the clock (INT64_MAX ms, say) is "never",
+  // the clock's last instant, not an overflow into the past; a negative span
+  // is "now".
+  static Deadline after(std::chrono::nanoseconds d) {
+    const Clock::time_point now = Clock::now();
+    if (d.count() <= 0) return Deadline(now);
+    const auto room = Clock::time_point::max() - now;
+    return Deadline(d >= room ? Clock::time_point::max() : now + std::chrono::duration_cast<Clock::duration>(d));
+  }
+  static Deadline after_ms(int64_t ms) {
+    constexpr int64_t kMaxMs = std::chrono::nanoseconds::max().count() / 1000000;
+    return after(std::chrono::milliseconds(ms < kMaxMs ? ms : kMaxMs));
+  }
   // A deadline that has already passed: "try once".
   static Deadline now() { return Deadline(Clock::now()); }
 

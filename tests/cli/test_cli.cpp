@@ -683,6 +683,18 @@ TEST(Copy, InjectedHangsAreDiagnosedWithinTheDeadline) {
   }
 }
 
+// `--json -` means stdout, as `--json` alone: JSON there, and no file named "-".
+TEST(Collectives, JsonDashIsStdout) {
+  const std::string dash = scratch() + "/-";
+  ::unlink(dash.c_str());
+  Outcome r = probe({"allgather", "--preset", "small", "--min", "1K", "--max", "4K", "--json", "-"});
+  EXPECT_EQ(r.rc, 0) << r.err;
+  EXPECT_TRUE(probe_test::is_valid_json(r.out)) << r.out;
+  EXPECT_TRUE(contains(r.out, "\"rows\"")) << r.out;
+  EXPECT_NE(::access(dash.c_str(), F_OK), 0) << "a file named '-' was written";
+  EXPECT_EQ(probe({"allgather", "--preset", "small", "--min", "1K", "--max", "4K", "--json"}).rc, 0);
+}
+
 TEST(Collectives, SweepsPrintRowsAndJson) {
   const std::string json = scratch() + "/ag.json";
   Outcome r = probe({"allgather", "--preset", "mi300x", "--min", "1K", "--max", "64K", "--json", json});

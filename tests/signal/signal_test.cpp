@@ -244,5 +244,22 @@ TEST_F(SignalTest, ManyQueuesAddToOneSignal) {
   EXPECT_EQ(s->value(), 8u * 50 * 3);
 }
 
+// Deadlines saturate: "wait forever" spans (INT64_MAX ms, nanoseconds::max)
+// are the clock's last instant, not an overflow into the past that would
+// make every wait time out at once; a negative span is "now".
+TEST(Deadline, HugeSpansSaturateAndNegativeIsNow) {
+  for (Deadline d : {Deadline::after_ms(INT64_MAX), Deadline::after(std::chrono::nanoseconds::max()),
+                     Deadline::after(std::chrono::hours(24 * 365 * 200))}) {
+    EXPECT_FALSE(d.expired());
+    EXPECT_GT(d.remaining(), std::chrono::hours(24 * 365 * 100));
+  }
+  EXPECT_EQ(Deadline::after_ms(INT64_MAX).at(), Clock::time_point::max());
+  EXPECT_TRUE(Deadline::after_ms(-5).expired());
+  EXPECT_TRUE(Deadline::after(std::chrono::nanoseconds::min()).expired());
+  const Deadline soon = Deadline::after_ms(50);
+  EXPECT_FALSE(soon.expired());
+  EXPECT_LE(soon.remaining(), std::chrono::milliseconds(50));
+}
+
 }  // namespace
 }  // namespace conccl::testing

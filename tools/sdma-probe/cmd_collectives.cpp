@@ -242,6 +242,12 @@ int run_collective(const Args& args, Context& ctx) {
     json_file = args.positionals()[0];
     json_stdout = false;
   }
+  // `--json -` (and --json-file -): JSON on stdout, as `--json` alone, not a
+  // file named "-".
+  if (json_file && *json_file == "-") {
+    json_file.reset();
+    json_stdout = true;
+  }
   conccl::Result<uint64_t> min = args.get_size("min", 1024);
   conccl::Result<uint64_t> max = args.get_size("max", 16ull << 20);
   conccl::Result<int64_t> iters = args.get_int_in_range("iters", 1, kMaxIters, 0);  // 0: by size
