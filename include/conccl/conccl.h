@@ -219,7 +219,7 @@ int conccl_comm_size(conccl_comm_t comm);
  * fails by options->timeout_ms, naming the missing ranks). Plans are then
  * made by every rank in the same order, each giving its own buffers
  * (nsend/nrecv 1), and every rank waits for every launch. The NCCL-shaped
- * calls below are for communicators of one process. */
+ * calls below take this rank's buffers alone there (see them). */
 typedef struct conccl_unique_id {
   uint8_t bytes[128];
 } conccl_unique_id;
@@ -294,7 +294,14 @@ conccl_status conccl_plan_describe(conccl_plan_t plan, char* buf, size_t capacit
  * when the stream's prior work is done, and the stream's later work sees the
  * data. Up to 4 launches of the same call may be in flight; a fifth waits
  * (on the host, within the communicator's timeout) for the oldest. Other
- * backends refuse a stream (UNAVAILABLE). */
+ * backends refuse a stream (UNAVAILABLE).
+ * One process per rank (conccl_comm_create_rank): as ncclAllGather, send and
+ * recv point at this rank's buffer alone (broadcast: root_send is read on
+ * the root; other ranks may pass NULL), and every rank makes the same calls
+ * in the same order. A cached plan is used only when every rank has one from
+ * the same earlier call (buffers that changed on any rank make all plan
+ * again). A stream is waited for on the host first (its earlier work done),
+ * and the call returns when the data is in place. */
 conccl_status conccl_all_gather(const conccl_buffer* send, const conccl_buffer* recv, size_t bytes,
                                 conccl_comm_t comm, void* stream);
 conccl_status conccl_all_to_all(const conccl_buffer* send, const conccl_buffer* recv, size_t bytes,

@@ -200,6 +200,11 @@ Result<int> cuda_ordinal(conccl::Device& device, int gpu);
 // CollectiveArgs::prelaunch; its buffers must be ones the stream's work may
 // touch in that order (registered CUDA memory).
 Status enqueue_on_stream(conccl::Device& device, conccl::Plan& plan, void* cu_stream, Deadline deadline);
+// Waits on the host until the work queued on cu_stream so far is done
+// (cuStreamQuery polled, so that the wait has a deadline, which
+// cuStreamSynchronize lacks). The NCCL-shaped calls of a multi-process
+// communicator order themselves on a stream this way.
+Status synchronize_stream(void* cu_stream, Deadline deadline);
 
 // Splits `bytes` over weights (PCE counts): piece i gets about
 // bytes*w[i]/sum(w), rounded to `align`; the last non-empty piece takes the

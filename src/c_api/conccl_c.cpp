@@ -13,6 +13,7 @@
 #include <tuple>
 #include <vector>
 
+#include "conccl/bootstrap.hpp"
 #include "conccl/collectives.hpp"
 #include "conccl/device.hpp"
 #include "conccl/nv.hpp"
@@ -48,8 +49,13 @@ struct conccl_comm {
   struct Slot {
     std::vector<std::unique_ptr<Plan>> plans;
     size_t next = 0;
+    uint64_t generation = 0;  // one process per rank: which joint planning made the plan
   };
   std::map<Key, Slot> cache;
+  // One process per rank: plans the NCCL-shaped calls made, counted alike on
+  // every rank (planning is collective), so ranks can tell that their cached
+  // plans are halves of the same one.
+  uint64_t generations = 0;
 };
 struct conccl_plan {
   std::unique_ptr<Plan> plan;
@@ -173,20 +179,73 @@ Result<Stager*> stager_for(conccl_device* d, int gpu) {
   return p;
 }
 
+// The NCCL-shaped call on a communicator of one process per rank: this
+// rank's buffers alone, as ncclAllGather takes them. Every rank makes the
+// same calls in the same order (as NCCL requires). Whether a cached plan
+// serves is decided by all ranks together: a rank whose buffers changed
+// (a caching allocator handing out another address, say) makes every rank
+// plan again, rather than one rank planning (a collective call) while the
+// others launch. On a stream the call waits on the host for the stream's
+// earlier work, then runs the collective and returns when the data is in
+// place, so the stream's later work sees it.
+conccl_status nccl_shaped_per_process(CollOp op, const conccl_buffer* send, const conccl_buffer* recv, size_t bytes,
+                                      int root, conccl_comm* c, void* stream) {
+  const std::string name = coll_op_name(op);
+  CONCCL_C_REQUIRE(recv, "recv must point at this rank's receive buffer");
+  const bool root_only = op == CollOp::broadcast;
+  const bool is_root = c->comm->rank() == root;
+  if (!send && !(root_only && !is_root))
+    return fail(CONCCL_ERR_INVALID_ARGUMENT, name + ": send must point at this rank's send buffer" +
+                                                 (root_only ? " (on the root; other ranks may pass NULL)" : ""));
+  const Deadline dl = after(c->timeout_ms);
+  CollectiveArgs a;
+  a.op = op;
+  a.bytes = bytes;
+  a.root = root;
+  std::vector<uint64_t> sk, rk{recv[0].va};
+  if (send && (!root_only || is_root)) {
+    a.send.push_back(to_cpp(send[0]));
+    sk.push_back(send[0].va);
+  }
+  a.recv.push_back(to_cpp(recv[0]));
+  const conccl_comm::Key key{static_cast<int>(op), bytes, root, sk, rk, false};
+  auto it = c->cache.find(key);
+  const bool hit = it != c->cache.end() && !it->second.plans.empty();
+  // A rank votes for the joint planning its cached plan came from: the plans
+  // of different calls must not be launched together.
+  const std::string vote = hit ? "cached " + std::to_string(it->second.generation) : "new";
+  Result<std::vector<Bootstrap::Message>> votes = c->comm->bootstrap()->exchange("NCCL-shaped " + name, vote, {}, dl);
+  if (!votes.ok()) return report(votes.status().prefix(name));
+  bool all_cached = hit;
+  for (const Bootstrap::Message& m : *votes) all_cached = all_cached && m.data == vote;
+  if (stream) CONCCL_RETURN_IF_ERROR_C(nv::synchronize_stream(stream, dl).prefix(name + ": the stream's earlier work"));
+  if (!all_cached) {
+    // Planning is collective, so every rank plans now; a plan this rank had
+    // for these buffers is replaced.
+    Result<std::unique_ptr<Plan>> p = c->comm->plan(a);
+    if (!p.ok()) return report(p.status());
+    conccl_comm::Slot& slot = c->cache[key];
+    slot.plans.clear();
+    slot.plans.push_back(std::move(p).value());
+    slot.generation = ++c->generations;
+    it = c->cache.find(key);
+  }
+  Plan& plan = *it->second.plans.front();
+  Status st = plan.launch(dl);
+  if (st.ok()) st = plan.wait(dl);
+  return report(st);
+}
+
 conccl_status nccl_shaped(CollOp op, const conccl_buffer* send, const conccl_buffer* recv, size_t bytes, int root,
                           conccl_comm* c, void* stream) {
   CONCCL_C_REQUIRE(c, "comm is NULL");
-  if (c->comm->rank() >= 0)
-    return fail(CONCCL_ERR_INVALID_ARGUMENT,
-                std::string(coll_op_name(op)) + ": the NCCL-shaped calls take every rank's buffers, for communicators "
-                                                 "of one process; with one process per rank use conccl_plan_create "
-                                                 "(this rank's buffers) and conccl_plan_launch/wait on every rank");
-  CONCCL_C_REQUIRE(send && recv, "send and recv must point at one buffer per rank");
   if (stream && !nv::native(*c->device->dev))
     return fail(CONCCL_ERR_UNAVAILABLE,
                 std::string(coll_op_name(op)) + ": ordering on a stream needs the nv backend (a CUDA stream); on " +
                     "this backend pass stream NULL (the call returns when the data is in place), or order the work " +
                     "yourself with conccl_plan_release_by_stores and conccl_plan_completion");
+  if (c->comm->rank() >= 0) return nccl_shaped_per_process(op, send, recv, bytes, root, c, stream);
+  CONCCL_C_REQUIRE(send && recv, "send and recv must point at one buffer per rank");
   const int n = c->comm->size();
   const bool root_only = op == CollOp::broadcast;
   CollectiveArgs a;

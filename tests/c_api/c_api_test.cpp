@@ -345,8 +345,6 @@ TEST(CApi, OneProcessPerRank) {
       return *out = last(), 6;
     const std::vector<uint8_t> mine_data = data(r);
     if (conccl_buffer_upload(d, &send, 0, mine_data.data(), chunk, 5000) != CONCCL_OK) return *out = last(), 7;
-    // The NCCL-shaped calls are for one process: refused, naming the way.
-    if (conccl_all_gather(&send, &recv, chunk, comm, nullptr) != CONCCL_ERR_INVALID_ARGUMENT) return 8;
     conccl_collective_args a;
     conccl_collective_args_init(&a);
     a.op = CONCCL_ALL_GATHER;
@@ -366,6 +364,76 @@ TEST(CApi, OneProcessPerRank) {
       if (std::memcmp(got.data() + s * chunk, data(s).data(), chunk) != 0) return *out = "chunk " + std::to_string(s), 12;
     conccl_plan_destroy(plan);
     conccl_comm_destroy(comm);
+    conccl_device_close(d);
+    return 0;
+  });
+  for (int r = 0; r < n; ++r) EXPECT_EQ(res[size_t(r)].exit_code, 0) << "rank " << r << ": " << res[size_t(r)].out;
+}
+
+// The NCCL-shaped calls with one process per rank: this rank's buffers
+// alone, as ncclAllGather takes them. Repeated calls reuse the plan; when one
+// rank's buffer changes, every rank plans again (its bytes land in the new
+// buffer); broadcast reads the root's send only; every byte is checked.
+TEST(CApi, NcclShapedCallsOneProcessPerRank) {
+  conccl_unique_id id;
+  ASSERT_EQ(conccl_get_unique_id(&id), CONCCL_OK);
+  constexpr int n = 3;
+  constexpr size_t chunk = 24576 + 8;
+  auto data = [](int r, int round) {
+    std::vector<uint8_t> v(chunk * n);
+    std::mt19937 rng(1000 * round + r);
+    for (auto& x : v) x = static_cast<uint8_t>(rng() | 1);
+    return v;
+  };
+  std::vector<conccl::mptest::RankOutcome> res = conccl::mptest::fork_ranks({0, 1, 2}, [&](int r, std::string* out) {
+    conccl_device_options o;
+    conccl_device_options_init(&o);
+    o.process_slot = r;
+    conccl_device_t d = nullptr;
+    if (conccl_device_open(&o, &d) != CONCCL_OK) return *out = last(), 3;
+    conccl_comm_options co;
+    conccl_comm_options_init(&co);
+    co.timeout_ms = 20000;
+    conccl_comm_t comm = nullptr;
+    if (conccl_comm_create_rank(d, r, n, &id, r, &co, &comm) != CONCCL_OK) return *out = last(), 4;
+    conccl_buffer send, recv, recv2;
+    if (conccl_buffer_alloc(d, r, chunk * n, CONCCL_MEM_DEVICE, &send) != CONCCL_OK ||
+        conccl_buffer_alloc(d, r, chunk * n, CONCCL_MEM_DEVICE, &recv) != CONCCL_OK ||
+        conccl_buffer_alloc(d, r, chunk * n, CONCCL_MEM_DEVICE, &recv2) != CONCCL_OK)
+      return *out = last(), 5;
+    std::vector<uint8_t> got(chunk * n);
+    for (int round = 0; round < 4; ++round) {
+      // Round 2: rank 1 receives into another buffer; the others keep theirs.
+      const conccl_buffer& into = round == 2 && r == 1 ? recv2 : recv;
+      const std::vector<uint8_t> mine = data(r, round);
+      if (conccl_buffer_upload(d, &send, 0, mine.data(), mine.size(), 5000) != CONCCL_OK) return *out = last(), 6;
+      if (conccl_all_gather(&send, &into, chunk, comm, nullptr) != CONCCL_OK) return *out = last(), 7;
+      if (conccl_buffer_download(d, got.data(), &into, 0, got.size(), 5000) != CONCCL_OK) return *out = last(), 8;
+      for (int s = 0; s < n; ++s)
+        if (std::memcmp(got.data() + s * chunk, data(s, round).data(), chunk) != 0)
+          return *out = "all_gather round " + std::to_string(round) + " chunk " + std::to_string(s), 9;
+    }
+    // all_to_all: chunk d of rank s's send lands at recv[d] + s * chunk.
+    const std::vector<uint8_t> a2a = data(r, 7);
+    if (conccl_buffer_upload(d, &send, 0, a2a.data(), a2a.size(), 5000) != CONCCL_OK) return *out = last(), 10;
+    if (conccl_all_to_all(&send, &recv, chunk, comm, nullptr) != CONCCL_OK) return *out = last(), 11;
+    if (conccl_buffer_download(d, got.data(), &recv, 0, got.size(), 5000) != CONCCL_OK) return *out = last(), 12;
+    for (int s = 0; s < n; ++s)
+      if (std::memcmp(got.data() + s * chunk, data(s, 7).data() + r * chunk, chunk) != 0)
+        return *out = "all_to_all chunk " + std::to_string(s), 13;
+    // broadcast from rank 2: the others pass no send buffer.
+    if (conccl_broadcast(r == 2 ? &send : nullptr, &recv2, chunk, 2, comm, nullptr) != CONCCL_OK)
+      return *out = last(), 14;
+    if (conccl_buffer_download(d, got.data(), &recv2, 0, chunk, 5000) != CONCCL_OK) return *out = last(), 15;
+    if (std::memcmp(got.data(), data(2, 7).data(), chunk) != 0) return *out = "broadcast", 16;
+    // Errors: no send buffer for an all-gather; a stream on the emulator.
+    if (conccl_all_gather(nullptr, &recv, chunk, comm, nullptr) != CONCCL_ERR_INVALID_ARGUMENT ||
+        !std::strstr(conccl_last_error(), "this rank's send buffer"))
+      return *out = std::string("no send: ") + conccl_last_error(), 17;
+    if (conccl_all_gather(&send, &recv, chunk, comm, reinterpret_cast<void*>(1)) != CONCCL_ERR_UNAVAILABLE)
+      return *out = std::string("stream: ") + conccl_last_error(), 18;
+    conccl_comm_destroy(comm);
+    for (conccl_buffer* b : {&send, &recv, &recv2}) (void)conccl_buffer_free(d, b);
     conccl_device_close(d);
     return 0;
   });

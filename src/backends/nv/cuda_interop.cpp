@@ -15,10 +15,13 @@
 #include <dlfcn.h>
 #include <unistd.h>
 
+#include <algorithm>
+#include <chrono>
 #include <cinttypes>
 #include <cstdio>
 #include <cstring>
 #include <mutex>
+#include <thread>
 
 #include "backends/nv/rm_abi.hpp"
 #include "backends/nv/nv_device.hpp"
@@ -97,6 +100,7 @@ struct CudaApi {
   // Stream memory operations (optional: only stream ordering needs them).
   CUresult (*cuStreamWriteValue64)(void*, CUdeviceptr, uint64_t, unsigned) = nullptr;
   CUresult (*cuStreamWaitValue64)(void*, CUdeviceptr, uint64_t, unsigned) = nullptr;
+  CUresult (*cuStreamQuery)(void*) = nullptr;
 };
 
 template <typename F>
@@ -151,6 +155,7 @@ const CudaApi& api() {
     (void)load(a.lib, a.cuMemHostUnregister, "cuMemHostUnregister");
     (void)load(a.lib, a.cuStreamWriteValue64, "cuStreamWriteValue64_v2", "cuStreamWriteValue64");
     (void)load(a.lib, a.cuStreamWaitValue64, "cuStreamWaitValue64_v2", "cuStreamWaitValue64");
+    (void)load(a.lib, a.cuStreamQuery, "cuStreamQuery");
     if (!missing.empty())
       a.status = error(Code::unavailable, "libcuda.so.1 lacks " + missing +
                                               " (the VMM API needs a CUDA 11.x or newer driver)");
@@ -507,6 +512,23 @@ Status stream_wait_value64(void* stream, uint64_t va, uint64_t value) {
   CONCCL_RETURN_IF_ERROR(a.status);
   if (!a.cuStreamWaitValue64) return error(Code::unavailable, "libcuda lacks cuStreamWaitValue64_v2 (CUDA 11.7+)");
   return cu_check(a.cuStreamWaitValue64(stream, va, value, 0), "cuStreamWaitValue64 at " + hex(va));
+}
+
+// cuda.h: cuStreamQuery returns CUDA_SUCCESS once the stream's work is done
+// and CUDA_ERROR_NOT_READY (600) while some is pending; anything else is an
+// error of that work or of the stream.
+Status stream_host_sync(void* stream, Deadline deadline) {
+  const CudaApi& a = api();
+  CONCCL_RETURN_IF_ERROR(a.status);
+  if (!a.cuStreamQuery) return error(Code::unavailable, "libcuda lacks cuStreamQuery");
+  constexpr CUresult kNotReady = static_cast<CUresult>(600);
+  for (auto nap = std::chrono::microseconds(2);; nap = std::min(nap * 2, std::chrono::microseconds(200))) {
+    const CUresult r = a.cuStreamQuery(stream);
+    if (r != kNotReady) return cu_check(r, "cuStreamQuery");
+    if (deadline.expired())
+      return error(Code::timeout, "the CUDA stream's earlier work did not finish before the deadline");
+    std::this_thread::sleep_for(nap);
+  }
 }
 
 void Device::release_cuda() {

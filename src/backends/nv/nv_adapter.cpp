@@ -624,6 +624,8 @@ Result<int> cuda_ordinal(conccl::Device& device, int gpu) {
   return cuda_device_for_uuid(native(device, gpu)->info().uuid);
 }
 
+Status synchronize_stream(void* cu_stream, Deadline deadline) { return stream_host_sync(cu_stream, deadline); }
+
 Status enqueue_on_stream(conccl::Device& device, conccl::Plan& plan, void* cu_stream, Deadline deadline) {
   if (!generic(device)) return not_nv("enqueue_on_stream");
   if (!plan.args().prelaunch)

@@ -385,5 +385,6 @@ class Device {
 // stream's prior work, and a wait until the word is >= value.
 Status stream_write_value64(void* stream, uint64_t va, uint64_t value);
 Status stream_wait_value64(void* stream, uint64_t va, uint64_t value);
+Status stream_host_sync(void* stream, Deadline deadline);  // nv::synchronize_stream
 
 }  // namespace conccl::nv
