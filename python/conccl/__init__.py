@@ -600,6 +600,7 @@ class Communicator(_Child):
             _check(_comm_create_rank(device._h, rank, nranks, ctypes.byref(uid), gpu, ctypes.byref(o), ctypes.byref(h)))
             self._h = h
             self._gpus = None
+            self._gpu = gpu if gpu >= 0 else rank % device.gpu_count  # as conccl_comm_create_rank picks
             return
         g = list(gpus)
         ga = (_int * len(g))(*g)
@@ -613,19 +614,31 @@ class Communicator(_Child):
     def plan(self, op, nbytes, send, recv, **kw):
         return Plan(self, op, nbytes, send, recv, **kw)
 
+    # NCCL-shaped calls. One process: one buffer (or tensor) per rank, in
+    # lists. One process per rank: this rank's alone (a list of one, or the
+    # buffer itself), as ncclAllGather; broadcast's root_send may be None off
+    # the root. The C API's notes on conccl_all_gather say the rest.
+    def _mine(self, buffers):
+        if self.rank < 0:
+            return list(buffers)
+        mine = list(buffers) if isinstance(buffers, (list, tuple)) else [buffers]
+        if len(mine) != 1:
+            raise Error("invalid_argument", f"one process per rank: give this rank's buffer alone, not {len(mine)}")
+        return mine
+
     def all_gather(self, send, recv, nbytes):
-        s, _ = _array(send)
-        r, _ = _array(recv)
+        s, _ = _array(self._mine(send))
+        r, _ = _array(self._mine(recv))
         _check(_all_gather(s, r, nbytes, self._h, None))
 
     def all_to_all(self, send, recv, nbytes):
-        s, _ = _array(send)
-        r, _ = _array(recv)
+        s, _ = _array(self._mine(send))
+        r, _ = _array(self._mine(recv))
         _check(_all_to_all(s, r, nbytes, self._h, None))
 
     def broadcast(self, root_send, recv, nbytes, root=0):
-        s, _ = _array([root_send])
-        r, _ = _array(recv)
+        s = _array([root_send])[0] if root_send is not None else None
+        r, _ = _array(self._mine(recv))
         _check(_broadcast(s, r, nbytes, root, self._h, None))
 
     # ---- PyTorch: CUDA tensors, ordered on a CUDA stream (nv backend) ----
@@ -634,7 +647,9 @@ class Communicator(_Child):
         at offset s x input bytes, like torch.distributed.all_gather_into_tensor with
         one process per rank. Ordered on `stream` (default: torch's current stream):
         the copies start when the stream's earlier work is done, and its later work
-        sees the results. Returns at once."""
+        sees the results. Returns at once. With one process per rank, outputs and
+        inputs are this rank's tensors (as torch.distributed takes them), and the
+        call waits on the host for the stream's earlier work and for the data."""
         self._tensor_call(_all_gather, outputs, inputs, stream)
 
     def all_to_all_single(self, outputs, inputs, stream=None):
@@ -642,12 +657,14 @@ class Communicator(_Child):
         self._tensor_call(_all_to_all, outputs, inputs, stream)
 
     def _tensor_call(self, fn, outputs, inputs, stream):
+        outputs, inputs = self._mine(outputs), self._mine(inputs)
         n = self.size
-        if len(outputs) != n or len(inputs) != n:
-            raise Error("invalid_argument", f"give one output and one input tensor per rank ({n} each), "
-                                            f"got {len(outputs)} and {len(inputs)}")
+        mine = 1 if self.rank >= 0 else n  # tensors given by this process
+        if len(outputs) != mine or len(inputs) != mine:
+            raise Error("invalid_argument", f"give {'this rank' if mine == 1 else 'every rank'}'s output and "
+                                            f"input tensor ({mine} each), got {len(outputs)} and {len(inputs)}")
         dev = self._device
-        gpus = getattr(self, "_gpus", [0] * n)
+        gpus = [self._gpu] if self.rank >= 0 else getattr(self, "_gpus", [0] * n)
         send = [dev._tensor_buffer(t, gpus[r]) for r, t in enumerate(inputs)]
         recv = [dev._tensor_buffer(t, gpus[r]) for r, t in enumerate(outputs)]
         nbytes = send[0].size

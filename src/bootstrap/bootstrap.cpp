@@ -29,7 +29,10 @@ namespace {
 constexpr uint8_t kIdMagic[4] = {'C', 'C', 'L', '1'};
 constexpr uint32_t kHelloMagic = 0x48434343;  // "CCCH"
 constexpr uint32_t kFrameMagic = 0x46434343;  // "CCCF"
-constexpr size_t kMaxFds = 64;                // per message
+// Per message: Linux's SCM_MAX_FD (253, include/net/scm.h), the most one
+// SCM_RIGHTS message carries. A plan's buffers may need many: a PyTorch
+// tensor of expandable segments is one region (one fd) per 20 MiB or so.
+constexpr size_t kMaxFds = 253;
 constexpr uint32_t kMaxData = 64u << 20;
 constexpr int kMaxRanks = 256;
 

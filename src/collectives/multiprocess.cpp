@@ -97,8 +97,12 @@ void put_regions(Writer& w, const std::vector<SharedRegion>& regions) {
   }
 }
 
+// At most what one bootstrap message carries as fds (one per region): a
+// larger count is a malformed message (the caller compares it with the fds).
+constexpr uint32_t kMaxRegionsPerMessage = 253;
+
 std::vector<SharedRegion> get_regions(Reader& r) {
-  std::vector<SharedRegion> out(std::min<uint32_t>(r.get<uint32_t>(), 64));
+  std::vector<SharedRegion> out(std::min<uint32_t>(r.get<uint32_t>(), kMaxRegionsPerMessage));
   for (SharedRegion& x : out) {
     x.va = r.get<uint64_t>();
     x.size = r.get<uint64_t>();
@@ -269,22 +273,35 @@ void Communicator::pool_give(uint64_t va, size_t bytes) {
   for (size_t j = first; j < first + n && j < pool_used_.size(); ++j) pool_used_[j] = false;
 }
 
+// The regions under buffer b, each once: a buffer may span several (CUDA
+// memory of PyTorch's expandable segments is several allocations, each
+// imported as its own region), so the regions are asked for one after the
+// other, from where the last one ended.
 Status Communicator::share_buffer(const Buffer& b, std::vector<SharedRegion>* regions, std::vector<int>* fds) {
   if (!b.va || !b.size) return Status();
-  int fd = -1;
-  Result<SharedRegion> r = device_.share(b, &fd);
-  if (!r.ok()) return r.status().prefix("sharing buffer " + hex(b.va) + " with the other ranks");
-  if (std::find(shared_out_.begin(), shared_out_.end(), std::make_pair(r->va, r->serial)) != shared_out_.end()) {
-    ::close(fd);
-    return Status();
-  }
-  for (const SharedRegion& x : *regions)
-    if (x.va == r->va && x.serial == r->serial) {
+  for (uint64_t at = b.va; at < b.va + b.size;) {
+    Buffer part = b;
+    part.va = at;
+    part.size = 1;
+    part.host = nullptr;
+    int fd = -1;
+    Result<SharedRegion> r = device_.share(part, &fd);
+    if (!r.ok()) return r.status().prefix("sharing buffer " + hex(b.va) + " with the other ranks");
+    if (r->va > at || r->va + r->size <= at) {
       ::close(fd);
-      return Status();
+      return error(Code::internal, "sharing buffer " + hex(b.va) + ": the region given for " + hex(at) +
+                                       " does not hold it");
     }
-  regions->push_back(*r);
-  fds->push_back(fd);
+    at = r->va + r->size;
+    bool known = std::find(shared_out_.begin(), shared_out_.end(), std::make_pair(r->va, r->serial)) != shared_out_.end();
+    for (const SharedRegion& x : *regions) known = known || (x.va == r->va && x.serial == r->serial);
+    if (known) {
+      ::close(fd);
+      continue;
+    }
+    regions->push_back(*r);
+    fds->push_back(fd);
+  }
   return Status();
 }
 

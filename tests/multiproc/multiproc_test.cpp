@@ -380,6 +380,40 @@ TEST(Bootstrap, ExchangesDataAndFileDescriptors) {
   for (int r = 0; r < 4; ++r) EXPECT_EQ(res[size_t(r)].exit_code, 0) << "rank " << r << ": " << res[size_t(r)].out;
 }
 
+// Many descriptors in one exchange (a PyTorch tensor of expandable segments
+// is one region per allocation): 200 per rank arrive, each the right file;
+// more than one SCM_RIGHTS message carries (253) is refused, naming the limit.
+TEST(Bootstrap, ManyFileDescriptorsInOneExchange) {
+  const UniqueId id = make_unique_id().value();
+  std::vector<RankOutcome> res = fork_ranks(all_ranks(2), [&](int r, std::string* out) {
+    Result<std::unique_ptr<Bootstrap>> b = Bootstrap::connect(id, r, 2, Deadline::after_ms(20000));
+    if (!b.ok()) return *out = b.status().to_string(), 2;
+    std::vector<int> fds;
+    for (int k = 0; k < 254; ++k) {
+      const int fd = memfd_create("t", MFD_CLOEXEC);
+      const uint32_t tag = uint32_t(r) * 1000 + uint32_t(k);
+      if (fd < 0 || write(fd, &tag, sizeof tag) != ssize_t(sizeof tag)) return *out = "memfd", 3;
+      fds.push_back(fd);
+    }
+    Result<std::vector<Bootstrap::Message>> over = (*b)->exchange("many", "x", fds, Deadline::after_ms(20000));
+    if (over.ok() || over.status().to_string().find("253 fds") == std::string::npos)
+      return *out = "254 fds: " + over.status().to_string(), 4;
+    fds.resize(200);  // the rest stay open until exit
+    Result<std::vector<Bootstrap::Message>> all = (*b)->exchange("many", "x", fds, Deadline::after_ms(20000));
+    if (!all.ok()) return *out = all.status().to_string(), 5;
+    const Bootstrap::Message& m = (*all)[size_t(1 - r)];
+    if (m.fds.size() != 200) return *out = "got " + std::to_string(m.fds.size()) + " fds", 6;
+    for (int k = 0; k < 200; ++k) {
+      uint32_t tag = 0;
+      if (pread(m.fds[size_t(k)], &tag, sizeof tag, 0) != ssize_t(sizeof tag) || tag != uint32_t(1 - r) * 1000 + uint32_t(k))
+        return *out = "fd " + std::to_string(k) + " holds " + std::to_string(tag), 7;
+      close(m.fds[size_t(k)]);
+    }
+    return 0;
+  });
+  for (int r = 0; r < 2; ++r) EXPECT_EQ(res[size_t(r)].exit_code, 0) << "rank " << r << ": " << res[size_t(r)].out;
+}
+
 TEST(Bootstrap, DifferentCallsAreNamed) {
   const UniqueId id = make_unique_id().value();
   std::vector<RankOutcome> res = fork_ranks(all_ranks(2), [&](int r, std::string* out) {

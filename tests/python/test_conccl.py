@@ -139,6 +139,27 @@ with conccl.Device("emu", preset="mi300x", process_slot=r) as dev:
     got = recv.download()
     for s in range(n):
         assert got[s * chunk:(s + 1) * chunk] == data(s * n + r), s
+    # The NCCL-shaped calls: this rank's buffers alone (a list of one, or the
+    # buffer itself); broadcast's send only on the root.
+    other = dev.alloc(r, chunk * n)
+    for k, into in enumerate([recv, [recv], other if r == 1 else recv]):
+        send.upload(b"".join(data(50 + 10 * k + r) for _ in range(n)))
+        comm.all_gather(send, into, chunk)
+        got = (into[0] if isinstance(into, list) else into).download()
+        for s in range(n):
+            assert got[s * chunk:(s + 1) * chunk] == data(50 + 10 * k + s), (k, s)
+    send.upload(b"".join(data(90 + r * n + d) for d in range(n)))
+    comm.all_to_all([send], [recv], chunk)
+    got = recv.download()
+    for s in range(n):
+        assert got[s * chunk:(s + 1) * chunk] == data(90 + s * n + r), s
+    comm.broadcast(send if r == 1 else None, other, chunk, root=1)
+    assert other.download()[:chunk] == data(90 + n), "broadcast"
+    try:
+        comm.all_gather([send, send], [recv, recv], chunk)
+        raise AssertionError("two buffers per rank were accepted")
+    except conccl.Error as e:
+        assert e.status == "invalid_argument", e
 print("ok", r)
 '''
         n = 3

@@ -383,18 +383,42 @@ Result<Device::CudaAllocation> Device::export_cuda(uint64_t p) {
 }
 
 Result<Buffer> Device::import_in_window(int fd, size_t bytes) {
+  Result<std::vector<Buffer>> b = import_span_in_window({CudaAllocation{0, bytes, fd}});
+  if (!b.ok()) return b.status();
+  return b->front();
+}
+
+Result<std::vector<Buffer>> Device::import_span_in_window(const std::vector<CudaAllocation>& pieces) {
   if (fd_ctl_ < 0) return error(Code::unavailable, "the nv device is closed");
-  Result<uint64_t> va = reserve_va(bytes, 2u << 20);
+  if (pieces.empty()) return std::vector<Buffer>{};
+  const uint64_t first = pieces.front().base;
+  for (size_t k = 1; k < pieces.size(); ++k)
+    if (pieces[k].base != pieces[k - 1].base + pieces[k - 1].size)
+      return error(Code::invalid_argument, "CUDA allocations at " + hex(pieces[k - 1].base) + " and " +
+                                               hex(pieces[k].base) + " are not adjacent");
+  const uint64_t span = pieces.back().base + pieces.back().size - first;
+  Result<uint64_t> va = reserve_va(span, 2u << 20);
   if (!va.ok()) return va.status().prefix("an address for imported memory");
-  Result<Buffer> b = import_fd(fd, *va, bytes);
-  if (!b.ok()) {
-    release_va(*va, bytes);
-    return b.status();
+  std::vector<Buffer> out;
+  Status st;
+  size_t k = 0;
+  for (; k < pieces.size() && st.ok(); ++k) {
+    Result<Buffer> b = import_fd(pieces[k].fd, *va + (pieces[k].base - first), pieces[k].size);
+    if (!b.ok()) {
+      st = b.status();
+      break;
+    }
+    for (Buffer& x : buffers_)
+      if (x.handle == b->handle && x.va == b->va) x.windowed = true;
+    b->windowed = true;
+    out.push_back(*b);
   }
-  for (Buffer& x : buffers_)
-    if (x.handle == b->handle && x.va == b->va) x.windowed = true;
-  b->windowed = true;
-  return b;
+  if (st.ok()) return out;
+  // Undo: the pieces imported give their addresses back when freed; the
+  // rest of the span is given back here.
+  for (Buffer& b : out) (void)free(b);
+  for (size_t j = out.size(); j < pieces.size(); ++j) release_va(*va + (pieces[j].base - first), pieces[j].size);
+  return st;
 }
 
 Status Device::unregister_cuda(uint64_t ptr, size_t bytes) {

@@ -218,6 +218,17 @@ class GenericDevice final : public conccl::Device {
 
   bool is_mapped(uint64_t va, size_t bytes) override {
     if (find(buffers_, va, bytes) || find(pool_pages_, va, bytes) || find_import(va, bytes)) return true;
+    // A range over several adjacent allocations or imports: CUDA memory of
+    // several allocations in the window (register_cuda_in_window), here or
+    // imported from the rank that registered it.
+    const uint64_t end = va + (bytes ? bytes : 1);
+    uint64_t p = va;
+    while (p < end) {
+      if (const Alloc* a = find_alloc(p, 1)) p = a->own.va + a->own.size;
+      else if (const Import* im = find_import(p, 1)) p = im->va + im->size;
+      else break;
+    }
+    if (p >= end) return true;
     // CUDA memory: registered with every GPU (register_cuda below).
     return devs_[0]->is_registered(va, bytes ? bytes : 1);
   }
@@ -227,57 +238,90 @@ class GenericDevice final : public conccl::Device {
 
   // Ranks in separate processes: CUDA's addresses often coincide between
   // processes, so one process could not map another's CUDA memory at its
-  // owner's address. There, a CUDA allocation is imported into the data
-  // window of its GPU (a slot address) instead, and kept shareable: the
-  // buffer's va is that address, not CUDA's pointer. Returns the va of ptr.
+  // owner's address. There, CUDA memory is imported into the data window of
+  // its GPU (a slot address) instead, and kept shareable: the buffer's va is
+  // that address, not CUDA's pointer. A range over several CUDA allocations
+  // (a tensor of PyTorch's expandable segments) is imported as one
+  // contiguous range, one Alloc per allocation. Returns the va of ptr.
   Result<uint64_t> register_cuda_in_window(uint64_t ptr, size_t bytes, int gpu) {
     if (gpu < 0 || static_cast<size_t>(gpu) >= devs_.size())
       return error(Code::invalid_argument, "register_cuda for GPU " + std::to_string(gpu));
+    if (bytes == 0) return error(Code::invalid_argument, "register_cuda of 0 bytes");
     nv::Device& owner = *devs_[static_cast<size_t>(gpu)];
-    Result<nv::Device::CudaAllocation> ca = owner.export_cuda(ptr);
-    if (!ca.ok()) return ca.status();
-    struct Close {
-      int fd;
-      ~Close() { ::close(fd); }
-    } close_fd{ca->fd};
-    if (ptr + bytes > ca->base + ca->size)
-      return error(Code::invalid_argument, "register_cuda(" + hex(ptr) + ", " + std::to_string(bytes) +
-                                               ") spans several CUDA allocations: with a process slot, register one "
-                                               "allocation at a time");
-    for (auto& [va, a] : buffers_)
-      if (a.cuda_base == ca->base) {
-        ++a.cuda_refs;
-        return a.own.va + (ptr - ca->base);
+    // The CUDA allocations under [ptr, ptr+bytes), in order.
+    std::vector<nv::Device::CudaAllocation> pieces;
+    struct CloseAll {
+      std::vector<nv::Device::CudaAllocation>* p;
+      ~CloseAll() {
+        for (const auto& c : *p) ::close(c.fd);
       }
-    Result<nv::Buffer> own = owner.import_in_window(ca->fd, ca->size);
+    } close_all{&pieces};
+    for (uint64_t p = ptr; p < ptr + bytes;) {
+      Result<nv::Device::CudaAllocation> ca = owner.export_cuda(p);
+      if (!ca.ok()) return ca.status();
+      pieces.push_back(*ca);
+      p = ca->base + ca->size;
+    }
+    const uint64_t first = pieces.front().base;
+    // Registered before with this layout: count the references again.
+    for (auto& [va, a0] : buffers_) {
+      if (a0.cuda_base != first) continue;
+      std::vector<Alloc*> same;
+      for (const auto& c : pieces) {
+        auto it = buffers_.find(a0.own.va + (c.base - first));
+        if (it == buffers_.end() || it->second.cuda_base != c.base) break;
+        same.push_back(&it->second);
+      }
+      if (same.size() != pieces.size()) continue;
+      for (Alloc* a : same) ++a->cuda_refs;
+      return a0.own.va + (ptr - first);
+    }
+    Result<std::vector<nv::Buffer>> own = owner.import_span_in_window(pieces);
     if (!own.ok()) return own.status().prefix("registering CUDA memory at " + hex(ptr));
-    Alloc a{gpu, *own, {}};
-    a.cuda_base = ca->base;
-    a.cuda_refs = 1;
+    std::vector<Alloc> made;
     Status st;
-    for (size_t g = 0; g < devs_.size() && st.ok(); ++g) {
-      if (static_cast<int>(g) == gpu) continue;
-      Result<nv::Buffer> v = devs_[g]->import_fd(ca->fd, own->va, own->size);
-      if (v.ok()) a.views.push_back({g, *v});
-      else st = v.status();
+    for (size_t k = 0; k < pieces.size(); ++k) {
+      Alloc a{gpu, (*own)[k], {}};
+      a.cuda_base = pieces[k].base;
+      a.cuda_refs = 1;
+      for (size_t g = 0; g < devs_.size() && st.ok(); ++g) {
+        if (static_cast<int>(g) == gpu) continue;
+        Result<nv::Buffer> v = devs_[g]->import_fd(pieces[k].fd, a.own.va, a.own.size);
+        if (v.ok()) a.views.push_back({g, *v});
+        else st = v.status().prefix("mapping CUDA memory " + hex(ptr) + " into the other GPUs");
+      }
+      made.push_back(a);
     }
     if (!st.ok()) {
-      (void)release(a);
-      return st.prefix("mapping CUDA memory " + hex(ptr) + " into the other GPUs");
+      for (Alloc& a : made) (void)release(a);
+      return st;
     }
-    a.serial = next_serial_++;
-    buffers_[own->va] = a;
-    return own->va + (ptr - ca->base);
+    for (Alloc& a : made) {
+      a.serial = next_serial_++;
+      buffers_[a.own.va] = a;
+    }
+    return made.front().own.va + (ptr - first);
   }
-  Status unregister_cuda_in_window(uint64_t va) {
-    const Alloc* found = find_alloc(va, 1);
-    if (!found || !found->cuda_base)
-      return error(Code::not_found, "buffer " + hex(va) + " is not registered CUDA memory of this device");
-    Alloc& a = buffers_[found->own.va];
-    if (--a.cuda_refs > 0) return Status();
-    Alloc copy = a;
-    buffers_.erase(a.own.va);
-    return release(copy);
+  // Drops one reference of every CUDA allocation under [va, va+bytes).
+  Status unregister_cuda_in_window(uint64_t va, size_t bytes) {
+    std::vector<uint64_t> keys;
+    for (uint64_t p = va; p < va + (bytes ? bytes : 1);) {
+      const Alloc* found = find_alloc(p, 1);
+      if (!found || !found->cuda_base)
+        return error(Code::not_found, "buffer " + hex(p) + " is not registered CUDA memory of this device");
+      keys.push_back(found->own.va);
+      p = found->own.va + found->own.size;
+    }
+    Status first;
+    for (uint64_t k : keys) {
+      Alloc& a = buffers_[k];
+      if (--a.cuda_refs > 0) continue;
+      Alloc copy = a;
+      buffers_.erase(k);
+      Status st = release(copy);
+      if (first.ok() && !st.ok()) first = st;
+    }
+    return first;
   }
 
   // CUDA memory is imported into every GPU's client: its own GPU maps it
@@ -606,7 +650,7 @@ Result<conccl::Buffer> register_cuda(conccl::Device& device, uint64_t ptr, size_
 Status unregister_cuda(conccl::Device& device, const conccl::Buffer& buffer) {
   GenericDevice* g = generic(device);
   if (!g) return not_nv("unregister_cuda");
-  if (g->process_slot() >= 0) return g->unregister_cuda_in_window(buffer.va);
+  if (g->process_slot() >= 0) return g->unregister_cuda_in_window(buffer.va, buffer.size);
   return g->unregister_cuda(buffer.va, buffer.size);
 }
 

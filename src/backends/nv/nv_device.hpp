@@ -271,6 +271,11 @@ class Device {
   // import_fd at an address of this device's data window instead of one the
   // caller gives; freed (and the address given back) by free().
   Result<Buffer> import_in_window(int fd, size_t bytes);
+  // Several CUDA allocations that are adjacent in CUDA's address space (one
+  // tensor of PyTorch's expandable segments spans several), imported at one
+  // contiguous range of the data window with the same layout: piece k at
+  // start + (pieces[k].base - pieces[0].base). Each is freed on its own.
+  Result<std::vector<Buffer>> import_span_in_window(const std::vector<CudaAllocation>& pieces);
   // Whether [va, va+bytes) lies in registered CUDA memory.
   bool is_registered(uint64_t va, size_t bytes) const;
   size_t registered_allocations() const { return registered_.size(); }
