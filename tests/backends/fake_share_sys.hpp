@@ -230,4 +230,22 @@ class FakeShareSys final : public conccl::kfd::ShareSys {
   int kfd_fd_ = -1;
 };
 
+// ThreadSanitizer keeps the 32..96 TiB the slot windows use for itself (its
+// shadow and metadata are not application memory), so the windows cannot be
+// reserved in TSan builds: the tests that need them skip there, as
+// kfd_share.cpp's error tells users.
+#if defined(__SANITIZE_THREAD__)
+inline constexpr bool kTsanBuild = true;
+#elif defined(__has_feature)
+#if __has_feature(thread_sanitizer)
+inline constexpr bool kTsanBuild = true;
+#else
+inline constexpr bool kTsanBuild = false;
+#endif
+#else
+inline constexpr bool kTsanBuild = false;
+#endif
+#define CONCCL_SKIP_WITHOUT_SLOT_WINDOWS() \
+  if (::fakeshare::kTsanBuild) GTEST_SKIP() << "ThreadSanitizer owns the process-slot windows' addresses"
+
 }  // namespace fakeshare

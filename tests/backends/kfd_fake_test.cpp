@@ -657,6 +657,7 @@ TEST_F(KfdFake, CpuLinkWithoutAtomicsRefusesAtomics) {
 // ---- a process slot: shareable memory (kfd_share.hpp) wired into the device ----
 
 TEST_F(KfdFake, ProcessSlotAllocatesShareableMemoryInItsWindow) {
+  CONCCL_SKIP_WITHOUT_SLOT_WINDOWS();
   auto sys = std::make_shared<fakeshare::FakeShareSys>();
   conccl::kfd::Options o = options();
   o.process_slot = 2;
@@ -738,6 +739,7 @@ TEST_F(KfdFake, ProcessSlotAllocatesShareableMemoryInItsWindow) {
 }
 
 TEST_F(KfdFake, SharingNeedsASlotAndLibdrm) {
+  CONCCL_SKIP_WITHOUT_SLOT_WINDOWS();
   auto dev = open();
   ASSERT_NE(dev, nullptr);
   EXPECT_EQ(dev->process_slot(), -1);

@@ -71,6 +71,7 @@ constexpr int kReserveFlags = MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE | MAP_
 // ---- (a) the address plan ----
 
 TEST(KfdShareWindow, SlotsAreDisjointAndBelowTheGpuVmLimit) {
+  CONCCL_SKIP_WITHOUT_SLOT_WINDOWS();
   for (int s = 0; s < k::kMaxProcessSlots; ++s) {
     conccl::Result<k::Window> w = k::slot_window(s);
     ASSERT_TRUE(w.ok());
@@ -95,6 +96,7 @@ TEST(KfdShareWindow, SlotsAreDisjointAndBelowTheGpuVmLimit) {
 }
 
 TEST(KfdShareWindow, OpenReservesTheWholeWindowOnce) {
+  CONCCL_SKIP_WITHOUT_SLOT_WINDOWS();
   auto sys = std::make_shared<FakeShareSys>();
   std::unique_ptr<SharedMemory> m = open_slot(sys, 3);
   ASSERT_TRUE(m);
@@ -121,6 +123,7 @@ TEST(KfdShareWindow, OpenReservesTheWholeWindowOnce) {
 }
 
 TEST(KfdShareWindow, OpenFailuresSayWhy) {
+  CONCCL_SKIP_WITHOUT_SLOT_WINDOWS();
   auto sys = std::make_shared<FakeShareSys>();
   sys->fail_next["open_kfd"] = ENOENT;
   conccl::Result<std::unique_ptr<SharedMemory>> m = SharedMemory::open(sys, config(0));
@@ -144,6 +147,7 @@ TEST(KfdShareWindow, OpenFailuresSayWhy) {
 // ---- (b) the calls and their arguments ----
 
 TEST(KfdShareCalls, AllocShareAndFreeOfHostMemory) {
+  CONCCL_SKIP_WITHOUT_SLOT_WINDOWS();
   auto sys = std::make_shared<FakeShareSys>();
   std::unique_ptr<SharedMemory> m = open_slot(sys, 2);
   ASSERT_TRUE(m);
@@ -240,6 +244,7 @@ TEST(KfdShareCalls, AllocShareAndFreeOfHostMemory) {
 }
 
 TEST(KfdShareCalls, DeviceMemoryIsVramOnItsGpuAlignedAndMappedOwnerFirst) {
+  CONCCL_SKIP_WITHOUT_SLOT_WINDOWS();
   auto sys = std::make_shared<FakeShareSys>();
   std::unique_ptr<SharedMemory> m = open_slot(sys, 0);
   ASSERT_TRUE(m);
@@ -273,6 +278,7 @@ TEST(KfdShareCalls, DeviceMemoryIsVramOnItsGpuAlignedAndMappedOwnerFirst) {
 }
 
 TEST(KfdShareCalls, SmallBarVramHasNoCpuView) {
+  CONCCL_SKIP_WITHOUT_SLOT_WINDOWS();
   auto sys = std::make_shared<FakeShareSys>();
   sys->small_bar = true;
   std::unique_ptr<SharedMemory> m = open_slot(sys, 0);
@@ -291,6 +297,7 @@ TEST(KfdShareCalls, SmallBarVramHasNoCpuView) {
 }
 
 TEST(KfdShareCalls, ImportMapsAtTheOwnersAddressAndIsReusedOrReplaced) {
+  CONCCL_SKIP_WITHOUT_SLOT_WINDOWS();
   auto sys = std::make_shared<FakeShareSys>();
   std::unique_ptr<SharedMemory> m = open_slot(sys, 1);
   ASSERT_TRUE(m);
@@ -435,6 +442,7 @@ int importer(int sock) {
 }
 
 TEST(KfdShareProcesses, AnotherProcessReadsAndWritesAtTheSameAddress) {
+  CONCCL_SKIP_WITHOUT_SLOT_WINDOWS();
   int sv[2];
   ASSERT_EQ(::socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, sv), 0);
   // Fork before either process maps anything: B's address space must not
@@ -499,6 +507,7 @@ TEST(KfdShareProcesses, AnotherProcessReadsAndWritesAtTheSameAddress) {
 // ---- (d) errors ----
 
 TEST(KfdShareErrors, ImportWhereTheAddressIsTakenNamesTheSlot) {
+  CONCCL_SKIP_WITHOUT_SLOT_WINDOWS();
   auto sys = std::make_shared<FakeShareSys>();
   std::unique_ptr<SharedMemory> m = open_slot(sys, 1);
   ASSERT_TRUE(m);
@@ -527,6 +536,7 @@ TEST(KfdShareErrors, ImportWhereTheAddressIsTakenNamesTheSlot) {
 }
 
 TEST(KfdShareErrors, AFailingIoctlIsNamedWithItsErrnoAndLeavesNothing) {
+  CONCCL_SKIP_WITHOUT_SLOT_WINDOWS();
   auto sys = std::make_shared<FakeShareSys>();
   std::unique_ptr<SharedMemory> m = open_slot(sys, 0);
   ASSERT_TRUE(m);
@@ -577,6 +587,7 @@ TEST(KfdShareErrors, AFailingIoctlIsNamedWithItsErrnoAndLeavesNothing) {
 }
 
 TEST(KfdShareErrors, FreeingTwiceAndSharingWhatIsNotOurs) {
+  CONCCL_SKIP_WITHOUT_SLOT_WINDOWS();
   auto sys = std::make_shared<FakeShareSys>();
   std::unique_ptr<SharedMemory> m = open_slot(sys, 0);
   ASSERT_TRUE(m);
@@ -598,6 +609,7 @@ TEST(KfdShareErrors, FreeingTwiceAndSharingWhatIsNotOurs) {
 }
 
 TEST(KfdShareErrors, ARegionWhoseSerialChangedReplacesTheOldImportEvenWhenItsImportFails) {
+  CONCCL_SKIP_WITHOUT_SLOT_WINDOWS();
   auto sys = std::make_shared<FakeShareSys>();
   std::unique_ptr<SharedMemory> m = open_slot(sys, 1);
   ASSERT_TRUE(m);

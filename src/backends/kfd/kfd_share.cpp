@@ -15,6 +15,22 @@
 namespace conccl::kfd {
 
 namespace {
+// ThreadSanitizer's x86-64 layout puts its shadow and metadata where the slot
+// windows go, so they cannot be reserved in a TSan build.
+#if defined(__SANITIZE_THREAD__)
+constexpr bool kThreadSanitizer = true;
+#elif defined(__has_feature)
+#if __has_feature(thread_sanitizer)
+constexpr bool kThreadSanitizer = true;
+#else
+constexpr bool kThreadSanitizer = false;
+#endif
+#else
+constexpr bool kThreadSanitizer = false;
+#endif
+}  // namespace
+
+namespace {
 
 constexpr uint64_t kPage = 4096;
 constexpr uint64_t kHugePage = uint64_t(2) << 20;
@@ -106,6 +122,10 @@ Result<std::unique_ptr<SharedMemory>> SharedMemory::open(std::shared_ptr<ShareSy
   std::optional<uint64_t> at = sys->mmap(w->base, w->bytes, PROT_NONE,
                                          MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE | MAP_FIXED_NOREPLACE, -1, &err);
   const std::string range = "[" + hex(w->base) + ", " + hex(w->end()) + ")";
+  if (!at && kThreadSanitizer)
+    return error(Code::unavailable, "reserving process_slot " + std::to_string(config.slot) + "'s address window " +
+                                        range + ": this is a ThreadSanitizer build, and TSan keeps that range for its "
+                                        "own shadow memory; run multi-process communicators from a build without TSan");
   if (!at) {
     if (err == EEXIST)
       return error(Code::busy, "process_slot " + std::to_string(config.slot) + "'s address window " + range +
