@@ -304,6 +304,20 @@ TEST(CApi, ReleaseByStoresAndCudaCallsElsewhere) {
   }
 }
 
+// Rank r of n in a forked process: its device at process slot r, and its
+// communicator from id; 0, or a non-zero exit code with *out saying why.
+int open_rank(int r, int n, const conccl_unique_id& id, conccl_device_t* d, conccl_comm_t* comm, std::string* out) {
+  conccl_device_options o;
+  conccl_device_options_init(&o);
+  o.process_slot = r;
+  if (conccl_device_open(&o, d) != CONCCL_OK) return *out = last(), 3;
+  conccl_comm_options co;
+  conccl_comm_options_init(&co);
+  co.timeout_ms = 20000;
+  if (conccl_comm_create_rank(*d, r, n, &id, r, &co, comm) != CONCCL_OK) return *out = last(), 4;
+  return 0;
+}
+
 }  // namespace
 
 // One process per rank through the C API: the id as a string, a device per
@@ -328,16 +342,9 @@ TEST(CApi, OneProcessPerRank) {
   std::vector<conccl::mptest::RankOutcome> res = conccl::mptest::fork_ranks({0, 1, 2}, [&](int r, std::string* out) {
     conccl_unique_id mine;
     if (conccl_unique_id_from_string(text, &mine) != CONCCL_OK) return *out = last(), 2;
-    conccl_device_options o;
-    conccl_device_options_init(&o);
-    o.process_slot = r;
     conccl_device_t d = nullptr;
-    if (conccl_device_open(&o, &d) != CONCCL_OK) return *out = last(), 3;
-    conccl_comm_options co;
-    conccl_comm_options_init(&co);
-    co.timeout_ms = 20000;
     conccl_comm_t comm = nullptr;
-    if (conccl_comm_create_rank(d, r, n, &mine, r, &co, &comm) != CONCCL_OK) return *out = last(), 4;
+    if (int rc = open_rank(r, n, mine, &d, &comm, out)) return rc;
     if (conccl_comm_rank(comm) != r || conccl_comm_size(comm) != n) return *out = "rank/size", 5;
     conccl_buffer send, recv;
     if (conccl_buffer_alloc(d, r, chunk, CONCCL_MEM_DEVICE, &send) != CONCCL_OK ||
@@ -386,16 +393,9 @@ TEST(CApi, NcclShapedCallsOneProcessPerRank) {
     return v;
   };
   std::vector<conccl::mptest::RankOutcome> res = conccl::mptest::fork_ranks({0, 1, 2}, [&](int r, std::string* out) {
-    conccl_device_options o;
-    conccl_device_options_init(&o);
-    o.process_slot = r;
     conccl_device_t d = nullptr;
-    if (conccl_device_open(&o, &d) != CONCCL_OK) return *out = last(), 3;
-    conccl_comm_options co;
-    conccl_comm_options_init(&co);
-    co.timeout_ms = 20000;
     conccl_comm_t comm = nullptr;
-    if (conccl_comm_create_rank(d, r, n, &id, r, &co, &comm) != CONCCL_OK) return *out = last(), 4;
+    if (int rc = open_rank(r, n, id, &d, &comm, out)) return rc;
     conccl_buffer send, recv, recv2;
     if (conccl_buffer_alloc(d, r, chunk * n, CONCCL_MEM_DEVICE, &send) != CONCCL_OK ||
         conccl_buffer_alloc(d, r, chunk * n, CONCCL_MEM_DEVICE, &recv) != CONCCL_OK ||

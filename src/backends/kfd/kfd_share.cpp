@@ -458,30 +458,28 @@ Status SharedMemory::import(const SharedRegion& r, int fd, const std::vector<int
   return Status();
 }
 
-std::optional<bool> SharedMemory::covers(uint64_t va, size_t bytes) const {
-  std::lock_guard<std::mutex> lock(mu_);
+const SharedMemory::Mapped* SharedMemory::holding(uint64_t va) const {
   for (const std::map<uint64_t, Mapped>* list : {&own_, &imported_}) {
     auto it = list->upper_bound(va);
     if (it == list->begin()) continue;
     --it;
-    const Mapped& m = it->second;
-    if (va >= m.va && va - m.va < m.size) return bytes <= m.size - (va - m.va);
+    if (va >= it->second.va && va - it->second.va < it->second.size) return &it->second;
   }
+  return nullptr;
+}
+
+std::optional<bool> SharedMemory::covers(uint64_t va, size_t bytes) const {
+  std::lock_guard<std::mutex> lock(mu_);
+  if (const Mapped* m = holding(va)) return bytes <= m->size - (va - m->va);
   if (window_.contains(va, 1)) return false;  // our window, but no buffer there
   return std::nullopt;
 }
 
 void* SharedMemory::host_pointer(uint64_t va, size_t bytes) const {
   std::lock_guard<std::mutex> lock(mu_);
-  for (const std::map<uint64_t, Mapped>* list : {&own_, &imported_}) {
-    auto it = list->upper_bound(va);
-    if (it == list->begin()) continue;
-    --it;
-    const Mapped& m = it->second;
-    if (m.host && va >= m.va && va - m.va < m.size && bytes <= m.size - (va - m.va))
-      return static_cast<uint8_t*>(m.host) + (va - m.va);
-  }
-  return nullptr;
+  const Mapped* m = holding(va);
+  if (!m || !m->host || bytes > m->size - (va - m->va)) return nullptr;
+  return static_cast<uint8_t*>(m->host) + (va - m->va);
 }
 
 size_t SharedMemory::buffers() const {

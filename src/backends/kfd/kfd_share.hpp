@@ -175,6 +175,7 @@ class SharedMemory {
   // window), else the address is given back.
   Status detach(Mapped& m, bool reserve);
   Status check_gpu(int gpu, const char* what) const;
+  const Mapped* holding(uint64_t va) const;  // our buffer or import holding va; mu_ held
   std::string where(uint64_t va) const;  // "process_slot N's window", for messages
 
   std::shared_ptr<ShareSys> sys_;
