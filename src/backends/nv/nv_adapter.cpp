@@ -684,8 +684,10 @@ Status enqueue_on_stream(conccl::Device& device, conccl::Plan& plan, void* cu_st
   Status st;
   for (const SignalStore& w : *stores)
     if (st.ok()) st = stream_write_value64(cu_stream, w.va, w.value);
+  // Across processes, this process's ranks only: the others' streams wait
+  // for theirs.
   for (int r = 0; r < static_cast<int>(plan.args().recv.size()) && st.ok(); ++r)
-    if (plan.arrivals_expected(r) > 0)
+    if (plan.arrivals_expected(r) > 0 && plan.communicator().local(r))
       st = stream_wait_value64(cu_stream, plan.arrival(r).va(), plan.arrivals_expected(r));
   // Past its waits, the stream says so: until then the plan counts as
   // running and is not relaunched (a relaunch resets the arrivals the stream
