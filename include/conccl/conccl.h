@@ -211,6 +211,10 @@ conccl_status conccl_comm_create(conccl_device_t device, const int* gpus, int nr
                                  const conccl_comm_options* options, conccl_comm_t* comm);
 void conccl_comm_destroy(conccl_comm_t comm);
 int conccl_comm_size(conccl_comm_t comm);
+/* How many plans the NCCL-shaped calls keep for reuse. They keep those of
+ * the 64 most recently used argument sets (op, size, root, buffers, stream
+ * or not); older ones are destroyed once no launch of theirs runs. */
+size_t conccl_comm_cached_plans(conccl_comm_t comm);
 
 /* One process per rank (docs/multiprocess.md), as ncclGetUniqueId and
  * ncclCommInitRank: one process makes the id and hands it to all; each

@@ -130,6 +130,7 @@ _comm_create = _sig("conccl_comm_create", _status, _vp, _P(_int), _int, _P(_Comm
 _comm_create_rank = _sig("conccl_comm_create_rank", _status, _vp, _int, _int, _P(_UniqueId), _int, _P(_CommOptions),
                          _P(_vp))
 _comm_rank = _sig("conccl_comm_rank", _int, _vp)
+_comm_cached_plans = _sig("conccl_comm_cached_plans", _sz, _vp)
 _get_uid = _sig("conccl_get_unique_id", _status, _P(_UniqueId))
 _uid_to_string = _sig("conccl_unique_id_to_string", _status, _P(_UniqueId), _cp, _sz)
 _uid_from_string = _sig("conccl_unique_id_from_string", _status, _cp, _P(_UniqueId))
@@ -610,6 +611,8 @@ class Communicator(_Child):
 
     size = property(lambda self: _comm_size(self._h))
     rank = property(lambda self: _comm_rank(self._h), doc="this process's rank (-1: every rank in this process)")
+    cached_plans = property(lambda self: _comm_cached_plans(self._h),
+                            doc="plans the NCCL-shaped calls keep (those of the 64 most recently used argument sets)")
 
     def plan(self, op, nbytes, send, recv, **kw):
         return Plan(self, op, nbytes, send, recv, **kw)

@@ -50,8 +50,34 @@ struct conccl_comm {
     std::vector<std::unique_ptr<Plan>> plans;
     size_t next = 0;
     uint64_t generation = 0;  // one process per rank: which joint planning made the plan
+    uint64_t last_use = 0;
   };
   std::map<Key, Slot> cache;
+  // At most kMaxCachedCalls argument sets keep their plans, the least
+  // recently used given up first: a caching allocator that hands out ever
+  // new buffers would otherwise grow the cache (and its signal memory)
+  // without end. Slots with a launch still running are kept.
+  static constexpr size_t kMaxCachedCalls = 64;
+  uint64_t uses = 0;
+  void touch(const Key& key) {
+    cache[key].last_use = ++uses;
+    while (cache.size() > kMaxCachedCalls) {
+      auto oldest = cache.end();
+      for (auto it = cache.begin(); it != cache.end(); ++it) {
+        if (it->first == key) continue;
+        bool busy = false;
+        for (const auto& p : it->second.plans) busy = busy || p->running();
+        if (!busy && (oldest == cache.end() || it->second.last_use < oldest->second.last_use)) oldest = it;
+      }
+      if (oldest == cache.end()) return;  // every other slot is running: trim later
+      cache.erase(oldest);
+    }
+  }
+  size_t cached_plans() const {
+    size_t n = 0;
+    for (const auto& [k, slot] : cache) n += slot.plans.size();
+    return n;
+  }
   // One process per rank: plans the NCCL-shaped calls made, counted alike on
   // every rank (planning is collective), so ranks can tell that their cached
   // plans are halves of the same one.
@@ -230,6 +256,7 @@ conccl_status nccl_shaped_per_process(CollOp op, const conccl_buffer* send, cons
     slot.generation = ++c->generations;
     it = c->cache.find(key);
   }
+  c->touch(key);
   Plan& plan = *it->second.plans.front();
   Status st = plan.launch(dl);
   if (st.ok()) st = plan.wait(dl);
@@ -267,7 +294,9 @@ conccl_status nccl_shaped(CollOp op, const conccl_buffer* send, const conccl_buf
     a.recv.push_back(to_cpp(recv[r]));
     rk.push_back(recv[r].va);
   }
-  conccl_comm::Slot& slot = c->cache[conccl_comm::Key{static_cast<int>(op), bytes, root, sk, rk, stream != nullptr}];
+  const conccl_comm::Key key{static_cast<int>(op), bytes, root, sk, rk, stream != nullptr};
+  c->touch(key);
+  conccl_comm::Slot& slot = c->cache[key];
   const Deadline dl = after(c->timeout_ms);
   // The plan to use: a free one, else a new one (up to kInFlight on a
   // stream), else the next in turn once its launch is done.
@@ -280,7 +309,7 @@ conccl_status nccl_shaped(CollOp op, const conccl_buffer* send, const conccl_buf
   if (!plan && (slot.plans.empty() || (stream && slot.plans.size() < conccl_comm::kInFlight))) {
     Result<std::unique_ptr<Plan>> p = c->comm->plan(a);
     if (!p.ok()) {
-      if (slot.plans.empty()) c->cache.erase(conccl_comm::Key{static_cast<int>(op), bytes, root, sk, rk, stream != nullptr});
+      if (slot.plans.empty()) c->cache.erase(key);
       return report(p.status());
     }
     slot.plans.push_back(std::move(p).value());
@@ -721,6 +750,7 @@ void conccl_comm_destroy(conccl_comm_t c) {
 }
 
 int conccl_comm_size(conccl_comm_t c) { return c ? c->comm->size() : 0; }
+size_t conccl_comm_cached_plans(conccl_comm_t c) { return c ? c->cached_plans() : 0; }
 
 void conccl_collective_args_init(conccl_collective_args* a) {
   if (!a) return;

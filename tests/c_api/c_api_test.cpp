@@ -204,6 +204,52 @@ TEST(CApi, CommunicatorPlansAndNcclShapedCalls) {
   }
 }
 
+// The NCCL-shaped calls keep the plans of the 64 most recently used argument
+// sets: 70 calls with ever new receive buffers (as a caching allocator may
+// hand out) leave 64 plans, every call's bytes verified; the oldest buffers
+// then plan again and still land right, and a recently used set is reused.
+TEST(CApi, NcclShapedCacheKeepsTheMostRecentlyUsed) {
+  Dev dev;
+  const int gpus[2] = {0, 1};
+  conccl_comm_t comm = nullptr;
+  ASSERT_EQ(conccl_comm_create(dev.d, gpus, 2, nullptr, &comm), CONCCL_OK) << last();
+  EXPECT_EQ(conccl_comm_cached_plans(comm), 0u);
+  EXPECT_EQ(conccl_comm_cached_plans(nullptr), 0u);
+  const size_t chunk = 4096 + 12;
+  std::vector<conccl_buffer> send(2);
+  std::vector<std::vector<conccl_buffer>> recv(70, std::vector<conccl_buffer>(2));
+  std::mt19937 rng(31);
+  std::vector<std::vector<uint8_t>> data(2, std::vector<uint8_t>(chunk));
+  for (int r = 0; r < 2; ++r) ASSERT_EQ(conccl_buffer_alloc(dev.d, r, chunk, CONCCL_MEM_DEVICE, &send[r]), CONCCL_OK);
+  auto call = [&](int k) {
+    for (int r = 0; r < 2; ++r) {
+      for (auto& x : data[r]) x = static_cast<uint8_t>(rng() | 0x80);
+      ASSERT_EQ(conccl_buffer_upload(dev.d, &send[r], 0, data[r].data(), chunk, 5000), CONCCL_OK);
+    }
+    ASSERT_EQ(conccl_all_gather(send.data(), recv[k].data(), chunk, comm, nullptr), CONCCL_OK) << last();
+    for (int r = 0; r < 2; ++r) {
+      std::vector<uint8_t> got(chunk * 2);
+      ASSERT_EQ(conccl_buffer_download(dev.d, got.data(), &recv[k][r], 0, got.size(), 5000), CONCCL_OK);
+      for (int s = 0; s < 2; ++s)
+        ASSERT_EQ(std::memcmp(got.data() + chunk * s, data[s].data(), chunk), 0) << "call " << k << " rank " << r;
+    }
+  };
+  for (int k = 0; k < 70; ++k) {
+    for (int r = 0; r < 2; ++r)
+      ASSERT_EQ(conccl_buffer_alloc(dev.d, r, chunk * 2, CONCCL_MEM_DEVICE, &recv[k][r]), CONCCL_OK);
+    call(k);
+    EXPECT_EQ(conccl_comm_cached_plans(comm), std::min<size_t>(k + 1, 64)) << "after call " << k;
+  }
+  call(69);  // cached: no new plan
+  EXPECT_EQ(conccl_comm_cached_plans(comm), 64u);
+  call(0);  // given up long ago: planned again, in place of the oldest
+  EXPECT_EQ(conccl_comm_cached_plans(comm), 64u);
+  conccl_comm_destroy(comm);
+  for (auto& pair : recv)
+    for (auto& b : pair) EXPECT_EQ(conccl_buffer_free(dev.d, &b), CONCCL_OK);
+  for (auto& b : send) EXPECT_EQ(conccl_buffer_free(dev.d, &b), CONCCL_OK);
+}
+
 // Another writer releases a prelaunched plan with the stores the plan names:
 // here a DMA queue of the device makes them (as a compute stream would with
 // cu/hipStreamWriteValue64), and the data lands verified. CUDA calls on a

@@ -95,9 +95,11 @@ class CollectiveTest(unittest.TestCase):
                 got = recv[r].download()
                 for s in range(n):
                     self.assertEqual(got[s * chunk:(s + 1) * chunk], data[s][r * chunk:(r + 1) * chunk])
+            self.assertEqual(comm.cached_plans, 1)
             comm.broadcast(send[2], recv, chunk, root=2)
             for r in range(n):
                 self.assertEqual(recv[r].download(chunk), data[2][:chunk])
+            self.assertEqual(comm.cached_plans, 2)
             plan = comm.plan("all_gather", chunk, send, recv, variant="b2b", prelaunch=True)
             self.assertEqual(plan.variant, "b2b")
             plan.prelaunch()
