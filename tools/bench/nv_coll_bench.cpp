@@ -45,7 +45,9 @@
 //           plan in flight (no host round trip between launches),
 //           budgetpace spreads the budget's launches evenly over the GEMM
 //           instead of back to back, and cecp/budgetcp move the same bytes
-//           as one plain copy per engine, no collective. agdest/agpiece
+//           as one plain copy per engine, no collective (a single Hopper
+//           copy runs on one PCE, so cecp moves its bytes at about 40 GB/s
+//           per engine, not at the all-gather's rate). agdest/agpiece
 //           write the all-gather's copies by hand on one queue per engine,
 //           destination-major or piece-major (each --piece-kib piece of a
 //           source copied to every destination back to back, so that it is
