@@ -157,8 +157,9 @@ std::string format_gp_entry(const GpEntry& e);
 // copy, fill, signal (64-bit release with timestamp), wait (64-bit >=),
 // timestamp. Every command appends whole method headers or nothing.
 
-// Largest byte count one LAUNCH_DMA moves here: LINE_LENGTH_IN is 32 bits;
-// UVM caps pieces at 0xFFFFFFFF, we use 2 GiB pieces (nvidia_ce.md §2.1).
+// Largest byte count one LAUNCH_DMA moves here: LINE_LENGTH_IN is 32 bits
+// (clc8b5.h), and tinygrad's runtime/ops_nv.py copies in pieces of at most
+// 2 GiB, as we do.
 inline constexpr uint64_t kMaxCopyBytes = 1ull << 31;
 // Fills use the remap unit with 4-byte components: LINE_LENGTH_IN counts
 // 4-byte elements; pieces of at most 2^31 bytes.

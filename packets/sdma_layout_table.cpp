@@ -215,7 +215,7 @@ constexpr FieldRow kRows[] = {
     F(P(Pkt::copy_window), Key::src_mall_policy, G7, B(12, 29, 28)),
 
     // ---- SWAP_LINEAR (DMA-Latte include/sdma_pkt_struct.h; MI300 only) ----
-    // count[29:0] per DMA-Latte (dmalatte_mori.md §2.2); encode still caps bytes
+    // count[29:0] per AMDResearch/AMD-DMA-Latte include/sdma_pkt_struct.h; encode still caps bytes
     // at limits().max_copy_bytes.
     M1(P(Pkt::swap), Key::bytes, G442, B(1, 29, 0), R),
     Q(P(Pkt::swap), Key::a, G442, 3, RH),

@@ -5,7 +5,7 @@
 // libcuda is loaded with dlopen, here too: without it (this project's build
 // machines) only the unavailable path runs. On a GPU machine CUDA is set up
 // first and our nv::Device second, as the library recommends
-// (nvidia_interop.md §5), and every byte is checked through our own channels.
+// (docs/nv-backend.md), and every byte is checked through our own channels.
 #include <dlfcn.h>
 #include <gtest/gtest.h>
 #include <unistd.h>

@@ -6,9 +6,11 @@
 //    headers' macros and AMD DMA-Latte's src/SDMAPacket.cpp, copied verbatim.
 //  - kPerGen: one or more vectors for every packet kind on every generation,
 //    with the generation-specific fields set to non-zero values. They were
-//    computed from the bit positions listed in sdma_packets.md §2 (Linux
-//    vega10/navi10/sdma_v6_0_0 pkt_open.h, PAL gfx10/gfx12 merged packets)
-//    and dmalatte_mori.md §2.2 (SWAP_LINEAR), never by running our encoder.
+//    computed from the bit positions in Linux
+//    drivers/gpu/drm/amd/amdgpu/{vega10,navi10,sdma_v6_0_0}_sdma_pkt_open.h
+//    (the last is named sdma_v6_0_0_pkt_open.h), GPUOpen-Drivers/pal
+//    gfx10/gfx12 merged_sdma_packets.h, and AMDResearch/AMD-DMA-Latte
+//    include/sdma_pkt_struct.h (SWAP_LINEAR), never by running our encoder.
 //
 // Each vector is checked both ways: assemble(text) == dwords, and
 // decode(dwords) gives exactly the fields of the text (others zero), and
@@ -130,7 +132,7 @@ const Golden kReference[] = {
     {"5", "mem_incr addr=0x00007F0000A00000", {0x00000107, 0x00A00000, 0x00007F00}},
     {"7", "mem_incr addr=0x00007F0000A00000", {0x00000107, 0x00A00000, 0x00007F00}},
 
-    // dmalatte_mori.md §2.3 (gfx942 = SDMA 4.4.2): src 0x00007F3A12340000,
+    // AMDResearch/AMD-DMA-Latte src/SDMAPacket.cpp (gfx942 = SDMA 4.4.2): src 0x00007F3A12340000,
     // dst0 0x00007F3B56780000, dst1 0x00007F3C9ABC0000, S 0x00007F0000001000, T 0x00007F0000002000.
     {"4.4.2", "copy src=0x00007F3A12340000 dst=0x00007F3B56780000 bytes=4096", {0x00000001, 0x00000FFF, 0x00000000, 0x12340000, 0x00007F3A, 0x56780000, 0x00007F3B}},
     {"4.4.2", "copy_bcst src=0x00007F3A12340000 dst0=0x00007F3B56780000 dst1=0x00007F3C9ABC0000 bytes=4096", {0x08000001, 0x00000FFF, 0x00000000, 0x12340000, 0x00007F3A, 0x56780000, 0x00007F3B, 0x9ABC0000, 0x00007F3C}},
@@ -558,7 +560,8 @@ TEST(Golden, PerGenerationTableCoversEveryPacketKind) {
     }
 }
 
-// The kinds each generation has (spec list in the brief / sdma_packets.md).
+// The kinds each generation has (the Linux headers above and each
+// generation's sdma_v*.c emit functions).
 TEST(Golden, PacketSetPerGeneration) {
   for (Gen g : kAllGens) {
     const bool v4 = g == Gen::v4 || g == Gen::v4_4 || g == Gen::v4_4_2;
@@ -597,7 +600,7 @@ TEST(Golden, DecodesVectorsBeyondOurLimits) {
     EXPECT_EQ(p->get(Key::bytes), 0x40000000u);
     EXPECT_TRUE(p->reserved.empty());
   }
-  // DMA-Latte SWAP_LINEAR splits at 1<<30: count[29:0] = 0x3FFFFFFF (dmalatte_mori.md §2.2).
+  // DMA-Latte SWAP_LINEAR splits at 1<<30: count[29:0] = 0x3FFFFFFF (AMD-DMA-Latte src/SDMAPacket.cpp).
   const std::vector<uint32_t> swap1g = {0x00000901, 0x3FFFFFFF, 0x00000000, 0x56780000,
                                         0x00007F3B, 0x12340000, 0x00007F3A};
   {
@@ -692,7 +695,7 @@ TEST(Golden, MultiLineProgram) {
   Result<std::vector<uint32_t>> dw = assemble(Gen::v4_4_2, text);
   ASSERT_TRUE(dw.ok()) << dw.status().to_string();
   EXPECT_EQ(hex_dwords(*dw), hex_dwords(want));
-  EXPECT_EQ(dw->size() * 4, 0x54u);  // dmalatte_mori.md §2.3: first wptr 84 bytes
+  EXPECT_EQ(dw->size() * 4, 0x54u);  // AMD-DMA-Latte: first wptr 84 bytes
 
   StreamDecode s = decode_stream(Gen::v4_4_2, want);
   ASSERT_TRUE(s.error.ok());

@@ -127,7 +127,9 @@ TEST(Table, KeyNamesRoundTrip) {
   EXPECT_FALSE(parse_key("SRC", &dummy));
 }
 
-// Opcode and sub-op of every kind, from sdma_packets.md §1.
+// Opcode and sub-op of every kind, from the SDMA_OP_*/SDMA_SUBOP_* values of
+// Linux drivers/gpu/drm/amd/amdgpu/{vega10,navi10}_sdma_pkt_open.h and
+// sdma_v6_0_0_pkt_open.h.
 TEST(Table, OpcodesMatchTheReference) {
   struct Op {
     Pkt p;
@@ -292,7 +294,8 @@ TEST(Table, LimitsMatchTheLayout) {
     const std::string where = "SDMA " + std::string(gen_name(g));
     // 4.4 (gfx90a): Linux sdma_v4_0.c sdma_v4_4_buffer_funcs, 1 << 30 per copy and fill.
     const bool wide = g == Gen::v4_4 || g == Gen::v5_2 || g == Gen::v6 || g == Gen::v7;
-    // sdma_packets.md §5: 0x3FFF00 on 22-bit generations, 0x3FFFFF00 on 30-bit ones.
+    // Mesa src/amd/common/sid.h (the last 255 bytes of a (1 << 22) - 1 count
+    // are not copied): 0x3FFF00 on 22-bit generations, 0x3FFFFF00 on 30-bit ones.
     EXPECT_EQ(lim.copy_count_bits, wide ? 30 : 22) << where;
     EXPECT_EQ(lim.max_copy_bytes, wide ? 0x3FFFFF00u : 0x3FFF00u) << where;
     EXPECT_EQ(test::row_of(Pkt::copy, g, Key::bytes)->total_width(), lim.copy_count_bits) << where;

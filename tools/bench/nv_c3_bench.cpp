@@ -19,9 +19,9 @@
 //   ce3sleep ce3, but the host polls completion every 200 us and sleeps;
 //   ce3own   ce3 between our own RM allocations (not imported CUDA memory);
 //   ce3proc  ce3 in a second process (forked before CUDA starts, its own RM
-//            client and buffers), as nvidia_ce.md §4.1 measured it;
+//            client and buffers), as the pre-project study measured it;
 //   sm       cudaMemcpyAsync D2D on a second stream (an SM kernel on CUDA 13.0
-//            / driver 580, nvidia_ce.md §3.1).
+//            / driver 580, docs/perf/h200.md).
 // The order of the variants rotates from one repetition to the next.
 // Every concurrent phase is bracketed by GEMM-alone phases, and the GEMM
 // slowdown of a phase is its GEMM time (CUDA events) over the mean of the two
@@ -30,7 +30,7 @@
 // records SM clock, power and throttle reasons every 10 ms; each phase gets
 // their averages. % of ideal = 100*(S_real-1)/(S_ideal-1),
 //   S_ideal = (t_gemm + t_copy) / max(t_gemm, t_copy),
-//   S_real  = (t_gemm + t_copy) / t_concurrent          (reference/paper.md),
+//   S_real  = (t_gemm + t_copy) / t_concurrent          (the ConCCL paper, arXiv 2412.14335),
 // host wall clock from enqueue to completion. Also per variant: GEMM time lost
 // per GB the copies moved (us/GB), which compares paths at unequal bytes.
 // --copy-frac R sizes the copies of every variant but budget and ce3same to
@@ -211,7 +211,7 @@ int main(int argc, char** argv) {
     return ms;
   };
 
-  // CUDA first: its VA reservations are in place before ours (nvidia_interop.md §5).
+  // CUDA first: its VA reservations are in place before ours (docs/nv-backend.md).
   CUDA_CHECK(cudaSetDevice(0));
   CUDA_CHECK(cudaFree(nullptr));
   CU_CHECK(cuInit(0));

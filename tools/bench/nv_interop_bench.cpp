@@ -11,7 +11,7 @@
 //               then releases a host slot with a timestamp; CUDA runs a kernel
 //               that reads %globaltimer, then cuStreamWriteValue64 on the slot.
 //               Latency = CE release timestamp - kernel %globaltimer.
-// Both clocks are the GPU's ns timer (nvidia_interop.md §4.1). Before each
+// Both clocks are the GPU's ns timer (clc8b5.h semaphore timestamps, open-gpu-doc). Before each
 // release the bench checks that the waiting side has not moved (a 200 us
 // hold), and it counts violations. Prints a table last; writes JSON.
 //
@@ -61,7 +61,7 @@ int main(int argc, char** argv) {
       return 2;
     }
   }
-  // CUDA first (nvidia_interop.md §5).
+  // CUDA first (docs/nv-backend.md).
   CU_CHECK(cuInit(0));
   CUdevice cdev;
   CU_CHECK(cuDeviceGet(&cdev, 0));

@@ -85,7 +85,8 @@ size_t round_up(size_t v, size_t a) { return (v + a - 1) / a * a; }
 // A thunk output struct with room to spare: if the library was built from a
 // newer header than ours (a larger struct), it cannot write past our stack
 // object. The padding costs nothing and removes the ABI hazard the reference
-// notes for HsaIoLinkProperties (kfd_queues.md §2.1).
+// notes for HsaIoLinkProperties, whose size has changed between thunk
+// releases (hsakmttypes.h).
 template <typename T>
 class Out {
  public:
@@ -263,7 +264,7 @@ Result<HsaEvent*> create_signal_event(int thunk_node) {
   d.NodeId = static_cast<HSAuint32>(thunk_node);
   HsaEvent* ev = nullptr;
   errno = 0;
-  // Auto-reset (ManualReset=false), not signaled: kfd_queues.md §2.4.
+  // Auto-reset (ManualReset=false), not signaled (hsakmt.h hsaKmtCreateEvent).
   const HSAKMT_STATUS s = hsaKmtCreateEvent(&d, false, false, &ev);
   const int e = errno;
   if (s != HSAKMT_STATUS_SUCCESS || !ev)
@@ -752,7 +753,7 @@ class KfdDeviceImpl final : public KfdDevice, public KfdInternals {
     }
     // SDMA queues: the thunk supplies rptr/wptr (in its own page-sized,
     // uncached, GPU-mapped struct queue) and the doorbell; on gfx9+ all
-    // three are 64-bit byte offsets (queues.c; kfd_queues.md §2.2).
+    // three are 64-bit byte offsets (libhsakmt src/queues.c).
     uint64_t* rptr = qr->Queue_read_ptr_aql;
     uint64_t* wptr = qr->Queue_write_ptr_aql;
     uint64_t* doorbell = qr->Queue_DoorBell_aql;

@@ -364,7 +364,7 @@ Result<Device::CudaAllocation> Device::export_cuda(uint64_t p) {
                  "CUDA memory at " + hex(p) + " is not a CUDA VMM allocation (cuMemRetainAllocationHandle: " +
                      cu_name(rr) +
                      "): plain cudaMalloc/cuMemAlloc memory has no allocation handle and cannot be "
-                     "imported by another RM client (nvidia_interop.md §3); " + kUseVmm);
+                     "imported by another RM client (docs/nv-backend.md); " + kUseVmm);
   CUdeviceptr base = 0;
   size_t size = 0;
   Status st = cu_check(a.cuMemGetAddressRange(&base, &size, p), "cuMemGetAddressRange(" + hex(p) + ")");
@@ -482,7 +482,7 @@ Result<uint64_t> Device::alloc_cuda_slot() {
 // pages at one VA for CPU and GPU. cuMemHostRegister pins the same pages for
 // CUDA; with unified addressing CUDA's device pointer for them is that VA, so
 // one address serves the CPU, CUDA streams and our channels
-// (nvidia_interop.md §4.1 "SYS-reg": measured there in both directions).
+// (measured on the H200 in both directions: docs/perf/h200.md, run 9).
 Status Device::cuda_host_register(void* host, size_t bytes) {
   if (fd_ctl_ < 0) return error(Code::unavailable, "the nv device is closed");
   const CudaApi& a = api();

@@ -181,7 +181,7 @@ class Channel {
 
 class Device {
  public:
-  // Opens the GPU: nvidia_ce.md §2.5 steps 1-8 (root client, version checks,
+  // Opens the GPU in the order tinygrad's runtime/ops_nv.py does (root client, version checks,
   // UVM, device, subdevice, usermode doorbell, VA space, engines, channels).
   static Result<std::unique_ptr<Device>> open(const Options& options = {});
   // Quick check without opening anything: ok, or Code::unavailable with why
@@ -241,7 +241,7 @@ class Device {
   volatile uint64_t* slot_host(uint64_t va);
 
   // ---- CUDA interop (cuda_interop.cpp; libcuda is loaded with dlopen) -------
-  // The memory model with CUDA in the process (nvidia_interop.md §6): CUDA
+  // The memory model with CUDA in the process (docs/nv-backend.md): CUDA
   // allocates with cuMemCreate and the POSIX-fd handle type (cuda_alloc below
   // does that), and the channels use CUDA's own pointers once registered.
   //

@@ -396,7 +396,7 @@ Status Device::map_gpu(uint32_t handle, uint64_t va, size_t bytes, uint32_t extr
     return errno_status("NV_ESC_RM_MAP_MEMORY_DMA", errno);
   log("rm_map_memory_dma " + hex(handle) + " at " + hex(va) + " -> " + rm_status_name(d.status));
   if (d.status != 0) {
-    // nvidia_interop.md §2.3: PAGE_SIZE_4KB is the form tinygrad uses; retry with it.
+    // PAGE_SIZE_4KB is the form tinygrad's runtime/ops_nv.py uses; retry with it.
     d.status = 0;
     d.flags = abi::kNvos46CacheSnoop | abi::kNvos46OffsetFixed | abi::kNvos46PageSize4k | extra_flags;
     d.dmaOffset = va;

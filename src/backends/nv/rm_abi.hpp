@@ -398,7 +398,9 @@ struct ScheduleParams {
 static_assert(sizeof(ScheduleParams) == 3);
 
 // ctrl0000unix.h NV0000_CTRL_CMD_OS_UNIX_GET_EXPORT_OBJECT_INFO (0x3d08),
-// _IMPORT_OBJECTS_FROM_FD (0x3d0c); layouts per nvidia_interop.md §2.2
+// _IMPORT_OBJECTS_FROM_FD (0x3d0c); layouts per that header in
+// NVIDIA/open-gpu-kernel-modules (src/common/sdk/nvidia/inc/ctrl/ctrl0000/,
+// 580 branch), as the driver accepted them on the H200
 inline constexpr uint32_t kCtrlGetExportObjectInfo = 0x3D08;
 inline constexpr uint32_t kCtrlImportObjectsFromFd = 0x3D0C;
 struct ExportObjectInfo {
@@ -509,7 +511,8 @@ static_assert(sizeof(InfoListParams) == 16 && offsetof(InfoListParams, list) == 
 
 // ctrl0041.h NV0041_CTRL_CMD_GET_SURFACE_INFO (0x410110) on a memory handle:
 // the same list form; NV0041_CTRL_SURFACE_INFO_INDEX_PHYS_SIZE_LO 2, _HI 3
-// (nvidia_interop.md §2.2: it answers for imported CUDA allocations).
+// (it answers for imported CUDA allocations too, as measured on the H200:
+// docs/nv-backend.md).
 inline constexpr uint32_t kCtrlGetSurfaceInfo = 0x410110;
 inline constexpr uint32_t kSurfaceInfoPhysSizeLo = 2;
 inline constexpr uint32_t kSurfaceInfoPhysSizeHi = 3;
