@@ -31,6 +31,10 @@ TEST(NvCuda, UnavailableWithoutLibcuda) {
   EXPECT_EQ(a.status().code(), Code::unavailable);
   CudaAlloc empty;
   EXPECT_TRUE(cuda_free(empty).ok()) << "freeing nothing is fine";
+  // The host wait for a stream (multi-process NCCL-shaped calls) says the same.
+  Status w = synchronize_stream(reinterpret_cast<void*>(1), Deadline::after_ms(100));
+  EXPECT_EQ(w.code(), Code::unavailable) << w.to_string();
+  EXPECT_NE(w.message().find("libcuda"), std::string::npos) << w.message();
 }
 
 class NvCudaHw : public ::testing::Test {
