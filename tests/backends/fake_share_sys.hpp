@@ -18,6 +18,7 @@
 #include <vector>
 
 #include "backends/kfd/kfd_share.hpp"
+#include "util/sanitizers.hpp"
 
 namespace fakeshare {
 
@@ -234,18 +235,7 @@ class FakeShareSys final : public conccl::kfd::ShareSys {
 // shadow and metadata are not application memory), so the windows cannot be
 // reserved in TSan builds: the tests that need them skip there, as
 // kfd_share.cpp's error tells users.
-#if defined(__SANITIZE_THREAD__)
-inline constexpr bool kTsanBuild = true;
-#elif defined(__has_feature)
-#if __has_feature(thread_sanitizer)
-inline constexpr bool kTsanBuild = true;
-#else
-inline constexpr bool kTsanBuild = false;
-#endif
-#else
-inline constexpr bool kTsanBuild = false;
-#endif
 #define CONCCL_SKIP_WITHOUT_SLOT_WINDOWS() \
-  if (::fakeshare::kTsanBuild) GTEST_SKIP() << "ThreadSanitizer owns the process-slot windows' addresses"
+  if (::conccl::util::kThreadSanitizer) GTEST_SKIP() << "ThreadSanitizer owns the process-slot windows' addresses"
 
 }  // namespace fakeshare

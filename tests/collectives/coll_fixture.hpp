@@ -21,22 +21,13 @@
 #include "conccl/collectives.hpp"
 #include "conccl/emu.hpp"
 #include "emu/emu_test_util.hpp"
+#include "util/sanitizers.hpp"
 
 namespace conccl::coltest {
 
 using namespace conccl::test;
 
-#if defined(__SANITIZE_THREAD__)
-inline constexpr bool kTsan = true;
-#elif defined(__has_feature)
-#if __has_feature(thread_sanitizer)
-inline constexpr bool kTsan = true;
-#else
-inline constexpr bool kTsan = false;
-#endif
-#else
-inline constexpr bool kTsan = false;
-#endif
+inline constexpr bool kTsan = util::kThreadSanitizer;
 
 inline constexpr uint64_t kOverLimit = 0x400123;  // > 0x3FFF00, the 4.4.2 per-packet limit
 

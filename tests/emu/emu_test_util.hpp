@@ -22,23 +22,14 @@
 #include "conccl/queue.hpp"
 #include "conccl/status.hpp"
 #include "queue/sdma_queue.hpp"
+#include "util/sanitizers.hpp"
 
 namespace conccl::test {
 
 inline constexpr int64_t kLongWaitMs = 30000;
 inline Deadline long_deadline() { return Deadline::after_ms(kLongWaitMs); }
 
-#if defined(__SANITIZE_THREAD__) || defined(__SANITIZE_ADDRESS__)
-inline constexpr bool kSanitized = true;
-#elif defined(__has_feature)
-#if __has_feature(thread_sanitizer) || __has_feature(address_sanitizer)
-inline constexpr bool kSanitized = true;
-#else
-inline constexpr bool kSanitized = false;
-#endif
-#else
-inline constexpr bool kSanitized = false;
-#endif
+inline constexpr bool kSanitized = util::kThreadSanitizer || util::kAddressSanitizer;
 
 #define CONCCL_TEST_CAT2(a, b) a##b
 #define CONCCL_TEST_CAT(a, b) CONCCL_TEST_CAT2(a, b)

@@ -1,5 +1,6 @@
 // src/backends/emu/arena.cpp
 #include "backends/emu/arena.hpp"
+#include "util/free_ranges.hpp"
 
 #include <sys/mman.h>
 #include <sys/stat.h>
@@ -79,17 +80,9 @@ Result<uint64_t> Arena::allocate(size_t bytes, size_t align) {
                                                name_ + " (" + std::to_string(size_) + " bytes); " + full_hint_);
   const uint64_t len = (bytes + 255) & ~uint64_t(255);
   std::lock_guard<std::mutex> lock(mu_);
-  for (auto it = free_.begin(); it != free_.end(); ++it) {
-    const uint64_t start = (it->first + align - 1) & ~uint64_t(align - 1);
-    const uint64_t end = it->first + it->second;
-    if (start + len > end || start + len < start) continue;
-    const uint64_t head = start - it->first, tail = end - (start + len);
-    const uint64_t base = it->first;
-    free_.erase(it);
-    if (head) free_[base] = head;
-    if (tail) free_[start + len] = tail;
-    used_[start] = len;
-    return va_base_ + start;
+  if (std::optional<uint64_t> start = util::take_first_fit(free_, len, align)) {
+    used_[*start] = len;
+    return va_base_ + *start;
   }
   size_t in_use = 0;
   for (const auto& [off, n] : used_) in_use += n;
@@ -118,22 +111,7 @@ Status Arena::release(uint64_t va) {
   } else {
     std::memset(host_ + off, 0, len);
   }
-  // Coalesce with neighbours.
-  uint64_t start = off, size = len;
-  auto next = free_.lower_bound(off);
-  if (next != free_.end() && next->first == start + size) {
-    size += next->second;
-    next = free_.erase(next);
-  }
-  if (next != free_.begin()) {
-    auto prev = std::prev(next);
-    if (prev->first + prev->second == start) {
-      start = prev->first;
-      size += prev->second;
-      free_.erase(prev);
-    }
-  }
-  free_[start] = size;
+  util::give_back(free_, off, len);
   return Status();
 }
 

@@ -4,6 +4,8 @@
 #include "backends/kfd/kfd_share.hpp"
 
 #include "backends/kfd/kfd_policy.hpp"  // open_error
+#include "util/free_ranges.hpp"
+#include "util/sanitizers.hpp"
 
 #include <sys/mman.h>
 
@@ -14,21 +16,6 @@
 
 namespace conccl::kfd {
 
-namespace {
-// ThreadSanitizer's x86-64 layout puts its shadow and metadata where the slot
-// windows go, so they cannot be reserved in a TSan build.
-#if defined(__SANITIZE_THREAD__)
-constexpr bool kThreadSanitizer = true;
-#elif defined(__has_feature)
-#if __has_feature(thread_sanitizer)
-constexpr bool kThreadSanitizer = true;
-#else
-constexpr bool kThreadSanitizer = false;
-#endif
-#else
-constexpr bool kThreadSanitizer = false;
-#endif
-}  // namespace
 
 namespace {
 
@@ -122,7 +109,7 @@ Result<std::unique_ptr<SharedMemory>> SharedMemory::open(std::shared_ptr<ShareSy
   std::optional<uint64_t> at = sys->mmap(w->base, w->bytes, PROT_NONE,
                                          MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE | MAP_FIXED_NOREPLACE, -1, &err);
   const std::string range = "[" + hex(w->base) + ", " + hex(w->end()) + ")";
-  if (!at && kThreadSanitizer)
+  if (!at && util::kThreadSanitizer)
     return error(Code::unavailable, "reserving process_slot " + std::to_string(config.slot) + "'s address window " +
                                         range + ": this is a ThreadSanitizer build, and TSan keeps that range for its "
                                         "own shadow memory; run multi-process communicators from a build without TSan");
@@ -179,37 +166,13 @@ Result<uint64_t> SharedMemory::take_range(uint64_t bytes) {
   // 2 MiB alignment for buffers of 2 MiB or more: GPUVM can then use its
   // large pages for them.
   const uint64_t align = bytes >= kHugePage ? kHugePage : kPage;
-  for (auto it = free_.begin(); it != free_.end(); ++it) {
-    const uint64_t start = round_up(it->first, align), end = it->first + it->second;
-    if (start >= end || end - start < bytes) continue;
-    const uint64_t base = it->first;
-    free_.erase(it);
-    if (start > base) free_[base] = start - base;
-    if (start + bytes < end) free_[start + bytes] = end - (start + bytes);
-    return start;
-  }
+  if (std::optional<uint64_t> start = util::take_first_fit(free_, bytes, align)) return *start;
   return error(Code::resource_exhausted, "process_slot " + std::to_string(config_.slot) + "'s window (" +
                                              std::to_string(window_.bytes >> 40) + " TiB) has no room for " +
                                              std::to_string(bytes) + " more bytes: free buffers");
 }
 
-void SharedMemory::give_range(uint64_t va, uint64_t bytes) {
-  auto next = free_.lower_bound(va);
-  uint64_t start = va, len = bytes;
-  if (next != free_.end() && next->first == start + len) {
-    len += next->second;
-    next = free_.erase(next);
-  }
-  if (next != free_.begin()) {
-    auto prev = std::prev(next);
-    if (prev->first + prev->second == start) {
-      start = prev->first;
-      len += prev->second;
-      free_.erase(prev);
-    }
-  }
-  free_[start] = len;
-}
+void SharedMemory::give_range(uint64_t va, uint64_t bytes) { util::give_back(free_, va, bytes); }
 
 Status SharedMemory::attach(Mapped& m, uint32_t import_gpu_id, const std::vector<int>& map_to, CpuView view) {
   const std::string what = std::to_string(m.size) + " bytes at " + hex(m.va);
