@@ -183,7 +183,7 @@ class Communicator {
   Communicator(Device& device, std::vector<int> gpus, Options options);
   // Signal addresses of every rank for one plan (ranks in separate processes).
   struct RankSignals {
-    std::vector<uint64_t> arrive, ready, trigger, stamps;  // per rank
+    std::vector<uint64_t> arrive, ready, trigger, sent, stamps;  // per rank (sent: 0 unless prelaunch)
   };
   // Builds a validated plan with its lists on shared or per-rank queues.
   Result<std::unique_ptr<Plan>> compile(const CollectiveArgs& args, const CollectiveArgs& asked, bool shared,
@@ -261,12 +261,24 @@ class Plan {
   Status wait(Deadline deadline);
   // True while a launch has not completed.
   bool running() const;
+  // Across processes: true from a launch (its lists submitted) until wait()
+  // returns for it. Every rank must wait() for every launch before the plan
+  // is launched again; in one process, false.
+  bool unwaited() const { return launched_ && !synced_; }
 
   // Per-rank completion, for compute waits: rank r's receive buffer is
   // complete once arrival(r).value() >= arrivals_expected(r) (each launch
   // starts the counts from zero).
   const Signal& arrival(int rank) const { return arrive_[static_cast<size_t>(rank)]; }
   uint64_t arrivals_expected(int rank) const { return expected_[static_cast<size_t>(rank)]; }
+  // Prelaunch plans across processes: rank r's own lists have all ended, so
+  // nothing reads its send buffer any more, once sent(r).value() >=
+  // sent_expected(r). Its arrivals alone do not say so (r's lists write into
+  // other ranks), so a stream that reuses the send buffer waits for both.
+  // In one process sent_expected is 0 (every rank's arrivals together say
+  // it there).
+  const Signal& sent(int rank) const { return sent_[static_cast<size_t>(rank)]; }
+  uint64_t sent_expected(int rank) const { return sent_expected_[static_cast<size_t>(rank)]; }
 
   // With CollectiveArgs::timestamps: the engine's clock when lists()[i]
   // finished in the last completed launch (NVIDIA and the emulator: ns;
@@ -293,6 +305,8 @@ class Plan {
   std::vector<Signal> arrive_;    // per rank: data arrivals into that rank
   std::vector<uint64_t> expected_;
   std::vector<Signal> ready_;     // per rank: local phase done (swap)
+  std::vector<Signal> sent_;      // per rank, prelaunch plans across processes: the rank's lists ended
+  std::vector<uint64_t> sent_expected_;
   Signal trigger_;                // this process's (its rank's) trigger
   std::vector<Signal> triggers_;  // ranks in separate processes: every rank's; lists wait for all
   std::vector<uint64_t> stamp_va_;  // per list, with CollectiveArgs::timestamps

@@ -118,6 +118,11 @@ conccl_status conccl_buffer_download(conccl_device_t device, void* dst, const co
 /* cuMemCreate'd memory (POSIX-fd handle type) on `gpu`, registered; freed by
  * conccl_buffer_free. Contents undefined. */
 conccl_status conccl_buffer_alloc_cuda(conccl_device_t device, int gpu, size_t bytes, conccl_buffer* buffer);
+/* CUDA's pointer to a conccl_buffer_alloc_cuda buffer, for CUDA calls and
+ * kernels. It equals buffer->va, except on a device opened with a
+ * process_slot (one process per rank), where the memory is imported into the
+ * slot's window and va is that address. */
+conccl_status conccl_buffer_cuda_pointer(conccl_device_t device, const conccl_buffer* buffer, uint64_t* ptr);
 /* Registers [ptr, ptr+bytes) of CUDA memory allocated with cuMemCreate and
  * the POSIX-fd handle type (PyTorch with expandable_segments:True; plain
  * cudaMalloc memory is refused). Registrations are counted: unregister each
@@ -304,8 +309,13 @@ conccl_status conccl_plan_describe(conccl_plan_t plan, char* buf, size_t capacit
  * the root; other ranks may pass NULL), and every rank makes the same calls
  * in the same order. A cached plan is used only when every rank has one from
  * the same earlier call (buffers that changed on any rank make all plan
- * again). A stream is waited for on the host first (its earlier work done),
- * and the call returns when the data is in place. */
+ * again). On a stream the call returns at once there too: every rank's
+ * copies start once every rank's stream has reached the call (no rank's
+ * receive buffer is written before its stream says so), and each stream's
+ * later work runs once its rank has received everything and its send buffer
+ * is no longer read. Up to 4 calls per communicator may be in flight; a
+ * fifth waits on the host, as every rank does, for the oldest. Each call
+ * costs socket round trips between the ranks (docs/multiprocess.md). */
 conccl_status conccl_all_gather(const conccl_buffer* send, const conccl_buffer* recv, size_t bytes,
                                 conccl_comm_t comm, void* stream);
 conccl_status conccl_all_to_all(const conccl_buffer* send, const conccl_buffer* recv, size_t bytes,

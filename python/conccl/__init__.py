@@ -651,8 +651,9 @@ class Communicator(_Child):
         one process per rank. Ordered on `stream` (default: torch's current stream):
         the copies start when the stream's earlier work is done, and its later work
         sees the results. Returns at once. With one process per rank, outputs and
-        inputs are this rank's tensors (as torch.distributed takes them), and the
-        call waits on the host for the stream's earlier work and for the data."""
+        inputs are this rank's tensors (as torch.distributed takes them); the call
+        also returns at once there (the host waits only when more calls than the
+        library keeps in flight are outstanding)."""
         self._tensor_call(_all_gather, outputs, inputs, stream)
 
     def all_to_all_single(self, outputs, inputs, stream=None):

@@ -5,7 +5,9 @@
 // CONCCL_ERR_INTERNAL (std::bad_alloc: CONCCL_ERR_RESOURCE_EXHAUSTED).
 #include "conccl/conccl.h"
 
+#include <algorithm>
 #include <cstring>
+#include <deque>
 #include <map>
 #include <memory>
 #include <new>
@@ -27,7 +29,10 @@ using namespace conccl;
 struct conccl_device {
   std::unique_ptr<Device> dev;
   std::map<int, std::unique_ptr<Stager>> stagers;  // by GPU (-1: host buffers), made on first use
-  std::map<uint64_t, nv::CudaAlloc> cuda_allocs;   // conccl_buffer_alloc_cuda's, by pointer
+  // conccl_buffer_alloc_cuda's, by the buffer's va: CUDA's pointer, except
+  // on a device with a process slot, where the memory is imported into the
+  // slot's window (nv::register_cuda) and the va is that address.
+  std::map<uint64_t, nv::CudaAlloc> cuda_allocs;
 };
 struct conccl_signal {
   Signal sig;
@@ -49,7 +54,7 @@ struct conccl_comm {
   struct Slot {
     std::vector<std::unique_ptr<Plan>> plans;
     size_t next = 0;
-    uint64_t generation = 0;  // one process per rank: which joint planning made the plan
+    std::map<const Plan*, uint64_t> generation;  // one process per rank: which joint planning made each plan
     uint64_t last_use = 0;
   };
   std::map<Key, Slot> cache;
@@ -66,7 +71,7 @@ struct conccl_comm {
       for (auto it = cache.begin(); it != cache.end(); ++it) {
         if (it->first == key) continue;
         bool busy = false;
-        for (const auto& p : it->second.plans) busy = busy || p->running();
+        for (const auto& p : it->second.plans) busy = busy || p->running() || is_in_flight(p.get());
         if (!busy && (oldest == cache.end() || it->second.last_use < oldest->second.last_use)) oldest = it;
       }
       if (oldest == cache.end()) return;  // every other slot is running: trim later
@@ -82,6 +87,12 @@ struct conccl_comm {
   // every rank (planning is collective), so ranks can tell that their cached
   // plans are halves of the same one.
   uint64_t generations = 0;
+  // One process per rank, on a stream: the launches not yet waited for, in
+  // call order. Every rank makes the same calls in the same order, so every
+  // rank holds the same sequence and waits for them (each wait ends with a
+  // barrier) in the same order. At most kInFlight per communicator.
+  std::deque<Plan*> in_flight;
+  bool is_in_flight(const Plan* p) const { return std::find(in_flight.begin(), in_flight.end(), p) != in_flight.end(); }
 };
 struct conccl_plan {
   std::unique_ptr<Plan> plan;
@@ -207,13 +218,26 @@ Result<Stager*> stager_for(conccl_device* d, int gpu) {
 
 // The NCCL-shaped call on a communicator of one process per rank: this
 // rank's buffers alone, as ncclAllGather takes them. Every rank makes the
-// same calls in the same order (as NCCL requires). Whether a cached plan
-// serves is decided by all ranks together: a rank whose buffers changed
-// (a caching allocator handing out another address, say) makes every rank
-// plan again, rather than one rank planning (a collective call) while the
-// others launch. On a stream the call waits on the host for the stream's
-// earlier work, then runs the collective and returns when the data is in
-// place, so the stream's later work sees it.
+// same calls in the same order (as NCCL requires), and whatever involves the
+// other ranks is decided from what all ranks said in one exchange per call
+// (the vote), so that every rank takes the same steps:
+//   - each rank says how many of the oldest launches still in flight have
+//     ended here, and the generations (joint plannings) of its cached plans
+//     for this call;
+//   - every rank waits for as many of the oldest launches as have ended on
+//     all ranks (each wait ends with a barrier, so all wait alike);
+//   - if the cached plans differ between ranks (a rank's buffers changed: a
+//     caching allocator handing out another address, say), every rank waits
+//     for all launches in flight and plans again, rather than one rank
+//     planning (a collective call) while the others launch;
+//   - else the same plan is chosen everywhere: one not in flight, else a new
+//     one while the call has fewer than kInFlight, else the oldest in flight
+//     once waited for.
+// Without a stream the call returns when the data is in place. On a stream
+// it returns at once: the lists are queued gated on every rank's trigger,
+// which each rank's stream stores once its earlier work is done, and each
+// stream waits for its rank's arrivals and its rank's lists' end
+// (nv::enqueue_on_stream); at most kInFlight calls are in flight.
 conccl_status nccl_shaped_per_process(CollOp op, const conccl_buffer* send, const conccl_buffer* recv, size_t bytes,
                                       int root, conccl_comm* c, void* stream) {
   const std::string name = coll_op_name(op);
@@ -228,38 +252,77 @@ conccl_status nccl_shaped_per_process(CollOp op, const conccl_buffer* send, cons
   a.op = op;
   a.bytes = bytes;
   a.root = root;
+  a.prelaunch = stream != nullptr;
   std::vector<uint64_t> sk, rk{recv[0].va};
   if (send && (!root_only || is_root)) {
     a.send.push_back(to_cpp(send[0]));
     sk.push_back(send[0].va);
   }
   a.recv.push_back(to_cpp(recv[0]));
-  const conccl_comm::Key key{static_cast<int>(op), bytes, root, sk, rk, false};
-  auto it = c->cache.find(key);
-  const bool hit = it != c->cache.end() && !it->second.plans.empty();
-  // A rank votes for the joint planning its cached plan came from: the plans
-  // of different calls must not be launched together.
-  const std::string vote = hit ? "cached " + std::to_string(it->second.generation) : "new";
-  Result<std::vector<Bootstrap::Message>> votes = c->comm->bootstrap()->exchange("NCCL-shaped " + name, vote, {}, dl);
+  const conccl_comm::Key key{static_cast<int>(op), bytes, root, sk, rk, stream != nullptr};
+  conccl_comm::Slot& slot = c->cache[key];
+  size_t ended = 0;
+  while (ended < c->in_flight.size() && !c->in_flight[ended]->running()) ++ended;
+  std::string gens;
+  for (const auto& p : slot.plans) gens += " " + std::to_string(slot.generation[p.get()]);
+  Result<std::vector<Bootstrap::Message>> votes =
+      c->comm->bootstrap()->exchange("NCCL-shaped " + name, std::to_string(ended) + gens, {}, dl);
   if (!votes.ok()) return report(votes.status().prefix(name));
-  bool all_cached = hit;
-  for (const Bootstrap::Message& m : *votes) all_cached = all_cached && m.data == vote;
-  if (stream) CONCCL_RETURN_IF_ERROR_C(nv::synchronize_stream(stream, dl).prefix(name + ": the stream's earlier work"));
-  if (!all_cached) {
-    // Planning is collective, so every rank plans now; a plan this rank had
-    // for these buffers is replaced.
+  size_t all_ended = ended;
+  bool same = true;
+  for (const Bootstrap::Message& m : *votes) {
+    const size_t sp = std::min(m.data.find(' '), m.data.size());
+    all_ended = std::min<size_t>(all_ended, std::strtoull(m.data.c_str(), nullptr, 10));
+    same = same && m.data.substr(sp) == gens;
+  }
+  // Waits for the oldest launch in flight, as every rank does at this point.
+  auto wait_oldest = [&]() -> Status {
+    CONCCL_RETURN_IF_ERROR(c->in_flight.front()->wait(dl).prefix(name + ": waiting for an earlier call"));
+    c->in_flight.pop_front();
+    return Status();
+  };
+  for (size_t i = 0; i < all_ended; ++i) CONCCL_RETURN_IF_ERROR_C(wait_oldest());
+  Plan* plan = nullptr;
+  if (same)
+    for (const auto& p : slot.plans)
+      if (!plan && !c->is_in_flight(p.get())) plan = p.get();
+  if (same && !plan && slot.plans.size() >= conccl_comm::kInFlight) {
+    // All in flight: the oldest of them, once it and the launches before it
+    // have been waited for.
+    Plan* oldest = nullptr;
+    for (Plan* f : c->in_flight)
+      for (const auto& p : slot.plans)
+        if (!oldest && f == p.get()) oldest = f;
+    while (c->in_flight.front() != oldest) CONCCL_RETURN_IF_ERROR_C(wait_oldest());
+    CONCCL_RETURN_IF_ERROR_C(wait_oldest());
+    plan = oldest;
+  }
+  if (!plan) {
+    // Planning is collective, so every rank plans now. Where the ranks'
+    // cached plans differ, they are given up, after every launch in flight.
+    if (!same) {
+      while (!c->in_flight.empty()) CONCCL_RETURN_IF_ERROR_C(wait_oldest());
+      slot.plans.clear();
+      slot.generation.clear();
+    }
     Result<std::unique_ptr<Plan>> p = c->comm->plan(a);
-    if (!p.ok()) return report(p.status());
-    conccl_comm::Slot& slot = c->cache[key];
-    slot.plans.clear();
+    if (!p.ok()) {
+      if (slot.plans.empty()) c->cache.erase(key);
+      return report(p.status());
+    }
+    plan = p->get();
+    slot.generation[plan] = ++c->generations;
     slot.plans.push_back(std::move(p).value());
-    slot.generation = ++c->generations;
-    it = c->cache.find(key);
   }
   c->touch(key);
-  Plan& plan = *it->second.plans.front();
-  Status st = plan.launch(dl);
-  if (st.ok()) st = plan.wait(dl);
+  if (!stream) {
+    Status st = plan->launch(dl);
+    if (st.ok()) st = plan->wait(dl);
+    return report(st);
+  }
+  while (c->in_flight.size() >= conccl_comm::kInFlight) CONCCL_RETURN_IF_ERROR_C(wait_oldest());
+  Status st = nv::enqueue_on_stream(*c->device->dev, *plan, stream, dl);
+  if (plan->unwaited()) c->in_flight.push_back(plan);  // its lists were submitted: every rank waits for it
   return report(st);
 }
 
@@ -447,6 +510,19 @@ conccl_status conccl_buffer_free(conccl_device_t d, const conccl_buffer* b) {
   });
 }
 
+conccl_status conccl_buffer_cuda_pointer(conccl_device_t d, const conccl_buffer* b, uint64_t* ptr) {
+  return guard([&] {
+    CONCCL_C_REQUIRE(d && b && ptr, "device, buffer and ptr must not be NULL");
+    auto it = d->cuda_allocs.find(b->va);
+    if (it == d->cuda_allocs.end())
+      return fail(CONCCL_ERR_NOT_FOUND, "conccl_buffer_cuda_pointer: the buffer at " + std::to_string(b->va) +
+                                            " was not made by conccl_buffer_alloc_cuda on this device (for memory "
+                                            "you registered, CUDA's pointer is the one you passed)");
+    *ptr = it->second.ptr;
+    return report(Status());
+  });
+}
+
 conccl_status conccl_device_cuda_ordinal(conccl_device_t d, int gpu, int* ordinal) {
   return guard([&] {
     CONCCL_C_REQUIRE(d && ordinal, "device and ordinal must not be NULL");
@@ -494,7 +570,7 @@ conccl_status conccl_buffer_alloc_cuda(conccl_device_t d, int gpu, size_t bytes,
       (void)nv::cuda_free(undo);
       return report(r.status());
     }
-    d->cuda_allocs[a->ptr] = *a;
+    d->cuda_allocs[r->va] = *a;
     *b = to_c(*r);
     b->kind = CONCCL_MEM_CUDA;
     return report(Status());
@@ -745,7 +821,8 @@ int conccl_comm_rank(conccl_comm_t c) { return c ? c->comm->rank() : -1; }
 
 void conccl_comm_destroy(conccl_comm_t c) {
   if (!c) return;
-  c->cache.clear();  // plans before their communicator
+  c->in_flight.clear();
+  c->cache.clear();  // plans before their communicator (each waits for its own launch)
   delete c;
 }
 

@@ -226,6 +226,23 @@ Result<std::unique_ptr<Plan>> Communicator::compile(const CollectiveArgs& args, 
     case CollOp::all_to_all: st = build_all_to_all(b, args, plan->variant_); break;
   }
   if (!st.ok()) return st.prefix(std::string("planning ") + coll_op_name(args.op));
+  // Prelaunch plans across processes: each list of a rank ends by advancing
+  // that rank's sent signal, so its stream can tell when its send buffer is
+  // free (its arrivals cover only what it receives; in one process every
+  // rank's arrivals together say it). Recorded alike on every rank.
+  plan->sent_expected_.assign(static_cast<size_t>(n), 0);
+  for (int r = 0; r < n; ++r) {
+    const bool want = mp && in.prelaunch && static_cast<size_t>(r) < mp->sent.size() && mp->sent[static_cast<size_t>(r)];
+    Result<Signal> s = want ? signal_at(mp->sent[static_cast<size_t>(r)]) : Result<Signal>(Signal{});
+    if (!s.ok()) return s.status().prefix("planning " + std::string(coll_op_name(args.op)));
+    plan->sent_.push_back(std::move(s).value());
+  }
+  for (PlanList& l : plan->lists_) {
+    Signal& s = plan->sent_[static_cast<size_t>(l.rank)];
+    if (!s.valid()) continue;
+    CONCCL_RETURN_IF_ERROR(s.enqueue_add(l.cb, 1));
+    plan->sent_expected_[static_cast<size_t>(l.rank)]++;
+  }
   // On a shared queue a list runs only after the lists queued before it, so
   // a list that waits for another list could wait for one queued behind it.
   if (shared && options_.queues == Options::QueueSharing::per_engine)

@@ -338,6 +338,12 @@ Result<std::unique_ptr<Plan>> Communicator::plan_across_processes(const Collecti
   Result<uint64_t> arrive = take(Signal::kBytes), ready = take(Signal::kBytes), trigger = take(Signal::kBytes);
   for (const Result<uint64_t>* r : {&arrive, &ready, &trigger})
     if (!r->ok()) return r->status();
+  uint64_t sent = 0;  // prelaunch plans: this rank's lists ended (Plan::sent)
+  if (given.prelaunch) {
+    Result<uint64_t> v = take(Signal::kBytes);
+    if (!v.ok()) return v.status();
+    sent = *v;
+  }
   uint64_t stamps = 0;
   if (given.timestamps) {
     Result<uint64_t> s = take(16 * kStampSlotsPerRank);
@@ -363,6 +369,7 @@ Result<std::unique_ptr<Plan>> Communicator::plan_across_processes(const Collecti
   w.put<uint64_t>(*arrive);
   w.put<uint64_t>(*ready);
   w.put<uint64_t>(*trigger);
+  w.put<uint64_t>(sent);
   w.put<uint64_t>(stamps);
   put_regions(w, regions);
   const std::string step = std::string("plan ") + coll_op_name(given.op);
@@ -388,6 +395,7 @@ Result<std::unique_ptr<Plan>> Communicator::plan_across_processes(const Collecti
     sig.arrive.push_back(rd.get<uint64_t>());
     sig.ready.push_back(rd.get<uint64_t>());
     sig.trigger.push_back(rd.get<uint64_t>());
+    sig.sent.push_back(rd.get<uint64_t>());
     sig.stamps.push_back(rd.get<uint64_t>());
     std::vector<SharedRegion> theirs = get_regions(rd);
     if (r == me_) theirs.clear();  // our own memory

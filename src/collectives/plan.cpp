@@ -86,6 +86,7 @@ Status Plan::submit_all(Deadline deadline) {
     if (comm_->local(static_cast<int>(r))) {
       arrive_[r].set(0);
       ready_[r].set(0);
+      if (sent_[r].valid()) sent_[r].set(0);
     }
   trigger_.set(0);
   if (comm_->boot_)

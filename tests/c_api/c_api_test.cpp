@@ -339,6 +339,10 @@ TEST(CApi, ReleaseByStoresAndCudaCallsElsewhere) {
   EXPECT_NE(last().find("nv backend"), std::string::npos) << last();
   EXPECT_EQ(conccl_buffer_register_cuda(dev.d, 0, 0x7f0000000000ull, 4096, &b), CONCCL_ERR_UNAVAILABLE);
   EXPECT_EQ(conccl_device_cuda_ordinal(dev.d, 0, &ordinal), CONCCL_ERR_UNAVAILABLE);
+  uint64_t cuda_ptr = 0;
+  EXPECT_EQ(conccl_buffer_cuda_pointer(dev.d, &send[0], &cuda_ptr), CONCCL_ERR_NOT_FOUND);
+  EXPECT_NE(std::string(conccl_last_error()).find("conccl_buffer_alloc_cuda"), std::string::npos) << last();
+  EXPECT_EQ(conccl_buffer_cuda_pointer(dev.d, &send[0], nullptr), CONCCL_ERR_INVALID_ARGUMENT);
   a.prelaunch = 1;
   ASSERT_EQ(conccl_plan_create(comm, &a, &plan), CONCCL_OK) << last();
   EXPECT_EQ(conccl_plan_enqueue_on_stream(plan, &stream, 1000), CONCCL_ERR_UNAVAILABLE);

@@ -189,6 +189,16 @@ Status run_plan(Plan& p, const Case& c) {
     if (st.ok() && c.prelaunch) st = p.release();
     if (st.ok()) st = p.wait(dl);
     if (!st.ok()) return st.prefix("launch " + std::to_string(k));
+    // Prelaunched across processes: every list of this rank said it ended
+    // (what a stream waits for before it reuses the send buffer).
+    const int me = p.communicator().rank();
+    if (c.prelaunch && me >= 0) {
+      uint64_t mine = 0;
+      for (const PlanList& l : p.lists()) mine += l.queue ? 1 : 0;
+      if (p.sent_expected(me) != mine || p.sent(me).value() != mine)
+        return error(Code::internal, "sent signal " + std::to_string(p.sent(me).value()) + " of " +
+                                         std::to_string(p.sent_expected(me)) + ", lists " + std::to_string(mine));
+    }
   }
   return Status();
 }

@@ -686,9 +686,16 @@ Status enqueue_on_stream(conccl::Device& device, conccl::Plan& plan, void* cu_st
     if (st.ok()) st = stream_write_value64(cu_stream, w.va, w.value);
   // Across processes, this process's ranks only: the others' streams wait
   // for theirs.
-  for (int r = 0; r < static_cast<int>(plan.args().recv.size()) && st.ok(); ++r)
-    if (plan.arrivals_expected(r) > 0 && plan.communicator().local(r))
-      st = stream_wait_value64(cu_stream, plan.arrival(r).va(), plan.arrivals_expected(r));
+  // Across processes the stream also waits for its rank's own lists to end,
+  // since they read its send buffer while writing into the other ranks; in
+  // one process every rank's arrivals already say that.
+  const bool across = plan.communicator().rank() >= 0;
+  for (int r = 0; r < static_cast<int>(plan.args().recv.size()) && st.ok(); ++r) {
+    if (!plan.communicator().local(r)) continue;
+    if (plan.arrivals_expected(r) > 0) st = stream_wait_value64(cu_stream, plan.arrival(r).va(), plan.arrivals_expected(r));
+    if (st.ok() && across && plan.sent_expected(r) > 0)
+      st = stream_wait_value64(cu_stream, plan.sent(r).va(), plan.sent_expected(r));
+  }
   // Past its waits, the stream says so: until then the plan counts as
   // running and is not relaunched (a relaunch resets the arrivals the stream
   // may still be about to wait on).
