@@ -262,9 +262,24 @@ class Plan {
   // True while a launch has not completed.
   bool running() const;
   // Across processes: true from a launch (its lists submitted) until wait()
-  // returns for it. Every rank must wait() for every launch before the plan
-  // is launched again; in one process, false.
+  // (or end_launch_known_done()) returns for it. Every rank must wait() for
+  // every launch before the plan is launched again; in one process, false.
   bool unwaited() const { return launched_ && !synced_; }
+
+  // Across processes, for a caller that coordinates the ranks itself (the C
+  // API's NCCL-shaped calls, which exchange a message per call anyway):
+  //   wait_here(): wait()'s waits for this process's part (its ranks' data in
+  //     place, its lists ended) without the barrier; unwaited() stays true.
+  //   end_launch_known_done(): the caller knows, from its own exchange, that
+  //     every rank's part of the launch has ended (running() false there);
+  //     ends the launch without a barrier and resets this rank's signals
+  //     now, so that the next launch needs neither the reset nor its barrier.
+  //     Before any rank launches the plan again, every rank must have done
+  //     this: the caller orders it with an exchange that follows it.
+  // In one process wait_here() is wait(), and end_launch_known_done() is
+  // refused (nothing to coordinate).
+  Status wait_here(Deadline deadline);
+  Status end_launch_known_done();
 
   // Per-rank completion, for compute waits: rank r's receive buffer is
   // complete once arrival(r).value() >= arrivals_expected(r) (each launch
@@ -293,6 +308,7 @@ class Plan {
   friend class PlanBuilder;
   Plan() = default;
   Status submit_all(Deadline deadline);
+  void reset_local_signals();
   // Waits for fn() in slices, checking between them that no rank's process
   // has gone (ranks in separate processes).
   template <typename Fn>
@@ -317,6 +333,7 @@ class Plan {
   bool launched_ = false;
   bool waiting_release_ = false;
   bool synced_ = true;  // across processes: every rank finished the last launch (wait()'s barrier)
+  bool reset_early_ = false;  // across processes: signals reset by end_launch_known_done() for the next launch
 };
 
 // The variant `automatic` picks for an op, size, rank count and what the

@@ -149,6 +149,7 @@ _all_gather = _sig("conccl_all_gather", _status, _P(_Buffer), _P(_Buffer), _sz, 
 _all_to_all = _sig("conccl_all_to_all", _status, _P(_Buffer), _P(_Buffer), _sz, _vp, _vp)
 _broadcast = _sig("conccl_broadcast", _status, _P(_Buffer), _P(_Buffer), _sz, _int, _vp, _vp)
 _buf_alloc_cuda = _sig("conccl_buffer_alloc_cuda", _status, _vp, _int, _sz, _P(_Buffer))
+_buf_cuda_ptr = _sig("conccl_buffer_cuda_pointer", _status, _vp, _P(_Buffer), _P(ctypes.c_uint64))
 _buf_reg_cuda = _sig("conccl_buffer_register_cuda", _status, _vp, _int, _u64, _sz, _P(_Buffer))
 _buf_unreg_cuda = _sig("conccl_buffer_unregister_cuda", _status, _vp, _P(_Buffer))
 _dev_cuda_ordinal = _sig("conccl_device_cuda_ordinal", _status, _vp, _int, _P(_int))
@@ -242,11 +243,16 @@ def version():
 class Buffer:
     """Memory engines can address: .va goes into commands; .host is the CPU mapping or None."""
 
-    def __init__(self, device, raw):
+    def __init__(self, device, raw, cuda_ptr=None):
         self._device = device
         self._raw = raw
+        self._cuda_ptr = cuda_ptr
 
     va = property(lambda self: self._raw.va)
+    # CUDA's pointer to CUDA memory (alloc_cuda, register_cuda), for CUDA and
+    # DLPack; it differs from va on a device with a process_slot, where the
+    # engines see the memory at an address in the slot's window.
+    cuda_ptr = property(lambda self: self._cuda_ptr)
     size = property(lambda self: self._raw.size)
     gpu = property(lambda self: self._raw.gpu)
     host = property(lambda self: self._raw.host)
@@ -279,7 +285,7 @@ class Buffer:
         dev_type, dev_id = self.__dlpack_device__()
         m = _DLManagedTensor()
         shape = (ctypes.c_int64 * 1)(self.size)
-        m.dl_tensor.data = self.va if dev_type == _kDLCUDA else self.host
+        m.dl_tensor.data = self._cuda_ptr if dev_type == _kDLCUDA else self.host
         m.dl_tensor.device = _DLDevice(dev_type, dev_id)
         m.dl_tensor.ndim = 1
         m.dl_tensor.dtype = _DLDataType(1, 8, 1)  # kDLUInt, 8 bits
@@ -391,14 +397,16 @@ class Device:
         """CUDA memory on `gpu` (nv backend) the engines and CUDA both use; torch.from_dlpack views it."""
         raw = _Buffer()
         _check(_buf_alloc_cuda(self._h, gpu, nbytes, ctypes.byref(raw)))
-        return Buffer(self, raw)
+        ptr = ctypes.c_uint64()
+        _check(_buf_cuda_ptr(self._h, ctypes.byref(raw), ctypes.byref(ptr)))
+        return Buffer(self, raw, ptr.value)
 
     def register_cuda(self, ptr, nbytes, gpu=0):
         """Registers CUDA memory (cuMemCreate with POSIX-fd handles: PyTorch with
         expandable_segments:True) so that collectives can use it; Buffer.free() unregisters."""
         raw = _Buffer()
         _check(_buf_reg_cuda(self._h, gpu, int(ptr), nbytes, ctypes.byref(raw)))
-        b = Buffer(self, raw)
+        b = Buffer(self, raw, int(ptr))
         b._registered = True
         return b
 

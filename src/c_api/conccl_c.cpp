@@ -219,25 +219,29 @@ Result<Stager*> stager_for(conccl_device* d, int gpu) {
 // The NCCL-shaped call on a communicator of one process per rank: this
 // rank's buffers alone, as ncclAllGather takes them. Every rank makes the
 // same calls in the same order (as NCCL requires), and whatever involves the
-// other ranks is decided from what all ranks said in one exchange per call
-// (the vote), so that every rank takes the same steps:
-//   - each rank says how many of the oldest launches still in flight have
+// other ranks is decided from one exchange per call (the vote), so that
+// every rank takes the same steps:
+//   - each rank says how many of the oldest launches not yet ended for all
+//     (the communicator's in_flight, the same sequence on every rank) have
 //     ended here, and the generations (joint plannings) of its cached plans
 //     for this call;
-//   - every rank waits for as many of the oldest launches as have ended on
-//     all ranks (each wait ends with a barrier, so all wait alike);
+//   - the launches that ended on every rank are over: each rank ends them
+//     without a barrier and resets its signals for their next launch
+//     (Plan::end_launch_known_done). A plan so ended before this call's vote
+//     is launched again with no barrier: every rank reset it before voting;
 //   - if the cached plans differ between ranks (a rank's buffers changed: a
 //     caching allocator handing out another address, say), every rank waits
 //     for all launches in flight and plans again, rather than one rank
 //     planning (a collective call) while the others launch;
-//   - else the same plan is chosen everywhere: one not in flight, else a new
-//     one while the call has fewer than kInFlight, else the oldest in flight
-//     once waited for.
-// Without a stream the call returns when the data is in place. On a stream
-// it returns at once: the lists are queued gated on every rank's trigger,
-// which each rank's stream stores once its earlier work is done, and each
-// stream waits for its rank's arrivals and its rank's lists' end
-// (nv::enqueue_on_stream); at most kInFlight calls are in flight.
+//   - else every rank picks the same plan: one ended before this call, else
+//     a new one while the call has fewer than kInFlight, else one ended in
+//     this call (after a barrier), else the oldest in flight once waited for.
+// So a call in steady state costs one exchange. Without a stream it returns
+// when this rank's data is in place (the other ranks' end is learnt at the
+// next call). On a stream it returns at once: the lists are queued gated on
+// every rank's trigger, which each rank's stream stores once its earlier work
+// is done, and each stream waits for its rank's arrivals and its rank's
+// lists' end (nv::enqueue_on_stream); at most kInFlight calls are in flight.
 conccl_status nccl_shaped_per_process(CollOp op, const conccl_buffer* send, const conccl_buffer* recv, size_t bytes,
                                       int root, conccl_comm* c, void* stream) {
   const std::string name = coll_op_name(op);
@@ -275,27 +279,44 @@ conccl_status nccl_shaped_per_process(CollOp op, const conccl_buffer* send, cons
     all_ended = std::min<size_t>(all_ended, std::strtoull(m.data.c_str(), nullptr, 10));
     same = same && m.data.substr(sp) == gens;
   }
-  // Waits for the oldest launch in flight, as every rank does at this point.
+  std::vector<const Plan*> ended_now;  // ended in this call: relaunched only after a barrier
+  for (size_t i = 0; i < all_ended; ++i) {
+    CONCCL_RETURN_IF_ERROR_C(c->in_flight.front()->end_launch_known_done().prefix(name));
+    ended_now.push_back(c->in_flight.front());
+    c->in_flight.pop_front();
+  }
+  // Waits (with wait()'s barrier) for the oldest launch in flight, as every
+  // rank does at this point.
   auto wait_oldest = [&]() -> Status {
     CONCCL_RETURN_IF_ERROR(c->in_flight.front()->wait(dl).prefix(name + ": waiting for an earlier call"));
     c->in_flight.pop_front();
     return Status();
   };
-  for (size_t i = 0; i < all_ended; ++i) CONCCL_RETURN_IF_ERROR_C(wait_oldest());
+  auto ended_in_this_call = [&](const Plan* p) {
+    return std::find(ended_now.begin(), ended_now.end(), p) != ended_now.end();
+  };
   Plan* plan = nullptr;
-  if (same)
+  bool barrier_first = false;
+  if (same) {
     for (const auto& p : slot.plans)
-      if (!plan && !c->is_in_flight(p.get())) plan = p.get();
-  if (same && !plan && slot.plans.size() >= conccl_comm::kInFlight) {
-    // All in flight: the oldest of them, once it and the launches before it
-    // have been waited for.
-    Plan* oldest = nullptr;
-    for (Plan* f : c->in_flight)
+      if (!plan && !c->is_in_flight(p.get()) && !ended_in_this_call(p.get())) plan = p.get();
+    if (!plan && slot.plans.size() >= conccl_comm::kInFlight)
       for (const auto& p : slot.plans)
-        if (!oldest && f == p.get()) oldest = f;
-    while (c->in_flight.front() != oldest) CONCCL_RETURN_IF_ERROR_C(wait_oldest());
-    CONCCL_RETURN_IF_ERROR_C(wait_oldest());
-    plan = oldest;
+        if (!plan && ended_in_this_call(p.get())) {
+          plan = p.get();
+          barrier_first = true;  // every rank's reset of it before anyone's launch
+        }
+    if (!plan && slot.plans.size() >= conccl_comm::kInFlight) {
+      // All in flight: the oldest of them, once it and the launches before
+      // it have been waited for (its next launch then resets with a barrier).
+      Plan* oldest = nullptr;
+      for (Plan* f : c->in_flight)
+        for (const auto& p : slot.plans)
+          if (!oldest && f == p.get()) oldest = f;
+      while (c->in_flight.front() != oldest) CONCCL_RETURN_IF_ERROR_C(wait_oldest());
+      CONCCL_RETURN_IF_ERROR_C(wait_oldest());
+      plan = oldest;
+    }
   }
   if (!plan) {
     // Planning is collective, so every rank plans now. Where the ranks'
@@ -315,14 +336,17 @@ conccl_status nccl_shaped_per_process(CollOp op, const conccl_buffer* send, cons
     slot.plans.push_back(std::move(p).value());
   }
   c->touch(key);
-  if (!stream) {
-    Status st = plan->launch(dl);
-    if (st.ok()) st = plan->wait(dl);
-    return report(st);
-  }
   while (c->in_flight.size() >= conccl_comm::kInFlight) CONCCL_RETURN_IF_ERROR_C(wait_oldest());
-  Status st = nv::enqueue_on_stream(*c->device->dev, *plan, stream, dl);
-  if (plan->unwaited()) c->in_flight.push_back(plan);  // its lists were submitted: every rank waits for it
+  if (barrier_first)
+    CONCCL_RETURN_IF_ERROR_C(c->comm->bootstrap()->barrier("NCCL-shaped " + name + ": signals reset", dl).prefix(name));
+  Status st;
+  if (stream) {
+    st = nv::enqueue_on_stream(*c->device->dev, *plan, stream, dl);
+  } else {
+    st = plan->launch(dl);
+    if (st.ok()) st = plan->wait_here(dl);  // this rank's data in place; the others' end is voted next call
+  }
+  if (plan->unwaited()) c->in_flight.push_back(plan);  // its lists were submitted: every rank ends it alike
   return report(st);
 }
 

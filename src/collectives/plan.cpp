@@ -41,7 +41,7 @@ uint64_t Plan::finish_timestamp(size_t list) const {
 }
 
 bool Plan::running() const {
-  if (!launched_) return false;
+  if (!launched_ || reset_early_) return false;  // reset_early_: ended, signals already reset for the next launch
   if (consumed_.valid() && consumed_.value() < consumed_target_) return true;
   for (size_t r = 0; r < arrive_.size(); ++r)
     if (comm_->local(static_cast<int>(r)) && arrive_[r].value() < expected_[r]) return true;
@@ -81,16 +81,15 @@ Status Plan::submit_all(Deadline deadline) {
                                          "every rank waits for every launch");
   if (comm_->boot_) synced_ = false;
   // Every launch counts from zero: reset before anything is queued (each
-  // process its own rank's signals).
-  for (size_t r = 0; r < arrive_.size(); ++r)
-    if (comm_->local(static_cast<int>(r))) {
-      arrive_[r].set(0);
-      ready_[r].set(0);
-      if (sent_[r].valid()) sent_[r].set(0);
-    }
-  trigger_.set(0);
-  if (comm_->boot_)
-    CONCCL_RETURN_IF_ERROR(comm_->boot_->barrier(step + ": signals reset", deadline).prefix("launching " + std::string(coll_op_name(args_.op))));
+  // process its own rank's signals), unless end_launch_known_done() did so
+  // already, before an exchange that every rank's launch follows.
+  if (reset_early_) {
+    reset_early_ = false;
+  } else {
+    reset_local_signals();
+    if (comm_->boot_)
+      CONCCL_RETURN_IF_ERROR(comm_->boot_->barrier(step + ": signals reset", deadline).prefix("launching " + std::string(coll_op_name(args_.op))));
+  }
   launched_ = true;
   for (size_t i = 0; i < lists_.size(); ++i) {
     PlanList& l = lists_[i];
@@ -101,6 +100,29 @@ Status Plan::submit_all(Deadline deadline) {
                        " command lists were submitted (rank " + std::to_string(l.rank) + " engine " +
                        std::to_string(l.engine) + "); the plan is running partially: wait() or destroy it");
   }
+  return Status();
+}
+
+void Plan::reset_local_signals() {
+  for (size_t r = 0; r < arrive_.size(); ++r)
+    if (comm_->local(static_cast<int>(r))) {
+      arrive_[r].set(0);
+      ready_[r].set(0);
+      if (sent_[r].valid()) sent_[r].set(0);
+    }
+  trigger_.set(0);
+}
+
+Status Plan::end_launch_known_done() {
+  if (!comm_->boot_)
+    return error(Code::invalid_argument, "end_launch_known_done() is for ranks in separate processes; use wait()");
+  if (!launched_ || synced_) return error(Code::invalid_argument, "end_launch_known_done() without a launch to end");
+  if (running())
+    return error(Code::busy, std::string(coll_op_name(args_.op)) +
+                                 ": end_launch_known_done() while the launch still runs here; wait_here() first");
+  synced_ = true;
+  reset_local_signals();
+  reset_early_ = true;
   return Status();
 }
 
@@ -147,6 +169,19 @@ SignalStore Plan::consumed_store() const {
 }
 
 Status Plan::wait(Deadline deadline) {
+  CONCCL_RETURN_IF_ERROR(wait_here(deadline));
+  // Across processes: done only when every rank's lists are done, since
+  // they read this rank's signals (the trigger) until they end; after this
+  // the signals may be reset (relaunch) or given back (destruction).
+  if (comm_->boot_ && !synced_) {
+    CONCCL_RETURN_IF_ERROR(comm_->boot_->barrier(std::string(coll_op_name(args_.op)) + ": launch over", deadline)
+                               .prefix(std::string("waiting for ") + coll_op_name(args_.op)));
+    synced_ = true;
+  }
+  return Status();
+}
+
+Status Plan::wait_here(Deadline deadline) {
   if (!launched_) return error(Code::invalid_argument, "wait() before launch()");
   if (waiting_release_)
     return error(Code::invalid_argument, "the plan is prelaunched and never released: call release() before wait()");
@@ -185,14 +220,6 @@ Status Plan::wait(Deadline deadline) {
       return st.prefix(std::string(coll_op_name(args_.op)) +
                        ": the data is in place, but the writer the release was handed to (a compute stream) has not "
                        "made the plan's consumed_store() after its waits");
-  }
-  // Across processes: done only when every rank's lists are done, since
-  // they read this rank's signals (the trigger) until they end; after this
-  // the signals may be reset (relaunch) or given back (destruction).
-  if (comm_->boot_ && !synced_) {
-    CONCCL_RETURN_IF_ERROR(comm_->boot_->barrier(std::string(coll_op_name(args_.op)) + ": launch over", deadline)
-                               .prefix(std::string("waiting for ") + coll_op_name(args_.op)));
-    synced_ = true;
   }
   return Status();
 }

@@ -144,6 +144,17 @@ TEST_F(CollPrelaunch, ReleaseWithoutPrelaunchAndPrelaunchOfAPlainPlanAreErrors) 
   ASSERT_OK(gated->release());
   ASSERT_OK(wait_done(*gated));
   ASSERT_TRUE(mem.matches(want));  // same sources: same result
+
+  // The coordinated end of a launch is for ranks in separate processes; in
+  // one process wait_here() is wait(), and nothing is ever unwaited.
+  ASSERT_OK(plain->launch(long_deadline()));
+  ASSERT_OK(plain->wait_here(long_deadline()));
+  EXPECT_FALSE(plain->running());
+  EXPECT_FALSE(plain->unwaited());
+  st = plain->end_launch_known_done();
+  EXPECT_EQ(st.code(), Code::invalid_argument) << st.to_string();
+  EXPECT_TRUE(contains(st.message(), "separate processes")) << st.message();
+  ASSERT_TRUE(mem.matches(want));
 }
 
 // ------------------------------------------------------------------- errors

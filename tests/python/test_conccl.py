@@ -237,6 +237,7 @@ class DLPackTest(unittest.TestCase):
             data = os.urandom(n)
             buf.upload(data)
             self.assertEqual(buf.__dlpack_device__(), (1, 0))
+            self.assertIsNone(buf.cuda_ptr)  # not CUDA memory
             a = np.from_dlpack(buf)
             self.assertEqual(a.dtype, np.uint8)
             self.assertEqual(a.shape, (n,))
