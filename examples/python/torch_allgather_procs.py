@@ -71,7 +71,7 @@ if len(sys.argv) > 1 and sys.argv[1] == "--rank":
 import conccl  # noqa: E402
 
 n = int(sys.argv[1]) if len(sys.argv) > 1 else 2
-chunk = (int(sys.argv[2]) if len(sys.argv) > 2 else 16) << 20
+chunk = int(float(sys.argv[2]) * (1 << 20)) if len(sys.argv) > 2 else 16 << 20
 iters = int(sys.argv[3]) if len(sys.argv) > 3 else 50
 uid = conccl.unique_id()
 procs = [subprocess.Popen([sys.executable, __file__, "--rank", str(r), str(n), uid, str(chunk), str(iters)])

@@ -188,11 +188,18 @@ Status Plan::wait_here(Deadline deadline) {
   const std::string doing = std::string("waiting for ") + coll_op_name(args_.op);
   for (size_t r = 0; r < arrive_.size(); ++r) {
     if (expected_[r] == 0 || !comm_->local(static_cast<int>(r))) continue;
-    // Sleep on the progress of a list that writes into r (one of ours).
+    // Sleep on the progress of a list that writes into r (one of ours),
+    // unless a list of another process writes into r too: its arrivals
+    // raise no interrupt here, so the wait polls with short naps instead.
     const QueueSpan* span = nullptr;
+    bool remote_writer = false;
     for (const PlanList& l : lists_)
       for (int d : l.writes_to)
-        if (static_cast<size_t>(d) == r && l.queue) span = &l.span;
+        if (static_cast<size_t>(d) == r) {
+          if (l.queue) span = &l.span;
+          else remote_writer = true;
+        }
+    if (remote_writer) span = nullptr;
     Status st = wait_watching([&](Deadline d) { return arrive_[r].wait(expected_[r], d, span); }, deadline, doing);
     if (st.ok()) continue;
     if (st.code() != Code::timeout) return st;
