@@ -272,10 +272,8 @@ class Plan {
   //     place, its lists ended) without the barrier; unwaited() stays true.
   //   end_launch_known_done(): the caller knows, from its own exchange, that
   //     every rank's part of the launch has ended (running() false there);
-  //     ends the launch without a barrier and resets this rank's signals
-  //     now, so that the next launch needs neither the reset nor its barrier.
-  //     Before any rank launches the plan again, every rank must have done
-  //     this: the caller orders it with an exchange that follows it.
+  //     ends the launch without wait()'s barrier. The next launch resets the
+  //     signals and meets the other ranks at a barrier, as always.
   // In one process wait_here() is wait(), and end_launch_known_done() is
   // refused (nothing to coordinate).
   Status wait_here(Deadline deadline);
@@ -333,7 +331,6 @@ class Plan {
   bool launched_ = false;
   bool waiting_release_ = false;
   bool synced_ = true;  // across processes: every rank finished the last launch (wait()'s barrier)
-  bool reset_early_ = false;  // across processes: signals reset by end_launch_known_done() for the next launch
 };
 
 // The variant `automatic` picks for an op, size, rank count and what the

@@ -314,9 +314,9 @@ conccl_status conccl_plan_describe(conccl_plan_t plan, char* buf, size_t capacit
  * receive buffer is written before its stream says so), and each stream's
  * later work runs once its rank has received everything and its send buffer
  * is no longer read. Up to 4 calls per communicator may be in flight; a
- * fifth waits on the host, as every rank does, for the oldest. A repeated
- * call costs one exchange of messages between the ranks; without a stream
- * it returns when this rank's data is in place (docs/multiprocess.md). */
+ * fifth waits on the host, as every rank does, for the oldest. A call costs
+ * two exchanges of messages between the ranks; without a stream it returns
+ * when this rank's data is in place (docs/multiprocess.md). */
 conccl_status conccl_all_gather(const conccl_buffer* send, const conccl_buffer* recv, size_t bytes,
                                 conccl_comm_t comm, void* stream);
 conccl_status conccl_all_to_all(const conccl_buffer* send, const conccl_buffer* recv, size_t bytes,

@@ -226,17 +226,16 @@ Result<Stager*> stager_for(conccl_device* d, int gpu) {
 //     ended here, and the generations (joint plannings) of its cached plans
 //     for this call;
 //   - the launches that ended on every rank are over: each rank ends them
-//     without a barrier and resets its signals for their next launch
-//     (Plan::end_launch_known_done). A plan so ended before this call's vote
-//     is launched again with no barrier: every rank reset it before voting;
+//     without wait()'s barrier (Plan::end_launch_known_done);
 //   - if the cached plans differ between ranks (a rank's buffers changed: a
 //     caching allocator handing out another address, say), every rank waits
 //     for all launches in flight and plans again, rather than one rank
 //     planning (a collective call) while the others launch;
-//   - else every rank picks the same plan: one ended before this call, else
-//     a new one while the call has fewer than kInFlight, else one ended in
-//     this call (after a barrier), else the oldest in flight once waited for.
-// So a call in steady state costs one exchange. Without a stream it returns
+//   - else every rank picks the same plan: one not in flight, else a new one
+//     while the call has fewer than kInFlight, else the oldest in flight
+//     once waited for.
+// A call in steady state costs two exchanges: the vote, and the launch's
+// barrier after the signals' reset. Without a stream it returns
 // when this rank's data is in place (the other ranks' end is learnt at the
 // next call). On a stream it returns at once: the lists are queued gated on
 // every rank's trigger, which each rank's stream stores once its earlier work
@@ -279,10 +278,8 @@ conccl_status nccl_shaped_per_process(CollOp op, const conccl_buffer* send, cons
     all_ended = std::min<size_t>(all_ended, std::strtoull(m.data.c_str(), nullptr, 10));
     same = same && m.data.substr(sp) == gens;
   }
-  std::vector<const Plan*> ended_now;  // ended in this call: relaunched only after a barrier
   for (size_t i = 0; i < all_ended; ++i) {
     CONCCL_RETURN_IF_ERROR_C(c->in_flight.front()->end_launch_known_done().prefix(name));
-    ended_now.push_back(c->in_flight.front());
     c->in_flight.pop_front();
   }
   // Waits (with wait()'s barrier) for the oldest launch in flight, as every
@@ -292,23 +289,13 @@ conccl_status nccl_shaped_per_process(CollOp op, const conccl_buffer* send, cons
     c->in_flight.pop_front();
     return Status();
   };
-  auto ended_in_this_call = [&](const Plan* p) {
-    return std::find(ended_now.begin(), ended_now.end(), p) != ended_now.end();
-  };
   Plan* plan = nullptr;
-  bool barrier_first = false;
   if (same) {
     for (const auto& p : slot.plans)
-      if (!plan && !c->is_in_flight(p.get()) && !ended_in_this_call(p.get())) plan = p.get();
-    if (!plan && slot.plans.size() >= conccl_comm::kInFlight)
-      for (const auto& p : slot.plans)
-        if (!plan && ended_in_this_call(p.get())) {
-          plan = p.get();
-          barrier_first = true;  // every rank's reset of it before anyone's launch
-        }
+      if (!plan && !c->is_in_flight(p.get())) plan = p.get();
     if (!plan && slot.plans.size() >= conccl_comm::kInFlight) {
       // All in flight: the oldest of them, once it and the launches before
-      // it have been waited for (its next launch then resets with a barrier).
+      // it have been waited for.
       Plan* oldest = nullptr;
       for (Plan* f : c->in_flight)
         for (const auto& p : slot.plans)
@@ -337,8 +324,6 @@ conccl_status nccl_shaped_per_process(CollOp op, const conccl_buffer* send, cons
   }
   c->touch(key);
   while (c->in_flight.size() >= conccl_comm::kInFlight) CONCCL_RETURN_IF_ERROR_C(wait_oldest());
-  if (barrier_first)
-    CONCCL_RETURN_IF_ERROR_C(c->comm->bootstrap()->barrier("NCCL-shaped " + name + ": signals reset", dl).prefix(name));
   Status st;
   if (stream) {
     st = nv::enqueue_on_stream(*c->device->dev, *plan, stream, dl);

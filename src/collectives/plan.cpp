@@ -41,7 +41,7 @@ uint64_t Plan::finish_timestamp(size_t list) const {
 }
 
 bool Plan::running() const {
-  if (!launched_ || reset_early_) return false;  // reset_early_: ended, signals already reset for the next launch
+  if (!launched_) return false;
   if (consumed_.valid() && consumed_.value() < consumed_target_) return true;
   for (size_t r = 0; r < arrive_.size(); ++r)
     if (comm_->local(static_cast<int>(r)) && arrive_[r].value() < expected_[r]) return true;
@@ -72,7 +72,7 @@ Status Plan::submit_all(Deadline deadline) {
     return error(Code::busy, std::string(coll_op_name(args_.op)) +
                                  " plan launched while its previous launch is still running; wait() for it first");
   // Ranks in separate processes: every rank's previous launch is over (wait()
-  // ends with a barrier), so no list still reads the signals reset here; and
+  // ends with a barrier; end_launch_known_done() has the caller's word), so no list still reads the signals reset here; and
   // no rank's lists run before every rank has reset and is ready to receive:
   // a barrier after the reset.
   const std::string step = std::string("launch ") + coll_op_name(args_.op);
@@ -81,15 +81,10 @@ Status Plan::submit_all(Deadline deadline) {
                                          "every rank waits for every launch");
   if (comm_->boot_) synced_ = false;
   // Every launch counts from zero: reset before anything is queued (each
-  // process its own rank's signals), unless end_launch_known_done() did so
-  // already, before an exchange that every rank's launch follows.
-  if (reset_early_) {
-    reset_early_ = false;
-  } else {
-    reset_local_signals();
-    if (comm_->boot_)
-      CONCCL_RETURN_IF_ERROR(comm_->boot_->barrier(step + ": signals reset", deadline).prefix("launching " + std::string(coll_op_name(args_.op))));
-  }
+  // process its own rank's signals), then, across processes, the barrier.
+  reset_local_signals();
+  if (comm_->boot_)
+    CONCCL_RETURN_IF_ERROR(comm_->boot_->barrier(step + ": signals reset", deadline).prefix("launching " + std::string(coll_op_name(args_.op))));
   launched_ = true;
   for (size_t i = 0; i < lists_.size(); ++i) {
     PlanList& l = lists_[i];
@@ -121,8 +116,6 @@ Status Plan::end_launch_known_done() {
     return error(Code::busy, std::string(coll_op_name(args_.op)) +
                                  ": end_launch_known_done() while the launch still runs here; wait_here() first");
   synced_ = true;
-  reset_local_signals();
-  reset_early_ = true;
   return Status();
 }
 
