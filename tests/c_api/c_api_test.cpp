@@ -452,29 +452,28 @@ TEST(CApi, NcclShapedCallsOneProcessPerRank) {
         conccl_buffer_alloc(d, r, chunk * n, CONCCL_MEM_DEVICE, &recv2) != CONCCL_OK)
       return *out = last(), 5;
     std::vector<uint8_t> got(chunk * n);
-    for (int round = 0; round < 4; ++round) {
-      // Round 2: rank 1 receives into another buffer; the others keep theirs.
-      const conccl_buffer& into = round == 2 && r == 1 ? recv2 : recv;
+    // One all-gather of this round's data into `into`, every byte checked;
+    // "" or what went wrong.
+    auto gather_round = [&](int round, const conccl_buffer& into) -> std::string {
       const std::vector<uint8_t> mine = data(r, round);
-      if (conccl_buffer_upload(d, &send, 0, mine.data(), mine.size(), 5000) != CONCCL_OK) return *out = last(), 6;
-      if (conccl_all_gather(&send, &into, chunk, comm, nullptr) != CONCCL_OK) return *out = last(), 7;
-      if (conccl_buffer_download(d, got.data(), &into, 0, got.size(), 5000) != CONCCL_OK) return *out = last(), 8;
+      const std::string at = "all_gather round " + std::to_string(round);
+      if (conccl_buffer_upload(d, &send, 0, mine.data(), mine.size(), 5000) != CONCCL_OK ||
+          conccl_all_gather(&send, &into, chunk, comm, nullptr) != CONCCL_OK ||
+          conccl_buffer_download(d, got.data(), &into, 0, got.size(), 5000) != CONCCL_OK)
+        return at + ": " + last();
       for (int s = 0; s < n; ++s)
         if (std::memcmp(got.data() + s * chunk, data(s, round).data(), chunk) != 0)
-          return *out = "all_gather round " + std::to_string(round) + " chunk " + std::to_string(s), 9;
-    }
+          return at + " chunk " + std::to_string(s);
+      return "";
+    };
+    // Round 2: rank 1 receives into another buffer; the others keep theirs.
+    for (int round = 0; round < 4; ++round)
+      if (std::string e = gather_round(round, round == 2 && r == 1 ? recv2 : recv); !e.empty()) return *out = e, 7;
     // The same call again and again, new data each time: every rank ends
     // each launch at the next call's vote (no barrier of its own), and the
     // one plan is launched again.
-    for (int round = 10; round < 22; ++round) {
-      const std::vector<uint8_t> mine = data(r, round);
-      if (conccl_buffer_upload(d, &send, 0, mine.data(), mine.size(), 5000) != CONCCL_OK) return *out = last(), 20;
-      if (conccl_all_gather(&send, &recv, chunk, comm, nullptr) != CONCCL_OK) return *out = last(), 21;
-      if (conccl_buffer_download(d, got.data(), &recv, 0, got.size(), 5000) != CONCCL_OK) return *out = last(), 22;
-      for (int s = 0; s < n; ++s)
-        if (std::memcmp(got.data() + s * chunk, data(s, round).data(), chunk) != 0)
-          return *out = "all_gather round " + std::to_string(round) + " chunk " + std::to_string(s), 23;
-    }
+    for (int round = 10; round < 22; ++round)
+      if (std::string e = gather_round(round, recv); !e.empty()) return *out = e, 20;
     const size_t cached = conccl_comm_cached_plans(comm);
     // One for the repeated call; rank 1 also keeps round 2's, for recv2.
     const size_t want = r == 1 ? 2 : 1;
