@@ -72,9 +72,10 @@ Status Plan::submit_all(Deadline deadline) {
     return error(Code::busy, std::string(coll_op_name(args_.op)) +
                                  " plan launched while its previous launch is still running; wait() for it first");
   // Ranks in separate processes: every rank's previous launch is over (wait()
-  // ends with a barrier; end_launch_known_done() has the caller's word), so no list still reads the signals reset here; and
-  // no rank's lists run before every rank has reset and is ready to receive:
-  // a barrier after the reset.
+  // ends with a barrier; end_launch_known_done() has the caller's word), so
+  // no list still reads the signals reset here; and no rank's lists run
+  // before every rank has reset and is ready to receive: a barrier after the
+  // reset.
   const std::string step = std::string("launch ") + coll_op_name(args_.op);
   if (comm_->boot_ && launched_ && !synced_)
     return error(Code::invalid_argument, "relaunch of a plan whose last launch was not wait()ed for: across processes "
