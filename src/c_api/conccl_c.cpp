@@ -87,10 +87,11 @@ struct conccl_comm {
   // every rank (planning is collective), so ranks can tell that their cached
   // plans are halves of the same one.
   uint64_t generations = 0;
-  // One process per rank, on a stream: the launches not yet waited for, in
-  // call order. Every rank makes the same calls in the same order, so every
-  // rank holds the same sequence and waits for them (each wait ends with a
-  // barrier) in the same order. At most kInFlight per communicator.
+  // One process per rank: the NCCL-shaped launches not yet ended for every
+  // rank (on a stream, or waited for here only), in call order. Every rank
+  // makes the same calls in the same order, so every rank holds the same
+  // sequence and ends or waits for its launches in the same order. At most
+  // kInFlight per communicator.
   std::deque<Plan*> in_flight;
   bool is_in_flight(const Plan* p) const { return std::find(in_flight.begin(), in_flight.end(), p) != in_flight.end(); }
 };
