@@ -684,11 +684,10 @@ Status enqueue_on_stream(conccl::Device& device, conccl::Plan& plan, void* cu_st
   Status st;
   for (const SignalStore& w : *stores)
     if (st.ok()) st = stream_write_value64(cu_stream, w.va, w.value);
-  // Across processes, this process's ranks only: the others' streams wait
-  // for theirs.
-  // Across processes the stream also waits for its rank's own lists to end,
-  // since they read its send buffer while writing into the other ranks; in
-  // one process every rank's arrivals already say that.
+  // Across processes, this process's ranks only (the others' streams wait
+  // for theirs), and also for its rank's own lists to end, since they read
+  // its send buffer while writing into the other ranks; in one process every
+  // rank's arrivals already say that.
   const bool across = plan.communicator().rank() >= 0;
   for (int r = 0; r < static_cast<int>(plan.args().recv.size()) && st.ok(); ++r) {
     if (!plan.communicator().local(r)) continue;
