@@ -1,9 +1,10 @@
 # cmake/install.cmake - `cmake --install build --prefix P` puts ConCCL where
 # other projects find it:
 #   P/include/conccl/*.hpp, conccl.h     the public C++ and C headers
-#   P/include/conccl/packets/*.hpp       the packet layer (public headers
-#                                        include it as "packets/...", so
-#                                        consumers also get -IP/include/conccl)
+#   P/include/conccl/packets/*.hpp       the packet layer (packets/ in the
+#                                        source tree); every header includes
+#                                        its siblings as "conccl/...", so
+#                                        consumers need -IP/include alone
 #   P/lib/libconccl.so.0 (+ .so), libconccl.a
 #   P/lib/cmake/conccl/concclConfig.cmake  find_package(conccl): the targets
 #       conccl::conccl (shared) and conccl::conccl_static, carrying their own

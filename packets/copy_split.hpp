@@ -4,7 +4,7 @@
 #include <cstdint>
 #include <vector>
 
-#include "packets/generation.hpp"
+#include "conccl/packets/generation.hpp"
 
 namespace conccl::sdma {
 

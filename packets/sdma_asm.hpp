@@ -14,7 +14,7 @@
 #include <vector>
 
 #include "conccl/status.hpp"
-#include "packets/sdma_codec.hpp"
+#include "conccl/packets/sdma_codec.hpp"
 
 namespace conccl::sdma {
 

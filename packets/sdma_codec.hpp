@@ -7,7 +7,7 @@
 #include <vector>
 
 #include "conccl/status.hpp"
-#include "packets/sdma_layout.hpp"
+#include "conccl/packets/sdma_layout.hpp"
 
 namespace conccl::sdma {
 

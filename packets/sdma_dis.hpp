@@ -13,7 +13,7 @@
 #include <span>
 #include <string>
 
-#include "packets/sdma_codec.hpp"
+#include "conccl/packets/sdma_codec.hpp"
 
 namespace conccl::sdma {
 

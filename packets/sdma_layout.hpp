@@ -11,7 +11,7 @@
 #include <span>
 #include <string_view>
 
-#include "packets/generation.hpp"
+#include "conccl/packets/generation.hpp"
 
 namespace conccl::sdma {
 

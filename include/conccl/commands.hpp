@@ -16,8 +16,8 @@
 #include <vector>
 
 #include "conccl/status.hpp"
-#include "packets/generation.hpp"
-#include "packets/sdma_codec.hpp"
+#include "conccl/packets/generation.hpp"
+#include "conccl/packets/sdma_codec.hpp"
 
 namespace conccl {
 
