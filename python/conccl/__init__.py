@@ -29,6 +29,7 @@ import atexit
 import ctypes
 import ctypes.util
 import json
+import operator
 import os
 import weakref
 
@@ -103,7 +104,7 @@ _last_error = _sig("conccl_last_error", _cp)
 _status_name = _sig("conccl_status_name", _cp, _int)
 _version = _sig("conccl_version", _cp)
 _dev_open = _sig("conccl_device_open", _status, _P(_DeviceOptions), _P(_vp))
-_dev_close = _sig("conccl_device_close", None, _vp)
+_dev_close = _sig("conccl_device_close", _status, _vp)
 _dev_gpus = _sig("conccl_device_gpu_count", _status, _vp, _P(_int))
 _dev_engines = _sig("conccl_device_engines", _status, _vp, _int, _P(_int), _int, _P(_int))
 _dev_topo = _sig("conccl_device_topology_json", _status, _vp, _cp, _sz, _P(_sz))
@@ -112,13 +113,13 @@ _buf_free = _sig("conccl_buffer_free", _status, _vp, _P(_Buffer))
 _buf_up = _sig("conccl_buffer_upload", _status, _vp, _P(_Buffer), _sz, _vp, _sz, ctypes.c_uint32)
 _buf_down = _sig("conccl_buffer_download", _status, _vp, _vp, _P(_Buffer), _sz, _sz, ctypes.c_uint32)
 _sig_create = _sig("conccl_signal_create", _status, _vp, _u64, _P(_vp))
-_sig_destroy = _sig("conccl_signal_destroy", None, _vp)
+_sig_destroy = _sig("conccl_signal_destroy", _status, _vp)
 _sig_value = _sig("conccl_signal_value", _u64, _vp)
-_sig_add = _sig("conccl_signal_add", None, _vp, _u64)
+_sig_add = _sig("conccl_signal_add", _status, _vp, _u64)
 _sig_wait = _sig("conccl_signal_wait", _status, _vp, _u64, ctypes.c_uint32)
 _sig_addr = _sig("conccl_signal_address", _u64, _vp)
 _q_create = _sig("conccl_queue_create", _status, _vp, _int, _int, _vp, _P(_vp))
-_q_destroy = _sig("conccl_queue_destroy", None, _vp)
+_q_destroy = _sig("conccl_queue_destroy", _status, _vp)
 _q_copy = _sig("conccl_queue_copy", _status, _vp, _u64, _u64, _u64)
 _q_fill = _sig("conccl_queue_fill", _status, _vp, _u64, ctypes.c_uint32, _u64)
 _q_sadd = _sig("conccl_queue_signal_add", _status, _vp, _vp, _u64)
@@ -134,10 +135,10 @@ _comm_cached_plans = _sig("conccl_comm_cached_plans", _sz, _vp)
 _get_uid = _sig("conccl_get_unique_id", _status, _P(_UniqueId))
 _uid_to_string = _sig("conccl_unique_id_to_string", _status, _P(_UniqueId), _cp, _sz)
 _uid_from_string = _sig("conccl_unique_id_from_string", _status, _cp, _P(_UniqueId))
-_comm_destroy = _sig("conccl_comm_destroy", None, _vp)
+_comm_destroy = _sig("conccl_comm_destroy", _status, _vp)
 _comm_size = _sig("conccl_comm_size", _int, _vp)
 _plan_create = _sig("conccl_plan_create", _status, _vp, _P(_CollArgs), _P(_vp))
-_plan_destroy = _sig("conccl_plan_destroy", None, _vp)
+_plan_destroy = _sig("conccl_plan_destroy", _status, _vp)
 _plan_launch = _sig("conccl_plan_launch", _status, _vp, ctypes.c_uint32)
 _plan_prelaunch = _sig("conccl_plan_prelaunch", _status, _vp, ctypes.c_uint32)
 _plan_release = _sig("conccl_plan_release", _status, _vp)
@@ -240,41 +241,142 @@ def version():
     return _version().decode()
 
 
+# ---- arguments: checked here, before ctypes sees them ----------------------
+# ctypes keeps an integer's low bits (Device(gpus=2**32 + 2) would open 2 GPUs)
+# and fails inside its own internals on a wrong type, so every argument of
+# every library call goes through one of these first.
+_LIMITS = {
+    "int": (-2**31, 2**31 - 1),
+    "uint32": (0, 2**32 - 1),
+    "uint64": (0, 2**64 - 1),
+    "size_t": (0, 2**(8 * ctypes.sizeof(ctypes.c_size_t)) - 1),
+}
+
+
+def _integer(name, value, ctype):
+    """value as an int, if it is an integer (int, numpy integer) within the range of
+    the C type `ctype` ("int", "uint32", "uint64", "size_t") it is passed as."""
+    try:
+        v = operator.index(value)
+    except TypeError:
+        raise Error("invalid_argument", f"{name} must be an integer (a C {ctype}), not {type(value).__name__} "
+                                        f"{value!r}") from None
+    lo, hi = _LIMITS[ctype]
+    if not lo <= v <= hi:
+        raise Error("out_of_range", f"{name} = {v} is outside {lo}..{hi}, the range of the C {ctype} it is passed "
+                                    "as" + (": sizes and addresses are not negative" if v < 0 <= lo else ""))
+    return v
+
+
+def _integers(name, values, ctype):
+    """A list of ints from an iterable of integers, each checked as _integer does."""
+    if isinstance(values, (str, bytes)) or not hasattr(values, "__iter__"):
+        raise Error("invalid_argument", f"{name} must be a sequence of integers, not {type(values).__name__} "
+                                        f"{values!r}")
+    return [_integer(f"{name}[{i}]", v, ctype) for i, v in enumerate(values)]
+
+
+def _text(name, value, optional=False):
+    """A str as the bytes a const char* takes (None stays None where optional)."""
+    if value is None and optional:
+        return None
+    if not isinstance(value, str):
+        raise Error("invalid_argument", f"{name} must be a str{' or None' if optional else ''}, not "
+                                        f"{type(value).__name__} {value!r}")
+    return value.encode()
+
+
+def _choice(name, value, choices):
+    if not isinstance(value, str) or value not in choices:
+        raise Error("invalid_argument", f"{name} {value!r}: one of {sorted(choices)}")
+    return choices[value]
+
+
+def _device_arg(device):
+    if not isinstance(device, Device):
+        raise Error("invalid_argument", f"device must be a conccl.Device, not {type(device).__name__}")
+    return device._handle()
+
+
+def _bytes_like(name, data):
+    try:
+        return memoryview(data).cast("B")
+    except TypeError:
+        raise Error("invalid_argument", f"{name} must be a bytes-like object (bytes, bytearray, memoryview, a "
+                                        f"numpy array), not {type(data).__name__}") from None
+
+
 class Buffer:
-    """Memory engines can address: .va goes into commands; .host is the CPU mapping or None."""
+    """Memory engines can address: .va goes into commands; .host is the CPU mapping or None.
+
+    The object holds the conccl_buffer struct the library returned and passes
+    exactly that struct back. Once freed, or once its device is closed, every
+    use raises conccl.Error saying which."""
 
     def __init__(self, device, raw, cuda_ptr=None):
         self._device = device
         self._raw = raw
         self._cuda_ptr = cuda_ptr
+        self._gone = None  # why it can no longer be used: "was freed", "the device was closed"
+        self._views = []  # weak references to the memoryviews handed out: released when the memory goes
+        device._buffers.add(self)
 
-    va = property(lambda self: self._raw.va)
+    def _live(self, device=None, name="buffer"):
+        """The struct to pass back, after checking the buffer is usable (on `device`, when given)."""
+        if self._gone:  # a double free stays "not_found", as it always was here
+            raise Error("not_found" if self._gone == "was freed" else "invalid_argument",
+                        f"{name}: this buffer {self._gone}; allocate a new one (on an open device)")
+        if device is not None and device is not self._device:
+            raise Error("invalid_argument", f"{name} belongs to another device: buffers go only into calls of the "
+                                            "device that allocated them")
+        return self._raw
+
+    def _invalidate(self, why):
+        if not self._gone:
+            self._gone = why
+        for ref in self._views:
+            try:
+                v = ref()
+                if v is not None:
+                    v.release()
+            except BufferError:  # something (a numpy array) holds the view's buffer: it cannot be released
+                pass
+
+    va = property(lambda self: self._live().va)
     # CUDA's pointer to CUDA memory (alloc_cuda, register_cuda), for CUDA and
     # DLPack; it differs from va on a device with a process_slot, where the
     # engines see the memory at an address in the slot's window.
-    cuda_ptr = property(lambda self: self._cuda_ptr)
-    size = property(lambda self: self._raw.size)
-    gpu = property(lambda self: self._raw.gpu)
-    host = property(lambda self: self._raw.host)
+    cuda_ptr = property(lambda self: self._cuda_ptr if self._live() is not None else None)
+    size = property(lambda self: self._live().size)
+    gpu = property(lambda self: self._live().gpu)
+    host = property(lambda self: self._live().host)
+    kind = property(lambda self: self._live().kind)
 
     def upload(self, data, offset=0, timeout_ms=10000):
-        mv = memoryview(data).cast("B")
+        raw = self._live()
+        mv = _bytes_like("data", data)
+        offset = _integer("offset", offset, "size_t")
+        timeout_ms = _integer("timeout_ms", timeout_ms, "uint32")
         src = (ctypes.c_char * len(mv)).from_buffer_copy(mv) if mv.readonly else (ctypes.c_char * len(mv)).from_buffer(mv)
-        _check(_buf_up(self._device._h, ctypes.byref(self._raw), offset, ctypes.addressof(src), len(mv), timeout_ms))
+        _check(_buf_up(self._device._handle(), ctypes.byref(raw), offset, ctypes.addressof(src), len(mv), timeout_ms))
 
     def download(self, nbytes=None, offset=0, timeout_ms=10000):
-        n = self.size - offset if nbytes is None else nbytes
+        raw = self._live()
+        offset = _integer("offset", offset, "size_t")
+        n = _integer("nbytes", raw.size - offset if nbytes is None else nbytes, "size_t")
+        timeout_ms = _integer("timeout_ms", timeout_ms, "uint32")
+        if offset > raw.size or n > raw.size - offset:
+            raise Error("out_of_range", f"download of {n} bytes at offset {offset}: the buffer has {raw.size} bytes")
         out = ctypes.create_string_buffer(n)
-        _check(_buf_down(self._device._h, out, ctypes.byref(self._raw), offset, n, timeout_ms))
+        _check(_buf_down(self._device._handle(), out, ctypes.byref(raw), offset, n, timeout_ms))
         return out.raw
-
-    kind = property(lambda self: self._raw.kind)
 
     def __dlpack_device__(self):
         """(kDLCUDA, CUDA ordinal) for CUDA memory, (kDLCPU, 0) for CPU-visible memory."""
-        if self._raw.kind == CUDA:
-            return (_kDLCUDA, self._device.cuda_ordinal(self.gpu))
-        if not self.host:
+        raw = self._live()
+        if raw.kind == CUDA:
+            return (_kDLCUDA, self._device.cuda_ordinal(raw.gpu))
+        if not raw.host:
             raise Error("unavailable", "this buffer is neither CPU-visible nor CUDA memory: no DLPack view "
                                        "(on the nv backend allocate with Device.alloc_cuda)")
         return (_kDLCPU, 0)
@@ -300,26 +402,39 @@ class Buffer:
         return _PyCapsule_New(ctypes.addressof(m), _DLTENSOR, ctypes.cast(_capsule_destructor, _vp))
 
     def memoryview(self):
-        """Zero-copy view of CPU-visible memory (emulated GPUs, host buffers)."""
-        if not self.host:
+        """Zero-copy, writable view of CPU-visible memory (emulated GPUs, host buffers), as
+        bytes (format 'B'): it indexes, slices and takes assignments. Freeing the buffer or
+        closing its device releases it (numpy arrays over it stay the caller's to drop first)."""
+        raw = self._live()
+        if not raw.host:
             raise Error("unavailable", "this buffer is not CPU-visible (device memory of a real GPU): use download()")
-        return memoryview((ctypes.c_uint8 * self.size).from_address(self.host))
+        mv = _PyMemoryView_FromMemory(raw.host, raw.size, _PyBUF_WRITE)
+        self._views = [v for v in self._views if v() is not None] + [weakref.ref(mv)]
+        return mv
 
     def numpy(self, dtype="uint8"):
-        """Zero-copy numpy array over CPU-visible memory (needs numpy)."""
+        """Zero-copy numpy array over CPU-visible memory (needs numpy). Drop it before the
+        buffer is freed or its device closed: the array cannot be invalidated."""
+        mv = self.memoryview()
         import numpy as np
-        return np.frombuffer(self.memoryview(), dtype=dtype)
+        return np.frombuffer(mv, dtype=dtype)
 
     def free(self):
-        if self._raw is None:
-            raise Error("not_found", "buffer already freed")
-        if self._device._h:
+        raw = self._live()
+        dev = self._device._handle()
+        try:
             if getattr(self, "_registered", False):
-                _check(_buf_unreg_cuda(self._device._h, ctypes.byref(self._raw)))
+                _check(_buf_unreg_cuda(dev, ctypes.byref(raw)))
             else:
-                _check(_buf_free(self._device._h, ctypes.byref(self._raw)))
-        self._raw = None
+                _check(_buf_free(dev, ctypes.byref(raw)))
+        finally:
+            self._invalidate("was freed")
 
+
+_PyMemoryView_FromMemory = ctypes.pythonapi.PyMemoryView_FromMemory
+_PyMemoryView_FromMemory.restype = ctypes.py_object
+_PyMemoryView_FromMemory.argtypes = [_vp, ctypes.c_ssize_t, _int]
+_PyBUF_WRITE = 0x200
 
 _open_devices = weakref.WeakSet()
 
@@ -335,30 +450,48 @@ def _close_open_devices():
 class Device:
     """open_device: backend "emu" (default, no GPU needed), "kfd" or "nv"."""
     _h = None
+    _closed = False
 
     def __init__(self, backend="emu", preset=None, gpus=0, engines=0, gen=None, memory_per_gpu=0, process_slot=-1):
-        o = _DeviceOptions(ctypes.sizeof(_DeviceOptions), backend.encode(), preset.encode() if preset else None,
-                           gpus, engines, gen.encode() if gen else None, memory_per_gpu, process_slot)
+        o = _DeviceOptions(ctypes.sizeof(_DeviceOptions), _text("backend", backend),
+                           _text("preset", preset, optional=True), _integer("gpus", gpus, "int"),
+                           _integer("engines", engines, "int"), _text("gen", gen, optional=True),
+                           _integer("memory_per_gpu", memory_per_gpu, "size_t"),
+                           _integer("process_slot", process_slot, "int"))
         h = _vp()
         _check(_dev_open(ctypes.byref(o), ctypes.byref(h)))
         self._h = h
         self._children = weakref.WeakSet()  # queues, signals, communicators, plans
+        self._buffers = weakref.WeakSet()
         _open_devices.add(self)
 
-    def _adopt(self, child):
+    def _handle(self):
         if not self._h:
-            raise Error("invalid_argument", "the device is closed")
+            raise Error("invalid_argument", "the device was closed: open a new conccl.Device" if self._closed else
+                        "the device did not open")
+        return self._h
+
+    def _adopt(self, child):
+        self._handle()
         self._children.add(child)
 
     def close(self):
         """Destroys what was made from this device (plans, then communicators, queues and
-        signals), then the device. Buffers die with it."""
-        if self._h:
-            for rank in (Plan, Communicator, Queue, Signal):
-                for c in [c for c in list(self._children) if isinstance(c, rank)]:
-                    c._destroy()
-            _dev_close(self._h)
-            self._h = None
+        signals), then the device. Its buffers die with it. Each of them refuses any later
+        use with conccl.Error ("... the device was closed"), and the buffers' memoryviews
+        are released."""
+        if not self._h:
+            return
+        for rank in (Plan, Communicator, Queue, Signal):
+            for c in [c for c in list(self._children) if isinstance(c, rank)]:
+                c._destroy("is gone: the device was closed")
+        self.__dict__.pop("_tensor_regs", None)
+        for b in list(self._buffers):
+            b._invalidate("is gone: the device was closed")
+        _dev_close(self._h)  # a conccl_status once the C API's version 2 lands: see _Child._destroy
+        self._h = None
+        self._closed = True
+        _open_devices.discard(self)
 
     def __del__(self):
         self.close()
@@ -372,31 +505,34 @@ class Device:
     @property
     def gpu_count(self):
         n = _int()
-        _check(_dev_gpus(self._h, ctypes.byref(n)))
+        _check(_dev_gpus(self._handle(), ctypes.byref(n)))
         return n.value
 
     def engines(self, gpu):
+        gpu = _integer("gpu", gpu, "int")
         ids = (_int * 256)()
         n = _int()
-        _check(_dev_engines(self._h, gpu, ids, 256, ctypes.byref(n)))
+        _check(_dev_engines(self._handle(), gpu, ids, 256, ctypes.byref(n)))
         return list(ids[: n.value])
 
     def topology(self):
         need = _sz()
-        _check(_dev_topo(self._h, None, 0, ctypes.byref(need)))
+        _check(_dev_topo(self._handle(), None, 0, ctypes.byref(need)))
         buf = ctypes.create_string_buffer(need.value)
         _check(_dev_topo(self._h, buf, need.value, ctypes.byref(need)))
         return json.loads(buf.value.decode())
 
     def alloc(self, gpu, nbytes, kind=DEVICE):
+        args = _integer("gpu", gpu, "int"), _integer("nbytes", nbytes, "size_t"), _integer("kind", kind, "int")
         raw = _Buffer()
-        _check(_buf_alloc(self._h, gpu, nbytes, kind, ctypes.byref(raw)))
+        _check(_buf_alloc(self._handle(), *args, ctypes.byref(raw)))
         return Buffer(self, raw)
 
     def alloc_cuda(self, gpu, nbytes):
         """CUDA memory on `gpu` (nv backend) the engines and CUDA both use; torch.from_dlpack views it."""
+        args = _integer("gpu", gpu, "int"), _integer("nbytes", nbytes, "size_t")
         raw = _Buffer()
-        _check(_buf_alloc_cuda(self._h, gpu, nbytes, ctypes.byref(raw)))
+        _check(_buf_alloc_cuda(self._handle(), *args, ctypes.byref(raw)))
         ptr = ctypes.c_uint64()
         _check(_buf_cuda_ptr(self._h, ctypes.byref(raw), ctypes.byref(ptr)))
         return Buffer(self, raw, ptr.value)
@@ -404,30 +540,49 @@ class Device:
     def register_cuda(self, ptr, nbytes, gpu=0):
         """Registers CUDA memory (cuMemCreate with POSIX-fd handles: PyTorch with
         expandable_segments:True) so that collectives can use it; Buffer.free() unregisters."""
+        args = _integer("gpu", gpu, "int"), _integer("ptr", ptr, "uint64"), _integer("nbytes", nbytes, "size_t")
         raw = _Buffer()
-        _check(_buf_reg_cuda(self._h, gpu, int(ptr), nbytes, ctypes.byref(raw)))
-        b = Buffer(self, raw, int(ptr))
+        _check(_buf_reg_cuda(self._handle(), *args, ctypes.byref(raw)))
+        b = Buffer(self, raw, args[1])
         b._registered = True
         return b
 
     def cuda_ordinal(self, gpu):
+        gpu = _integer("gpu", gpu, "int")
         o = _int()
-        _check(_dev_cuda_ordinal(self._h, gpu, ctypes.byref(o)))
+        _check(_dev_cuda_ordinal(self._handle(), gpu, ctypes.byref(o)))
         return o.value
 
-    def _tensor_buffer(self, t, gpu):
-        """The registered Buffer of a CUDA tensor's bytes (cached by pointer and size
-        until release_tensors())."""
-        if not getattr(t, "is_cuda", False):
-            raise Error("invalid_argument", "expected a CUDA torch tensor, got " + type(t).__name__ +
-                        (" on " + str(t.device) if hasattr(t, "device") else ""))
+    def _tensor_buffer(self, t, gpu, name):
+        """The conccl_buffer struct of a tensor's bytes. A CUDA tensor: its memory
+        registered (cached by pointer and size until release_tensors()). A CPU tensor:
+        the part of one of this device's CPU-visible buffers it views (a tensor made by
+        torch.from_dlpack(buffer), or a slice of one), as engines reach no other host memory."""
+        if not all(hasattr(t, a) for a in ("data_ptr", "is_contiguous", "element_size", "numel")):
+            raise Error("invalid_argument", f"{name} must be a torch tensor, not {type(t).__name__}")
         if not t.is_contiguous():
-            raise Error("invalid_argument", "the tensor is not contiguous: call .contiguous() first")
-        key = (t.data_ptr(), t.numel() * t.element_size(), gpu)
-        cache = self.__dict__.setdefault("_tensor_regs", {})
-        if key not in cache:
-            cache[key] = self.register_cuda(key[0], key[1], gpu)
-        return cache[key]
+            raise Error("invalid_argument", f"{name} is not contiguous: call .contiguous() first")
+        ptr, nbytes = t.data_ptr(), t.numel() * t.element_size()
+        if t.is_cuda:
+            key = (ptr, nbytes, gpu)
+            cache = self.__dict__.setdefault("_tensor_regs", {})
+            if key not in cache:
+                cache[key] = self.register_cuda(ptr, nbytes, gpu)
+            return cache[key]._live(self, name)
+        if t.device.type == "cpu":
+            for b in list(self._buffers):
+                raw = b._raw
+                if not b._gone and raw.host and raw.host <= ptr and ptr + nbytes <= raw.host + raw.size:
+                    off = ptr - raw.host
+                    if off == 0 and nbytes == raw.size:
+                        return raw  # the whole buffer: the struct exactly as allocated
+                    return _Buffer(raw.va + off, raw.host + off, nbytes, raw.gpu, raw.kind, raw.id)
+            raise Error("invalid_argument", f"{name}: this CPU tensor's memory is not a buffer of this device, and "
+                                            "the engines reach no other host memory: make it with "
+                                            "torch.from_dlpack(device.alloc(gpu, nbytes)) (CUDA tensors on the nv "
+                                            "backend are registered as they come)")
+        raise Error("invalid_argument", f"{name} is on {t.device}: give CUDA tensors (nv backend) or CPU tensors "
+                                        "viewing this device's buffers (emu)")
 
     def release_tensors(self):
         """Unregisters every tensor registered by the torch calls. Call it before the
@@ -437,14 +592,26 @@ class Device:
 
 
 class _Child:
-    """Something made from a Device: destroyed before it (Device.close) or when collected."""
+    """Something made from a Device: destroyed before it (Device.close) or when collected.
+    Afterwards every use raises conccl.Error saying why."""
     _destroy_fn = None
     _h = None
+    _gone = "was not created"
+    _what = "object"
 
-    def _destroy(self):
+    def _handle(self):
+        if not self._h:
+            raise Error("invalid_argument", f"this {self._what} {self._gone}")
+        return self._h
+
+    def _destroy(self, why="was destroyed"):
         if self._h:
+            # conccl_status since the C API's version 2; not checked until that
+            # header is what this package is built against (older libraries
+            # return nothing here, and the value would be garbage).
             type(self)._destroy_fn(self._h)
             self._h = None
+            self._gone = why
 
     def __del__(self):
         self._destroy()
@@ -452,117 +619,159 @@ class _Child:
 
 class Signal(_Child):
     _destroy_fn = staticmethod(_sig_destroy)
+    _what = "signal"
 
     def __init__(self, device, initial=0):
+        dh = _device_arg(device)
+        initial = _integer("initial", initial, "uint64")
         device._adopt(self)
+        self._device = device
         h = _vp()
-        _check(_sig_create(device._h, initial, ctypes.byref(h)))
+        _check(_sig_create(dh, initial, ctypes.byref(h)))
         self._h = h
 
-    value = property(lambda self: _sig_value(self._h))
-    address = property(lambda self: _sig_addr(self._h))
+    value = property(lambda self: _sig_value(self._handle()))
+    address = property(lambda self: _sig_addr(self._handle()))
 
     def add(self, delta=1):
-        _sig_add(self._h, delta)
+        delta = _integer("delta", delta, "uint64")
+        _sig_add(self._handle(), delta)  # a conccl_status once the C API's version 2 lands
 
     def wait(self, value, timeout_ms=10000):
-        _check(_sig_wait(self._h, value, timeout_ms))
+        args = _integer("value", value, "uint64"), _integer("timeout_ms", timeout_ms, "uint32")
+        _check(_sig_wait(self._handle(), *args))
+
+
+def _signal_arg(signal, device):
+    if not isinstance(signal, Signal):
+        raise Error("invalid_argument", f"signal must be a conccl.Signal, not {type(signal).__name__}")
+    if signal._device is not device:
+        raise Error("invalid_argument", "signal belongs to another device: queues add to and wait on signals of "
+                                        "their own device")
+    return signal._handle()
 
 
 class Queue(_Child):
     """One DMA queue (ring) on one engine; commands are recorded, then submitted."""
     _destroy_fn = staticmethod(_q_destroy)
+    _what = "queue"
 
     def __init__(self, device, gpu, engine):
+        dh = _device_arg(device)
+        args = _integer("gpu", gpu, "int"), _integer("engine", engine, "int")
         device._adopt(self)
+        self._device = device
         h = _vp()
-        _check(_q_create(device._h, gpu, engine, None, ctypes.byref(h)))
+        _check(_q_create(dh, *args, None, ctypes.byref(h)))
         self._h = h
 
     def copy(self, dst, src, nbytes):
-        _check(_q_copy(self._h, int(dst), int(src), nbytes))
+        args = _integer("dst", dst, "uint64"), _integer("src", src, "uint64"), _integer("nbytes", nbytes, "uint64")
+        _check(_q_copy(self._handle(), *args))
 
     def fill(self, dst, value, nbytes):
-        _check(_q_fill(self._h, int(dst), value, nbytes))
+        args = _integer("dst", dst, "uint64"), _integer("value", value, "uint32"), _integer("nbytes", nbytes, "uint64")
+        _check(_q_fill(self._handle(), *args))
 
     def signal_add(self, signal, delta=1):
-        _check(_q_sadd(self._h, signal._h, delta))
+        h = self._handle()
+        s = _signal_arg(signal, self._device)
+        _check(_q_sadd(h, s, _integer("delta", delta, "uint64")))
 
     def wait_signal(self, signal, value):
-        _check(_q_swait(self._h, signal._h, value))
+        h = self._handle()
+        s = _signal_arg(signal, self._device)
+        _check(_q_swait(h, s, _integer("value", value, "uint64")))
 
     def submit(self, timeout_ms=1000):
+        timeout_ms = _integer("timeout_ms", timeout_ms, "uint32")
         t = _u64()
-        _check(_q_submit(self._h, timeout_ms, ctypes.byref(t)))
+        _check(_q_submit(self._handle(), timeout_ms, ctypes.byref(t)))
         return t.value
 
     def wait(self, ticket=2**64 - 1, timeout_ms=10000):
-        _check(_q_wait(self._h, ticket, timeout_ms))
+        args = _integer("ticket", ticket, "uint64"), _integer("timeout_ms", timeout_ms, "uint32")
+        _check(_q_wait(self._handle(), *args))
 
-    completed = property(lambda self: _q_completed(self._h))
+    completed = property(lambda self: _q_completed(self._handle()))
 
 
-def _array(buffers):
+def _array(name, buffers, device):
+    """A C array of the buffers' structs (exactly as allocated), each checked to be a
+    live conccl.Buffer of `device`."""
+    if isinstance(buffers, Buffer) or isinstance(buffers, (str, bytes)) or not hasattr(buffers, "__iter__"):
+        raise Error("invalid_argument", f"{name} must be a list of conccl.Buffer, not {type(buffers).__name__}")
     bufs = list(buffers)
-    arr = (_Buffer * len(bufs))(*[b._raw for b in bufs])
+    for i, b in enumerate(bufs):
+        if not isinstance(b, Buffer):
+            raise Error("invalid_argument", f"{name}[{i}] must be a conccl.Buffer, not {type(b).__name__}")
+    arr = (_Buffer * len(bufs))(*[b._live(device, f"{name}[{i}]") for i, b in enumerate(bufs)])
     return arr, len(bufs)
 
 
 class Plan(_Child):
     _destroy_fn = staticmethod(_plan_destroy)
+    _what = "plan"
 
     def __init__(self, comm, op, nbytes, send, recv, variant="auto", root=0, peer=1, prelaunch=False):
-        if op not in OPS or variant not in VARIANTS:
-            raise Error("invalid_argument", f"op {op!r} / variant {variant!r}: ops are {sorted(OPS)}, "
-                                            f"variants {sorted(VARIANTS)}")
-        comm._device._adopt(self)
+        ch = comm._handle()
+        dev = comm._device
+        o, v = _choice("op", op, OPS), _choice("variant", variant, VARIANTS)
+        nbytes = _integer("nbytes", nbytes, "uint64")
+        root, peer = _integer("root", root, "int"), _integer("peer", peer, "int")
+        s, ns = _array("send", send, dev)
+        r, nr = _array("recv", recv, dev)
+        dev._adopt(self)
         self._comm = comm  # keeps the communicator alive
-        s, ns = _array(send)
-        r, nr = _array(recv)
-        a = _CollArgs(ctypes.sizeof(_CollArgs), OPS[op], VARIANTS[variant], nbytes, root, peer, s, ns, r, nr,
-                      int(prelaunch), 0)
+        a = _CollArgs(ctypes.sizeof(_CollArgs), o, v, nbytes, root, peer, s, ns, r, nr, int(bool(prelaunch)), 0)
         h = _vp()
-        _check(_plan_create(comm._h, ctypes.byref(a), ctypes.byref(h)))
+        _check(_plan_create(ch, ctypes.byref(a), ctypes.byref(h)))
         self._h = h
 
-    variant = property(lambda self: _variant_name(_plan_variant(self._h)).decode())
+    variant = property(lambda self: _variant_name(_plan_variant(self._handle())).decode())
 
     def launch(self, timeout_ms=10000):
-        _check(_plan_launch(self._h, timeout_ms))
+        timeout_ms = _integer("timeout_ms", timeout_ms, "uint32")
+        _check(_plan_launch(self._handle(), timeout_ms))
 
     def prelaunch(self, timeout_ms=10000):
-        _check(_plan_prelaunch(self._h, timeout_ms))
+        timeout_ms = _integer("timeout_ms", timeout_ms, "uint32")
+        _check(_plan_prelaunch(self._handle(), timeout_ms))
 
     def release(self):
-        _check(_plan_release(self._h))
+        _check(_plan_release(self._handle()))
 
     def wait(self, timeout_ms=10000):
-        _check(_plan_wait(self._h, timeout_ms))
+        timeout_ms = _integer("timeout_ms", timeout_ms, "uint32")
+        _check(_plan_wait(self._handle(), timeout_ms))
 
     def release_by_stores(self):
         """Hands the release of a prelaunched plan to another writer: [(address, value)]
         64-bit stores to make in order (a compute stream's write-value operation)."""
         st = (_Store * 4)()
         n = _int()
-        _check(_plan_release_stores(self._h, st, 4, ctypes.byref(n)))
+        _check(_plan_release_stores(self._handle(), st, 4, ctypes.byref(n)))
         return [(st[i].address, st[i].value) for i in range(n.value)]
 
     def consumed_store(self):
         """(address, value): the store the writer makes after its waits on the plan's
         completion; until it lands the plan counts as running (see conccl.h)."""
         st = _Store()
-        _check(_plan_consumed_store(self._h, ctypes.byref(st)))
+        _check(_plan_consumed_store(self._handle(), ctypes.byref(st)))
         return st.address, st.value
 
     def enqueue_on_stream(self, stream, timeout_ms=10000):
         """nv backend: order a prelaunch plan on a CUDA stream (a CUstream handle, a
         torch.cuda.Stream, or None for torch's current stream). Returns at once."""
-        _check(_plan_enqueue_stream(self._h, _stream_handle(stream), timeout_ms))
+        h = self._handle()
+        timeout_ms = _integer("timeout_ms", timeout_ms, "uint32")
+        _check(_plan_enqueue_stream(h, _stream_handle(stream), timeout_ms))
 
     def completion(self, rank):
         """(address, value): rank's data is in place once the 64-bit word at address >= value."""
+        rank = _integer("rank", rank, "int")
         a, v = _u64(), _u64()
-        _check(_plan_completion(self._h, rank, ctypes.byref(a), ctypes.byref(v)))
+        _check(_plan_completion(self._handle(), rank, ctypes.byref(a), ctypes.byref(v)))
         return a.value, v.value
 
 
@@ -580,6 +789,7 @@ class Communicator(_Child):
     """Ranks on the GPUs of one device (gpus[r] = rank r's GPU); loopback lets ranks share a GPU,
     and `queues` ("auto", "per_rank", "per_engine") says which queues they use on an engine."""
     _destroy_fn = staticmethod(_comm_destroy)
+    _what = "communicator"
 
     QUEUES = {"auto": 0, "per_rank": 1, "per_engine": 2}
 
@@ -589,37 +799,41 @@ class Communicator(_Child):
         rank, nranks and unique_id (conccl.unique_id() made once, handed to every process;
         the device opened with process_slot=rank); gpu = this rank's GPU (-1: rank modulo
         the device's GPU count)."""
-        if queues not in self.QUEUES:
-            raise Error("invalid_argument", f"queues {queues!r}: one of {sorted(self.QUEUES)}")
+        dh = _device_arg(device)
+        q = _choice("queues", queues, self.QUEUES)
         per_process = rank is not None or nranks is not None or unique_id is not None
         if per_process and (rank is None or nranks is None or unique_id is None or gpus is not None):
             raise Error("invalid_argument", "one process per rank: give rank, nranks and unique_id (and no gpus)")
         if not per_process and gpus is None:
             raise Error("invalid_argument", "give gpus (every rank in this process), or rank, nranks and unique_id")
-        device._adopt(self)
-        self._device = device
-        eng = list(engines or [])
+        eng = _integers("engines", engines or [], "int")
         ea = (_int * max(1, len(eng)))(*eng)
-        o = _CommOptions(ctypes.sizeof(_CommOptions), 0, int(loopback), ea if eng else None, len(eng), timeout_ms,
-                         self.QUEUES[queues])
+        o = _CommOptions(ctypes.sizeof(_CommOptions), 0, int(bool(loopback)), ea if eng else None, len(eng),
+                         _integer("timeout_ms", timeout_ms, "uint32"), q)
         h = _vp()
         if per_process:
+            rank, nranks = _integer("rank", rank, "int"), _integer("nranks", nranks, "int")
+            gpu = _integer("gpu", gpu, "int")
             uid = _UniqueId()
-            _check(_uid_from_string(str(unique_id).encode(), ctypes.byref(uid)))
-            _check(_comm_create_rank(device._h, rank, nranks, ctypes.byref(uid), gpu, ctypes.byref(o), ctypes.byref(h)))
+            _check(_uid_from_string(_text("unique_id", unique_id), ctypes.byref(uid)))
+            device._adopt(self)
+            self._device = device
+            _check(_comm_create_rank(dh, rank, nranks, ctypes.byref(uid), gpu, ctypes.byref(o), ctypes.byref(h)))
             self._h = h
             self._gpus = None
             self._gpu = gpu if gpu >= 0 else rank % device.gpu_count  # as conccl_comm_create_rank picks
             return
-        g = list(gpus)
-        ga = (_int * len(g))(*g)
-        _check(_comm_create(device._h, ga, len(g), ctypes.byref(o), ctypes.byref(h)))
+        g = _integers("gpus", gpus, "int")
+        ga = (_int * max(1, len(g)))(*g)
+        device._adopt(self)
+        self._device = device
+        _check(_comm_create(dh, ga, _integer("number of gpus", len(g), "int"), ctypes.byref(o), ctypes.byref(h)))
         self._h = h
         self._gpus = g
 
-    size = property(lambda self: _comm_size(self._h))
-    rank = property(lambda self: _comm_rank(self._h), doc="this process's rank (-1: every rank in this process)")
-    cached_plans = property(lambda self: _comm_cached_plans(self._h),
+    size = property(lambda self: _comm_size(self._handle()))
+    rank = property(lambda self: _comm_rank(self._handle()), doc="this process's rank (-1: every rank in this process)")
+    cached_plans = property(lambda self: _comm_cached_plans(self._handle()),
                             doc="plans the NCCL-shaped calls keep (those of the 64 most recently used argument sets)")
 
     def plan(self, op, nbytes, send, recv, **kw):
@@ -629,63 +843,114 @@ class Communicator(_Child):
     # lists. One process per rank: this rank's alone (a list of one, or the
     # buffer itself), as ncclAllGather; broadcast's root_send may be None off
     # the root. The C API's notes on conccl_all_gather say the rest.
-    def _mine(self, buffers):
+    def _mine(self, name, items, single):
+        """The list of buffers or tensors the C call reads: one per rank (every rank in this
+        process), or this rank's alone. `single` tells one item from a list of them."""
         if self.rank < 0:
-            return list(buffers)
-        mine = list(buffers) if isinstance(buffers, (list, tuple)) else [buffers]
+            if single(items) or not isinstance(items, (list, tuple)):
+                raise Error("invalid_argument", f"{name}: give a list of one per rank (every rank is in this "
+                                                f"process), not {type(items).__name__}")
+            if len(items) != self.size:
+                raise Error("invalid_argument", f"{name}: give one per rank ({self.size} ranks), not {len(items)}")
+            return list(items)
+        mine = list(items) if isinstance(items, (list, tuple)) else [items]
         if len(mine) != 1:
-            raise Error("invalid_argument", f"one process per rank: give this rank's buffer alone, not {len(mine)}")
+            raise Error("invalid_argument", f"{name}: one process per rank: give this rank's alone, not {len(mine)}")
         return mine
 
+    def _buffers(self, name, buffers):
+        return _array(name, self._mine(name, buffers, lambda b: isinstance(b, Buffer)), self._device)[0]
+
     def all_gather(self, send, recv, nbytes):
-        s, _ = _array(self._mine(send))
-        r, _ = _array(self._mine(recv))
-        _check(_all_gather(s, r, nbytes, self._h, None))
+        h = self._handle()
+        s, r = self._buffers("send", send), self._buffers("recv", recv)
+        _check(_all_gather(s, r, _integer("nbytes", nbytes, "size_t"), h, None))
 
     def all_to_all(self, send, recv, nbytes):
-        s, _ = _array(self._mine(send))
-        r, _ = _array(self._mine(recv))
-        _check(_all_to_all(s, r, nbytes, self._h, None))
+        h = self._handle()
+        s, r = self._buffers("send", send), self._buffers("recv", recv)
+        _check(_all_to_all(s, r, _integer("nbytes", nbytes, "size_t"), h, None))
 
     def broadcast(self, root_send, recv, nbytes, root=0):
-        s = _array([root_send])[0] if root_send is not None else None
-        r, _ = _array(self._mine(recv))
-        _check(_broadcast(s, r, nbytes, root, self._h, None))
+        h = self._handle()
+        if root_send is not None and not isinstance(root_send, Buffer):
+            raise Error("invalid_argument", f"root_send must be a conccl.Buffer (or None off the root with one "
+                                            f"process per rank), not {type(root_send).__name__}")
+        s = _array("root_send", [root_send], self._device)[0] if root_send is not None else None
+        r = self._buffers("recv", recv)
+        args = _integer("nbytes", nbytes, "size_t"), _integer("root", root, "int")
+        _check(_broadcast(s, r, *args, h, None))
 
-    # ---- PyTorch: CUDA tensors, ordered on a CUDA stream (nv backend) ----
-    def all_gather_into_tensor(self, outputs, inputs, stream=None):
-        """outputs[r] (size x input bytes) of every rank r gets every rank's inputs[s]
-        at offset s x input bytes, like torch.distributed.all_gather_into_tensor with
-        one process per rank. Ordered on `stream` (default: torch's current stream):
-        the copies start when the stream's earlier work is done, and its later work
-        sees the results. Returns at once. With one process per rank, outputs and
-        inputs are this rank's tensors (as torch.distributed takes them); the call
-        also returns at once there (the host waits only when more calls than the
-        library keeps in flight are outstanding)."""
-        self._tensor_call(_all_gather, outputs, inputs, stream)
+    # ---- PyTorch tensors: the torch.distributed calls' shapes ----
+    # nv backend: CUDA tensors (registered as they come), ordered on a CUDA
+    # stream. emu: CPU tensors that view this device's buffers
+    # (torch.from_dlpack(device.alloc(gpu, nbytes))); the call returns when
+    # the data is in place.
+    def all_gather_into_tensor(self, output_tensor, input_tensor, *, stream=None):
+        """As torch.distributed.all_gather_into_tensor(output_tensor, input_tensor):
+        output_tensor (world size x input_tensor's elements, same dtype) of every rank
+        gets every rank s's input_tensor at offset s x its bytes. With every rank in
+        this process, give lists (rank r's tensor at [r]); with one process per rank,
+        this rank's tensors. CUDA tensors: ordered on `stream` (default: torch's current
+        stream): the copies start when the stream's earlier work is done, and its later
+        work sees the results; the call returns at once (the host waits only when more
+        calls than the library keeps in flight are outstanding)."""
+        self._tensor_call("all_gather", output_tensor, input_tensor, stream)
 
-    def all_to_all_single(self, outputs, inputs, stream=None):
-        """outputs[d] chunk s = inputs[s] chunk d (equal chunks), ordered on the stream."""
-        self._tensor_call(_all_to_all, outputs, inputs, stream)
+    def all_to_all_single(self, output, input, output_split_sizes=None, input_split_sizes=None, *, stream=None):
+        """As torch.distributed.all_to_all_single(output, input) with equal splits: output
+        and input have the same elements and dtype, split along dim 0 into world size
+        chunks; chunk d of rank s's input goes to rank d, where it is chunk s of the
+        output. Split sizes, if given, must be those equal splits. Lists or this rank's
+        tensors and `stream` as in all_gather_into_tensor."""
+        self._tensor_call("all_to_all", output, input, stream, (output_split_sizes, input_split_sizes))
 
-    def _tensor_call(self, fn, outputs, inputs, stream):
-        outputs, inputs = self._mine(outputs), self._mine(inputs)
+    def _tensor_call(self, op, outputs, inputs, stream, splits=(None, None)):
+        h = self._handle()
         n = self.size
-        mine = 1 if self.rank >= 0 else n  # tensors given by this process
-        if len(outputs) != mine or len(inputs) != mine:
-            raise Error("invalid_argument", f"give {'this rank' if mine == 1 else 'every rank'}'s output and "
-                                            f"input tensor ({mine} each), got {len(outputs)} and {len(inputs)}")
+        one = lambda t: hasattr(t, "data_ptr")  # noqa: E731
+        call, onames = (("all_gather_into_tensor", ("output_tensor", "input_tensor")) if op == "all_gather" else
+                        ("all_to_all_single", ("output", "input")))
+        outputs, inputs = self._mine(onames[0], outputs, one), self._mine(onames[1], inputs, one)
         dev = self._device
-        gpus = [self._gpu] if self.rank >= 0 else getattr(self, "_gpus", [0] * n)
-        send = [dev._tensor_buffer(t, gpus[r]) for r, t in enumerate(inputs)]
-        recv = [dev._tensor_buffer(t, gpus[r]) for r, t in enumerate(outputs)]
-        nbytes = send[0].size
-        if any(b.size != nbytes for b in send) or any(b.size != nbytes * n for b in recv):
-            raise Error("invalid_argument", f"every input must have the same bytes and every output {n} times "
-                                            f"that: inputs {[b.size for b in send]}, outputs {[b.size for b in recv]}")
-        s, _ = _array(send)
-        r, _ = _array(recv)
-        _check(fn(s, r, nbytes, self._h, _stream_handle(stream)))
+        gpus = [self._gpu] if self.rank >= 0 else self._gpus
+        many = self.rank < 0
+
+        def structs(name, tensors):
+            return [dev._tensor_buffer(t, gpus[r], f"{name}[{r}]" if many else name) for r, t in enumerate(tensors)]
+
+        send, recv = structs(onames[1], inputs), structs(onames[0], outputs)
+        isize = send[0].size
+        for r, (o, i) in enumerate(zip(outputs, inputs)):
+            where = f" (rank {r})" if many else ""
+            if o.dtype != i.dtype:
+                raise Error("invalid_argument", f"{onames[0]} is {o.dtype} and {onames[1]} {i.dtype}{where}: "
+                                                "give both the same dtype, as torch.distributed does")
+            if send[r].size != isize:
+                raise Error("invalid_argument", f"every rank's {onames[1]} must have the same bytes: "
+                                                f"{[b.size for b in send]}")
+            want = isize * n if op == "all_gather" else isize
+            if recv[r].size != want:
+                rule = (f"world size ({n}) times" if op == "all_gather" else "the same as")
+                raise Error("invalid_argument", f"{onames[0]}{where} has {recv[r].size} bytes; it must be {rule} "
+                                                f"{onames[1]}'s {isize} bytes ({want}), as in torch.distributed.{call}")
+        nbytes = isize
+        if op == "all_to_all":
+            rows = inputs[0].shape[0] if len(inputs[0].shape) else None
+            if rows is None or rows % n or isize % n:
+                raise Error("invalid_argument", f"{onames[1]}'s dim 0 ({rows}) does not split into {n} equal "
+                                                f"chunks (one per rank), as {call} needs")
+            for sname, sizes in zip(("output_split_sizes", "input_split_sizes"), splits):
+                if sizes is not None and _integers(sname, sizes, "int") != [rows // n] * n:
+                    raise Error("invalid_argument", f"{sname} {list(sizes)}: only equal splits ({[rows // n] * n}, "
+                                                    "or None) are supported")
+            nbytes = isize // n
+        s = (_Buffer * len(send))(*send)
+        r = (_Buffer * len(recv))(*recv)
+        cpu = not getattr(inputs[0], "is_cuda", False)
+        handle = None if cpu and stream is None else _stream_handle(stream)
+        fn = _all_gather if op == "all_gather" else _all_to_all
+        _check(fn(s, r, _integer("bytes", nbytes, "size_t"), h, handle))
 
 
 def _stream_handle(stream):
@@ -694,5 +959,5 @@ def _stream_handle(stream):
     if stream is None:
         import torch
         stream = torch.cuda.current_stream()
-    h = getattr(stream, "cuda_stream", stream)
-    return _vp(int(h) or CU_STREAM_LEGACY)
+    h = _integer("stream", getattr(stream, "cuda_stream", stream), "uint64")
+    return _vp(h or CU_STREAM_LEGACY)

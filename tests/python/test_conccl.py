@@ -214,7 +214,7 @@ print("ok", r)
             with self.assertRaises(conccl.Error) as cm:
                 comm.all_gather_into_tensor([b"x", b"y"], [b"x", b"y"])
             self.assertEqual(cm.exception.status, "invalid_argument")
-            self.assertIn("CUDA torch tensor", cm.exception.message)
+            self.assertIn("must be a torch tensor, not bytes", cm.exception.message)
             send = [dev.alloc(0, 4096) for _ in range(2)]
             recv = [dev.alloc(0, 8192) for _ in range(2)]
             plan = comm.plan("all_gather", 4096, send, recv, prelaunch=True)
@@ -222,6 +222,169 @@ print("ok", r)
                 plan.enqueue_on_stream(conccl.CU_STREAM_LEGACY)
             self.assertEqual(cm.exception.status, "unavailable")
 
+
+
+class ArgumentTest(unittest.TestCase):
+    """Every argument is checked before it reaches ctypes, which would drop an
+    integer's high bits and fail inside its own internals on a wrong type."""
+
+    def assert_error(self, status, words, fn, *args, **kw):
+        with self.assertRaises(conccl.Error) as cm:
+            fn(*args, **kw)
+        self.assertEqual(cm.exception.status, status, cm.exception.message)
+        for w in words:
+            self.assertIn(w, cm.exception.message)
+        return cm.exception
+
+    def test_integers_outside_their_c_type_are_refused(self):
+        int_range, u32_range, u64_range = "-2147483648..2147483647", "0..4294967295", "0..18446744073709551615"
+        # ctypes would open 2 GPUs here (2**32 + 2 wraps to 2).
+        self.assert_error("out_of_range", ["gpus", str(2**32 + 2), int_range], conccl.Device, "emu", gpus=2**32 + 2)
+        self.assert_error("out_of_range", ["process_slot", int_range], conccl.Device, "emu", process_slot=-2**31 - 1)
+        self.assert_error("out_of_range", ["memory_per_gpu", "-1"], conccl.Device, "emu", memory_per_gpu=-1)
+        with conccl.Device("emu", preset="mi300x") as dev:
+            n, chunk = 4, 4096 + 8
+            comm = conccl.Communicator(dev, range(n))
+            send = [dev.alloc(r, chunk) for r in range(n)]
+            recv = [dev.alloc(r, chunk * n) for r in range(n)]
+            data = os.urandom(chunk)
+            send[0].upload(data)
+            # ctypes would broadcast from root 0 here.
+            self.assert_error("out_of_range", ["root", str(2**32), int_range], comm.broadcast, send[0], recv, chunk,
+                              root=2**32)
+            self.assert_error("out_of_range", ["nbytes", "-1"], comm.all_gather, send, recv, -1)
+            self.assert_error("out_of_range", ["nbytes", str(2**64)], comm.all_to_all, send, recv, 2**64)
+            sig = conccl.Signal(dev)
+            # ctypes would wait 50 ms here.
+            self.assert_error("out_of_range", ["timeout_ms", str(2**32 + 50), u32_range], sig.wait, 1,
+                              timeout_ms=2**32 + 50)
+            self.assert_error("out_of_range", ["value", u64_range], sig.wait, -1)
+            self.assert_error("out_of_range", ["delta", u64_range], sig.add, 2**64)
+            self.assert_error("out_of_range", ["initial", u64_range], conccl.Signal, dev, -5)
+            q = conccl.Queue(dev, 0, dev.engines(0)[0])
+            self.assert_error("out_of_range", ["nbytes", "-1", u64_range], q.copy, recv[0].va, send[0].va, -1)
+            self.assert_error("out_of_range", ["dst", u64_range], q.copy, -recv[0].va, send[0].va, chunk)
+            self.assert_error("out_of_range", ["value", u32_range], q.fill, recv[0].va, 2**32, 4)
+            self.assert_error("out_of_range", ["timeout_ms", u32_range], q.submit, timeout_ms=-1)
+            self.assert_error("out_of_range", ["ticket", u64_range], q.wait, 2**64)
+            self.assert_error("out_of_range", ["gpu", int_range], dev.alloc, 2**32, 4096)
+            self.assert_error("out_of_range", ["nbytes"], dev.alloc, 0, -4096)
+            self.assert_error("out_of_range", ["gpu", int_range], dev.engines, 2**32)
+            self.assert_error("out_of_range", ["offset"], send[0].download, 16, offset=-1)
+            self.assert_error("out_of_range", ["nbytes"], send[0].download, -16)
+            self.assert_error("out_of_range", ["gpus[1]", int_range], conccl.Communicator, dev, [0, 2**32 + 1])
+            self.assert_error("out_of_range", ["engines[0]", int_range], conccl.Communicator, dev, [0, 1],
+                              engines=[2**31])
+            self.assert_error("out_of_range", ["timeout_ms", u32_range], conccl.Communicator, dev, [0, 1],
+                              timeout_ms=2**32)
+            self.assert_error("out_of_range", ["root", int_range], comm.plan, "broadcast", chunk, [send[0]], recv,
+                              root=2**32 + 1)
+            self.assert_error("out_of_range", ["peer", int_range], comm.plan, "p2p", chunk, [send[0]], recv,
+                              peer=-2**31 - 1)
+            plan = comm.plan("all_gather", chunk, send, recv)
+            self.assert_error("out_of_range", ["timeout_ms", u32_range], plan.launch, timeout_ms=2**32 + 10000)
+            self.assert_error("out_of_range", ["rank", int_range], plan.completion, 2**32 + 1)
+            # The ends of each range still go through.
+            sig.add(2**64 - 2)
+            self.assertEqual(sig.value, 2**64 - 2)
+            sig.wait(2**64 - 2, timeout_ms=2**32 - 1)
+            self.assertEqual(conccl.Signal(dev, 2**64 - 1).value, 2**64 - 1)
+            comm.broadcast(send[0], recv, chunk, root=0)
+            self.assertEqual(recv[3].download(chunk), data)
+
+    def test_wrong_types_name_the_argument(self):
+        with conccl.Device("emu", preset="mi300x") as dev:
+            n, chunk = 2, 4096
+            comm = conccl.Communicator(dev, range(n))
+            send = [dev.alloc(r, chunk) for r in range(n)]
+            recv = [dev.alloc(r, chunk * n) for r in range(n)]
+            sig = conccl.Signal(dev)
+            q = conccl.Queue(dev, 0, dev.engines(0)[0])
+            bad = "invalid_argument"
+            self.assert_error(bad, ["send[1]", "conccl.Buffer", "str"], comm.all_gather, [send[0], "x"], recv, chunk)
+            self.assert_error(bad, ["recv[0]", "conccl.Buffer", "NoneType"], comm.all_to_all, send, [None, recv[1]],
+                              chunk)
+            self.assert_error(bad, ["root_send", "conccl.Buffer", "bytes"], comm.broadcast, b"abc", recv, chunk)
+            self.assert_error(bad, ["send[0]", "conccl.Buffer", "int"], comm.plan, "all_gather", chunk, [7, 8], recv)
+            self.assert_error(bad, ["send", "list of conccl.Buffer"], comm.plan, "all_gather", chunk, 7, recv)
+            self.assert_error(bad, ["data", "bytes-like", "float"], send[0].upload, 1.5)
+            self.assert_error(bad, ["signal", "conccl.Signal", "NoneType"], q.signal_add, None)
+            self.assert_error(bad, ["signal", "conccl.Signal", "Buffer"], q.wait_signal, send[0], 1)
+            self.assert_error(bad, ["nbytes", "integer", "float"], q.copy, recv[0].va, send[0].va, 4096.0)
+            self.assert_error(bad, ["dst", "integer", "str"], q.copy, "0x1000", send[0].va, 16)
+            self.assert_error(bad, ["timeout_ms", "integer", "float"], sig.wait, 0, timeout_ms=1.5)
+            self.assert_error(bad, ["gpus", "integer", "float"], conccl.Device, "emu", gpus=2.0)
+            self.assert_error(bad, ["backend", "str", "int"], conccl.Device, 3)
+            self.assert_error(bad, ["preset", "str", "bytes"], conccl.Device, "emu", preset=b"mi300x")
+            self.assert_error(bad, ["gpus", "integers"], conccl.Communicator, dev, 3)
+            self.assert_error(bad, ["gpus[0]", "integer", "str"], conccl.Communicator, dev, ["0", "1"])
+            self.assert_error(bad, ["op", "all_gather"], comm.plan, ["all_gather"], chunk, send, recv)
+            self.assert_error(bad, ["device", "conccl.Device", "str"], conccl.Signal, "emu")
+            self.assert_error(bad, ["device", "conccl.Device"], conccl.Queue, None, 0, 0)
+            # A buffer or signal of another device.
+            with conccl.Device("emu", preset="mi300x") as other:
+                theirs = other.alloc(0, chunk)
+                self.assert_error(bad, ["send[0]", "another device"], comm.all_gather, [theirs, send[1]], recv, chunk)
+                self.assert_error(bad, ["signal", "another device"], q.signal_add, conccl.Signal(other))
+            # The NCCL-shaped calls read one buffer per rank: fewer is refused, not read past.
+            self.assert_error(bad, ["send", "2 ranks", "1"], comm.all_gather, send[:1], recv, chunk)
+            self.assert_error(bad, ["recv", "2 ranks", "3"], comm.broadcast, send[0], recv + recv[:1], chunk)
+
+    def test_memoryview_is_plain_bytes(self):
+        with conccl.Device("emu", preset="mi300x") as dev:
+            n = 4096 + 100
+            buf = dev.alloc(2, n)
+            data = os.urandom(n)
+            buf.upload(data)
+            mv = buf.memoryview()
+            self.assertEqual(mv.format, "B")
+            self.assertEqual((mv.itemsize, mv.nbytes, mv.readonly), (1, n, False))
+            self.assertEqual(mv[7], data[7])
+            self.assertEqual(mv[-1], data[-1])
+            self.assertEqual(bytes(mv[100:200]), data[100:200])
+            patch = os.urandom(64)
+            mv[300:364] = patch
+            mv[5] = data[5] ^ 0xFF
+            want = bytearray(data)
+            want[300:364] = patch
+            want[5] = data[5] ^ 0xFF
+            self.assertEqual(buf.download(), bytes(want), "writes through the view land in the buffer")
+
+
+class CloseTest(unittest.TestCase):
+    def test_everything_made_from_a_closed_device_refuses_use(self):
+        dev = conccl.Device("emu", preset="mi300x")
+        n, chunk = 2, 8192
+        comm = conccl.Communicator(dev, range(n))
+        send = [dev.alloc(r, chunk) for r in range(n)]
+        recv = [dev.alloc(r, chunk * n) for r in range(n)]
+        for b in send:
+            b.upload(os.urandom(chunk))
+        plan = comm.plan("all_gather", chunk, send, recv)
+        sig = conccl.Signal(dev, 3)
+        q = conccl.Queue(dev, 1, dev.engines(1)[0])
+        early_view = recv[0].memoryview()
+        dev.close()
+        uses = {
+            "buffer": [recv[0].memoryview, recv[0].numpy, recv[0].download, lambda: recv[0].upload(b"ab"),
+                       recv[0].free, recv[0].__dlpack__, lambda: recv[0].va, lambda: recv[0].size],
+            "signal": [lambda: sig.value, sig.add, lambda: sig.wait(1), lambda: sig.address],
+            "queue": [lambda: q.copy(0x1000, 0x2000, 16), q.submit, q.wait, lambda: q.completed],
+            "communicator": [lambda: comm.size, lambda: comm.all_gather(send, recv, chunk),
+                             lambda: comm.plan("all_gather", chunk, send, recv)],
+            "plan": [plan.launch, plan.wait, lambda: plan.variant, lambda: plan.completion(0)],
+            "device": [lambda: dev.gpu_count, lambda: dev.alloc(0, 64), dev.topology, lambda: conccl.Signal(dev)],
+        }
+        for what, calls in uses.items():
+            for i, call in enumerate(calls):
+                with self.assertRaises(conccl.Error, msg=f"{what} call {i}") as cm:
+                    call()
+                self.assertEqual(cm.exception.status, "invalid_argument")
+                self.assertIn("the device was closed", cm.exception.message, f"{what} call {i}")
+        # A view taken before the close is released, not left over unmapped memory.
+        with self.assertRaises(ValueError):
+            early_view[0]
+        dev.close()  # again: nothing left to do
 
 class DLPackTest(unittest.TestCase):
     def test_numpy_from_dlpack_is_a_zero_copy_view(self):
@@ -251,6 +414,131 @@ class DLPackTest(unittest.TestCase):
             self.assertEqual(len(conccl._dl_alive), before + 1)
             del cap
             self.assertEqual(len(conccl._dl_alive), before)
+
+
+def _torch():
+    try:
+        import torch
+    except ImportError:
+        return None
+    return torch
+
+
+class TorchShapesTest(unittest.TestCase):
+    """The tensor calls take torch.distributed's shapes. On the emulated node the
+    tensors are CPU tensors viewing the device's buffers (torch.from_dlpack)."""
+
+    def setUp(self):
+        self.torch = _torch()
+        if self.torch is None:
+            self.skipTest("PyTorch is not installed (Debian: apt-get install python3-torch)")
+
+    def tensor(self, dev, gpu, shape, dtype):
+        """A tensor over a new buffer of `gpu`, filled with random bytes."""
+        torch = self.torch
+        nbytes = torch.empty(shape, dtype=dtype).numel() * torch.empty(0, dtype=dtype).element_size()
+        buf = dev.alloc(gpu, nbytes)
+        buf.upload(os.urandom(nbytes))
+        return torch.from_dlpack(buf).view(dtype).view(shape)
+
+    def test_all_to_all_single_equal_sizes(self):
+        torch = self.torch
+        with conccl.Device("emu", preset="mi300x") as dev:
+            n, k, m = 4, 3, 1111  # chunk r: rows [r*k, (r+1)*k) of an (n*k, m) int32 tensor
+            comm = conccl.Communicator(dev, range(n))
+            inputs = [self.tensor(dev, r, (n * k, m), torch.int32) for r in range(n)]
+            outputs = [self.tensor(dev, r, (n * k, m), torch.int32) for r in range(n)]
+            sent = [t.clone() for t in inputs]
+            comm.all_to_all_single(outputs, inputs)
+            for d in range(n):
+                for s in range(n):
+                    self.assertTrue(torch.equal(outputs[d][s * k:(s + 1) * k], sent[s][d * k:(d + 1) * k]),
+                                    f"rank {d}'s chunk {s} is rank {s}'s input chunk {d}")
+            for t, want in zip(inputs, sent):
+                self.assertTrue(torch.equal(t, want), "the input is not written")
+            # Equal split sizes are what torch.distributed takes too.
+            for t in inputs:
+                t.copy_(torch.randint(-2**31, 2**31 - 1, t.shape, dtype=torch.int32))
+            comm.all_to_all_single(outputs, inputs, [k] * n, [k] * n)
+            self.assertTrue(torch.equal(outputs[2][k:2 * k], inputs[1][2 * k:3 * k]))
+            with self.assertRaises(conccl.Error) as cm:
+                comm.all_to_all_single(outputs, inputs, [k + 1, k - 1] + [k] * (n - 2))
+            self.assertIn("only equal splits", cm.exception.message)
+            # An output n times the input (what all_gather_into_tensor takes) is refused, naming the rule.
+            big = [self.tensor(dev, r, (n * n * k, m), torch.int32) for r in range(n)]
+            with self.assertRaises(conccl.Error) as cm:
+                comm.all_to_all_single(big, inputs)
+            self.assertIn("must be the same as input's", cm.exception.message)
+            odd = [self.tensor(dev, r, (n * k + 1, m), torch.int32) for r in range(n)]
+            with self.assertRaises(conccl.Error) as cm:
+                comm.all_to_all_single(odd, odd)
+            self.assertIn(f"dim 0 ({n * k + 1}) does not split into {n}", cm.exception.message)
+
+    def test_all_gather_into_tensor_output_is_world_size_times_input(self):
+        torch = self.torch
+        with conccl.Device("emu", preset="mi300x") as dev:
+            n, shape = 3, (5, 777)
+            comm = conccl.Communicator(dev, range(n))
+            inputs = [self.tensor(dev, r, shape, torch.float16) for r in range(n)]
+            # Concatenated (n*5, 777) outputs, and a stacked (n, 5, 777) one, as torch takes both.
+            outputs = [self.tensor(dev, r, (n * shape[0], shape[1]), torch.float16) for r in range(n - 1)]
+            outputs.append(self.tensor(dev, n - 1, (n,) + shape, torch.float16))
+            comm.all_gather_into_tensor(outputs, inputs)
+            want = torch.cat(inputs).view(torch.int16)  # bitwise: random halves include NaNs
+            for r in range(n):
+                self.assertTrue(torch.equal(outputs[r].reshape(-1, shape[1]).view(torch.int16), want), f"rank {r}")
+            # An input that is a slice of a larger buffer's tensor (a part of the allocation).
+            whole = self.tensor(dev, 1, (3 * shape[0], shape[1]), torch.float16)
+            part = whole[shape[0]:2 * shape[0]]
+            comm.all_gather_into_tensor(outputs, [inputs[0], part, inputs[2]])
+            self.assertTrue(torch.equal(outputs[0][shape[0]:2 * shape[0]].view(torch.int16), part.view(torch.int16)))
+            with self.assertRaises(conccl.Error) as cm:
+                comm.all_gather_into_tensor(inputs, inputs)
+            self.assertIn(f"must be world size ({n}) times input_tensor's", cm.exception.message)
+            with self.assertRaises(conccl.Error) as cm:
+                comm.all_gather_into_tensor([o.view(torch.int16) for o in outputs], inputs)
+            self.assertIn("same dtype", cm.exception.message)
+            with self.assertRaises(conccl.Error) as cm:  # memory the emulated engines cannot reach
+                comm.all_gather_into_tensor(outputs, [torch.ones(shape, dtype=torch.float16)] * n)
+            self.assertIn("torch.from_dlpack(device.alloc(gpu, nbytes))", cm.exception.message)
+            with self.assertRaises(conccl.Error) as cm:
+                comm.all_gather_into_tensor(outputs[0], inputs[0])
+            self.assertIn("one per rank", cm.exception.message)
+
+    def test_one_process_per_rank_takes_this_ranks_tensors(self):
+        # As torch.distributed: each process gives its own output and input tensor.
+        import subprocess
+        import sys
+        rank_script = """
+import sys, torch, conccl
+r, n, uid = int(sys.argv[1]), int(sys.argv[2]), sys.argv[3]
+k, m = 2, 999
+def tensor(dev, shape, seed):
+    buf = dev.alloc(r, torch.empty(shape, dtype=torch.int64).numel() * 8)
+    t = torch.from_dlpack(buf).view(torch.int64).view(shape)
+    t.copy_(torch.randint(-2**62, 2**62, shape, dtype=torch.int64, generator=torch.Generator().manual_seed(seed)))
+    return t
+with conccl.Device("emu", preset="mi300x", process_slot=r) as dev:
+    comm = conccl.Communicator(dev, rank=r, nranks=n, unique_id=uid, gpu=r, timeout_ms=20000)
+    inp, out = tensor(dev, (n * k, m), 100 + r), tensor(dev, (n * k, m), 200 + r)
+    comm.all_to_all_single(out, inp)
+    for s in range(n):
+        theirs = tensor(dev, (n * k, m), 100 + s)  # rank s's input, made again from its seed
+        assert torch.equal(out[s * k:(s + 1) * k], theirs[r * k:(r + 1) * k]), s
+    gathered = tensor(dev, (n * n * k, m), 300 + r)
+    comm.all_gather_into_tensor(gathered, inp)
+    for s in range(n):
+        assert torch.equal(gathered[s * n * k:(s + 1) * n * k], tensor(dev, (n * k, m), 100 + s)), s
+print("ok", r)
+"""
+        n = 3
+        uid = conccl.unique_id()
+        procs = [subprocess.Popen([sys.executable, "-c", rank_script, str(r), str(n), uid],
+                                  stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True) for r in range(n)]
+        for r, p in enumerate(procs):
+            out, err = p.communicate(timeout=120)
+            self.assertEqual(p.returncode, 0, f"rank {r}: {err}")
+            self.assertEqual(out.strip(), f"ok {r}")
 
 
 if __name__ == "__main__":
