@@ -12,18 +12,25 @@ LD_LIBRARY_PATH=P/lib when P is not a system prefix).
         recv = [dev.alloc(r, (1 << 20) * dev.gpu_count) for r in range(dev.gpu_count)]
         comm.all_gather(send, recv, 1 << 20)
 
-Every failure raises conccl.Error carrying the library's status and message.
-Buffers whose memory the CPU sees (emulated GPUs, host memory) have zero-copy
-views: Buffer.memoryview() and Buffer.numpy(dtype) (numpy optional).
+Every failure raises conccl.Error carrying the library's status and message,
+including arguments checked here before they reach the library: an integer
+outside its C type's range is "out_of_range", a wrong type "invalid_argument",
+each naming the argument. Buffers whose memory the CPU sees (emulated GPUs,
+host memory) have zero-copy views: Buffer.memoryview() (plain bytes) and
+Buffer.numpy(dtype) (numpy optional). Closing a device ends everything made
+from it: a later use raises conccl.Error ("... the device was closed").
 
-Every buffer speaks DLPack (Buffer.__dlpack__): numpy.from_dlpack(buf) on
-CPU-visible memory, torch.from_dlpack(buf) on CUDA memory of the nv backend
-(Device.alloc_cuda). PyTorch tensors go into collectives directly:
-Communicator.all_gather_into_tensor(outs, inps) registers the tensors' CUDA
-memory (PyTorch needs PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True, whose
-memory the copy engines can map) and orders the all-gather on the current
-CUDA stream: the copies start when the stream's earlier work is done, and
-the stream's later work sees the data; the call returns at once.
+Every buffer speaks DLPack (Buffer.__dlpack__): numpy.from_dlpack(buf) and
+torch.from_dlpack(buf) on CPU-visible memory, torch.from_dlpack(buf) on CUDA
+memory of the nv backend (Device.alloc_cuda). PyTorch tensors go into
+collectives directly, in torch.distributed's shapes:
+Communicator.all_gather_into_tensor(output_tensor, input_tensor) and
+all_to_all_single(output, input). On the nv backend they register the tensors'
+CUDA memory (PyTorch needs PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True,
+whose memory the copy engines can map) and order the call on the current CUDA
+stream: the copies start when the stream's earlier work is done, and the
+stream's later work sees the data; the call returns at once. On the emulator
+they take CPU tensors that view the device's buffers.
 """
 import atexit
 import ctypes
