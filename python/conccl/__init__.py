@@ -878,7 +878,23 @@ class Communicator(_Child):
         s, r = self._buffers("send", send), self._buffers("recv", recv)
         _check(_all_to_all(s, r, _integer("nbytes", nbytes, "size_t"), h, None))
 
-    def broadcast(self, root_send, recv, nbytes, root=0):
+    def broadcast(self, root_send, recv=None, nbytes=None, root=0, *, src=None, stream=None):
+        """Buffers: root_send (the root's buffer; None off the root with one process per
+        rank) to every rank's recv, nbytes of it, from rank `root`.
+        Tensors, as torch.distributed.broadcast(tensor, src): broadcast(tensor, src) with
+        the second argument (or src=) the source rank; every rank's tensor gets the
+        source's, in place. Lists or this rank's tensor, and `stream`, as in
+        all_gather_into_tensor."""
+        if _is_tensor(root_send) or (isinstance(root_send, (list, tuple)) and root_send and
+                                     all(_is_tensor(t) for t in root_send)):
+            if nbytes is not None or root != 0 or (src is not None and recv is not None):
+                raise Error("invalid_argument", "broadcast of tensors is torch.distributed's broadcast(tensor, src): "
+                                                "give the tensor(s) and src alone")
+            self._tensor_call("broadcast", root_send, root_send, stream, src=recv if src is None else src)
+            return
+        if recv is None or nbytes is None or src is not None or stream is not None:
+            raise Error("invalid_argument", "broadcast of buffers: give root_send, recv and nbytes (and root), or "
+                                            "tensors as torch.distributed.broadcast(tensor, src)")
         h = self._handle()
         if root_send is not None and not isinstance(root_send, Buffer):
             raise Error("invalid_argument", f"root_send must be a conccl.Buffer (or None off the root with one "
@@ -912,13 +928,18 @@ class Communicator(_Child):
         tensors and `stream` as in all_gather_into_tensor."""
         self._tensor_call("all_to_all", output, input, stream, (output_split_sizes, input_split_sizes))
 
-    def _tensor_call(self, op, outputs, inputs, stream, splits=(None, None)):
+    def _tensor_call(self, op, outputs, inputs, stream, splits=(None, None), src=None):
+        """op "all_gather", "all_to_all" or "broadcast" (outputs and inputs the same tensors)."""
         h = self._handle()
         n = self.size
-        one = lambda t: hasattr(t, "data_ptr")  # noqa: E731
-        call, onames = (("all_gather_into_tensor", ("output_tensor", "input_tensor")) if op == "all_gather" else
-                        ("all_to_all_single", ("output", "input")))
-        outputs, inputs = self._mine(onames[0], outputs, one), self._mine(onames[1], inputs, one)
+        call, onames = {"all_gather": ("all_gather_into_tensor", ("output_tensor", "input_tensor")),
+                        "all_to_all": ("all_to_all_single", ("output", "input")),
+                        "broadcast": ("broadcast", ("tensor", "tensor"))}[op]
+        if op == "broadcast":
+            src = _integer("src", src, "int")
+            if not 0 <= src < n:
+                raise Error("invalid_argument", f"src {src}: a rank of this communicator (0..{n - 1})")
+        outputs, inputs = self._mine(onames[0], outputs, _is_tensor), self._mine(onames[1], inputs, _is_tensor)
         dev = self._device
         gpus = [self._gpu] if self.rank >= 0 else self._gpus
         many = self.rank < 0
@@ -942,6 +963,13 @@ class Communicator(_Child):
                 raise Error("invalid_argument", f"{onames[0]}{where} has {recv[r].size} bytes; it must be {rule} "
                                                 f"{onames[1]}'s {isize} bytes ({want}), as in torch.distributed.{call}")
         nbytes = isize
+        if op == "broadcast":
+            r = (_Buffer * len(recv))(*recv)
+            mine = self.rank < 0 or self.rank == src
+            root = ctypes.byref(send[src if self.rank < 0 else 0]) if mine else None
+            handle = self._tensor_stream(inputs, stream)
+            _check(_broadcast(root, r, _integer("bytes", nbytes, "size_t"), src, h, handle))
+            return
         if op == "all_to_all":
             rows = inputs[0].shape[0] if len(inputs[0].shape) else None
             if rows is None or rows % n or isize % n:
@@ -954,10 +982,19 @@ class Communicator(_Child):
             nbytes = isize // n
         s = (_Buffer * len(send))(*send)
         r = (_Buffer * len(recv))(*recv)
-        cpu = not getattr(inputs[0], "is_cuda", False)
-        handle = None if cpu and stream is None else _stream_handle(stream)
         fn = _all_gather if op == "all_gather" else _all_to_all
-        _check(fn(s, r, _integer("bytes", nbytes, "size_t"), h, handle))
+        _check(fn(s, r, _integer("bytes", nbytes, "size_t"), h, self._tensor_stream(inputs, stream)))
+
+    @staticmethod
+    def _tensor_stream(tensors, stream):
+        """CPU tensors (emu) take no stream unless one is given (the library then refuses
+        it); CUDA tensors `stream`, or torch's current stream."""
+        cpu = not getattr(tensors[0], "is_cuda", False)
+        return None if cpu and stream is None else _stream_handle(stream)
+
+
+def _is_tensor(t):
+    return hasattr(t, "data_ptr")
 
 
 def _stream_handle(stream):

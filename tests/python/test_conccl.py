@@ -505,6 +505,26 @@ class TorchShapesTest(unittest.TestCase):
                 comm.all_gather_into_tensor(outputs[0], inputs[0])
             self.assertIn("one per rank", cm.exception.message)
 
+    def test_broadcast_tensor_src(self):
+        torch = self.torch
+        with conccl.Device("emu", preset="mi300x") as dev:
+            n, shape = 4, (7, 333)
+            comm = conccl.Communicator(dev, range(n))
+            tensors = [self.tensor(dev, r, shape, torch.int32) for r in range(n)]
+            root = [t.clone() for t in tensors][2]
+            comm.broadcast(tensors, 2)  # torch.distributed.broadcast(tensor, src): in place on every rank
+            for r in range(n):
+                self.assertTrue(torch.equal(tensors[r], root), f"rank {r}")
+            tensors[1].copy_(torch.randint(-2**31, 2**31 - 1, shape, dtype=torch.int32))
+            comm.broadcast(tensors, src=1)
+            self.assertTrue(torch.equal(tensors[3], tensors[1]))
+            with self.assertRaises(conccl.Error) as cm:
+                comm.broadcast(tensors, n)
+            self.assertIn("src", cm.exception.message)
+            with self.assertRaises(conccl.Error) as cm:
+                comm.broadcast(tensors[:2] + [self.tensor(dev, r, (8, 333), torch.int32) for r in (2, 3)], 0)
+            self.assertIn("same bytes", cm.exception.message)
+
     def test_one_process_per_rank_takes_this_ranks_tensors(self):
         # As torch.distributed: each process gives its own output and input tensor.
         import subprocess
@@ -529,6 +549,8 @@ with conccl.Device("emu", preset="mi300x", process_slot=r) as dev:
     comm.all_gather_into_tensor(gathered, inp)
     for s in range(n):
         assert torch.equal(gathered[s * n * k:(s + 1) * n * k], tensor(dev, (n * k, m), 100 + s)), s
+    comm.broadcast(inp, 1)  # torch.distributed.broadcast(tensor, src)
+    assert torch.equal(inp, tensor(dev, (n * k, m), 101)), "broadcast"
 print("ok", r)
 """
         n = 3
