@@ -46,6 +46,7 @@ Status Stager::check(const Buffer& b, size_t offset, size_t bytes) const {
 
 Status Stager::upload(const Buffer& dst, size_t offset, const void* src, size_t bytes, Deadline deadline) {
   CONCCL_RETURN_IF_ERROR(check(dst, offset, bytes));
+  if (bytes == 0) return Status();  // src may be null then; memcpy's pointers may not (C11 7.24.1p2)
   if (dst.host) {
     std::memcpy(static_cast<uint8_t*>(dst.host) + offset, src, bytes);
     return Status();
@@ -65,6 +66,7 @@ Status Stager::upload(const Buffer& dst, size_t offset, const void* src, size_t 
 
 Status Stager::download(void* dst, const Buffer& src, size_t offset, size_t bytes, Deadline deadline) {
   CONCCL_RETURN_IF_ERROR(check(src, offset, bytes));
+  if (bytes == 0) return Status();  // dst may be null then; memcpy's pointers may not (C11 7.24.1p2)
   if (src.host) {
     std::memcpy(dst, static_cast<const uint8_t*>(src.host) + offset, bytes);
     return Status();

@@ -29,6 +29,7 @@
 #include <deque>
 #include <map>
 #include <memory>
+#include <set>
 #include <string>
 #include <vector>
 
@@ -143,6 +144,12 @@ class Communicator {
   static Result<std::unique_ptr<Communicator>> create(Device& device, int rank, int nranks, const UniqueId& id) {
     return create(device, rank, nranks, id, Options{});
   }
+  // Destroying a communicator that still has plans is safe: each of its
+  // plans is first detached, as if destroyed (its launch waited for, up to
+  // 10 s; a prelaunched launch released; its signals freed), and then stays
+  // an inert object whose calls return Code::invalid_argument naming the
+  // destroyed communicator, and whose destructor does nothing more. Destroy
+  // plans first to see their errors; any order is safe.
   ~Communicator();
 
   // This process's rank, or -1 when every rank lives in this process.
@@ -206,6 +213,7 @@ class Communicator {
   Buffer pool_{};                // this rank's signal memory, shared with every rank
   std::vector<bool> pool_used_;  // per 16-byte slot
   std::vector<std::pair<uint64_t, uint64_t>> shared_out_;  // (va, serial) of regions already given to the other ranks
+  std::set<Plan*> plans_;  // every live plan it made, detached when it goes first
   friend class Plan;
 };
 
@@ -223,14 +231,19 @@ struct PlanList {
 
 class Plan {
  public:
-  // A plan uses its communicator's queues and signal memory: destroy every
-  // plan before the Communicator that made it.
+  // A plan uses its communicator's queues and signal memory. Either may be
+  // destroyed first: a communicator destroyed before its plans detaches
+  // them (see ~Communicator); a detached plan's calls return
+  // Code::invalid_argument, running() is false and lists() is empty.
   // A plan destroyed while its launch runs first waits for it (up to 10 s),
   // so that no engine is left writing its freed signals; a prelaunched plan
   // never released (or handed to a writer that never stored) is released
   // first: its gated lists would otherwise block their queues forever.
   ~Plan();
   const CollectiveArgs& args() const { return args_; }
+  // False once the communicator was destroyed (the plan is detached).
+  bool attached() const { return comm_ != nullptr; }
+  // The communicator that made it: only while attached().
   Communicator& communicator() const { return *comm_; }
   Variant variant() const { return variant_; }  // the chosen one (never automatic)
   const std::deque<PlanList>& lists() const { return lists_; }
@@ -282,16 +295,17 @@ class Plan {
   // Per-rank completion, for compute waits: rank r's receive buffer is
   // complete once arrival(r).value() >= arrivals_expected(r) (each launch
   // starts the counts from zero).
-  const Signal& arrival(int rank) const { return arrive_[static_cast<size_t>(rank)]; }
-  uint64_t arrivals_expected(int rank) const { return expected_[static_cast<size_t>(rank)]; }
+  // (A rank out of range, or a detached plan: an invalid Signal and 0.)
+  const Signal& arrival(int rank) const { return at_or_invalid(arrive_, rank); }
+  uint64_t arrivals_expected(int rank) const { return at_or_zero(expected_, rank); }
   // Prelaunch plans across processes: rank r's own lists have all ended, so
   // nothing reads its send buffer any more, once sent(r).value() >=
   // sent_expected(r). Its arrivals alone do not say so (r's lists write into
   // other ranks), so a stream that reuses the send buffer waits for both.
   // In one process sent_expected is 0 (every rank's arrivals together say
   // it there).
-  const Signal& sent(int rank) const { return sent_[static_cast<size_t>(rank)]; }
-  uint64_t sent_expected(int rank) const { return sent_expected_[static_cast<size_t>(rank)]; }
+  const Signal& sent(int rank) const { return at_or_invalid(sent_, rank); }
+  uint64_t sent_expected(int rank) const { return at_or_zero(sent_expected_, rank); }
 
   // With CollectiveArgs::timestamps: the engine's clock when lists()[i]
   // finished in the last completed launch (NVIDIA and the emulator: ns;
@@ -305,6 +319,15 @@ class Plan {
   friend class Communicator;
   friend class PlanBuilder;
   Plan() = default;
+  // What destruction does, callable by the communicator going first: ends
+  // the launch (as ~Plan says), frees the signals and forgets the queues.
+  void detach();
+  // Releases a launch gated on a trigger nobody will release any more.
+  void open_gates();
+  // The error of a call on a detached plan (ok while attached).
+  Status check_attached(const char* call) const;
+  static const Signal& at_or_invalid(const std::vector<Signal>& v, int i);
+  static uint64_t at_or_zero(const std::vector<uint64_t>& v, int i);
   Status submit_all(Deadline deadline);
   void reset_local_signals();
   // Waits for fn() in slices, checking between them that no rank's process

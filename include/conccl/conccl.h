@@ -7,8 +7,30 @@
  *  - Every call returns a conccl_status (CONCCL_OK = 0). On an error,
  *    conccl_last_error() gives the message the C++ Status carries (what went
  *    wrong and the fix), valid on the calling thread until its next call.
- *  - Handles are opaque pointers. Destroying NULL is a no-op. A queue, signal,
- *    communicator or plan must be destroyed before the device it came from.
+ *  - Handles are opaque values (never pointers into the library's memory).
+ *    Destroying NULL is a no-op that returns CONCCL_OK. A handle that was
+ *    destroyed (a double destroy, a use after destroy), or a handle of one
+ *    kind given for another, is CONCCL_ERR_INVALID_ARGUMENT with a message
+ *    saying so; calls that return a value (conccl_signal_value, ...) return
+ *    0 (or -1 for conccl_comm_rank) and set conccl_last_error().
+ *  - Lifetimes: any destruction order is safe.
+ *     - Closing a device destroys what is left of its queues, signals,
+ *       communicators and buffers; their handles then stop working, as if
+ *       destroyed.
+ *     - Destroying a communicator detaches its plans: each plan's launch is
+ *       waited for (up to 10 s), and the plan handle stays valid, but its
+ *       calls fail with CONCCL_ERR_INVALID_ARGUMENT naming the destroyed
+ *       communicator; conccl_plan_destroy still releases it.
+ *    Destroy children first to see their errors. Do not destroy or close a
+ *    handle while another thread is in a call on it or on one of its
+ *    children.
+ *  - Buffers: a conccl_buffer is checked against the device's allocations
+ *    wherever one is passed in. Pass the struct an allocation returned, or a
+ *    sub-range of it (va and host moved by the same offset, size within the
+ *    allocation); a freed buffer, another device's buffer or an enlarged or
+ *    altered struct is CONCCL_ERR_INVALID_ARGUMENT. A buffer's id is never
+ *    reused, so a stale struct never names a newer buffer at the same
+ *    address.
  *  - Argument structs begin with `struct_size`: set it to sizeof(the struct)
  *    (the *_init() helpers do), so later versions can add fields at the end.
  *  - Every wait takes a timeout in milliseconds; nothing blocks forever.
@@ -30,7 +52,9 @@
 extern "C" {
 #endif
 
-#define CONCCL_C_API_VERSION 1
+/* 2: destroy and close calls and conccl_signal_add return conccl_status;
+ * handles are checked; buffers are checked against their allocation. */
+#define CONCCL_C_API_VERSION 2
 
 typedef enum conccl_status {
   CONCCL_OK = 0,
@@ -73,7 +97,8 @@ typedef struct conccl_device_options {
 void conccl_device_options_init(conccl_device_options* options);
 
 conccl_status conccl_device_open(const conccl_device_options* options, conccl_device_t* device);
-void conccl_device_close(conccl_device_t device);
+/* Closes the device and whatever of it is left (see Lifetimes above). */
+conccl_status conccl_device_close(conccl_device_t device);
 conccl_status conccl_device_gpu_count(conccl_device_t device, int* count);
 /* The engine ids of `gpu` (what conccl_queue_create takes): up to `capacity`
  * written to `ids`, the total in *count. */
@@ -97,12 +122,15 @@ typedef struct conccl_buffer {
   size_t size;
   int gpu;  /* owning GPU; -1 for host memory */
   int kind; /* conccl_mem_kind */
-  uint64_t id;
+  uint64_t id; /* this allocation's serial: unique in the process, never reused */
 } conccl_buffer;
 
 /* Zeroed memory on `gpu` (device) or host memory every GPU reaches (gpu ignored). */
 conccl_status conccl_buffer_alloc(conccl_device_t device, int gpu, size_t bytes, conccl_mem_kind kind,
                                   conccl_buffer* buffer);
+/* The buffer as allocated (not a sub-range). Plans that name it can no
+ * longer launch (CONCCL_ERR_INVALID_ARGUMENT names the freed buffer): make
+ * new ones. */
 conccl_status conccl_buffer_free(conccl_device_t device, const conccl_buffer* buffer);
 /* buffer[offset, offset+bytes) = src, through a copy engine when the CPU
  * cannot see the buffer. */
@@ -135,9 +163,9 @@ conccl_status conccl_device_cuda_ordinal(conccl_device_t device, int gpu, int* o
 
 /* ---- signals: 64-bit counters engines add to and wait on ---------------- */
 conccl_status conccl_signal_create(conccl_device_t device, uint64_t initial, conccl_signal_t* signal);
-void conccl_signal_destroy(conccl_signal_t signal);
+conccl_status conccl_signal_destroy(conccl_signal_t signal);
 uint64_t conccl_signal_value(conccl_signal_t signal);
-void conccl_signal_add(conccl_signal_t signal, uint64_t delta); /* from the host */
+conccl_status conccl_signal_add(conccl_signal_t signal, uint64_t delta); /* from the host */
 /* Until value >= v or the timeout (CONCCL_ERR_TIMEOUT with a diagnosis). */
 conccl_status conccl_signal_wait(conccl_signal_t signal, uint64_t v, uint32_t timeout_ms);
 /* The 64-bit word to wait on from a compute stream (cu/hipStreamWaitValue64
@@ -153,12 +181,13 @@ void conccl_queue_options_init(conccl_queue_options* options);
 
 conccl_status conccl_queue_create(conccl_device_t device, int gpu, int engine, const conccl_queue_options* options,
                                   conccl_queue_t* queue);
-void conccl_queue_destroy(conccl_queue_t queue);
+conccl_status conccl_queue_destroy(conccl_queue_t queue);
 /* Recording: commands go to the queue's pending list (in its instruction
  * set: SDMA packets or Hopper copy-engine methods) until conccl_queue_submit.
  * Each is all-or-nothing. */
 conccl_status conccl_queue_copy(conccl_queue_t queue, uint64_t dst, uint64_t src, uint64_t bytes);
 conccl_status conccl_queue_fill(conccl_queue_t queue, uint64_t dst, uint32_t value, uint64_t bytes);
+/* The signal must be of the queue's device (else CONCCL_ERR_INVALID_ARGUMENT). */
 conccl_status conccl_queue_signal_add(conccl_queue_t queue, conccl_signal_t signal, uint64_t delta);
 /* The engine waits until the signal's value >= v. */
 conccl_status conccl_queue_wait_signal(conccl_queue_t queue, conccl_signal_t signal, uint64_t v);
@@ -214,7 +243,8 @@ void conccl_comm_options_init(conccl_comm_options* options);
 /* gpus[r] is rank r's GPU. */
 conccl_status conccl_comm_create(conccl_device_t device, const int* gpus, int nranks,
                                  const conccl_comm_options* options, conccl_comm_t* comm);
-void conccl_comm_destroy(conccl_comm_t comm);
+/* Detaches the communicator's plans (see Lifetimes above). */
+conccl_status conccl_comm_destroy(conccl_comm_t comm);
 int conccl_comm_size(conccl_comm_t comm);
 /* How many plans the NCCL-shaped calls keep for reuse. They keep those of
  * the 64 most recently used argument sets (op, size, root, buffers, stream
@@ -233,7 +263,7 @@ typedef struct conccl_unique_id {
   uint8_t bytes[128];
 } conccl_unique_id;
 conccl_status conccl_get_unique_id(conccl_unique_id* id);
-/* "conccl-uid-" + 32 hex digits (44 characters and a NUL). */
+/* "conccl-uid-" + 32 hex digits (43 characters and a NUL: give 44 bytes). */
 conccl_status conccl_unique_id_to_string(const conccl_unique_id* id, char* buf, size_t capacity);
 conccl_status conccl_unique_id_from_string(const char* text, conccl_unique_id* id);
 /* gpu: this rank's GPU on the device (-1: rank modulo the GPU count). */
@@ -258,8 +288,10 @@ typedef struct conccl_collective_args {
 } conccl_collective_args;
 void conccl_collective_args_init(conccl_collective_args* args);
 
+/* Buffers are checked here (see Buffers above), and again at every launch:
+ * a buffer freed since makes the launch fail, naming it. */
 conccl_status conccl_plan_create(conccl_comm_t comm, const conccl_collective_args* args, conccl_plan_t* plan);
-void conccl_plan_destroy(conccl_plan_t plan);
+conccl_status conccl_plan_destroy(conccl_plan_t plan);
 conccl_status conccl_plan_launch(conccl_plan_t plan, uint32_t timeout_ms);
 conccl_status conccl_plan_prelaunch(conccl_plan_t plan, uint32_t timeout_ms);
 conccl_status conccl_plan_release(conccl_plan_t plan);

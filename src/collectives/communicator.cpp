@@ -189,6 +189,7 @@ Result<std::unique_ptr<Plan>> Communicator::compile(const CollectiveArgs& args, 
   std::unique_ptr<Plan> plan(new Plan());
   plan->args_ = in;
   plan->comm_ = this;
+  plans_.insert(plan.get());
   plan->variant_ = args.variant;
   const int n = size();
   // Every rank's signals: allocated here, or (ranks in separate processes)

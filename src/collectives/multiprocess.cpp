@@ -150,6 +150,12 @@ void close_all(std::vector<Bootstrap::Message>& msgs) {
 }  // namespace
 
 Communicator::~Communicator() {
+  // Plans still alive are detached first (each leaves plans_), while the
+  // queues and the signal pool they use are still here. Every gated launch
+  // is opened before any is waited for: a plan's lists may sit behind
+  // another's gated lists on a shared queue.
+  for (Plan* p : plans_) p->open_gates();
+  while (!plans_.empty()) (*plans_.begin())->detach();
   queues_.clear();
   if (pool_.size) (void)device_.free(pool_);
 }

@@ -5,17 +5,25 @@
 
 namespace conccl {
 
-Plan::~Plan() {
+Plan::~Plan() { detach(); }
+
+void Plan::open_gates() {
+  if (!comm_ || !launched_ || !trigger_.valid()) return;
+  // Lists gated on a trigger nobody will release (prelaunched, or handed
+  // to a stream that never stored) would block their queues on freed
+  // memory: release them, so that the launch can finish.
+  if (args_.prelaunch && trigger_.value() == 0) {
+    trigger_.set(1);
+    // Nobody stored the release, so no writer waits on this launch either.
+    if (consumed_.valid()) consumed_.set(consumed_target_);
+  }
+  waiting_release_ = false;
+}
+
+void Plan::detach() {
+  if (!comm_) return;
+  open_gates();
   if (launched_ && trigger_.valid()) {
-    // Lists gated on a trigger nobody will release (prelaunched, or handed
-    // to a stream that never stored) would block their queues on freed
-    // memory: release them, then let the launch finish.
-    if (args_.prelaunch && trigger_.value() == 0) {
-      trigger_.set(1);
-      // Nobody stored the release, so no writer waits on this launch either.
-      if (consumed_.valid()) consumed_.set(consumed_target_);
-    }
-    waiting_release_ = false;
     // With a rank's process gone, the launch cannot finish: do not wait for
     // it. Across processes the wait is this rank's alone (a destructor makes
     // no collective call): its signals are then kept, not given back.
@@ -25,23 +33,58 @@ Plan::~Plan() {
       if (comm_->boot_) synced_ = false;
     }
   }
-  if (stamps_.size && comm_) (void)comm_->device().free(stamps_);
+  if (stamps_.size) (void)comm_->device().free(stamps_);
+  stamps_ = Buffer{};
   // Signal memory from the communicator's pool goes back only when no engine
   // can still write it; a launch stranded by a gone rank keeps its slots.
   // Across processes, only after a launch every rank waited for.
-  if (comm_ && (!launched_ || (synced_ && !running())))
+  if (!launched_ || (synced_ && !running()))
     for (const auto& [va, bytes] : pool_slots_) comm_->pool_give(va, bytes);
+  pool_slots_.clear();
+  comm_->plans_.erase(this);
+  // Nothing of the device or the communicator is kept: a detached plan may
+  // outlive both.
+  arrive_.clear();
+  ready_.clear();
+  sent_.clear();
+  triggers_.clear();
+  trigger_ = Signal();
+  consumed_ = Signal();
+  lists_.clear();
+  expected_.clear();
+  sent_expected_.clear();
+  stamp_va_.clear();
+  launched_ = false;
+  waiting_release_ = false;
+  synced_ = true;
+  comm_ = nullptr;
+}
+
+Status Plan::check_attached(const char* call) const {
+  if (comm_) return Status();
+  return error(Code::invalid_argument, std::string(coll_op_name(args_.op)) + " plan: " + call +
+                                           " after its Communicator was destroyed (the plan was detached then); "
+                                           "make a new plan on a live communicator");
+}
+
+const Signal& Plan::at_or_invalid(const std::vector<Signal>& v, int i) {
+  static const Signal kNone;
+  return i >= 0 && static_cast<size_t>(i) < v.size() ? v[static_cast<size_t>(i)] : kNone;
+}
+
+uint64_t Plan::at_or_zero(const std::vector<uint64_t>& v, int i) {
+  return i >= 0 && static_cast<size_t>(i) < v.size() ? v[static_cast<size_t>(i)] : 0;
 }
 
 uint64_t Plan::finish_timestamp(size_t list) const {
-  if (list >= lists_.size() || list >= stamp_va_.size() || !comm_->local(lists_[list].rank)) return 0;
+  if (!comm_ || list >= lists_.size() || list >= stamp_va_.size() || !comm_->local(lists_[list].rank)) return 0;
   void* p = comm_->device().host_pointer(stamp_va_[list] + comm_->caps().timestamp_offset, 8);
   if (!p) return 0;
   return std::atomic_ref<uint64_t>(*static_cast<uint64_t*>(p)).load(std::memory_order_acquire);
 }
 
 bool Plan::running() const {
-  if (!launched_) return false;
+  if (!launched_ || !comm_) return false;
   if (consumed_.valid() && consumed_.value() < consumed_target_) return true;
   for (size_t r = 0; r < arrive_.size(); ++r)
     if (comm_->local(static_cast<int>(r)) && arrive_[r].value() < expected_[r]) return true;
@@ -110,6 +153,7 @@ void Plan::reset_local_signals() {
 }
 
 Status Plan::end_launch_known_done() {
+  CONCCL_RETURN_IF_ERROR(check_attached("end_launch_known_done()"));
   if (!comm_->boot_)
     return error(Code::invalid_argument, "end_launch_known_done() is for ranks in separate processes; use wait()");
   if (!launched_ || synced_) return error(Code::invalid_argument, "end_launch_known_done() without a launch to end");
@@ -121,6 +165,7 @@ Status Plan::end_launch_known_done() {
 }
 
 Status Plan::launch(Deadline deadline) {
+  CONCCL_RETURN_IF_ERROR(check_attached("launch()"));
   if (waiting_release_)
     return error(Code::busy, "plan is prelaunched and waits for release()");
   CONCCL_RETURN_IF_ERROR(submit_all(deadline));
@@ -129,6 +174,7 @@ Status Plan::launch(Deadline deadline) {
 }
 
 Status Plan::prelaunch(Deadline deadline) {
+  CONCCL_RETURN_IF_ERROR(check_attached("prelaunch()"));
   if (!args_.prelaunch)
     return error(Code::invalid_argument, "plan was compiled without prelaunch; set CollectiveArgs::prelaunch");
   if (waiting_release_) return error(Code::busy, "plan is already prelaunched; release() it first");
@@ -138,6 +184,7 @@ Status Plan::prelaunch(Deadline deadline) {
 }
 
 Status Plan::release() {
+  CONCCL_RETURN_IF_ERROR(check_attached("release()"));
   if (!waiting_release_) return error(Code::invalid_argument, "release() without prelaunch()");
   trigger_.set(1);
   waiting_release_ = false;
@@ -145,6 +192,7 @@ Status Plan::release() {
 }
 
 Result<std::vector<SignalStore>> Plan::release_by_stores() {
+  CONCCL_RETURN_IF_ERROR(check_attached("release_by_stores()"));
   if (!waiting_release_)
     return error(Code::invalid_argument, "release_by_stores() without prelaunch(): prelaunch the plan first");
   if (!consumed_.valid()) {
@@ -163,6 +211,7 @@ SignalStore Plan::consumed_store() const {
 }
 
 Status Plan::wait(Deadline deadline) {
+  CONCCL_RETURN_IF_ERROR(check_attached("wait()"));
   CONCCL_RETURN_IF_ERROR(wait_here(deadline));
   // Across processes: done only when every rank's lists are done, since
   // they read this rank's signals (the trigger) until they end; after this
@@ -176,6 +225,7 @@ Status Plan::wait(Deadline deadline) {
 }
 
 Status Plan::wait_here(Deadline deadline) {
+  CONCCL_RETURN_IF_ERROR(check_attached("wait()"));
   if (!launched_) return error(Code::invalid_argument, "wait() before launch()");
   if (waiting_release_)
     return error(Code::invalid_argument, "the plan is prelaunched and never released: call release() before wait()");
@@ -228,7 +278,7 @@ Status Plan::wait_here(Deadline deadline) {
 std::string Plan::describe() const {
   std::string out = std::string(coll_op_name(args_.op)) + " variant " + variant_name(variant_) + ", " +
                     std::to_string(args_.bytes) + " bytes per rank, " + std::to_string(lists_.size()) +
-                    " command lists\n";
+                    " command lists" + (comm_ ? "" : " (detached: its Communicator was destroyed)") + "\n";
   for (const PlanList& l : lists_) {
     out += "rank " + std::to_string(l.rank) + " engine " + std::to_string(l.engine) + " (" +
            std::to_string(l.cb.packet_count()) + " packets):\n";

@@ -127,5 +127,58 @@ TEST(CollBugs, ListLargerThanTheRingIsRejectedUpFront) {
   EXPECT_TRUE(mem.matches(before)) << "launch failed after moving data: " << st.to_string();
 }
 
+// A Communicator destroyed before its plans (issue #24: a heap-use-after-
+// free in Plan::~Plan -> running() -> Communicator::local, seen with
+// valgrind; nv_coll_bench's Path held its plans before its communicator).
+// Any order is now safe: the communicator detaches its plans, whose calls
+// then name the destroyed communicator, and which are destroyed later
+// without touching it. Run under ASan, this is the "destroy the
+// communicator first" program of the issue.
+TEST(CollBugs, CommunicatorDestroyedBeforeItsPlans) {
+  Node node;
+  ASSERT_OK(make_node(Topo::mapped3, &node));
+  auto memory = std::make_unique<Mem>(*node.dev, 0xD1E5);
+  Mem& mem = *memory;
+  CollectiveArgs a;
+  a.op = CollOp::all_gather;
+  a.bytes = 8192 + 4;
+  make_buffers(mem, *node.comm, a, Form::separate);
+  Result<std::unique_ptr<Plan>> done = node.comm->plan(a), running = node.comm->plan(a);
+  ASSERT_OK(done.status());
+  ASSERT_OK(running.status());
+  launch_and_verify(mem, **done, 3, 1);
+  CollectiveArgs g = a;
+  g.prelaunch = true;
+  Result<std::unique_ptr<Plan>> gated = node.comm->plan(g);
+  ASSERT_OK(gated.status());
+  ASSERT_OK((*gated)->prelaunch(long_deadline()));  // never released
+  mem.refill();
+  Mem::Image before, want;
+  mem.snapshot(&before);
+  expected_after(mem, before, a, 3, &want);
+  ASSERT_OK((*running)->launch(long_deadline()));  // never waited for
+
+  node.comm.reset();  // before every plan
+  ASSERT_TRUE(mem.matches(want)) << "the launch running at the destruction was completed first";
+  for (Plan* p : {done->get(), running->get(), gated->get()}) {
+    EXPECT_FALSE(p->attached());
+    EXPECT_FALSE(p->running());
+    EXPECT_TRUE(p->lists().empty());
+    EXPECT_FALSE(p->arrival(0).valid());
+    EXPECT_EQ(p->arrivals_expected(0), 0u);
+    Status st = p->launch(long_deadline());
+    EXPECT_EQ(st.code(), Code::invalid_argument);
+    EXPECT_TRUE(contains(st.message(), "after its Communicator was destroyed")) << st.message();
+    EXPECT_EQ(p->wait(long_deadline()).code(), Code::invalid_argument);
+    EXPECT_EQ(p->release().code(), Code::invalid_argument);
+    EXPECT_TRUE(contains(p->describe(), "detached")) << p->describe();
+  }
+  done->reset();
+  running->reset();
+  memory.reset();
+  node.dev.reset();  // even the device before the last plan: a detached plan holds nothing of it
+  gated->reset();
+}
+
 }  // namespace
 }  // namespace conccl

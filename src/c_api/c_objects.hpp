@@ -1,0 +1,211 @@
+// src/c_api/c_objects.hpp - what the C API's handles name, and the helpers
+// every entry point uses: errors to conccl_status, the caller's buffers
+// checked against the device's allocations.
+//
+// Ownership: a device owns the C++ Device, its buffers' records and (through
+// the handle tables) its queues, signals and communicators; closing it
+// destroys them and their handles stop working. Each child keeps its
+// device's object (not the C++ Device) alive through a shared_ptr, so that
+// a child's handle can always tell what happened to its device. A plan
+// belongs to its communicator's C++ object: destroying the communicator
+// detaches it (Plan::detach), and its calls then say so.
+#pragma once
+
+#include <cstdint>
+#include <cstring>
+#include <deque>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <tuple>
+#include <vector>
+
+#include "c_api/handles.hpp"
+#include "conccl/collectives.hpp"
+#include "conccl/conccl.h"
+#include "conccl/device.hpp"
+#include "conccl/nv.hpp"
+#include "conccl/queue.hpp"
+#include "conccl/signal.hpp"
+#include "conccl/staging.hpp"
+
+// What the caller's conccl_buffer stands for. The C id is a serial that is
+// never reused, so a stale struct (its buffer freed, another allocated at
+// the same address) is refused instead of naming the newer buffer.
+struct conccl_buffer_record {
+  enum class Origin : uint8_t { alloc, cuda_alloc, cuda_registered };
+  conccl::Buffer cpp;  // as the backend returned it (its own id)
+  conccl_buffer c;     // as the caller got it
+  Origin origin = Origin::alloc;
+  conccl::nv::CudaAlloc cuda{};  // Origin::cuda_alloc: what to free
+};
+
+struct conccl_device {
+  std::unique_ptr<conccl::Device> dev;  // null once closed
+  uint64_t handle = 0;
+  std::map<int, std::unique_ptr<conccl::Stager>> stagers;  // by GPU (-1: host buffers), made on first use
+  std::mutex buffers_mutex;  // buffers may be allocated and freed from several threads
+  std::map<uint64_t, conccl_buffer_record> buffers;  // live buffers by their C id
+};
+
+struct conccl_signal {
+  std::shared_ptr<conccl_device> device;
+  conccl::Signal sig;
+};
+
+struct conccl_queue {
+  std::shared_ptr<conccl_device> device;
+  std::unique_ptr<conccl::Queue> q;
+  conccl::CommandBuffer pending;
+};
+
+struct conccl_comm {
+  std::shared_ptr<conccl_device> device;
+  std::unique_ptr<conccl::Communicator> comm;
+  uint32_t timeout_ms = 60000;
+  // NCCL-shaped calls: plans by (op, bytes, root, buffers, on a stream).
+  // A buffer is (C id, va, size): the id tells a reallocation at the same
+  // address from the buffer the plan was made for. Stream-ordered calls keep
+  // up to kInFlight plans per key, used in turn, so that launches queue on
+  // the stream without a host wait between them.
+  static constexpr size_t kInFlight = 4;
+  using Key = std::tuple<int, uint64_t, int, std::vector<uint64_t>, std::vector<uint64_t>, bool>;
+  struct Slot {
+    std::vector<std::unique_ptr<conccl::Plan>> plans;
+    size_t next = 0;
+    std::map<const conccl::Plan*, uint64_t> generation;  // one process per rank: which joint planning made each plan
+    uint64_t last_use = 0;
+  };
+  std::map<Key, Slot> cache;
+  // At most kMaxCachedCalls argument sets keep their plans, the least
+  // recently used given up first: a caching allocator that hands out ever
+  // new buffers would otherwise grow the cache (and its signal memory)
+  // without end. Slots with a launch still running are kept.
+  static constexpr size_t kMaxCachedCalls = 64;
+  uint64_t uses = 0;
+  void touch(const Key& key);
+  size_t cached_plans() const;
+  // One process per rank: plans the NCCL-shaped calls made, counted alike on
+  // every rank (planning is collective), so ranks can tell that their cached
+  // plans are halves of the same one.
+  uint64_t generations = 0;
+  // One process per rank: the NCCL-shaped launches not yet ended for every
+  // rank (on a stream, or waited for here only), in call order. Every rank
+  // makes the same calls in the same order, so every rank holds the same
+  // sequence and ends or waits for its launches in the same order. At most
+  // kInFlight per communicator.
+  std::deque<conccl::Plan*> in_flight;
+  bool is_in_flight(const conccl::Plan* p) const;
+  // Plans first (each waits for its own launch), then the communicator.
+  void destroy();
+};
+
+struct conccl_plan {
+  std::shared_ptr<conccl_device> device;
+  std::unique_ptr<conccl::Plan> plan;
+  // The buffers it names, by C id, checked at every launch: a buffer freed
+  // since would have the plan write into whatever took its place.
+  std::vector<std::pair<uint64_t, std::string>> buffers;  // (id, "recv of rank 1")
+};
+
+namespace conccl::capi {
+
+using DeviceTable = HandleTable<conccl_device, HandleKind::device>;
+using QueueTable = HandleTable<conccl_queue, HandleKind::queue>;
+using SignalTable = HandleTable<conccl_signal, HandleKind::signal>;
+using CommTable = HandleTable<conccl_comm, HandleKind::comm>;
+using PlanTable = HandleTable<conccl_plan, HandleKind::plan>;
+
+template <typename H>
+uint64_t handle_bits(H h) {
+  return static_cast<uint64_t>(reinterpret_cast<uintptr_t>(h));
+}
+template <typename H>
+H handle_of(uint64_t bits) {
+  return reinterpret_cast<H>(static_cast<uintptr_t>(bits));
+}
+
+// ---- errors ----
+// The thread's last error message and the C API call it came from.
+std::string& last_error();
+const char*& current_call();
+conccl_status code_to_c(Code c);
+conccl_status report(const Status& st);
+conccl_status fail(conccl_status s, const std::string& msg);
+Deadline after(uint32_t ms);
+
+// Runs f (returning conccl_status) as C API call `call`; no exception escapes.
+template <typename F>
+conccl_status guard(const char* call, F&& f) noexcept {
+  const char* outer = current_call();
+  current_call() = call;
+  conccl_status s;
+  try {
+    s = f();
+  } catch (const std::bad_alloc&) {
+    s = fail(CONCCL_ERR_RESOURCE_EXHAUSTED, std::string(call) + ": out of host memory (std::bad_alloc)");
+  } catch (const std::exception& e) {
+    s = fail(CONCCL_ERR_INTERNAL,
+             std::string(call) + ": unexpected C++ exception: " + e.what() + " (a bug in ConCCL: please report)");
+  } catch (...) {
+    s = fail(CONCCL_ERR_INTERNAL, std::string(call) + ": unexpected C++ exception (a bug in ConCCL: please report)");
+  }
+  current_call() = outer;
+  return s;
+}
+
+// A malformed call: the message starts with the C function's name.
+#define CONCCL_C_REQUIRE(cond, what) \
+  if (!(cond)) return ::conccl::capi::fail(CONCCL_ERR_INVALID_ARGUMENT, std::string(::conccl::capi::current_call()) + ": " + (what))
+
+#define CONCCL_RETURN_IF_ERROR_C(expr)                         \
+  do {                                                         \
+    const ::conccl::Status st_ = (expr);                       \
+    if (!st_.ok()) return ::conccl::capi::report(st_);         \
+  } while (0)
+
+// The object of a handle, kept alive in `var_ref`, or the handle's error
+// (prefixed by the call and the argument's name) returned.
+#define CONCCL_C_FIND(Table, var, handle, argname)                                                            \
+  auto var##_ref = ::conccl::capi::Table::get().find(::conccl::capi::handle_bits(handle));                   \
+  if (!var##_ref.ok())                                                                                        \
+    return ::conccl::capi::report(                                                                            \
+        var##_ref.status().prefix(std::string(::conccl::capi::current_call()) + ": " + (argname)));           \
+  auto& var = **var##_ref
+
+// A struct from the caller: its struct_size must cover the fields this
+// version reads (older, shorter structs are refused, longer ones accepted).
+template <typename T>
+bool size_ok(const T* p, size_t needed) {
+  return p && p->struct_size >= needed;
+}
+
+// A C caller may put any int in an enum parameter or field: read its bits,
+// since loading an out-of-range value as the enum type is undefined in C++.
+template <typename E>
+int enum_bits(const E& e) {
+  static_assert(sizeof(E) == sizeof(int));
+  int v = 0;
+  std::memcpy(&v, &e, sizeof v);
+  return v;
+}
+
+// ---- buffers ----
+// The caller's struct as the C++ Buffer it stands for: a live buffer of
+// `d` (by id), or a sub-range of one with the allocation's gpu, kind and
+// host mapping. A struct of zeros is the empty Buffer where `allow_empty`.
+// `what` names the argument in errors.
+Result<Buffer> resolve_buffer(conccl_device& d, const conccl_buffer& b, const std::string& what,
+                              bool allow_empty = false);
+// Records a buffer the backend made; returns the caller's struct.
+conccl_buffer record_buffer(conccl_device& d, const Buffer& cpp, conccl_buffer_record::Origin origin,
+                            nv::CudaAlloc cuda = {});
+// Whether the buffer with C id `id` is still allocated on `d`.
+bool buffer_live(conccl_device& d, uint64_t id);
+
+// ---- the NCCL-shaped calls (nccl_shaped.cpp) ----
+conccl_status nccl_shaped(CollOp op, const conccl_buffer* send, const conccl_buffer* recv, size_t bytes, int root,
+                          conccl_comm_t comm, void* stream);
+
+}  // namespace conccl::capi
