@@ -116,6 +116,26 @@ class CommandBuffer {
   // Host NON_STALL_INTERRUPT (after a WFI, so it follows the work before it).
   Status nonstall_interrupt();
 
+  // ---- size limit ----------------------------------------------------------
+  // The most bytes of commands this buffer holds. A command that would take it
+  // past the limit is refused (Code::resource_exhausted, nothing appended);
+  // copy, copy_bcst, swap and fill compute their encoded size first, so a size
+  // that can never be submitted fails at once instead of encoding packets until
+  // memory runs out. Over caller storage the limit is the storage's size;
+  // otherwise kMaxBytes, the largest ring a queue can have, until
+  // set_max_bytes() changes it (e.g. to Queue::max_submit_bytes(), what one
+  // submission to that queue takes).
+  static constexpr size_t kMaxBytes = size_t(1) << 30;
+  size_t max_bytes() const { return max_bytes_; }
+  // Refuses a limit below what is already recorded or, over caller storage,
+  // above the storage's size.
+  Status set_max_bytes(size_t bytes);
+  // Bytes of commands copy() / fill() would append for these arguments,
+  // computed without encoding (0 for 0 bytes, and for a fill size that is not
+  // a multiple of 4). What copy() and fill() check against max_bytes().
+  uint64_t copy_encoded_bytes(uint64_t dst, uint64_t src, uint64_t bytes) const;
+  uint64_t fill_encoded_bytes(uint64_t bytes) const;
+
   // ---- contents ------------------------------------------------------------
   std::span<const uint32_t> dwords() const { return {data_, size_}; }
   size_t size_bytes() const { return size_ * 4; }
@@ -145,10 +165,20 @@ class CommandBuffer {
  private:
   Status need_sdma(const char* what) const;
   Status need_cap(bool have, const char* what) const;
+  // Refuses a command of `bytes` (what it moves or fills) that would append
+  // `encoded` bytes past max_bytes(), naming the limit and how to split it
+  // (pieces of at most `piece` bytes, each `piece_encoded` bytes of commands,
+  // after `fixed` bytes the command adds once).
+  Status check_room(const char* what, uint64_t bytes, uint64_t encoded, uint64_t fixed, uint64_t piece,
+                    uint64_t piece_encoded) const;
+  // Where max_bytes_ comes from, for the message that refuses a command.
+  enum class Limit : uint8_t { largest_ring, storage, set };
   Isa isa_;
   const Caps* caps_;
   uint32_t* data_ = nullptr;
   size_t size_ = 0, cap_ = 0;
+  size_t max_bytes_ = kMaxBytes;
+  Limit limit_ = Limit::largest_ring;
   bool owned_ = true;
   std::vector<uint32_t> starts_;
 };

@@ -3,14 +3,17 @@
 // What every instruction set shares is checked here (zero sizes, overlapping
 // copies, capabilities, all-or-nothing appends); the encoding is the lowering's
 // (src/queue/lower_sdma.cpp, lower_hopper.cpp).
+#include <algorithm>
 #include <cstdlib>
 #include <cstring>
+#include <limits>
 #include <new>
 
 #include "conccl/commands.hpp"
 #include "packets/hopper_ce.hpp"
 #include "packets/sdma_codec.hpp"
 #include "queue/lowering.hpp"
+#include "queue/sdma_queue.hpp"
 
 namespace conccl {
 
@@ -27,6 +30,35 @@ Status all_or_nothing(CommandBuffer& cb, Fn&& fn) {
   Status st = fn();
   if (!st.ok()) cb.truncate(dw, n);
   return st;
+}
+
+// The default limit of a buffer not bound to storage is the largest ring a
+// queue can have: nothing bigger can ever be submitted.
+static_assert(CommandBuffer::kMaxBytes == SdmaQueue::kMaxRingBytes);
+
+// ---- encoded sizes, computed without encoding ------------------------------
+// What the lowerings (lower_sdma.cpp, lower_hopper.cpp) append, by arithmetic:
+// a copy or fill is cut into pieces of at most the instruction set's largest
+// command, and every piece is one packet (SDMA) or one fixed-length method
+// group (Hopper) of a known size. Sizes saturate at UINT64_MAX: far past any
+// limit, so they are refused.
+
+constexpr uint64_t kSaturated = std::numeric_limits<uint64_t>::max();
+
+uint64_t pieces(uint64_t bytes, uint64_t max) { return bytes / max + (bytes % max != 0); }
+
+uint64_t mul_sat(uint64_t a, uint64_t b) { return b != 0 && a > kSaturated / b ? kSaturated : a * b; }
+
+uint64_t add_sat(uint64_t a, uint64_t b) { return a > kSaturated - b ? kSaturated : a + b; }
+
+uint64_t sdma_packet_bytes(sdma::Gen g, sdma::Pkt p) { return uint64_t(sdma::packet_dwords(g, p, {})) * 4; }
+
+// Pieces of an SDMA copy, as packets/copy_split.hpp cuts it (for_each_copy_chunk):
+// aligned copies with a 1-3 byte tail put the tail in a packet of its own.
+uint64_t sdma_copy_pieces(sdma::Gen g, uint64_t dst, uint64_t src, uint64_t bytes) {
+  uint64_t body = bytes;
+  if (((src | dst) & 3) == 0 && bytes > 4 && (bytes & 3)) body = bytes & ~uint64_t(3);
+  return pieces(body, sdma::limits(g).max_copy_bytes) + (body != bytes);
 }
 
 }  // namespace
@@ -51,13 +83,18 @@ const Caps& caps(const Isa& isa) {
 CommandBuffer::CommandBuffer(Isa isa) : isa_(isa), caps_(&conccl::caps(isa)) {}
 
 CommandBuffer::CommandBuffer(Isa isa, std::span<uint32_t> storage)
-    : isa_(isa), caps_(&conccl::caps(isa)), data_(storage.data()), cap_(storage.size()), owned_(false) {}
+    : isa_(isa), caps_(&conccl::caps(isa)), data_(storage.data()), cap_(storage.size()),
+      max_bytes_(storage.size() * 4), limit_(Limit::storage), owned_(false) {}
 
 CommandBuffer::~CommandBuffer() {
   if (owned_) std::free(data_);
 }
 
-CommandBuffer::CommandBuffer(const CommandBuffer& o) : isa_(o.isa_), caps_(o.caps_), starts_(o.starts_) {
+// A copy owns its dwords: the copy of a buffer over caller storage is not
+// bound to that storage's size, but to the default limit.
+CommandBuffer::CommandBuffer(const CommandBuffer& o)
+    : isa_(o.isa_), caps_(o.caps_), max_bytes_(o.owned_ ? o.max_bytes_ : std::max(kMaxBytes, o.size_ * 4)),
+      limit_(o.owned_ ? o.limit_ : Limit::largest_ring), starts_(o.starts_) {
   if (o.size_) {
     data_ = static_cast<uint32_t*>(std::malloc(o.size_ * 4));
     if (!data_) throw std::bad_alloc();
@@ -75,10 +112,12 @@ CommandBuffer& CommandBuffer::operator=(const CommandBuffer& o) {
 }
 
 CommandBuffer::CommandBuffer(CommandBuffer&& o) noexcept
-    : isa_(o.isa_), caps_(o.caps_), data_(o.data_), size_(o.size_), cap_(o.cap_), owned_(o.owned_),
-      starts_(std::move(o.starts_)) {
+    : isa_(o.isa_), caps_(o.caps_), data_(o.data_), size_(o.size_), cap_(o.cap_), max_bytes_(o.max_bytes_),
+      limit_(o.limit_), owned_(o.owned_), starts_(std::move(o.starts_)) {
   o.data_ = nullptr;
   o.size_ = o.cap_ = 0;
+  o.max_bytes_ = kMaxBytes;
+  o.limit_ = Limit::largest_ring;
   o.owned_ = true;
 }
 
@@ -90,16 +129,21 @@ CommandBuffer& CommandBuffer::operator=(CommandBuffer&& o) noexcept {
     data_ = o.data_;
     size_ = o.size_;
     cap_ = o.cap_;
+    max_bytes_ = o.max_bytes_;
+    limit_ = o.limit_;
     owned_ = o.owned_;
     starts_ = std::move(o.starts_);
     o.data_ = nullptr;
     o.size_ = o.cap_ = 0;
+    o.max_bytes_ = kMaxBytes;
+    o.limit_ = Limit::largest_ring;
     o.owned_ = true;
   }
   return *this;
 }
 
 uint32_t* CommandBuffer::grow(size_t n) {
+  if (n > max_bytes_ / 4 - size_) return nullptr;  // past max_bytes() (size_ * 4 <= max_bytes_ always)
   if (size_ + n > cap_) {
     if (!owned_) return nullptr;
     size_t cap = cap_ ? cap_ * 2 : 64;
@@ -127,6 +171,71 @@ Status CommandBuffer::need_cap(bool have, const char* what) const {
                                            " engines (Caps says so); use copy() per destination instead");
 }
 
+// ---- size limit --------------------------------------------------------------
+
+Status CommandBuffer::set_max_bytes(size_t bytes) {
+  if (bytes < size_bytes())
+    return error(Code::invalid_argument, "set_max_bytes(" + std::to_string(bytes) + "): the buffer already holds " +
+                                             std::to_string(size_bytes()) +
+                                             " bytes of commands; clear() it or give a limit of at least that");
+  if (!owned_ && bytes > cap_ * 4)
+    return error(Code::invalid_argument, "set_max_bytes(" + std::to_string(bytes) + "): this buffer records into " +
+                                             std::to_string(cap_ * 4) +
+                                             " bytes of caller storage (reserved ring space) and cannot hold more; "
+                                             "reserve more space instead");
+  max_bytes_ = bytes;
+  limit_ = owned_ ? Limit::set : Limit::storage;
+  return Status();
+}
+
+uint64_t CommandBuffer::copy_encoded_bytes(uint64_t dst, uint64_t src, uint64_t bytes) const {
+  if (bytes == 0) return 0;
+  if (isa_.kind == IsaKind::hopper_ce) return mul_sat(pieces(bytes, hopper::kMaxCopyBytes), hopper::kCopyPieceDwords * 4);
+  return mul_sat(sdma_copy_pieces(isa_.gen, dst, src, bytes), sdma_packet_bytes(isa_.gen, sdma::Pkt::copy));
+}
+
+uint64_t CommandBuffer::fill_encoded_bytes(uint64_t bytes) const {
+  if (bytes == 0 || (bytes & 3)) return 0;
+  if (isa_.kind == IsaKind::hopper_ce)
+    return add_sat(hopper::kFillSetupDwords * 4, mul_sat(pieces(bytes, hopper::kMaxFillBytes), hopper::kFillPieceDwords * 4));
+  return mul_sat(pieces(bytes, sdma::limits(isa_.gen).max_fill_bytes), sdma_packet_bytes(isa_.gen, sdma::Pkt::fill));
+}
+
+Status CommandBuffer::check_room(const char* what, uint64_t bytes, uint64_t encoded, uint64_t fixed, uint64_t piece,
+                                 uint64_t piece_encoded) const {
+  const uint64_t room = max_bytes_ - size_bytes();
+  if (encoded <= room) return Status();
+  // The largest command of this kind that would fit now: whole pieces after
+  // the fixed part (a multiple of the piece size, so aligned and without a
+  // separate tail packet).
+  const uint64_t fit = room >= fixed + piece_encoded ? (room - fixed) / piece_encoded * piece : 0;
+  std::string limit;
+  switch (limit_) {
+    case Limit::storage:
+      limit = "this command buffer records into " + std::to_string(max_bytes_) + " bytes of reserved ring space";
+      break;
+    case Limit::set:
+      limit = "this command buffer holds at most " + std::to_string(max_bytes_) +
+              " bytes of commands (its set_max_bytes(); for a queue, what one submission takes: "
+              "Queue::max_submit_bytes())";
+      break;
+    case Limit::largest_ring:
+      limit = "a command buffer holds at most " + std::to_string(max_bytes_) +
+              " bytes of commands (CommandBuffer::kMaxBytes, the largest ring a queue can have; one submission "
+              "takes at most the queue's Queue::max_submit_bytes())";
+      break;
+  }
+  std::string fix = fit ? "split it into parts of at most " + std::to_string(fit) + " bytes"
+                        : "submit what is recorded first, then record it in parts";
+  fix += limit_ == Limit::storage ? ", or reserve more ring space (Queue::reserve)"
+                                  : " and submit them separately, or use a larger ring (QueueOptions::ring_bytes)";
+  return error(Code::resource_exhausted,
+               std::string(what) + " of " + std::to_string(bytes) + " bytes needs " +
+                   (encoded == kSaturated ? std::string("more than 2^64") : std::to_string(encoded)) +
+                   " bytes of commands (one " + isa_.name() + " command takes at most " + std::to_string(piece) +
+                   " bytes), but " + limit + " and " + std::to_string(room) + " of them are free: " + fix);
+}
+
 // ---- the vocabulary -------------------------------------------------------
 
 Status CommandBuffer::copy(uint64_t dst, uint64_t src, uint64_t bytes) {
@@ -135,12 +244,20 @@ Status CommandBuffer::copy(uint64_t dst, uint64_t src, uint64_t bytes) {
     return error(Code::invalid_argument, "copy source [" + hex(src) + ", +" + std::to_string(bytes) +
                                              ") overlaps its destination " + hex(dst) +
                                              "; DMA copies are not memmove: use disjoint buffers");
+  const bool hopper = isa_.kind == IsaKind::hopper_ce;
+  const uint64_t piece = hopper ? hopper::kMaxCopyBytes : sdma::limits(isa_.gen).max_copy_bytes;
+  const uint64_t piece_encoded = hopper ? hopper::kCopyPieceDwords * 4 : sdma_packet_bytes(isa_.gen, sdma::Pkt::copy);
+  CONCCL_RETURN_IF_ERROR(check_room("copy", bytes, copy_encoded_bytes(dst, src, bytes), 0, piece, piece_encoded));
   return all_or_nothing(*this, [&] { return ops_for(isa_).copy(*this, dst, src, bytes); });
 }
 
 Status CommandBuffer::copy_bcst(uint64_t dst0, uint64_t dst1, uint64_t src, uint64_t bytes) {
   CONCCL_RETURN_IF_ERROR(need_cap(caps_->broadcast_copy, "a broadcast copy (copy_bcst)"));
   if (bytes == 0) return error(Code::invalid_argument, "broadcast copy of 0 bytes");
+  const uint64_t piece = sdma::limits(isa_.gen).max_copy_bytes;
+  const uint64_t piece_encoded = sdma_packet_bytes(isa_.gen, sdma::Pkt::copy_bcst);
+  CONCCL_RETURN_IF_ERROR(check_room("broadcast copy", bytes, mul_sat(pieces(bytes, piece), piece_encoded), 0, piece,
+                                    piece_encoded));
   return all_or_nothing(*this, [&] { return ops_for(isa_).copy_bcst(*this, dst0, dst1, src, bytes); });
 }
 
@@ -150,6 +267,10 @@ Status CommandBuffer::swap(uint64_t a, uint64_t b, uint64_t bytes) {
   if (a < b + bytes && b < a + bytes)
     return error(Code::invalid_argument, "swap ranges [" + hex(a) + ", +" + std::to_string(bytes) + ") and " +
                                              hex(b) + " overlap");
+  const uint64_t piece = sdma::limits(isa_.gen).max_copy_bytes;
+  const uint64_t piece_encoded = sdma_packet_bytes(isa_.gen, sdma::Pkt::swap);
+  CONCCL_RETURN_IF_ERROR(check_room("swap", bytes, mul_sat(pieces(bytes, piece), piece_encoded), 0, piece,
+                                    piece_encoded));
   return all_or_nothing(*this, [&] { return ops_for(isa_).swap(*this, a, b, bytes); });
 }
 
@@ -158,6 +279,11 @@ Status CommandBuffer::fill(uint64_t dst, uint32_t value, uint64_t bytes) {
   if ((dst | bytes) & 3)
     return error(Code::invalid_argument, "fill of " + std::to_string(bytes) + " bytes at " + hex(dst) +
                                              ": a 32-bit fill needs a 4-byte aligned address and size");
+  const bool hopper = isa_.kind == IsaKind::hopper_ce;
+  const uint64_t piece = hopper ? hopper::kMaxFillBytes : sdma::limits(isa_.gen).max_fill_bytes;
+  const uint64_t piece_encoded = hopper ? hopper::kFillPieceDwords * 4 : sdma_packet_bytes(isa_.gen, sdma::Pkt::fill);
+  const uint64_t fixed = hopper ? hopper::kFillSetupDwords * 4 : 0;
+  CONCCL_RETURN_IF_ERROR(check_room("fill", bytes, fill_encoded_bytes(bytes), fixed, piece, piece_encoded));
   return all_or_nothing(*this, [&] { return ops_for(isa_).fill(*this, dst, value, bytes); });
 }
 
@@ -211,7 +337,12 @@ Status CommandBuffer::packet(sdma::Pkt pkt, std::span<const sdma::FieldValue> fi
   const size_t n = sdma::packet_dwords(isa_.gen, pkt, fields, data.size());
   const size_t at = size_, packets = starts_.size();
   uint32_t* p = grow(n ? n : 1);
-  if (!p) return error(Code::resource_exhausted, "the reserved ring space is full");
+  if (!p)
+    return error(Code::resource_exhausted,
+                 limit_ == Limit::storage ? std::string("the reserved ring space is full")
+                                          : "a " + std::to_string((n ? n : 1) * 4) + "-byte packet does not fit: " +
+                                                std::to_string(size_bytes()) + " of the buffer's max_bytes() " +
+                                                std::to_string(max_bytes_) + " are recorded; submit them first");
   Result<size_t> wrote = sdma::encode(isa_.gen, pkt, fields, std::span<uint32_t>(p, n ? n : 1), data);
   if (!wrote.ok()) {
     truncate(at, packets);

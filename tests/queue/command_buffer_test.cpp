@@ -2,12 +2,14 @@
 // all-or-nothing errors, raw packets; and the submit checks that need no engine.
 #include <gtest/gtest.h>
 
+#include <chrono>
 #include <random>
 #include <vector>
 
 #include "emu/emu_test_util.hpp"
 #include "packets/copy_split.hpp"
 #include "packets/generation.hpp"
+#include "packets/hopper_ce.hpp"
 
 namespace conccl {
 namespace {
@@ -195,6 +197,235 @@ TEST_F(SubmitChecks, QueueReportsItsIdentity) {
   const std::string diag = q2->diagnose();
   EXPECT_TRUE(contains(diag, "gpu 1 engine 3")) << diag;
   EXPECT_TRUE(contains(diag, "rptr=0x0 wptr=0x0")) << diag;
+}
+
+// ---- the size limit: refusing what can never be submitted, up front ----------
+
+// One packet or method group of a copy / fill piece, as the lowerings emit it.
+uint64_t copy_piece_bytes(const Isa& isa) {
+  return isa.is_sdma() ? sdma::packet_dwords(isa.gen, Pkt::copy, {}) * 4 : hopper::kCopyPieceDwords * 4;
+}
+uint64_t fill_piece_bytes(const Isa& isa) {
+  return isa.is_sdma() ? sdma::packet_dwords(isa.gen, Pkt::fill, {}) * 4 : hopper::kFillPieceDwords * 4;
+}
+uint64_t fill_setup_bytes(const Isa& isa) { return isa.is_sdma() ? 0 : hopper::kFillSetupDwords * 4; }
+
+const Isa kLimitIsas[] = {Isa::sdma_gen(Gen::v4), Isa::sdma_gen(Gen::v4_4), Isa::sdma_gen(Gen::v4_4_2),
+                          Isa::sdma_gen(Gen::v5_2), Isa::sdma_gen(Gen::v7), Isa::hopper()};
+
+// Something already recorded, so that "unchanged" means more than "empty".
+void record_prefix(CommandBuffer& cb) {
+  if (cb.isa().is_sdma())
+    ASSERT_OK(cb.nop(3));
+  else
+    ASSERT_OK(cb.signal_set(kDst, 5));
+}
+
+std::vector<uint32_t> dwords_of(const CommandBuffer& cb) { return {cb.dwords().begin(), cb.dwords().end()}; }
+
+TEST(CommandBufferLimit, EncodedSizesAreWhatTheLoweringsAppend) {
+  const uint64_t seed = 0x5A1E;
+  std::mt19937_64 rng(seed);
+  for (const Isa& isa : kLimitIsas) {
+    const uint64_t max_copy = caps(isa).max_copy_bytes, max_fill = caps(isa).max_fill_bytes;
+    for (int i = 0; i < 40; ++i) {
+      // Small sizes, and sizes around 1-3 times the largest command; addresses
+      // of every alignment (the SDMA tail rule depends on them).
+      const uint64_t k = i % 4 == 0 ? 0 : 1 + rng() % 3;
+      const uint64_t bytes = k == 0 ? 1 + rng() % 64 : k * max_copy - 4 + rng() % 9;
+      const uint64_t dst = kDst + rng() % 8, src = kSrc + rng() % 8;
+      CommandBuffer cb(isa);
+      SCOPED_TRACE(isa.name() + ", seed " + std::to_string(seed) + ", step " + std::to_string(i));
+      ASSERT_OK(cb.copy(dst, src, bytes));
+      EXPECT_EQ(cb.copy_encoded_bytes(dst, src, bytes), cb.size_bytes())
+          << isa.name() << " copy of " << bytes << " bytes " << hex(src) << " -> " << hex(dst) << " (seed " << seed
+          << ")";
+      const uint64_t fill_bytes = (k == 0 ? 4 + rng() % 64 : k * max_fill - 4 + rng() % 9) & ~3ull;
+      CommandBuffer f(isa);
+      ASSERT_OK(f.fill(kDst, 0x12345678u, fill_bytes));
+      EXPECT_EQ(f.fill_encoded_bytes(fill_bytes), f.size_bytes())
+          << isa.name() << " fill of " << fill_bytes << " bytes (seed " << seed << ")";
+    }
+    CommandBuffer cb(isa);
+    EXPECT_EQ(cb.copy_encoded_bytes(kDst, kSrc, 0), 0u);
+    EXPECT_EQ(cb.fill_encoded_bytes(6), 0u);
+    EXPECT_EQ(cb.max_bytes(), CommandBuffer::kMaxBytes) << "a buffer of no queue: the largest ring";
+  }
+}
+
+TEST(CommandBufferLimit, HugeCopiesAndFillsAreRefusedAtOnce) {
+  const uint64_t huge = 1ull << 62;
+  const uint64_t dst = 0x10000, src = dst + huge;  // disjoint
+  const auto start = std::chrono::steady_clock::now();
+  for (const Isa& isa : kLimitIsas) {
+    CommandBuffer cb(isa);
+    record_prefix(cb);
+    const std::vector<uint32_t> before = dwords_of(cb);
+    const size_t packets = cb.packet_count();
+    Status copy = cb.copy(dst, src, huge);
+    EXPECT_EQ(copy.code(), Code::resource_exhausted) << isa.name() << ": " << copy.to_string();
+    Status fill = cb.fill(dst, 7, huge);
+    EXPECT_EQ(fill.code(), Code::resource_exhausted) << isa.name() << ": " << fill.to_string();
+    for (const Status& st : {copy, fill}) {
+      // The message names the size, the commands it needs, the limit and the fix.
+      EXPECT_TRUE(contains(st.message(), std::to_string(huge) + " bytes needs ")) << st.message();
+      EXPECT_TRUE(contains(st.message(), " bytes of commands")) << st.message();
+      EXPECT_TRUE(contains(st.message(), std::to_string(CommandBuffer::kMaxBytes))) << st.message();
+      EXPECT_TRUE(contains(st.message(), "split it into parts of at most")) << st.message();
+      EXPECT_TRUE(contains(st.message(), "ring_bytes")) << st.message();
+    }
+    if (isa.is_sdma()) {
+      EXPECT_EQ(cb.copy_bcst(dst, src + huge, src, huge).code(), Code::resource_exhausted) << isa.name();
+      if (caps(isa).swap) {
+        EXPECT_EQ(cb.swap(dst, src, huge).code(), Code::resource_exhausted) << isa.name();
+      }
+    }
+    EXPECT_EQ(dwords_of(cb), before) << isa.name() << ": all or nothing";
+    EXPECT_EQ(cb.packet_count(), packets) << isa.name();
+  }
+  // A queue's command buffer (what the C API's conccl_queue_copy records into).
+  ASSERT_OK_AND_ASSIGN(auto dev, make_small());
+  ASSERT_OK_AND_ASSIGN(auto q, make_queue(*dev, 0, 0));
+  CommandBuffer cb = q->command_buffer();
+  EXPECT_EQ(cb.copy(dst, src, huge).code(), Code::resource_exhausted);
+  EXPECT_TRUE(cb.empty());
+  // Refusing is arithmetic, not encoding until memory runs out: all of the
+  // above together is microseconds; seconds would mean packets were encoded.
+  const double secs = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  EXPECT_LT(secs, 2.0) << "refusing the huge commands took " << secs << " s";
+}
+
+TEST(CommandBufferLimit, JustPastTheDefaultLimitIsRefusedWithTheLargestPartThatFits) {
+  for (const Isa& isa : kLimitIsas) {
+    CommandBuffer cb(isa);
+    const uint64_t per = copy_piece_bytes(isa), piece = caps(isa).max_copy_bytes;
+    const uint64_t fit_pieces = CommandBuffer::kMaxBytes / per;
+    // One piece more than the limit holds.
+    const uint64_t bytes = (fit_pieces + 1) * piece;
+    Status st = cb.copy(kDst, kDst + bytes, bytes);
+    ASSERT_EQ(st.code(), Code::resource_exhausted) << isa.name() << ": " << st.to_string();
+    EXPECT_TRUE(contains(st.message(), "needs " + std::to_string((fit_pieces + 1) * per) + " bytes of commands"))
+        << st.message();
+    EXPECT_TRUE(contains(st.message(), "parts of at most " + std::to_string(fit_pieces * piece) + " bytes"))
+        << st.message();
+    EXPECT_TRUE(cb.empty());
+    const uint64_t fper = fill_piece_bytes(isa), fpiece = caps(isa).max_fill_bytes;
+    const uint64_t ffit = (CommandBuffer::kMaxBytes - fill_setup_bytes(isa)) / fper;
+    st = cb.fill(kDst, 1, (ffit + 1) * fpiece);
+    ASSERT_EQ(st.code(), Code::resource_exhausted) << isa.name() << ": " << st.to_string();
+    EXPECT_TRUE(contains(st.message(), "parts of at most " + std::to_string(ffit * fpiece) + " bytes"))
+        << st.message();
+    EXPECT_TRUE(cb.empty());
+  }
+}
+
+TEST(CommandBufferLimit, SetLimitHoldsExactlyWhatFits) {
+  for (const Isa& isa : kLimitIsas) {
+    CommandBuffer cb(isa);
+    record_prefix(cb);
+    const uint64_t per = copy_piece_bytes(isa), piece = caps(isa).max_copy_bytes;
+    ASSERT_OK(cb.set_max_bytes(cb.size_bytes() + 3 * per));
+    EXPECT_EQ(cb.max_bytes(), cb.size_bytes() + 3 * per);
+    const std::vector<uint32_t> before = dwords_of(cb);
+    // Unaligned: 3 * piece + 1 bytes take 4 pieces; refused, nothing appended.
+    Status st = cb.copy(kDst + 1, kSrc, 3 * piece + 1);
+    ASSERT_EQ(st.code(), Code::resource_exhausted) << isa.name();
+    EXPECT_TRUE(contains(st.message(), "set_max_bytes")) << st.message();
+    EXPECT_TRUE(contains(st.message(), "parts of at most " + std::to_string(3 * piece))) << st.message();
+    EXPECT_EQ(dwords_of(cb), before);
+    if (isa.is_sdma()) {
+      // Aligned with a 1-3 byte tail, the tail is a packet of its own:
+      // 3 * piece - 1 bytes take 4 packets (two whole pieces, the rest of the
+      // dword body, the tail), where unaligned they take 3.
+      EXPECT_EQ(cb.copy_encoded_bytes(kDst, kSrc, 3 * piece - 1), 4 * per);
+      EXPECT_EQ(cb.copy_encoded_bytes(kDst + 1, kSrc, 3 * piece - 1), 3 * per);
+      EXPECT_EQ(cb.copy(kDst, kSrc, 3 * piece - 1).code(), Code::resource_exhausted);
+      EXPECT_EQ(dwords_of(cb), before);
+    }
+    // Exactly at the limit: recorded.
+    SCOPED_TRACE(isa.name());
+    ASSERT_OK(cb.copy(kDst + 1, kSrc, 3 * piece));
+    EXPECT_EQ(cb.size_bytes(), cb.max_bytes());
+    // Full: even the smallest command is refused, whole.
+    EXPECT_EQ(cb.copy(kDst, kSrc, 1).code(), Code::resource_exhausted);
+    EXPECT_EQ(cb.signal_add(kDst, 1).code(), Code::resource_exhausted);
+    EXPECT_EQ(cb.size_bytes(), cb.max_bytes());
+    // A limit below what is recorded is refused; clear() makes room again.
+    EXPECT_EQ(cb.set_max_bytes(cb.size_bytes() - 4).code(), Code::invalid_argument);
+    cb.clear();
+    ASSERT_OK(cb.copy(kDst, kSrc, 3 * piece));
+  }
+  // Over caller storage the limit is the storage; it can be lowered, not raised.
+  std::vector<uint32_t> storage(64);
+  CommandBuffer fixed(Isa::sdma_gen(Gen::v4_4_2), storage);
+  EXPECT_EQ(fixed.max_bytes(), 256u);
+  EXPECT_EQ(fixed.set_max_bytes(260).code(), Code::invalid_argument);
+  ASSERT_OK(fixed.set_max_bytes(2 * copy_piece_bytes(fixed.isa())));
+  Status st = fixed.copy(kDst, kSrc, 2 * fixed.caps().max_copy_bytes + 8);
+  EXPECT_EQ(st.code(), Code::resource_exhausted);
+  EXPECT_TRUE(contains(st.message(), "reserved ring space")) << st.message();
+  EXPECT_TRUE(fixed.empty());
+  // Its copy owns its dwords and is bound by the default limit, not the storage.
+  ASSERT_OK(fixed.nop(1));
+  CommandBuffer owned = fixed;
+  EXPECT_EQ(owned.max_bytes(), CommandBuffer::kMaxBytes);
+}
+
+// Within the limit the commands run: on the emulator (SDMA 4.4.2, pieces of
+// 0x3FFF00 bytes), a reservation of exactly the ring space a copy needs, and
+// a queue's command buffer bounded to a few pieces; random data, every byte
+// checked.
+TEST(CommandBufferLimit, JustWithinTheLimitRecordsSubmitsAndCopies) {
+  ASSERT_OK_AND_ASSIGN(auto dev, make_small(2, 4, 64u << 20));
+  ASSERT_OK_AND_ASSIGN(auto q, make_queue(*dev, 0, 0, 64u << 10));
+  const Isa isa = q->isa();
+  const uint64_t per = copy_piece_bytes(isa), piece = q->caps().max_copy_bytes;
+  const uint64_t bytes = 3 * piece;
+  ASSERT_OK_AND_ASSIGN(Buffer src, dev->alloc(0, bytes + 8, MemKind::device));
+  ASSERT_OK_AND_ASSIGN(Buffer dst, dev->alloc(1, bytes + 8, MemKind::device));
+  const uint64_t seed = 0xC0FFEE;
+  std::mt19937_64 rng(seed);
+  fill_random(src.host, bytes + 8, rng);
+  fill_random(dst.host, bytes + 8, rng);
+  auto* d = static_cast<uint8_t*>(dst.host);
+  const auto* s = static_cast<const uint8_t*>(src.host);
+  const std::vector<uint8_t> dst_before(d, d + bytes + 8);
+
+  {
+    // A reservation of exactly three packets: one byte more (unaligned: a
+    // fourth packet) is refused and leaves it empty; three pieces fill it.
+    ASSERT_OK_AND_ASSIGN(Queue::Reservation r, q->reserve(3 * per, long_deadline()));
+    Status st = r.commands().copy(dst.va + 1, src.va + 3, bytes + 1);
+    ASSERT_EQ(st.code(), Code::resource_exhausted);
+    EXPECT_TRUE(contains(st.message(), "reserved ring space")) << st.message();
+    EXPECT_TRUE(r.commands().empty());
+    ASSERT_OK(r.commands().copy(dst.va + 1, src.va + 3, bytes));
+    EXPECT_EQ(r.commands().size_bytes(), 3 * per);
+    QueueSpan span;
+    ASSERT_OK(r.commit(&span));
+    ASSERT_OK(q->wait_done(long_deadline(), span.end));
+  }
+  EXPECT_TRUE(bytes_equal(d + 1, s + 3, bytes)) << "seed " << seed;
+  EXPECT_EQ(d[0], dst_before[0]) << "nothing before the copy";
+  EXPECT_TRUE(bytes_equal(d + 1 + bytes, dst_before.data() + 1 + bytes, 7)) << "nothing after it";
+
+  // The queue's command buffer bounded to what one submission takes, then to
+  // a NOP and three pieces: a copy that needs a fourth piece is refused, the
+  // one that fits runs.
+  CommandBuffer cb = q->command_buffer();
+  ASSERT_OK(cb.set_max_bytes(q->max_submit_bytes()));
+  Status too_big = cb.copy(kDst, kSrc, (q->max_submit_bytes() / per + 1) * piece);
+  ASSERT_EQ(too_big.code(), Code::resource_exhausted);
+  EXPECT_TRUE(contains(too_big.message(), std::to_string(q->max_submit_bytes()))) << too_big.message();
+  EXPECT_TRUE(cb.empty());
+  fill_random(src.host, bytes + 8, rng);
+  ASSERT_OK(cb.nop(1));
+  ASSERT_OK(cb.set_max_bytes(cb.size_bytes() + 3 * per));
+  EXPECT_EQ(cb.copy(dst.va, src.va, bytes + 4).code(), Code::resource_exhausted);
+  EXPECT_EQ(cb.size_bytes(), 8u) << "all or nothing";
+  ASSERT_OK(cb.copy(dst.va, src.va, bytes));
+  ASSERT_OK(run(*q, cb));
+  EXPECT_TRUE(bytes_equal(d, s, bytes)) << "seed " << seed;
 }
 
 }  // namespace
