@@ -111,6 +111,7 @@ _last_error = _sig("conccl_last_error", _cp)
 _status_name = _sig("conccl_status_name", _cp, _int)
 _version = _sig("conccl_version", _cp)
 _dev_open = _sig("conccl_device_open", _status, _P(_DeviceOptions), _P(_vp))
+# The destroy and close calls and conccl_signal_add return a conccl_status since the C API's version 2.
 _dev_close = _sig("conccl_device_close", _status, _vp)
 _dev_gpus = _sig("conccl_device_gpu_count", _status, _vp, _P(_int))
 _dev_engines = _sig("conccl_device_engines", _status, _vp, _int, _P(_int), _int, _P(_int))
@@ -489,16 +490,25 @@ class Device:
         are released."""
         if not self._h:
             return
+        errors = []  # everything is closed first; then the first failure is raised
         for rank in (Plan, Communicator, Queue, Signal):
             for c in [c for c in list(self._children) if isinstance(c, rank)]:
-                c._destroy("is gone: the device was closed")
+                try:
+                    c._destroy("is gone: the device was closed")
+                except Error as e:
+                    errors.append(e)
         self.__dict__.pop("_tensor_regs", None)
         for b in list(self._buffers):
             b._invalidate("is gone: the device was closed")
-        _dev_close(self._h)  # a conccl_status once the C API's version 2 lands: see _Child._destroy
+        try:
+            _check(_dev_close(self._h))
+        except Error as e:
+            errors.append(e)
         self._h = None
         self._closed = True
         _open_devices.discard(self)
+        if errors:
+            raise errors[0]
 
     def __del__(self):
         self.close()
@@ -613,12 +623,10 @@ class _Child:
 
     def _destroy(self, why="was destroyed"):
         if self._h:
-            # conccl_status since the C API's version 2; not checked until that
-            # header is what this package is built against (older libraries
-            # return nothing here, and the value would be garbage).
-            type(self)._destroy_fn(self._h)
+            rc = type(self)._destroy_fn(self._h)
             self._h = None
             self._gone = why
+            _check(rc)
 
     def __del__(self):
         self._destroy()
@@ -642,7 +650,7 @@ class Signal(_Child):
 
     def add(self, delta=1):
         delta = _integer("delta", delta, "uint64")
-        _sig_add(self._handle(), delta)  # a conccl_status once the C API's version 2 lands
+        _check(_sig_add(self._handle(), delta))
 
     def wait(self, value, timeout_ms=10000):
         args = _integer("value", value, "uint64"), _integer("timeout_ms", timeout_ms, "uint32")

@@ -386,6 +386,26 @@ class CloseTest(unittest.TestCase):
             early_view[0]
         dev.close()  # again: nothing left to do
 
+    def test_destroy_close_and_add_statuses_are_checked(self):
+        # Since the C API's version 2 these calls return a status. A handle
+        # destroyed behind the package's back (through the raw C call) makes
+        # each of them fail, and the failure reaches Python.
+        dev = conccl.Device("emu", preset="mi300x")
+        sig = conccl.Signal(dev, 5)
+        self.assertEqual(conccl._sig_destroy(sig._h), 0)
+        with self.assertRaises(conccl.Error) as cm:
+            sig.add(1)
+        self.assertEqual(cm.exception.status, "invalid_argument")
+        q = conccl.Queue(dev, 0, dev.engines(0)[0])
+        self.assertEqual(conccl._q_destroy(q._h), 0)
+        with self.assertRaises(conccl.Error) as cm:
+            dev.close()  # closes everything, then reports the first failure: the queue's
+        self.assertEqual(cm.exception.status, "invalid_argument")
+        self.assertIsNone(dev._h)
+        with self.assertRaises(conccl.Error) as cm:
+            dev.gpu_count
+        self.assertIn("the device was closed", cm.exception.message)
+
 class DLPackTest(unittest.TestCase):
     def test_numpy_from_dlpack_is_a_zero_copy_view(self):
         try:
