@@ -20,15 +20,43 @@ soname=$(objdump -p "$so" | awk '/SONAME/ {print $2}')
 [[ $soname == libconccl.so.0 ]] || { echo "soname is '$soname', expected libconccl.so.0"; exit 1; }
 "$prefix/bin/sdma-probe" --version
 
-step "every installed header compiles on its own"
+step "the install exports <prefix>/include alone"
+# Consumers get -I<prefix>/include and nothing under it: a directory such as
+# <prefix>/include/conccl would put bare names (status.hpp, queue.hpp,
+# packets/...) on every user's include path.
 export PKG_CONFIG_PATH=$prefix/lib/pkgconfig
+incdir=$(realpath "$prefix/include")
 cflags=$(pkg-config --cflags conccl)
-for h in "$prefix"/include/conccl/*.hpp "$prefix"/include/conccl/packets/*.hpp; do
-  rel=${h#"$prefix"/include/}
-  echo "#include <$rel>" | g++ -std=c++20 -Wall -Wextra -fsyntax-only -x c++ $cflags - \
-    || { echo "not self-contained: $rel"; exit 1; }
+for flag in $cflags; do
+  [[ $flag == -I* ]] || { echo "conccl.pc: unexpected Cflags entry '$flag' (Cflags: '$cflags')"; exit 1; }
+  [[ $(realpath -m "${flag#-I}") == "$incdir" ]] \
+    || { echo "conccl.pc exports '${flag#-I}': only $prefix/include belongs in Cflags"; exit 1; }
 done
-echo '#include <conccl/conccl.h>' | gcc -std=c99 -Wall -Wextra -pedantic -Werror -fsyntax-only -x c $cflags -
+[[ -n $cflags ]] || { echo "conccl.pc has no Cflags"; exit 1; }
+targets=$prefix/lib/cmake/conccl/concclTargets.cmake
+dirs=$(grep -h 'INTERFACE_INCLUDE_DIRECTORIES' "$targets" || true)
+[[ -n $dirs ]] || { echo "$targets sets no INTERFACE_INCLUDE_DIRECTORIES"; exit 1; }
+while read -r line; do
+  [[ $line == 'INTERFACE_INCLUDE_DIRECTORIES "${_IMPORT_PREFIX}/include"' ]] \
+    || { echo "$targets: '$line': only \${_IMPORT_PREFIX}/include belongs there"; exit 1; }
+done <<< "$dirs"
+
+step "every installed header includes its siblings as conccl/... and compiles with -I<prefix>/include alone"
+mapfile -t headers < <(cd "$prefix/include" && find conccl -type f \( -name '*.hpp' -o -name '*.h' \) | sort)
+expected=$( (cd "$src" && ls include/conccl/*.hpp include/conccl/*.h packets/*.hpp) | wc -l)
+(( ${#headers[@]} == expected )) \
+  || { echo "${#headers[@]} headers installed, the source tree has $expected: ${headers[*]}"; exit 1; }
+for rel in "${headers[@]}"; do
+  # A quoted include of a bare name can resolve next to the including file
+  # ("packets/x.hpp" from conccl/commands.hpp) and still be wrong: every
+  # include of a project header names it from <prefix>/include.
+  bad=$(grep -nE '^[[:space:]]*#[[:space:]]*include[[:space:]]*"' "$prefix/include/$rel" \
+        | grep -vE '#[[:space:]]*include[[:space:]]*"conccl/' || true)
+  [[ -z $bad ]] || { echo "$rel includes a project header by a name outside conccl/:"; echo "$bad"; exit 1; }
+  echo "#include <$rel>" | g++ -std=c++20 -Wall -Wextra -Werror -fsyntax-only -x c++ -I"$prefix/include" - \
+    || { echo "does not compile with -I$prefix/include alone: $rel"; exit 1; }
+done
+echo '#include <conccl/conccl.h>' | gcc -std=c99 -Wall -Wextra -pedantic -Werror -fsyntax-only -x c -I"$prefix/include" -
 
 step "CMake consumer (find_package, conccl::conccl): examples/transport_c"
 cmake -S "$src/examples/transport_c" -B "$work/transport" -DCMAKE_PREFIX_PATH="$prefix" > "$work/cfg1.log"
