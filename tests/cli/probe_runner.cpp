@@ -109,7 +109,7 @@ double now_s() {
   return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count();
 }
 
-Started spawn(const std::vector<std::string>& args, std::string_view in) {
+Started spawn(const std::vector<std::string>& args, std::string_view in, const std::string& stdout_to = "") {
   static int counter = 0;
   const int id = counter++;
   const std::string base = scratch() + "/run" + std::to_string(id);
@@ -128,7 +128,8 @@ Started spawn(const std::vector<std::string>& args, std::string_view in) {
   const pid_t pid = fork();
   if (pid == 0) {
     const int i = open(in_path.c_str(), O_RDONLY);
-    const int o = open(s.out_path.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
+    const int o = stdout_to.empty() ? open(s.out_path.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644)
+                                    : open(stdout_to.c_str(), O_WRONLY);
     const int e = open(s.err_path.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
     // In the scratch directory, so that files the command writes (--json
     // FILE with a random name in the property test) land there.
@@ -146,6 +147,10 @@ Started spawn(const std::vector<std::string>& args, std::string_view in) {
 }  // namespace
 
 Started start(const std::vector<std::string>& args) { return spawn(args, ""); }
+
+Outcome probe_stdout_to(const std::vector<std::string>& args, const std::string& stdout_path, double limit_s) {
+  return finish(spawn(args, "", stdout_path), limit_s);
+}
 
 Outcome finish(const Started& s, double limit_s) {
   Outcome r;

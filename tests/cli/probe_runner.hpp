@@ -29,6 +29,9 @@ struct Started {
 };
 // Starts sdma-probe with `args` (stdin empty) without waiting for it.
 Started start(const std::vector<std::string>& args);
+// Runs sdma-probe with its stdout opened (for writing) at `stdout_path`, a
+// device such as /dev/full; Outcome::out stays empty.
+Outcome probe_stdout_to(const std::vector<std::string>& args, const std::string& stdout_path, double limit_s = 0);
 // Waits for a started process (killed after limit_s when > 0) and collects its outcome.
 Outcome finish(const Started& s, double limit_s = 0);
 

@@ -619,8 +619,15 @@ int main_entry(int argc, char** argv) {
   original_words_storage() = words;
   try {
     const int rc = run_main(words);
-    if (std::fflush(stdout) != 0) {
-      std::fprintf(stderr, "sdma-probe: writing the output failed: %s\n", std::strerror(errno));
+    // Every write to stdout (the table, --json) is checked here: a failed
+    // flush, or a write that failed earlier (the stream's error flag; a
+    // full buffer is written out while the command prints).
+    const int flushed = std::fflush(stdout);
+    const int flush_errno = errno;
+    if (flushed != 0 || std::ferror(stdout)) {
+      std::fprintf(stderr, "sdma-probe: writing the output (stdout) failed: %s\n",
+                   flushed != 0 ? std::strerror(flush_errno)
+                                : "an earlier write failed (a full disk or device, or a closed pipe?)");
       return rc == 0 ? to_int(ExitCode::fault) : rc;
     }
     return rc;

@@ -9,7 +9,9 @@
 #include <cmath>
 #include <cstdio>
 #include <cstring>
+#include <memory>
 #include <thread>
+#include <tuple>
 
 #include "cli.hpp"
 #include "coll_memory.hpp"
@@ -206,18 +208,60 @@ std::string in_place_json(const SweepRow& r) {
          ", \"stddev_us\": " + json_number(r.ip_time.stddev, 3) + ", \"variant\": \"" + r.ip_variant + "\"}";
 }
 
-void write_json(FILE* f, const SweepSetup& setup, const std::vector<SweepRow>& rows, int signal) {
-  std::fprintf(f, "{\"op\": \"%s\", \"backend\": \"%s\", \"emulated\": %s, \"ranks\": %d, \"gpus\": %d, "
+// --json FILE: opened before the sweep (a path that cannot be written is a
+// usage error up front), every write and the close checked.
+class JsonFile {
+ public:
+  static conccl::Result<JsonFile> open(const std::string& path) {
+    JsonFile j;
+    j.path_ = path;
+    j.f_.reset(std::fopen(path.c_str(), "w"));
+    if (!j.f_)
+      return conccl::error(conccl::Code::invalid_argument,
+                           "--json: cannot write '" + path + "': " + std::strerror(errno) +
+                               " (give a file in a writable directory, or - for stdout)");
+    return j;
+  }
+  FILE* get() const { return f_.get(); }
+  const std::string& path() const { return path_; }
+  // Flushes and closes; the first error (errno) of a write, the flush or the
+  // close as text, or "" when every byte reached the file. `write_errno`: the
+  // first error the writer saw (0: none).
+  std::string close(int write_errno) {
+    int err = write_errno;
+    if (std::fflush(f_.get()) != 0 && !err) err = errno;
+    const bool failed = std::ferror(f_.get()) != 0;
+    if (std::fclose(f_.release()) != 0 && !err) err = errno;
+    if (err) return std::strerror(err);
+    return failed ? "a write failed" : "";
+  }
+
+ private:
+  struct Closer {
+    void operator()(FILE* f) const { std::fclose(f); }
+  };
+  std::string path_;
+  std::unique_ptr<FILE, Closer> f_;
+};
+
+// Writes the JSON; returns the errno of the first write that failed, or 0
+// (the stream's buffer may still hold the end: flush and check it).
+int write_json(FILE* f, const SweepSetup& setup, const std::vector<SweepRow>& rows, int signal) {
+  int err = 0;
+  auto check = [&](int printed) {
+    if (printed < 0 && !err) err = errno ? errno : EIO;
+  };
+  check(std::fprintf(f, "{\"op\": \"%s\", \"backend\": \"%s\", \"emulated\": %s, \"ranks\": %d, \"gpus\": %d, "
                   "\"loopback\": %s, \"prelaunch\": %s, \"queues\": \"%s\", \"variant_asked\": \"%s\", "
                   "\"iters\": %" PRId64 ", \"warmup\": %" PRId64 ", \"step_factor\": %" PRIu64 ", "
                   "\"interrupted\": %s, \"rows\": [",
                setup.op.c_str(), setup.backend.c_str(), setup.emulated ? "true" : "false", setup.ranks, setup.gpus,
                setup.loopback ? "true" : "false", setup.prelaunch ? "true" : "false", setup.queues.c_str(),
                setup.variant.c_str(), setup.iters, setup.warmup, setup.step_factor,
-               signal ? json_string(sweep_signal_name(signal)).c_str() : "null");
+               signal ? json_string(sweep_signal_name(signal)).c_str() : "null"));
   for (size_t i = 0; i < rows.size(); ++i) {
     const SweepRow& r = rows[i];
-    std::fprintf(f,
+    check(std::fprintf(f,
                  "%s\n  {\"size\": %" PRIu64 ", \"time_us\": %s, \"algbw_gbps\": %s, \"busbw_gbps\": %s, "
                  "\"verified\": %s, \"wrong_bytes\": %" PRIu64 ", \"variant\": \"%s\", \"count\": %" PRIu64
                  ", \"type\": \"%s\", \"engines\": %d, \"iters\": %" PRIu64
@@ -225,9 +269,10 @@ void write_json(FILE* f, const SweepSetup& setup, const std::vector<SweepRow>& r
                  i ? "," : "", r.size, json_number(r.time.mean, 3).c_str(), json_number(r.algbw, 4).c_str(),
                  json_number(r.busbw, 4).c_str(), r.wrong == 0 ? "true" : "false", r.wrong, r.variant.c_str(), r.count,
                  r.type.c_str(), r.engines, r.iters, json_number(r.time.min, 3).c_str(),
-                 json_number(r.time.max, 3).c_str(), json_number(r.time.stddev, 3).c_str(), in_place_json(r).c_str());
+                 json_number(r.time.max, 3).c_str(), json_number(r.time.stddev, 3).c_str(), in_place_json(r).c_str()));
   }
-  std::fprintf(f, "\n]}\n");
+  check(std::fprintf(f, "\n]}\n"));
+  return err;
 }
 
 int run_collective(const Args& args, Context& ctx) {
@@ -253,12 +298,21 @@ int run_collective(const Args& args, Context& ctx) {
   conccl::Result<int64_t> iters = args.get_int_in_range("iters", 1, kMaxIters, 0);  // 0: by size
   conccl::Result<int64_t> warmup = args.get_int_in_range("warmup", 0, kMaxIters, 2);
   conccl::Result<int64_t> root = args.get_int_in_range("root", 0, kMaxRanks - 1, 0);
+  // --peer is p2p's destination (default 1); the other ops have none.
   conccl::Result<int64_t> peer = args.get_int_in_range("peer", 0, kMaxRanks - 1, 1);
   conccl::Result<int64_t> ranks_flag = args.get_int_in_range("ranks", 1, kMaxRanks, 0);  // 0: one per GPU
   conccl::Result<int64_t> step = args.get_int_in_range("step-factor", 2, kMaxStepFactor, 2);
   for (auto* r : {&min, &max}) if (!r->ok()) return fail(args, ctx, r->status());
   for (auto* r : {&iters, &warmup, &root, &peer, &ranks_flag, &step})
     if (!r->ok()) return fail(args, ctx, r->status());
+  const bool has_root = op.op != CollOp::all_gather && op.op != CollOp::all_to_all;
+  const bool has_peer = op.op == CollOp::p2p;
+  for (const auto& [flag, used] : {std::pair{"root", has_root}, std::pair{"peer", has_peer}})
+    if (!used && args.has(flag))
+      return usage_error(args, ctx, "--" + std::string(flag) + " does not apply to " + op.name + " (" +
+                                        (std::string_view(flag) == "root" ? "broadcast, gather, scatter and p2p have a root"
+                                                                          : "it is p2p's destination rank") +
+                                        "): drop it");
   if (*min == 0 || *max < *min) return usage_error(args, ctx, "need 0 < --min <= --max");
   const std::string dtype_name = args.value("dtype").value_or("uint8");
   const DType* dtype = find_dtype(dtype_name);
@@ -275,13 +329,40 @@ int run_collective(const Args& args, Context& ctx) {
   if (!variant_ok) return usage_error(args, ctx, std::string(op.name) + " variants: " + names);
   // --procs N: one process per rank. This process is either the launcher or
   // one of the ranks it started (--rank, --unique-id).
-  conccl::Result<int64_t> procs = args.get_int_in_range("procs", 1, kMaxRanks, 0);
+  conccl::Result<int> procs = procs_of(args);
   if (!procs.ok()) return fail(args, ctx, procs.status());
   conccl::Result<std::optional<ProcRank>> proc = proc_rank_of(args);
   if (!proc.ok()) return usage_error(args, ctx, proc.status().message());
   if (*procs && args.has("ranks"))
     return usage_error(args, ctx, "--procs N runs N ranks, one process each: give --procs or --ranks, not both");
-  if (*procs && !*proc) return run_procs(args, ctx, static_cast<int>(*procs));
+  // The ranks --root and --peer name exist, and p2p has two (once the rank
+  // count is known: --procs, --ranks, or the GPUs of the device).
+  auto check_ranks = [&](int n) -> int {
+    const char* count_flag = *procs ? "--procs" : "--ranks";
+    if (op.op == CollOp::p2p && n < 2)
+      return usage_error(args, ctx, std::string("p2p needs two ranks: give ") + count_flag + " 2" +
+                                        (*procs ? "" : " (loopback on one GPU)"));
+    for (const auto& [flag, used, rank] :
+         {std::tuple{"--root", has_root, *root}, std::tuple{"--peer", has_peer, *peer}})
+      if (used && rank >= n)
+        return usage_error(args, ctx, std::string(flag) + " " + std::to_string(rank) + " is out of range: give a rank 0.." +
+                                          std::to_string(n - 1) + " (" + std::to_string(n) + " ranks)");
+    if (op.op == CollOp::p2p && *root == *peer)
+      return usage_error(args, ctx, "p2p from a rank to itself: give a different --peer");
+    return -1;
+  };
+  if (*procs && !*proc) {
+    if (const int rc = check_ranks(*procs); rc >= 0) return rc;
+    // The JSON file is rank 0's to write: refuse one it cannot open before
+    // any rank starts.
+    if (json_file) {
+      conccl::Result<JsonFile> jf = JsonFile::open(*json_file);
+      if (!jf.ok()) return fail(args, ctx, jf.status());
+    }
+    return run_procs(args, ctx, *procs);
+  }
+  if (*proc)
+    if (Status st = follow_launcher(); !st.ok()) return fail(args, ctx, st);
   const int me = *proc ? (*proc)->rank : -1;  // this process's rank; -1: all ranks here
   // --buffers cuda: CUDA VMM allocations (cuMemCreate) registered with the
   // device, as a framework's tensors would be, instead of the device's own.
@@ -291,11 +372,21 @@ int run_collective(const Args& args, Context& ctx) {
   if (buffers == "cuda" && args.common().backend != Backend::nv)
     return usage_error(args, ctx, "--buffers cuda needs --backend nv (CUDA memory)");
   const bool printer = me <= 0;               // who prints the table and writes the files
+  // --json FILE is opened before the sweep: a path that cannot be written is
+  // refused now, not after minutes of sweeping.
+  std::optional<JsonFile> json_out;
+  if (json_file && printer) {
+    conccl::Result<JsonFile> jf = JsonFile::open(*json_file);
+    if (!jf.ok()) return fail(args, ctx, jf.status());
+    json_out = std::move(jf).value();
+  }
 
   // SIGINT/SIGTERM from here on: checked between iterations; the size being
   // timed is abandoned, the finished rows are written, exit 128 + signal. A
   // signal during the set-up (allocating, uploading) ends it with no rows.
-  install_sweep_signals();
+  // A --procs rank ignores a second one (the terminal's Ctrl-C and the
+  // launcher's forwarded one may both arrive): its launcher ends it.
+  install_sweep_signals(me >= 0 ? SecondSignal::ignored : SecondSignal::kills);
   conccl::Result<std::unique_ptr<conccl::Device>> devr = open_device_from_args(args, me);
   if (!devr.ok()) return fail(args, ctx, devr.status());
   conccl::Device& dev = **devr;
@@ -304,14 +395,7 @@ int run_collective(const Args& args, Context& ctx) {
   if (conccl::Result<int64_t> g = args.get_int_in_range("gpus", 1, kMaxGpus, 0); g.ok() && *g > 0)
     gpus = std::min(gpus, static_cast<int>(*g));
   const int n = *procs ? static_cast<int>(*procs) : *ranks_flag ? static_cast<int>(*ranks_flag) : std::min(gpus, kMaxRanks);
-  if (op.op == CollOp::p2p && n < 2)
-    return usage_error(args, ctx, "p2p needs two ranks: give --ranks 2 (loopback on one GPU)");
-  for (const auto& [flag, rank] : {std::pair{"--root", *root}, std::pair{"--peer", *peer}})
-    if (rank >= n)
-      return usage_error(args, ctx, std::string(flag) + " " + std::to_string(rank) + " is out of range: give a rank 0.." +
-                                        std::to_string(n - 1) + " (" + std::to_string(n) + " ranks)");
-  if (op.op == CollOp::p2p && *root == *peer)
-    return usage_error(args, ctx, "p2p from a rank to itself: give a different --peer");
+  if (const int rc = check_ranks(n); rc >= 0) return rc;
   std::vector<int> gpu_of;
   for (int r = 0; r < n; ++r) gpu_of.push_back(r % gpus);
 
@@ -435,8 +519,8 @@ int run_collective(const Args& args, Context& ctx) {
   setup.step_factor = static_cast<uint64_t>(*step);
   setup.root = base.root;
   setup.peer = base.peer;
-  setup.has_root = op.op != CollOp::all_gather && op.op != CollOp::all_to_all;
-  setup.has_peer = op.op == CollOp::p2p;
+  setup.has_root = has_root;
+  setup.has_peer = has_peer;
   if (!json_stdout && printer) {
     print_banner(ctx.out, setup);
     print_header(ctx.out);
@@ -445,6 +529,31 @@ int run_collective(const Args& args, Context& ctx) {
   Progress progress(printer ? ctx.err : nullptr);
   std::vector<SweepRow> rows;
   bool all_ok = true;
+  // The signal the sweep stops for. One process: the one it received. Ranks
+  // in separate processes stop together, at the same launch: each tells the
+  // others the signal it received (0: none) at the exchanges every rank makes
+  // - one per warm-up launch, one before each timed launch, one at the end -
+  // and all stop at the first where any rank has one. A rank that stopped on
+  // its own would leave the others waiting for it in a launch until their
+  // deadline (exit 3, no JSON).
+  int agreed_signal = 0;
+  auto stop_signal = [&] { return me < 0 ? sweep_signal() : agreed_signal; };
+  // Exchanges `mine` with every rank, this rank's signal in front; returns
+  // everyone's in rank order, signal removed, and records the first signal.
+  auto exchange = [&](const std::string& what, const std::string& mine) -> conccl::Result<std::vector<std::string>> {
+    const std::string sent = std::string(1, static_cast<char>(sweep_signal())) + mine;
+    conccl::Result<std::vector<conccl::Bootstrap::Message>> all =
+        (*comm)->bootstrap()->exchange(what, sent, {}, deadline());
+    if (!all.ok()) return all.status();
+    std::vector<std::string> out;
+    for (const conccl::Bootstrap::Message& m : *all) {
+      if (m.data.empty())
+        return conccl::error(conccl::Code::internal, "a rank's '" + what + "' message is empty (please report)");
+      if (m.data[0] && !agreed_signal) agreed_signal = static_cast<unsigned char>(m.data[0]);
+      out.push_back(m.data.substr(1));
+    }
+    return out;
+  };
   // One form (out of place or in place) of one size: poison the
   // destinations, put the in-place sources in place, warm up, time, verify.
   // The error is prefixed for the message; a signal leaves `times` short.
@@ -478,15 +587,14 @@ int run_collective(const Args& args, Context& ctx) {
     uint64_t warm = 0;
     auto more_warmup = [&]() -> conccl::Result<bool> {
       bool more = (warm < static_cast<uint64_t>(*warmup) || std::chrono::steady_clock::now() < warm_until) &&
-                  !sweep_signal();
+                  !stop_signal();
       if (me < 0) return more;
       // Ranks in separate processes launch together: one more while any
-      // rank wants one (each times its own 100 ms).
-      conccl::Result<std::vector<conccl::Bootstrap::Message>> all =
-          (*comm)->bootstrap()->exchange("warm-up", more ? "1" : "0", {}, deadline());
+      // rank wants one (each times its own 100 ms) and none has a signal.
+      conccl::Result<std::vector<std::string>> all = exchange("warm-up", more ? "1" : "0");
       if (!all.ok()) return all.status();
-      for (const conccl::Bootstrap::Message& m : *all) more |= m.data == "1";
-      return more;
+      for (const std::string& m : *all) more |= m == "1";
+      return more && !stop_signal();
     };
     while (true) {
       conccl::Result<bool> more = more_warmup();
@@ -500,7 +608,12 @@ int run_collective(const Args& args, Context& ctx) {
       ++warm;
     }
     std::vector<double> times;
-    for (uint64_t it = 0; it < n_iters && !sweep_signal(); ++it) {
+    for (uint64_t it = 0; it < n_iters && !stop_signal(); ++it) {
+      if (me >= 0) {  // the ranks agree to launch (untimed)
+        conccl::Result<std::vector<std::string>> go = exchange("launch", "");
+        if (!go.ok()) return go.status().prefix("before a timed launch at " + at);
+        if (stop_signal()) break;
+      }
       const conccl::Deadline dl = deadline();
       Status st;
       std::chrono::steady_clock::time_point t0;
@@ -517,7 +630,7 @@ int run_collective(const Args& args, Context& ctx) {
       CONCCL_RETURN_IF_ERROR(st.prefix(at));  // a launch may still run: the buffers go with the device
       times.push_back(us);
     }
-    if (sweep_signal()) return Status();  // abandoned
+    if (stop_signal()) return Status();  // abandoned
     m->time = time_stats(times);
     conccl::Result<uint64_t> wrong = count_wrong(a, n, kSeed, stager_of_rank, deadline(), me);
     if (!wrong.ok()) return wrong.status().prefix("verifying " + at);
@@ -529,13 +642,13 @@ int run_collective(const Args& args, Context& ctx) {
         uint64_t wrong;
         TimeStats time;
       } mine{*wrong, m->time};
-      conccl::Result<std::vector<conccl::Bootstrap::Message>> all = (*comm)->bootstrap()->exchange(
-          "row", std::string(reinterpret_cast<const char*>(&mine), sizeof mine), {}, deadline());
+      conccl::Result<std::vector<std::string>> all =
+          exchange("row", std::string(reinterpret_cast<const char*>(&mine), sizeof mine));
       if (!all.ok()) return all.status().prefix("collecting the ranks' results at " + at);
       m->wrong = 0;
-      for (const conccl::Bootstrap::Message& msg : *all) {
+      for (const std::string& msg : *all) {
         Mine t{};
-        if (msg.data.size() == sizeof t) std::memcpy(&t, msg.data.data(), sizeof t);
+        if (msg.size() == sizeof t) std::memcpy(&t, msg.data(), sizeof t);
         m->wrong += t.wrong;
         if (t.time.mean > m->time.mean) m->time = t.time;
       }
@@ -545,7 +658,7 @@ int run_collective(const Args& args, Context& ctx) {
     return Status();
   };
 
-  for (size_t si = 0; si < sizes.size() && !sweep_signal(); ++si) {
+  for (size_t si = 0; si < sizes.size() && !stop_signal(); ++si) {
     // Sizes that round to the same whole elements per rank run once.
     if (si > 0 && chunk_of(sizes[si]) == chunk_of(sizes[si - 1])) continue;
     progress.show(si, sizes.size(), sizes[si]);
@@ -558,13 +671,13 @@ int run_collective(const Args& args, Context& ctx) {
     Status st = measure(a, std::vector<bool>(static_cast<size_t>(n), true), {}, poison_value, n_iters, &oop);
     std::optional<InPlace> ip = in_place_of(a, n);
     Measured inp;
-    if (st.ok() && ip && !sweep_signal()) st = measure(ip->args, ip->poison, ip->sources, ~poison_value, n_iters, &inp);
+    if (st.ok() && ip && !stop_signal()) st = measure(ip->args, ip->poison, ip->sources, ~poison_value, n_iters, &inp);
     if (!st.ok()) {
       progress.clear();
       if (st.code() != conccl::Code::timeout) release();
       return fail(args, ctx, st);
     }
-    if (sweep_signal()) break;  // this size is abandoned
+    if (stop_signal()) break;  // this size is abandoned
     SweepRow row;
     row.size = size;
     row.count = size / dtype->bytes;
@@ -591,22 +704,32 @@ int run_collective(const Args& args, Context& ctx) {
     rows.push_back(row);
   }
   progress.clear();
-  const int signal = sweep_signal();
+  if (me >= 0) {
+    // The last agreement: a signal after the last exchange of the loop
+    // marks every rank's run interrupted, or none.
+    conccl::Result<std::vector<std::string>> end = exchange("end", "");
+    if (!end.ok()) {
+      if (end.status().code() != conccl::Code::timeout) release();
+      return fail(args, ctx, end.status().prefix("ending the sweep"));
+    }
+  }
+  const int signal = stop_signal();
   if (!json_stdout && printer) {
     if (signal)
       std::fprintf(ctx.out, "# interrupted by %s after %zu of %zu sizes\n", sweep_signal_name(signal), rows.size(),
                    sizes.size());
     print_summary(ctx.out, rows);
   }
-  if (json_stdout && printer) write_json(ctx.out, setup, rows, signal);
-  if (json_file && printer) {
-    FILE* f = std::fopen(json_file->c_str(), "w");
-    if (!f) {
-      release();
-      return fail(args, ctx, conccl::error(conccl::Code::invalid_argument, "cannot write " + *json_file));
+  // stdout's write errors are checked as the program ends (main_entry).
+  if (json_stdout && printer) (void)write_json(ctx.out, setup, rows, signal);
+  bool json_written = true;
+  if (json_out) {
+    const int werr = write_json(json_out->get(), setup, rows, signal);
+    if (const std::string why = json_out->close(werr); !why.empty()) {
+      std::fprintf(ctx.err, "sdma-probe %s: --json: writing '%s' failed: %s\n", op.name, json_out->path().c_str(),
+                   why.c_str());
+      json_written = false;
     }
-    write_json(f, setup, rows, signal);
-    std::fclose(f);
   }
   release();
   if (std::optional<std::string> png = args.value("plot"); png && printer) {
@@ -617,10 +740,12 @@ int run_collective(const Args& args, Context& ctx) {
     if (!json_stdout) std::fprintf(ctx.out, "# plot: %s\n", png->c_str());
   }
   if (signal) {
-    std::fprintf(ctx.err, "sdma-probe %s: interrupted by %s; %zu finished size%s written\n", op.name,
-                 sweep_signal_name(signal), rows.size(), rows.size() == 1 ? "" : "s");
+    if (printer)  // --procs: rank 0 speaks for the group
+      std::fprintf(ctx.err, "sdma-probe %s: interrupted by %s; %zu finished size%s written\n", op.name,
+                   sweep_signal_name(signal), rows.size(), rows.size() == 1 ? "" : "s");
     return 128 + signal;
   }
+  if (!json_written) return to_int(ExitCode::fault);
   if (!all_ok) {
     std::fprintf(ctx.err, "sdma-probe %s: verification FAILED for at least one size\n", op.name);
     return to_int(ExitCode::verify_failed);

@@ -16,15 +16,25 @@ extern "C" void on_signal(int sig) {
   signal(sig, SIG_DFL);  // async-signal-safe; a second Ctrl-C kills
 }
 
+extern "C" void on_signal_once(int sig) {
+  int none = 0;
+  g_signal.compare_exchange_strong(none, sig, std::memory_order_relaxed);  // the first one counts
+}
+
 }  // namespace
 
-void install_sweep_signals() {
+void install_sweep_signals(SecondSignal second) {
   struct sigaction sa = {};
-  sa.sa_handler = on_signal;
+  sa.sa_handler = second == SecondSignal::kills ? on_signal : on_signal_once;
   sigemptyset(&sa.sa_mask);
   sa.sa_flags = SA_RESTART;
   sigaction(SIGINT, &sa, nullptr);
   sigaction(SIGTERM, &sa, nullptr);
+  sigset_t both;
+  sigemptyset(&both);
+  sigaddset(&both, SIGINT);
+  sigaddset(&both, SIGTERM);
+  sigprocmask(SIG_UNBLOCK, &both, nullptr);
 }
 
 int sweep_signal() { return g_signal.load(std::memory_order_relaxed); }

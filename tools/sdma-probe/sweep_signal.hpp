@@ -5,12 +5,20 @@
 
 namespace probe {
 
-// Installs the handlers (SIGINT, SIGTERM). A second signal of the same kind
-// ends the process at once (the handler restores the default action).
-void install_sweep_signals();
+// What a second SIGINT/SIGTERM does once one has been recorded.
+enum class SecondSignal {
+  kills,    // ends the process at once (the handler restores the default action)
+  ignored,  // recorded already: a --procs rank, which may get the terminal's
+            // Ctrl-C and its launcher's forwarded one; the launcher ends it
+};
+
+// Installs the handlers (SIGINT, SIGTERM) and unblocks both signals (a
+// --procs rank starts with them blocked, so that one sent before its
+// handlers exist waits for them instead of killing it).
+void install_sweep_signals(SecondSignal second = SecondSignal::kills);
 // The signal received since install_sweep_signals(), or 0.
 int sweep_signal();
-// "SIGINT", "SIGTERM" (or "signal N").
+// "SIGINT", "SIGTERM" (or "a signal").
 const char* sweep_signal_name(int sig);
 
 }  // namespace probe
