@@ -1,6 +1,9 @@
 // tools/sdma-probe/device_flags.cpp
 #include "device_flags.hpp"
 
+#include <string>
+#include <tuple>
+
 namespace probe {
 
 std::vector<FlagSpec> device_flag_specs() {
@@ -27,7 +30,18 @@ conccl::Result<std::unique_ptr<conccl::Device>> open_device_from_args(const Args
   if (args.has("gen") && args.has("sdma-gen"))
     return conccl::error(conccl::Code::invalid_argument, "--gen and --sdma-gen are the same flag: give one");
   o.gen = args.value("gen").value_or(args.value("sdma-gen").value_or(""));
-  return conccl::open_device(o);
+  conccl::Result<std::unique_ptr<conccl::Device>> dev = conccl::open_device(o);
+  if (dev.ok()) return dev;
+  // The library names the option by its field (DeviceOptions::engines):
+  // say which flag set it.
+  conccl::Status st = dev.status();
+  const std::string gen_flag = args.has("sdma-gen") ? "--sdma-gen" : "--gen";
+  for (const auto& [field, flag, given] :
+       {std::tuple{"DeviceOptions::gpus", std::string("--gpus"), args.has("gpus")},
+        std::tuple{"DeviceOptions::engines", std::string("--engines"), args.has("engines")},
+        std::tuple{"DeviceOptions::gen", gen_flag, !o.gen.empty()}})
+    if (given && st.message().find(field) != std::string::npos) return st.prefix(flag);
+  return st;
 }
 
 }  // namespace probe

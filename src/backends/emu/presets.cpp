@@ -45,9 +45,9 @@ std::vector<std::pair<std::string, std::string>> presets() {
       {"mi300x", "8x MI300X (gfx942, SDMA 4.4.2): 16 engines each (0-1 PCIe, 2-15 xGMI), fully connected, "
                  "kernel's recommended engine per peer"},
       {"small", "2 GPUs (gfx942, SDMA 4.4.2) with 4 engines each (0-1 PCIe, 2-3 xGMI); "
-                "--gpus N --engines K reshape it"},
+                "DeviceOptions::gpus and ::engines reshape it"},
       {"h200", "1x NVIDIA H200 (Hopper CE methods on GPFIFO channels): async copy engines LCE2, LCE3 "
-               "(2 PCEs each) and LCE4 (12 PCEs); the GRCEs LCE0/1 are refused; --gpus N for N GPUs "
+               "(2 PCEs each) and LCE4 (12 PCEs); the GRCEs LCE0/1 are refused; DeviceOptions::gpus = N for N GPUs "
                "linked by NVLink"},
   };
 }
@@ -57,12 +57,16 @@ namespace {
 Result<Topology> h200_topology(const DeviceOptions& o) {
   if (o.engines)
     return error(Code::invalid_argument, "the h200 preset has the H200's copy engines (LCE2, LCE3, LCE4); "
-                                         "--engines does not apply to it");
+                                         "DeviceOptions::engines (conccl_device_options.engines) does not apply to "
+                                         "it: leave it 0");
   if (!o.gen.empty())
     return error(Code::invalid_argument, "the h200 preset's engines execute Hopper CE methods; an SDMA "
-                                         "generation (--sdma-gen) does not apply to it");
+                                         "generation (DeviceOptions::gen, conccl_device_options.gen) does not apply "
+                                         "to it: leave it empty");
   const int gpus = o.gpus ? o.gpus : 1;
-  if (gpus < 1 || gpus > 64) return error(Code::invalid_argument, "--gpus must be 1..64, not " + std::to_string(gpus));
+  if (gpus < 1 || gpus > 64)
+    return error(Code::invalid_argument,
+                 "DeviceOptions::gpus (conccl_device_options.gpus) must be 1..64, not " + std::to_string(gpus));
   Topology t;
   t.backend = "emu";
   t.preset = gpus == 1 ? "h200" : "h200(custom)";
@@ -110,9 +114,11 @@ Result<Topology> build_topology(const DeviceOptions& o) {
   if (o.gpus) gpus = o.gpus;
   if (o.engines) engines = o.engines;
   if (gpus < 1 || gpus > 64)
-    return error(Code::invalid_argument, "--gpus must be 1..64, not " + std::to_string(gpus));
+    return error(Code::invalid_argument,
+                 "DeviceOptions::gpus (conccl_device_options.gpus) must be 1..64, not " + std::to_string(gpus));
   if (engines < 1 || engines > 32)
-    return error(Code::invalid_argument, "--engines must be 1..32, not " + std::to_string(engines));
+    return error(Code::invalid_argument,
+                 "DeviceOptions::engines (conccl_device_options.engines) must be 1..32, not " + std::to_string(engines));
   sdma::Gen gen = sdma::Gen::v4_4_2;
   std::string name = "gfx942";
   if (!o.gen.empty()) {

@@ -50,7 +50,7 @@ std::string find_version(const std::string& line) {
 
 const char* kFix =
     " The nv backend needs the open NVIDIA kernel module of branch 580 and a Hopper GPU; elsewhere use "
-    "--backend emu.";
+    "the emulator: DeviceOptions::backend \"emu\" (conccl_device_options.backend; sdma-probe --backend emu).";
 
 }  // namespace
 
