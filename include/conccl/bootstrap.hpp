@@ -5,8 +5,16 @@
 // their own key-value store), and every rank creates its communicator from
 // it (Communicator::create(device, rank, nranks, id)). The ranks of one node
 // then connect to each other over Unix domain sockets in the abstract
-// namespace named by the id (no files to clean up), and pass memory as file
-// descriptors (SCM_RIGHTS). See docs/multiprocess.md.
+// namespace (no files to clean up), and pass memory as file descriptors
+// (SCM_RIGHTS). See docs/multiprocess.md.
+//
+// The id is a secret: a process that has it can join the group and map its
+// memory. The sockets are named by a hash of it, which reveals nothing of it
+// (every user can list the names in /proc/net/unix); every connection starts
+// with both ends proving that they know it, and a rank refuses processes of
+// other users unless allowed (Bootstrap::connect). Hand the id to the ranks
+// the way you would hand them a password: not on a command line, which
+// every user can read in /proc/<pid>/cmdline.
 #pragma once
 
 #include <array>
@@ -21,7 +29,8 @@
 namespace conccl {
 
 // 128 bytes, the size of ncclUniqueId, so a user's transport that carries
-// those carries these. Only the first 20 bytes are used (magic + nonce).
+// those carries these. Only the first 20 bytes are used (magic + 16 secret
+// random bytes).
 struct UniqueId {
   std::array<uint8_t, 128> bytes{};
 
@@ -43,8 +52,16 @@ class Bootstrap {
  public:
   // Connects rank `rank` of `nranks` (1..256) to the others; returns when
   // every pair is connected, or at the deadline with an error naming the
-  // ranks that did not join.
-  static Result<std::unique_ptr<Bootstrap>> connect(const UniqueId& id, int rank, int nranks, Deadline deadline);
+  // ranks that did not join (and the connections this rank refused).
+  //
+  // Every connection is refused unless both of its processes prove that
+  // they know `id`, and unless both run as the same user (SO_PEERCRED's
+  // uid): `allow_other_uids`, or CONCCL_BOOTSTRAP_ALLOW_OTHER_UIDS=1 in the
+  // environment, lifts the second check; every rank must allow it. A
+  // connection that fails the handshake, or does not finish it in 2 s, is
+  // dropped and the rank goes on listening.
+  static Result<std::unique_ptr<Bootstrap>> connect(const UniqueId& id, int rank, int nranks, Deadline deadline,
+                                                    bool allow_other_uids = false);
   ~Bootstrap();
   Bootstrap(const Bootstrap&) = delete;
   Bootstrap& operator=(const Bootstrap&) = delete;

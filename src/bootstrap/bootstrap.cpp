@@ -1,12 +1,17 @@
 // src/bootstrap/bootstrap.cpp - ranks of one node meeting over Unix sockets.
 //
-// Every rank listens on an abstract-namespace Unix stream socket named by the
-// unique id and its rank ("\0conccl-<nonce>-<rank>": unix(7), no file to
-// clean up), connects to every lower rank, and accepts every higher one: a
-// full mesh, so each rank learns at once (POLLHUP) when any other's process
-// exits. Memory crosses as file descriptors in SCM_RIGHTS messages (unix(7),
-// cmsg(3)). All sockets are non-blocking and every step polls against the
-// caller's deadline.
+// Every rank listens on an abstract-namespace Unix stream socket (unix(7): no
+// file to clean up) whose name is derived from the unique id's secret and
+// the rank by HMAC-SHA-256 (src/bootstrap/handshake.hpp), connects to every
+// lower rank and accepts every higher one: a full mesh, so each rank learns
+// at once (POLLHUP) when any other's process exits. Before anything else
+// crosses a connection, both ends prove that they know the id (a challenge
+// and response on its secret) and the listener refuses a process of another
+// user (SO_PEERCRED, socket(7)) unless told to allow it. A listener drops a
+// connection that fails the handshake or does not finish it in 2 s, and
+// keeps listening. Memory crosses as file descriptors in SCM_RIGHTS
+// messages (unix(7), cmsg(3)). All sockets are non-blocking and every step
+// polls against the caller's deadline.
 #include "conccl/bootstrap.hpp"
 
 #include <fcntl.h>
@@ -18,29 +23,54 @@
 
 #include <algorithm>
 #include <cerrno>
+#include <cstdlib>
 #include <cstring>
 #include <deque>
 #include <thread>
+
+#include "bootstrap/handshake.hpp"
+#include "util/sha256.hpp"
 
 namespace conccl {
 
 namespace {
 
 constexpr uint8_t kIdMagic[4] = {'C', 'C', 'L', '1'};
-constexpr uint32_t kHelloMagic = 0x48434343;  // "CCCH"
-constexpr uint32_t kFrameMagic = 0x46434343;  // "CCCF"
+// Version 2 of the handshake: another magic, so that a rank of an older
+// ConCCL is dropped as "not a ConCCL hello of this version".
+constexpr uint32_t kHelloMagic = 0x32484343;      // "CCH2"
+constexpr uint32_t kChallengeMagic = 0x32434343;  // "CCC2"
+constexpr uint32_t kProofMagic = 0x32504343;      // "CCP2"
+constexpr uint32_t kAcceptMagic = 0x32414343;     // "CCA2"
+constexpr uint32_t kFrameMagic = 0x46434343;      // "CCCF"
 // Per message: Linux's SCM_MAX_FD (253, include/net/scm.h), the most one
 // SCM_RIGHTS message carries. A plan's buffers may need many: a PyTorch
 // tensor of expandable segments is one region (one fd) per 20 MiB or so.
 constexpr size_t kMaxFds = 253;
 constexpr uint32_t kMaxData = 64u << 20;
 constexpr int kMaxRanks = 256;
+// Connections a listener handshakes with at once; more wait in its backlog.
+constexpr size_t kMaxPending = 64;
+// Refused connections described in a join's timeout (the rest are counted).
+constexpr size_t kMaxRefusalNotes = 4;
+constexpr size_t kSecretBytes = 16;
 
 struct Hello {
   uint32_t magic;
-  uint8_t nonce[16];
   int32_t rank;
   int32_t nranks;
+  uint8_t nonce[16];
+};
+
+struct Challenge {
+  uint32_t magic;
+  int32_t nranks;
+  uint8_t nonce[16];
+};
+
+struct Proof {
+  uint32_t magic;
+  uint8_t mac[32];
 };
 
 struct FrameHeader {
@@ -51,27 +81,63 @@ struct FrameHeader {
   uint32_t nfds;
 };
 
-std::string nonce_hex(const UniqueId& id) {
+const uint8_t* secret_of(const UniqueId& id) { return id.bytes.data() + 4; }
+
+std::string hex_bytes(const uint8_t* p, size_t n) {
   static const char* digits = "0123456789abcdef";
   std::string s;
-  for (int i = 4; i < 20; ++i) {
-    s += digits[id.bytes[static_cast<size_t>(i)] >> 4];
-    s += digits[id.bytes[static_cast<size_t>(i)] & 15];
+  for (size_t i = 0; i < n; ++i) {
+    s += digits[p[i] >> 4];
+    s += digits[p[i] & 15];
   }
   return s;
 }
 
-// The abstract address of `rank`'s listener: sun_path[0] == 0.
-socklen_t address_of(const UniqueId& id, int rank, sockaddr_un* a) {
-  std::memset(a, 0, sizeof *a);
-  a->sun_family = AF_UNIX;
-  const std::string name = "conccl-" + nonce_hex(id) + "-" + std::to_string(rank);
-  std::memcpy(a->sun_path + 1, name.data(), name.size());
-  return static_cast<socklen_t>(offsetof(sockaddr_un, sun_path) + 1 + name.size());
+// HMAC(secret, label || NUL || parts): every value the bootstrap derives
+// from the secret, each under its own label.
+util::Digest256 keyed(const UniqueId& id, const char* label, const std::string& parts) {
+  std::string m(label);
+  m += '\0';
+  m += parts;
+  return util::hmac_sha256(secret_of(id), kSecretBytes, m.data(), m.size());
 }
+
+template <typename T>
+void put(std::string* s, const T& v) {
+  s->append(reinterpret_cast<const char*>(&v), sizeof v);
+}
+
+// What both proofs of one handshake cover: both nonces, both ranks, both
+// nranks.
+std::string transcript(const uint8_t* nonce_l, const uint8_t* nonce_j, int32_t joining, int32_t listening,
+                       int32_t nranks_j, int32_t nranks_l) {
+  std::string t(reinterpret_cast<const char*>(nonce_l), 16);
+  t.append(reinterpret_cast<const char*>(nonce_j), 16);
+  put(&t, joining);
+  put(&t, listening);
+  put(&t, nranks_j);
+  put(&t, nranks_l);
+  return t;
+}
+
+constexpr const char* kJoiningLabel = "conccl bootstrap v2: joining rank's proof";
+constexpr const char* kListenerLabel = "conccl bootstrap v2: listener's proof";
 
 Status os_error(const std::string& what, int err) {
   return error(Code::unavailable, what + ": " + std::strerror(err));
+}
+
+Status random_bytes(uint8_t* p, size_t n, const std::string& what) {
+  size_t got = 0;
+  while (got < n) {
+    const ssize_t r = getrandom(p + got, n - got, 0);
+    if (r < 0) {
+      if (errno == EINTR) continue;
+      return os_error("getrandom for " + what, errno);
+    }
+    got += static_cast<size_t>(r);
+  }
+  return Status();
 }
 
 int poll_ms(Deadline deadline, int cap_ms = 100) {
@@ -80,7 +146,12 @@ int poll_ms(Deadline deadline, int cap_ms = 100) {
 }
 
 // Reads or writes exactly n bytes of a non-blocking socket by the deadline.
-Status io_exact(int fd, void* buf, size_t n, bool write, Deadline deadline, const std::string& what) {
+// No file descriptors are taken: any that a peer attached are discarded by
+// the kernel (unix(7): without a control buffer they are closed).
+// *closed (when given) tells a peer that closed the connection from other
+// failures.
+Status io_exact(int fd, void* buf, size_t n, bool write, Deadline deadline, const std::string& what,
+                bool* closed = nullptr) {
   auto* p = static_cast<uint8_t*>(buf);
   size_t done = 0;
   while (done < n) {
@@ -90,7 +161,10 @@ Status io_exact(int fd, void* buf, size_t n, bool write, Deadline deadline, cons
       done += static_cast<size_t>(r);
       continue;
     }
-    if (r == 0) return error(Code::unavailable, what + ": the other side closed the connection");
+    if (r == 0 || (r < 0 && (errno == ECONNRESET || errno == EPIPE))) {
+      if (closed) *closed = true;
+      return error(Code::unavailable, what + ": the other side closed the connection");
+    }
     if (errno != EAGAIN && errno != EWOULDBLOCK && errno != EINTR) return os_error(what, errno);
     if (deadline.expired()) return error(Code::timeout, what + ": no answer by the deadline");
     pollfd pf{fd, static_cast<short>(write ? POLLOUT : POLLIN), 0};
@@ -99,11 +173,25 @@ Status io_exact(int fd, void* buf, size_t n, bool write, Deadline deadline, cons
   return Status();
 }
 
-int peer_pid(int fd) {
+struct PeerCred {
+  int pid = -1;
+  long uid = -1;  // -1: unknown
+};
+
+PeerCred peer_cred(int fd) {
   ucred c{};
   socklen_t len = sizeof c;
-  return getsockopt(fd, SOL_SOCKET, SO_PEERCRED, &c, &len) == 0 ? c.pid : -1;
+  if (getsockopt(fd, SOL_SOCKET, SO_PEERCRED, &c, &len) != 0) return {};
+  return {static_cast<int>(c.pid), static_cast<long>(c.uid)};
 }
+
+// Why a peer of another user is refused, and how to allow it.
+std::string other_uid_text(long theirs) {
+  return "it runs as uid " + std::to_string(theirs) + ", this process as uid " + std::to_string(::geteuid());
+}
+constexpr const char* kOtherUidFix =
+    "ConCCL refuses ranks of other users (they would map this process's memory); to allow them, set "
+    "CONCCL_BOOTSTRAP_ALLOW_OTHER_UIDS=1 (or pass allow_other_uids to Bootstrap::connect) in every rank";
 
 std::string rank_list(const std::vector<int>& ranks) {
   std::string s;
@@ -111,11 +199,103 @@ std::string rank_list(const std::vector<int>& ranks) {
   return s;
 }
 
+std::string secret_hex(const UniqueId& id) { return hex_bytes(secret_of(id), kSecretBytes); }
+
 }  // namespace
+
+// ---- the handshake (handshake.hpp) ----
+
+namespace bootstrap_detail {
+
+std::string listener_name(const UniqueId& id, int rank) {
+  std::string parts;
+  put(&parts, static_cast<int32_t>(rank));
+  const util::Digest256 d = keyed(id, "conccl bootstrap v2: socket name", parts);
+  return "conccl-" + hex_bytes(d.data(), 16) + "-" + std::to_string(rank);
+}
+
+std::string id_fingerprint(const UniqueId& id) {
+  const util::Digest256 d = keyed(id, "conccl bootstrap v2: fingerprint", std::string());
+  return hex_bytes(d.data(), 4);
+}
+
+Result<int> connect_abstract(const std::string& name) {
+  sockaddr_un a;
+  std::memset(&a, 0, sizeof a);
+  a.sun_family = AF_UNIX;
+  if (name.size() + 1 > sizeof a.sun_path) return error(Code::invalid_argument, "socket name too long: " + name);
+  std::memcpy(a.sun_path + 1, name.data(), name.size());  // sun_path[0] == 0: the abstract namespace
+  const auto len = static_cast<socklen_t>(offsetof(sockaddr_un, sun_path) + 1 + name.size());
+  const int fd = ::socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC | SOCK_NONBLOCK, 0);
+  if (fd < 0) return os_error("socket", errno);
+  // A Unix stream connect completes at once or fails: EAGAIN when the
+  // listener's backlog is full (unix(7)), never EINPROGRESS.
+  if (::connect(fd, reinterpret_cast<sockaddr*>(&a), len) == 0) return fd;
+  const int e = errno;
+  ::close(fd);
+  if (e == ECONNREFUSED || e == ENOENT) return error(Code::not_found, "nobody listens on @" + name);
+  if (e == EAGAIN || e == EINTR) return error(Code::busy, "@" + name + "'s backlog is full");
+  return os_error("connecting to @" + name, e);
+}
+
+bool other_uids_allowed_by_environment() {
+  const char* v = std::getenv("CONCCL_BOOTSTRAP_ALLOW_OTHER_UIDS");
+  return v && std::strcmp(v, "1") == 0;
+}
+
+Status join_handshake(int fd, const UniqueId& id, int rank, int listener_rank, int nranks, bool allow_other_uids,
+                      Deadline deadline) {
+  const std::string them = "rank " + std::to_string(listener_rank);
+  const PeerCred cred = peer_cred(fd);
+  if (!allow_other_uids && cred.uid != static_cast<long>(::geteuid()))
+    return error(Code::unavailable, "the process listening as " + them + " (pid " + std::to_string(cred.pid) +
+                                        ") is refused: " + other_uid_text(cred.uid) + ". " + kOtherUidFix);
+  Hello mine{};
+  mine.magic = kHelloMagic;
+  mine.rank = rank;
+  mine.nranks = nranks;
+  CONCCL_RETURN_IF_ERROR(random_bytes(mine.nonce, sizeof mine.nonce, "a handshake nonce"));
+  const std::string refused = them + " closed the connection during the handshake: it refused this process (it "
+                                     "runs as another user, or was started with another unique id: see " +
+                              them + "'s error)";
+  bool closed = false;
+  Status st = io_exact(fd, &mine, sizeof mine, true, deadline, "hello to " + them, &closed);
+  Challenge c{};
+  if (st.ok()) st = io_exact(fd, &c, sizeof c, false, deadline, "challenge from " + them, &closed);
+  if (closed) return error(Code::unavailable, refused);
+  CONCCL_RETURN_IF_ERROR(st);
+  if (c.magic != kChallengeMagic)
+    return error(Code::unavailable, "the process listening as " + them + " (pid " + std::to_string(cred.pid) +
+                                        ") answered with something other than a ConCCL challenge of this version "
+                                        "(magic " + hex(c.magic) + "): every rank must run the same ConCCL");
+  const std::string t = transcript(c.nonce, mine.nonce, rank, listener_rank, nranks, c.nranks);
+  Proof p{};
+  p.magic = kProofMagic;
+  const util::Digest256 mac = keyed(id, kJoiningLabel, t);
+  std::memcpy(p.mac, mac.data(), sizeof p.mac);
+  st = io_exact(fd, &p, sizeof p, true, deadline, "proof to " + them, &closed);
+  Proof a{};
+  if (st.ok()) st = io_exact(fd, &a, sizeof a, false, deadline, "proof from " + them, &closed);
+  if (closed) return error(Code::unavailable, refused);
+  CONCCL_RETURN_IF_ERROR(st);
+  util::Digest256 theirs;
+  std::memcpy(theirs.data(), a.mac, theirs.size());
+  if (a.magic != kAcceptMagic || !util::digests_equal(theirs, keyed(id, kListenerLabel, t)))
+    return error(Code::unavailable, "the process listening as " + them + " (pid " + std::to_string(cred.pid) +
+                                        ") did not prove that it knows the unique id: it is not a rank of this "
+                                        "communicator; nothing was shared with it");
+  if (c.nranks != nranks)
+    return error(Code::invalid_argument, them + " was started with nranks " + std::to_string(c.nranks) +
+                                             ", rank " + std::to_string(rank) + " with " + std::to_string(nranks) +
+                                             "; every rank must pass the same nranks");
+  return Status();
+}
+
+}  // namespace bootstrap_detail
 
 // ---- UniqueId ----
 
-std::string UniqueId::to_string() const { return "conccl-uid-" + nonce_hex(*this); }
+std::string UniqueId::to_string() const { return "conccl-uid-" + secret_hex(*this); }
 
 Result<UniqueId> UniqueId::parse(const std::string& text) {
   const std::string prefix = "conccl-uid-";
@@ -144,15 +324,7 @@ Result<UniqueId> UniqueId::parse(const std::string& text) {
 Result<UniqueId> make_unique_id() {
   UniqueId id;
   std::memcpy(id.bytes.data(), kIdMagic, 4);
-  size_t got = 0;
-  while (got < 16) {
-    const ssize_t r = getrandom(id.bytes.data() + 4 + got, 16 - got, 0);
-    if (r < 0) {
-      if (errno == EINTR) continue;
-      return os_error("getrandom for a unique id", errno);
-    }
-    got += static_cast<size_t>(r);
-  }
+  CONCCL_RETURN_IF_ERROR(random_bytes(id.bytes.data() + 4, kSecretBytes, "a unique id"));
   return id;
 }
 
@@ -177,7 +349,9 @@ Bootstrap::Bootstrap(int rank, int nranks) : rank_(rank), nranks_(nranks) {
 
 Bootstrap::~Bootstrap() = default;
 
-Result<std::unique_ptr<Bootstrap>> Bootstrap::connect(const UniqueId& id, int rank, int nranks, Deadline deadline) {
+Result<std::unique_ptr<Bootstrap>> Bootstrap::connect(const UniqueId& id, int rank, int nranks, Deadline deadline,
+                                                      bool allow_other_uids) {
+  using namespace bootstrap_detail;
   if (std::memcmp(id.bytes.data(), kIdMagic, 4) != 0)
     return error(Code::invalid_argument, "the unique id was not made by make_unique_id() (or was damaged in transit)");
   if (nranks < 1 || nranks > kMaxRanks)
@@ -186,114 +360,238 @@ Result<std::unique_ptr<Bootstrap>> Bootstrap::connect(const UniqueId& id, int ra
     return error(Code::invalid_argument, "rank " + std::to_string(rank) + " must be 0.." + std::to_string(nranks - 1));
   std::unique_ptr<Bootstrap> b(new Bootstrap(rank, nranks));
   if (nranks == 1) return b;
-  const std::string who = "rank " + std::to_string(rank) + " of " + std::to_string(nranks) + " (" + id.to_string() + ")";
+  allow_other_uids = allow_other_uids || other_uids_allowed_by_environment();
+  // The id's fingerprint, never the id: errors end up in logs.
+  const std::string who =
+      "rank " + std::to_string(rank) + " of " + std::to_string(nranks) + " (unique id " + id_fingerprint(id) + ")";
+  auto join_timeout = [&](const std::vector<int>& missing, const std::string& detail) {
+    return error(Code::timeout, who + ": rank(s) " + rank_list(missing) +
+                                    " did not join by the deadline (not started, crashed, stuck, or started with "
+                                    "another unique id)" + detail);
+  };
 
   // 1. Listen, so that higher ranks can connect while we connect downwards.
   const int lfd = ::socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC | SOCK_NONBLOCK, 0);
-  if (lfd < 0) return os_error("socket", errno);
+  if (lfd < 0) return os_error(who + ": socket", errno);
   struct Closer {
     int fd;
     ~Closer() { ::close(fd); }
   } lclose{lfd};
-  sockaddr_un addr;
-  socklen_t alen = address_of(id, rank, &addr);
-  if (::bind(lfd, reinterpret_cast<sockaddr*>(&addr), alen) != 0) {
-    if (errno == EADDRINUSE)
-      return error(Code::invalid_argument, who + ": another process is already this rank; give each process its own "
-                                                 "rank, or make a new unique id for a new group");
-    return os_error(who + ": bind", errno);
+  {
+    const std::string name = listener_name(id, rank);
+    sockaddr_un addr;
+    std::memset(&addr, 0, sizeof addr);
+    addr.sun_family = AF_UNIX;
+    std::memcpy(addr.sun_path + 1, name.data(), name.size());
+    const auto alen = static_cast<socklen_t>(offsetof(sockaddr_un, sun_path) + 1 + name.size());
+    if (::bind(lfd, reinterpret_cast<sockaddr*>(&addr), alen) != 0) {
+      if (errno == EADDRINUSE)
+        return error(Code::invalid_argument, who + ": another process is already this rank; give each process its "
+                                                   "own rank, or make a new unique id for a new group");
+      return os_error(who + ": bind", errno);
+    }
   }
-  if (::listen(lfd, nranks) != 0) return os_error(who + ": listen", errno);
+  if (::listen(lfd, SOMAXCONN) != 0) return os_error(who + ": listen", errno);
 
-  Hello mine{};
-  mine.magic = kHelloMagic;
-  std::memcpy(mine.nonce, id.bytes.data() + 4, 16);
-  mine.rank = rank;
-  mine.nranks = nranks;
-  auto check_hello = [&](const Hello& h, int expect_rank) -> Status {
-    if (h.magic != kHelloMagic || std::memcmp(h.nonce, mine.nonce, 16) != 0)
-      return error(Code::invalid_argument, who + ": a connection that is not a ConCCL rank of this id");
-    if (h.nranks != nranks)
-      return error(Code::invalid_argument, who + ": rank " + std::to_string(h.rank) + " was started with nranks " +
-                                               std::to_string(h.nranks) + ", this rank with " + std::to_string(nranks) +
-                                               "; every rank must pass the same nranks");
-    if (h.rank < 0 || h.rank >= nranks || (expect_rank >= 0 && h.rank != expect_rank) ||
-        (expect_rank < 0 && h.rank <= rank))
-      return error(Code::internal, who + ": unexpected rank " + std::to_string(h.rank) + " in a hello");
-    return Status();
-  };
-
-  // 2. Connect to every lower rank (retrying until it listens), say hello.
+  // 2. Connect to every lower rank (retrying until it listens) and handshake
+  // with it. Rank j answers once it has joined the ranks below it.
   for (int j = 0; j < rank; ++j) {
-    sockaddr_un pa;
-    const socklen_t plen = address_of(id, j, &pa);
+    std::vector<int> missing;
+    for (int k = j; k < rank; ++k) missing.push_back(k);
     int fd = -1;
     while (true) {
-      fd = ::socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
-      if (fd < 0) return os_error("socket", errno);
-      if (::connect(fd, reinterpret_cast<sockaddr*>(&pa), plen) == 0) break;
-      const int e = errno;
-      ::close(fd);
-      if (e != ECONNREFUSED && e != ENOENT && e != EAGAIN && e != EINTR)
-        return os_error(who + ": connecting to rank " + std::to_string(j), e);
-      if (deadline.expired()) {
-        std::vector<int> missing;
-        for (int k = j; k < rank; ++k) missing.push_back(k);
-        return error(Code::timeout, who + ": rank(s) " + rank_list(missing) +
-                                        " did not join by the deadline (not started, crashed, or started with "
-                                        "another unique id)");
+      Result<int> c = connect_abstract(listener_name(id, j));
+      if (c.ok()) {
+        fd = *c;
+        break;
       }
+      if (c.status().code() != Code::not_found && c.status().code() != Code::busy)
+        return c.status().prefix(who + ": connecting to rank " + std::to_string(j));
+      if (deadline.expired()) return join_timeout(missing, "");
       std::this_thread::sleep_for(std::chrono::milliseconds(2));
     }
-    (void)::fcntl(fd, F_SETFL, ::fcntl(fd, F_GETFL) | O_NONBLOCK);
     auto p = std::make_unique<Peer>();
     p->fd = fd;
     b->peers_[static_cast<size_t>(j)] = std::move(p);
-    CONCCL_RETURN_IF_ERROR(io_exact(fd, &mine, sizeof mine, true, deadline, who + ": hello to rank " + std::to_string(j)));
+    Status st = join_handshake(fd, id, rank, j, nranks, allow_other_uids, deadline);
+    if (st.code() == Code::timeout)
+      return join_timeout(missing, "; rank " + std::to_string(j) + " listens but did not finish the handshake (" +
+                                       (j > 0 ? "it waits for a rank below it, or is stuck)" : "it is stuck)"));
+    CONCCL_RETURN_IF_ERROR(st.prefix(who));
+    b->pids_[static_cast<size_t>(j)] = peer_cred(fd).pid;
   }
 
-  // 3. Accept every higher rank; each says hello first, we answer.
+  // 3. Accept every higher rank. Each connection must finish its handshake
+  // within kHandshakeTimeoutMs; one that fails it (another user, another id,
+  // not ConCCL at all, or silent) is dropped, and listening goes on.
+  struct Pending {
+    int fd = -1;
+    PeerCred cred;
+    Deadline until = Deadline::now();
+    bool challenged = false;
+    Hello hello{};
+    uint8_t nonce[16] = {};
+    std::string in;
+    ~Pending() {
+      if (fd >= 0) ::close(fd);
+    }
+  };
+  std::vector<std::unique_ptr<Pending>> pending;
+  std::vector<std::string> notes;
+  size_t refusals = 0;
+  bool other_uid_refused = false;
+  auto refuse = [&](const PeerCred& c, const std::string& why) {
+    if (notes.size() < kMaxRefusalNotes)
+      notes.push_back("pid " + std::to_string(c.pid) + " (uid " + std::to_string(c.uid) + ") " + why);
+    ++refusals;
+  };
+  auto missing_above = [&] {
+    std::vector<int> m;
+    for (int k = rank + 1; k < nranks; ++k)
+      if (!b->peers_[static_cast<size_t>(k)]) m.push_back(k);
+    return m;
+  };
+  const auto handshake_span = std::chrono::milliseconds(kHandshakeTimeoutMs);
   int accepted = 0;
   while (accepted < nranks - 1 - rank) {
-    const int fd = ::accept4(lfd, nullptr, nullptr, SOCK_CLOEXEC | SOCK_NONBLOCK);
-    if (fd < 0) {
-      if (errno != EAGAIN && errno != EWOULDBLOCK && errno != EINTR) return os_error(who + ": accept", errno);
-      if (deadline.expired()) {
-        std::vector<int> missing;
-        for (int k = rank + 1; k < nranks; ++k)
-          if (!b->peers_[static_cast<size_t>(k)]) missing.push_back(k);
-        return error(Code::timeout, who + ": rank(s) " + rank_list(missing) +
-                                        " did not join by the deadline (not started, crashed, or started with "
-                                        "another unique id)");
+    for (auto it = pending.begin(); it != pending.end();) {
+      if ((*it)->until.expired()) {
+        refuse((*it)->cred, (*it)->challenged ? "did not answer the challenge in time" : "sent no hello in time");
+        it = pending.erase(it);
+      } else {
+        ++it;
       }
-      pollfd pf{lfd, POLLIN, 0};
-      (void)::poll(&pf, 1, poll_ms(deadline));
-      continue;
     }
-    auto p = std::make_unique<Peer>();
-    p->fd = fd;
-    Hello h{};
-    CONCCL_RETURN_IF_ERROR(io_exact(fd, &h, sizeof h, false, deadline, who + ": hello from a joining rank"));
-    CONCCL_RETURN_IF_ERROR(check_hello(h, -1));
-    if (b->peers_[static_cast<size_t>(h.rank)])
-      return error(Code::invalid_argument, who + ": two processes joined as rank " + std::to_string(h.rank));
-    CONCCL_RETURN_IF_ERROR(io_exact(fd, &mine, sizeof mine, true, deadline, who + ": answer to rank " + std::to_string(h.rank)));
-    b->pids_[static_cast<size_t>(h.rank)] = peer_pid(fd);
-    b->peers_[static_cast<size_t>(h.rank)] = std::move(p);
-    ++accepted;
-  }
+    if (deadline.expired()) {
+      std::string detail;
+      if (refusals) {
+        detail = "; meanwhile " + std::to_string(refusals) + " connection(s) to this rank were refused: ";
+        for (size_t i = 0; i < notes.size(); ++i) detail += (i ? "; " : "") + notes[i];
+        if (refusals > notes.size()) detail += "; ...";
+        if (other_uid_refused) detail += std::string(". ") + kOtherUidFix;
+      }
+      return join_timeout(missing_above(), detail);
+    }
+    std::vector<pollfd> pfs;
+    if (pending.size() < kMaxPending) pfs.push_back({lfd, POLLIN, 0});
+    int wait_ms = poll_ms(deadline);
+    for (const auto& p : pending) {
+      pfs.push_back({p->fd, POLLIN, 0});
+      wait_ms = std::min(wait_ms, poll_ms(p->until));
+    }
+    (void)::poll(pfs.data(), pfs.size(), wait_ms);
 
-  // 4. The lower ranks' answers.
-  for (int j = 0; j < rank; ++j) {
-    Peer& p = *b->peers_[static_cast<size_t>(j)];
-    Hello h{};
-    CONCCL_RETURN_IF_ERROR(io_exact(p.fd, &h, sizeof h, false, deadline, who + ": answer from rank " + std::to_string(j)));
-    CONCCL_RETURN_IF_ERROR(check_hello(h, j));
-    b->pids_[static_cast<size_t>(j)] = peer_pid(p.fd);
+    // New connections: another user's are refused before a byte is read.
+    while (pending.size() < kMaxPending) {
+      const int fd = ::accept4(lfd, nullptr, nullptr, SOCK_CLOEXEC | SOCK_NONBLOCK);
+      if (fd < 0) {
+        if (errno == EAGAIN || errno == EWOULDBLOCK) break;
+        if (errno == EINTR || errno == ECONNABORTED) continue;
+        return os_error(who + ": accept", errno);
+      }
+      auto p = std::make_unique<Pending>();
+      p->fd = fd;
+      p->cred = peer_cred(fd);
+      if (!allow_other_uids && p->cred.uid != static_cast<long>(::geteuid())) {
+        refuse(p->cred, "was refused: " + other_uid_text(p->cred.uid));
+        other_uid_refused = true;
+        continue;  // closed by ~Pending
+      }
+      p->until = Deadline::after(std::min<std::chrono::nanoseconds>(handshake_span, deadline.remaining()));
+      pending.push_back(std::move(p));
+    }
+
+    // Handshakes under way.
+    for (auto it = pending.begin(); it != pending.end();) {
+      Pending& p = **it;
+      const size_t need = p.challenged ? sizeof(Proof) : sizeof(Hello);
+      char buf[sizeof(Proof) > sizeof(Hello) ? sizeof(Proof) : sizeof(Hello)];
+      const ssize_t n = ::recv(p.fd, buf, need - p.in.size(), MSG_DONTWAIT);
+      if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK || errno == EINTR)) {
+        ++it;
+        continue;
+      }
+      if (n <= 0) {
+        refuse(p.cred, "closed the connection before it finished the handshake");
+        it = pending.erase(it);
+        continue;
+      }
+      p.in.append(buf, static_cast<size_t>(n));
+      if (p.in.size() < need) {
+        ++it;
+        continue;
+      }
+      if (!p.challenged) {
+        std::memcpy(&p.hello, p.in.data(), sizeof p.hello);
+        p.in.clear();
+        if (p.hello.magic != kHelloMagic) {
+          refuse(p.cred, "sent something other than a ConCCL hello of this version (magic " + hex(p.hello.magic) + ")");
+          it = pending.erase(it);
+          continue;
+        }
+        Challenge c{};
+        c.magic = kChallengeMagic;
+        c.nranks = nranks;
+        CONCCL_RETURN_IF_ERROR(random_bytes(p.nonce, sizeof p.nonce, "a handshake nonce"));
+        std::memcpy(c.nonce, p.nonce, sizeof c.nonce);
+        Status st = io_exact(p.fd, &c, sizeof c, true, p.until, "challenge");
+        if (!st.ok()) {
+          refuse(p.cred, "did not take the challenge: " + st.message());
+          it = pending.erase(it);
+          continue;
+        }
+        p.challenged = true;
+        ++it;
+        continue;
+      }
+      Proof proof;
+      std::memcpy(&proof, p.in.data(), sizeof proof);
+      const std::string t = transcript(p.nonce, p.hello.nonce, p.hello.rank, rank, p.hello.nranks, nranks);
+      util::Digest256 theirs;
+      std::memcpy(theirs.data(), proof.mac, theirs.size());
+      if (proof.magic != kProofMagic || !util::digests_equal(theirs, keyed(id, kJoiningLabel, t))) {
+        refuse(p.cred, "did not prove that it knows the unique id (started with another id, or not a ConCCL rank)");
+        it = pending.erase(it);
+        continue;
+      }
+      Proof answer{};
+      answer.magic = kAcceptMagic;
+      const util::Digest256 mac = keyed(id, kListenerLabel, t);
+      std::memcpy(answer.mac, mac.data(), sizeof answer.mac);
+      Status st = io_exact(p.fd, &answer, sizeof answer, true, p.until, "proof");
+      if (!st.ok()) {
+        refuse(p.cred, "did not take this rank's proof: " + st.message());
+        it = pending.erase(it);
+        continue;
+      }
+      // A rank of this communicator: what it says is now to be believed.
+      const Hello& h = p.hello;
+      if (h.nranks != nranks)
+        return error(Code::invalid_argument, who + ": rank " + std::to_string(h.rank) + " was started with nranks " +
+                                                 std::to_string(h.nranks) + ", this rank with " +
+                                                 std::to_string(nranks) + "; every rank must pass the same nranks");
+      if (h.rank <= rank || h.rank >= nranks)
+        return error(Code::invalid_argument, who + ": a process of this unique id (pid " + std::to_string(p.cred.pid) +
+                                                 ") joined as rank " + std::to_string(h.rank) +
+                                                 ", which does not connect to rank " + std::to_string(rank) +
+                                                 " (ranks connect only to lower ranks): every rank must run the "
+                                                 "same ConCCL");
+      if (b->peers_[static_cast<size_t>(h.rank)])
+        return error(Code::invalid_argument, who + ": two processes joined as rank " + std::to_string(h.rank) +
+                                                 " (pids " + std::to_string(b->pids_[static_cast<size_t>(h.rank)]) +
+                                                 " and " + std::to_string(p.cred.pid) +
+                                                 "); give each process its own rank");
+      auto peer = std::make_unique<Peer>();
+      peer->fd = p.fd;
+      p.fd = -1;
+      b->pids_[static_cast<size_t>(h.rank)] = p.cred.pid;
+      b->peers_[static_cast<size_t>(h.rank)] = std::move(peer);
+      ++accepted;
+      it = pending.erase(it);
+    }
   }
   return b;
 }
-
 std::vector<int> Bootstrap::gone() const {
   std::vector<int> out;
   for (int r = 0; r < nranks_; ++r) {
@@ -342,6 +640,15 @@ Result<std::vector<Bootstrap::Message>> Bootstrap::exchange(const std::string& w
   std::vector<bool> got(static_cast<size_t>(nranks_), false);
   sent[static_cast<size_t>(rank_)] = frame.size();
   got[static_cast<size_t>(rank_)] = true;
+  // What a peer sent that no ConCCL rank of this version sends: its stream
+  // cannot be trusted further.
+  auto protocol_error = [&](int r, const std::string& what_was_wrong) {
+    return error(Code::invalid_argument,
+                 "rank " + std::to_string(r) + " (pid " + std::to_string(pids_[static_cast<size_t>(r)]) + ") sent " +
+                     what_was_wrong + " in '" + what + "' to rank " + std::to_string(rank_) +
+                     ": it runs another ConCCL version, or something else wrote to its socket; destroy this "
+                     "communicator and start every rank with the same ConCCL");
+  };
   auto fail_gone = [&](int r) {
     peers_[static_cast<size_t>(r)]->gone = true;
     return check_peers("in " + what);
@@ -365,8 +672,12 @@ Result<std::vector<Bootstrap::Message>> Bootstrap::exchange(const std::string& w
       if (p.in.size() < sizeof(FrameHeader)) continue;
       FrameHeader ph;
       std::memcpy(&ph, p.in.data(), sizeof ph);
-      if (ph.magic != kFrameMagic || ph.what_len > 4096 || ph.data_len > kMaxData || ph.nfds > kMaxFds)
-        return error(Code::internal, "rank " + std::to_string(r) + " sent a malformed bootstrap frame");
+      std::string wrong;
+      if (ph.magic != kFrameMagic) wrong = "magic " + hex(ph.magic) + ", not " + hex(kFrameMagic);
+      else if (ph.what_len > 4096) wrong = "a call name of " + std::to_string(ph.what_len) + " bytes (at most 4096)";
+      else if (ph.data_len > kMaxData) wrong = std::to_string(ph.data_len) + " bytes of data (at most 64 MiB)";
+      else if (ph.nfds > kMaxFds) wrong = std::to_string(ph.nfds) + " fds (at most " + std::to_string(kMaxFds) + ")";
+      if (!wrong.empty()) return protocol_error(r, "a malformed frame header (" + wrong + ")");
       if (p.in.size() < sizeof ph + ph.what_len) continue;
       const std::string theirs = p.in.substr(sizeof ph, ph.what_len);
       if (ph.seq != seq || theirs != what)
@@ -376,7 +687,8 @@ Result<std::vector<Bootstrap::Message>> Bootstrap::exchange(const std::string& w
                          std::to_string(seq) + "): every rank must make the same communicator calls in the same order");
       if (p.in.size() < sizeof ph + ph.what_len + ph.data_len) continue;
       if (p.in_fds.size() < ph.nfds)
-        return error(Code::internal, "rank " + std::to_string(r) + "'s message lacks its file descriptors");
+        return protocol_error(r, "a message announcing " + std::to_string(ph.nfds) + " fds with only " +
+                                     std::to_string(p.in_fds.size()) + " attached");
       Message& m = out[static_cast<size_t>(r)];
       m.data = p.in.substr(sizeof ph + ph.what_len, ph.data_len);
       for (uint32_t i = 0; i < ph.nfds; ++i) {
@@ -390,12 +702,23 @@ Result<std::vector<Bootstrap::Message>> Bootstrap::exchange(const std::string& w
     for (int r = 0; r < nranks_; ++r) done &= got[static_cast<size_t>(r)] && sent[static_cast<size_t>(r)] == frame.size();
     if (done) break;
     if (deadline.expired()) {
-      std::vector<int> late;
-      for (int r = 0; r < nranks_; ++r)
-        if (!got[static_cast<size_t>(r)] || sent[static_cast<size_t>(r)] != frame.size()) late.push_back(r);
+      // Named: the ranks whose message did not come, and those that did not
+      // take this rank's (a process stopped after it sent, say).
+      std::vector<int> late, silent, deaf;
+      for (int r = 0; r < nranks_; ++r) {
+        const bool no_msg = !got[static_cast<size_t>(r)], unread = sent[static_cast<size_t>(r)] != frame.size();
+        if (no_msg || unread) late.push_back(r);
+        if (no_msg) silent.push_back(r);
+        if (unread) deaf.push_back(r);
+      }
       CONCCL_RETURN_IF_ERROR(check_peers("in " + what));
+      std::string detail;
+      if (!silent.empty()) detail += "no message from rank(s) " + rank_list(silent);
+      if (!deaf.empty()) detail += (detail.empty() ? "" : "; ") + std::string("rank(s) ") + rank_list(deaf) +
+                                   " did not take this rank's";
       return error(Code::timeout, "rank(s) " + rank_list(late) + " did not reach '" + what + "' by the deadline (rank " +
-                                      std::to_string(rank_) + " waited): a rank is slow, stuck, or calling something else");
+                                      std::to_string(rank_) + " waited; " + detail +
+                                      "): a rank is slow, stuck, or calling something else");
     }
     std::vector<pollfd> pfs;
     std::vector<int> who;
