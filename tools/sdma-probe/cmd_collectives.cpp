@@ -777,7 +777,8 @@ std::vector<FlagSpec> collective_flags() {
   f.push_back({.name = "buffers", .value = "device|cuda",
                .help = "the ranks' buffers: the device's own (default), or CUDA VMM allocations registered with it (nv)"});
   f.push_back({.name = "procs", .value = "N",
-               .help = "N ranks, one process each (started by this one; ranks on GPUs as --ranks places them)"});
+               .help = "N ranks, one process each, 1..16 (started by this one; ranks on GPUs as --ranks places "
+                       "them; SIGINT/SIGTERM reach every rank)"});
   f.push_back({.name = "rank", .value = "R", .help = "set by --procs for the ranks it starts"});
   f.push_back({.name = "unique-id", .value = "ID", .help = "set by --procs for the ranks it starts"});
   f.push_back({.name = "ranks", .value = "N",
@@ -811,7 +812,8 @@ constexpr const char* kDetails =
     "erased before each row.\n"
     "SIGINT or SIGTERM: the size being timed is abandoned, the finished rows (table\n"
     "summary, JSON) are written, and the exit code is 130 (SIGINT) or 143 (SIGTERM).\n"
-    "--json FILE (or --json-file FILE) writes the rows as JSON to FILE; --json alone prints\n"
+    "--json FILE (or --json-file FILE) writes the rows as JSON to FILE, opened before the\n"
+    "sweep (exit 2 when it cannot be; a failed write exits 4); --json alone prints\n"
     "them as JSON on stdout instead of the table:\n"
     "{\"op\", \"backend\", \"emulated\", \"ranks\", \"gpus\", \"loopback\", \"prelaunch\", \"queues\",\n"
     " \"variant_asked\", \"iters\", \"warmup\", \"step_factor\", \"interrupted\" (null or \"SIGINT\"/\"SIGTERM\"),\n"
