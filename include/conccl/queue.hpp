@@ -83,7 +83,13 @@ class Queue {
   // The largest command buffer one submit() takes (SDMA: the ring less its
   // end padding; GPFIFO: half the pushbuffer, less the timeline release).
   virtual size_t max_submit_bytes() const = 0;
-  CommandBuffer command_buffer() const { return CommandBuffer(isa_); }
+  // Bounded by what one submission can hold: a copy that could never be
+  // submitted is refused when it is recorded (CommandBuffer::set_max_bytes).
+  CommandBuffer command_buffer() const {
+    CommandBuffer cb(isa_);
+    (void)cb.set_max_bytes(max_submit_bytes());
+    return cb;
+  }
 
   // Copies cb's commands into the ring and rings the doorbell once. Waits for
   // ring space until `deadline`; fails (writing nothing) if space does not

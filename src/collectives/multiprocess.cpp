@@ -196,7 +196,7 @@ Result<std::unique_ptr<Communicator>> Communicator::create(Device& device, int r
     gpus[static_cast<size_t>(r)] = rd.get<int32_t>();
     slots[static_cast<size_t>(r)] = rd.get<int32_t>();
     const std::string node = rd.get_string(), opts = rd.get_string();
-    if (!rd.ok()) return error(Code::internal, "rank " + std::to_string(r) + " sent a malformed create message");
+    if (!rd.ok()) return error(Code::invalid_argument, "rank " + std::to_string(r) + " sent a malformed create message (another ConCCL version, or not a ConCCL rank)");
     if (node != node_digest(device.topology()))
       return error(Code::invalid_argument, "rank " + std::to_string(r) + " sees a different node (" + node +
                                                ") than rank " + std::to_string(rank) + " (" +
@@ -241,7 +241,7 @@ Result<std::unique_ptr<Communicator>> Communicator::create(Device& device, int r
     Reader rd(m.data);
     std::vector<SharedRegion> theirs = get_regions(rd);
     if (!rd.ok() || theirs.size() != m.fds.size()) {
-      st = error(Code::internal, "rank " + std::to_string(r) + " sent a malformed signal pool message");
+      st = error(Code::invalid_argument, "rank " + std::to_string(r) + " sent a malformed signal pool message (another ConCCL version, or not a ConCCL rank)");
       break;
     }
     for (size_t i = 0; i < theirs.size() && st.ok(); ++i) {
@@ -406,7 +406,7 @@ Result<std::unique_ptr<Plan>> Communicator::plan_across_processes(const Collecti
     std::vector<SharedRegion> theirs = get_regions(rd);
     if (r == me_) theirs.clear();  // our own memory
     if (!rd.ok() || theirs.size() != m.fds.size()) {
-      st = error(Code::internal, "rank " + std::to_string(r) + " sent a malformed plan message");
+      st = error(Code::invalid_argument, "rank " + std::to_string(r) + " sent a malformed plan message (another ConCCL version, or not a ConCCL rank)");
       break;
     }
     if (st.ok() && digest != args_digest(given))

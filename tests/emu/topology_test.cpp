@@ -152,10 +152,10 @@ TEST(EmuTopology, BadOptionsAreRefused) {
   };
   const Case cases[] = {
       {options("mi999"), "mi300x"},
-      {options("", 65), "--gpus"},
-      {options("", -1), "--gpus"},
-      {options("", 0, 33), "--engines"},
-      {options("", 0, -2), "--engines"},
+      {options("", 65), "DeviceOptions::gpus"},
+      {options("", -1), "DeviceOptions::gpus"},
+      {options("", 0, 33), "DeviceOptions::engines"},
+      {options("", 0, -2), "DeviceOptions::engines"},
       {options("", 0, 0, "8"), "4.4.2"},
       {options("", 0, 0, "", 4096 + 1), "4 KiB"},
   };

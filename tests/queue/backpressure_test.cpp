@@ -162,7 +162,14 @@ TEST_F(Backpressure, BlockedProducerNeverOverwritesUnreadPackets) {
 }
 
 TEST_F(Backpressure, CommandBufferLargerThanTheRingIsRefused) {
+  // The queue's own buffers stop at what one submission holds, when recorded.
+  CommandBuffer bounded = q_->command_buffer();
+  Status rec;
+  for (size_t i = 0; i < 100 && rec.ok(); ++i) rec = add_write(bounded, i);
+  EXPECT_EQ(rec.code(), Code::resource_exhausted) << "recorded past the ring";
+  // One lifted past that is refused by submit.
   CommandBuffer cb = q_->command_buffer();
+  ASSERT_OK(cb.set_max_bytes(CommandBuffer::kMaxBytes));
   for (size_t i = 0; i < 100; ++i) ASSERT_OK(add_write(cb, i));  // 4800 bytes
   Status st = q_->submit(cb, long_deadline());
   EXPECT_EQ(st.code(), Code::invalid_argument);

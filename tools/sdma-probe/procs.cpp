@@ -22,6 +22,10 @@ namespace {
 
 // The launcher's pid, in its ranks' environment (follow_launcher).
 constexpr const char* kLauncherEnv = "SDMA_PROBE_LAUNCHER_PID";
+// The id reaches the ranks in their environment, never in argv: any user
+// reads /proc/PID/cmdline, only the owner /proc/PID/environ (proc(5)), and
+// the id is the communicator's secret (docs/multiprocess.md).
+constexpr const char* kUniqueIdEnv = "SDMA_PROBE_UNIQUE_ID";
 
 using Clock = std::chrono::steady_clock;
 
@@ -51,7 +55,16 @@ conccl::Result<std::optional<ProcRank>> proc_rank_of(const Args& args) {
   if (!n.ok()) return n.status();
   conccl::Result<int64_t> r = args.get_int_in_range("rank", 0, *n - 1, 0);
   if (!r.ok()) return r.status();
-  conccl::Result<conccl::UniqueId> id = conccl::UniqueId::parse(args.value("unique-id").value_or(""));
+  // "--unique-id env": the id is in SDMA_PROBE_UNIQUE_ID (what the launcher does).
+  std::string text = args.value("unique-id").value_or("");
+  if (text == "env") {
+    const char* v = std::getenv(kUniqueIdEnv);
+    if (!v)
+      return conccl::error(conccl::Code::invalid_argument,
+                           std::string("--unique-id env, but ") + kUniqueIdEnv + " is not set");
+    text = v;
+  }
+  conccl::Result<conccl::UniqueId> id = conccl::UniqueId::parse(text);
   if (!id.ok()) return id.status();
   return std::optional<ProcRank>(ProcRank{static_cast<int>(*r), *n, *id});
 }
@@ -77,11 +90,15 @@ int run_procs(const Args& args, Context& ctx, int nranks) {
   std::fflush(ctx.err);
   // The ranks' environment: ours, and our pid (follow_launcher).
   const std::string me = std::string(kLauncherEnv) + "=" + std::to_string(getpid());
+  const std::string secret = std::string(kUniqueIdEnv) + "=" + id->to_string();
+  auto is = [](const char* e, const char* name) {
+    return std::strncmp(e, name, std::strlen(name)) == 0 && e[std::strlen(name)] == '=';
+  };
   std::vector<char*> env;
   for (char** e = environ; *e; ++e)
-    if (std::strncmp(*e, kLauncherEnv, std::strlen(kLauncherEnv)) != 0 || (*e)[std::strlen(kLauncherEnv)] != '=')
-      env.push_back(*e);
+    if (!is(*e, kLauncherEnv) && !is(*e, kUniqueIdEnv)) env.push_back(*e);
   env.push_back(const_cast<char*>(me.c_str()));
+  env.push_back(const_cast<char*>(secret.c_str()));
   env.push_back(nullptr);
   // Ranks start with SIGINT and SIGTERM blocked and at their default
   // actions: one that arrives before a rank's handlers exist waits for them
@@ -98,7 +115,7 @@ int run_procs(const Args& args, Context& ctx, int nranks) {
   std::vector<pid_t> pids;
   for (int r = 0; r < nranks; ++r) {
     std::vector<std::string> w = original_words();
-    w.insert(w.end(), {"--rank", std::to_string(r), "--unique-id", id->to_string()});
+    w.insert(w.end(), {"--rank", std::to_string(r), "--unique-id", "env"});
     std::vector<char*> argv;
     for (std::string& s : w) argv.push_back(s.data());
     argv.push_back(nullptr);
