@@ -82,8 +82,19 @@ class Bootstrap {
                                         const std::vector<int>& fds, Deadline deadline);
   Status barrier(const std::string& what, Deadline deadline);
 
+  // Point-to-point messages this rank has sent to and received from the
+  // other ranks since connect() (an exchange or barrier of n ranks: n - 1
+  // each way), for counting host round trips (Communicator::stats).
+  uint64_t messages_sent() const { return messages_sent_; }
+  uint64_t messages_received() const { return messages_received_; }
+
   // Ranks whose process has gone (its socket hung up), without blocking.
   std::vector<int> gone() const;
+  // The same, polled without changing any state: another thread (a
+  // watchdog) may call it while this one exchanges.
+  std::vector<int> hung_up() const;
+  // "rank 2 (pid 1234)"
+  std::string describe_rank(int rank) const;
   // An error naming the gone ranks, or ok when all are there.
   Status check_peers(const std::string& doing) const;
 
@@ -95,6 +106,8 @@ class Bootstrap {
   std::vector<int> pids_;
   std::vector<std::unique_ptr<Peer>> peers_;  // [rank]; null for self
   uint32_t seq_ = 0;
+  uint64_t messages_sent_ = 0;
+  uint64_t messages_received_ = 0;
 };
 
 }  // namespace conccl

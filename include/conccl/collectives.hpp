@@ -27,6 +27,7 @@
 
 #include <cstdint>
 #include <deque>
+#include <functional>
 #include <map>
 #include <memory>
 #include <set>
@@ -87,6 +88,75 @@ struct CollectiveArgs {
 };
 
 class Plan;
+struct CallState;
+
+// Symmetric windows (docs/multiprocess.md, "Windows"): one buffer per rank,
+// registered once by every rank together, after which every rank knows every
+// peer's buffer. A collective call whose buffers lie inside windows needs no
+// exchange between the ranks: each rank finds the peers' addresses at the
+// same offsets into their windows (as NCCL's symmetric windows,
+// ncclCommWindowRegister with NCCL_WIN_COLL_SYMMETRIC, require).
+struct Window {
+  int id = -1;    // the communicator's window number (the same on every rank)
+  Buffer local;   // this rank's registered buffer
+  bool valid() const { return id >= 0; }
+  // This rank's bytes [offset, offset + bytes) of the window, as a Buffer.
+  Buffer at(uint64_t offset, uint64_t bytes) const {
+    Buffer b = local;
+    b.va += offset;
+    b.host = local.host ? static_cast<uint8_t*>(local.host) + offset : nullptr;
+    b.size = bytes;
+    return b;
+  }
+};
+
+// What a stream-ordered call orders itself on: an ordered queue of device
+// work that can store a 64-bit value once its earlier work is done and make
+// its later work wait until a 64-bit value in memory is >= a target. A CUDA
+// stream is one (nv::stream_ops: cuStreamWriteValue64 / cuStreamWaitValue64);
+// HostStream is one run by a host thread (the emulator, tests).
+class StreamOps {
+ public:
+  virtual ~StreamOps() = default;
+  // After the work queued before it, store `value` at `va` (the address of a
+  // signal word in memory the device hands out for signals).
+  virtual Status write_value64(uint64_t va, uint64_t value) = 0;
+  // The work queued after this waits until the value at `va` is >= `value`.
+  virtual Status wait_value64(uint64_t va, uint64_t value) = 0;
+};
+
+// A StreamOps run in order by a host thread: its stores, its waits (polling
+// the value until it is reached or wait_timeout passes, which is then an
+// error of the stream) and the caller's own work (enqueue). For the
+// emulated backend and tests, where there is no CUDA stream: the calls'
+// protocol is the same.
+class HostStream final : public StreamOps {
+ public:
+  // `device`: where the signal words live (their host mapping).
+  static Result<std::unique_ptr<HostStream>> create(Device& device, int64_t wait_timeout_ms = 120000);
+  ~HostStream() override;  // runs what is queued first (each wait bounded by wait_timeout)
+  Status write_value64(uint64_t va, uint64_t value) override;
+  Status wait_value64(uint64_t va, uint64_t value) override;
+  // Host work run in order with the rest (a producer or consumer of data).
+  Status enqueue(std::function<void()> work);
+  // Waits until everything queued so far has run; returns the first error
+  // of the stream (a wait that timed out), which it then forgets.
+  Status synchronize(Deadline deadline);
+
+ private:
+  struct Impl;
+  explicit HostStream(std::unique_ptr<Impl> impl);
+  std::unique_ptr<Impl> impl_;
+};
+
+// What a communicator has done, for counting host round trips.
+struct CommStats {
+  uint64_t bootstrap_messages_sent = 0;      // point-to-point messages over the bootstrap sockets
+  uint64_t bootstrap_messages_received = 0;
+  uint64_t calls = 0;          // collective calls (Communicator::call and the NCCL-shaped forms)
+  uint64_t window_calls = 0;   // of them, through windows: no message between the ranks
+  uint64_t window_plans = 0;   // plans compiled for window calls (once per distinct call)
+};
 
 class Communicator {
  public:
@@ -124,6 +194,12 @@ class Communicator {
     // for the other ranks to make the same call.
     int gpu = -1;
     int64_t join_timeout_ms = 60000;
+    // Collective calls (call(), all_gather(), ...): how long a call may take,
+    // from the call to its data in place. A call on a stream that has not
+    // completed by then (a rank died or stopped calling) fails the
+    // communicator: async_error() names the rank, and the stream is
+    // released (its waits are satisfied) rather than left waiting forever.
+    int64_t call_timeout_ms = 60000;
   };
   // gpus[r] is rank r's GPU index on `device`.
   static Result<std::unique_ptr<Communicator>> create(Device& device, std::vector<int> gpus,
@@ -186,11 +262,50 @@ class Communicator {
   // Compiles a collective. Validates everything first: nothing is submitted.
   Result<std::unique_ptr<Plan>> plan(const CollectiveArgs& args);
 
+  // ---- windows and one-call collectives (ranks in separate processes) ----
+  // Registers this rank's `mine` as window number w (collective: every rank
+  // calls it, in the same order, each with its own buffer; sizes may differ).
+  // Every rank maps every peer's buffer once. Buffers of the device
+  // (Device::alloc, nv::register_cuda).
+  Result<Window> register_window(const Buffer& mine);
+  // Collective; refused while a call that uses the window is in flight.
+  Status deregister_window(const Window& w);
+  // The window of this rank that holds [b.va, b.va + bytes), or invalid.
+  Window window_of(const Buffer& b, uint64_t bytes) const;
+
+  // One collective, planned, launched and ordered in one call, as NCCL's
+  // calls are: `args.send` / `args.recv` hold this rank's buffers alone
+  // ({mine}, or empty where the op reads or writes none on this rank; the
+  // root's send for broadcast/scatter, the root's recv for gather). Every
+  // rank makes the same calls in the same order.
+  //   - Buffers inside windows, at the same offsets on every rank: no
+  //     message between the ranks. Each rank's queues get the call's lists
+  //     gated on every rank's "posted k" signal; each rank posts k (from the
+  //     stream or the host) when it reaches call k; each rank's lists
+  //     advance the receivers' arrival and their own rank's sent counters.
+  //     Counters only grow, so nothing is reset between calls. A rank that
+  //     finds another rank making a different call k (op, size, root,
+  //     windows or offsets) refuses it and fails the communicator.
+  //   - Other buffers, and communicators of one process, are refused here
+  //     (Code::invalid_argument, saying so): register a window, or use
+  //     plan() / launch() / wait(); the C API's NCCL-shaped calls still take
+  //     them with one vote per call (docs/multiprocess.md).
+  // `stream`: order the call on it and return at once (the stream posts k,
+  // then waits for this rank's arrivals and sent counter); null: return
+  // when this rank's data is in place and its lists have ended.
+  Status call(const CollectiveArgs& args, StreamOps* stream = nullptr);
+  // The first error of an asynchronous call (a stream-ordered call that
+  // timed out, a rank that died or refused a call), or ok. Once set, every
+  // call returns it: destroy the communicator and make a new one.
+  Status async_error() const;
+  CommStats stats() const;
+
  private:
   Communicator(Device& device, std::vector<int> gpus, Options options);
   // Signal addresses of every rank for one plan (ranks in separate processes).
   struct RankSignals {
     std::vector<uint64_t> arrive, ready, trigger, sent, stamps;  // per rank (sent: 0 unless prelaunch)
+    bool monotonic = false;  // window calls: counters never reset, waits patched per call
   };
   // Builds a validated plan with its lists on shared or per-rank queues.
   Result<std::unique_ptr<Plan>> compile(const CollectiveArgs& args, const CollectiveArgs& asked, bool shared,
@@ -214,6 +329,12 @@ class Communicator {
   std::vector<bool> pool_used_;  // per 16-byte slot
   std::vector<std::pair<uint64_t, uint64_t>> shared_out_;  // (va, serial) of regions already given to the other ranks
   std::set<Plan*> plans_;  // every live plan it made, detached when it goes first
+  // calls.cpp: windows and one-call collectives (call(), its counters, plan
+  // cache and watchdog); made on first use.
+  friend struct CallState;
+  std::unique_ptr<CallState> calls_;
+  std::vector<uint64_t> pool_va_;  // every rank's signal pool (its call area first: calls.hpp)
+  CallState& calls();
   friend class Plan;
 };
 
@@ -227,6 +348,16 @@ struct PlanList {
   bool waits_on_lists = false; // waits for another list's signal (not just the trigger)
   bool shared_queue = false;   // queue is the GPU's per-engine queue (QueueSharing)
   QueueSpan span;              // where the last launch put it
+  // Plans of window calls (Communicator::call): the waits whose value grows
+  // with each call, rewritten in cb before each submission.
+  struct WaitPatch {
+    uint32_t at = 0, dwords = 0;  // where the wait's encoding is in cb
+    uint64_t va = 0;              // the signal
+    uint8_t counter = 0;          // which of the rank's call counters (calls.hpp)
+    int rank = 0;                 // whose
+    uint64_t rel = 0;             // the value it waits for within one call
+  };
+  std::vector<WaitPatch> patches;
 };
 
 class Plan {
@@ -318,6 +449,7 @@ class Plan {
  private:
   friend class Communicator;
   friend class PlanBuilder;
+  friend struct CallState;
   Plan() = default;
   // What destruction does, callable by the communicator going first: ends
   // the launch (as ~Plan says), frees the signals and forgets the queues.
@@ -351,6 +483,10 @@ class Plan {
   Signal consumed_;              // advanced by an outside writer (consumed_store)
   uint64_t consumed_target_ = 0; // what consumed_ reaches once the writer is done
   Buffer stamps_{};  // 16 bytes per list when args_.timestamps
+  // Window calls: waits recorded as patches (PlanList::patches), and how
+  // much each rank's phase counter (ready_) advances per launch.
+  bool monotonic_ = false;
+  std::vector<uint64_t> ready_adds_;
   bool launched_ = false;
   bool waiting_release_ = false;
   bool synced_ = true;  // across processes: every rank finished the last launch (wait()'s barrier)

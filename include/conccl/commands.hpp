@@ -94,6 +94,11 @@ class CommandBuffer {
   Status signal_add(uint64_t signal_va, uint64_t delta = 1);
   Status signal_set(uint64_t signal_va, uint64_t value);
   Status wait_ge(uint64_t signal_va, uint64_t value);
+  // Re-encodes the wait_ge recorded at dword `at` (`dwords` long, as
+  // size_dwords() before and after it said) for a new signal value, in
+  // place: how a list recorded once waits for a value that grows with each
+  // launch (Communicator::call). The new encoding must have the same length.
+  Status rewrite_wait_ge(size_t at, size_t dwords, uint64_t signal_va, uint64_t value);
   // The engine's clock into a 16-byte slot; it lands at slot + caps().timestamp_offset.
   Status timestamp(uint64_t slot_va);
   // Pre-encoded dwords of this Isa; decoded to find command boundaries and

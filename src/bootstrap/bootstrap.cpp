@@ -606,6 +606,22 @@ std::vector<int> Bootstrap::gone() const {
   return out;
 }
 
+std::vector<int> Bootstrap::hung_up() const {
+  std::vector<int> out;
+  for (int r = 0; r < nranks_; ++r) {
+    const Peer* p = peers_[static_cast<size_t>(r)].get();
+    if (!p || p->fd < 0) continue;
+    pollfd pf{p->fd, POLLRDHUP, 0};
+    if (::poll(&pf, 1, 0) == 1 && (pf.revents & (POLLHUP | POLLRDHUP | POLLERR))) out.push_back(r);
+  }
+  return out;
+}
+
+std::string Bootstrap::describe_rank(int rank) const {
+  if (rank < 0 || rank >= nranks_) return "rank " + std::to_string(rank);
+  return "rank " + std::to_string(rank) + " (pid " + std::to_string(pids_[static_cast<size_t>(rank)]) + ")";
+}
+
 Status Bootstrap::check_peers(const std::string& doing) const {
   const std::vector<int> g = gone();
   if (g.empty()) return Status();

@@ -11,6 +11,14 @@ namespace conccl {
 // (one per list of that rank; a rank has a list per engine it uses).
 inline constexpr uint64_t kStampSlotsPerRank = 64;
 
+// Window calls: the counters of each rank that lists wait on, as
+// PlanList::WaitPatch::counter (their memory: calls.hpp).
+inline constexpr uint8_t kCounterPosted = 0;  // the rank reached call k: k
+inline constexpr uint8_t kCounterArrive = 1;  // data arrivals into the rank
+inline constexpr uint8_t kCounterPhase = 2;   // the rank's local phase done (swap's ready)
+inline constexpr uint8_t kCounterSent = 3;    // the rank's lists ended
+inline constexpr uint8_t kCounters = 4;
+
 class PlanBuilder {
  public:
   // shared: lists go on the GPU's per-engine queues (QueueSharing).
@@ -27,6 +35,9 @@ class PlanBuilder {
   Status wait_arrivals(PlanList& l, int r, uint64_t n);
   Status ready(PlanList& l, int r);                       // ready[r] += 1
   Status wait_ready(PlanList& l, int r, uint64_t n);
+  // Wait until s >= rel (this launch); in plans of window calls also
+  // recorded as a patch, rewritten per call to base + rel.
+  Status wait_on(PlanList& l, const Signal& s, uint8_t counter, int rank, uint64_t rel);
 
   Communicator& comm() { return comm_; }
   Plan& plan() { return plan_; }

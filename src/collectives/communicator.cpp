@@ -3,6 +3,7 @@
 #include <set>
 
 #include "collectives/builder.hpp"
+#include "collectives/calls.hpp"
 
 namespace conccl {
 
@@ -212,6 +213,8 @@ Result<std::unique_ptr<Plan>> Communicator::compile(const CollectiveArgs& args, 
     }
   }
   plan->expected_.assign(static_cast<size_t>(n), 0);
+  plan->monotonic_ = mp && mp->monotonic;
+  plan->ready_adds_.assign(static_cast<size_t>(n), 0);
   Result<Signal> trig = mp ? signal_at(mp->trigger[static_cast<size_t>(me_)]) : Signal::create(device_);
   if (!trig.ok()) return trig.status();
   plan->trigger_ = std::move(trig).value();
@@ -312,12 +315,23 @@ Result<PlanList*> PlanBuilder::list(int rank, int engine) {
                                      ", not the communicator's " + comm_.isa(0).name());
   // Gated: in one process on the plan's trigger; across processes on every
   // rank's, so that no list writes into a rank before it has released.
+  // (Window calls: every rank's "posted" counter, which reaches k at call k.)
   if (plan_.args_.prelaunch && plan_.triggers_.empty()) CONCCL_RETURN_IF_ERROR(plan_.trigger_.enqueue_wait(l.cb, 1));
   if (plan_.args_.prelaunch)
-    for (const Signal& t : plan_.triggers_) CONCCL_RETURN_IF_ERROR(t.enqueue_wait(l.cb, 1));
+    for (size_t r = 0; r < plan_.triggers_.size(); ++r)
+      CONCCL_RETURN_IF_ERROR(wait_on(l, plan_.triggers_[r], kCounterPosted, static_cast<int>(r), 1));
   index_[key] = plan_.lists_.size();
   plan_.lists_.push_back(std::move(l));
   return &plan_.lists_.back();
+}
+
+Status PlanBuilder::wait_on(PlanList& l, const Signal& s, uint8_t counter, int rank, uint64_t rel) {
+  const size_t at = l.cb.size_dwords();
+  CONCCL_RETURN_IF_ERROR(s.enqueue_wait(l.cb, rel));
+  if (plan_.monotonic_)
+    l.patches.push_back(PlanList::WaitPatch{static_cast<uint32_t>(at), static_cast<uint32_t>(l.cb.size_dwords() - at),
+                                            s.va(), counter, rank, rel});
+  return Status();
 }
 
 Status PlanBuilder::copy(PlanList& l, uint64_t dst_va, uint64_t src_va, uint64_t bytes) {
@@ -334,14 +348,18 @@ Status PlanBuilder::arrive(PlanList& l, int dst) {
 
 Status PlanBuilder::wait_arrivals(PlanList& l, int r, uint64_t n) {
   l.waits_on_lists = true;
-  return plan_.arrive_[static_cast<size_t>(r)].enqueue_wait(l.cb, n);
+  return wait_on(l, plan_.arrive_[static_cast<size_t>(r)], kCounterArrive, r, n);
 }
 
-Status PlanBuilder::ready(PlanList& l, int r) { return plan_.ready_[static_cast<size_t>(r)].enqueue_add(l.cb, 1); }
+Status PlanBuilder::ready(PlanList& l, int r) {
+  CONCCL_RETURN_IF_ERROR(plan_.ready_[static_cast<size_t>(r)].enqueue_add(l.cb, 1));
+  plan_.ready_adds_[static_cast<size_t>(r)]++;
+  return Status();
+}
 
 Status PlanBuilder::wait_ready(PlanList& l, int r, uint64_t n) {
   l.waits_on_lists = true;
-  return plan_.ready_[static_cast<size_t>(r)].enqueue_wait(l.cb, n);
+  return wait_on(l, plan_.ready_[static_cast<size_t>(r)], kCounterPhase, r, n);
 }
 
 }  // namespace conccl

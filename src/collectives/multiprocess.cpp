@@ -13,6 +13,7 @@
 #include <cstring>
 
 #include "collectives/builder.hpp"
+#include "collectives/calls.hpp"
 
 namespace conccl {
 
@@ -150,6 +151,13 @@ void close_all(std::vector<Bootstrap::Message>& msgs) {
 }  // namespace
 
 Communicator::~Communicator() {
+  // Window calls first: their watchdog stops and their plans go while the
+  // queues are still here (calls.cpp). After a failed call, other ranks'
+  // lists may still write this rank's counters, and the ranks read each
+  // other's reason for failing there: the signal memory is then kept.
+  const bool failed = calls_ && !async_error().ok();
+  calls_.reset();
+  if (failed) pool_ = Buffer{};
   // Plans still alive are detached first (each leaves plans_), while the
   // queues and the signal pool they use are still here. Every gated launch
   // is opened before any is waited for: a plan's lists may sit behind
@@ -226,19 +234,27 @@ Result<std::unique_ptr<Communicator>> Communicator::create(Device& device, int r
   if (!pool.ok()) return pool.status().prefix("signal memory of a multi-process communicator");
   comm.pool_ = *pool;
   comm.pool_used_.assign(kPoolBytes / Signal::kBytes, false);
+  // The call area (window calls' counters and descriptors) is never handed
+  // out to plans.
+  for (size_t i = 0; i < kCallAreaBytes / Signal::kBytes; ++i) comm.pool_used_[i] = true;
+  std::memset(comm.pool_.host, 0, kCallAreaBytes);
   std::vector<SharedRegion> regions;
   std::vector<int> fds;
   CONCCL_RETURN_IF_ERROR(comm.share_buffer(comm.pool_, &regions, &fds));
   Writer pw;
+  pw.put<uint64_t>(comm.pool_.va);  // where its call area starts (calls.hpp)
   put_regions(pw, regions);
   Result<std::vector<Bootstrap::Message>> pools = comm.boot_->exchange("signal pools", pw.str(), fds, deadline);
   for (int f : fds) ::close(f);
   if (!pools.ok()) return pools.status().prefix("joining the communicator");
   Status st;
+  comm.pool_va_.assign(static_cast<size_t>(nranks), 0);
+  comm.pool_va_[static_cast<size_t>(rank)] = comm.pool_.va;
   for (int r = 0; r < nranks && st.ok(); ++r) {
     if (r == rank) continue;
     Bootstrap::Message& m = (*pools)[static_cast<size_t>(r)];
     Reader rd(m.data);
+    comm.pool_va_[static_cast<size_t>(r)] = rd.get<uint64_t>();
     std::vector<SharedRegion> theirs = get_regions(rd);
     if (!rd.ok() || theirs.size() != m.fds.size()) {
       st = error(Code::invalid_argument, "rank " + std::to_string(r) + " sent a malformed signal pool message (another ConCCL version, or not a ConCCL rank)");
@@ -460,6 +476,124 @@ Result<std::unique_ptr<Plan>> Communicator::plan_across_processes(const Collecti
   (*plan)->pool_slots_ = std::move(slots);
   slots.clear();
   return plan;
+}
+
+}  // namespace conccl
+
+namespace conccl {
+
+// ---- windows (the calls through them: calls.cpp) ----
+
+Result<Window> Communicator::register_window(const Buffer& mine) {
+  if (!boot_)
+    return error(Code::invalid_argument,
+                 "register_window is for ranks in separate processes (Communicator::create(device, rank, nranks, "
+                 "id)); in one process every rank's buffers are known already: use plan()");
+  CallState& cs = calls();
+  CONCCL_RETURN_IF_ERROR(async_error());
+  if (!mine.va || !mine.size)
+    return error(Code::invalid_argument,
+                 "register_window: give this rank's buffer (non-empty; from Device::alloc or nv::register_cuda)");
+  const Deadline deadline = Deadline::after_ms(options_.join_timeout_ms);
+  const uint32_t id = static_cast<uint32_t>(cs.windows.size());
+  std::vector<SharedRegion> regions;
+  std::vector<int> fds;
+  struct CloseFds {
+    std::vector<int>* f;
+    ~CloseFds() {
+      for (int x : *f) ::close(x);
+    }
+  } close_fds{&fds};
+  Status st = share_buffer(mine, &regions, &fds);
+  Writer w;
+  w.put<uint32_t>(id);
+  put_buffer(w, mine);
+  w.put_string(st.ok() ? std::string() : st.to_string());
+  put_regions(w, st.ok() ? regions : std::vector<SharedRegion>{});
+  Result<std::vector<Bootstrap::Message>> all =
+      boot_->exchange("register_window", w.str(), st.ok() ? fds : std::vector<int>{}, deadline);
+  if (!all.ok()) return all.status().prefix("register_window");
+  for (const SharedRegion& r : regions) {
+    std::erase_if(shared_out_, [&](const std::pair<uint64_t, uint64_t>& x) { return x.first == r.va; });
+    shared_out_.push_back({r.va, r.serial});
+  }
+  CallState::WindowEntry e;
+  e.ranks.assign(static_cast<size_t>(size()), Buffer{});
+  for (int r = 0; r < size(); ++r) {
+    Bootstrap::Message& m = (*all)[static_cast<size_t>(r)];
+    Reader rd(m.data);
+    const uint32_t their_id = rd.get<uint32_t>();
+    Buffer b = get_buffer(rd);
+    const std::string their_error = rd.get_string();
+    std::vector<SharedRegion> theirs = get_regions(rd);
+    if (r == me_) theirs.clear();
+    if (!rd.ok() || theirs.size() != m.fds.size()) {
+      if (st.ok()) st = error(Code::invalid_argument, "rank " + std::to_string(r) + " sent a malformed register_window message (another ConCCL version, or not a ConCCL rank)");
+      continue;
+    }
+    if (st.ok() && !their_error.empty())
+      st = error(Code::invalid_argument, "rank " + std::to_string(r) + " could not share its window: " + their_error);
+    if (st.ok() && their_id != id)
+      st = error(Code::invalid_argument, "rank " + std::to_string(r) + " registers its window number " +
+                                             std::to_string(their_id) + " while rank " + std::to_string(me_) +
+                                             " registers number " + std::to_string(id) +
+                                             ": every rank registers (and deregisters) its windows in the same order");
+    for (size_t i = 0; i < theirs.size(); ++i) {
+      Status imp = device_.import_shared(theirs[i], m.fds[i]);
+      m.fds[i] = -1;
+      if (!imp.ok() && st.ok()) st = imp.prefix("register_window: mapping rank " + std::to_string(r) + "'s window");
+    }
+    b.host = device_.host_pointer(b.va, b.size);
+    e.ranks[static_cast<size_t>(r)] = b;
+  }
+  close_all(*all);
+  // Every rank learns whether all could map every window, so that none
+  // keeps a window the others lack.
+  Result<std::vector<Bootstrap::Message>> verdicts =
+      boot_->exchange("register_window: mapped", st.ok() ? std::string() : st.to_string(), {}, deadline);
+  if (!verdicts.ok()) return verdicts.status().prefix("register_window");
+  if (!st.ok()) return st.prefix("register_window");
+  for (int r = 0; r < size(); ++r)
+    if (!(*verdicts)[static_cast<size_t>(r)].data.empty())
+      return error(Code::invalid_argument,
+                   "register_window: rank " + std::to_string(r) + " failed: " + (*verdicts)[static_cast<size_t>(r)].data);
+  e.ranks[static_cast<size_t>(me_)] = mine;
+  cs.windows.push_back(std::move(e));
+  return Window{static_cast<int>(id), mine};
+}
+
+Status Communicator::deregister_window(const Window& win) {
+  if (!boot_ || !calls_)
+    return error(Code::invalid_argument, "deregister_window: this communicator has no windows");
+  CallState& cs = *calls_;
+  if (win.id < 0 || static_cast<size_t>(win.id) >= cs.windows.size() || cs.windows[static_cast<size_t>(win.id)].ranks.empty())
+    return error(Code::invalid_argument, "deregister_window: window " + std::to_string(win.id) +
+                                             " is not registered (never, or deregistered already)");
+  const Deadline deadline = Deadline::after_ms(options_.join_timeout_ms);
+  // Calls that use it end first (stream-ordered ones are watched).
+  {
+    std::unique_lock<std::mutex> lk(cs.mu);
+    const uint64_t last = cs.windows[static_cast<size_t>(win.id)].last_call;
+    while (!cs.pending.empty() && cs.pending.front().k <= last && cs.failed.ok() && !deadline.expired())
+      cs.cv.wait_for(lk, std::chrono::milliseconds(1));
+    if (!cs.pending.empty() && cs.pending.front().k <= last && cs.failed.ok())
+      return error(Code::busy, "deregister_window: calls that use window " + std::to_string(win.id) +
+                                   " are still in flight");
+  }
+  Result<std::vector<Bootstrap::Message>> all =
+      boot_->exchange("deregister_window", std::to_string(win.id), {}, deadline);
+  if (!all.ok()) return all.status().prefix("deregister_window");
+  for (int r = 0; r < size(); ++r)
+    if ((*all)[static_cast<size_t>(r)].data != std::to_string(win.id))
+      return error(Code::invalid_argument, "deregister_window: rank " + std::to_string(r) + " deregisters window " +
+                                               (*all)[static_cast<size_t>(r)].data + ", rank " + std::to_string(me_) +
+                                               " window " + std::to_string(win.id) +
+                                               ": every rank deregisters the same windows in the same order");
+  // Its plans go with it (their lists hold its addresses).
+  const uint64_t id = static_cast<uint64_t>(win.id);
+  std::erase_if(cs.plans, [&](const auto& kv) { return kv.first[2] == id || kv.first[4] == id; });
+  cs.windows[static_cast<size_t>(win.id)].ranks.clear();
+  return Status();
 }
 
 }  // namespace conccl

@@ -308,6 +308,25 @@ Status CommandBuffer::wait_ge(uint64_t va, uint64_t value) {
   return all_or_nothing(*this, [&] { return ops_for(isa_).wait_ge(*this, va, value); });
 }
 
+Status CommandBuffer::rewrite_wait_ge(size_t at, size_t dwords, uint64_t va, uint64_t value) {
+  if (at + dwords > size_ || dwords == 0)
+    return error(Code::invalid_argument, "rewrite_wait_ge: dwords [" + std::to_string(at) + ", " +
+                                             std::to_string(at + dwords) + ") are not inside the " +
+                                             std::to_string(size_) + " recorded");
+  // Encoded afresh into scratch storage, then copied over the old wait: the
+  // lowerings encode a wait in a size that does not depend on the value
+  // (Hopper: one SEM_EXECUTE; SDMA: POLL_REGMEM, COND_EXE, POLL_REGMEM).
+  uint32_t scratch[32];
+  if (dwords > 32) return error(Code::invalid_argument, "rewrite_wait_ge: a wait is at most 32 dwords");
+  CommandBuffer tmp(isa_, std::span<uint32_t>(scratch, 32));
+  CONCCL_RETURN_IF_ERROR(tmp.wait_ge(va, value));
+  if (tmp.size_dwords() != dwords)
+    return error(Code::internal, "rewrite_wait_ge: the wait encodes in " + std::to_string(tmp.size_dwords()) +
+                                     " dwords, not the " + std::to_string(dwords) + " recorded");
+  for (size_t i = 0; i < dwords; ++i) data_[at + i] = scratch[i];
+  return Status();
+}
+
 Status CommandBuffer::timestamp(uint64_t slot) {
   if (slot & (caps_->timestamp_align - 1))
     return error(Code::invalid_argument, "timestamp slot " + hex(slot) + " is not " +

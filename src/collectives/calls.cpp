@@ -1,0 +1,535 @@
+// src/collectives/calls.cpp - Communicator::call: one collective through
+// symmetric windows with no message between the ranks (the protocol:
+// calls.hpp), ordered on a stream or waited for on the host, and the
+// watchdog that fails a stream-ordered call which does not complete.
+#include "collectives/calls.hpp"
+
+#include <algorithm>
+#include <atomic>
+#include <cstring>
+
+namespace conccl {
+
+namespace {
+
+constexpr uint64_t kNone = ~uint64_t(0);
+
+uint64_t load(const uint64_t* p) { return std::atomic_ref<uint64_t>(*const_cast<uint64_t*>(p)).load(std::memory_order_acquire); }
+void store(uint64_t* p, uint64_t v) { std::atomic_ref<uint64_t>(*p).store(v, std::memory_order_release); }
+
+// What rank r of n gives and receives in op (bytes per rank as in
+// CollectiveArgs): 0 where the op gives it no buffer.
+uint64_t send_bytes(const CollectiveArgs& a, int r, int n) {
+  switch (a.op) {
+    case CollOp::all_to_all: return a.bytes * static_cast<uint64_t>(n);
+    case CollOp::scatter: return r == a.root ? a.bytes * static_cast<uint64_t>(n) : 0;
+    case CollOp::broadcast:
+    case CollOp::p2p: return r == a.root ? a.bytes : 0;
+    case CollOp::gather:
+    case CollOp::all_gather: return a.bytes;
+  }
+  return 0;
+}
+
+uint64_t recv_bytes(const CollectiveArgs& a, int r, int n) {
+  switch (a.op) {
+    case CollOp::all_gather:
+    case CollOp::all_to_all: return a.bytes * static_cast<uint64_t>(n);
+    case CollOp::gather: return r == a.root ? a.bytes * static_cast<uint64_t>(n) : 0;
+    case CollOp::p2p: return r == a.peer ? a.bytes : 0;
+    case CollOp::broadcast:
+    case CollOp::scatter: return a.bytes;
+  }
+  return 0;
+}
+
+}  // namespace
+
+std::string CallDesc::describe() const {
+  const CollOp o = static_cast<CollOp>(op & 0xFF);
+  auto at = [](uint64_t w, uint64_t off) { return w == kNone ? std::string("none") : "w" + std::to_string(w) + "+" + std::to_string(off); };
+  return std::string(coll_op_name(o)) + "/" + variant_name(static_cast<Variant>((op >> 8) & 0xFF)) + " " +
+         std::to_string(bytes) + " B root " + std::to_string((op >> 16) & 0xFFFF) + " peer " +
+         std::to_string((op >> 32) & 0xFFFF) + " send " + at(send_window, send_offset) + " recv " +
+         at(recv_window, recv_offset);
+}
+
+// ---- the state ----
+
+CallState::CallState(Communicator& c) : comm(c), n(c.size()), me(c.rank()) {
+  for (int r = 0; r < n; ++r) {
+    const uint64_t base = comm.pool_va_[static_cast<size_t>(r)];
+    auto wrap = [&](uint64_t off) {
+      Result<Signal> s = Signal::wrap(comm.device_, base + off, comm.device_.host_pointer(base + off, Signal::kBytes));
+      return s.ok() ? std::move(s).value() : Signal();
+    };
+    posted.push_back(wrap(kCallPosted));
+    arrive.push_back(wrap(kCallArrive));
+    phase.push_back(wrap(kCallPhase));
+    sent.push_back(wrap(kCallSent));
+  }
+  for (auto& b : base) b.assign(static_cast<size_t>(n), 0);
+}
+
+CallState::~CallState() {
+  // Calls still in flight on a stream: give them the call timeout to end
+  // (the queues and the stream's waits need them), then fail the rest.
+  {
+    std::unique_lock<std::mutex> lk(mu);
+    const Deadline dl = Deadline::after_ms(comm.options_.call_timeout_ms);
+    while (!pending.empty() && !dl.expired()) cv.wait_for(lk, std::chrono::milliseconds(1));
+  }
+  bool left;
+  {
+    std::lock_guard<std::mutex> lk(mu);
+    left = !pending.empty();
+  }
+  if (left)
+    fail(error(Code::timeout, "the communicator was destroyed with stream-ordered calls still in flight"));
+  {
+    std::lock_guard<std::mutex> lk(mu);
+    stop = true;
+  }
+  cv.notify_all();
+  if (watchdog.joinable()) watchdog.join();
+  plans.clear();
+}
+
+uint64_t* CallState::failed_word(int r) const {
+  return static_cast<uint64_t*>(comm.device_.host_pointer(comm.pool_va_[static_cast<size_t>(r)] + kCallFailed, 8));
+}
+uint64_t* CallState::published_word(int r) const {
+  return static_cast<uint64_t*>(comm.device_.host_pointer(comm.pool_va_[static_cast<size_t>(r)] + kCallPublished, 8));
+}
+char* CallState::reason_text(int r) const {
+  return static_cast<char*>(
+      comm.device_.host_pointer(comm.pool_va_[static_cast<size_t>(r)] + kCallReason, kCallReasonBytes));
+}
+uint64_t* CallState::desc_slot(int r, uint64_t call) const {
+  const uint64_t off = kCallDescs + (call % kCallDescCount) * kCallDescBytes;
+  return static_cast<uint64_t*>(comm.device_.host_pointer(comm.pool_va_[static_cast<size_t>(r)] + off, kCallDescBytes));
+}
+
+CallState& Communicator::calls() {
+  if (!calls_) calls_ = std::make_unique<CallState>(*this);
+  return *calls_;
+}
+
+Status Communicator::async_error() const {
+  if (!calls_) return Status();
+  std::lock_guard<std::mutex> lk(calls_->mu);
+  return calls_->failed;
+}
+
+CommStats Communicator::stats() const {
+  CommStats s;
+  if (calls_) {
+    std::lock_guard<std::mutex> lk(calls_->mu);
+    s = calls_->counts;
+  }
+  if (boot_) {
+    s.bootstrap_messages_sent = boot_->messages_sent();
+    s.bootstrap_messages_received = boot_->messages_received();
+  }
+  return s;
+}
+
+Window Communicator::window_of(const Buffer& b, uint64_t bytes) const {
+  if (!calls_ || !b.va) return Window{};
+  const int r = me_;
+  for (size_t w = 0; w < calls_->windows.size(); ++w) {
+    const auto& e = calls_->windows[w];
+    if (e.ranks.empty()) continue;
+    const Buffer& mine = e.ranks[static_cast<size_t>(r)];
+    if (b.va >= mine.va && b.va + bytes <= mine.va + mine.size && b.va + bytes >= b.va)
+      return Window{static_cast<int>(w), mine};
+  }
+  return Window{};
+}
+
+Status Communicator::call(const CollectiveArgs& args, StreamOps* stream) {
+  if (!boot_)
+    return error(Code::invalid_argument,
+                 std::string("call ") + coll_op_name(args.op) +
+                     ": one-call collectives are for ranks in separate processes (Communicator::create(device, rank, "
+                     "nranks, id) and register_window); in one process use plan(), launch() and wait()");
+  return calls().run(args, stream);
+}
+
+// ---- failures ----
+
+void CallState::fail(const Status& why) {
+  std::lock_guard<std::mutex> lk(mu);
+  if (failed.ok()) {
+    failed = why;
+    const std::string text = why.to_string();
+    if (char* t = reason_text(me)) {
+      const size_t len = std::min<size_t>(text.size(), kCallReasonBytes - 1);
+      std::memcpy(t, text.data(), len);
+      t[len] = 0;
+    }
+    const uint64_t at = k.load();
+    if (uint64_t* f = failed_word(me)) store(f, at == 0 ? 1 : at);
+  }
+  // This rank's stream must not wait forever: its waits are satisfied from
+  // the host (the data is not complete; async_error() says so).
+  uint64_t a = 0, s = 0;
+  for (const Pending& p : pending) {
+    a = std::max(a, p.arrive);
+    s = std::max(s, p.sent);
+  }
+  Signal& ma = arrive[static_cast<size_t>(me)];
+  Signal& ms = sent[static_cast<size_t>(me)];
+  if (ma.valid() && ma.value() < a) ma.set(a);
+  if (ms.valid() && ms.value() < s) ms.set(s);
+  pending.clear();
+  cv.notify_all();
+}
+
+Status CallState::check(uint64_t call, uint64_t arrive_target, uint64_t sent_target, bool expired) const {
+  const std::string what = "call " + std::to_string(call);
+  for (int r = 0; r < n; ++r) {
+    if (r == me) continue;
+    const uint64_t* f = failed_word(r);
+    if (!f || load(f) == 0) continue;
+    std::string reason = reason_text(r) ? std::string(reason_text(r), strnlen(reason_text(r), kCallReasonBytes - 1)) : "";
+    return error(Code::unavailable, "rank " + std::to_string(r) + " failed the communicator at its call " +
+                                        std::to_string(load(f)) + " (" + reason + "), so rank " + std::to_string(me) +
+                                        "'s " + what + " cannot complete; destroy this communicator");
+  }
+  if (Bootstrap* b = comm.boot_.get()) {
+    const std::vector<int> gone = b->hung_up();
+    if (!gone.empty()) {
+      std::string names;
+      for (int r : gone) names += (names.empty() ? "" : ", ") + b->describe_rank(r);
+      return error(Code::unavailable, names + (gone.size() == 1 ? " has" : " have") +
+                                          " left the communicator (process exited or communicator destroyed) while "
+                                          "rank " + std::to_string(me) + "'s " + what +
+                                          " was in flight; destroy this communicator and start the group again");
+    }
+  }
+  if (!expired) return Status();
+  const std::string limit = " within Options::call_timeout_ms (" + std::to_string(comm.options_.call_timeout_ms) + " ms)";
+  std::string late;
+  for (int r = 0; r < n; ++r) {
+    const uint64_t* p = published_word(r);
+    const uint64_t made = p ? load(p) : 0;
+    if (made < call)
+      late += (late.empty() ? "" : "; ") + std::string("rank ") + std::to_string(r) + " has made " +
+              std::to_string(made) + " calls";
+  }
+  if (!late.empty())
+    return error(Code::timeout, what + " did not complete" + limit + ": " + late +
+                                    " (a rank stopped calling, or runs that far behind; every rank must make the "
+                                    "same calls in the same order)");
+  for (int r = 0; r < n; ++r)
+    if (posted[static_cast<size_t>(r)].value() < call)
+      return error(Code::timeout, what + " did not complete" + limit + ": rank " + std::to_string(r) +
+                                      (r == me ? " (this rank)" : "") +
+                                      " made the call, but its stream has not reached it (the work queued on the "
+                                      "stream before the call has not finished)");
+  std::string detail = what + " did not complete" + limit + ": rank " + std::to_string(me) + " has " +
+                       std::to_string(arrive[static_cast<size_t>(me)].value()) + " of " +
+                       std::to_string(arrive_target) + " arrivals (counted over all calls) and " +
+                       std::to_string(sent[static_cast<size_t>(me)].value()) + " of " + std::to_string(sent_target) +
+                       " of its lists ended";
+  return error(Code::timeout, detail);
+}
+
+Status CallState::wait_here(uint64_t call, uint64_t arrive_target, uint64_t sent_target, Deadline deadline) {
+  const Signal& a = arrive[static_cast<size_t>(me)];
+  const Signal& s = sent[static_cast<size_t>(me)];
+  while (true) {
+    const Deadline slice = Deadline::after(std::min<std::chrono::nanoseconds>(
+        std::max<std::chrono::nanoseconds>(deadline.remaining(), std::chrono::nanoseconds(0)), std::chrono::milliseconds(20)));
+    Status st = a.wait(arrive_target, slice);
+    if (st.ok()) st = s.wait(sent_target, slice);
+    if (st.ok()) return Status();
+    if (st.code() != Code::timeout) return st;
+    CONCCL_RETURN_IF_ERROR(check(call, arrive_target, sent_target, deadline.expired()));
+  }
+}
+
+void CallState::watch() {
+  std::unique_lock<std::mutex> lk(mu);
+  auto last_check = std::chrono::steady_clock::now();
+  while (!stop) {
+    if (pending.empty()) {
+      cv.wait(lk);
+      continue;
+    }
+    const Pending p = pending.front();
+    lk.unlock();
+    const bool complete = done(p.arrive, p.sent);
+    Status st;
+    const auto now = std::chrono::steady_clock::now();
+    // Completion is polled often; the failure checks (syscalls) less.
+    if (!complete && (now - last_check > std::chrono::milliseconds(2) || p.deadline.expired())) {
+      last_check = now;
+      st = check(p.k, p.arrive, p.sent, p.deadline.expired());
+    }
+    if (!st.ok()) {
+      fail(st);
+      lk.lock();
+      continue;
+    }
+    lk.lock();
+    if (complete) {
+      if (!pending.empty() && pending.front().k == p.k) pending.pop_front();
+      cv.notify_all();
+      continue;
+    }
+    cv.wait_for(lk, std::chrono::microseconds(50));
+  }
+}
+
+void CallState::start_watchdog() {
+  if (!watchdog.joinable()) watchdog = std::thread([this] { watch(); });
+}
+
+// ---- one call ----
+
+Status CallState::run(const CollectiveArgs& a, StreamOps* stream) {
+  const std::string name = std::string("call ") + coll_op_name(a.op);
+  {
+    std::lock_guard<std::mutex> lk(mu);
+    if (!failed.ok()) return failed;
+    counts.calls++;
+  }
+  if (a.send.size() > 1 || a.recv.size() > 1)
+    return error(Code::invalid_argument, name + ": give this rank's buffers alone (send and recv: {mine}, or none "
+                                                "where the op gives this rank none)");
+  if (a.timestamps) return error(Code::invalid_argument, name + ": timestamps are for plan(); call() takes none");
+  if (a.root < 0 || a.root >= n || (a.op == CollOp::p2p && (a.peer < 0 || a.peer >= n)))
+    return error(Code::invalid_argument, name + ": root " + std::to_string(a.root) + (a.op == CollOp::p2p ? " / peer " + std::to_string(a.peer) : "") +
+                                             " is not a rank of this " + std::to_string(n) + "-rank communicator");
+  if (a.bytes == 0) return error(Code::invalid_argument, name + ": bytes must be > 0");
+  const Buffer* s = !a.send.empty() && a.send[0].va ? &a.send[0] : nullptr;
+  const Buffer* r = !a.recv.empty() && a.recv[0].va ? &a.recv[0] : nullptr;
+  const uint64_t sb = send_bytes(a, me, n), rb = recv_bytes(a, me, n);
+  if (sb && !s) return error(Code::invalid_argument, name + ": this rank needs a send buffer of " + std::to_string(sb) + " bytes");
+  if (rb && !r) return error(Code::invalid_argument, name + ": this rank needs a receive buffer of " + std::to_string(rb) + " bytes");
+  auto where = [&](const Buffer* b, uint64_t need, const char* what, uint64_t* win, uint64_t* off) -> Status {
+    *win = *off = kNone;
+    if (!b) return Status();
+    if (b->size < need)
+      return error(Code::invalid_argument, name + ": the " + what + " buffer has " + std::to_string(b->size) +
+                                               " bytes; this rank's part of the call needs " + std::to_string(need));
+    const Window w = comm.window_of(*b, std::max<uint64_t>(need, 1));
+    if (!w.valid())
+      return error(Code::invalid_argument, name + ": the " + what + " buffer at " + hex(b->va) + " (" +
+                                               std::to_string(std::max<uint64_t>(need, 1)) +
+                                               " bytes) lies in no window of this communicator: register_window() "
+                                               "the memory first, or use plan(), launch() and wait() (or the C API's "
+                                               "NCCL-shaped calls) for buffers outside windows");
+    *win = static_cast<uint64_t>(w.id);
+    *off = b->va - w.local.va;
+    return Status();
+  };
+  CallDesc d;
+  d.op = uint64_t(a.op) | uint64_t(a.variant) << 8 | uint64_t(a.root) << 16 | uint64_t(a.op == CollOp::p2p ? a.peer : 0) << 32;
+  d.bytes = a.bytes;
+  CONCCL_RETURN_IF_ERROR(where(s, sb, "send", &d.send_window, &d.send_offset));
+  CONCCL_RETURN_IF_ERROR(where(r, rb, "receive", &d.recv_window, &d.recv_offset));
+  // A buffer the op gives this rank none of, but other ranks one: the
+  // root's (broadcast, scatter: its send; gather: its recv; p2p: either
+  // end's) is taken to sit at this rank's other buffer's place, unless this
+  // rank passed one (every rank may pass the same buffers, as NCCL's
+  // symmetric windows want). The descriptors check that the ranks agree.
+  if (d.send_window == kNone) {
+    d.send_window = d.recv_window;
+    d.send_offset = d.recv_offset;
+  }
+  if (d.recv_window == kNone) {
+    d.recv_window = d.send_window;
+    d.recv_offset = d.send_offset;
+  }
+
+  // Every rank's buffers, from the window table.
+  CollectiveArgs full = a;
+  full.prelaunch = true;
+  full.send.assign(static_cast<size_t>(n), Buffer{});
+  full.recv.assign(static_cast<size_t>(n), Buffer{});
+  for (int q = 0; q < n; ++q) {
+    for (int dir = 0; dir < 2; ++dir) {
+      const uint64_t need = dir == 0 ? send_bytes(a, q, n) : recv_bytes(a, q, n);
+      if (!need) continue;
+      const uint64_t win = dir == 0 ? d.send_window : d.recv_window, off = dir == 0 ? d.send_offset : d.recv_offset;
+      if (win == kNone || win >= windows.size() || windows[win].ranks.empty())
+        return error(Code::invalid_argument, name + ": rank " + std::to_string(q) + "'s " +
+                                                 (dir == 0 ? "send" : "receive") +
+                                                 " buffer has no window this rank can place it in: pass the root's "
+                                                 "buffers on every rank, at the same window offsets");
+      const Buffer& wb = windows[win].ranks[static_cast<size_t>(q)];
+      if (off + need > wb.size)
+        return error(Code::invalid_argument, name + ": rank " + std::to_string(q) + "'s window " + std::to_string(win) +
+                                                 " has " + std::to_string(wb.size) + " bytes, but the call needs [" +
+                                                 std::to_string(off) + ", " + std::to_string(off + need) +
+                                                 ") of it (every rank's buffers sit at the same window offsets)");
+      Buffer b = wb;
+      b.va = wb.va + off;
+      b.size = need;
+      b.host = comm.device_.host_pointer(b.va, b.size);
+      (dir == 0 ? full.send : full.recv)[static_cast<size_t>(q)] = b;
+    }
+  }
+
+  // The plan: compiled once per distinct call, with no exchange (every rank
+  // compiles the same lists from the same table).
+  const std::vector<uint64_t> key{d.op,          d.bytes,         d.send_window, d.send_offset, d.recv_window,
+                                  d.recv_offset, uint64_t(a.engines), uint64_t(a.b2b_ways), uint64_t(a.chain_chunks)};
+  auto it = plans.find(key);
+  if (it == plans.end()) {
+    CollectiveArgs args = full;
+    if (args.variant == Variant::automatic) {
+      args.variant = choose_variant(args.op, args.bytes, n, comm.caps_, true);
+      bool in_place = args.op == CollOp::all_to_all;
+      for (int q = 0; q < n && in_place; ++q)
+        in_place = full.send[static_cast<size_t>(q)].va == full.recv[static_cast<size_t>(q)].va;
+      if (in_place && comm.caps_.swap) args.variant = Variant::swap;
+    }
+    CONCCL_RETURN_IF_ERROR(validate_args(comm, args).prefix(name));
+    Communicator::RankSignals sig;
+    for (int q = 0; q < n; ++q) {
+      const uint64_t pb = comm.pool_va_[static_cast<size_t>(q)];
+      sig.arrive.push_back(pb + kCallArrive);
+      sig.ready.push_back(pb + kCallPhase);
+      sig.trigger.push_back(pb + kCallPosted);
+      sig.sent.push_back(pb + kCallSent);
+      sig.stamps.push_back(0);
+    }
+    sig.monotonic = true;
+    Result<std::unique_ptr<Plan>> p = comm.compile(args, full, false, &sig);
+    if (!p.ok()) return p.status().prefix(name);
+    {
+      std::lock_guard<std::mutex> lk(mu);
+      counts.window_plans++;
+    }
+    it = plans.emplace(key, std::move(p).value()).first;
+  }
+  Plan& plan = *it->second;
+
+  // Stream-ordered calls before a host-ordered one end first, so that this
+  // rank's posted counter only grows.
+  if (!stream) {
+    std::unique_lock<std::mutex> lk(mu);
+    const Deadline dl = Deadline::after_ms(comm.options_.call_timeout_ms);
+    while (!pending.empty() && failed.ok() && !dl.expired()) cv.wait_for(lk, std::chrono::milliseconds(1));
+    if (!failed.ok()) return failed;
+    if (!pending.empty())
+      return error(Code::timeout, name + ": earlier stream-ordered calls did not complete within call_timeout_ms");
+  }
+
+  // Call k: its descriptor, then what the other ranks have said of theirs.
+  const uint64_t call = ++k;
+  d.k = call;
+  uint64_t* slot = desc_slot(me, call);
+  store(&slot[0], 0);
+  slot[1] = d.op;
+  slot[2] = d.bytes;
+  slot[3] = d.send_window;
+  slot[4] = d.send_offset;
+  slot[5] = d.recv_window;
+  slot[6] = d.recv_offset;
+  store(&slot[0], call);
+  store(published_word(me), call);
+  std::atomic_thread_fence(std::memory_order_seq_cst);
+  for (int q = 0; q < n; ++q) {
+    if (q == me || load(published_word(q)) < call) continue;
+    const uint64_t* o = desc_slot(q, call);
+    CallDesc theirs;
+    theirs.k = load(&o[0]);
+    theirs.op = o[1];
+    theirs.bytes = o[2];
+    theirs.send_window = o[3];
+    theirs.send_offset = o[4];
+    theirs.recv_window = o[5];
+    theirs.recv_offset = o[6];
+    std::atomic_thread_fence(std::memory_order_acquire);
+    if (theirs.k != call || load(&o[0]) != call) continue;  // overwritten by a later call: it agreed long ago
+    if (theirs == d) continue;
+    Status st = error(Code::invalid_argument,
+                      name + ": rank " + std::to_string(q) + " made call " + std::to_string(call) + " as " +
+                          theirs.describe() + ", but rank " + std::to_string(me) + " as " + d.describe() +
+                          " (window+offset): every rank makes the same calls in the same order, with its buffers at "
+                          "the same offsets of the same windows; the communicator is now failed");
+    fail(st);
+    return st;
+  }
+
+  // This rank's lists, their waits rewritten for call k, queued behind every
+  // rank's "posted k".
+  const Deadline dl = Deadline::after_ms(comm.options_.call_timeout_ms);
+  for (PlanList& l : plan.lists_) {
+    if (!l.queue) continue;
+    for (const PlanList::WaitPatch& p : l.patches) {
+      const uint64_t b = p.counter == kCounterPosted ? call - 1 : base[p.counter][static_cast<size_t>(p.rank)];
+      CONCCL_RETURN_IF_ERROR(l.cb.rewrite_wait_ge(p.at, p.dwords, p.va, b + p.rel).prefix(name));
+    }
+    Status st = l.queue->submit(l.cb, dl, &l.span);
+    if (!st.ok()) {
+      st = st.prefix(name + ": submitting rank " + std::to_string(l.rank) + " engine " + std::to_string(l.engine));
+      fail(st);
+      return st;
+    }
+  }
+  const size_t mi = static_cast<size_t>(me);
+  const uint64_t arrive_target = base[kCounterArrive][mi] + plan.expected_[mi];
+  const uint64_t sent_target = base[kCounterSent][mi] + plan.sent_expected_[mi];
+  for (size_t q = 0; q < static_cast<size_t>(n); ++q) {
+    base[kCounterArrive][q] += plan.expected_[q];
+    base[kCounterPhase][q] += plan.ready_adds_[q];
+    base[kCounterSent][q] += plan.sent_expected_[q];
+  }
+  for (uint64_t w : {d.send_window, d.recv_window})
+    if (w != kNone && w < windows.size()) windows[w].last_call = call;
+  {
+    std::lock_guard<std::mutex> lk(mu);
+    counts.window_calls++;
+  }
+
+  if (!stream) {
+    last_stream = nullptr;
+    posted[mi].set(call);
+    Status st = wait_here(call, arrive_target, sent_target, dl);
+    if (!st.ok()) {
+      // Lists of this call may stay queued behind a rank that never posts:
+      // the communicator cannot go on.
+      st = st.prefix(name);
+      fail(st);
+    }
+    return st;
+  }
+  // On the stream: post k once the work before it is done, then make the
+  // work after it wait for this rank's data and for its lists' end (they
+  // read its send buffer).
+  Status st;
+  if (stream != last_stream && last_stream) {
+    st = stream->wait_value64(arrive[mi].va(), last_arrive);
+    if (st.ok()) st = stream->wait_value64(sent[mi].va(), last_sent);
+  }
+  last_stream = stream;
+  last_arrive = arrive_target;
+  last_sent = sent_target;
+  for (const SignalStore& w : posted[mi].stores_for(call))
+    if (st.ok()) st = stream->write_value64(w.va, w.value);
+  if (st.ok()) st = stream->wait_value64(arrive[mi].va(), arrive_target);
+  if (st.ok()) st = stream->wait_value64(sent[mi].va(), sent_target);
+  if (!st.ok()) {
+    // The stream refused: post from the host so that no rank waits for this
+    // one, and wait here instead.
+    posted[mi].set(call);
+    Status w = wait_here(call, arrive_target, sent_target, dl);
+    return st.prefix(name + ": the stream refused its part (the call was completed from the host" +
+                     (w.ok() ? std::string(")") : "; then: " + w.to_string() + ")"));
+  }
+  {
+    std::lock_guard<std::mutex> lk(mu);
+    pending.push_back(Pending{call, arrive_target, sent_target, dl});
+    start_watchdog();
+  }
+  cv.notify_all();
+  return Status();
+}
+
+}  // namespace conccl

@@ -1,0 +1,131 @@
+// src/collectives/host_stream.cpp - HostStream: a StreamOps that a host
+// thread runs in order (stores, waits, the caller's work), so that the
+// stream-ordered calls run and are tested where there is no CUDA stream.
+#include <atomic>
+#include <condition_variable>
+#include <deque>
+#include <mutex>
+#include <thread>
+
+#include "conccl/collectives.hpp"
+
+namespace conccl {
+
+struct HostStream::Impl {
+  struct Op {
+    enum Kind : uint8_t { write, wait, work } kind = work;
+    uint64_t va = 0, value = 0;
+    std::function<void()> fn;
+  };
+  Device* device = nullptr;
+  int64_t wait_timeout_ms = 0;
+  std::mutex mu;
+  std::condition_variable cv;
+  std::deque<Op> ops;
+  uint64_t queued = 0, ran = 0;
+  Status first_error;
+  bool stop = false;
+  std::thread thread;
+
+  void run() {
+    std::unique_lock<std::mutex> lk(mu);
+    while (true) {
+      cv.wait(lk, [&] { return stop || !ops.empty(); });
+      if (ops.empty()) return;  // stop, and nothing left
+      Op op = std::move(ops.front());
+      ops.pop_front();
+      lk.unlock();
+      Status st = execute(op);
+      lk.lock();
+      if (!st.ok() && first_error.ok()) first_error = st;
+      ++ran;
+      cv.notify_all();
+    }
+  }
+
+  Status execute(const Op& op) {
+    if (op.kind == Op::work) {
+      op.fn();
+      return Status();
+    }
+    auto* p = static_cast<uint64_t*>(device->host_pointer(op.va, 8));
+    if (!p) return error(Code::invalid_argument, "HostStream: " + hex(op.va) + " has no host mapping");
+    std::atomic_ref<uint64_t> word(*p);
+    if (op.kind == Op::write) {
+      word.store(op.value, std::memory_order_release);
+      return Status();
+    }
+    const Deadline dl = Deadline::after_ms(wait_timeout_ms);
+    std::chrono::microseconds nap{1};
+    for (int spins = 0; word.load(std::memory_order_acquire) < op.value; ++spins) {
+      if (dl.expired())
+        return error(Code::timeout, "HostStream: waited " + std::to_string(wait_timeout_ms) + " ms for the value at " +
+                                        hex(op.va) + " to reach " + std::to_string(op.value) + " (it is " +
+                                        std::to_string(word.load()) + ")");
+      if (spins > 200) {
+        std::this_thread::sleep_for(nap);
+        if (nap < std::chrono::microseconds(50)) nap *= 2;
+      }
+    }
+    return Status();
+  }
+
+  Status push(Op op) {
+    std::lock_guard<std::mutex> lk(mu);
+    if (stop) return error(Code::invalid_argument, "HostStream: enqueue after destruction began");
+    ops.push_back(std::move(op));
+    ++queued;
+    cv.notify_all();
+    return Status();
+  }
+};
+
+HostStream::HostStream(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {}
+
+Result<std::unique_ptr<HostStream>> HostStream::create(Device& device, int64_t wait_timeout_ms) {
+  if (wait_timeout_ms < 1) return error(Code::invalid_argument, "HostStream: wait_timeout_ms must be >= 1");
+  auto impl = std::make_unique<Impl>();
+  impl->device = &device;
+  impl->wait_timeout_ms = wait_timeout_ms;
+  Impl* raw = impl.get();
+  impl->thread = std::thread([raw] { raw->run(); });
+  return std::unique_ptr<HostStream>(new HostStream(std::move(impl)));
+}
+
+HostStream::~HostStream() {
+  {
+    std::lock_guard<std::mutex> lk(impl_->mu);
+    impl_->stop = true;
+  }
+  impl_->cv.notify_all();
+  if (impl_->thread.joinable()) impl_->thread.join();
+}
+
+Status HostStream::write_value64(uint64_t va, uint64_t value) {
+  return impl_->push(Impl::Op{Impl::Op::write, va, value, {}});
+}
+
+Status HostStream::wait_value64(uint64_t va, uint64_t value) {
+  return impl_->push(Impl::Op{Impl::Op::wait, va, value, {}});
+}
+
+Status HostStream::enqueue(std::function<void()> work) {
+  if (!work) return error(Code::invalid_argument, "HostStream::enqueue: no work given");
+  return impl_->push(Impl::Op{Impl::Op::work, 0, 0, std::move(work)});
+}
+
+Status HostStream::synchronize(Deadline deadline) {
+  std::unique_lock<std::mutex> lk(impl_->mu);
+  const uint64_t target = impl_->queued;
+  while (impl_->ran < target) {
+    if (deadline.expired())
+      return error(Code::timeout, "HostStream::synchronize: " + std::to_string(target - impl_->ran) +
+                                      " queued operations have not run by the deadline");
+    impl_->cv.wait_for(lk, std::chrono::milliseconds(1));
+  }
+  Status st = impl_->first_error;
+  impl_->first_error = Status();
+  return st;
+}
+
+}  // namespace conccl

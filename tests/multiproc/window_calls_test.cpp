@@ -1,0 +1,352 @@
+// tests/multiproc/window_calls_test.cpp - Communicator::call through
+// symmetric windows, one process per rank on the emulated node: every op,
+// host- and stream-ordered (HostStream), every byte checked against what
+// the other ranks sent, no bootstrap message per call once the windows are
+// registered; and the failures: a killed rank, a rank that stops calling,
+// ranks whose buffers sit at different window offsets.
+#include <gtest/gtest.h>
+#include <signal.h>
+
+#include <cstring>
+#include <random>
+#include <thread>
+
+#include "conccl/bootstrap.hpp"
+#include "conccl/collectives.hpp"
+#include "conccl/emu.hpp"
+#include "multiproc/fork_ranks.hpp"
+
+namespace conccl::mptest {
+namespace {
+
+// Every byte from (seed, index): any rank computes what any other sent.
+uint8_t byte_of(uint64_t seed, uint64_t i) {
+  uint64_t x = seed * 0x9E3779B97F4A7C15ull + (i / 8) * 0xBF58476D1CE4E5B9ull;
+  x ^= x >> 31;
+  x *= 0x94D049BB133111EBull;
+  x ^= x >> 29;
+  return static_cast<uint8_t>(x >> (8 * (i % 8)));
+}
+
+struct NodeSetup {
+  const char* preset;
+  bool loopback;
+  int nranks;
+};
+
+DeviceOptions dev_opts(const NodeSetup& s, int rank) {
+  DeviceOptions o;
+  o.preset = s.preset;
+  o.memory_per_gpu = 2ull << 30;
+  o.process_slot = rank;
+  return o;
+}
+
+Communicator::Options comm_opts(const NodeSetup& s, int64_t call_timeout_ms = 30000) {
+  Communicator::Options o;
+  o.loopback = s.loopback;
+  o.join_timeout_ms = 60000;
+  o.call_timeout_ms = call_timeout_ms;
+  return o;
+}
+
+// Where each op's buffers sit in a window of kWindow bytes: send at
+// kSendAt, recv at kRecvAt (the same offsets on every rank).
+constexpr uint64_t kWindow = 8 << 20;
+constexpr uint64_t kSendAt = 0, kRecvAt = 4 << 20;
+
+uint64_t seed_of(int rank, int round, int op) { return 1000003ull * (round + 1) + 7919ull * (rank + 1) + op * 31 + 5; }
+
+// One call of `op` on this rank, with fresh data; checks every byte this
+// rank receives. Returns "" or what went wrong.
+std::string one_call(Communicator& c, const Window& w, CollOp op, uint64_t bytes, int root, int round,
+                     HostStream* stream) {
+  const int n = c.size(), me = c.rank();
+  CollectiveArgs a;
+  a.op = op;
+  a.bytes = bytes;
+  a.root = root;
+  a.peer = (root + 1) % n;
+  const uint64_t sb = op == CollOp::all_to_all ? bytes * n : op == CollOp::scatter ? bytes * n : bytes;
+  const uint64_t rb = op == CollOp::all_gather || op == CollOp::all_to_all || op == CollOp::gather ? bytes * n : bytes;
+  Buffer send = w.at(kSendAt, sb), recv = w.at(kRecvAt, rb);
+  auto* sp = send.as<uint8_t>();
+  auto* rp = recv.as<uint8_t>();
+  const uint64_t seed = seed_of(me, round, static_cast<int>(op));
+  auto produce = [=] {
+    for (uint64_t i = 0; i < sb; ++i) sp[i] = byte_of(seed, i);
+    for (uint64_t i = 0; i < rb; ++i) rp[i] = static_cast<uint8_t>(0xA5 ^ i);  // stale data, never zeros
+  };
+  // Every rank passes both buffers (NCCL's symmetric rule).
+  a.send = {send};
+  a.recv = {recv};
+  Status st;
+  if (stream) {
+    // The producer runs on the stream before the call: the call must not
+    // read the send buffer before it.
+    if (!stream->enqueue(produce).ok()) return "enqueue failed";
+    st = c.call(a, stream);
+    if (st.ok()) st = stream->synchronize(Deadline::after_ms(30000));
+    if (st.ok()) st = c.async_error();
+  } else {
+    produce();
+    st = c.call(a);
+  }
+  if (!st.ok()) return std::string(coll_op_name(op)) + ": " + st.to_string();
+  // What this rank must hold now.
+  std::string bad;
+  auto expect = [&](uint64_t at, int from, uint64_t from_off, uint64_t len) {
+    const uint64_t s = seed_of(from, round, static_cast<int>(op));
+    for (uint64_t i = 0; i < len && bad.empty(); ++i)
+      if (rp[at + i] != byte_of(s, from_off + i))
+        bad = std::string(coll_op_name(op)) + " round " + std::to_string(round) + ": rank " + std::to_string(me) +
+              " byte " + std::to_string(at + i) + " (from rank " + std::to_string(from) + ") WRONG";
+  };
+  switch (op) {
+    case CollOp::all_gather:
+      for (int r = 0; r < n; ++r) expect(r * bytes, r, 0, bytes);
+      break;
+    case CollOp::all_to_all:
+      for (int r = 0; r < n; ++r) expect(r * bytes, r, me * bytes, bytes);
+      break;
+    case CollOp::broadcast: expect(0, root, 0, bytes); break;
+    case CollOp::scatter: expect(0, root, me * bytes, bytes); break;
+    case CollOp::gather:
+      if (me == root)
+        for (int r = 0; r < n; ++r) expect(r * bytes, r, 0, bytes);
+      break;
+    case CollOp::p2p:
+      if (me == a.peer) expect(0, root, 0, bytes);
+      break;
+  }
+  return bad;
+}
+
+// A rank of the matrix: every op, three sizes, host- and stream-ordered,
+// two rounds each; then the message count.
+int matrix_rank(const NodeSetup& s, const UniqueId& id, int me, std::string* out) {
+  Result<std::unique_ptr<emu::EmuDevice>> dev = emu::create(dev_opts(s, me));
+  if (!dev.ok()) return *out += dev.status().to_string(), 2;
+  Result<std::unique_ptr<Communicator>> comm = Communicator::create(**dev, me, s.nranks, id, comm_opts(s));
+  if (!comm.ok()) return *out += comm.status().to_string(), 3;
+  Communicator& c = **comm;
+  const int gpu = c.gpu(me);
+  Result<UniqueBuffer> mem = UniqueBuffer::alloc(**dev, gpu, kWindow, MemKind::device);
+  if (!mem.ok()) return *out += mem.status().to_string(), 4;
+  Result<Window> w = c.register_window(mem->get());
+  if (!w.ok()) return *out += "register_window: " + w.status().to_string(), 5;
+  Result<std::unique_ptr<HostStream>> stream = HostStream::create(**dev);
+  if (!stream.ok()) return 6;
+  const CommStats before = c.stats();
+  const CollOp ops[] = {CollOp::all_gather, CollOp::all_to_all, CollOp::broadcast,
+                        CollOp::gather,     CollOp::scatter,    CollOp::p2p};
+  int calls = 0;
+  for (uint64_t bytes : {uint64_t(4096), uint64_t(64 << 10) + 256, uint64_t(256 << 10)})
+    for (CollOp op : ops)
+      for (int round = 0; round < 2; ++round)
+        for (HostStream* st : {static_cast<HostStream*>(nullptr), stream->get()}) {
+          const int root = (round + calls) % s.nranks;
+          const std::string bad = one_call(c, *w, op, bytes, root, round * 7 + calls, st);
+          ++calls;
+          if (!bad.empty()) return *out += bad + "\n", 1;
+        }
+  const CommStats after = c.stats();
+  *out += "calls " + std::to_string(after.calls - before.calls) + " window_calls " +
+          std::to_string(after.window_calls - before.window_calls) + " sent " +
+          std::to_string(after.bootstrap_messages_sent - before.bootstrap_messages_sent) + " received " +
+          std::to_string(after.bootstrap_messages_received - before.bootstrap_messages_received) + " plans " +
+          std::to_string(after.window_plans) + "\n";
+  if (after.bootstrap_messages_sent != before.bootstrap_messages_sent ||
+      after.bootstrap_messages_received != before.bootstrap_messages_received)
+    return 7;
+  if (after.window_calls - before.window_calls != static_cast<uint64_t>(calls)) return 8;
+  Status d = c.deregister_window(*w);
+  if (!d.ok()) return *out += "deregister: " + d.to_string(), 9;
+  return 0;
+}
+
+class WindowCalls : public ::testing::TestWithParam<NodeSetup> {};
+
+TEST_P(WindowCalls, EveryOpEveryByteNoMessagePerCall) {
+  const NodeSetup s = GetParam();
+  const UniqueId id = make_unique_id().value();
+  std::vector<int> ranks;
+  for (int r = 0; r < s.nranks; ++r) ranks.push_back(r);
+  std::vector<RankOutcome> res = fork_ranks(ranks, [&](int r, std::string* out) { return matrix_rank(s, id, r, out); });
+  for (int r = 0; r < s.nranks; ++r) {
+    ASSERT_FALSE(res[size_t(r)].killed_at_deadline) << "rank " << r << " hung:\n" << res[size_t(r)].out;
+    EXPECT_EQ(res[size_t(r)].exit_code, 0) << "rank " << r << ":\n" << res[size_t(r)].out;
+    EXPECT_NE(res[size_t(r)].out.find(" sent 0 received 0 "), std::string::npos) << res[size_t(r)].out;
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(Emu, WindowCalls,
+                         ::testing::Values(NodeSetup{"mi300x", false, 2}, NodeSetup{"mi300x", false, 4},
+                                           NodeSetup{"mi300x", false, 8}, NodeSetup{"h200", true, 2},
+                                           NodeSetup{"h200", true, 4}),
+                         [](const auto& info) {
+                           return std::string(info.param.preset) + "_" + std::to_string(info.param.nranks) + "procs";
+                         });
+
+// Sets up rank `me` with a registered window; `body` makes the calls.
+int with_window(const NodeSetup& s, const UniqueId& id, int me, int64_t call_timeout_ms, std::string* out,
+                const std::function<int(emu::EmuDevice&, Communicator&, const Window&)>& body) {
+  Result<std::unique_ptr<emu::EmuDevice>> dev = emu::create(dev_opts(s, me));
+  if (!dev.ok()) return *out += dev.status().to_string(), 2;
+  Result<std::unique_ptr<Communicator>> comm =
+      Communicator::create(**dev, me, s.nranks, id, comm_opts(s, call_timeout_ms));
+  if (!comm.ok()) return *out += comm.status().to_string(), 3;
+  Result<UniqueBuffer> mem = UniqueBuffer::alloc(**dev, (*comm)->gpu(me), kWindow, MemKind::device);
+  if (!mem.ok()) return 4;
+  Result<Window> w = (*comm)->register_window(mem->get());
+  if (!w.ok()) return *out += w.status().to_string(), 5;
+  return body(**dev, **comm, *w);
+}
+
+CollectiveArgs gather_args(const Window& w, int n, uint64_t bytes, uint64_t send_at = kSendAt) {
+  CollectiveArgs a;
+  a.op = CollOp::all_gather;
+  a.bytes = bytes;
+  a.send = {w.at(send_at, bytes)};
+  a.recv = {w.at(kRecvAt, bytes * n)};
+  return a;
+}
+
+TEST(WindowCallFaults, AKilledRankFailsTheOthersStreamCallsNamingIt) {
+  const NodeSetup s{"mi300x", false, 3};
+  const UniqueId id = make_unique_id().value();
+  std::vector<RankOutcome> res = fork_ranks({0, 1, 2}, [&](int me, std::string* out) {
+    return with_window(s, id, me, 20000, out, [&](emu::EmuDevice& dev, Communicator& c, const Window& w) {
+      Result<std::unique_ptr<HostStream>> stream = HostStream::create(dev, 60000);
+      // One good call, then rank 2 dies before the second.
+      Status st = c.call(gather_args(w, 3, 4096), stream->get());
+      if (st.ok()) st = (*stream)->synchronize(Deadline::after_ms(20000));
+      if (!st.ok()) return *out += "first call: " + st.to_string(), 6;
+      if (me == 2) kill(getpid(), SIGKILL);
+      const auto t0 = std::chrono::steady_clock::now();
+      st = c.call(gather_args(w, 3, 4096), stream->get());
+      if (!st.ok()) return *out += "call refused: " + st.to_string(), 7;
+      // The stream is released, not left waiting: synchronize returns.
+      Status sy = (*stream)->synchronize(Deadline::after_ms(30000));
+      const double took = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+      *out += "async: " + c.async_error().to_string() + "\nsync: " + sy.to_string() + "\ntook " +
+              std::to_string(took) + "\n";
+      // Every later call reports it.
+      Status again = c.call(gather_args(w, 3, 4096));
+      *out += "again: " + again.to_string() + "\n";
+      return c.async_error().ok() || again.ok() ? 8 : 0;
+    });
+  });
+  EXPECT_EQ(res[2].exit_code, 128 + SIGKILL);
+  for (int r = 0; r < 2; ++r) {
+    EXPECT_EQ(res[size_t(r)].exit_code, 0) << res[size_t(r)].out;
+    EXPECT_NE(res[size_t(r)].out.find("rank 2 (pid"), std::string::npos) << res[size_t(r)].out;
+    EXPECT_NE(res[size_t(r)].out.find("left the communicator"), std::string::npos) << res[size_t(r)].out;
+    EXPECT_NE(res[size_t(r)].out.find("sync: ok"), std::string::npos) << res[size_t(r)].out;
+    EXPECT_LT(res[size_t(r)].seconds, 15.0) << res[size_t(r)].out;  // well before the 20 s timeout
+  }
+}
+
+TEST(WindowCallFaults, ARankThatStopsCallingIsNamedAtTheTimeout) {
+  const NodeSetup s{"mi300x", false, 3};
+  const UniqueId id = make_unique_id().value();
+  std::vector<RankOutcome> res = fork_ranks({0, 1, 2}, [&](int me, std::string* out) {
+    return with_window(s, id, me, 1500, out, [&](emu::EmuDevice& dev, Communicator& c, const Window& w) {
+      Result<std::unique_ptr<HostStream>> stream = HostStream::create(dev, 60000);
+      for (int i = 0; i < 3; ++i) {
+        Status st = c.call(gather_args(w, 3, 4096), stream->get());
+        if (!st.ok()) return *out += st.to_string(), 6;
+      }
+      if (!(*stream)->synchronize(Deadline::after_ms(20000)).ok()) return 7;
+      if (me == 2) {  // stops calling, stays alive until the others gave up
+        std::this_thread::sleep_for(std::chrono::seconds(6));
+        return 0;
+      }
+      Status st = c.call(gather_args(w, 3, 4096), stream->get());
+      Status sy = (*stream)->synchronize(Deadline::after_ms(20000));
+      *out += "call: " + st.to_string() + "\nasync: " + c.async_error().to_string() + "\nsync: " + sy.to_string() + "\n";
+      // And a host-ordered call fails at once with the same error.
+      Status again = c.call(gather_args(w, 3, 4096));
+      *out += "again: " + again.to_string() + "\n";
+      return c.async_error().ok() ? 8 : 0;
+    });
+  });
+  for (int r = 0; r < 2; ++r) {
+    EXPECT_EQ(res[size_t(r)].exit_code, 0) << res[size_t(r)].out;
+    EXPECT_NE(res[size_t(r)].out.find("call 4 did not complete"), std::string::npos) << res[size_t(r)].out;
+    EXPECT_NE(res[size_t(r)].out.find("rank 2 has made 3 calls"), std::string::npos) << res[size_t(r)].out;
+    EXPECT_NE(res[size_t(r)].out.find("sync: ok"), std::string::npos) << res[size_t(r)].out;
+  }
+  EXPECT_EQ(res[2].exit_code, 0) << res[2].out;
+}
+
+TEST(WindowCallFaults, DifferentOffsetsOnTwoRanksAreRefusedNotCopied) {
+  const NodeSetup s{"mi300x", false, 2};
+  const UniqueId id = make_unique_id().value();
+  std::vector<RankOutcome> res = fork_ranks({0, 1}, [&](int me, std::string* out) {
+    return with_window(s, id, me, 10000, out, [&](emu::EmuDevice&, Communicator& c, const Window& w) {
+      // Rank 1 is late, so that rank 0's lists are queued when rank 1 finds
+      // the mismatch; rank 1's send sits 64 bytes further in.
+      if (me == 1) std::this_thread::sleep_for(std::chrono::milliseconds(300));
+      uint8_t* recv = w.at(kRecvAt, 8192).as<uint8_t>();
+      std::memset(recv, 0x5A, 8192);
+      Status st = c.call(gather_args(w, 2, 4096, me == 1 ? 64 : 0));
+      *out += "call: " + st.to_string() + "\nasync: " + c.async_error().to_string() + "\n";
+      // Nothing was copied into this rank's receive buffer.
+      bool untouched = true;
+      for (int i = 0; i < 8192; ++i) untouched = untouched && recv[i] == 0x5A;
+      *out += untouched ? "untouched\n" : "recv WRITTEN\n";
+      return st.ok() ? 6 : 0;
+    });
+  });
+  for (int r = 0; r < 2; ++r) {
+    EXPECT_EQ(res[size_t(r)].exit_code, 0) << res[size_t(r)].out;
+    EXPECT_NE(res[size_t(r)].out.find("w0+64"), std::string::npos) << res[size_t(r)].out;
+    EXPECT_NE(res[size_t(r)].out.find("untouched"), std::string::npos) << res[size_t(r)].out;
+    EXPECT_LT(res[size_t(r)].seconds, 8.0) << res[size_t(r)].out;  // not the 10 s timeout
+  }
+}
+
+TEST(WindowCallFaults, BuffersOutsideWindowsAndOneProcessAreRefusedWithTheFix) {
+  const NodeSetup s{"mi300x", false, 2};
+  const UniqueId id = make_unique_id().value();
+  std::vector<RankOutcome> res = fork_ranks({0, 1}, [&](int me, std::string* out) {
+    return with_window(s, id, me, 10000, out, [&](emu::EmuDevice& dev, Communicator& c, const Window& w) {
+      Result<UniqueBuffer> other = UniqueBuffer::alloc(dev, c.gpu(me), 1 << 20, MemKind::device);
+      CollectiveArgs a = gather_args(w, 2, 4096);
+      a.send = {other->get()};
+      Status st = c.call(a);
+      *out += "outside: " + st.to_string() + "\n";
+      // Too large for the window: refused before anything runs.
+      Status big = c.call(gather_args(w, 2, 4 << 20));
+      *out += "big: " + big.to_string() + "\n";
+      Status bad_dereg = c.deregister_window(Window{7, w.local});
+      *out += "dereg: " + bad_dereg.to_string() + "\n";
+      // The communicator still works.
+      Status good = c.call(gather_args(w, 2, 4096));
+      *out += "good: " + good.to_string() + "\n";
+      return st.ok() || big.ok() || bad_dereg.ok() || !good.ok() ? 6 : 0;
+    });
+  });
+  for (int r = 0; r < 2; ++r) {
+    EXPECT_EQ(res[size_t(r)].exit_code, 0) << res[size_t(r)].out;
+    EXPECT_NE(res[size_t(r)].out.find("lies in no window"), std::string::npos) << res[size_t(r)].out;
+    EXPECT_NE(res[size_t(r)].out.find("register_window()"), std::string::npos) << res[size_t(r)].out;
+    EXPECT_NE(res[size_t(r)].out.find("window 7 is not registered"), std::string::npos) << res[size_t(r)].out;
+  }
+  // One process: refused, naming the way that works there.
+  Result<std::unique_ptr<emu::EmuDevice>> dev = emu::create(dev_opts(s, -1));
+  ASSERT_TRUE(dev.ok());
+  Result<std::unique_ptr<Communicator>> c = Communicator::create(**dev, {0, 1});
+  ASSERT_TRUE(c.ok());
+  Result<Window> w = (*c)->register_window(Buffer{});
+  ASSERT_FALSE(w.ok());
+  EXPECT_NE(w.status().message().find("plan()"), std::string::npos) << w.status().to_string();
+  CollectiveArgs a;
+  Status st = (*c)->call(a);
+  EXPECT_EQ(st.code(), Code::invalid_argument);
+  EXPECT_NE(st.message().find("plan(), launch() and wait()"), std::string::npos) << st.to_string();
+}
+
+}  // namespace
+}  // namespace conccl::mptest
