@@ -25,6 +25,7 @@
 #include <vector>
 
 #include "conccl/deadline.hpp"
+#include "conccl/collectives.hpp"
 #include "conccl/device.hpp"
 #include "conccl/status.hpp"
 
@@ -200,6 +201,12 @@ Result<int> cuda_ordinal(conccl::Device& device, int gpu);
 // CollectiveArgs::prelaunch; its buffers must be ones the stream's work may
 // touch in that order (registered CUDA memory).
 Status enqueue_on_stream(conccl::Device& device, conccl::Plan& plan, void* cu_stream, Deadline deadline);
+// A StreamOps over a CUDA stream (a CUstream; nullptr is the legacy default
+// stream), for Communicator::call: stores are cuStreamWriteValue64 and
+// waits cuStreamWaitValue64 GEQ on the device's signal memory, which is
+// shared with CUDA first (share_signals_with_cuda). Keep one per stream and
+// reuse it: it holds no CUDA resource of its own.
+Result<std::unique_ptr<conccl::StreamOps>> stream_ops(conccl::Device& device, void* cu_stream);
 // Waits on the host until the work queued on cu_stream so far is done
 // (cuStreamQuery polled, so that the wait has a deadline, which
 // cuStreamSynchronize lacks). The NCCL-shaped calls of a multi-process

@@ -670,6 +670,26 @@ Result<int> cuda_ordinal(conccl::Device& device, int gpu) {
 
 Status synchronize_stream(void* cu_stream, Deadline deadline) { return stream_host_sync(cu_stream, deadline); }
 
+namespace {
+
+class CudaStreamOps final : public conccl::StreamOps {
+ public:
+  explicit CudaStreamOps(void* stream) : stream_(stream) {}
+  Status write_value64(uint64_t va, uint64_t value) override { return stream_write_value64(stream_, va, value); }
+  Status wait_value64(uint64_t va, uint64_t value) override { return stream_wait_value64(stream_, va, value); }
+
+ private:
+  void* stream_;
+};
+
+}  // namespace
+
+Result<std::unique_ptr<conccl::StreamOps>> stream_ops(conccl::Device& device, void* cu_stream) {
+  if (!generic(device)) return not_nv("stream_ops");
+  CONCCL_RETURN_IF_ERROR(share_signals_with_cuda(device));
+  return std::unique_ptr<conccl::StreamOps>(new CudaStreamOps(cu_stream));
+}
+
 Status enqueue_on_stream(conccl::Device& device, conccl::Plan& plan, void* cu_stream, Deadline deadline) {
   if (!generic(device)) return not_nv("enqueue_on_stream");
   if (!plan.args().prelaunch)

@@ -1,0 +1,247 @@
+// tools/bench/nv_window_bench.cpp - one process per rank on the H200, calls
+// through symmetric windows (Communicator::call) ordered on a CUDA stream,
+// back to back: time per call, host time per call and bootstrap messages
+// per call, for each size; every byte of one call per size verified first.
+//
+//   nv_window_bench --procs N [--op allgather|alltoall] [--min 1K] [--max 256M]
+//                   [--iters 200] [--host] [--json FILE]
+//
+// --host: calls ordered on the host (stream null) instead of the stream.
+// The parent forks the ranks before any CUDA call; rank 0 prints the table
+// (the slowest rank's numbers) and writes the JSON.
+#include <cuda.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cstdio>
+#include <cstring>
+#include <string>
+#include <vector>
+
+#include "conccl/collectives.hpp"
+#include "conccl/nv.hpp"
+
+using namespace conccl;
+
+namespace {
+
+struct Opts {
+  int procs = 2;
+  CollOp op = CollOp::all_gather;
+  uint64_t min = 1024, max = 256ull << 20;
+  int iters = 200;
+  bool host = false;
+  std::string json;
+};
+
+uint64_t parse_size(const std::string& s) {
+  uint64_t v = std::strtoull(s.c_str(), nullptr, 10);
+  const char u = s.empty() ? 0 : s.back();
+  if (u == 'K' || u == 'k') v <<= 10;
+  if (u == 'M' || u == 'm') v <<= 20;
+  if (u == 'G' || u == 'g') v <<= 30;
+  return v;
+}
+
+uint8_t pattern(int rank, uint64_t size, uint64_t i) {
+  uint64_t x = (uint64_t(rank) + 1) * 0x9E3779B97F4A7C15ull ^ size * 0xBF58476D1CE4E5B9ull ^ (i / 8) * 0x94D049BB133111EBull;
+  x ^= x >> 29;
+  x *= 0xBF58476D1CE4E5B9ull;
+  x ^= x >> 32;
+  return static_cast<uint8_t>(x >> (8 * (i % 8)));
+}
+
+struct Row {
+  uint64_t bytes = 0;
+  double us = 0, host_us = 0, msgs = 0;
+  uint64_t wrong = 0;
+};
+
+#define CHECK_CU(x)                                                          \
+  do {                                                                       \
+    CUresult r_ = (x);                                                       \
+    if (r_ != CUDA_SUCCESS) {                                                \
+      std::fprintf(stderr, "rank %d: %s -> %d\n", me, #x, int(r_));          \
+      return 4;                                                              \
+    }                                                                        \
+  } while (0)
+#define CHECK_OK(x, what)                                                         \
+  do {                                                                            \
+    Status s_ = (x);                                                              \
+    if (!s_.ok()) {                                                               \
+      std::fprintf(stderr, "rank %d: %s: %s\n", me, what, s_.to_string().c_str()); \
+      return 5;                                                                   \
+    }                                                                             \
+  } while (0)
+
+int run_rank(const Opts& o, const UniqueId& id, int me) {
+  const int n = o.procs;
+  CHECK_CU(cuInit(0));
+  CUdevice cdev;
+  CUcontext ctx;
+  CHECK_CU(cuDeviceGet(&cdev, 0));
+  CHECK_CU(cuDevicePrimaryCtxRetain(&ctx, cdev));
+  CHECK_CU(cuCtxSetCurrent(ctx));
+  CUstream stream;
+  CHECK_CU(cuStreamCreate(&stream, CU_STREAM_NON_BLOCKING));
+  DeviceOptions d;
+  d.backend = "nv";
+  d.process_slot = me;
+  Result<std::unique_ptr<Device>> dev = open_device(d);
+  CHECK_OK(dev.status(), "open_device");
+  Communicator::Options co;
+  co.loopback = true;
+  co.gpu = 0;
+  co.call_timeout_ms = 60000;
+  Result<std::unique_ptr<Communicator>> comm = Communicator::create(**dev, me, n, id, co);
+  CHECK_OK(comm.status(), "create");
+  Communicator& c = **comm;
+  const uint64_t nn = static_cast<uint64_t>(n);
+  const uint64_t send_region = (o.op == CollOp::all_to_all ? o.max * nn : o.max);
+  const uint64_t total = send_region + o.max * nn;
+  Result<nv::CudaAlloc> mem = nv::cuda_alloc(total, 0);
+  CHECK_OK(mem.status(), "cuda_alloc");
+  Result<Buffer> wb = nv::register_cuda(**dev, mem->ptr, mem->size, 0);
+  CHECK_OK(wb.status(), "register_cuda");
+  Result<Window> w = c.register_window(*wb);
+  CHECK_OK(w.status(), "register_window");
+  Result<std::unique_ptr<StreamOps>> ops = nv::stream_ops(**dev, stream);
+  CHECK_OK(ops.status(), "stream_ops");
+  StreamOps* s = o.host ? nullptr : ops->get();
+  std::vector<uint8_t> up(send_region), down(o.max * nn);
+  std::vector<Row> rows;
+  for (uint64_t bytes = o.min; bytes <= o.max; bytes *= 2) {
+    const uint64_t sb = o.op == CollOp::all_to_all ? bytes * nn : bytes, rb = bytes * nn;
+    CollectiveArgs a;
+    a.op = o.op;
+    a.bytes = bytes;
+    a.send = {w->at(0, sb)};
+    a.recv = {w->at(send_region, rb)};
+    // One verified call.
+    for (uint64_t i = 0; i < sb; ++i) up[i] = pattern(me, bytes, i);
+    CHECK_CU(cuMemcpyHtoDAsync(mem->ptr, up.data(), sb, stream));
+    CHECK_CU(cuMemsetD8Async(mem->ptr + send_region, 0xA5, rb, stream));
+    CHECK_OK(c.call(a, s), "verified call");
+    CHECK_CU(cuMemcpyDtoHAsync(down.data(), mem->ptr + send_region, rb, stream));
+    CHECK_CU(cuStreamSynchronize(stream));
+    CHECK_OK(c.async_error(), "verified call (async)");
+    Row row;
+    row.bytes = bytes;
+    for (int r = 0; r < n; ++r)
+      for (uint64_t i = 0; i < bytes; ++i) {
+        const uint64_t src = o.op == CollOp::all_to_all ? uint64_t(me) * bytes + i : i;
+        row.wrong += down[uint64_t(r) * bytes + i] != pattern(r, bytes, src);
+      }
+    const int iters = static_cast<int>(std::max<uint64_t>(
+        5, std::min<uint64_t>(static_cast<uint64_t>(o.iters), (8ull << 30) / std::max<uint64_t>(rb, 1))));
+    for (int i = 0; i < 3; ++i) CHECK_OK(c.call(a, s), "warm-up call");
+    CHECK_CU(cuStreamSynchronize(stream));
+    CHECK_OK(c.bootstrap()->barrier("size " + std::to_string(bytes), Deadline::after_ms(60000)), "barrier");
+    const CommStats before = c.stats();
+    double host = 0;
+    const auto t0 = std::chrono::steady_clock::now();
+    for (int i = 0; i < iters; ++i) {
+      const auto h0 = std::chrono::steady_clock::now();
+      CHECK_OK(c.call(a, s), "timed call");
+      host += std::chrono::duration<double, std::micro>(std::chrono::steady_clock::now() - h0).count();
+    }
+    CHECK_CU(cuStreamSynchronize(stream));
+    const double us = std::chrono::duration<double, std::micro>(std::chrono::steady_clock::now() - t0).count() / iters;
+    const CommStats after = c.stats();
+    CHECK_OK(c.async_error(), "timed calls (async)");
+    row.us = us;
+    row.host_us = host / iters;
+    row.msgs = double(after.bootstrap_messages_sent - before.bootstrap_messages_sent + after.bootstrap_messages_received -
+                      before.bootstrap_messages_received) / iters;
+    rows.push_back(row);
+  }
+  // Rank 0 gets every rank's rows (outside the timed loops) and reports the slowest.
+  std::string mine(reinterpret_cast<const char*>(rows.data()), rows.size() * sizeof(Row));
+  Result<std::vector<Bootstrap::Message>> all = c.bootstrap()->exchange("results", mine, {}, Deadline::after_ms(60000));
+  CHECK_OK(all.status(), "results");
+  int rc = 0;
+  if (me == 0) {
+    for (int r = 1; r < n; ++r) {
+      const std::string& m = (*all)[size_t(r)].data;
+      for (size_t i = 0; i < rows.size() && (i + 1) * sizeof(Row) <= m.size(); ++i) {
+        Row x;
+        std::memcpy(&x, m.data() + i * sizeof(Row), sizeof(Row));
+        rows[i].us = std::max(rows[i].us, x.us);
+        rows[i].host_us = std::max(rows[i].host_us, x.host_us);
+        rows[i].msgs = std::max(rows[i].msgs, x.msgs);
+        rows[i].wrong += x.wrong;
+      }
+    }
+    std::printf("# nv_window_bench %s, %d processes, windows, %s-ordered\n", coll_op_name(o.op), n,
+                o.host ? "host" : "stream");
+    std::printf("%12s %12s %12s %10s %10s %8s\n", "bytes", "us/call", "host us", "algbw GB/s", "msgs/call", "#wrong");
+    std::string js = "{\"op\":\"" + std::string(coll_op_name(o.op)) + "\",\"procs\":" + std::to_string(n) +
+                     ",\"ordered\":\"" + (o.host ? "host" : "stream") + "\",\"rows\":[";
+    for (size_t i = 0; i < rows.size(); ++i) {
+      const Row& x = rows[i];
+      const double gbs = double(x.bytes) * nn / (x.us * 1e3);
+      std::printf("%12llu %12.2f %12.2f %10.2f %10.2f %8llu\n", (unsigned long long)x.bytes, x.us, x.host_us, gbs,
+                  x.msgs, (unsigned long long)x.wrong);
+      js += std::string(i ? "," : "") + "{\"bytes\":" + std::to_string(x.bytes) + ",\"us_per_call\":" +
+            std::to_string(x.us) + ",\"host_us_per_call\":" + std::to_string(x.host_us) +
+            ",\"algbw_gbs\":" + std::to_string(gbs) + ",\"bootstrap_messages_per_call\":" + std::to_string(x.msgs) +
+            ",\"wrong\":" + std::to_string(x.wrong) + "}";
+      if (x.wrong) rc = 1;
+    }
+    js += "]}\n";
+    if (!o.json.empty())
+      if (FILE* f = std::fopen(o.json.c_str(), "w")) {
+        std::fputs(js.c_str(), f);
+        std::fclose(f);
+      }
+  }
+  CHECK_OK(c.deregister_window(*w), "deregister_window");
+  return rc;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  Opts o;
+  for (int i = 1; i < argc; ++i) {
+    const std::string a = argv[i];
+    auto next = [&]() -> std::string { return i + 1 < argc ? argv[++i] : ""; };
+    if (a == "--procs") o.procs = std::atoi(next().c_str());
+    else if (a == "--op") {
+      if (!parse_coll_op(next(), &o.op) || (o.op != CollOp::all_gather && o.op != CollOp::all_to_all)) {
+        std::fprintf(stderr, "--op: allgather or alltoall\n");
+        return 2;
+      }
+    } else if (a == "--min") o.min = parse_size(next());
+    else if (a == "--max") o.max = parse_size(next());
+    else if (a == "--iters") o.iters = std::atoi(next().c_str());
+    else if (a == "--host") o.host = true;
+    else if (a == "--json") o.json = next();
+    else {
+      std::fprintf(stderr, "usage: nv_window_bench --procs N [--op allgather|alltoall] [--min 1K] [--max 256M] "
+                           "[--iters 200] [--host] [--json FILE]\n");
+      return 2;
+    }
+  }
+  if (o.procs < 1 || o.procs > 16 || o.min == 0 || o.min > o.max || o.iters < 1) {
+    std::fprintf(stderr, "nv_window_bench: --procs 1..16, 0 < --min <= --max, --iters >= 1\n");
+    return 2;
+  }
+  Result<UniqueId> id = make_unique_id();
+  if (!id.ok()) return 3;
+  std::vector<pid_t> kids;
+  for (int r = 0; r < o.procs; ++r) {
+    const pid_t p = fork();
+    if (p == 0) _exit(run_rank(o, *id, r));
+    kids.push_back(p);
+  }
+  int rc = 0;
+  for (pid_t p : kids) {
+    int st = 0;
+    waitpid(p, &st, 0);
+    if (!WIFEXITED(st) || WEXITSTATUS(st) != 0) rc = 1;
+  }
+  return rc;
+}
