@@ -234,7 +234,12 @@ int main(int argc, char** argv) {
   std::vector<pid_t> kids;
   for (int r = 0; r < o.procs; ++r) {
     const pid_t p = fork();
-    if (p == 0) _exit(run_rank(o, *id, r));
+    if (p == 0) {
+      const int rc = run_rank(o, *id, r);
+      std::fflush(stdout);  // _exit does not flush stdio
+      std::fflush(stderr);
+      _exit(rc);
+    }
     kids.push_back(p);
   }
   int rc = 0;
