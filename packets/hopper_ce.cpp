@@ -76,6 +76,8 @@ constexpr Field kMemOpDFields[] = {FH("pdb_addr_hi", 26, 0), FE("operation", 31,
 constexpr Field kSemAddrLo[] = {Field{"addr", 31, 2, {}, true, true}};
 constexpr Field kSemAddrHi[] = {FH("addr_hi", 24, 0)};  // clc86f.h: 24:0 (clc56f.h: 7:0)
 constexpr Field kPayload[] = {FH("payload", 31, 0)};
+// ACQUIRE_SWITCH_TSG 12:12 (clc86f.h NVC86F_SEM_EXECUTE_ACQUIRE_SWITCH_TSG,
+// _EN 1): a failing acquire switches to another TSG; printed acquire_switch_tsg=1.
 constexpr Field kSemExecute[] = {
     FE("operation", 2, 0, kSemOperation),   F("acquire_switch_tsg", 12, 12),
     F("release_wfi", 20, 20),               FE("payload_size", 24, 24, kPayloadSize),

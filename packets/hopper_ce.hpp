@@ -198,6 +198,10 @@ inline constexpr uint32_t kLdTwoWord = 1u << 27;              // SEMAPHORE_PAYLO
 // Host SEM_EXECUTE (clc56f.h NVC56F_SEM_EXECUTE_*; clc86f.h keeps the bits).
 inline constexpr uint32_t kSemOpRelease = 1;          // OPERATION 2:0
 inline constexpr uint32_t kSemOpReduction = 6;
+// ACQUIRE_SWITCH_TSG 12:12 = EN (clc86f.h NVC86F_SEM_EXECUTE_ACQUIRE_SWITCH_TSG):
+// when an acquire fails, the PBDMA switches to another TSG instead of keeping
+// this one resident and retrying until its timeslice expires.
+inline constexpr uint32_t kSemAcquireSwitchTsg = 1u << 12;
 inline constexpr uint32_t kSemReleaseWfi = 1u << 20;  // RELEASE_WFI_EN: after the engine is idle + SYSMEMBAR
 inline constexpr uint32_t kSemPayload64 = 1u << 24;   // PAYLOAD_SIZE_64BIT
 inline constexpr uint32_t kSemReduceIadd = 5u << 27;  // REDUCTION 30:27 = IADD

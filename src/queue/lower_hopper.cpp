@@ -15,6 +15,11 @@
 //   wait: host SEM_EXECUTE ACQ_CIRC_GEQ, 64-bit: the channel stalls until
 //         (int64)(value - target) >= 0, i.e. value >= target for any counter
 //         within 2^63 of its target (the form proven on the H200, run 9).
+//         ACQUIRE_SWITCH_TSG is set: when the acquire fails the PBDMA switches
+//         to another TSG rather than keeping this one resident and retrying
+//         until its timeslice (~2 ms) expires, so a wait on a signal that
+//         another process's channel sharing the copy engine will release does
+//         not idle the engine for a timeslice.
 // Timestamps: a release with timestamp into a 16-byte slot (payload 0 at +0,
 // GPU ns at +8: Caps::timestamp_offset = 8).
 #include <algorithm>
@@ -76,7 +81,7 @@ Status signal_set(CommandBuffer& cb, uint64_t va, uint64_t v) {
 Status wait_ge(CommandBuffer& cb, uint64_t va, uint64_t v) {
   CONCCL_RETURN_IF_ERROR(check_va("signal", va, 8));
   return emit(cb, kHostSemDwords, [&](uint32_t* p) {
-    put_host_semaphore(p, va, v, uint32_t(Acquire::circ_geq) | kSemPayload64);
+    put_host_semaphore(p, va, v, uint32_t(Acquire::circ_geq) | kSemAcquireSwitchTsg | kSemPayload64);
   });
 }
 

@@ -15,7 +15,8 @@
 //                  (0x182 and 0x14 are tinygrad's ops_nv.py values; 0x08000014 is
 //                  open-gpu-kernel-modules kernel-open/nvidia-uvm/uvm_hopper_ce.c)
 //   host methods   (clc86f.h / clc56f.h): SET_OBJECT 0x0, NOP 0x8, SEM_ADDR_LO 0x5c ..
-//                  SEM_EXECUTE 0x6c (OPERATION 2:0 ACQ_CIRC_GEQ 3, PAYLOAD_SIZE 24 64BIT)
+//                  SEM_EXECUTE 0x6c (OPERATION 2:0 ACQ_CIRC_GEQ 3, ACQUIRE_SWITCH_TSG 12 EN 1
+//                  (clc86f.h), PAYLOAD_SIZE 24 64BIT)
 //   GP entry       ENTRY0_GET 31:2, ENTRY1_GET_HI 7:0, LEVEL 9, LENGTH 30:10, SYNC 31
 //                  (tinygrad: (addr/4<<2) | (len<<42) | (1<<41))
 #include <gtest/gtest.h>
@@ -156,6 +157,7 @@ const AsmVector kAsm[] = {
     {"copy.launch_dma flush_enable=true semaphore_type=release_semaphore_with_timestamp semaphore_payload_size=two_word",
      {0x200180C0, 0x08000014}},
     {"host.sem_execute operation=acq_circ_geq payload_size=64bit", {0x2001001B, 0x01000003}},
+    {"host.sem_execute operation=acq_circ_geq acquire_switch_tsg=1 payload_size=64bit", {0x2001001B, 0x01001003}},
     {"noninc copy.nop parameter=0x1; copy.nop parameter=0x2", {0x60028040, 1, 2}},
     {"immd host.nop handle=0x5", {0x80050002}},
     {"oneinc copy.set_semaphore_a upper=0x1; copy.set_semaphore_b lower=0x40; copy.set_semaphore_b lower=0x80",

@@ -97,13 +97,36 @@ TEST(HopperLowering, SignalsAreNative64BitSemaphores) {
 
   CommandBuffer wait(Isa::hopper());
   ASSERT_OK(wait.wait_ge(va, 0x300000004ull));
-  // SEM_EXECUTE: OPERATION=ACQ_CIRC_GEQ(3), PAYLOAD_SIZE=64BIT.
-  EXPECT_EQ(dw(wait), (std::vector<uint32_t>{inc(0, 0x5C, 5), 0x70000010, 0, 4, 3, 0x01000003u}));
+  // SEM_EXECUTE: OPERATION=ACQ_CIRC_GEQ(3), ACQUIRE_SWITCH_TSG=EN (bit 12), PAYLOAD_SIZE=64BIT.
+  EXPECT_EQ(dw(wait), (std::vector<uint32_t>{inc(0, 0x5C, 5), 0x70000010, 0, 4, 3, 0x01001003u}));
 
   CommandBuffer ts(Isa::hopper());
   ASSERT_OK(ts.timestamp(0x7000'0020ull));
   EXPECT_EQ(dw(ts), (std::vector<uint32_t>{inc(4, 0x240, 4), 0, 0x70000020, 0, 0, inc(4, 0x300, 1), 0x08000014u}));
   EXPECT_EQ(ts.timestamp(0x7000'0028ull).code(), Code::invalid_argument) << "a timestamp slot is 16-byte aligned";
+}
+
+// A failing acquire must let the PBDMA switch to another TSG
+// (clc86f.h NVC86F_SEM_EXECUTE_ACQUIRE_SWITCH_TSG 12:12, _EN 1), or a wait on a
+// signal another process's channel releases idles a shared copy engine for a
+// timeslice.
+TEST(HopperLowering, WaitSwitchesTsgWhileTheAcquireFails) {
+  CommandBuffer wait(Isa::hopper());
+  ASSERT_OK(wait.wait_ge(0x7000'0010ull, 1));
+  const std::vector<uint32_t> d = dw(wait);
+  ASSERT_EQ(d.size(), 6u);
+  EXPECT_EQ(d[0], inc(0, 0x5C, 5));
+  EXPECT_EQ(d[5] & 7u, 3u) << "ACQ_CIRC_GEQ";
+  EXPECT_EQ(d[5] & (1u << 12), 1u << 12) << "ACQUIRE_SWITCH_TSG";
+  EXPECT_EQ(d[5], hopper::kSemAcquireSwitchTsg | hopper::kSemPayload64 | 3u);
+  const std::string text = wait.disassemble();
+  EXPECT_TRUE(contains(text, "host.sem_execute operation=acq_circ_geq acquire_switch_tsg=1 payload_size=64bit")) << text;
+
+  // The other semaphore methods leave the bit clear (it only concerns acquires).
+  CommandBuffer add(Isa::hopper());
+  ASSERT_OK(add.signal_add(0x7000'0010ull, 1));
+  EXPECT_EQ(dw(add)[5] & (1u << 12), 0u);
+  EXPECT_FALSE(contains(add.disassemble(), "acquire_switch_tsg")) << add.disassemble();
 }
 
 TEST(HopperLowering, FillUsesTheRemapUnit) {

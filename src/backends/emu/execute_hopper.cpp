@@ -86,6 +86,10 @@ ExecOutcome sem_execute(MethodContext& ctx, uint32_t data) {
   const uint64_t payload = (uint64_t(c.host.payload_hi) << 32) | c.host.payload_lo;
   const uint32_t op = data & 7;
   const bool is64 = (data >> 24) & 1, ts = (data >> 25) & 1;
+  // ACQUIRE_SWITCH_TSG (bit 12, set by the vocabulary's waits) only tells the
+  // PBDMA to switch to another TSG while the acquire fails; the emulator has
+  // no TSGs (a blocked channel already lets the others run), so it is accepted
+  // and ignored.
   std::string err;
   if (is64 && (addr & 7)) return exec_fault("sem_execute: a 64-bit semaphore at " + hex(addr) + " must be 8-byte aligned");
   switch (op) {
