@@ -25,12 +25,12 @@
 #include <vector>
 
 #include "conccl/deadline.hpp"
-#include "conccl/collectives.hpp"
 #include "conccl/device.hpp"
 #include "conccl/status.hpp"
 
 namespace conccl {
 class Plan;
+class StreamOps;
 }
 
 namespace conccl::nv {

@@ -108,6 +108,21 @@ Status multiprocess_rank(int r, int n, const conccl::UniqueId& id, uint64_t byte
   return Status();
 }
 
+// docs/multiprocess.md, "Windows": one call through a window.
+Status windows_call(conccl::Communicator* comm, const conccl::Buffer& my_buffer, uint64_t chunk, int n,
+                    uint64_t recv_offset, conccl::StreamOps* stream) {
+  conccl::Window w = comm->register_window(my_buffer).value();  // every rank, once
+  conccl::CollectiveArgs a;
+  a.op = conccl::CollOp::all_gather;
+  a.bytes = chunk;
+  a.send = {w.at(0, chunk)};  // the same offsets on every rank
+  a.recv = {w.at(recv_offset, chunk * n)};
+  // stream: conccl::nv::stream_ops(*dev, cu_stream) (keep one per CUDA
+  // stream), a conccl::HostStream, or nullptr to wait here
+  CONCCL_RETURN_IF_ERROR(comm->call(a, stream));  // on a stream: returns at once
+  return Status();
+}
+
 // ---- the checks --------------------------------------------------------
 
 std::string read(const std::string& path) {
@@ -153,6 +168,25 @@ TEST(DocsExamples, EveryBlockIsHere) {
 
 TEST(DocsExamples, MultiprocessRunsAsOneRank) {
   ASSERT_OK(multiprocess_rank(0, 1, make_unique_id().value(), 4096));
+}
+
+TEST(DocsExamples, WindowsCallRunsAsOneRankOnAHostStream) {
+  DeviceOptions d;
+  d.process_slot = 0;
+  ASSERT_OK_AND_ASSIGN(std::unique_ptr<Device> dev, open_device(d));
+  ASSERT_OK_AND_ASSIGN(std::unique_ptr<Communicator> comm,
+                       Communicator::create(*dev, 0, 1, make_unique_id().value(), Communicator::Options{}));
+  const uint64_t chunk = 4096 + 64, recv_offset = 64 << 10;
+  ASSERT_OK_AND_ASSIGN(Buffer mem, dev->alloc(0, 128 << 10, MemKind::device));
+  std::mt19937_64 rng(11);
+  for (uint64_t i = 0; i < chunk / 8; ++i) mem.as<uint64_t>()[i] = rng();
+  ASSERT_OK_AND_ASSIGN(std::unique_ptr<HostStream> stream, HostStream::create(*dev));
+  ASSERT_OK(windows_call(comm.get(), mem, chunk, 1, recv_offset, stream.get()));
+  ASSERT_OK(stream->synchronize(Deadline::after_ms(10000)));
+  ASSERT_OK(comm->async_error());
+  EXPECT_EQ(std::memcmp(mem.as<uint8_t>() + recv_offset, mem.as<uint8_t>(), chunk), 0);
+  comm.reset();
+  ASSERT_OK(dev->free(mem));
 }
 
 TEST(DocsExamples, CollectivesRunOnTheEmulator) {
