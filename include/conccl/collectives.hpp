@@ -31,6 +31,7 @@
 #include <map>
 #include <memory>
 #include <set>
+#include <span>
 #include <string>
 #include <vector>
 
@@ -123,6 +124,19 @@ class StreamOps {
   virtual Status write_value64(uint64_t va, uint64_t value) = 0;
   // The work queued after this waits until the value at `va` is >= `value`.
   virtual Status wait_value64(uint64_t va, uint64_t value) = 0;
+  // Several of the two, in order (wait: else a write). A stream that can
+  // queue them in one step overrides it (CUDA: cuStreamBatchMemOp).
+  struct Op {
+    bool wait = false;
+    uint64_t va = 0, value = 0;
+  };
+  virtual Status batch(std::span<const Op> ops) {
+    for (const Op& op : ops) {
+      Status st = op.wait ? wait_value64(op.va, op.value) : write_value64(op.va, op.value);
+      if (!st.ok()) return st;
+    }
+    return Status();
+  }
 };
 
 // A StreamOps run in order by a host thread: its stores, its waits (polling

@@ -503,18 +503,20 @@ Status CallState::run(const CollectiveArgs& a, StreamOps* stream) {
   // On the stream: post k once the work before it is done, then make the
   // work after it wait for this rank's data and for its lists' end (they
   // read its send buffer).
-  Status st;
+  // All in one step of the stream (CUDA: one cuStreamBatchMemOp).
+  StreamOps::Op ops[8];
+  size_t nops = 0;
   if (stream != last_stream && last_stream) {
-    st = stream->wait_value64(arrive[mi].va(), last_arrive);
-    if (st.ok()) st = stream->wait_value64(sent[mi].va(), last_sent);
+    ops[nops++] = StreamOps::Op{true, arrive[mi].va(), last_arrive};
+    ops[nops++] = StreamOps::Op{true, sent[mi].va(), last_sent};
   }
   last_stream = stream;
   last_arrive = arrive_target;
   last_sent = sent_target;
-  for (const SignalStore& w : posted[mi].stores_for(call))
-    if (st.ok()) st = stream->write_value64(w.va, w.value);
-  if (st.ok()) st = stream->wait_value64(arrive[mi].va(), arrive_target);
-  if (st.ok()) st = stream->wait_value64(sent[mi].va(), sent_target);
+  for (const SignalStore& w : posted[mi].stores_for(call)) ops[nops++] = StreamOps::Op{false, w.va, w.value};
+  ops[nops++] = StreamOps::Op{true, arrive[mi].va(), arrive_target};
+  ops[nops++] = StreamOps::Op{true, sent[mi].va(), sent_target};
+  Status st = stream->batch(std::span<const StreamOps::Op>(ops, nops));
   if (!st.ok()) {
     // The stream refused: post from the host so that no rank waits for this
     // one, and wait here instead.

@@ -123,6 +123,7 @@ int run_rank(const Opts& o, const UniqueId& id, int me) {
     for (uint64_t i = 0; i < sb; ++i) up[i] = pattern(me, bytes, i);
     CHECK_CU(cuMemcpyHtoDAsync(mem->ptr, up.data(), sb, stream));
     CHECK_CU(cuMemsetD8Async(mem->ptr + send_region, 0xA5, rb, stream));
+    if (!s) CHECK_CU(cuStreamSynchronize(stream));  // host-ordered: the data must be there first
     CHECK_OK(c.call(a, s), "verified call");
     CHECK_CU(cuMemcpyDtoHAsync(down.data(), mem->ptr + send_region, rb, stream));
     CHECK_CU(cuStreamSynchronize(stream));

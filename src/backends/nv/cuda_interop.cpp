@@ -101,6 +101,7 @@ struct CudaApi {
   CUresult (*cuStreamWriteValue64)(void*, CUdeviceptr, uint64_t, unsigned) = nullptr;
   CUresult (*cuStreamWaitValue64)(void*, CUdeviceptr, uint64_t, unsigned) = nullptr;
   CUresult (*cuStreamQuery)(void*) = nullptr;
+  CUresult (*cuStreamBatchMemOp)(void*, unsigned, void*, unsigned) = nullptr;
 };
 
 template <typename F>
@@ -156,6 +157,7 @@ const CudaApi& api() {
     (void)load(a.lib, a.cuStreamWriteValue64, "cuStreamWriteValue64_v2", "cuStreamWriteValue64");
     (void)load(a.lib, a.cuStreamWaitValue64, "cuStreamWaitValue64_v2", "cuStreamWaitValue64");
     (void)load(a.lib, a.cuStreamQuery, "cuStreamQuery");
+    (void)load(a.lib, a.cuStreamBatchMemOp, "cuStreamBatchMemOp_v2", "cuStreamBatchMemOp");
     if (!missing.empty())
       a.status = error(Code::unavailable, "libcuda.so.1 lacks " + missing +
                                               " (the VMM API needs a CUDA 11.x or newer driver)");
@@ -536,6 +538,41 @@ Status stream_wait_value64(void* stream, uint64_t va, uint64_t value) {
   CONCCL_RETURN_IF_ERROR(a.status);
   if (!a.cuStreamWaitValue64) return error(Code::unavailable, "libcuda lacks cuStreamWaitValue64_v2 (CUDA 11.7+)");
   return cu_check(a.cuStreamWaitValue64(stream, va, value, 0), "cuStreamWaitValue64 at " + hex(va));
+}
+
+// One element of cuStreamBatchMemOp's array: cuda.h's
+// CUstreamBatchMemOpParams union (48 bytes: pad[6]), in its waitValue /
+// writeValue form (operation, address, value64, flags, alias).
+struct BatchMemOp {
+  uint32_t operation = 0;  // CU_STREAM_MEM_OP_WAIT_VALUE_64 = 4, CU_STREAM_MEM_OP_WRITE_VALUE_64 = 5
+  uint32_t pad0 = 0;
+  uint64_t address = 0;
+  uint64_t value64 = 0;
+  uint32_t flags = 0;  // CU_STREAM_WAIT_VALUE_GEQ / CU_STREAM_WRITE_VALUE_DEFAULT: 0
+  uint32_t pad1 = 0;
+  uint64_t alias = 0;  // for the driver's use
+  uint64_t pad2 = 0;
+};
+static_assert(sizeof(BatchMemOp) == 48, "CUstreamBatchMemOpParams is 48 bytes");
+
+Status stream_batch64(void* stream, std::span<const StreamMemOp> ops) {
+  const CudaApi& a = api();
+  CONCCL_RETURN_IF_ERROR(a.status);
+  if (!a.cuStreamBatchMemOp || ops.size() > 16) {
+    for (const StreamMemOp& op : ops)
+      CONCCL_RETURN_IF_ERROR(op.wait ? stream_wait_value64(stream, op.va, op.value)
+                                     : stream_write_value64(stream, op.va, op.value));
+    return Status();
+  }
+  BatchMemOp p[16];
+  for (size_t i = 0; i < ops.size(); ++i) {
+    p[i] = BatchMemOp{};
+    p[i].operation = ops[i].wait ? 4 : 5;
+    p[i].address = ops[i].va;
+    p[i].value64 = ops[i].value;
+  }
+  return cu_check(a.cuStreamBatchMemOp(stream, static_cast<unsigned>(ops.size()), p, 0),
+                  "cuStreamBatchMemOp of " + std::to_string(ops.size()) + " operations");
 }
 
 // cuda.h: cuStreamQuery returns CUDA_SUCCESS once the stream's work is done

@@ -677,6 +677,12 @@ class CudaStreamOps final : public conccl::StreamOps {
   explicit CudaStreamOps(void* stream) : stream_(stream) {}
   Status write_value64(uint64_t va, uint64_t value) override { return stream_write_value64(stream_, va, value); }
   Status wait_value64(uint64_t va, uint64_t value) override { return stream_wait_value64(stream_, va, value); }
+  Status batch(std::span<const Op> ops) override {
+    StreamMemOp m[16];
+    if (ops.size() > 16) return StreamOps::batch(ops);
+    for (size_t i = 0; i < ops.size(); ++i) m[i] = StreamMemOp{ops[i].wait, ops[i].va, ops[i].value};
+    return stream_batch64(stream_, std::span<const StreamMemOp>(m, ops.size()));
+  }
 
  private:
   void* stream_;

@@ -390,6 +390,13 @@ class Device {
 // stream's prior work, and a wait until the word is >= value.
 Status stream_write_value64(void* stream, uint64_t va, uint64_t value);
 Status stream_wait_value64(void* stream, uint64_t va, uint64_t value);
+// Several of those in one driver call (cuStreamBatchMemOp), in order; one
+// call per operation where the driver lacks it.
+struct StreamMemOp {
+  bool wait = false;  // else a write
+  uint64_t va = 0, value = 0;
+};
+Status stream_batch64(void* stream, std::span<const StreamMemOp> ops);
 Status stream_host_sync(void* stream, Deadline deadline);  // nv::synchronize_stream
 
 }  // namespace conccl::nv
