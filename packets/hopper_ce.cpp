@@ -525,7 +525,7 @@ Status CommandList::wait(uint64_t addr, uint64_t value, Acquire op) {
   CONCCL_RETURN_IF_ERROR(check_va("wait", addr, 8));
   const size_t at = dw_.size();
   dw_.resize(at + kHostSemDwords);
-  put_host_semaphore(dw_.data() + at, addr, value, uint32_t(op) | kSemPayload64);
+  put_host_semaphore(dw_.data() + at, addr, value, uint32_t(op) | kSemAcquireSwitchTsg | kSemPayload64);
   headers_ += 1;
   return Status();
 }
