@@ -23,6 +23,8 @@
 // Timestamps: a release with timestamp into a 16-byte slot (payload 0 at +0,
 // GPU ns at +8: Caps::timestamp_offset = 8).
 #include <algorithm>
+#include <cstdlib>
+#include <string>
 
 #include "packets/hopper_ce.hpp"
 #include "queue/lowering.hpp"
@@ -78,10 +80,20 @@ Status signal_set(CommandBuffer& cb, uint64_t va, uint64_t v) {
   return emit(cb, kReleaseDwords, [&](uint32_t* p) { put_release(p, va, v, false, false); });
 }
 
+// CONCCL_NV_ACQUIRE_SWITCH_TSG=0 leaves the bit out: a diagnostic that shows
+// what it is for (docs/nv-backend.md), read once.
+uint32_t switch_tsg_bit() {
+  static const uint32_t bit = [] {
+    const char* e = std::getenv("CONCCL_NV_ACQUIRE_SWITCH_TSG");
+    return e && std::string(e) == "0" ? 0u : kSemAcquireSwitchTsg;
+  }();
+  return bit;
+}
+
 Status wait_ge(CommandBuffer& cb, uint64_t va, uint64_t v) {
   CONCCL_RETURN_IF_ERROR(check_va("signal", va, 8));
   return emit(cb, kHostSemDwords, [&](uint32_t* p) {
-    put_host_semaphore(p, va, v, uint32_t(Acquire::circ_geq) | kSemAcquireSwitchTsg | kSemPayload64);
+    put_host_semaphore(p, va, v, uint32_t(Acquire::circ_geq) | switch_tsg_bit() | kSemPayload64);
   });
 }
 
