@@ -253,6 +253,9 @@ Status CallState::wait_here(uint64_t call, uint64_t arrive_target, uint64_t sent
 void CallState::watch() {
   std::unique_lock<std::mutex> lk(mu);
   auto last_check = std::chrono::steady_clock::now();
+  // Polls often right after progress, then backs off to 1 ms: a call that
+  // takes long costs the thread little.
+  std::chrono::microseconds nap{20};
   while (!stop) {
     if (pending.empty()) {
       cv.wait(lk);
@@ -277,9 +280,11 @@ void CallState::watch() {
     if (complete) {
       if (!pending.empty() && pending.front().k == p.k) pending.pop_front();
       cv.notify_all();
+      nap = std::chrono::microseconds(20);
       continue;
     }
-    cv.wait_for(lk, std::chrono::microseconds(50));
+    cv.wait_for(lk, nap);
+    nap = std::min<std::chrono::microseconds>(nap * 2, std::chrono::milliseconds(1));
   }
 }
 
