@@ -713,6 +713,7 @@ Result<std::vector<Bootstrap::Message>> Bootstrap::exchange(const std::string& w
       }
       p.in.erase(0, sizeof ph + ph.what_len + ph.data_len);
       got[static_cast<size_t>(r)] = true;
+      ++messages_received_;
     }
     bool done = true;
     for (int r = 0; r < nranks_; ++r) done &= got[static_cast<size_t>(r)] && sent[static_cast<size_t>(r)] == frame.size();
@@ -766,7 +767,10 @@ Result<std::vector<Bootstrap::Message>> Bootstrap::exchange(const std::string& w
           std::memcpy(CMSG_DATA(c), fds.data(), sizeof(int) * fds.size());
         }
         const ssize_t n = ::sendmsg(p.fd, &mh, MSG_NOSIGNAL | MSG_DONTWAIT);
-        if (n > 0) s += static_cast<size_t>(n);
+        if (n > 0) {
+          s += static_cast<size_t>(n);
+          if (s == frame.size()) ++messages_sent_;  // the whole frame is out
+        }
         else if (n < 0 && errno == EPIPE) return fail_gone(r);
         else if (n < 0 && errno != EAGAIN && errno != EWOULDBLOCK && errno != EINTR)
           return os_error("sending '" + what + "' to rank " + std::to_string(r), errno);

@@ -384,7 +384,14 @@ TEST(Bootstrap, ExchangesDataAndFileDescriptors) {
         return *out = "memfd from " + std::to_string(q), 7;
       close(m.fds[0]);
     }
+    // One exchange and one barrier of 4 ranks: 3 messages each way, twice.
+    if ((*b)->messages_sent() != 3 || (*b)->messages_received() != 3)
+      return *out = "after the exchange: sent " + std::to_string((*b)->messages_sent()) + " received " +
+                    std::to_string((*b)->messages_received()), 9;
     if (!(*b)->barrier("end", Deadline::after_ms(20000)).ok()) return 8;
+    if ((*b)->messages_sent() != 6 || (*b)->messages_received() != 6)
+      return *out = "after the barrier: sent " + std::to_string((*b)->messages_sent()) + " received " +
+                    std::to_string((*b)->messages_received()), 10;
     return 0;
   });
   for (int r = 0; r < 4; ++r) EXPECT_EQ(res[size_t(r)].exit_code, 0) << "rank " << r << ": " << res[size_t(r)].out;
