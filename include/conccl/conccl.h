@@ -54,7 +54,7 @@ extern "C" {
 
 /* 2: destroy and close calls and conccl_signal_add return conccl_status;
  * handles are checked; buffers are checked against their allocation. */
-#define CONCCL_C_API_VERSION 2
+#define CONCCL_C_API_VERSION 3
 
 typedef enum conccl_status {
   CONCCL_OK = 0,
@@ -271,6 +271,34 @@ conccl_status conccl_comm_create_rank(conccl_device_t device, int rank, int nran
                                       const conccl_comm_options* options, conccl_comm_t* comm);
 /* This process's rank; -1 for a communicator of one process. */
 int conccl_comm_rank(conccl_comm_t comm);
+
+/* ---- windows, counting, asynchronous errors (one process per rank) -------
+ * A window is one buffer per rank, registered once by every rank together
+ * (docs/multiprocess.md, "Windows"). The NCCL-shaped calls below take
+ * buffers that lie inside windows, at the same offsets on every rank, with
+ * no message between the ranks per call: each rank finds the peers' buffers
+ * at the same offsets of their windows, and the ranks' streams and copy
+ * engines order the call through counters in shared memory. Every rank must
+ * pass window buffers for a call, or none must. */
+typedef struct conccl_window* conccl_window_t;
+/* Collective: every rank, in the same order, each with its own buffer. */
+conccl_status conccl_comm_window_register(conccl_comm_t comm, const conccl_buffer* buffer, conccl_window_t* window);
+/* Collective; waits for the calls that use the window; the handle is then invalid. */
+conccl_status conccl_comm_window_deregister(conccl_comm_t comm, conccl_window_t window);
+
+typedef struct conccl_comm_stats {
+  uint64_t bootstrap_messages_sent;     /* over the bootstrap sockets, since the communicator was made */
+  uint64_t bootstrap_messages_received;
+  uint64_t calls;         /* NCCL-shaped calls that went through windows, and other C++ Communicator::call calls */
+  uint64_t window_calls;  /* of them, those made through windows (no message between the ranks) */
+  uint64_t window_plans;  /* plans compiled for window calls (once per distinct call) */
+} conccl_comm_stats;
+conccl_status conccl_comm_get_stats(conccl_comm_t comm, conccl_comm_stats* stats);
+/* As ncclCommGetAsyncError: *async_status is CONCCL_OK, or the first error
+ * of a call through windows that failed after it returned (a rank died,
+ * stopped calling or refused the call; conccl_last_error() then says which).
+ * Once set, every call on the communicator returns it: destroy it. */
+conccl_status conccl_comm_get_async_error(conccl_comm_t comm, conccl_status* async_status);
 
 typedef struct conccl_collective_args {
   size_t struct_size;

@@ -96,6 +96,10 @@ struct conccl_comm {
   // sequence and ends or waits for its launches in the same order. At most
   // kInFlight per communicator.
   std::deque<conccl::Plan*> in_flight;
+  // Window handles it made (destroyed with it).
+  std::vector<uint64_t> windows;
+  // Calls through windows on a CUDA stream: one StreamOps per stream.
+  std::map<void*, std::unique_ptr<conccl::StreamOps>> stream_ops;
   bool is_in_flight(const conccl::Plan* p) const;
   // Plans first (each waits for its own launch), then the communicator.
   void destroy();
@@ -109,8 +113,16 @@ struct conccl_plan {
   std::vector<std::pair<uint64_t, std::string>> buffers;  // (id, "recv of rank 1")
 };
 
+// A registered window: its communicator (the window dies with it) and the
+// C++ window.
+struct conccl_window {
+  std::weak_ptr<conccl_comm> comm;
+  conccl::Window window;
+};
+
 namespace conccl::capi {
 
+using WindowTable = HandleTable<conccl_window, HandleKind::window>;
 using DeviceTable = HandleTable<conccl_device, HandleKind::device>;
 using QueueTable = HandleTable<conccl_queue, HandleKind::queue>;
 using SignalTable = HandleTable<conccl_signal, HandleKind::signal>;

@@ -813,6 +813,70 @@ size_t conccl_comm_cached_plans(conccl_comm_t ch) {
   return v;
 }
 
+conccl_status conccl_comm_window_register(conccl_comm_t ch, const conccl_buffer* buffer, conccl_window_t* window) {
+  return guard(__func__, [&] {
+    CONCCL_C_REQUIRE(buffer && window, "buffer and window must not be NULL");
+    *window = nullptr;
+    CONCCL_C_FIND(CommTable, c, ch, "comm");
+    if (!c.comm) return fail(CONCCL_ERR_INVALID_ARGUMENT, std::string(current_call()) + ": the communicator was destroyed");
+    Result<Buffer> b = resolve_buffer(*c.device, *buffer, std::string(current_call()) + ": buffer");
+    if (!b.ok()) return report(b.status());
+    Result<conccl::Window> w = c.comm->register_window(*b);
+    if (!w.ok()) return report(w.status().prefix(current_call()));
+    auto h = std::make_shared<conccl_window>();
+    h->comm = c_ref.value();
+    h->window = *w;
+    const uint64_t bits = WindowTable::get().add(h);
+    c.windows.push_back(bits);
+    *window = handle_of<conccl_window_t>(bits);
+    return report(Status());
+  });
+}
+
+conccl_status conccl_comm_window_deregister(conccl_comm_t ch, conccl_window_t wh) {
+  return guard(__func__, [&] {
+    CONCCL_C_FIND(CommTable, c, ch, "comm");
+    CONCCL_C_FIND(WindowTable, w, wh, "window");
+    std::shared_ptr<conccl_comm> owner = w.comm.lock();
+    if (owner.get() != &c)
+      return fail(CONCCL_ERR_INVALID_ARGUMENT,
+                  std::string(current_call()) + ": the window belongs to another communicator (or a destroyed one)");
+    if (!c.comm) return fail(CONCCL_ERR_INVALID_ARGUMENT, std::string(current_call()) + ": the communicator was destroyed");
+    Status st = c.comm->deregister_window(w.window);
+    if (!st.ok()) return report(st.prefix(current_call()));
+    (void)WindowTable::get().take(handle_bits(wh));
+    std::erase(c.windows, handle_bits(wh));
+    return report(Status());
+  });
+}
+
+conccl_status conccl_comm_get_stats(conccl_comm_t ch, conccl_comm_stats* out) {
+  return guard(__func__, [&] {
+    CONCCL_C_REQUIRE(out, "stats must not be NULL");
+    CONCCL_C_FIND(CommTable, c, ch, "comm");
+    if (!c.comm) return fail(CONCCL_ERR_INVALID_ARGUMENT, std::string(current_call()) + ": the communicator was destroyed");
+    const CommStats s = c.comm->stats();
+    out->bootstrap_messages_sent = s.bootstrap_messages_sent;
+    out->bootstrap_messages_received = s.bootstrap_messages_received;
+    out->calls = s.calls;
+    out->window_calls = s.window_calls;
+    out->window_plans = s.window_plans;
+    return report(Status());
+  });
+}
+
+conccl_status conccl_comm_get_async_error(conccl_comm_t ch, conccl_status* async_status) {
+  return guard(__func__, [&] {
+    CONCCL_C_REQUIRE(async_status, "async_status must not be NULL");
+    CONCCL_C_FIND(CommTable, c, ch, "comm");
+    if (!c.comm) return fail(CONCCL_ERR_INVALID_ARGUMENT, std::string(current_call()) + ": the communicator was destroyed");
+    const Status st = c.comm->async_error();
+    *async_status = code_to_c(st.code());
+    last_error() = st.ok() ? std::string() : st.message();
+    return CONCCL_OK;
+  });
+}
+
 void conccl_collective_args_init(conccl_collective_args* a) {
   if (!a) return;
   std::memset(a, 0, sizeof *a);

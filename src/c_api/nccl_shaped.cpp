@@ -39,6 +39,9 @@ void conccl_comm::destroy() {
   in_flight.clear();
   cache.clear();  // plans before their communicator (each waits for its own launch)
   comm.reset();
+  stream_ops.clear();
+  for (uint64_t w : windows) (void)WindowTable::get().take(w);
+  windows.clear();
 }
 
 namespace conccl::capi {
@@ -105,6 +108,25 @@ conccl_status nccl_shaped_per_process(CollOp op, const conccl_buffer* send, cons
   if (!rb.ok()) return report(rb.status());
   a.recv.push_back(*rb);
   key_of(recv[0], &rk);
+  // Buffers inside windows: no message between the ranks (Communicator::call).
+  {
+    bool in_windows = true;
+    for (const Buffer& b : a.send) in_windows = in_windows && c->comm->window_of(b, b.size).valid();
+    for (const Buffer& b : a.recv) in_windows = in_windows && c->comm->window_of(b, b.size).valid();
+    if (in_windows) {
+      StreamOps* ops = nullptr;
+      if (stream) {
+        auto it = c->stream_ops.find(stream);
+        if (it == c->stream_ops.end()) {
+          Result<std::unique_ptr<StreamOps>> made = nv::stream_ops(*d.dev, stream);
+          if (!made.ok()) return report(made.status().prefix(call));
+          it = c->stream_ops.emplace(stream, std::move(made).value()).first;
+        }
+        ops = it->second.get();
+      }
+      return report(c->comm->call(a, ops).prefix(call));
+    }
+  }
   const conccl_comm::Key key{static_cast<int>(op), bytes, root, sk, rk, stream != nullptr};
   conccl_comm::Slot& slot = c->cache[key];
   size_t ended = 0;
