@@ -164,6 +164,17 @@ _buf_unreg_cuda = _sig("conccl_buffer_unregister_cuda", _status, _vp, _P(_Buffer
 _dev_cuda_ordinal = _sig("conccl_device_cuda_ordinal", _status, _vp, _int, _P(_int))
 
 
+class _CommStats(ctypes.Structure):
+    _fields_ = [(f, _u64) for f in ("bootstrap_messages_sent", "bootstrap_messages_received", "calls",
+                                    "window_calls", "window_plans")]
+
+
+_win_register = _sig("conccl_comm_window_register", _status, _vp, _P(_Buffer), _P(_vp))
+_win_deregister = _sig("conccl_comm_window_deregister", _status, _vp, _vp)
+_comm_stats = _sig("conccl_comm_get_stats", _status, _vp, _P(_CommStats))
+_comm_async_error = _sig("conccl_comm_get_async_error", _status, _vp, _P(_int))
+
+
 class _Store(ctypes.Structure):
     _fields_ = [("address", _u64), ("value", _u64)]
 
@@ -331,6 +342,12 @@ class Buffer:
 
     def _live(self, device=None, name="buffer"):
         """The struct to pass back, after checking the buffer is usable (on `device`, when given)."""
+        parent = getattr(self, "_parent", None)
+        if parent is not None and not self._gone:
+            try:
+                parent._live(device, name)
+            except Error:
+                self._gone = parent._gone or "was freed"
         if self._gone:  # a double free stays "not_found", as it always was here
             raise Error("not_found" if self._gone == "was freed" else "invalid_argument",
                         f"{name}: this buffer {self._gone}; allocate a new one (on an open device)")
@@ -427,7 +444,27 @@ class Buffer:
         import numpy as np
         return np.frombuffer(mv, dtype=dtype)
 
+    def view(self, offset, nbytes):
+        """A Buffer for bytes [offset, offset + nbytes) of this one (a window's part, say):
+        it passes the same allocation to the library, so calls through windows find it. It
+        is not freed on its own, and stops working when this buffer does."""
+        raw = self._live()
+        offset, nbytes = _integer("offset", offset, "size_t"), _integer("nbytes", nbytes, "size_t")
+        if offset > raw.size or nbytes > raw.size - offset or nbytes == 0:
+            raise Error("out_of_range", f"view of {nbytes} bytes at offset {offset}: the buffer has {raw.size} bytes "
+                                        "(and a view has at least one)")
+        sub = _Buffer.from_buffer_copy(raw)
+        sub.va = raw.va + offset
+        sub.size = nbytes
+        if raw.host:
+            sub.host = raw.host + offset
+        v = Buffer(self._device, sub, None if self._cuda_ptr is None else self._cuda_ptr + offset)
+        v._parent = self
+        return v
+
     def free(self):
+        if getattr(self, "_parent", None) is not None:
+            raise Error("invalid_argument", "free: this buffer is a view of another (Buffer.view); free that one")
         raw = self._live()
         dev = self._device._handle()
         try:
@@ -854,6 +891,36 @@ class Communicator(_Child):
     def plan(self, op, nbytes, send, recv, **kw):
         return Plan(self, op, nbytes, send, recv, **kw)
 
+    def register_window(self, buffer):
+        """One process per rank: registers this rank's `buffer` as a window (every rank
+        calls it, in the same order, with its own buffer). The NCCL-shaped calls then take
+        views of windows (Buffer.view) at the same offsets on every rank with no message
+        between the ranks per call (docs/multiprocess.md, "Windows")."""
+        h = self._handle()
+        if not isinstance(buffer, Buffer):
+            raise Error("invalid_argument", f"register_window: give a conccl.Buffer, not {type(buffer).__name__}")
+        raw = buffer._live(self._device, "buffer")
+        wh = _vp()
+        _check(_win_register(h, ctypes.byref(raw), ctypes.byref(wh)))
+        return Window(self, wh, buffer)
+
+    def stats(self):
+        """What the communicator has done: bootstrap messages sent and received, calls,
+        window calls (no message between the ranks), window plans compiled."""
+        st = _CommStats()
+        _check(_comm_stats(self._handle(), ctypes.byref(st)))
+        return {f: int(getattr(st, f)) for f, _ in _CommStats._fields_}
+
+    def async_error(self):
+        """None, or the conccl.Error of a call through windows that failed after it returned
+        (a rank died, stopped calling or refused a call), as ncclCommGetAsyncError. Once
+        set, every call raises it: destroy the communicator."""
+        code = _int(0)
+        _check(_comm_async_error(self._handle(), ctypes.byref(code)))
+        if code.value == 0:
+            return None
+        return Error(_status_name(code.value).decode(), _last_error().decode())
+
     # NCCL-shaped calls. One process: one buffer (or tensor) per rank, in
     # lists. One process per rank: this rank's alone (a list of one, or the
     # buffer itself), as ncclAllGather; broadcast's root_send may be None off
@@ -999,6 +1066,33 @@ class Communicator(_Child):
         it); CUDA tensors `stream`, or torch's current stream."""
         cpu = not getattr(tensors[0], "is_cuda", False)
         return None if cpu and stream is None else _stream_handle(stream)
+
+
+class Window:
+    """A registered window (Communicator.register_window): `buffer` is this rank's. close()
+    deregisters it (collective: every rank, in the same order); so does leaving a `with`."""
+
+    def __init__(self, comm, handle, buffer):
+        self._comm = comm
+        self._h = handle
+        self.buffer = buffer
+
+    def view(self, offset, nbytes):
+        """This rank's bytes [offset, offset + nbytes) of the window, for the calls."""
+        if not self._h:
+            raise Error("invalid_argument", "this window was deregistered")
+        return self.buffer.view(offset, nbytes)
+
+    def close(self):
+        if self._h:
+            h, self._h = self._h, None
+            _check(_win_deregister(self._comm._handle(), h))
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        self.close()
 
 
 def _is_tensor(t):

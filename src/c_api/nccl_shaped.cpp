@@ -109,10 +109,17 @@ conccl_status nccl_shaped_per_process(CollOp op, const conccl_buffer* send, cons
   a.recv.push_back(*rb);
   key_of(recv[0], &rk);
   // Buffers inside windows: no message between the ranks (Communicator::call).
+  // A non-root rank's send of a broadcast is kept there: it tells where the
+  // root's sits (the same offset on every rank).
   {
+    CollectiveArgs w = a;
+    if (send && root_only && !is_root) {
+      Result<Buffer> b = resolve_buffer(d, send[0], call + ": send");
+      if (b.ok() && c->comm->window_of(*b, b->size).valid()) w.send.push_back(*b);
+    }
     bool in_windows = true;
-    for (const Buffer& b : a.send) in_windows = in_windows && c->comm->window_of(b, b.size).valid();
-    for (const Buffer& b : a.recv) in_windows = in_windows && c->comm->window_of(b, b.size).valid();
+    for (const Buffer& b : w.send) in_windows = in_windows && c->comm->window_of(b, b.size).valid();
+    for (const Buffer& b : w.recv) in_windows = in_windows && c->comm->window_of(b, b.size).valid();
     if (in_windows) {
       StreamOps* ops = nullptr;
       if (stream) {
@@ -124,7 +131,7 @@ conccl_status nccl_shaped_per_process(CollOp op, const conccl_buffer* send, cons
         }
         ops = it->second.get();
       }
-      return report(c->comm->call(a, ops).prefix(call));
+      return report(c->comm->call(w, ops).prefix(call));
     }
   }
   const conccl_comm::Key key{static_cast<int>(op), bytes, root, sk, rk, stream != nullptr};

@@ -118,6 +118,69 @@ class CollectiveTest(unittest.TestCase):
             self.assertEqual(cm.exception.status, "invalid_argument")
 
 
+    def test_windows_one_process_per_rank(self):
+        # Calls through windows: views at the same offsets on every rank, no
+        # bootstrap message per call, every byte checked; stats, async_error,
+        # and the window's and views' misuse.
+        import subprocess
+        import sys
+        uid = conccl.unique_id()
+        rank_script = '''
+import hashlib, sys, conccl
+r, n, uid, chunk = int(sys.argv[1]), int(sys.argv[2]), sys.argv[3], 5000
+data = lambda s: (hashlib.sha256(bytes([s % 256])).digest() * (chunk // 32 + 1))[:chunk]
+with conccl.Device("emu", preset="mi300x", process_slot=r) as dev:
+    comm = conccl.Communicator(dev, rank=r, nranks=n, unique_id=uid, gpu=r, timeout_ms=20000)
+    mem = dev.alloc(r, 4 * chunk * n)
+    with comm.register_window(mem) as win:
+        send, recv = win.view(0, chunk * n), win.view(2 * chunk * n, chunk * n)
+        before = comm.stats()
+        assert before["bootstrap_messages_sent"] > 0, before
+        for k in range(6):
+            send.upload(b"".join(data(7 * k + r) for _ in range(n)))
+            comm.all_gather(send, recv, chunk)
+            got = recv.download()
+            for s in range(n):
+                assert got[s * chunk:(s + 1) * chunk] == data(7 * k + s), (k, s)
+        # Every rank passes the root's buffer's place (NCCL's symmetric rule).
+        comm.broadcast(send, recv, chunk, root=0)
+        assert recv.download()[:chunk] == data(35), "broadcast"
+        after = comm.stats()
+        assert after["bootstrap_messages_sent"] == before["bootstrap_messages_sent"], (before, after)
+        assert after["bootstrap_messages_received"] == before["bootstrap_messages_received"], (before, after)
+        assert after["window_calls"] - before["window_calls"] == 7, (before, after)
+        assert comm.async_error() is None
+        try:
+            send.free()
+            raise AssertionError("a view was freed")
+        except conccl.Error as e:
+            assert e.status == "invalid_argument" and "view" in e.message, e
+        try:
+            mem.view(4 * chunk * n, 1)
+            raise AssertionError("a view past the end")
+        except conccl.Error as e:
+            assert e.status == "out_of_range", e
+    try:
+        win.view(0, 16)
+        raise AssertionError("a view of a closed window")
+    except conccl.Error as e:
+        assert "deregistered" in e.message, e
+    mem.free()
+    try:
+        send.download()
+        raise AssertionError("a view outlived its buffer")
+    except conccl.Error as e:
+        assert e.status in ("not_found", "invalid_argument"), e
+print("ok", r)
+'''
+        n = 2
+        procs = [subprocess.Popen([sys.executable, "-c", rank_script, str(r), str(n), uid],
+                                  stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True) for r in range(n)]
+        for r, p in enumerate(procs):
+            out, err = p.communicate(timeout=120)
+            self.assertEqual(p.returncode, 0, f"rank {r}: {err}")
+            self.assertEqual(out.strip(), f"ok {r}")
+
     def test_one_process_per_rank(self):
         # Each rank a Python process of its own, as torch.distributed runs:
         # the id made here, handed over on the command line.
