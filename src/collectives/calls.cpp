@@ -48,7 +48,8 @@ uint64_t recv_bytes(const CollectiveArgs& a, int r, int n) {
 std::string CallDesc::describe() const {
   const CollOp o = static_cast<CollOp>(op & 0xFF);
   auto at = [](uint64_t w, uint64_t off) { return w == kNone ? std::string("none") : "w" + std::to_string(w) + "+" + std::to_string(off); };
-  return std::string(coll_op_name(o)) + "/" + variant_name(static_cast<Variant>((op >> 8) & 0xFF)) + " " +
+  return std::string(coll_op_name(o)) + "/" + variant_name(static_cast<Variant>((op >> 8) & 0xFF)) +
+         ((op >> 48) & 1 ? " in place" : "") + " " +
          std::to_string(bytes) + " B root " + std::to_string((op >> 16) & 0xFFFF) + " peer " +
          std::to_string((op >> 32) & 0xFFFF) + " send " + at(send_window, send_offset) + " recv " +
          at(recv_window, recv_offset);
@@ -331,11 +332,23 @@ Status CallState::run(const CollectiveArgs& a, StreamOps* stream) {
     *off = b->va - w.local.va;
     return Status();
   };
+  // In place, as NCCL allows it: an all-gather whose send is its chunk of
+  // the receive buffer (recv + rank x bytes), an all-to-all whose send is
+  // its receive buffer. Every rank's send then follows from its receive
+  // buffer, so the ranks' send offsets may differ.
+  const bool in_place = s && r &&
+                        ((a.op == CollOp::all_gather && s->va == r->va + uint64_t(me) * a.bytes) ||
+                         (a.op == CollOp::all_to_all && s->va == r->va));
   CallDesc d;
-  d.op = uint64_t(a.op) | uint64_t(a.variant) << 8 | uint64_t(a.root) << 16 | uint64_t(a.op == CollOp::p2p ? a.peer : 0) << 32;
+  d.op = uint64_t(a.op) | uint64_t(a.variant) << 8 | uint64_t(a.root) << 16 |
+         uint64_t(a.op == CollOp::p2p ? a.peer : 0) << 32 | uint64_t(in_place) << 48;
   d.bytes = a.bytes;
   CONCCL_RETURN_IF_ERROR(where(s, sb, "send", &d.send_window, &d.send_offset));
   CONCCL_RETURN_IF_ERROR(where(r, rb, "receive", &d.recv_window, &d.recv_offset));
+  if (in_place) {
+    d.send_window = d.recv_window;
+    d.send_offset = d.recv_offset;
+  }
   // A buffer the op gives this rank none of, but other ranks one: the
   // root's (broadcast, scatter: its send; gather: its recv; p2p: either
   // end's) is taken to sit at this rank's other buffer's place, unless this
@@ -356,9 +369,19 @@ Status CallState::run(const CollectiveArgs& a, StreamOps* stream) {
   full.send.assign(static_cast<size_t>(n), Buffer{});
   full.recv.assign(static_cast<size_t>(n), Buffer{});
   for (int q = 0; q < n; ++q) {
-    for (int dir = 0; dir < 2; ++dir) {
+    for (int dir = 1; dir >= 0; --dir) {  // recv first: an in-place send is part of it
       const uint64_t need = dir == 0 ? send_bytes(a, q, n) : recv_bytes(a, q, n);
       if (!need) continue;
+      if (dir == 0 && in_place) {
+        Buffer b = full.recv[static_cast<size_t>(q)];
+        if (a.op == CollOp::all_gather) {
+          b.va += uint64_t(q) * a.bytes;
+          b.host = b.host ? static_cast<uint8_t*>(b.host) + uint64_t(q) * a.bytes : nullptr;
+        }
+        b.size = need;
+        full.send[static_cast<size_t>(q)] = b;
+        continue;
+      }
       const uint64_t win = dir == 0 ? d.send_window : d.recv_window, off = dir == 0 ? d.send_offset : d.recv_offset;
       if (win == kNone || win >= windows.size() || windows[win].ranks.empty())
         return error(Code::invalid_argument, name + ": rank " + std::to_string(q) + "'s " +

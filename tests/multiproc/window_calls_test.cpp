@@ -153,6 +153,40 @@ int matrix_rank(const NodeSetup& s, const UniqueId& id, int me, std::string* out
           ++calls;
           if (!bad.empty()) return *out += bad + "\n", 1;
         }
+  // In place, as NCCL allows: the all-gather's send is this rank's chunk of
+  // its receive buffer; the all-to-all's (SDMA 4.4.2 swaps) is the buffer.
+  for (HostStream* st : {static_cast<HostStream*>(nullptr), stream->get()}) {
+    const uint64_t bytes = 8192 + 128;
+    CollectiveArgs a;
+    a.op = CollOp::all_gather;
+    a.bytes = bytes;
+    Buffer recv = w->at(kRecvAt, bytes * s.nranks);
+    a.recv = {recv};
+    a.send = {w->at(kRecvAt + bytes * me, bytes)};
+    uint8_t* rp = recv.as<uint8_t>();
+    for (uint64_t i = 0; i < bytes * s.nranks; ++i) rp[i] = 0x3C;
+    for (uint64_t i = 0; i < bytes; ++i) rp[bytes * me + i] = byte_of(seed_of(me, 99, 0), i);
+    Status r = c.call(a, st);
+    if (r.ok() && st) r = st->synchronize(Deadline::after_ms(30000));
+    if (!r.ok()) return *out += "in-place all_gather: " + r.to_string() + "\n", 11;
+    for (int q = 0; q < s.nranks; ++q)
+      for (uint64_t i = 0; i < bytes; ++i)
+        if (rp[bytes * q + i] != byte_of(seed_of(q, 99, 0), i))
+          return *out += "in-place all_gather: byte " + std::to_string(i) + " of rank " + std::to_string(q) + " WRONG\n", 12;
+    ++calls;
+    if (!c.caps().swap) continue;
+    a.op = CollOp::all_to_all;
+    a.send = {recv};
+    for (uint64_t i = 0; i < bytes * s.nranks; ++i) rp[i] = byte_of(seed_of(me, 98, 0), i);
+    r = c.call(a, st);
+    if (r.ok() && st) r = st->synchronize(Deadline::after_ms(30000));
+    if (!r.ok()) return *out += "in-place all_to_all: " + r.to_string() + "\n", 13;
+    for (int q = 0; q < s.nranks; ++q)
+      for (uint64_t i = 0; i < bytes; ++i)
+        if (rp[bytes * q + i] != byte_of(seed_of(q, 98, 0), bytes * me + i))
+          return *out += "in-place all_to_all: byte " + std::to_string(i) + " from rank " + std::to_string(q) + " WRONG\n", 14;
+    ++calls;
+  }
   const CommStats after = c.stats();
   *out += "calls " + std::to_string(after.calls - before.calls) + " window_calls " +
           std::to_string(after.window_calls - before.window_calls) + " sent " +
