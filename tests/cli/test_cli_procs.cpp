@@ -10,8 +10,10 @@
 //   devices' process slots) is refused up front.
 #include <dirent.h>
 #include <signal.h>
+#include <unistd.h>
 
 #include <cerrno>
+#include <cstdio>
 #include <chrono>
 #include <string>
 #include <thread>
@@ -193,6 +195,34 @@ TEST(ProcsLimits, PeerIsCheckedOnlyWhereTheOpHasOne) {
   Outcome a = probe({"allgather", "--ranks", "2", "--peer", "1", "--max", "4K"}, "", 60);
   EXPECT_EQ(a.rc, 2) << a.err;
   EXPECT_TRUE(contains(a.err, "--peer does not apply to allgather")) << a.err;
+}
+
+// --procs calls go through windows by default: no bootstrap message inside a
+// timed call (summary and JSON say 0), every byte still verified; with
+// --no-windows the plans' exchanges show. Every op.
+TEST(ProcsWindows, NoMessagePerTimedCallUnlessNoWindows) {
+  const std::string json = "/tmp/conccl_cli_windows_" + std::to_string(getpid()) + ".json";
+  for (const char* op : {"allgather", "alltoall", "broadcast", "gather", "scatter", "p2p"}) {
+    Outcome r = probe({op, "--procs", "3", "--max", "16K", "--json", json}, "", 120);
+    ASSERT_EQ(r.rc, 0) << op << ": " << r.err;
+    EXPECT_TRUE(contains(r.out, "# Out of bounds values : 0 OK")) << op << ": " << r.out;
+    EXPECT_TRUE(contains(r.out, "# Bootstrap messages per timed call (out of place, the most of any size): 0.00"))
+        << op << ": " << r.out;
+    const std::string j = read_file(json);
+    EXPECT_TRUE(contains(j, "\"windows\": true, \"bootstrap_messages_per_call\": 0.000}")) << op << ": " << j;
+    EXPECT_FALSE(contains(j, "\"verified\": false")) << op << ": " << j;
+  }
+  Outcome nw = probe({"allgather", "--procs", "3", "--max", "16K", "--no-windows", "--json", json}, "", 120);
+  ASSERT_EQ(nw.rc, 0) << nw.err;
+  const std::string j = read_file(json);
+  EXPECT_TRUE(contains(j, "\"windows\": false")) << j;
+  EXPECT_FALSE(contains(j, "\"bootstrap_messages_per_call\": 0.000}")) << j;  // each launch meets at a barrier
+  EXPECT_TRUE(contains(nw.out, "# Out of bounds values : 0 OK")) << nw.out;
+  std::remove(json.c_str());
+  // One process has no bootstrap: nothing to count.
+  Outcome one = probe({"allgather", "--ranks", "2", "--max", "4K"}, "", 60);
+  EXPECT_EQ(one.rc, 0) << one.err;
+  EXPECT_FALSE(contains(one.out, "Bootstrap messages")) << one.out;
 }
 
 // A sweep that runs for minutes if it starts.

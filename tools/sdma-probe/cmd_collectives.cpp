@@ -205,7 +205,9 @@ std::string in_place_json(const SweepRow& r) {
   return "{\"time_us\": " + json_number(r.ip_time.mean, 3) + ", \"algbw_gbps\": " + json_number(r.ip_algbw, 4) +
          ", \"busbw_gbps\": " + json_number(r.ip_busbw, 4) + ", \"wrong_bytes\": " + std::to_string(r.ip_wrong) +
          ", \"min_us\": " + json_number(r.ip_time.min, 3) + ", \"max_us\": " + json_number(r.ip_time.max, 3) +
-         ", \"stddev_us\": " + json_number(r.ip_time.stddev, 3) + ", \"variant\": \"" + r.ip_variant + "\"}";
+         ", \"stddev_us\": " + json_number(r.ip_time.stddev, 3) + ", \"variant\": \"" + r.ip_variant +
+         "\", \"bootstrap_messages_per_call\": " +
+         (r.ip_messages_per_call < 0 ? std::string("null") : json_number(r.ip_messages_per_call, 3)) + "}";
 }
 
 // --json FILE: opened before the sweep (a path that cannot be written is a
@@ -265,13 +267,18 @@ int write_json(FILE* f, const SweepSetup& setup, const std::vector<SweepRow>& ro
                  "%s\n  {\"size\": %" PRIu64 ", \"time_us\": %s, \"algbw_gbps\": %s, \"busbw_gbps\": %s, "
                  "\"verified\": %s, \"wrong_bytes\": %" PRIu64 ", \"variant\": \"%s\", \"count\": %" PRIu64
                  ", \"type\": \"%s\", \"engines\": %d, \"iters\": %" PRIu64
-                 ", \"min_us\": %s, \"max_us\": %s, \"stddev_us\": %s, \"in_place\": %s}",
+                 ", \"min_us\": %s, \"max_us\": %s, \"stddev_us\": %s, \"in_place\": %s, "
+                 "\"bootstrap_messages_per_call\": %s}",
                  i ? "," : "", r.size, json_number(r.time.mean, 3).c_str(), json_number(r.algbw, 4).c_str(),
                  json_number(r.busbw, 4).c_str(), r.wrong == 0 ? "true" : "false", r.wrong, r.variant.c_str(), r.count,
                  r.type.c_str(), r.engines, r.iters, json_number(r.time.min, 3).c_str(),
-                 json_number(r.time.max, 3).c_str(), json_number(r.time.stddev, 3).c_str(), in_place_json(r).c_str()));
+                 json_number(r.time.max, 3).c_str(), json_number(r.time.stddev, 3).c_str(), in_place_json(r).c_str(),
+                 r.messages_per_call < 0 ? "null" : json_number(r.messages_per_call, 3).c_str()));
   }
-  check(std::fprintf(f, "\n]}\n"));
+  double messages = -1;
+  for (const SweepRow& r : rows) messages = std::max(messages, r.messages_per_call);
+  check(std::fprintf(f, "\n], \"windows\": %s, \"bootstrap_messages_per_call\": %s}\n", setup.windows ? "true" : "false",
+                     messages < 0 ? "null" : json_number(messages, 3).c_str()));
   return err;
 }
 
@@ -486,11 +493,37 @@ int run_collective(const Args& args, Context& ctx) {
       *out = *b;
     }
   }
+  // --procs: calls through windows (Communicator::call, no message between
+  // the ranks per call) unless --no-windows. Every rank registers two
+  // windows, its send and its receive buffer, a small stand-in where the op
+  // gives it none, so that every rank names the root's buffers at the same
+  // window offsets (0) as the others do.
+  const bool windows = me >= 0 && !args.has("no-windows");
+  Buffer stand_in_send{}, stand_in_recv{};
+  std::vector<conccl::Window> registered;
+  if (windows) {
+    for (auto [b, stand_in] : {std::pair{&base.send[static_cast<size_t>(me)], &stand_in_send},
+                               std::pair{&base.recv[static_cast<size_t>(me)], &stand_in_recv}}) {
+      Buffer w = *b;
+      if (!w.va) {
+        conccl::Result<Buffer> a = alloc_buffer(gpu_of[static_cast<size_t>(me)], 4096);
+        if (!a.ok()) return fail(args, ctx, a.status().prefix("a window's stand-in buffer"));
+        w = *stand_in = *a;
+      }
+      conccl::Result<conccl::Window> reg = (*comm)->register_window(w);
+      if (!reg.ok()) return fail(args, ctx, reg.status());
+      registered.push_back(*reg);
+    }
+  }
   for (int r = 0; r < n; ++r)
     if (const Buffer& b = base.send[static_cast<size_t>(r)]; b.va)
       if (Status st = upload_pattern(*stager_of_rank[static_cast<size_t>(r)], b, kSeed, r, deadline()); !st.ok())
         return fail(args, ctx, st.prefix("uploading rank " + std::to_string(r) + "'s data"));
   auto release = [&] {
+    for (const conccl::Window& w : registered) (void)(*comm)->deregister_window(w);
+    registered.clear();
+    for (Buffer* b : {&stand_in_send, &stand_in_recv})
+      if (b->va) (void)(buffers == "cuda" ? conccl::nv::unregister_cuda(dev, *b) : dev.free(*b));
     for (std::vector<Buffer>* v : {&base.send, &base.recv})
       for (Buffer& b : *v)
         if (b.va) (void)(buffers == "cuda" ? conccl::nv::unregister_cuda(dev, b) : dev.free(b));
@@ -512,6 +545,7 @@ int run_collective(const Args& args, Context& ctx) {
   setup.engines_per_gpu = dev.topology().gpus.empty() ? 0 : static_cast<int>(dev.topology().gpus[0].engines.size());
   setup.variant = variant == conccl::Variant::automatic ? "auto" : std::string(conccl::variant_name(variant));
   setup.prelaunch = base.prelaunch;
+  setup.windows = windows;
   setup.iters = *iters;
   setup.warmup = *warmup;
   setup.min = *min;
@@ -562,10 +596,25 @@ int run_collective(const Args& args, Context& ctx) {
     uint64_t wrong = 0;
     std::string variant;
     int engines = 0;
+    double messages_per_call = -1;
+  };
+  // A call through windows: this rank's buffers alone (its stand-ins where
+  // the op gives it none, out of place), host-ordered.
+  auto window_call = [&](const conccl::CollectiveArgs& a, bool in_place) -> Status {
+    conccl::CollectiveArgs mine = a;
+    const Buffer& s = a.send[static_cast<size_t>(me)];
+    const Buffer& r = a.recv[static_cast<size_t>(me)];
+    mine.send = {s.va ? s : (in_place ? Buffer{} : stand_in_send)};
+    mine.recv = {r.va ? r : (in_place ? Buffer{} : stand_in_recv)};
+    mine.prelaunch = false;
+    return (*comm)->call(mine, nullptr);
   };
   auto measure = [&](const conccl::CollectiveArgs& a, const std::vector<bool>& poison,
                      const std::vector<InPlaceSource>& sources, uint32_t poison_value, uint64_t n_iters,
-                     Measured* m) -> Status {
+                     Measured* m, bool in_place) -> Status {
+    // Gather's and scatter's in-place forms put only the root's chunk in
+    // place, so the ranks' offsets differ: those go through plans.
+    const bool through_windows = windows && !(in_place && (a.op == conccl::CollOp::gather || a.op == conccl::CollOp::scatter));
     const std::string at = "size " + std::to_string(op.size_is_total ? a.bytes * static_cast<uint64_t>(n) : a.bytes);
     for (int r = 0; r < n; ++r) {
       const Buffer& b = a.recv[static_cast<size_t>(r)];
@@ -577,7 +626,8 @@ int run_collective(const Args& args, Context& ctx) {
       CONCCL_RETURN_IF_ERROR(upload_pattern(*stager_of_rank[static_cast<size_t>(src.owner)], src.at, kSeed, src.src_rank,
                                             deadline(), src.src_off)
                                  .prefix("placing rank " + std::to_string(src.src_rank) + "'s data in place"));
-    conccl::Result<std::unique_ptr<conccl::Plan>> plan = (*comm)->plan(a);
+    conccl::Result<std::unique_ptr<conccl::Plan>> plan =
+        through_windows ? conccl::Result<std::unique_ptr<conccl::Plan>>(std::unique_ptr<conccl::Plan>()) : (*comm)->plan(a);
     if (!plan.ok()) return plan.status();
     // Warm-up: --warmup launches, and on real engines at least 100 ms of
     // them: copy engines of a GPU that idled (as it does while the previous
@@ -601,13 +651,19 @@ int run_collective(const Args& args, Context& ctx) {
       if (!more.ok()) return more.status().prefix("warm-up at " + at);
       if (!*more) break;
       const conccl::Deadline dl = deadline();
-      Status st = a.prelaunch ? (*plan)->prelaunch(dl) : (*plan)->launch(dl);
-      if (st.ok() && a.prelaunch) st = (*plan)->release();
-      if (st.ok()) st = (*plan)->wait(dl);
+      Status st;
+      if (through_windows) {
+        st = window_call(a, in_place);
+      } else {
+        st = a.prelaunch ? (*plan)->prelaunch(dl) : (*plan)->launch(dl);
+        if (st.ok() && a.prelaunch) st = (*plan)->release();
+        if (st.ok()) st = (*plan)->wait(dl);
+      }
       CONCCL_RETURN_IF_ERROR(st.prefix("warm-up at " + at));
       ++warm;
     }
     std::vector<double> times;
+    double messages = 0;
     for (uint64_t it = 0; it < n_iters && !stop_signal(); ++it) {
       if (me >= 0) {  // the ranks agree to launch (untimed)
         conccl::Result<std::vector<std::string>> go = exchange("launch", "");
@@ -617,7 +673,11 @@ int run_collective(const Args& args, Context& ctx) {
       const conccl::Deadline dl = deadline();
       Status st;
       std::chrono::steady_clock::time_point t0;
-      if (a.prelaunch) {
+      const conccl::CommStats before = me >= 0 ? (*comm)->stats() : conccl::CommStats{};
+      if (through_windows) {
+        t0 = std::chrono::steady_clock::now();
+        st = window_call(a, in_place);
+      } else if (a.prelaunch) {
         st = (*plan)->prelaunch(dl);  // queued behind the trigger: not timed
         t0 = std::chrono::steady_clock::now();
         if (st.ok()) st = (*plan)->release();
@@ -625,13 +685,19 @@ int run_collective(const Args& args, Context& ctx) {
         t0 = std::chrono::steady_clock::now();
         st = (*plan)->launch(dl);
       }
-      if (st.ok()) st = (*plan)->wait(dl);
+      if (st.ok() && !through_windows) st = (*plan)->wait(dl);
       const double us = std::chrono::duration<double, std::micro>(std::chrono::steady_clock::now() - t0).count();
       CONCCL_RETURN_IF_ERROR(st.prefix(at));  // a launch may still run: the buffers go with the device
       times.push_back(us);
+      if (me >= 0) {
+        const conccl::CommStats after = (*comm)->stats();
+        messages += static_cast<double>(after.bootstrap_messages_sent - before.bootstrap_messages_sent +
+                                        after.bootstrap_messages_received - before.bootstrap_messages_received);
+      }
     }
     if (stop_signal()) return Status();  // abandoned
     m->time = time_stats(times);
+    if (me >= 0 && !times.empty()) m->messages_per_call = messages / static_cast<double>(times.size());
     conccl::Result<uint64_t> wrong = count_wrong(a, n, kSeed, stager_of_rank, deadline(), me);
     if (!wrong.ok()) return wrong.status().prefix("verifying " + at);
     m->wrong = *wrong;
@@ -641,7 +707,8 @@ int run_collective(const Args& args, Context& ctx) {
       struct Mine {
         uint64_t wrong;
         TimeStats time;
-      } mine{*wrong, m->time};
+        double messages_per_call;
+      } mine{*wrong, m->time, m->messages_per_call};
       conccl::Result<std::vector<std::string>> all =
           exchange("row", std::string(reinterpret_cast<const char*>(&mine), sizeof mine));
       if (!all.ok()) return all.status().prefix("collecting the ranks' results at " + at);
@@ -651,10 +718,18 @@ int run_collective(const Args& args, Context& ctx) {
         if (msg.size() == sizeof t) std::memcpy(&t, msg.data(), sizeof t);
         m->wrong += t.wrong;
         if (t.time.mean > m->time.mean) m->time = t.time;
+        m->messages_per_call = std::max(m->messages_per_call, t.messages_per_call);
       }
     }
-    m->variant = conccl::variant_name((*plan)->variant());
-    m->engines = engines_used(**plan, gpu_of);
+    if (through_windows) {  // the plan is the communicator's: the variant automatic picks
+      m->variant = conccl::variant_name(a.variant != conccl::Variant::automatic
+                                            ? a.variant
+                                            : conccl::choose_variant(a.op, a.bytes, n, (*comm)->caps(), true));
+      m->engines = 0;
+    } else {
+      m->variant = conccl::variant_name((*plan)->variant());
+      m->engines = engines_used(**plan, gpu_of);
+    }
     return Status();
   };
 
@@ -668,10 +743,11 @@ int run_collective(const Args& args, Context& ctx) {
     const uint64_t n_iters = *iters ? static_cast<uint64_t>(*iters) : std::clamp<uint64_t>((64ull << 20) / std::max<uint64_t>(size, 1), 3, 20);
     const uint32_t poison_value = 0xA5A5A5A5u ^ static_cast<uint32_t>(si);
     Measured oop;
-    Status st = measure(a, std::vector<bool>(static_cast<size_t>(n), true), {}, poison_value, n_iters, &oop);
+    Status st = measure(a, std::vector<bool>(static_cast<size_t>(n), true), {}, poison_value, n_iters, &oop, false);
     std::optional<InPlace> ip = in_place_of(a, n);
     Measured inp;
-    if (st.ok() && ip && !stop_signal()) st = measure(ip->args, ip->poison, ip->sources, ~poison_value, n_iters, &inp);
+    if (st.ok() && ip && !stop_signal())
+      st = measure(ip->args, ip->poison, ip->sources, ~poison_value, n_iters, &inp, true);
     if (!st.ok()) {
       progress.clear();
       if (st.code() != conccl::Code::timeout) release();
@@ -689,6 +765,8 @@ int run_collective(const Args& args, Context& ctx) {
     row.wrong = oop.wrong;
     row.variant = oop.variant;
     row.engines = oop.engines;
+    row.messages_per_call = oop.messages_per_call;
+    row.ip_messages_per_call = inp.messages_per_call;
     if (ip) {
       row.in_place = true;
       row.ip_time = inp.time;
@@ -766,6 +844,9 @@ std::vector<FlagSpec> collective_flags() {
                .help = "each size is F times the last, 2..1024 (default 2)"});
   f.push_back({.name = "variant", .value = "NAME", .help = "algorithm variant (default auto)"});
   f.push_back({.name = "prelaunch", .help = "queue each launch behind a trigger; time from its release"});
+  f.push_back({.name = "no-windows",
+               .help = "--procs: plans with an exchange per launch instead of calls through windows (no message "
+                       "between the ranks per call); to compare the two"});
   f.push_back({.name = "queues", .value = "auto|per-rank|per-engine",
                .help = "loopback: the queues a GPU's ranks use on an engine (default auto)"});
   f.push_back({.name = "iters", .value = "N", .help = "timed iterations per size, 1..1000000 (default: by size, 3..20)"});

@@ -1,6 +1,7 @@
 // tools/sdma-probe/sweep_table.cpp - see sweep_table.hpp.
 #include "sweep_table.hpp"
 
+#include <algorithm>
 #include <cinttypes>
 
 namespace probe {
@@ -61,7 +62,11 @@ void print_summary(FILE* f, const std::vector<SweepRow>& rows) {
       ++measured;
     }
   }
+  double messages = -1;
+  for (const SweepRow& r : rows) messages = std::max(messages, r.messages_per_call);
   std::fprintf(f, "# Out of bounds values : %" PRIu64 " %s\n", wrong, wrong ? "FAILED" : "OK");
+  if (messages >= 0)
+    std::fprintf(f, "# Bootstrap messages per timed call (out of place, the most of any size): %.2f\n", messages);
   std::fprintf(f, "# Avg bus bandwidth    : %.3f\n#\n", measured ? bus / static_cast<double>(measured) : 0.0);
 }
 

@@ -25,6 +25,7 @@ struct SweepSetup {
   int engines_per_gpu = 0;
   std::string variant;    // asked: "auto" or a name
   bool prelaunch = false;
+  bool windows = false;   // --procs: calls through windows (not --no-windows)
   int64_t iters = 0;      // 0: by size
   int64_t warmup = 0;
   uint64_t min = 0, max = 0, step_factor = 2;
@@ -48,6 +49,10 @@ struct SweepRow {
   double ip_algbw = 0, ip_busbw = 0;
   uint64_t ip_wrong = 0;
   std::string ip_variant;
+  // --procs: bootstrap messages this rank sent and received inside the timed
+  // calls, per call (the slowest rank's row; -1: one process, not counted).
+  double messages_per_call = -1;
+  double ip_messages_per_call = -1;  // the in-place form's (gather and scatter: through plans)
 };
 
 void print_banner(FILE* f, const SweepSetup& s);
