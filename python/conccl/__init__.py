@@ -618,6 +618,17 @@ class Device:
             raise Error("invalid_argument", f"{name} is not contiguous: call .contiguous() first")
         ptr, nbytes = t.data_ptr(), t.numel() * t.element_size()
         if t.is_cuda:
+            # Inside a CUDA buffer of this device (alloc_cuda, register_cuda; a window's,
+            # say): that buffer's part, with no registration of its own, so that calls
+            # through windows find the window.
+            for b in list(self._buffers):
+                cp, raw = b._cuda_ptr, b._raw
+                if (cp and not b._gone and getattr(b, "_parent", None) is None and cp <= ptr and
+                        ptr + nbytes <= cp + raw.size):
+                    off = ptr - cp
+                    if off == 0 and nbytes == raw.size:
+                        return raw
+                    return _Buffer(raw.va + off, None, nbytes, raw.gpu, raw.kind, raw.id)
             key = (ptr, nbytes, gpu)
             cache = self.__dict__.setdefault("_tensor_regs", {})
             if key not in cache:
