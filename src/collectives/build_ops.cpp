@@ -51,8 +51,6 @@ Status broadcast_pairs(PlanBuilder& b, const CollectiveArgs& a, int src, uint64_
     const int d0 = peers[i], d1 = peers[i + 1];
     Result<PlanList*> l = b.list(src, b.comm().engine_for(src, d1));
     if (!l.ok()) return l.status();
-    CONCCL_RETURN_IF_ERROR(b.gate(**l, d0));
-    CONCCL_RETURN_IF_ERROR(b.gate(**l, d1));
     CONCCL_RETURN_IF_ERROR((*l)->cb.copy_bcst(R(a, d0) + dst_off, R(a, d1) + dst_off, src_va, a.bytes));
     CONCCL_RETURN_IF_ERROR(b.arrive(**l, d0));
     CONCCL_RETURN_IF_ERROR(b.arrive(**l, d1));
@@ -215,8 +213,6 @@ Status build_all_to_all(PlanBuilder& b, const CollectiveArgs& a, Variant v) {
           CONCCL_RETURN_IF_ERROR(b.wait_ready(**l, i, 1));
           CONCCL_RETURN_IF_ERROR(b.wait_ready(**l, j, 1));
         }
-        CONCCL_RETURN_IF_ERROR(b.gate(**l, i));
-        CONCCL_RETURN_IF_ERROR(b.gate(**l, j));
         CONCCL_RETURN_IF_ERROR((*l)->cb.swap(R(a, i) + uint64_t(j) * cb, R(a, j) + uint64_t(i) * cb, cb));
         CONCCL_RETURN_IF_ERROR(b.arrive(**l, i));
         CONCCL_RETURN_IF_ERROR(b.arrive(**l, j));

@@ -2,7 +2,6 @@
 #pragma once
 
 #include <map>
-#include <set>
 
 #include "conccl/collectives.hpp"
 
@@ -40,24 +39,14 @@ class PlanBuilder {
   // recorded as a patch, rewritten per call to base + rel.
   Status wait_on(PlanList& l, const Signal& s, uint8_t counter, int rank, uint64_t rel);
 
-  // Plans of window calls: makes list l wait for rank `rank`'s "posted"
-  // counter (once per list) before its next command; a no-op elsewhere (their
-  // lists wait for every rank's trigger at their start). Call it before a
-  // command that reads or writes that rank's memory outside copy() and
-  // arrive(), which call it themselves.
-  Status gate(PlanList& l, int rank);
-
   Communicator& comm() { return comm_; }
   Plan& plan() { return plan_; }
 
  private:
-  // The rank whose send or receive buffer holds va, or -1.
-  int rank_at(uint64_t va) const;
   Communicator& comm_;
   Plan& plan_;
   bool shared_;
   std::map<std::pair<int, int>, size_t> index_;
-  std::map<const PlanList*, std::set<int>> gated_;
 };
 
 // Builders, one per op (build_ops.cpp). Arguments are validated already.

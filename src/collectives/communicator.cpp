@@ -317,32 +317,12 @@ Result<PlanList*> PlanBuilder::list(int rank, int engine) {
   // rank's, so that no list writes into a rank before it has released.
   // (Window calls: every rank's "posted" counter, which reaches k at call k.)
   if (plan_.args_.prelaunch && plan_.triggers_.empty()) CONCCL_RETURN_IF_ERROR(plan_.trigger_.enqueue_wait(l.cb, 1));
-  // Window calls gate lazily instead: on the list's own rank here, and on
-  // each other rank right before the list's first command that touches it
-  // (gate()), so that a list waits only for the ranks it reads or writes.
-  if (plan_.args_.prelaunch && !plan_.monotonic_)
+  if (plan_.args_.prelaunch)
     for (size_t r = 0; r < plan_.triggers_.size(); ++r)
       CONCCL_RETURN_IF_ERROR(wait_on(l, plan_.triggers_[r], kCounterPosted, static_cast<int>(r), 1));
   index_[key] = plan_.lists_.size();
   plan_.lists_.push_back(std::move(l));
-  PlanList* out = &plan_.lists_.back();
-  if (plan_.monotonic_) CONCCL_RETURN_IF_ERROR(gate(*out, rank));
-  return out;
-}
-
-Status PlanBuilder::gate(PlanList& l, int rank) {
-  if (!plan_.monotonic_ || rank < 0 || static_cast<size_t>(rank) >= plan_.triggers_.size()) return Status();
-  if (!gated_[&l].insert(rank).second) return Status();
-  return wait_on(l, plan_.triggers_[static_cast<size_t>(rank)], kCounterPosted, rank, 1);
-}
-
-int PlanBuilder::rank_at(uint64_t va) const {
-  for (const std::vector<Buffer>* v : {&plan_.args_.send, &plan_.args_.recv})
-    for (size_t r = 0; r < v->size(); ++r) {
-      const Buffer& b = (*v)[r];
-      if (b.va && va >= b.va && va < b.va + b.size) return static_cast<int>(r);
-    }
-  return -1;
+  return &plan_.lists_.back();
 }
 
 Status PlanBuilder::wait_on(PlanList& l, const Signal& s, uint8_t counter, int rank, uint64_t rel) {
@@ -356,15 +336,10 @@ Status PlanBuilder::wait_on(PlanList& l, const Signal& s, uint8_t counter, int r
 
 Status PlanBuilder::copy(PlanList& l, uint64_t dst_va, uint64_t src_va, uint64_t bytes) {
   if (dst_va == src_va) return Status();  // in place
-  if (plan_.monotonic_) {
-    CONCCL_RETURN_IF_ERROR(gate(l, rank_at(src_va)));
-    CONCCL_RETURN_IF_ERROR(gate(l, rank_at(dst_va)));
-  }
   return l.cb.copy(dst_va, src_va, bytes);
 }
 
 Status PlanBuilder::arrive(PlanList& l, int dst) {
-  CONCCL_RETURN_IF_ERROR(gate(l, dst));
   CONCCL_RETURN_IF_ERROR(plan_.arrive_[static_cast<size_t>(dst)].enqueue_add(l.cb, 1));
   plan_.expected_[static_cast<size_t>(dst)]++;
   if (std::find(l.writes_to.begin(), l.writes_to.end(), dst) == l.writes_to.end()) l.writes_to.push_back(dst);

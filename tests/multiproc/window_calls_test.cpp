@@ -329,12 +329,9 @@ TEST(WindowCallFaults, DifferentOffsetsOnTwoRanksAreRefusedNotCopied) {
       std::memset(recv, 0x5A, 8192);
       Status st = c.call(gather_args(w, 2, 4096, me == 1 ? 64 : 0));
       *out += "call: " + st.to_string() + "\nasync: " + c.async_error().to_string() + "\n";
-      // Nothing crossed between the ranks: rank 1, which refused, queued
-      // nothing; rank 0's lists that write into rank 1 or read from it wait
-      // for rank 1's "posted", which never comes. (Rank 0's own chunk may
-      // land in its own buffer: that list waits for rank 0 alone.)
+      // Nothing was copied into this rank's receive buffer.
       bool untouched = true;
-      for (int i = me == 0 ? 4096 : 0; i < 8192; ++i) untouched = untouched && recv[i] == 0x5A;
+      for (int i = 0; i < 8192; ++i) untouched = untouched && recv[i] == 0x5A;
       *out += untouched ? "untouched\n" : "recv WRITTEN\n";
       return st.ok() ? 6 : 0;
     });
