@@ -384,6 +384,75 @@ conccl_status conccl_all_to_all(const conccl_buffer* send, const conccl_buffer* 
 conccl_status conccl_broadcast(const conccl_buffer* root_send, const conccl_buffer* recv, size_t bytes, int root,
                                conccl_comm_t comm, void* stream);
 
+/* ---- symmetric heaps: one window per rank, carved at the same offsets -----
+ * (src/c_api/heap.cpp; docs/multiprocess.md, "PyTorch memory pool")
+ * A heap is one buffer per rank, registered once as a window, out of which
+ * allocations are carved by a deterministic allocator: first fit over
+ * offsets, every offset and size a multiple of 512 bytes. The same sequence
+ * of allocations and frees on every rank gives the same offsets on every
+ * rank (as NVSHMEM's and torch's SymmetricMemory heaps do), so buffers of
+ * the heap go into the NCCL-shaped calls above with no message between the
+ * ranks (conccl_heap_buffer gives their conccl_buffer).
+ * One process per rank only (conccl_comm_create_rank). Backend "nv": CUDA VMM
+ * memory (as conccl_buffer_alloc_cuda) on this rank's GPU, and pointers are
+ * CUDA pointers that kernels and PyTorch use; other backends ("emu"): device
+ * memory (conccl_buffer_alloc), and pointers are engine addresses (va).
+ * A heap lives until conccl_heap_destroy. Destroying its communicator (or
+ * closing its device) makes every call on it fail, saying so, except
+ * conccl_heap_destroy, which then releases its memory without a collective
+ * step (closing the device releases it too). */
+typedef struct conccl_heap* conccl_heap_t;
+/* Collective: every rank, in the same order as its other window calls, with
+ * the same bytes (a mismatch is CONCCL_ERR_INVALID_ARGUMENT on every rank,
+ * naming both sizes). bytes is rounded up to a multiple of 512. */
+conccl_status conccl_heap_create(conccl_comm_t comm, size_t bytes, conccl_heap_t* heap);
+/* Collective while its communicator lives (the window is deregistered, after
+ * the calls that use it); then frees the memory. Allocations still in use
+ * (tensors of a torch.cuda.MemPool on it, say) must be dead by then. */
+conccl_status conccl_heap_destroy(conccl_heap_t heap);
+/* bytes (0 counts as 1) rounded up to 512, first fit: *ptr is the pointer of
+ * the allocation. Out of heap: CONCCL_ERR_RESOURCE_EXHAUSTED saying what is
+ * free. Same sequence on every rank -> same offsets. */
+conccl_status conccl_heap_alloc(conccl_heap_t heap, size_t bytes, uint64_t* ptr);
+/* ptr: what conccl_heap_alloc (or conccl_heap_torch_alloc) returned. */
+conccl_status conccl_heap_free(conccl_heap_t heap, uint64_t ptr);
+/* The conccl_buffer of heap bytes [ptr, ptr + bytes) (a sub-range of the
+ * heap's registered buffer, so that the NCCL-shaped calls find its window).
+ * A pointer outside the heap is CONCCL_ERR_INVALID_ARGUMENT; a range that
+ * runs past its end CONCCL_ERR_OUT_OF_RANGE. The struct is not freeable
+ * (conccl_buffer_free refuses it): free through the heap. */
+conccl_status conccl_heap_buffer(conccl_heap_t heap, uint64_t ptr, size_t bytes, conccl_buffer* buffer);
+typedef struct conccl_heap_info {
+  uint64_t base;         /* the pointer of offset 0 (CUDA pointer on nv, va elsewhere) */
+  size_t bytes;          /* usable bytes (a multiple of 512) */
+  size_t used;           /* bytes allocated now (sizes rounded up to 512) */
+  size_t largest_free;   /* the largest free range */
+  size_t allocations;    /* live allocations */
+  int cuda_device;       /* nv: the CUDA device ordinal of the memory; -1 elsewhere */
+  conccl_buffer buffer;  /* the whole heap, [base, base + bytes), as conccl_heap_buffer gives it */
+} conccl_heap_info;
+conccl_status conccl_heap_get_info(conccl_heap_t heap, conccl_heap_info* info);
+
+/* PyTorch's pluggable allocator (torch.cuda.memory.CUDAPluggableAllocator(
+ * path of libconccl.so, "conccl_heap_torch_alloc", "conccl_heap_torch_free"),
+ * wrapped in a torch.cuda.MemPool). Its functions take no user argument, so
+ * they work on the heap made current by conccl_heap_make_current (one per
+ * process at a time; NULL makes none current). torch_alloc carves from the
+ * current heap (device must be the heap's CUDA device on nv; stream is not
+ * used: PyTorch's caching allocator above it orders reuse on streams);
+ * torch_free releases ptr in whichever live heap holds it (size must be the
+ * size allocated). Neither ever aborts or throws: on an error (out of heap,
+ * no current heap, a foreign pointer) alloc returns NULL, which PyTorch
+ * raises as out of memory, free does nothing, and both record the message
+ * for conccl_heap_torch_error (and conccl_last_error on that thread). */
+conccl_status conccl_heap_make_current(conccl_heap_t heap);
+void* conccl_heap_torch_alloc(size_t size, int device, void* stream);
+void conccl_heap_torch_free(void* ptr, size_t size, int device, void* stream);
+/* The message of the latest failed conccl_heap_torch_alloc/free of this
+ * process (any thread; "" if none failed), written as
+ * conccl_device_topology_json writes. */
+conccl_status conccl_heap_torch_error(char* buf, size_t capacity, size_t* needed);
+
 #ifdef __cplusplus
 }
 #endif

@@ -1016,6 +1016,11 @@ class Communicator(_Child):
 
     def _tensor_call(self, op, outputs, inputs, stream, splits=(None, None), src=None):
         """op "all_gather", "all_to_all" or "broadcast" (outputs and inputs the same tensors)."""
+        # conccl.torch: with a SymmetricPool on this communicator, tensors outside it are
+        # staged through the pool (copy in, call through its window, copy out).
+        pools = __import__("sys").modules.get(__name__ + ".torch")
+        if pools is not None and pools._staged_call(self, op, outputs, inputs, stream, splits, src):
+            return
         h = self._handle()
         n = self.size
         call, onames = {"all_gather": ("all_gather_into_tensor", ("output_tensor", "input_tensor")),
