@@ -1086,29 +1086,54 @@ class Communicator(_Child):
 
 class Window:
     """A registered window (Communicator.register_window): `buffer` is this rank's. close()
-    deregisters it (collective: every rank, in the same order); so does leaving a `with`."""
+    (or deregister()) deregisters it: collective, every rank in the same order, once the
+    calls that use it have ended; so does leaving a `with`. A window dies with its
+    communicator (and so with its device): closing it afterwards does nothing."""
 
     def __init__(self, comm, handle, buffer):
         self._comm = comm
         self._h = handle
         self.buffer = buffer
 
-    def view(self, offset, nbytes):
-        """This rank's bytes [offset, offset + nbytes) of the window, for the calls."""
+    @property
+    def registered(self):
+        """Whether the window is still registered (not closed, its communicator alive)."""
+        return bool(self._h) and bool(self._comm._h)
+
+    def _live(self):
         if not self._h:
             raise Error("invalid_argument", "this window was deregistered")
+        if not self._comm._h:
+            raise Error("invalid_argument", f"this window's communicator {self._comm._gone} (its windows went with it)")
+
+    def view(self, offset, nbytes):
+        """This rank's bytes [offset, offset + nbytes) of the window, for the calls."""
+        self._live()
         return self.buffer.view(offset, nbytes)
 
     def close(self):
-        if self._h:
-            h, self._h = self._h, None
-            _check(_win_deregister(self._comm._handle(), h))
+        if not self._h:
+            return
+        if not self._comm._h:  # destroyed with its communicator
+            self._h = None
+            return
+        _check(_win_deregister(self._comm._h, self._h))  # on failure still registered: close() again
+        self._h = None
+
+    deregister = close
 
     def __enter__(self):
         return self
 
     def __exit__(self, *exc):
         self.close()
+
+    def __repr__(self):
+        try:
+            size = f"{self.buffer.size} bytes"
+        except Error:
+            size = "a freed buffer"
+        return f"<conccl.Window of {size}, {'registered' if self.registered else 'closed'}>"
 
 
 def _is_tensor(t):

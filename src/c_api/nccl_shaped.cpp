@@ -110,16 +110,17 @@ conccl_status nccl_shaped_per_process(CollOp op, const conccl_buffer* send, cons
   key_of(recv[0], &rk);
   // Buffers inside windows: no message between the ranks (Communicator::call).
   // A non-root rank's send of a broadcast is kept there: it tells where the
-  // root's sits (the same offset on every rank).
+  // root's sits (the same offset on every rank). The StreamOps of a CUDA
+  // stream is made once per communicator and stream, then looked up.
   {
-    CollectiveArgs w = a;
-    if (send && root_only && !is_root) {
-      Result<Buffer> b = resolve_buffer(d, send[0], call + ": send");
-      if (b.ok() && c->comm->window_of(*b, b->size).valid()) w.send.push_back(*b);
-    }
     bool in_windows = true;
-    for (const Buffer& b : w.send) in_windows = in_windows && c->comm->window_of(b, b.size).valid();
-    for (const Buffer& b : w.recv) in_windows = in_windows && c->comm->window_of(b, b.size).valid();
+    for (const Buffer& b : a.send) in_windows = in_windows && c->comm->window_of(b, b.size).valid();
+    for (const Buffer& b : a.recv) in_windows = in_windows && c->comm->window_of(b, b.size).valid();
+    Buffer root_place;
+    if (in_windows && send && root_only && !is_root) {
+      Result<Buffer> b = resolve_buffer(d, send[0], call + ": send");
+      if (b.ok() && c->comm->window_of(*b, b->size).valid()) root_place = *b;
+    }
     if (in_windows) {
       StreamOps* ops = nullptr;
       if (stream) {
@@ -131,7 +132,8 @@ conccl_status nccl_shaped_per_process(CollOp op, const conccl_buffer* send, cons
         }
         ops = it->second.get();
       }
-      return report(c->comm->call(w, ops).prefix(call));
+      if (root_place.size) a.send.push_back(root_place);
+      return report(c->comm->call(a, ops).prefix(call));
     }
   }
   const conccl_comm::Key key{static_cast<int>(op), bytes, root, sk, rk, stream != nullptr};

@@ -507,11 +507,13 @@ TEST(CApi, NcclShapedCallsOneProcessPerRank) {
 }
 
 // The NCCL-shaped calls on buffers inside windows: no bootstrap message per
-// call, every byte checked; and the window handles' misuse.
+// call (the stats before and after 20 all-gathers and 4 all-to-alls of random
+// data), every byte checked.
 TEST(CApi, NcclShapedCallsThroughWindowsSendNoMessage) {
   conccl_unique_id id;
   ASSERT_EQ(conccl_get_unique_id(&id), CONCCL_OK);
   constexpr int n = 2;
+  constexpr int kGathers = 20, kRounds = kGathers + 4;
   constexpr size_t chunk = 8192 + 24;
   auto data = [](int r, int round) {
     std::vector<uint8_t> v(chunk * n);
@@ -523,10 +525,10 @@ TEST(CApi, NcclShapedCallsThroughWindowsSendNoMessage) {
     conccl_device_t d = nullptr;
     conccl_comm_t comm = nullptr;
     if (int rc = open_rank(r, n, id, &d, &comm, out)) return rc;
-    conccl_buffer mem, other;
-    if (conccl_buffer_alloc(d, r, 4 * chunk * n, CONCCL_MEM_DEVICE, &mem) != CONCCL_OK ||
-        conccl_buffer_alloc(d, r, chunk * n, CONCCL_MEM_DEVICE, &other) != CONCCL_OK)
-      return *out = last(), 5;
+    conccl_comm_stats created;
+    if (conccl_comm_get_stats(comm, &created) != CONCCL_OK) return *out = last(), 5;
+    conccl_buffer mem;
+    if (conccl_buffer_alloc(d, r, 4 * chunk * n, CONCCL_MEM_DEVICE, &mem) != CONCCL_OK) return *out = last(), 5;
     conccl_window_t w = nullptr;
     if (conccl_comm_window_register(comm, &mem, &w) != CONCCL_OK || !w) return *out = last(), 6;
     // Sub-ranges of the window, at the same offsets on both ranks.
@@ -537,12 +539,15 @@ TEST(CApi, NcclShapedCallsThroughWindowsSendNoMessage) {
     recv.size = chunk * n;
     conccl_comm_stats before, after;
     if (conccl_comm_get_stats(comm, &before) != CONCCL_OK) return *out = last(), 7;
-    if (before.bootstrap_messages_sent == 0) return *out = "registration counted no message", 8;
+    // The registration exchanged (twice: the windows, then every rank's verdict).
+    if (before.bootstrap_messages_sent <= created.bootstrap_messages_sent ||
+        before.bootstrap_messages_received <= created.bootstrap_messages_received)
+      return *out = "registration counted no message", 8;
     std::vector<uint8_t> got(chunk * n);
-    for (int round = 0; round < 12; ++round) {
+    for (int round = 0; round < kRounds; ++round) {
       const std::vector<uint8_t> mine = data(r, round);
       if (conccl_buffer_upload(d, &send, 0, mine.data(), mine.size(), 5000) != CONCCL_OK) return *out = last(), 9;
-      const bool a2a = round % 3 == 2;
+      const bool a2a = round >= kGathers;
       const conccl_status s = a2a ? conccl_all_to_all(&send, &recv, chunk, comm, nullptr)
                                   : conccl_all_gather(&send, &recv, chunk, comm, nullptr);
       if (s != CONCCL_OK) return *out = "round " + std::to_string(round) + ": " + last(), 10;
@@ -554,23 +559,164 @@ TEST(CApi, NcclShapedCallsThroughWindowsSendNoMessage) {
     if (conccl_comm_get_stats(comm, &after) != CONCCL_OK) return *out = last(), 13;
     if (after.bootstrap_messages_sent != before.bootstrap_messages_sent ||
         after.bootstrap_messages_received != before.bootstrap_messages_received ||
-        after.window_calls - before.window_calls != 12)
-      return *out = "messages " + std::to_string(after.bootstrap_messages_sent - before.bootstrap_messages_sent) +
-                    ", window calls " + std::to_string(after.window_calls - before.window_calls), 14;
+        after.window_calls - before.window_calls != kRounds || after.calls - before.calls != kRounds ||
+        after.window_plans - before.window_plans != 2)
+      return *out = "messages sent " + std::to_string(after.bootstrap_messages_sent - before.bootstrap_messages_sent) +
+                    " received " + std::to_string(after.bootstrap_messages_received - before.bootstrap_messages_received) +
+                    ", calls " + std::to_string(after.calls - before.calls) + ", window calls " +
+                    std::to_string(after.window_calls - before.window_calls) + ", window plans " +
+                    std::to_string(after.window_plans - before.window_plans), 14;
     conccl_status async = CONCCL_ERR_INTERNAL;
     if (conccl_comm_get_async_error(comm, &async) != CONCCL_OK || async != CONCCL_OK) return *out = last(), 15;
-    // Misuse: a buffer of no window on this call path is refused by
-    // register's checks elsewhere; here a stale window handle.
     if (conccl_comm_window_deregister(comm, w) != CONCCL_OK) return *out = last(), 16;
-    if (conccl_comm_window_deregister(comm, w) != CONCCL_ERR_INVALID_ARGUMENT ||
-        !std::strstr(conccl_last_error(), "window"))
-      return *out = std::string("second deregister: ") + conccl_last_error(), 17;
-    conccl_window_t none = nullptr;
-    if (conccl_comm_window_register(comm, nullptr, &none) != CONCCL_ERR_INVALID_ARGUMENT) return *out = "NULL buffer", 18;
     conccl_comm_destroy(comm);
-    for (conccl_buffer* b : {&mem, &other}) (void)conccl_buffer_free(d, b);
+    (void)conccl_buffer_free(d, &mem);
     conccl_device_close(d);
     return 0;
   });
   for (int r = 0; r < n; ++r) EXPECT_EQ(res[size_t(r)].exit_code, 0) << "rank " << r << ": " << res[size_t(r)].out;
+}
+
+// Window handles misused, on 2 ranks: every refusal names the C function, the
+// communicator stays usable, and a destroyed communicator takes its windows.
+TEST(CApi, WindowHandlesMisuse) {
+  conccl_unique_id id, id2;
+  ASSERT_EQ(conccl_get_unique_id(&id), CONCCL_OK);
+  ASSERT_EQ(conccl_get_unique_id(&id2), CONCCL_OK);
+  constexpr int n = 2;
+  constexpr size_t chunk = 4096;
+  std::vector<conccl::mptest::RankOutcome> res = conccl::mptest::fork_ranks({0, 1}, [&](int r, std::string* out) {
+    conccl_device_t d = nullptr;
+    conccl_comm_t comm = nullptr, comm2 = nullptr;
+    if (int rc = open_rank(r, n, id, &d, &comm, out)) return rc;
+    auto refused = [&](conccl_status got, conccl_status want, const char* fn, const char* says, const char* what) {
+      const std::string msg = last();
+      if (got == want && msg.rfind(fn, 0) == 0 && msg.find(says) != std::string::npos) return false;
+      *out = std::string(what) + ": status " + std::to_string(got) + ", '" + msg + "'";
+      return true;
+    };
+    conccl_buffer mem;
+    if (conccl_buffer_alloc(d, r, 2 * chunk * n, CONCCL_MEM_DEVICE, &mem) != CONCCL_OK) return *out = last(), 5;
+    // NULL arguments.
+    conccl_window_t w = reinterpret_cast<conccl_window_t>(uintptr_t(1));
+    if (refused(conccl_comm_window_register(comm, nullptr, &w), CONCCL_ERR_INVALID_ARGUMENT,
+                "conccl_comm_window_register", "NULL", "NULL buffer"))
+      return 6;
+    if (refused(conccl_comm_window_register(comm, &mem, nullptr), CONCCL_ERR_INVALID_ARGUMENT,
+                "conccl_comm_window_register", "NULL", "NULL window"))
+      return 7;
+    // A buffer of another device (of this process): refused before any
+    // exchange, on every rank alike; *window stays NULL.
+    conccl_device_t other = nullptr;
+    {
+      conccl_device_options o;
+      conccl_device_options_init(&o);
+      if (conccl_device_open(&o, &other) != CONCCL_OK) return *out = last(), 8;
+    }
+    conccl_buffer foreign;
+    if (conccl_buffer_alloc(other, 0, chunk, CONCCL_MEM_DEVICE, &foreign) != CONCCL_OK) return *out = last(), 9;
+    if (refused(conccl_comm_window_register(comm, &foreign, &w), CONCCL_ERR_NOT_FOUND, "conccl_comm_window_register",
+                "another device", "a buffer of another device"))
+      return 10;
+    if (w) return *out = "window not NULL after a refusal", 11;
+    // A struct that does not match its allocation.
+    conccl_buffer longer = mem;
+    longer.size += 1;
+    if (refused(conccl_comm_window_register(comm, &longer, &w), CONCCL_ERR_INVALID_ARGUMENT,
+                "conccl_comm_window_register", "size", "a buffer longer than its allocation"))
+      return 12;
+    // The communicator is still usable: a window, one call through it.
+    if (conccl_comm_window_register(comm, &mem, &w) != CONCCL_OK || !w) return *out = last(), 13;
+    conccl_buffer send = mem, recv = mem;
+    send.size = chunk;
+    recv.va += chunk * n;
+    if (mem.host) recv.host = static_cast<uint8_t*>(mem.host) + chunk * n;
+    recv.size = chunk * n;
+    if (conccl_all_gather(&send, &recv, chunk, comm, nullptr) != CONCCL_OK) return *out = last(), 14;
+    // A stream on the emulated backend: no CUDA stream to order it on. Every
+    // rank is refused before the call, so the next call still pairs up.
+    conccl_comm_stats s0, s1;
+    if (conccl_comm_get_stats(comm, &s0) != CONCCL_OK) return *out = last(), 15;
+    if (refused(conccl_all_gather(&send, &recv, chunk, comm, reinterpret_cast<void*>(uintptr_t(1))),
+                CONCCL_ERR_UNAVAILABLE, "conccl_all_gather", "nv", "a stream on emu"))
+      return 16;
+    if (conccl_all_gather(&send, &recv, chunk, comm, nullptr) != CONCCL_OK) return *out = last(), 17;
+    if (conccl_comm_get_stats(comm, &s1) != CONCCL_OK) return *out = last(), 18;
+    if (s1.bootstrap_messages_sent != s0.bootstrap_messages_sent || s1.window_calls != s0.window_calls + 1)
+      return *out = "the refused call counted", 19;
+    // Another kind of handle, or NULL, where a window goes.
+    if (refused(conccl_comm_window_deregister(comm, reinterpret_cast<conccl_window_t>(comm)),
+                CONCCL_ERR_INVALID_ARGUMENT, "conccl_comm_window_deregister", "window", "a comm as a window"))
+      return 20;
+    if (refused(conccl_comm_window_deregister(comm, nullptr), CONCCL_ERR_INVALID_ARGUMENT,
+                "conccl_comm_window_deregister", "window", "a NULL window"))
+      return 21;
+    // A window of another (live) communicator.
+    if (conccl_comm_create_rank(d, r, n, &id2, r, nullptr, &comm2) != CONCCL_OK) return *out = last(), 22;
+    if (refused(conccl_comm_window_deregister(comm2, w), CONCCL_ERR_INVALID_ARGUMENT, "conccl_comm_window_deregister",
+                "another communicator", "a window of another communicator"))
+      return 23;
+    // Deregistered: the handle is stale, twice over.
+    if (conccl_comm_window_deregister(comm, w) != CONCCL_OK) return *out = last(), 24;
+    for (int k = 0; k < 2; ++k)
+      if (refused(conccl_comm_window_deregister(comm, w), CONCCL_ERR_INVALID_ARGUMENT, "conccl_comm_window_deregister",
+                  "window", "deregistering again"))
+        return 25;
+    // The buffers are outside every window now: the vote path, still right.
+    if (conccl_all_gather(&send, &recv, chunk, comm, nullptr) != CONCCL_OK) return *out = last(), 26;
+    // Destroying the communicator invalidates its windows.
+    conccl_window_t w2 = nullptr;
+    if (conccl_comm_window_register(comm, &mem, &w2) != CONCCL_OK || !w2) return *out = last(), 27;
+    if (conccl_comm_destroy(comm) != CONCCL_OK) return *out = last(), 28;
+    if (refused(conccl_comm_window_deregister(comm2, w2), CONCCL_ERR_INVALID_ARGUMENT, "conccl_comm_window_deregister",
+                "window", "a window of a destroyed communicator"))
+      return 29;
+    conccl_comm_stats st;
+    if (refused(conccl_comm_get_stats(comm, &st), CONCCL_ERR_INVALID_ARGUMENT, "conccl_comm_get_stats", "comm",
+                "stats of a destroyed communicator"))
+      return 30;
+    conccl_status async = CONCCL_OK;
+    if (refused(conccl_comm_get_async_error(comm, &async), CONCCL_ERR_INVALID_ARGUMENT, "conccl_comm_get_async_error",
+                "comm", "async error of a destroyed communicator"))
+      return 31;
+    if (refused(conccl_comm_get_stats(comm2, nullptr), CONCCL_ERR_INVALID_ARGUMENT, "conccl_comm_get_stats", "NULL",
+                "NULL stats"))
+      return 32;
+    // The second communicator's windows are its own (ids from 0 again).
+    conccl_window_t w3 = nullptr;
+    if (conccl_comm_window_register(comm2, &mem, &w3) != CONCCL_OK || !w3) return *out = last(), 33;
+    if (conccl_all_gather(&send, &recv, chunk, comm2, nullptr) != CONCCL_OK) return *out = last(), 34;
+    if (conccl_comm_window_deregister(comm2, w3) != CONCCL_OK) return *out = last(), 35;
+    conccl_comm_destroy(comm2);
+    (void)conccl_buffer_free(other, &foreign);
+    conccl_device_close(other);
+    (void)conccl_buffer_free(d, &mem);
+    conccl_device_close(d);
+    return 0;
+  });
+  for (int r = 0; r < n; ++r) EXPECT_EQ(res[size_t(r)].exit_code, 0) << "rank " << r << ": " << res[size_t(r)].out;
+}
+
+// One communicator of every rank in one process has no windows to register.
+TEST(CApi, WindowsNeedOneProcessPerRank) {
+  Dev dev;
+  conccl_comm_t comm = nullptr;
+  const int gpus[] = {0, 1};
+  ASSERT_EQ(conccl_comm_create(dev.d, gpus, 2, nullptr, &comm), CONCCL_OK) << last();
+  conccl_buffer mem;
+  ASSERT_EQ(conccl_buffer_alloc(dev.d, 0, 4096, CONCCL_MEM_DEVICE, &mem), CONCCL_OK) << last();
+  conccl_window_t w = nullptr;
+  EXPECT_EQ(conccl_comm_window_register(comm, &mem, &w), CONCCL_ERR_INVALID_ARGUMENT);
+  EXPECT_EQ(std::string(last()).rfind("conccl_comm_window_register", 0), 0u) << last();
+  EXPECT_NE(last().find("separate processes"), std::string::npos) << last();
+  EXPECT_EQ(w, nullptr);
+  conccl_comm_stats st;
+  ASSERT_EQ(conccl_comm_get_stats(comm, &st), CONCCL_OK) << last();
+  EXPECT_EQ(st.bootstrap_messages_sent, 0u);
+  EXPECT_EQ(st.bootstrap_messages_received, 0u);
+  conccl_status async = CONCCL_ERR_INTERNAL;
+  ASSERT_EQ(conccl_comm_get_async_error(comm, &async), CONCCL_OK) << last();
+  EXPECT_EQ(async, CONCCL_OK);
+  EXPECT_EQ(conccl_buffer_free(dev.d, &mem), CONCCL_OK);
+  EXPECT_EQ(conccl_comm_destroy(comm), CONCCL_OK);
 }

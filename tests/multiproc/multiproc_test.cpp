@@ -397,6 +397,48 @@ TEST(Bootstrap, ExchangesDataAndFileDescriptors) {
   for (int r = 0; r < 4; ++r) EXPECT_EQ(res[size_t(r)].exit_code, 0) << "rank " << r << ": " << res[size_t(r)].out;
 }
 
+// The counts Communicator::stats reports: every framed message to or from a
+// peer in an exchange or barrier counts 1 (3 ranks: 2 each way per call),
+// whatever its size (a 3 MiB frame leaves in many sendmsg calls and arrives
+// in many reads, and still counts 1); connect's handshake and a refused
+// exchange count nothing.
+TEST(Bootstrap, CountsEveryMessageExactly) {
+  const UniqueId id = make_unique_id().value();
+  constexpr int n = 3;
+  std::vector<RankOutcome> res = fork_ranks(all_ranks(n), [&](int r, std::string* out) {
+    Result<std::unique_ptr<Bootstrap>> b = Bootstrap::connect(id, r, n, Deadline::after_ms(20000));
+    if (!b.ok()) return *out = b.status().to_string(), 2;
+    Bootstrap& boot = **b;
+    auto expect = [&](uint64_t calls, const char* when) {
+      const uint64_t want = calls * (n - 1);
+      if (boot.messages_sent() == want && boot.messages_received() == want) return true;
+      *out = std::string(when) + ": sent " + std::to_string(boot.messages_sent()) + " received " +
+             std::to_string(boot.messages_received()) + ", want " + std::to_string(want) + " each";
+      return false;
+    };
+    if (!expect(0, "after connect")) return 3;
+    if (!boot.exchange("small", "r" + std::to_string(r), {}, Deadline::after_ms(20000)).ok()) return 4;
+    if (!expect(1, "after one exchange")) return 5;
+    const std::string big(size_t(3) << 20, char('a' + r));
+    Result<std::vector<Bootstrap::Message>> all = boot.exchange("big", big, {}, Deadline::after_ms(20000));
+    if (!all.ok()) return *out = all.status().to_string(), 6;
+    for (int q = 0; q < n; ++q)
+      if ((*all)[size_t(q)].data != std::string(size_t(3) << 20, char('a' + q))) return *out = "big from " + std::to_string(q), 7;
+    if (!expect(2, "after a 3 MiB exchange")) return 8;
+    for (int k = 0; k < 3; ++k)
+      if (!boot.barrier("b" + std::to_string(k), Deadline::after_ms(20000)).ok()) return 9;
+    if (!expect(5, "after three barriers")) return 10;
+    // Refused before anything is sent (too many fds): nothing counted.
+    std::vector<int> fds(300, 0);
+    if (boot.exchange("refused", "x", fds, Deadline::after_ms(20000)).ok()) return *out = "300 fds accepted", 11;
+    if (!expect(5, "after a refused exchange")) return 12;
+    if (!boot.barrier("end", Deadline::after_ms(20000)).ok()) return 13;
+    if (!expect(6, "after the last barrier")) return 14;
+    return 0;
+  });
+  for (int r = 0; r < n; ++r) EXPECT_EQ(res[size_t(r)].exit_code, 0) << "rank " << r << ": " << res[size_t(r)].out;
+}
+
 // Many descriptors in one exchange (a PyTorch tensor of expandable segments
 // is one region per allocation): 200 per rank arrive, each the right file;
 // more than one SCM_RIGHTS message carries (253) is refused, naming the limit.

@@ -160,11 +160,26 @@ with conccl.Device("emu", preset="mi300x", process_slot=r) as dev:
                 want = torch.arange(4096, dtype=torch.int64).to(torch.uint8) ^ (s + 1)
                 assert torch.equal(out[s * 4096:(s + 1) * 4096], want), s
             del heap, inp, out
+        # An all-to-all through the same views.
+        send.upload(b"".join(data(40 + 2 * r + q) for q in range(n)))
+        comm.all_to_all(send, recv, chunk)
+        got = recv.download()
+        for s in range(n):
+            assert got[s * chunk:(s + 1) * chunk] == data(40 + 2 * s + r), ("all_to_all", s)
         after = comm.stats()
+        assert sorted(after) == sorted(["bootstrap_messages_sent", "bootstrap_messages_received", "calls",
+                                        "window_calls", "window_plans"]), after
         assert after["bootstrap_messages_sent"] == before["bootstrap_messages_sent"], (before, after)
         assert after["bootstrap_messages_received"] == before["bootstrap_messages_received"], (before, after)
-        assert after["window_calls"] - before["window_calls"] >= 7, (before, after)
+        assert after["window_calls"] - before["window_calls"] >= 8, (before, after)
+        assert after["calls"] - before["calls"] == after["window_calls"] - before["window_calls"], (before, after)
         assert comm.async_error() is None
+        assert win.registered and "registered" in repr(win), repr(win)
+        try:
+            comm.register_window(b"not a buffer")
+            raise AssertionError("bytes registered")
+        except conccl.Error as e:
+            assert e.status == "invalid_argument" and "conccl.Buffer" in e.message, e
         try:
             send.free()
             raise AssertionError("a view was freed")
@@ -180,12 +195,25 @@ with conccl.Device("emu", preset="mi300x", process_slot=r) as dev:
         raise AssertionError("a view of a closed window")
     except conccl.Error as e:
         assert "deregistered" in e.message, e
+    assert not win.registered
+    win.close()  # again: nothing to do
+    win.deregister()
     mem.free()
     try:
         send.download()
         raise AssertionError("a view outlived its buffer")
     except conccl.Error as e:
         assert e.status in ("not_found", "invalid_argument"), e
+    # A window left registered dies with its communicator (the device's close).
+    win2 = comm.register_window(dev.alloc(r, 4096))
+    assert win2.registered
+assert not win2.registered and "closed" in repr(win2), repr(win2)
+try:
+    win2.view(0, 16)
+    raise AssertionError("a view of a window whose communicator is gone")
+except conccl.Error as e:
+    assert "communicator" in e.message, e
+win2.close()  # its communicator took it: nothing to do
 print("ok", r)
 '''
         n = 2
@@ -195,6 +223,20 @@ print("ok", r)
             out, err = p.communicate(timeout=120)
             self.assertEqual(p.returncode, 0, f"rank {r}: {err}")
             self.assertEqual(out.strip(), f"ok {r}")
+
+    def test_windows_need_one_process_per_rank(self):
+        # A communicator of every rank in one process: no windows, no
+        # bootstrap, no asynchronous error.
+        with conccl.Device("emu", preset="mi300x") as dev:
+            comm = conccl.Communicator(dev, range(2))
+            with self.assertRaises(conccl.Error) as cm:
+                comm.register_window(dev.alloc(0, 4096))
+            self.assertEqual(cm.exception.status, "invalid_argument")
+            self.assertIn("separate processes", cm.exception.message)
+            st = comm.stats()
+            self.assertEqual(st["bootstrap_messages_sent"], 0)
+            self.assertEqual(st["bootstrap_messages_received"], 0)
+            self.assertIsNone(comm.async_error())
 
     def test_one_process_per_rank(self):
         # Each rank a Python process of its own, as torch.distributed runs:
