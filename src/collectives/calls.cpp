@@ -247,7 +247,11 @@ Status CallState::wait_here(uint64_t call, uint64_t arrive_target, uint64_t sent
     if (st.ok()) st = s.wait(sent_target, slice);
     if (st.ok()) return Status();
     if (st.code() != Code::timeout) return st;
-    CONCCL_RETURN_IF_ERROR(check(call, arrive_target, sent_target, deadline.expired()));
+    Status c = check(call, arrive_target, sent_target, deadline.expired());
+    // A rank that finished its part and then left (its process ended) has
+    // not failed this call: look at the counters once more.
+    if (!c.ok() && done(arrive_target, sent_target)) return Status();
+    CONCCL_RETURN_IF_ERROR(c);
   }
 }
 
@@ -272,10 +276,14 @@ void CallState::watch() {
       last_check = now;
       st = check(p.k, p.arrive, p.sent, p.deadline.expired());
     }
-    if (!st.ok()) {
+    if (!st.ok() && !done(p.arrive, p.sent)) {  // (a rank that left after its part did not fail it)
       fail(st);
       lk.lock();
       continue;
+    }
+    if (!st.ok()) {
+      lk.lock();
+      continue;  // complete after all: popped on the next pass
     }
     lk.lock();
     if (complete) {

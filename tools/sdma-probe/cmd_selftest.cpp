@@ -219,9 +219,16 @@ int run_selftest(const Args& args, Context& ctx) {
         reports.push_back(std::move(r));
         continue;
       }
-      // Injected once the queue exists, so that its first commands meet it.
-      if (!inject->what.empty() && inject->gpu == r.gpu && inject->engine == r.engine)
+      // Injected once the queue exists and has run what creating it queued
+      // (a Hopper channel binds its copy class, and that entry's completion
+      // write would otherwise take a dropped completion meant for the checks),
+      // so that the checks' first commands meet it.
+      if (!inject->what.empty() && inject->gpu == r.gpu && inject->engine == r.engine) {
+        conccl::Queue& q = (*run)->queue();
+        if (Status st = q.wait_done(conccl::Deadline::after_ms(5000), q.submitted()); !st.ok())
+          return fail(args, ctx, st.prefix("before injecting the fault"));
         if (Status st = apply_inject(*emu, *inject, g.isa); !st.ok()) return fail(args, ctx, st);
+      }
       (*run)->run_all(g, i, r);
       if (r.stopped()) {
         r.placement = "-";
