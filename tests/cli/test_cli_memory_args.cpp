@@ -3,7 +3,9 @@
 // collective sweep allocates.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <numeric>
+#include <string>
 
 #include "coll_memory.hpp"
 #include "mem_budget.hpp"
@@ -98,6 +100,57 @@ TEST(SweepMemory, BudgetPlacesRanksOnTheirGpus) {
   // Staging for many GPUs fits the emulator's 1 GiB of host memory.
   EXPECT_LE(staging_bytes(64) * 64, 512ull << 20);
   EXPECT_EQ(staging_bytes(1), 32u << 20);
+}
+
+// --procs through windows: every rank's buffers at the same offsets of one
+// window, which holds them, the few bytes that name a buffer a rank has none
+// of, and the in-place gather/scatter chunks at root x chunk.
+TEST(SweepMemory, WindowLayoutIsTheSameOnEveryRankAndHoldsEveryBuffer) {
+  for (CollOp op : {CollOp::p2p, CollOp::broadcast, CollOp::gather, CollOp::scatter, CollOp::all_gather,
+                    CollOp::all_to_all})
+    for (int n : {1, 2, 3, 8})
+      for (int root : {0, n - 1})
+        for (uint64_t chunk : {uint64_t(1), uint64_t(341), uint64_t(4096), uint64_t(1 << 20) + 3}) {
+          const int peer = n > 1 ? (root + 1) % n : 0;
+          const WindowLayout first = window_layout(op, root, peer, 0, n, chunk);
+          for (int r = 0; r < n; ++r) {
+            const WindowLayout w = window_layout(op, root, peer, r, n, chunk);
+            const std::string at = "op " + std::to_string(static_cast<int>(op)) + " n=" + std::to_string(n) + " root=" +
+                                   std::to_string(root) + " chunk=" + std::to_string(chunk) + " rank " +
+                                   std::to_string(r);
+            EXPECT_EQ(w.send_off, first.send_off) << at;
+            EXPECT_EQ(w.recv_off, first.recv_off) << at;
+            EXPECT_EQ(w.size % 4096, 0u) << at;
+            EXPECT_EQ(w.send_off % 4096, 0u) << at;
+            EXPECT_EQ(w.recv_off % 4096, 0u) << at;
+            const RankBuffers b = buffer_bytes(op, root, peer, r, n, chunk);
+            const uint64_t send_end = w.send_off + std::max<uint64_t>(alloc_bytes(b.send), 1);
+            const uint64_t recv_end = w.recv_off + std::max<uint64_t>(alloc_bytes(b.recv), 1);
+            EXPECT_LE(send_end, w.size) << at;
+            EXPECT_LE(recv_end, w.size) << at;
+            EXPECT_TRUE(send_end <= w.recv_off || recv_end <= w.send_off) << at << ": send and recv overlap";
+            // In place (every size up to chunk): gather's send and scatter's
+            // recv at root x chunk of the root's buffer, whole 4-byte words.
+            const uint64_t in_place_end = alloc_bytes((uint64_t(root) + 1) * chunk);
+            if (op == CollOp::gather) {
+              EXPECT_LE(w.recv_off + in_place_end, w.size) << at;
+            }
+            if (op == CollOp::scatter) {
+              EXPECT_LE(w.send_off + in_place_end, w.size) << at;
+            }
+          }
+        }
+  // The root-only region goes last, so that the other ranks need little.
+  const uint64_t c = 1 << 20;
+  EXPECT_EQ(window_layout(CollOp::scatter, 0, 1, 5, 8, c).size, 2 * c);  // its recv, then the root's chunk 0
+  EXPECT_EQ(window_layout(CollOp::gather, 0, 1, 5, 8, c).size, 2 * c);
+  EXPECT_EQ(window_layout(CollOp::gather, 0, 1, 0, 8, c).size, 9 * c);
+  EXPECT_EQ(window_layout(CollOp::p2p, 0, 1, 2, 3, c).size, c + 4096);
+  // The budget counts the windows.
+  MemBudget w = sweep_budget(CollOp::gather, 0, 1, {0, 1, 2}, 3, c, true);
+  ASSERT_EQ(w.gpu.size(), 3u);
+  EXPECT_EQ(w.gpu[0], 4 * c);
+  EXPECT_EQ(w.gpu[1], 2 * c);
 }
 
 }  // namespace

@@ -8,12 +8,15 @@
 //   are checked for every command that prints JSON.
 // - --peer is checked only where the op has one; --procs above 16 (the
 //   devices' process slots) is refused up front.
+// Issue #25 item 6: --procs times calls through windows (0 bootstrap
+// messages per call), --no-windows plans (some).
 #include <dirent.h>
 #include <signal.h>
 #include <unistd.h>
 
 #include <cerrno>
 #include <cstdio>
+#include <cstdlib>
 #include <chrono>
 #include <string>
 #include <thread>
@@ -197,32 +200,115 @@ TEST(ProcsLimits, PeerIsCheckedOnlyWhereTheOpHasOne) {
   EXPECT_TRUE(contains(a.err, "--peer does not apply to allgather")) << a.err;
 }
 
-// --procs calls go through windows by default: no bootstrap message inside a
-// timed call (summary and JSON say 0), every byte still verified; with
-// --no-windows the plans' exchanges show. Every op.
-TEST(ProcsWindows, NoMessagePerTimedCallUnlessNoWindows) {
-  const std::string json = "/tmp/conccl_cli_windows_" + std::to_string(getpid()) + ".json";
-  for (const char* op : {"allgather", "alltoall", "broadcast", "gather", "scatter", "p2p"}) {
-    Outcome r = probe({op, "--procs", "3", "--max", "16K", "--json", json}, "", 120);
-    ASSERT_EQ(r.rc, 0) << op << ": " << r.err;
-    EXPECT_TRUE(contains(r.out, "# Out of bounds values : 0 OK")) << op << ": " << r.out;
-    EXPECT_TRUE(contains(r.out, "# Bootstrap messages per timed call (out of place, the most of any size): 0.00"))
-        << op << ": " << r.out;
-    const std::string j = read_file(json);
-    EXPECT_TRUE(contains(j, "\"windows\": true, \"bootstrap_messages_per_call\": 0.000}")) << op << ": " << j;
-    EXPECT_FALSE(contains(j, "\"verified\": false")) << op << ": " << j;
+// Every "bootstrap_messages_per_call": X of a JSON text, as written.
+std::vector<std::string> messages_in_json(const std::string& j) {
+  std::vector<std::string> out;
+  const std::string key = "\"bootstrap_messages_per_call\": ";
+  for (size_t i = j.find(key); i != std::string::npos; i = j.find(key, i + 1)) {
+    const size_t b = i + key.size();
+    out.push_back(j.substr(b, j.find_first_of(",}", b) - b));
   }
-  Outcome nw = probe({"allgather", "--procs", "3", "--max", "16K", "--no-windows", "--json", json}, "", 120);
+  return out;
+}
+
+// The summary's value: "# Bootstrap msgs/call  : X (bootstrap_messages_per_call: ...)"; -1 when absent.
+double messages_in_summary(const std::string& out) {
+  const std::string key = "# Bootstrap msgs/call  : ";
+  const size_t i = out.find(key);
+  if (i == std::string::npos) return -1;
+  if (!contains(out.substr(i, out.find('\n', i) - i), "(bootstrap_messages_per_call: ")) return -1;
+  return std::atof(out.c_str() + i + key.size());
+}
+
+// Every row verified: the #wrong columns (out of place: 13th; in place: 17th,
+// or n/a) are 0, the summary says so, and every JSON row is verified.
+void expect_verified(const std::string& what, const Outcome& r, const std::string& j) {
+  const std::vector<std::string> rows = data_rows(r.out);
+  EXPECT_FALSE(rows.empty()) << what << ": " << r.out;
+  for (const std::string& row : rows) {
+    const std::vector<std::string> c = fields(row);
+    ASSERT_EQ(c.size(), 17u) << what << ": " << row;
+    EXPECT_EQ(c[12], "0") << what << ": " << row;
+    EXPECT_TRUE(c[16] == "0" || c[16] == "n/a") << what << ": " << row;
+  }
+  EXPECT_TRUE(contains(r.out, "# Out of bounds values : 0 OK")) << what << ": " << r.out;
+  EXPECT_EQ(count_of(j, "\"verified\": true"), rows.size()) << what << ": " << j;
+  EXPECT_FALSE(contains(j, "\"verified\": false")) << what << ": " << j;
+}
+
+// Issue #25 item 6: `sdma-probe allgather --procs 2` times calls through
+// windows: 0 bootstrap messages per timed call in the summary and the JSON
+// (per row, per in-place form, over the run), every byte still verified;
+// --no-windows, in the same build, times plans: a positive count.
+TEST(ProcsWindows, AllgatherTwoProcsCountsNoMessagePerCallAndNoWindowsSome) {
+  const std::string json = scratch() + "/procs_windows_allgather.json";
+  Outcome w = probe({"allgather", "--procs", "2", "--min", "1K", "--max", "64K", "--step-factor", "4", "--json", json},
+                    "", 120);
+  ASSERT_EQ(w.rc, 0) << w.err;
+  std::string j = read_file(json);
+  EXPECT_TRUE(is_valid_json(j)) << j;
+  EXPECT_TRUE(contains(j, "\"windows\": true, \"bootstrap_messages_per_call\": 0.000}")) << j;
+  const std::vector<std::string> counts = messages_in_json(j);
+  EXPECT_EQ(counts.size(), 2 * data_rows(w.out).size() + 1) << j;  // each row, its in-place form, the run
+  for (const std::string& c : counts) EXPECT_EQ(c, "0.000") << j;
+  EXPECT_EQ(messages_in_summary(w.out), 0.0) << w.out;
+  EXPECT_TRUE(contains(w.out, "# Bootstrap msgs/call  : 0.00 (bootstrap_messages_per_call")) << w.out;
+  EXPECT_TRUE(contains(w.out, "#  processes: 2, one per rank; timed: calls through one window per rank")) << w.out;
+  expect_verified("windows", w, j);
+
+  Outcome nw = probe({"allgather", "--procs", "2", "--min", "1K", "--max", "64K", "--step-factor", "4",
+                      "--no-windows", "--json", json},
+                     "", 120);
   ASSERT_EQ(nw.rc, 0) << nw.err;
-  const std::string j = read_file(json);
+  j = read_file(json);
+  EXPECT_TRUE(is_valid_json(j)) << j;
   EXPECT_TRUE(contains(j, "\"windows\": false")) << j;
-  EXPECT_FALSE(contains(j, "\"bootstrap_messages_per_call\": 0.000}")) << j;  // each launch meets at a barrier
-  EXPECT_TRUE(contains(nw.out, "# Out of bounds values : 0 OK")) << nw.out;
-  std::remove(json.c_str());
-  // One process has no bootstrap: nothing to count.
+  const std::vector<std::string> plan_counts = messages_in_json(j);
+  ASSERT_FALSE(plan_counts.empty()) << j;
+  EXPECT_GT(std::atof(plan_counts.back().c_str()), 0.0) << j;  // the run's: each launch meets at barriers
+  for (const std::string& c : plan_counts) EXPECT_GT(std::atof(c.c_str()), 0.0) << j;
+  EXPECT_GT(messages_in_summary(nw.out), 0.0) << nw.out;
+  EXPECT_TRUE(contains(nw.out, "#  processes: 2, one per rank; timed: plans (--no-windows")) << nw.out;
+  expect_verified("--no-windows", nw, j);
+}
+
+// Every op through windows, roots other than 0 included (in-place gather and
+// scatter name every rank's chunk at root x chunk of its window), and
+// --variant reaches the calls.
+TEST(ProcsWindows, EveryOpNoMessagePerTimedCall) {
+  const std::string json = scratch() + "/procs_windows_ops.json";
+  const std::vector<std::vector<std::string>> runs = {
+      {"allgather"},          {"alltoall"},           {"broadcast", "--root", "2"}, {"gather"},
+      {"gather", "--root", "2"}, {"scatter"},         {"scatter", "--root", "1"},   {"p2p", "--root", "2", "--peer", "0"},
+      {"allgather", "--variant", "pcpy"},
+  };
+  for (std::vector<std::string> args : runs) {
+    const std::string what = args[0] + (args.size() > 1 ? " " + args[1] + " " + args[2] : "");
+    args.insert(args.end(), {"--procs", "3", "--max", "16K", "--step-factor", "4", "--json", json});
+    Outcome r = probe(args, "", 120);
+    ASSERT_EQ(r.rc, 0) << what << ": " << r.err;
+    const std::string j = read_file(json);
+    EXPECT_TRUE(contains(j, "\"windows\": true, \"bootstrap_messages_per_call\": 0.000}")) << what << ": " << j;
+    for (const std::string& c : messages_in_json(j)) EXPECT_EQ(c, "0.000") << what << ": " << j;
+    EXPECT_EQ(messages_in_summary(r.out), 0.0) << what << ": " << r.out;
+    expect_verified(what, r, j);
+    if (args[1] == "--variant") {
+      for (const std::string& row : data_rows(r.out)) EXPECT_EQ(fields(row)[3], "pcpy") << row;
+    }
+  }
+  // One process has no bootstrap: nothing to count, and no windows to leave.
   Outcome one = probe({"allgather", "--ranks", "2", "--max", "4K"}, "", 60);
   EXPECT_EQ(one.rc, 0) << one.err;
-  EXPECT_FALSE(contains(one.out, "Bootstrap messages")) << one.out;
+  EXPECT_FALSE(contains(one.out, "Bootstrap msgs")) << one.out;
+  Outcome nw = probe({"allgather", "--ranks", "2", "--max", "4K", "--no-windows"}, "", 60);
+  EXPECT_EQ(nw.rc, 2) << nw.err;
+  EXPECT_TRUE(contains(nw.err, "--no-windows applies to --procs N")) << nw.err;
+  // A window call has no trigger: --prelaunch needs --no-windows.
+  Outcome pre = probe({"allgather", "--procs", "2", "--max", "4K", "--prelaunch"}, "", 60);
+  EXPECT_EQ(pre.rc, 2) << pre.err;
+  EXPECT_TRUE(contains(pre.err, "add --no-windows")) << pre.err;
+  Outcome pre_nw = probe({"allgather", "--procs", "2", "--max", "4K", "--prelaunch", "--no-windows"}, "", 60);
+  EXPECT_EQ(pre_nw.rc, 0) << pre_nw.err;
 }
 
 // A sweep that runs for minutes if it starts.

@@ -275,8 +275,7 @@ int write_json(FILE* f, const SweepSetup& setup, const std::vector<SweepRow>& ro
                  json_number(r.time.max, 3).c_str(), json_number(r.time.stddev, 3).c_str(), in_place_json(r).c_str(),
                  r.messages_per_call < 0 ? "null" : json_number(r.messages_per_call, 3).c_str()));
   }
-  double messages = -1;
-  for (const SweepRow& r : rows) messages = std::max(messages, r.messages_per_call);
+  const double messages = messages_per_call(rows);
   check(std::fprintf(f, "\n], \"windows\": %s, \"bootstrap_messages_per_call\": %s}\n", setup.windows ? "true" : "false",
                      messages < 0 ? "null" : json_number(messages, 3).c_str()));
   return err;
@@ -342,6 +341,13 @@ int run_collective(const Args& args, Context& ctx) {
   if (!proc.ok()) return usage_error(args, ctx, proc.status().message());
   if (*procs && args.has("ranks"))
     return usage_error(args, ctx, "--procs N runs N ranks, one process each: give --procs or --ranks, not both");
+  // --procs times calls through windows unless --no-windows; one process
+  // has no windows, and a window call has no trigger to prelaunch behind.
+  if (args.has("no-windows") && !*procs)
+    return usage_error(args, ctx, "--no-windows applies to --procs N (one process always times plans): drop it");
+  if (*procs && args.has("prelaunch") && !args.has("no-windows"))
+    return usage_error(args, ctx, "--prelaunch times plans from a trigger's release, and --procs N times calls "
+                                  "through windows: add --no-windows to time prelaunched plans");
   // The ranks --root and --peer name exist, and p2p has two (once the rank
   // count is known: --procs, --ranks, or the GPUs of the device).
   auto check_ranks = [&](int n) -> int {
@@ -415,7 +421,11 @@ int run_collective(const Args& args, Context& ctx) {
     return std::max<uint64_t>(dtype->bytes, c / dtype->bytes * dtype->bytes);
   };
   const uint64_t max_chunk = chunk_of(*max);
-  const MemBudget need = sweep_budget(op.op, static_cast<int>(*root), static_cast<int>(*peer), gpu_of, gpus, max_chunk);
+  // --procs: calls through windows (Communicator::call, no message between
+  // the ranks per call) unless --no-windows.
+  const bool windows = me >= 0 && !args.has("no-windows");
+  const MemBudget need =
+      sweep_budget(op.op, static_cast<int>(*root), static_cast<int>(*peer), gpu_of, gpus, max_chunk, windows);
   if (Status st = check_budget(need, dev.topology(), args.common().backend == Backend::emu,
                                "lower --max (now " + format_size(*max) + ") or --ranks (now " + std::to_string(n) + ")",
                                mem_available());
@@ -480,39 +490,40 @@ int run_collective(const Args& args, Context& ctx) {
     cuda_allocs.push_back(*ca);
     return conccl::nv::register_cuda(dev, ca->ptr, bytes, gpu);
   };
-  for (int r = 0; r < n; ++r) {
+  auto alloc_failed = [&](Status st) {
+    return fail(args, ctx, st.prefix("allocating " + format_size(total) + " of buffers for " + std::to_string(n) +
+                                     " ranks up to --max " + format_size(*max) + " (lower --max or --ranks)"));
+  };
+  // Windows: this rank allocates one buffer for its send and receive
+  // buffers, registers it as a window once (every rank together), and every
+  // call names its buffers at the same offsets of it as the other ranks do
+  // (window_layout): no exchange per call.
+  WindowLayout layout;
+  Buffer window_mem{};
+  conccl::Window window;
+  if (windows) {
+    layout = window_layout(op.op, base.root, base.peer, me, n, max_chunk);
+    conccl::Result<Buffer> b = alloc_buffer(gpu_of[static_cast<size_t>(me)], layout.size);
+    if (!b.ok()) return alloc_failed(b.status());
+    window_mem = *b;
+    conccl::Result<conccl::Window> reg = (*comm)->register_window(window_mem);
+    if (!reg.ok()) {
+      (void)(buffers == "cuda" ? conccl::nv::unregister_cuda(dev, window_mem) : dev.free(window_mem));
+      return fail(args, ctx, reg.status().prefix("registering this rank's window"));
+    }
+    window = *reg;
+    const RankBuffers rb = buffer_bytes(op.op, base.root, base.peer, me, n, max_chunk);
+    if (rb.send) base.send[static_cast<size_t>(me)] = window.at(layout.send_off, alloc_bytes(rb.send));
+    if (rb.recv) base.recv[static_cast<size_t>(me)] = window.at(layout.recv_off, alloc_bytes(rb.recv));
+  }
+  for (int r = 0; r < n && !windows; ++r) {
     if (!local(r)) continue;  // its own process allocates them
     const RankBuffers rb = buffer_bytes(op.op, base.root, base.peer, r, n, max_chunk);
     for (auto [bytes, out] : {std::pair{rb.send, &base.send[static_cast<size_t>(r)]}, std::pair{rb.recv, &base.recv[static_cast<size_t>(r)]}}) {
       if (!bytes) continue;
       conccl::Result<Buffer> b = alloc_buffer(gpu_of[static_cast<size_t>(r)], alloc_bytes(bytes));
-      if (!b.ok())
-        return fail(args, ctx, b.status().prefix("allocating " + format_size(total) + " of buffers for " +
-                                                  std::to_string(n) + " ranks up to --max " + format_size(*max) +
-                                                  " (lower --max or --ranks)"));
+      if (!b.ok()) return alloc_failed(b.status());
       *out = *b;
-    }
-  }
-  // --procs: calls through windows (Communicator::call, no message between
-  // the ranks per call) unless --no-windows. Every rank registers two
-  // windows, its send and its receive buffer, a small stand-in where the op
-  // gives it none, so that every rank names the root's buffers at the same
-  // window offsets (0) as the others do.
-  const bool windows = me >= 0 && !args.has("no-windows");
-  Buffer stand_in_send{}, stand_in_recv{};
-  std::vector<conccl::Window> registered;
-  if (windows) {
-    for (auto [b, stand_in] : {std::pair{&base.send[static_cast<size_t>(me)], &stand_in_send},
-                               std::pair{&base.recv[static_cast<size_t>(me)], &stand_in_recv}}) {
-      Buffer w = *b;
-      if (!w.va) {
-        conccl::Result<Buffer> a = alloc_buffer(gpu_of[static_cast<size_t>(me)], 4096);
-        if (!a.ok()) return fail(args, ctx, a.status().prefix("a window's stand-in buffer"));
-        w = *stand_in = *a;
-      }
-      conccl::Result<conccl::Window> reg = (*comm)->register_window(w);
-      if (!reg.ok()) return fail(args, ctx, reg.status());
-      registered.push_back(*reg);
     }
   }
   for (int r = 0; r < n; ++r)
@@ -520,13 +531,18 @@ int run_collective(const Args& args, Context& ctx) {
       if (Status st = upload_pattern(*stager_of_rank[static_cast<size_t>(r)], b, kSeed, r, deadline()); !st.ok())
         return fail(args, ctx, st.prefix("uploading rank " + std::to_string(r) + "'s data"));
   auto release = [&] {
-    for (const conccl::Window& w : registered) (void)(*comm)->deregister_window(w);
-    registered.clear();
-    for (Buffer* b : {&stand_in_send, &stand_in_recv})
-      if (b->va) (void)(buffers == "cuda" ? conccl::nv::unregister_cuda(dev, *b) : dev.free(*b));
-    for (std::vector<Buffer>* v : {&base.send, &base.recv})
-      for (Buffer& b : *v)
-        if (b.va) (void)(buffers == "cuda" ? conccl::nv::unregister_cuda(dev, b) : dev.free(b));
+    if (window.valid()) {
+      (void)(*comm)->deregister_window(window);
+      window = conccl::Window{};
+    }
+    if (window_mem.va) {  // the send and receive buffers are views of it
+      (void)(buffers == "cuda" ? conccl::nv::unregister_cuda(dev, window_mem) : dev.free(window_mem));
+      window_mem = Buffer{};
+    } else {
+      for (std::vector<Buffer>* v : {&base.send, &base.recv})
+        for (Buffer& b : *v)
+          if (b.va) (void)(buffers == "cuda" ? conccl::nv::unregister_cuda(dev, b) : dev.free(b));
+    }
     for (conccl::nv::CudaAlloc& c : cuda_allocs) (void)conccl::nv::cuda_free(c);
     cuda_allocs.clear();
   };
@@ -545,6 +561,7 @@ int run_collective(const Args& args, Context& ctx) {
   setup.engines_per_gpu = dev.topology().gpus.empty() ? 0 : static_cast<int>(dev.topology().gpus[0].engines.size());
   setup.variant = variant == conccl::Variant::automatic ? "auto" : std::string(conccl::variant_name(variant));
   setup.prelaunch = base.prelaunch;
+  setup.procs = *procs;
   setup.windows = windows;
   setup.iters = *iters;
   setup.warmup = *warmup;
@@ -598,26 +615,37 @@ int run_collective(const Args& args, Context& ctx) {
     int engines = 0;
     double messages_per_call = -1;
   };
-  // A call through windows: this rank's buffers alone (its stand-ins where
-  // the op gives it none, out of place), host-ordered.
+  // A call through the window: this rank's buffers alone, host-ordered
+  // (stream null: it returns once this rank's data is in place). Where the
+  // op gives this rank no buffer of a kind, a few bytes at that buffer's
+  // offset name the root's place (the same offset on every rank), except a
+  // broadcast in place, whose root sends from its receive buffer: there the
+  // library takes the send to sit where the receive buffer does.
   auto window_call = [&](const conccl::CollectiveArgs& a, bool in_place) -> Status {
     conccl::CollectiveArgs mine = a;
     const Buffer& s = a.send[static_cast<size_t>(me)];
     const Buffer& r = a.recv[static_cast<size_t>(me)];
-    mine.send = {s.va ? s : (in_place ? Buffer{} : stand_in_send)};
-    mine.recv = {r.va ? r : (in_place ? Buffer{} : stand_in_recv)};
-    mine.prelaunch = false;
+    mine.send = {s.va ? s : in_place && a.op == CollOp::broadcast ? Buffer{} : window.at(layout.send_off, 1)};
+    mine.recv = {r.va ? r : window.at(layout.recv_off, 1)};
     return (*comm)->call(mine, nullptr);
   };
+  // The ranks agree on signals (untimed) before every timed launch of a
+  // plan, and before every kAgreeEvery-th call through windows, which run
+  // back to back in between.
+  constexpr uint64_t kAgreeEvery = 32;
   auto measure = [&](const conccl::CollectiveArgs& a, const std::vector<bool>& poison,
                      const std::vector<InPlaceSource>& sources, uint32_t poison_value, uint64_t n_iters,
                      Measured* m, bool in_place) -> Status {
-    // Gather's and scatter's in-place forms put only the root's chunk in
-    // place, so the ranks' offsets differ: those go through plans.
-    const bool through_windows = windows && !(in_place && (a.op == conccl::CollOp::gather || a.op == conccl::CollOp::scatter));
+    const bool through_windows = windows;
     const std::string at = "size " + std::to_string(op.size_is_total ? a.bytes * static_cast<uint64_t>(n) : a.bytes);
     for (int r = 0; r < n; ++r) {
-      const Buffer& b = a.recv[static_cast<size_t>(r)];
+      // The fill covers whole 4-byte words: an in-place scatter's receive
+      // view inside a window may start or end inside one (the bytes around
+      // it are the window's, unused).
+      Buffer b = a.recv[static_cast<size_t>(r)];
+      const uint64_t end = (b.va + b.size + 3) / 4 * 4;
+      b.va = b.va / 4 * 4;
+      b.size = end - b.va;
       if (b.va && poison[static_cast<size_t>(r)])
         CONCCL_RETURN_IF_ERROR(stager_of_rank[static_cast<size_t>(r)]->fill(b, poison_value, deadline()).prefix("poisoning the destinations"));
     }
@@ -665,7 +693,7 @@ int run_collective(const Args& args, Context& ctx) {
     std::vector<double> times;
     double messages = 0;
     for (uint64_t it = 0; it < n_iters && !stop_signal(); ++it) {
-      if (me >= 0) {  // the ranks agree to launch (untimed)
+      if (me >= 0 && (!through_windows || it % kAgreeEvery == 0)) {  // the ranks agree to launch (untimed)
         conccl::Result<std::vector<std::string>> go = exchange("launch", "");
         if (!go.ok()) return go.status().prefix("before a timed launch at " + at);
         if (stop_signal()) break;
@@ -677,7 +705,7 @@ int run_collective(const Args& args, Context& ctx) {
       if (through_windows) {
         t0 = std::chrono::steady_clock::now();
         st = window_call(a, in_place);
-      } else if (a.prelaunch) {
+      } else if (a.prelaunch) {  // (never with windows: refused up front)
         st = (*plan)->prelaunch(dl);  // queued behind the trigger: not timed
         t0 = std::chrono::steady_clock::now();
         if (st.ok()) st = (*plan)->release();
@@ -745,6 +773,19 @@ int run_collective(const Args& args, Context& ctx) {
     Measured oop;
     Status st = measure(a, std::vector<bool>(static_cast<size_t>(n), true), {}, poison_value, n_iters, &oop, false);
     std::optional<InPlace> ip = in_place_of(a, n);
+    if (ip && windows && me != a.root) {
+      // In place, the root's send (gather) or recv (scatter) is its chunk of
+      // its own buffer, at root x chunk: the other ranks name theirs at that
+      // offset of their windows too (offsets are the same on every rank).
+      const uint64_t at = uint64_t(a.root) * a.bytes;
+      const size_t mi = static_cast<size_t>(me);
+      if (a.op == CollOp::gather) {
+        ip->args.send[mi] = window.at(layout.recv_off + at, a.bytes);
+        ip->sources.push_back({me, ip->args.send[mi], me, 0});
+      } else if (a.op == CollOp::scatter) {
+        ip->args.recv[mi] = window.at(layout.send_off + at, a.bytes);
+      }
+    }
     Measured inp;
     if (st.ok() && ip && !stop_signal())
       st = measure(ip->args, ip->poison, ip->sources, ~poison_value, n_iters, &inp, true);
@@ -845,8 +886,8 @@ std::vector<FlagSpec> collective_flags() {
   f.push_back({.name = "variant", .value = "NAME", .help = "algorithm variant (default auto)"});
   f.push_back({.name = "prelaunch", .help = "queue each launch behind a trigger; time from its release"});
   f.push_back({.name = "no-windows",
-               .help = "--procs: plans with an exchange per launch instead of calls through windows (no message "
-                       "between the ranks per call); to compare the two"});
+               .help = "--procs: time plans (plan, launch, wait: messages between the ranks every launch) instead "
+                       "of calls through one window per rank (Communicator::call: none); to compare the two"});
   f.push_back({.name = "queues", .value = "auto|per-rank|per-engine",
                .help = "loopback: the queues a GPU's ranks use on an engine (default auto)"});
   f.push_back({.name = "iters", .value = "N", .help = "timed iterations per size, 1..1000000 (default: by size, 3..20)"});
@@ -901,7 +942,9 @@ constexpr const char* kDetails =
     " \"rows\": [{\"size\", \"time_us\", \"algbw_gbps\", \"busbw_gbps\", \"verified\", \"wrong_bytes\",\n"
     "           \"variant\", \"count\", \"type\", \"engines\", \"iters\", \"min_us\", \"max_us\", \"stddev_us\",\n"
     "           \"in_place\": null or {\"time_us\", \"algbw_gbps\", \"busbw_gbps\", \"wrong_bytes\", \"min_us\",\n"
-    "                             \"max_us\", \"stddev_us\", \"variant\"}}]}\n"
+    "                             \"max_us\", \"stddev_us\", \"variant\", \"bootstrap_messages_per_call\"},\n"
+    "           \"bootstrap_messages_per_call\"}],\n"
+    " \"windows\", \"bootstrap_messages_per_call\"} (messages per call: null without --procs)\n"
     "(iters 0: by size; a time or bandwidth that is not a finite number is null).\n"
     "--gpus N: emulator: an N-GPU node; real backends: the first N GPUs.\n"
     "--ranks N: N ranks over those GPUs, round robin; more ranks than GPUs is loopback\n"
@@ -911,14 +954,25 @@ constexpr const char* kDetails =
     "(the default: shared unless the variant's lists wait on each other). Source data is a per-rank pattern,\n"
     "destinations are poisoned before each size, and every destination byte is checked\n"
     "(through a DMA staging copy where device memory is not CPU-visible).\n"
+    "--procs N: one process per rank (rank 0 prints the table and writes the JSON; #wrong is\n"
+    "the sum over the ranks, times the slowest rank's). Each rank allocates one buffer for\n"
+    "its send and receive buffers, registers it as a window once, and every call is\n"
+    "Communicator::call with its buffers at the same window offsets on every rank,\n"
+    "host-ordered, back to back (the ranks agree on signals every 32 calls, untimed): no\n"
+    "message between the ranks per call. The summary line '# Bootstrap msgs/call  : X'\n"
+    "and the JSON's \"bootstrap_messages_per_call\" (per row, per in-place form, and over\n"
+    "the run, with \"windows\") give the messages a rank sent and received inside the timed\n"
+    "calls, per call (the most of any rank): 0 through windows. --no-windows times plans\n"
+    "instead (plan, launch, wait: messages every launch), to compare the two.\n"
     "Variants: docs/collectives.md.\n";
 
 #define CONCCL_COLLECTIVE_COMMAND(NAME, ORDER, SUMMARY)                                                  \
   const Registration reg_##ORDER({                                                                       \
       .name = NAME,                                                                                      \
       .summary = SUMMARY,                                                                                \
-      .usage = "sdma-probe " NAME " [--backend B] [--preset P] [--gpus N] [--ranks N] [--min SIZE]\n"    \
-               "       [--max SIZE] [--step-factor F] [--dtype TYPE] [--variant NAME] [--prelaunch] [--json FILE]",    \
+      .usage = "sdma-probe " NAME " [--backend B] [--preset P] [--gpus N] [--ranks N | --procs N]\n"     \
+               "       [--min SIZE] [--max SIZE] [--step-factor F] [--dtype TYPE] [--variant NAME]\n"          \
+               "       [--prelaunch] [--no-windows] [--json FILE]",                                          \
       .details = kDetails,                                                                               \
       .flags = collective_flags(),                                                                       \
       .run = run_collective,                                                                             \

@@ -24,6 +24,22 @@ RankBuffers buffer_bytes(conccl::CollOp op, int root, int peer, int r, int n, ui
 // with a 32-bit fill (saturates near 2^64).
 uint64_t alloc_bytes(uint64_t bytes);
 
+// --procs through windows: each rank's send and receive buffers in one
+// buffer, registered once as a window, at offsets that are the same on every
+// rank (Communicator::call needs that): the region that only the root has
+// whole (scatter: the root's send; else the receive buffers) second, after
+// the largest first region of any rank. A rank that has no buffer of a kind
+// still has the offset in its window, to name the root's (a few bytes there).
+// In-place gather and scatter put every rank's send (gather) or recv
+// (scatter) at root x chunk into the second region, where the root's chunk
+// of its own buffer is: the window covers that too. Offsets and sizes are
+// multiples of 4096.
+struct WindowLayout {
+  uint64_t send_off = 0, recv_off = 0;  // the same on every rank
+  uint64_t size = 0;                    // this rank's window
+};
+WindowLayout window_layout(conccl::CollOp op, int root, int peer, int r, int n, uint64_t chunk);
+
 // Staging buffer per GPU: 32 MiB, less when many GPUs share the emulator's
 // 1 GiB of host memory (64 GPUs x 32 MiB did not fit).
 size_t staging_bytes(int gpus);
@@ -34,8 +50,9 @@ size_t staging_bytes(int gpus);
 inline constexpr uint64_t kVerifyBytes = 160ull << 20;
 
 // Everything a sweep of `op` up to a per-rank chunk of max_chunk allocates,
-// ranks placed on GPUs by gpu_of.
+// ranks placed on GPUs by gpu_of; `windows`: one window buffer per rank
+// (window_layout) instead of its send and receive buffers.
 MemBudget sweep_budget(conccl::CollOp op, int root, int peer, const std::vector<int>& gpu_of, int gpus,
-                       uint64_t max_chunk);
+                       uint64_t max_chunk, bool windows = false);
 
 }  // namespace probe

@@ -25,6 +25,10 @@ void print_banner(FILE* f, const SweepSetup& s) {
   else
     std::fprintf(f, "#  iterations: by size (3..20) timed, %" PRId64 " warm-up%s per size\n", s.warmup,
                  s.emulated ? "" : " (and at least 100 ms)");
+  if (s.procs)
+    std::fprintf(f, "#  processes: %d, one per rank; timed: %s\n", s.procs,
+                 s.windows ? "calls through one window per rank (Communicator::call, host-ordered, back to back)"
+                           : "plans (--no-windows: plan, launch, wait)");
   std::fprintf(f, "#  sizes: %" PRIu64 " to %" PRIu64 " bytes, step factor %" PRIu64 "\n#\n", s.min, s.max,
                s.step_factor);
 }
@@ -49,6 +53,15 @@ void print_row(FILE* f, const SweepRow& r) {
     std::fprintf(f, " %8s %7s %7s %7s\n", "n/a", "n/a", "n/a", "n/a");
 }
 
+double messages_per_call(const std::vector<SweepRow>& rows) {
+  double messages = -1;
+  for (const SweepRow& r : rows) {
+    messages = std::max(messages, r.messages_per_call);
+    if (r.in_place) messages = std::max(messages, r.ip_messages_per_call);
+  }
+  return messages;
+}
+
 void print_summary(FILE* f, const std::vector<SweepRow>& rows) {
   uint64_t wrong = 0;
   double bus = 0;
@@ -62,11 +75,13 @@ void print_summary(FILE* f, const std::vector<SweepRow>& rows) {
       ++measured;
     }
   }
-  double messages = -1;
-  for (const SweepRow& r : rows) messages = std::max(messages, r.messages_per_call);
+  const double messages = messages_per_call(rows);
   std::fprintf(f, "# Out of bounds values : %" PRIu64 " %s\n", wrong, wrong ? "FAILED" : "OK");
   if (messages >= 0)
-    std::fprintf(f, "# Bootstrap messages per timed call (out of place, the most of any size): %.2f\n", messages);
+    std::fprintf(f,
+                 "# Bootstrap msgs/call  : %.2f (bootstrap_messages_per_call: sent + received by a rank per timed "
+                 "call, the most of any rank, size and form)\n",
+                 messages);
   std::fprintf(f, "# Avg bus bandwidth    : %.3f\n#\n", measured ? bus / static_cast<double>(measured) : 0.0);
 }
 

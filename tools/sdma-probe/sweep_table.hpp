@@ -25,6 +25,7 @@ struct SweepSetup {
   int engines_per_gpu = 0;
   std::string variant;    // asked: "auto" or a name
   bool prelaunch = false;
+  int procs = 0;          // --procs N (0: every rank in this process)
   bool windows = false;   // --procs: calls through windows (not --no-windows)
   int64_t iters = 0;      // 0: by size
   int64_t warmup = 0;
@@ -49,18 +50,23 @@ struct SweepRow {
   double ip_algbw = 0, ip_busbw = 0;
   uint64_t ip_wrong = 0;
   std::string ip_variant;
-  // --procs: bootstrap messages this rank sent and received inside the timed
-  // calls, per call (the slowest rank's row; -1: one process, not counted).
+  // --procs: bootstrap messages a rank sent and received inside the timed
+  // calls, per call (the most of any rank; -1: one process, not counted).
   double messages_per_call = -1;
-  double ip_messages_per_call = -1;  // the in-place form's (gather and scatter: through plans)
+  double ip_messages_per_call = -1;  // the in-place form's
 };
 
 void print_banner(FILE* f, const SweepSetup& s);
 void print_header(FILE* f);
 void print_row(FILE* f, const SweepRow& r);
-// "# Out of bounds values : N OK|FAILED" (wrong bytes, both forms) and
-// "# Avg bus bandwidth    : X" (the mean of every busbw measured, both forms).
+// "# Out of bounds values : N OK|FAILED" (wrong bytes, both forms),
+// --procs: "# Bootstrap msgs/call  : X (bootstrap_messages_per_call: ...)"
+// (messages_per_call), and "# Avg bus bandwidth    : X" (the mean of every
+// busbw measured, both forms).
 void print_summary(FILE* f, const std::vector<SweepRow>& rows);
+// --procs: the most bootstrap messages per timed call of any row and form
+// (each row's: the most of any rank); -1 in one process.
+double messages_per_call(const std::vector<SweepRow>& rows);
 // Sizes from min to max, each `factor` times the last (factor >= 2).
 std::vector<uint64_t> sweep_sizes(uint64_t min, uint64_t max, uint64_t factor);
 
