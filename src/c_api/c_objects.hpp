@@ -146,6 +146,9 @@ conccl_status code_to_c(Code c);
 conccl_status report(const Status& st);
 conccl_status fail(conccl_status s, const std::string& msg);
 Deadline after(uint32_t ms);
+// Text into the caller's buffer (NUL-terminated; *needed: the bytes it takes),
+// out_of_range naming the size when it does not fit.
+conccl_status copy_text(const std::string& s, char* buf, size_t capacity, size_t* needed);
 
 // Runs f (returning conccl_status) as C API call `call`; no exception escapes.
 template <typename F>

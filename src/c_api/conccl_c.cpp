@@ -134,9 +134,7 @@ Result<Buffer> resolve_buffer(conccl_device& d, const conccl_buffer& b, const st
 
 }  // namespace conccl::capi
 
-namespace {
-
-conccl_status copy_text(const std::string& s, char* buf, size_t capacity, size_t* needed) {
+conccl_status conccl::capi::copy_text(const std::string& s, char* buf, size_t capacity, size_t* needed) {
   if (needed) *needed = s.size() + 1;
   if (buf && capacity) {
     const size_t n = std::min(capacity - 1, s.size());
@@ -149,6 +147,8 @@ conccl_status copy_text(const std::string& s, char* buf, size_t capacity, size_t
   last_error().clear();
   return CONCCL_OK;
 }
+
+namespace {
 
 Result<Stager*> stager_for(conccl_device& d, int gpu) {
   auto it = d.stagers.find(gpu);

@@ -530,16 +530,7 @@ conccl_status conccl_heap_torch_error(char* buf, size_t capacity, size_t* needed
       std::lock_guard<std::mutex> lock(reg.mu);
       s = reg.torch_error;
     }
-    if (needed) *needed = s.size() + 1;
-    if (buf && capacity) {
-      const size_t n = std::min(capacity - 1, s.size());
-      std::memcpy(buf, s.data(), n);
-      buf[n] = 0;
-      if (n < s.size())
-        return fail(CONCCL_ERR_OUT_OF_RANGE, std::string(current_call()) + ": buffer of " + std::to_string(capacity) +
-                                                 " bytes is too small: " + std::to_string(s.size() + 1) + " needed");
-    }
-    return report(Status());
+    return copy_text(s, buf, capacity, needed);
   });
 }
 

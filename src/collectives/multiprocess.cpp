@@ -141,6 +141,15 @@ std::string args_digest(const CollectiveArgs& a) {
          std::to_string(a.chain_chunks);
 }
 
+// Closes the fds of a vector as it goes out of scope (shared regions handed
+// to the bootstrap, which duplicates what it sends).
+struct CloseOnExit {
+  std::vector<int>* fds;
+  ~CloseOnExit() {
+    for (int f : *fds) ::close(f);
+  }
+};
+
 void close_all(std::vector<Bootstrap::Message>& msgs) {
   for (Bootstrap::Message& m : msgs) {
     for (int f : m.fds) ::close(f);
@@ -374,12 +383,7 @@ Result<std::unique_ptr<Plan>> Communicator::plan_across_processes(const Collecti
   }
   std::vector<SharedRegion> regions;
   std::vector<int> fds;
-  struct CloseFds {
-    std::vector<int>* f;
-    ~CloseFds() {
-      for (int x : *f) ::close(x);
-    }
-  } close_fds{&fds};
+  const CloseOnExit close_fds{&fds};
   CONCCL_RETURN_IF_ERROR(share_buffer(*send, &regions, &fds));
   CONCCL_RETURN_IF_ERROR(share_buffer(*recv, &regions, &fds));
 
@@ -498,12 +502,7 @@ Result<Window> Communicator::register_window(const Buffer& mine) {
   const uint32_t id = static_cast<uint32_t>(cs.windows.size());
   std::vector<SharedRegion> regions;
   std::vector<int> fds;
-  struct CloseFds {
-    std::vector<int>* f;
-    ~CloseFds() {
-      for (int x : *f) ::close(x);
-    }
-  } close_fds{&fds};
+  const CloseOnExit close_fds{&fds};
   Status st = share_buffer(mine, &regions, &fds);
   Writer w;
   w.put<uint32_t>(id);
