@@ -2,7 +2,10 @@
 // never pointers into it, so that a stale handle is an error and not a
 // use of freed memory.
 //
-// A handle's bits: generation (32) | kind (8) | slot index + 1 (24). Its slot
+// A handle's bits: tag 0xCC (8) | generation (24) | kind (8) | slot index + 1
+// (24). The tag sits where a user-space pointer on x86-64 and AArch64 has
+// zeros, so a pointer of another library is always named as such and never
+// read as some kind by chance (its bits 24..31 are random under ASLR). Its slot
 // holds the object while it lives; destroying it bumps the slot's generation,
 // so the old handle no longer matches (a double destroy, a use after destroy,
 // a handle of a closed device), and one kind's handle given for another
@@ -65,7 +68,7 @@ class HandleTable {
       slots_.push_back(Slot{});
     }
     slots_[i].obj = std::move(obj);
-    return (uint64_t{slots_[i].generation} << 32) | (uint64_t{static_cast<uint8_t>(K)} << 24) | (i + 1);
+    return (kTag << 56) | (uint64_t{slots_[i].generation} << 32) | (uint64_t{static_cast<uint8_t>(K)} << 24) | (i + 1);
   }
 
   // The object of handle `h`, or an error naming what is wrong with it.
@@ -97,8 +100,11 @@ class HandleTable {
   }
 
  private:
+  static constexpr uint64_t kTag = 0xCC;
+  static constexpr uint32_t kGenerationMask = 0xffffff;
+
   struct Slot {
-    uint32_t generation = 1;
+    uint32_t generation = 1;  // 24 bits used
     std::shared_ptr<T> obj;
   };
   std::vector<Slot> slots_;
@@ -108,7 +114,10 @@ class HandleTable {
     const char* noun = handle_kind_name(static_cast<uint64_t>(K));
     if (h == 0) return error(Code::invalid_argument, std::string(noun) + " handle is NULL");
     const uint64_t kind = (h >> 24) & 0xff, index = h & 0xffffff;
-    const uint32_t gen = static_cast<uint32_t>(h >> 32);
+    const uint32_t gen = static_cast<uint32_t>(h >> 32) & kGenerationMask;
+    if ((h >> 56) != kTag)
+      return error(Code::invalid_argument, "not a ConCCL " + std::string(noun) +
+                                               " handle (a pointer of another library, or corrupted)");
     if (kind != static_cast<uint64_t>(K)) {
       const char* other = handle_kind_name(kind);
       return error(Code::invalid_argument, other ? std::string("a ") + other + " handle was given where a " + noun +
@@ -125,7 +134,7 @@ class HandleTable {
 
   void release_slot(size_t i) {
     slots_[i].obj.reset();
-    ++slots_[i].generation;
+    slots_[i].generation = (slots_[i].generation + 1) & kGenerationMask;
     if (slots_[i].generation == 0) slots_[i].generation = 1;
     free_.push_back(i);
   }

@@ -53,6 +53,15 @@ TEST(CApiMisuse, StaleAndMixedUpHandlesAreErrors) {
   int junk = 0;
   EXPECT_EQ(conccl_queue_submit(reinterpret_cast<conccl_queue_t>(&junk), 10, nullptr), CONCCL_ERR_INVALID_ARGUMENT);
   EXPECT_NE(last().find("not a ConCCL queue handle"), std::string::npos) << last();
+  // A pointer whose bits 24..31 happen to hold a kind's number (ASLR makes
+  // that byte random) is still named as a foreign pointer, never as a handle
+  // of that kind.
+  for (uint64_t kind = 1; kind <= 7; ++kind) {
+    const uint64_t fake = 0x00007f0000000001ull | (kind << 24);
+    EXPECT_EQ(conccl_queue_submit(reinterpret_cast<conccl_queue_t>(static_cast<uintptr_t>(fake)), 10, nullptr),
+              CONCCL_ERR_INVALID_ARGUMENT);
+    EXPECT_NE(last().find("not a ConCCL queue handle"), std::string::npos) << kind << ": " << last();
+  }
 
   // Use after destroy, and a double destroy.
   ASSERT_EQ(conccl_queue_destroy(q), CONCCL_OK) << last();
