@@ -146,7 +146,11 @@ std::vector<Case> cases_for(const Caps& caps, int n) {
       if (!variant_missing_cap(v, caps).empty()) continue;
       std::vector<uint64_t> sizes = {1024, (1u << 20) + 4096};
       if (v == Variant::automatic && (op == CollOp::all_gather || op == CollOp::all_to_all))
-        sizes.push_back(n <= 4 ? 64u << 20 : 16u << 20);
+        // Large: past every size threshold of choose_variant (4 MiB in all)
+        // and past one SDMA copy's largest count (4 MiB on older
+        // generations), not a multiple of either; small enough that eight
+        // emulated processes finish on two cores well within ctest's limit.
+        sizes.push_back(n <= 4 ? (8u << 20) + 4096 : (4u << 20) + 4096);
       for (uint64_t b : sizes) {
         Case c{op, v, b};
         c.root = op == CollOp::p2p ? 1 % n : n - 1;
