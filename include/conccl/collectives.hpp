@@ -90,6 +90,7 @@ struct CollectiveArgs {
 
 class Plan;
 struct CallState;
+struct CachedCalls;
 
 // Symmetric windows (docs/multiprocess.md, "Windows"): one buffer per rank,
 // registered once by every rank together, after which every rank knows every
@@ -170,6 +171,7 @@ struct CommStats {
   uint64_t calls = 0;          // collective calls (Communicator::call and the NCCL-shaped forms)
   uint64_t window_calls = 0;   // of them, through windows: no message between the ranks
   uint64_t window_plans = 0;   // plans compiled for window calls (once per distinct call)
+  uint64_t cached_plans = 0;   // plans kept now for calls outside windows
 };
 
 class Communicator {
@@ -300,10 +302,14 @@ class Communicator {
   //     Counters only grow, so nothing is reset between calls. A rank that
   //     finds another rank making a different call k (op, size, root,
   //     windows or offsets) refuses it and fails the communicator.
-  //   - Other buffers, and communicators of one process, are refused here
-  //     (Code::invalid_argument, saying so): register a window, or use
-  //     plan() / launch() / wait(); the C API's NCCL-shaped calls still take
-  //     them with one vote per call (docs/multiprocess.md).
+  //   - Other buffers, and communicators of one process (then `send` and
+  //     `recv` hold every rank's buffers, as for plan()): the plan is made
+  //     once per distinct call (op, sizes, root, buffers) and cached, up to
+  //     a few per call on a stream so that launches queue without a host
+  //     wait. Across processes every call then exchanges one message with
+  //     every rank (a vote that keeps the ranks' caches alike) and launches
+  //     meet at the plan's barrier: slower than windows, for buffers that
+  //     cannot be registered (docs/multiprocess.md).
   // `stream`: order the call on it and return at once (the stream posts k,
   // then waits for this rank's arrivals and sent counter); null: return
   // when this rank's data is in place and its lists have ended.
@@ -347,6 +353,8 @@ class Communicator {
   // cache and watchdog); made on first use.
   friend struct CallState;
   std::unique_ptr<CallState> calls_;
+  // cached_calls.cpp: call() for buffers outside windows; made on first use.
+  std::unique_ptr<CachedCalls> cached_;
   std::vector<uint64_t> pool_va_;  // every rank's signal pool (its call area first: calls.hpp)
   CallState& calls();
   friend class Plan;
@@ -412,6 +420,13 @@ class Plan {
   // the signals, cannot strand a stream still waiting on them (the stream
   // would wait on arrivals that only its own later release can bring).
   SignalStore consumed_store() const;
+  // Queues a plan compiled with CollectiveArgs::prelaunch on a stream and
+  // returns: prelaunch(), then the stream releases it once its earlier work
+  // is done, waits for this process's ranks' arrivals (across processes,
+  // also for its rank's lists to end: they read its send buffer), and
+  // stores consumed_store(). If the stream refuses the work, the host
+  // releases the plan instead (it must not stay gated) and says so.
+  Status enqueue(StreamOps& stream, Deadline deadline);
   // Waits until every destination has all its data. On timeout the error
   // names the stuck list's queue and engine and decodes its pending packets.
   // Across processes every rank waits for every launch (the wait ends when

@@ -85,6 +85,16 @@ class Device {
   // would fault). Backends that cannot tell answer true.
   virtual bool is_mapped(uint64_t va, size_t bytes) { return host_pointer(va, bytes) != nullptr; }
 
+  // Which allocation holds `va` now: a number that changes when the memory
+  // is freed and allocated again at the same address, so that a cache keyed
+  // by addresses (Communicator::call's plans) can tell the two apart. 0 where
+  // the backend keeps one mapping for all its memory (the emulator's arena:
+  // the same address is the same memory in every process) or does not know.
+  virtual uint64_t allocation_serial(uint64_t va) const {
+    (void)va;
+    return 0;
+  }
+
   // ---- memory across processes (docs/multiprocess.md) ----
   // DeviceOptions::process_slot: where this process's memory lives in the
   // address layout that processes of one communicator share (-1: none).

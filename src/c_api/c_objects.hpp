@@ -64,44 +64,12 @@ struct conccl_comm {
   std::shared_ptr<conccl_device> device;
   std::unique_ptr<conccl::Communicator> comm;
   uint32_t timeout_ms = 60000;
-  // NCCL-shaped calls: plans by (op, bytes, root, buffers, on a stream).
-  // A buffer is (C id, va, size): the id tells a reallocation at the same
-  // address from the buffer the plan was made for. Stream-ordered calls keep
-  // up to kInFlight plans per key, used in turn, so that launches queue on
-  // the stream without a host wait between them.
-  static constexpr size_t kInFlight = 4;
-  using Key = std::tuple<int, uint64_t, int, std::vector<uint64_t>, std::vector<uint64_t>, bool>;
-  struct Slot {
-    std::vector<std::unique_ptr<conccl::Plan>> plans;
-    size_t next = 0;
-    std::map<const conccl::Plan*, uint64_t> generation;  // one process per rank: which joint planning made each plan
-    uint64_t last_use = 0;
-  };
-  std::map<Key, Slot> cache;
-  // At most kMaxCachedCalls argument sets keep their plans, the least
-  // recently used given up first: a caching allocator that hands out ever
-  // new buffers would otherwise grow the cache (and its signal memory)
-  // without end. Slots with a launch still running are kept.
-  static constexpr size_t kMaxCachedCalls = 64;
-  uint64_t uses = 0;
-  void touch(const Key& key);
-  size_t cached_plans() const;
-  // One process per rank: plans the NCCL-shaped calls made, counted alike on
-  // every rank (planning is collective), so ranks can tell that their cached
-  // plans are halves of the same one.
-  uint64_t generations = 0;
-  // One process per rank: the NCCL-shaped launches not yet ended for every
-  // rank (on a stream, or waited for here only), in call order. Every rank
-  // makes the same calls in the same order, so every rank holds the same
-  // sequence and ends or waits for its launches in the same order. At most
-  // kInFlight per communicator.
-  std::deque<conccl::Plan*> in_flight;
   // Window handles it made (destroyed with it).
   std::vector<uint64_t> windows;
   // Calls through windows on a CUDA stream: one StreamOps per stream.
   std::map<void*, std::unique_ptr<conccl::StreamOps>> stream_ops;
-  bool is_in_flight(const conccl::Plan* p) const;
-  // Plans first (each waits for its own launch), then the communicator.
+  // The communicator (its cached plans first, each waiting for its own
+  // launch), then the stream adapters and windows.
   void destroy();
 };
 

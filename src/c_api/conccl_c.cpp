@@ -686,7 +686,10 @@ conccl_status comm_options_from(const conccl_comm_options* o, Communicator::Opti
                 : o->queues == CONCCL_QUEUES_PER_ENGINE ? Communicator::Options::QueueSharing::per_engine
                                                         : Communicator::Options::QueueSharing::automatic;
   opt->engines.assign(o->engines, o->engines + o->num_engines);
-  if (o->timeout_ms) *timeout = o->timeout_ms;
+  if (o->timeout_ms) {
+    *timeout = o->timeout_ms;
+    opt->call_timeout_ms = o->timeout_ms;
+  }
   return CONCCL_OK;
 }
 
@@ -807,7 +810,7 @@ size_t conccl_comm_cached_plans(conccl_comm_t ch) {
   size_t v = 0;
   (void)guard(__func__, [&] {
     CONCCL_C_FIND(CommTable, c, ch, "comm");
-    v = c.cached_plans();
+    v = c.comm ? static_cast<size_t>(c.comm->stats().cached_plans) : 0;
     return report(Status());
   });
   return v;

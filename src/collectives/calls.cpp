@@ -4,6 +4,8 @@
 // watchdog that fails a stream-ordered call which does not complete.
 #include "collectives/calls.hpp"
 
+#include "collectives/cached_calls.hpp"
+
 #include <algorithm>
 #include <atomic>
 #include <cstring>
@@ -128,6 +130,10 @@ CommStats Communicator::stats() const {
     std::lock_guard<std::mutex> lk(calls_->mu);
     s = calls_->counts;
   }
+  if (cached_) {
+    s.calls += cached_->calls;
+    s.cached_plans = cached_->cached_plans();
+  }
   if (boot_) {
     s.bootstrap_messages_sent = boot_->messages_sent();
     s.bootstrap_messages_received = boot_->messages_received();
@@ -149,12 +155,34 @@ Window Communicator::window_of(const Buffer& b, uint64_t bytes) const {
 }
 
 Status Communicator::call(const CollectiveArgs& args, StreamOps* stream) {
-  if (!boot_)
-    return error(Code::invalid_argument,
-                 std::string("call ") + coll_op_name(args.op) +
-                     ": one-call collectives are for ranks in separate processes (Communicator::create(device, rank, "
-                     "nranks, id) and register_window); in one process use plan(), launch() and wait()");
-  return calls().run(args, stream);
+  // Windows when every buffer given lies in one (ranks in separate
+  // processes); else the cached path (cached_calls.hpp), which takes any
+  // buffers and, across processes, exchanges a message per call.
+  // A buffer that starts in a window but runs past its end is a mistake
+  // (the window is smaller than the call needs), never another path.
+  size_t given = 0, inside = 0;
+  for (const std::vector<Buffer>* v : {&args.send, &args.recv})
+    for (const Buffer& b : *v) {
+      if (!b.va || !boot_) continue;
+      ++given;
+      const Window w = window_of(b, 1);
+      if (!w.valid()) continue;
+      if (!window_of(b, std::max<uint64_t>(b.size, 1)).valid())
+        return error(Code::invalid_argument,
+                     std::string("call ") + coll_op_name(args.op) + ": a buffer of " + std::to_string(b.size) +
+                         " bytes at " + hex(b.va) + " starts in window " + std::to_string(w.id) + " (" +
+                         std::to_string(w.local.size) + " bytes at " + hex(w.local.va) +
+                         ") and runs past its end: register_window() a buffer large enough for the call");
+      ++inside;
+    }
+  if (given > 0 && inside == given) return calls().run(args, stream);
+  if (calls_) {
+    Status failed = async_error();
+    if (!failed.ok()) return failed;
+  }
+  if (!cached_) cached_ = std::make_unique<CachedCalls>(*this);
+  return cached_->run(args, stream, Deadline::after_ms(options_.call_timeout_ms))
+      .prefix(std::string("call ") + coll_op_name(args.op));
 }
 
 // ---- failures ----
@@ -187,7 +215,8 @@ void CallState::fail(const Status& why) {
   cv.notify_all();
 }
 
-Status CallState::check(uint64_t call, uint64_t arrive_target, uint64_t sent_target, bool expired) const {
+Status CallState::check(uint64_t call, uint64_t arrive_target, uint64_t sent_target, bool expired,
+                        const std::vector<uint64_t>& sent_after) const {
   const std::string what = "call " + std::to_string(call);
   for (int r = 0; r < n; ++r) {
     if (r == me) continue;
@@ -199,7 +228,15 @@ Status CallState::check(uint64_t call, uint64_t arrive_target, uint64_t sent_tar
                                         "'s " + what + " cannot complete; destroy this communicator");
   }
   if (Bootstrap* b = comm.boot_.get()) {
-    const std::vector<int> gone = b->hung_up();
+    std::vector<int> gone = b->hung_up();
+    // A rank that reached the call and whose lists of it have all ended
+    // brought everything it owes this rank: its leaving fails nothing (it
+    // made the call with the host and returned; this rank's own lists need
+    // no other rank, and a peer's mapping outlives its process).
+    std::erase_if(gone, [&](int g) {
+      const size_t gi = static_cast<size_t>(g);
+      return gi < sent_after.size() && posted[gi].value() >= call && sent[gi].value() >= sent_after[gi];
+    });
     if (!gone.empty()) {
       std::string names;
       for (int r : gone) names += (names.empty() ? "" : ", ") + b->describe_rank(r);
@@ -237,7 +274,8 @@ Status CallState::check(uint64_t call, uint64_t arrive_target, uint64_t sent_tar
   return error(Code::timeout, detail);
 }
 
-Status CallState::wait_here(uint64_t call, uint64_t arrive_target, uint64_t sent_target, Deadline deadline) {
+Status CallState::wait_here(uint64_t call, uint64_t arrive_target, uint64_t sent_target,
+                            const std::vector<uint64_t>& sent_after, Deadline deadline) {
   const Signal& a = arrive[static_cast<size_t>(me)];
   const Signal& s = sent[static_cast<size_t>(me)];
   while (true) {
@@ -247,7 +285,7 @@ Status CallState::wait_here(uint64_t call, uint64_t arrive_target, uint64_t sent
     if (st.ok()) st = s.wait(sent_target, slice);
     if (st.ok()) return Status();
     if (st.code() != Code::timeout) return st;
-    Status c = check(call, arrive_target, sent_target, deadline.expired());
+    Status c = check(call, arrive_target, sent_target, deadline.expired(), sent_after);
     // A rank that finished its part and then left (its process ended) has
     // not failed this call: look at the counters once more.
     if (!c.ok() && done(arrive_target, sent_target)) return Status();
@@ -278,7 +316,7 @@ void CallState::watch() {
     // Completion is polled often; the failure checks (syscalls) less.
     if (!complete && (now - last_check > std::chrono::milliseconds(2) || p.deadline.expired())) {
       last_check = now;
-      st = check(p.k, p.arrive, p.sent, p.deadline.expired());
+      st = check(p.k, p.arrive, p.sent, p.deadline.expired(), p.sent_after);
     }
     const bool own_part_left = arrive[static_cast<size_t>(me)].value() >= p.arrive && !p.deadline.expired();
     if (!st.ok() && !done(p.arrive, p.sent) && !own_part_left) {  // (a rank that left after its part did not fail it)
@@ -532,7 +570,7 @@ Status CallState::run(const CollectiveArgs& a, StreamOps* stream) {
   if (!stream) {
     last_stream = nullptr;
     posted[mi].set(call);
-    Status st = wait_here(call, arrive_target, sent_target, dl);
+    Status st = wait_here(call, arrive_target, sent_target, base[kCounterSent], dl);
     if (!st.ok()) {
       // Lists of this call may stay queued behind a rank that never posts:
       // the communicator cannot go on.
@@ -562,13 +600,13 @@ Status CallState::run(const CollectiveArgs& a, StreamOps* stream) {
     // The stream refused: post from the host so that no rank waits for this
     // one, and wait here instead.
     posted[mi].set(call);
-    Status w = wait_here(call, arrive_target, sent_target, dl);
+    Status w = wait_here(call, arrive_target, sent_target, base[kCounterSent], dl);
     return st.prefix(name + ": the stream refused its part (the call was completed from the host" +
                      (w.ok() ? std::string(")") : "; then: " + w.to_string() + ")"));
   }
   {
     std::lock_guard<std::mutex> lk(mu);
-    pending.push_back(Pending{call, arrive_target, sent_target, dl});
+    pending.push_back(Pending{call, arrive_target, sent_target, dl, base[kCounterSent]});
     start_watchdog();
   }
   cv.notify_all();

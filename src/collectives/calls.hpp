@@ -99,6 +99,7 @@ struct CallState {
   struct Pending {
     uint64_t k = 0, arrive = 0, sent = 0;
     Deadline deadline;
+    std::vector<uint64_t> sent_after;  // per rank: its sent counter once its part of call k is done
   };
   mutable std::mutex mu;
   std::condition_variable cv;
@@ -113,13 +114,19 @@ struct CallState {
   void fail(const Status& why);
   // A failure seen from here: a rank gone, another rank failed, or (at
   // `deadline`) call `call` not done, naming who holds it up.
-  Status check(uint64_t call, uint64_t arrive_target, uint64_t sent_target, bool expired) const;
+  // Whether call `call` can still complete here: another rank failed the
+  // communicator, or left it before its part of the call was done (a rank
+  // whose lists of the call have all ended, per `sent_after`, may leave), or
+  // (once `expired`) what it waits for.
+  Status check(uint64_t call, uint64_t arrive_target, uint64_t sent_target, bool expired,
+               const std::vector<uint64_t>& sent_after) const;
   bool done(uint64_t arrive_target, uint64_t sent_target) const {
     return arrive[static_cast<size_t>(me)].value() >= arrive_target &&
            sent[static_cast<size_t>(me)].value() >= sent_target;
   }
   // Host wait for this rank's part of a call, with the checks between slices.
-  Status wait_here(uint64_t call, uint64_t arrive_target, uint64_t sent_target, Deadline deadline);
+  Status wait_here(uint64_t call, uint64_t arrive_target, uint64_t sent_target, const std::vector<uint64_t>& sent_after,
+                   Deadline deadline);
   void watch();
   void start_watchdog();
 };

@@ -3,6 +3,7 @@
 #include <set>
 
 #include "collectives/builder.hpp"
+#include "collectives/cached_calls.hpp"
 #include "collectives/calls.hpp"
 
 namespace conccl {

@@ -13,6 +13,7 @@
 #include <cstring>
 
 #include "collectives/builder.hpp"
+#include "collectives/cached_calls.hpp"
 #include "collectives/calls.hpp"
 
 namespace conccl {
@@ -166,6 +167,7 @@ Communicator::~Communicator() {
   // other's reason for failing there: the signal memory is then kept.
   const bool failed = calls_ && !async_error().ok();
   calls_.reset();
+  cached_.reset();  // its plans wait for their own launches
   if (failed) pool_ = Buffer{};
   // Plans still alive are detached first (each leaves plans_), while the
   // queues and the signal pool they use are still here. Every gated launch

@@ -55,6 +55,10 @@ class GenericDevice final : public conccl::Device {
   // the memfd behind it, mapped there at the same address and registered
   // with every client (map_host). Process slots keep the addresses apart.
   int process_slot() const override { return slot_; }
+  uint64_t allocation_serial(uint64_t va) const override {
+    const Alloc* a = find_alloc(va, 1);
+    return a ? a->serial : 0;
+  }
   Result<SharedRegion> share(const conccl::Buffer& b, int* fd) override {
     const Alloc* a = find_alloc(b.va, b.size ? b.size : 1);
     if (!a)
@@ -698,47 +702,9 @@ Result<std::unique_ptr<conccl::StreamOps>> stream_ops(conccl::Device& device, vo
 
 Status enqueue_on_stream(conccl::Device& device, conccl::Plan& plan, void* cu_stream, Deadline deadline) {
   if (!generic(device)) return not_nv("enqueue_on_stream");
-  if (!plan.args().prelaunch)
-    return error(Code::invalid_argument, "enqueue_on_stream needs a plan compiled with CollectiveArgs::prelaunch");
   CONCCL_RETURN_IF_ERROR(share_signals_with_cuda(device));
-  CONCCL_RETURN_IF_ERROR(plan.prelaunch(deadline));
-  // The release, then one wait per rank that receives, all on the stream.
-  // If CUDA refuses one of them, the host releases the plan instead, so that
-  // it does not stay gated forever.
-  Result<std::vector<SignalStore>> stores = plan.release_by_stores();
-  if (!stores.ok()) return stores.status();
-  Status st;
-  for (const SignalStore& w : *stores)
-    if (st.ok()) st = stream_write_value64(cu_stream, w.va, w.value);
-  // Across processes, this process's ranks only (the others' streams wait
-  // for theirs), and also for its rank's own lists to end, since they read
-  // its send buffer while writing into the other ranks; in one process every
-  // rank's arrivals already say that.
-  const bool across = plan.communicator().rank() >= 0;
-  for (int r = 0; r < static_cast<int>(plan.args().recv.size()) && st.ok(); ++r) {
-    if (!plan.communicator().local(r)) continue;
-    if (plan.arrivals_expected(r) > 0) st = stream_wait_value64(cu_stream, plan.arrival(r).va(), plan.arrivals_expected(r));
-    if (st.ok() && across && plan.sent_expected(r) > 0)
-      st = stream_wait_value64(cu_stream, plan.sent(r).va(), plan.sent_expected(r));
-  }
-  // Past its waits, the stream says so: until then the plan counts as
-  // running and is not relaunched (a relaunch resets the arrivals the stream
-  // may still be about to wait on).
-  const SignalStore done = plan.consumed_store();
-  if (st.ok()) st = stream_write_value64(cu_stream, done.va, done.value);
-  if (!st.ok()) {
-    // Whatever the stream did not take: release from the host, so that the
-    // plan completes and the queues do not stay blocked (copy engines
-    // acquire by polling memory: no wake-up is needed).
-    std::vector<SignalStore> all = *stores;
-    all.push_back(done);
-    for (const SignalStore& w : all) {
-      auto* p = static_cast<uint64_t*>(device.host_pointer(w.va, 8));
-      if (p) std::atomic_ref<uint64_t>(*p).store(w.value, std::memory_order_release);
-    }
-    return st.prefix("enqueue_on_stream (the plan was released from the host instead)");
-  }
-  return Status();
+  CudaStreamOps ops(cu_stream);
+  return plan.enqueue(ops, deadline).prefix("enqueue_on_stream");
 }
 
 }  // namespace conccl::nv
