@@ -38,6 +38,7 @@
 #include "conccl/bootstrap.hpp"
 #include "conccl/device.hpp"
 #include "conccl/queue.hpp"
+#include "conccl/reduce.hpp"
 #include "conccl/signal.hpp"
 
 namespace conccl {
@@ -88,8 +89,37 @@ struct CollectiveArgs {
   bool timestamps = false;
 };
 
+// Reductions (docs/reductions.md): the engines move the data, one reduce
+// step per rank adds it up. Sizes in elements of `dtype`, as NCCL's:
+//   reduce_scatter  send[r]: n x count            -> recv[r]: count, the
+//                   reduction over q of send[q][r*count, (r+1)*count)
+//   all_reduce      send[r]: count                -> recv[r]: count, the
+//                   reduction over q of send[q]
+//   reduce          send[r]: count                -> recv[root]: count
+// In place where NCCL allows it: reduce_scatter with send[r] + r*count ==
+// recv[r], all_reduce with send[r] == recv[r], reduce on the root with
+// send == recv. The inputs are reduced in rank order, 0 first
+// (conccl/reduce.hpp gives the exact arithmetic), so every backend and
+// every algorithm gives the same bits.
+enum class ReduceColl : uint8_t { reduce_scatter, all_reduce, reduce };
+const char* reduce_coll_name(ReduceColl c);  // "reducescatter", "allreduce", "reduce"
+bool parse_reduce_coll(const std::string& name, ReduceColl* out);
+
+struct ReductionArgs {
+  ReduceColl coll = ReduceColl::all_reduce;
+  DataType dtype = DataType::f32;
+  ReduceOp op = ReduceOp::sum;
+  uint64_t count = 0;  // elements, see above
+  int root = 0;        // reduce
+  // As Communicator::call: this rank's buffers alone with one process per
+  // rank ({mine}; a non-root rank of reduce gives no recv), every rank's in
+  // one process.
+  std::vector<Buffer> send, recv;
+};
+
 class Plan;
 struct CallState;
+struct ReduceState;
 struct CachedCalls;
 
 // Symmetric windows (docs/multiprocess.md, "Windows"): one buffer per rank,
@@ -131,6 +161,13 @@ class StreamOps {
     bool wait = false;
     uint64_t va = 0, value = 0;
   };
+  // One reduction (addresses: Device::compute_address), run in order with
+  // the rest: a kernel on a CUDA stream, the host on a HostStream. Streams
+  // that cannot run one say so.
+  virtual Status reduce(const DeviceReduceStep& step) {
+    (void)step;
+    return error(Code::unavailable, "this stream cannot run a reduction (a CUDA stream or a HostStream can)");
+  }
   virtual Status batch(std::span<const Op> ops) {
     for (const Op& op : ops) {
       Status st = op.wait ? wait_value64(op.va, op.value) : write_value64(op.va, op.value);
@@ -152,6 +189,8 @@ class HostStream final : public StreamOps {
   ~HostStream() override;  // runs what is queued first (each wait bounded by wait_timeout)
   Status write_value64(uint64_t va, uint64_t value) override;
   Status wait_value64(uint64_t va, uint64_t value) override;
+  // The reduction on the host, through the device's host mapping.
+  Status reduce(const DeviceReduceStep& step) override;
   // Host work run in order with the rest (a producer or consumer of data).
   Status enqueue(std::function<void()> work);
   // Waits until everything queued so far has run; returns the first error
@@ -216,6 +255,10 @@ class Communicator {
     // communicator: async_error() names the rank, and the stream is
     // released (its waits are satisfied) rather than left waiting forever.
     int64_t call_timeout_ms = 60000;
+    // Reductions: staging memory per rank (taken on the first reduction,
+    // kept, and registered as a window across processes). A call whose
+    // data does not fit runs in pieces that reuse it.
+    uint64_t reduce_staging_bytes = 64ull << 20;
   };
   // gpus[r] is rank r's GPU index on `device`.
   static Result<std::unique_ptr<Communicator>> create(Device& device, std::vector<int> gpus,
@@ -314,6 +357,19 @@ class Communicator {
   // then waits for this rank's arrivals and sent counter); null: return
   // when this rank's data is in place and its lists have ended.
   Status call(const CollectiveArgs& args, StreamOps* stream = nullptr);
+  // A reduction (ReductionArgs), planned, launched and ordered in one call:
+  // its moves go through call() (windows when the buffers are in windows,
+  // as the staging always is across processes), its reduce steps on
+  // `stream` (StreamOps::reduce) or, without one, on the device
+  // (Device::reduce_now) before the call returns. Every rank makes the
+  // same calls in the same order. Algorithms (docs/reductions.md):
+  // reduce_scatter = an all-to-all into each rank's staging, then one
+  // reduce over the n slices; all_reduce = that plus an all-gather for
+  // large counts that divide among the ranks, else every input gathered
+  // into every rank's staging and reduced there (one shot); reduce = a
+  // gather into the root's staging and one reduce. Data larger than the
+  // staging runs in pieces.
+  Status call_reduction(const ReductionArgs& args, StreamOps* stream = nullptr);
   // The first error of an asynchronous call (a stream-ordered call that
   // timed out, a rank that died or refused a call), or ok. Once set, every
   // call returns it: destroy the communicator and make a new one.
@@ -355,6 +411,9 @@ class Communicator {
   std::unique_ptr<CallState> calls_;
   // cached_calls.cpp: call() for buffers outside windows; made on first use.
   std::unique_ptr<CachedCalls> cached_;
+  // reduce_calls.cpp: reductions' staging; made on first use.
+  friend struct ReduceState;
+  std::unique_ptr<ReduceState> reduce_;
   std::vector<uint64_t> pool_va_;  // every rank's signal pool (its call area first: calls.hpp)
   CallState& calls();
   friend class Plan;

@@ -13,6 +13,7 @@
 #include <string>
 
 #include "conccl/deadline.hpp"
+#include "conccl/reduce.hpp"
 #include "conccl/status.hpp"
 #include "conccl/queue.hpp"
 #include "conccl/topology.hpp"
@@ -95,6 +96,25 @@ class Device {
     return 0;
   }
 
+  // ---- the reduce step of reductions (docs/reductions.md) ----
+  // Memory for staging that the device's compute can read and write
+  // (NVIDIA: CUDA memory mapped for the engines too); by default alloc().
+  virtual Result<Buffer> alloc_for_compute(int gpu, size_t bytes) { return alloc(gpu, bytes, MemKind::device); }
+  virtual Status free_for_compute(const Buffer& buffer) { return free(buffer); }
+  // The address compute kernels use for the engines' address `va` (NVIDIA
+  // with a process slot: CUDA's own pointer of memory imported into the
+  // slot's window); `va` itself by default.
+  virtual uint64_t compute_address(uint64_t va) const { return va; }
+  // Runs one reduction on the device now and waits for it (a stream-ordered
+  // call uses StreamOps::reduce instead). Addresses are compute addresses.
+  virtual Status reduce_now(const DeviceReduceStep& step, Deadline deadline) {
+    (void)step;
+    (void)deadline;
+    return error(Code::unavailable,
+                 "this backend has no reduce step: reductions need a kernel on the GPU (AMD: a code object for the "
+                 "GPU's ISA loaded through hsa-runtime, not built here); use the emulator or the nv backend");
+  }
+
   // ---- memory across processes (docs/multiprocess.md) ----
   // DeviceOptions::process_slot: where this process's memory lives in the
   // address layout that processes of one communicator share (-1: none).
@@ -123,6 +143,11 @@ class Device {
   // Real engines poll memory themselves; nothing to do there.
   virtual void host_wrote() {}
 };
+
+// A reduction run by the host on the device's host mapping of its
+// addresses (the emulated node's compute, and HostStream): an error names
+// an address the host cannot see.
+Status reduce_through_host_mapping(Device& device, const DeviceReduceStep& step);
 
 // Options for open_device().
 struct DeviceOptions {

@@ -60,6 +60,7 @@ struct ReduceStep {
 // with its other work (StreamOps::reduce: a kernel on a CUDA stream, the host
 // on a HostStream).
 struct DeviceReduceStep {
+  int gpu = 0;  // which GPU of the device runs it (Device::reduce_now)
   DataType dtype = DataType::f32;
   ReduceOp op = ReduceOp::sum;
   size_t count = 0;

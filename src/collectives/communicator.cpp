@@ -5,6 +5,7 @@
 #include "collectives/builder.hpp"
 #include "collectives/cached_calls.hpp"
 #include "collectives/calls.hpp"
+#include "collectives/reduce_calls.hpp"
 
 namespace conccl {
 

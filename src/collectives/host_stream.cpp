@@ -15,7 +15,7 @@ struct HostStream::Impl {
   struct Op {
     enum Kind : uint8_t { write, wait, work } kind = work;
     uint64_t va = 0, value = 0;
-    std::function<void()> fn;
+    std::function<Status()> fn;
   };
   Device* device = nullptr;
   int64_t wait_timeout_ms = 0;
@@ -44,10 +44,7 @@ struct HostStream::Impl {
   }
 
   Status execute(const Op& op) {
-    if (op.kind == Op::work) {
-      op.fn();
-      return Status();
-    }
+    if (op.kind == Op::work) return op.fn();
     auto* p = static_cast<uint64_t*>(device->host_pointer(op.va, 8));
     if (!p) return error(Code::invalid_argument, "HostStream: " + hex(op.va) + " has no host mapping");
     std::atomic_ref<uint64_t> word(*p);
@@ -111,7 +108,17 @@ Status HostStream::wait_value64(uint64_t va, uint64_t value) {
 
 Status HostStream::enqueue(std::function<void()> work) {
   if (!work) return error(Code::invalid_argument, "HostStream::enqueue: no work given");
-  return impl_->push(Impl::Op{Impl::Op::work, 0, 0, std::move(work)});
+  return impl_->push(Impl::Op{Impl::Op::work, 0, 0, [w = std::move(work)] {
+                                w();
+                                return Status();
+                              }});
+}
+
+Status HostStream::reduce(const DeviceReduceStep& step) {
+  Device* device = impl_->device;
+  return impl_->push(Impl::Op{Impl::Op::work, 0, 0, [device, step] {
+                                return reduce_through_host_mapping(*device, step).prefix("HostStream: reduce");
+                              }});
 }
 
 Status HostStream::synchronize(Deadline deadline) {

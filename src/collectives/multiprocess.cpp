@@ -15,6 +15,7 @@
 #include "collectives/builder.hpp"
 #include "collectives/cached_calls.hpp"
 #include "collectives/calls.hpp"
+#include "collectives/reduce_calls.hpp"
 
 namespace conccl {
 
@@ -168,6 +169,7 @@ Communicator::~Communicator() {
   const bool failed = calls_ && !async_error().ok();
   calls_.reset();
   cached_.reset();  // its plans wait for their own launches
+  reduce_.reset();  // the staging, once nothing moves into it
   if (failed) pool_ = Buffer{};
   // Plans still alive are detached first (each leaves plans_), while the
   // queues and the signal pool they use are still here. Every gated launch

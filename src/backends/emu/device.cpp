@@ -269,6 +269,11 @@ class EmuDeviceImpl final : public EmuDevice {
 
   void* host_pointer(uint64_t va, size_t bytes) override { return node_->translate(va, bytes); }
 
+  // The emulated GPU's compute: the host, on the arena (docs/reductions.md).
+  Status reduce_now(const DeviceReduceStep& step, Deadline) override {
+    return reduce_through_host_mapping(*this, step);
+  }
+
   // Another process maps the whole arena holding the buffer (its memfd) at
   // the same GPU VA: slots keep the processes' windows apart.
   int process_slot() const override { return slot_; }

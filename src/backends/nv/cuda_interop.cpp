@@ -20,6 +20,7 @@
 #include <cinttypes>
 #include <cstdio>
 #include <cstring>
+#include <functional>
 #include <mutex>
 #include <thread>
 
@@ -197,6 +198,26 @@ constexpr const char* kUseVmm =
     "(PyTorch: PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True)";
 
 }  // namespace
+
+Status run_in_device_context(int cuda_device, const std::function<Status()>& fn) {
+  const CudaApi& a = api();
+  CONCCL_RETURN_IF_ERROR(a.status);
+  CONCCL_RETURN_IF_ERROR(cu_check(a.cuInit(0), "cuInit"));
+  CUdevice dev = 0;
+  CONCCL_RETURN_IF_ERROR(cu_check(a.cuDeviceGet(&dev, cuda_device), "cuDeviceGet(" + std::to_string(cuda_device) + ")"));
+  CUcontext primary = nullptr, before = nullptr;
+  CONCCL_RETURN_IF_ERROR(cu_check(a.cuDevicePrimaryCtxRetain(&primary, dev), "cuDevicePrimaryCtxRetain"));
+  CONCCL_RETURN_IF_ERROR(cu_check(a.cuCtxGetCurrent(&before), "cuCtxGetCurrent"));
+  if (before != primary) CONCCL_RETURN_IF_ERROR(cu_check(a.cuCtxSetCurrent(primary), "cuCtxSetCurrent"));
+  Status st = fn();
+  // The caller's thread gets its context back (the primary context stays
+  // retained: the CUDA runtime keeps it alive for the process anyway).
+  if (before != primary) {
+    Status back = cu_check(a.cuCtxSetCurrent(before), "cuCtxSetCurrent (restoring the caller's context)");
+    if (st.ok()) st = back;
+  }
+  return st;
+}
 
 Status cuda_available() { return api().status; }
 

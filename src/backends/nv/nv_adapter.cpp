@@ -28,6 +28,7 @@
 #include <cerrno>
 
 #include "backends/nv/nv_device.hpp"
+#include "backends/nv/reduce_kernel.hpp"
 #include "backends/nv/rm_abi.hpp"
 #include "conccl/collectives.hpp"
 #include "conccl/device.hpp"
@@ -55,6 +56,17 @@ class GenericDevice final : public conccl::Device {
   // the memfd behind it, mapped there at the same address and registered
   // with every client (map_host). Process slots keep the addresses apart.
   int process_slot() const override { return slot_; }
+  // ---- reductions' compute (reduce_kernel.hpp) ----
+  // Staging is CUDA memory (the kernel reads it) registered for the engines.
+  Result<conccl::Buffer> alloc_for_compute(int gpu, size_t bytes) override;
+  Status free_for_compute(const conccl::Buffer& b) override;
+  uint64_t compute_address(uint64_t va) const override {
+    const Alloc* a = find_alloc(va, 1);
+    return a && a->cuda_base ? a->cuda_base + (va - a->own.va) : va;
+  }
+  Status reduce_now(const DeviceReduceStep& step, Deadline deadline) override;
+  std::map<uint64_t, nv::CudaAlloc> compute_allocs_;  // by engine address
+
   uint64_t allocation_serial(uint64_t va) const override {
     const Alloc* a = find_alloc(va, 1);
     return a ? a->serial : 0;
@@ -672,6 +684,42 @@ Result<int> cuda_ordinal(conccl::Device& device, int gpu) {
   return cuda_device_for_uuid(native(device, gpu)->info().uuid);
 }
 
+Result<conccl::Buffer> GenericDevice::alloc_for_compute(int gpu, size_t bytes) {
+  Result<int> ordinal = cuda_ordinal(*this, gpu);
+  if (!ordinal.ok()) return ordinal.status().prefix("staging for reductions");
+  Result<CudaAlloc> a = cuda_alloc(bytes, *ordinal);
+  if (!a.ok()) return a.status().prefix("staging for reductions");
+  Result<conccl::Buffer> b = nv::register_cuda(*this, a->ptr, bytes, gpu);
+  if (!b.ok()) {
+    CudaAlloc undo = *a;
+    (void)cuda_free(undo);
+    return b.status().prefix("staging for reductions");
+  }
+  compute_allocs_[b->va] = *a;
+  return b;
+}
+
+Status GenericDevice::free_for_compute(const conccl::Buffer& b) {
+  auto it = compute_allocs_.find(b.va);
+  if (it == compute_allocs_.end()) return free(b);
+  Status st = nv::unregister_cuda(*this, b);
+  CudaAlloc a = it->second;
+  compute_allocs_.erase(it);
+  Status f = cuda_free(a);
+  return st.ok() ? f : st;
+}
+
+Status GenericDevice::reduce_now(const DeviceReduceStep& step, Deadline deadline) {
+  Result<int> ordinal = cuda_ordinal(*this, step.gpu);
+  if (!ordinal.ok()) return ordinal.status();
+  // The legacy default stream of the GPU's primary context: the kernel,
+  // then the host waits for it.
+  return run_in_device_context(*ordinal, [&] {
+    CONCCL_RETURN_IF_ERROR(launch_reduce(nullptr, step));
+    return stream_host_sync(nullptr, deadline).prefix("waiting for the reduce kernel");
+  });
+}
+
 Status synchronize_stream(void* cu_stream, Deadline deadline) { return stream_host_sync(cu_stream, deadline); }
 
 namespace {
@@ -681,6 +729,7 @@ class CudaStreamOps final : public conccl::StreamOps {
   explicit CudaStreamOps(void* stream) : stream_(stream) {}
   Status write_value64(uint64_t va, uint64_t value) override { return stream_write_value64(stream_, va, value); }
   Status wait_value64(uint64_t va, uint64_t value) override { return stream_wait_value64(stream_, va, value); }
+  Status reduce(const DeviceReduceStep& step) override { return launch_reduce(stream_, step); }
   Status batch(std::span<const Op> ops) override {
     StreamMemOp m[16];
     if (ops.size() > 16) return StreamOps::batch(ops);

@@ -398,5 +398,8 @@ struct StreamMemOp {
 };
 Status stream_batch64(void* stream, std::span<const StreamMemOp> ops);
 Status stream_host_sync(void* stream, Deadline deadline);  // nv::synchronize_stream
+// Runs fn with the primary context of CUDA device `cuda_device` current on
+// this thread, then gives the thread its context back.
+Status run_in_device_context(int cuda_device, const std::function<Status()>& fn);
 
 }  // namespace conccl::nv

@@ -1,0 +1,273 @@
+// src/collectives/reduce_calls.cpp - Communicator::call_reduction:
+// reduce-scatter, all-reduce and reduce as DMA moves (through call(), so
+// windows, the plan cache and the stream protocol apply unchanged) into a
+// staging buffer per rank, and one reduce step per rank and piece
+// (StreamOps::reduce on a stream, Device::reduce_now without one).
+//
+// Ordering needs nothing new: a move into a rank's staging is a call, and a
+// call's lists start only once every rank's stream (or host) has reached
+// it, so the reduce step queued before it on that rank's stream has run;
+// the reduce step of a piece is queued after the move's waits (its data in
+// place, its own lists ended).
+#include <algorithm>
+
+#include "collectives/reduce_calls.hpp"
+
+#include "collectives/builder.hpp"
+
+namespace conccl {
+
+ReduceState::~ReduceState() {
+  for (const Buffer& b : staging)
+    if (b.va) (void)comm.device_.free_for_compute(b);
+}
+
+Status ReduceState::ensure() {
+  if (!staging.empty()) return Status();
+  const int n = comm.size();
+  std::vector<Buffer> made(static_cast<size_t>(n));
+  for (int r = 0; r < n; ++r) {
+    if (!comm.local(r)) continue;
+    Result<Buffer> b = comm.device_.alloc_for_compute(comm.gpu(r), comm.options_.reduce_staging_bytes);
+    if (!b.ok()) {
+      for (const Buffer& m : made)
+        if (m.va) (void)comm.device_.free_for_compute(m);
+      return b.status().prefix("allocating " + std::to_string(comm.options_.reduce_staging_bytes) +
+                               " bytes of reduction staging on GPU " + std::to_string(comm.gpu(r)) +
+                               " (Options::reduce_staging_bytes)");
+    }
+    made[static_cast<size_t>(r)] = *b;
+  }
+  staging = std::move(made);
+  if (comm.rank() >= 0) {
+    Result<Window> w = comm.register_window(staging[static_cast<size_t>(comm.rank())]);
+    if (!w.ok()) return w.status().prefix("registering the reduction staging as a window");
+    window = *w;
+  }
+  return Status();
+}
+
+namespace {
+
+// All-reduce from this size on (bytes per rank): reduce-scatter +
+// all-gather, which moves 2(n-1)/n of the data per rank instead of the
+// one shot's n - 1 times it, at the price of two more calls.
+constexpr uint64_t kAllReduceTwoStepBytes = 256 << 10;
+
+Buffer slice(const Buffer& b, uint64_t offset, uint64_t bytes) {
+  Buffer s = b;
+  s.va += offset;
+  s.host = b.host ? static_cast<uint8_t*>(b.host) + offset : nullptr;
+  s.size = bytes;
+  return s;
+}
+
+const char* const kCollNames[] = {"reducescatter", "allreduce", "reduce"};
+const char* const kCollAliases[] = {"reduce_scatter", "all_reduce", "reduce"};
+
+}  // namespace
+
+const char* reduce_coll_name(ReduceColl c) {
+  const size_t i = static_cast<size_t>(c);
+  return i < 3 ? kCollNames[i] : "?";
+}
+
+bool parse_reduce_coll(const std::string& name, ReduceColl* out) {
+  for (size_t i = 0; i < 3; ++i)
+    if (name == kCollNames[i] || name == kCollAliases[i]) {
+      *out = static_cast<ReduceColl>(i);
+      return true;
+    }
+  return false;
+}
+
+Status reduce_through_host_mapping(Device& device, const DeviceReduceStep& step) {
+  const size_t bytes = step.count * dtype_size(step.dtype);
+  std::vector<const void*> in;
+  for (size_t i = 0; i < step.inputs.size(); ++i) {
+    const void* p = step.count ? device.host_pointer(step.inputs[i], bytes) : nullptr;
+    if (step.count && !p)
+      return error(Code::invalid_argument, "reduce: input " + std::to_string(i) + " at " + hex(step.inputs[i]) +
+                                               " (" + std::to_string(bytes) + " bytes) has no host mapping");
+    in.push_back(p);
+  }
+  void* out = step.count ? device.host_pointer(step.out, bytes) : nullptr;
+  if (step.count && !out)
+    return error(Code::invalid_argument,
+                 "reduce: the output at " + hex(step.out) + " (" + std::to_string(bytes) + " bytes) has no host mapping");
+  ReduceStep s;
+  s.dtype = step.dtype;
+  s.op = step.op;
+  s.count = step.count;
+  s.inputs = in;
+  s.out = out;
+  return reduce_on_host(s);
+}
+
+Status Communicator::call_reduction(const ReductionArgs& a, StreamOps* stream) {
+  const std::string name = std::string("call ") + reduce_coll_name(a.coll);
+  const int n = size();
+  const bool across = me_ >= 0;
+  if (!valid_dtype(static_cast<int>(a.dtype)))
+    return error(Code::invalid_argument, name + ": unknown element type " + std::to_string(static_cast<int>(a.dtype)));
+  if (!valid_reduce_op(static_cast<int>(a.op)))
+    return error(Code::invalid_argument, name + ": unknown operator " + std::to_string(static_cast<int>(a.op)));
+  if (static_cast<size_t>(a.coll) > 2) return error(Code::invalid_argument, name + ": unknown reduction");
+  if (a.count == 0) return error(Code::invalid_argument, name + ": count must be > 0");
+  if (a.root < 0 || a.root >= n)
+    return error(Code::invalid_argument, name + ": root " + std::to_string(a.root) + " is not a rank of this " +
+                                             std::to_string(n) + "-rank communicator");
+  const uint64_t es = dtype_size(a.dtype);
+  // What each rank gives: send[r] of send_elems, recv[r] of recv_elems
+  // (reduce: the root's alone).
+  const uint64_t send_elems = a.coll == ReduceColl::reduce_scatter ? a.count * n : a.count;
+  auto needs_recv = [&](int r) { return a.coll != ReduceColl::reduce || r == a.root; };
+  const size_t given = across ? 1 : static_cast<size_t>(n);
+  if (a.send.size() != given || (a.recv.size() != given && !(across && a.recv.empty() && !needs_recv(me_))))
+    return error(Code::invalid_argument,
+                 name + ": give " + (across ? std::string("this rank's buffers alone (send {mine}, recv {mine}; a "
+                                                          "non-root rank of reduce may give no recv)")
+                                            : "one send and one recv buffer per rank (" + std::to_string(n) + ")"));
+  auto rank_of = [&](size_t i) { return across ? me_ : static_cast<int>(i); };
+  for (size_t i = 0; i < given; ++i) {
+    const int r = rank_of(i);
+    if (a.send[i].size < send_elems * es)
+      return error(Code::invalid_argument, name + ": rank " + std::to_string(r) + "'s send buffer has " +
+                                               std::to_string(a.send[i].size) + " bytes; " + std::to_string(send_elems) +
+                                               " elements of " + dtype_name(a.dtype) + " need " +
+                                               std::to_string(send_elems * es));
+    if (needs_recv(r) && (i >= a.recv.size() || a.recv[i].size < a.count * es))
+      return error(Code::invalid_argument, name + ": rank " + std::to_string(r) + "'s recv buffer has " +
+                                               std::to_string(i < a.recv.size() ? a.recv[i].size : 0) + " bytes; " +
+                                               std::to_string(a.count) + " elements of " + dtype_name(a.dtype) +
+                                               " need " + std::to_string(a.count * es));
+  }
+  if (calls_) CONCCL_RETURN_IF_ERROR(async_error());
+  if (!reduce_) reduce_ = std::make_unique<ReduceState>(*this);
+  CONCCL_RETURN_IF_ERROR(reduce_->ensure().prefix(name));
+  const uint64_t stage = options_.reduce_staging_bytes;
+  if (stage < n * es)
+    return error(Code::invalid_argument, name + ": Options::reduce_staging_bytes (" + std::to_string(stage) +
+                                             ") holds less than one element per rank");
+  const Deadline dl = Deadline::after_ms(options_.call_timeout_ms);
+  auto send_of = [&](int r) -> const Buffer& { return a.send[across ? 0 : static_cast<size_t>(r)]; };
+  auto recv_of = [&](int r) -> const Buffer& { return a.recv[across ? 0 : static_cast<size_t>(r)]; };
+  auto staging_of = [&](int r) -> const Buffer& { return reduce_->staging[static_cast<size_t>(r)]; };
+
+  // One move: `fill(r, &send, &recv)` gives rank r's buffers (empty where
+  // the op takes none on r); across processes only this rank's.
+  auto move = [&](CollOp op, uint64_t bytes, int root, auto fill) -> Status {
+    CollectiveArgs m;
+    m.op = op;
+    m.bytes = bytes;
+    m.root = root;
+    for (int r = 0; r < n; ++r) {
+      if (!local(r)) continue;
+      Buffer s, v;
+      fill(r, &s, &v);
+      if (across) {
+        if (s.va) m.send.push_back(s);
+        if (v.va) m.recv.push_back(v);
+      } else {
+        m.send.push_back(s);
+        m.recv.push_back(v);
+      }
+    }
+    return call(m, stream);
+  };
+  // Rank r's reduce of `c` elements over the n slices of its staging into
+  // `out` (an engine address).
+  auto reduce_into = [&](int r, uint64_t c, uint64_t out) -> Status {
+    DeviceReduceStep step;
+    step.gpu = gpu(r);
+    step.dtype = a.dtype;
+    step.op = a.op;
+    step.count = c;
+    for (int q = 0; q < n; ++q) step.inputs.push_back(device_.compute_address(staging_of(r).va + q * c * es));
+    step.out = device_.compute_address(out);
+    return stream ? stream->reduce(step) : device_.reduce_now(step, dl);
+  };
+  auto reduce_local = [&](uint64_t c, auto out_of) -> Status {
+    for (int r = 0; r < n; ++r)
+      if (local(r) && out_of(r)) CONCCL_RETURN_IF_ERROR(reduce_into(r, c, out_of(r)));
+    return Status();
+  };
+  const uint64_t per_piece = stage / (n * es);  // elements of each rank's slice per piece
+
+  // reduce_scatter over chunks of C elements: rank r's result goes to
+  // out(r) + e*es for element e of its chunk.
+  auto reduce_scatter = [&](uint64_t C, auto out_of) -> Status {
+    for (uint64_t e0 = 0; e0 < C; e0 += per_piece) {
+      const uint64_t c = std::min(per_piece, C - e0);
+      if (c == C) {
+        // One piece: one all-to-all of every rank's send into the staging.
+        CONCCL_RETURN_IF_ERROR(move(CollOp::all_to_all, C * es, 0, [&](int r, Buffer* s, Buffer* v) {
+          *s = slice(send_of(r), 0, n * C * es);
+          *v = slice(staging_of(r), 0, n * C * es);
+        }));
+      } else {
+        // Pieces: the slice of each destination d sits at d*C + e0, not
+        // contiguous across destinations: one gather per destination.
+        for (int d = 0; d < n; ++d)
+          CONCCL_RETURN_IF_ERROR(move(CollOp::gather, c * es, d, [&](int r, Buffer* s, Buffer* v) {
+            *s = slice(send_of(r), (d * C + e0) * es, c * es);
+            if (r == d) *v = slice(staging_of(r), 0, n * c * es);
+          }));
+      }
+      CONCCL_RETURN_IF_ERROR(reduce_local(c, [&](int r) { return out_of(r) + e0 * es; }));
+    }
+    return Status();
+  };
+  // Every rank's elements [first, first + total) gathered into every rank's
+  // staging (all_reduce) or the root's (reduce), then reduced there.
+  auto gathered = [&](uint64_t first, uint64_t total, bool to_all) -> Status {
+    for (uint64_t e0 = 0; e0 < total; e0 += per_piece) {
+      const uint64_t c = std::min(per_piece, total - e0);
+      const uint64_t at = (first + e0) * es;
+      if (to_all) {
+        CONCCL_RETURN_IF_ERROR(move(CollOp::all_gather, c * es, 0, [&](int r, Buffer* s, Buffer* v) {
+          *s = slice(send_of(r), at, c * es);
+          *v = slice(staging_of(r), 0, n * c * es);
+        }));
+      } else {
+        CONCCL_RETURN_IF_ERROR(move(CollOp::gather, c * es, a.root, [&](int r, Buffer* s, Buffer* v) {
+          *s = slice(send_of(r), at, c * es);
+          if (r == a.root) *v = slice(staging_of(r), 0, n * c * es);
+        }));
+      }
+      CONCCL_RETURN_IF_ERROR(
+          reduce_local(c, [&](int r) -> uint64_t { return to_all || r == a.root ? recv_of(r).va + at : 0; }));
+    }
+    return Status();
+  };
+
+  Status st;
+  switch (a.coll) {
+    case ReduceColl::reduce_scatter:
+      st = reduce_scatter(a.count, [&](int r) { return recv_of(r).va; });
+      break;
+    case ReduceColl::reduce: st = gathered(0, a.count, false); break;
+    case ReduceColl::all_reduce: {
+      // Large counts: reduce-scatter of n chunks of C, each rank's result
+      // in place in its recv, then an all-gather in place; the remainder
+      // (count mod n elements) and small counts in one shot.
+      const uint64_t C = a.count / n;
+      const bool two_step = C > 0 && a.count * es >= kAllReduceTwoStepBytes;
+      uint64_t done = 0;
+      if (two_step) {
+        st = reduce_scatter(C, [&](int r) { return recv_of(r).va + r * C * es; });
+        if (st.ok())
+          st = move(CollOp::all_gather, C * es, 0, [&](int r, Buffer* s, Buffer* v) {
+            *s = slice(recv_of(r), r * C * es, C * es);
+            *v = slice(recv_of(r), 0, n * C * es);
+          });
+        done = n * C;
+      }
+      if (st.ok() && done < a.count) st = gathered(done, a.count - done, true);
+      break;
+    }
+  }
+  return st.prefix(name);
+}
+
+}  // namespace conccl
