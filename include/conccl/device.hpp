@@ -105,6 +105,14 @@ class Device {
   // with a process slot: CUDA's own pointer of memory imported into the
   // slot's window); `va` itself by default.
   virtual uint64_t compute_address(uint64_t va) const { return va; }
+  // Whether the device's compute can read and write [va, va+bytes) (NVIDIA:
+  // CUDA memory, registered or from alloc_for_compute; not the memory
+  // alloc() gives, which only the engines map).
+  virtual bool compute_reaches(uint64_t va, size_t bytes) const {
+    (void)va;
+    (void)bytes;
+    return true;
+  }
   // Runs one reduction on the device now and waits for it (a stream-ordered
   // call uses StreamOps::reduce instead). Addresses are compute addresses.
   virtual Status reduce_now(const DeviceReduceStep& step, Deadline deadline) {

@@ -62,6 +62,8 @@ Status CachedCalls::run(const CollectiveArgs& given, StreamOps* stream, Deadline
   // root's buffer sits; planning across processes takes none from it.
   const bool root_only = a.op == CollOp::broadcast || a.op == CollOp::scatter || a.op == CollOp::p2p;
   if (comm.rank() >= 0 && root_only && comm.rank() != a.root) a.send.clear();
+  // Likewise a non-root rank's recv of a gather.
+  if (comm.rank() >= 0 && a.op == CollOp::gather && comm.rank() != a.root) a.recv.clear();
   return comm.rank() >= 0 ? run_per_process(a, stream, deadline) : run_one_process(a, stream, deadline);
 }
 

@@ -142,6 +142,13 @@ Status Communicator::call_reduction(const ReductionArgs& a, StreamOps* stream) {
                                                std::to_string(a.count) + " elements of " + dtype_name(a.dtype) +
                                                " need " + std::to_string(a.count * es));
   }
+  // The reduce step writes the results: the GPU's compute must reach them.
+  for (size_t i = 0; i < a.recv.size(); ++i)
+    if (a.recv[i].va && needs_recv(rank_of(i)) && !device_.compute_reaches(a.recv[i].va, a.count * es))
+      return error(Code::invalid_argument,
+                   name + ": rank " + std::to_string(rank_of(i)) + "'s recv buffer at " + hex(a.recv[i].va) +
+                       " is memory only the copy engines map; the reduce kernel writes it: use CUDA memory "
+                       "(a PyTorch tensor, conccl_buffer_alloc_cuda, Device::alloc_for_compute)");
   if (calls_) CONCCL_RETURN_IF_ERROR(async_error());
   if (!reduce_) reduce_ = std::make_unique<ReduceState>(*this);
   CONCCL_RETURN_IF_ERROR(reduce_->ensure().prefix(name));
@@ -155,7 +162,10 @@ Status Communicator::call_reduction(const ReductionArgs& a, StreamOps* stream) {
   auto staging_of = [&](int r) -> const Buffer& { return reduce_->staging[static_cast<size_t>(r)]; };
 
   // One move: `fill(r, &send, &recv)` gives rank r's buffers (empty where
-  // the op takes none on r); across processes only this rank's.
+  // the op takes none on r); across processes only this rank's. Across
+  // processes a non-root rank of a gather names its own staging slice as
+  // recv: through windows that says where the root's sits (the staging is
+  // symmetric); the cached path drops it.
   auto move = [&](CollOp op, uint64_t bytes, int root, auto fill) -> Status {
     CollectiveArgs m;
     m.op = op;
@@ -211,7 +221,7 @@ Status Communicator::call_reduction(const ReductionArgs& a, StreamOps* stream) {
         for (int d = 0; d < n; ++d)
           CONCCL_RETURN_IF_ERROR(move(CollOp::gather, c * es, d, [&](int r, Buffer* s, Buffer* v) {
             *s = slice(send_of(r), (d * C + e0) * es, c * es);
-            if (r == d) *v = slice(staging_of(r), 0, n * c * es);
+            if (across || r == d) *v = slice(staging_of(r), 0, n * c * es);
           }));
       }
       CONCCL_RETURN_IF_ERROR(reduce_local(c, [&](int r) { return out_of(r) + e0 * es; }));
@@ -232,7 +242,7 @@ Status Communicator::call_reduction(const ReductionArgs& a, StreamOps* stream) {
       } else {
         CONCCL_RETURN_IF_ERROR(move(CollOp::gather, c * es, a.root, [&](int r, Buffer* s, Buffer* v) {
           *s = slice(send_of(r), at, c * es);
-          if (r == a.root) *v = slice(staging_of(r), 0, n * c * es);
+          if (across || r == a.root) *v = slice(staging_of(r), 0, n * c * es);
         }));
       }
       CONCCL_RETURN_IF_ERROR(

@@ -64,6 +64,13 @@ class GenericDevice final : public conccl::Device {
     const Alloc* a = find_alloc(va, 1);
     return a && a->cuda_base ? a->cuda_base + (va - a->own.va) : va;
   }
+  bool compute_reaches(uint64_t va, size_t bytes) const override {
+    const Alloc* a = find_alloc(va, bytes ? bytes : 1);
+    if (a) return a->cuda_base != 0;
+    for (const auto& d : devs_)
+      if (d->is_registered(va, bytes ? bytes : 1)) return true;
+    return false;
+  }
   Status reduce_now(const DeviceReduceStep& step, Deadline deadline) override;
   std::map<uint64_t, nv::CudaAlloc> compute_allocs_;  // by engine address
 
