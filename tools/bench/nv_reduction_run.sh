@@ -1,0 +1,46 @@
+#!/bin/bash
+# tools/bench/nv_reduction_run.sh - on the GPU machine (device tool, carry
+# .nvdev): reductions on the H200 (#26) and the stream-ordered paths the
+# call cache moved into the collectives layer (#25 item 4):
+#   test_nv_reduction   call_reduction: copy engines + the PTX reduce kernel
+#   test_nv_reduce      the kernel alone against reduce_on_host
+#   test_nv_mp_stream, test_c_api   NCCL-shaped calls on CUDA streams
+#   torch_allgather_procs.py 2/3 procs   the vote path from PyTorch
+#   sdma-probe reducescatter/allreduce (when built with them): busbw tables
+# Logs in $OUT; the summary last.
+set -uo pipefail
+OUT=${OUT:-/tmp/nv_out}; mkdir -p "$OUT"; B=/tmp/nvb
+if [ ! -f /tmp/gtest/lib/libgtest.a ]; then
+  cmake -S .nvdev/googletest -B /tmp/gt -G Ninja -DCMAKE_BUILD_TYPE=Release -DBUILD_GMOCK=OFF \
+    -DCMAKE_INSTALL_PREFIX=/tmp/gtest > /tmp/gt.log 2>&1 && ninja -C /tmp/gt install > /tmp/gt.log 2>&1
+fi
+t0=$(date +%s)
+cmake -S . -B $B -G Ninja -DCMAKE_BUILD_TYPE=Release -DCMAKE_PREFIX_PATH=/tmp/gtest -DGTEST_ROOT=/tmp/gtest \
+  > $OUT/cfg.log 2>&1
+ninja -C $B conccl_shared sdma-probe test_nv_reduction test_nv_reduce test_nv_mp_stream test_c_api 2>&1 \
+  | grep -E "error|warning: " | head
+echo "build: $(( $(date +%s) - t0 )) s"
+summary=""
+for t in nv/test_nv_reduction nv/test_nv_reduce nv/test_nv_mp_stream c_api/test_c_api; do
+  s0=$(date +%s)
+  timeout 240 $B/tests/$t > $OUT/$(basename $t).log 2>&1; rc=$?
+  line="$(basename $t): rc=$rc $(( $(date +%s) - s0 ))s $(grep -E '^\[  (PASSED|FAILED|SKIPPED) ' $OUT/$(basename $t).log | tr '\n' ' ')"
+  echo "$line"; summary+="$line"$'\n'
+  grep -B2 -A8 "Failure" $OUT/$(basename $t).log | head -24
+done
+export PYTHONPATH=python CONCCL_LIBRARY=$(find $B -name "libconccl.so" | head -1)
+for n in 2 3; do
+  TORCH_WATCHDOG_S=60 timeout 80 python3 examples/python/torch_allgather_procs.py $n 1 200 > $OUT/vote_$n.log 2>&1
+  line="torch_allgather_procs $n procs 1 MiB: rc=$? $(grep -E '^rank 0:' $OUT/vote_$n.log | cut -c1-160)"
+  echo "$line"; summary+="$line"$'\n'
+done
+if $B/tools/sdma-probe/sdma-probe --help 2>&1 | grep -q reducescatter; then
+  for op in reducescatter allreduce; do
+    for n in ${RANKS:-2 4 8}; do
+      timeout 120 $B/tools/sdma-probe/sdma-probe $op --backend nv --ranks $n -d bfloat16 -o sum --min 1K \
+        --max ${MAX:-1G} --json $OUT/${op}_$n.json > $OUT/${op}_$n.txt 2>&1
+      echo "$op bf16 sum, $n loopback ranks: rc=$?"; grep -vE '^\s*$' $OUT/${op}_$n.txt | tail -25
+    done
+  done
+fi
+echo "== summary"; echo "$summary"
