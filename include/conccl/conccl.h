@@ -53,8 +53,10 @@ extern "C" {
 #endif
 
 /* 2: destroy and close calls and conccl_signal_add return conccl_status;
- * handles are checked; buffers are checked against their allocation. */
-#define CONCCL_C_API_VERSION 3
+ * handles are checked; buffers are checked against their allocation.
+ * 4: reductions (conccl_reduce_scatter, conccl_all_reduce, conccl_reduce);
+ * only additions, so callers built against 3 keep working. */
+#define CONCCL_C_API_VERSION 4
 
 typedef enum conccl_status {
   CONCCL_OK = 0,
@@ -383,6 +385,73 @@ conccl_status conccl_all_to_all(const conccl_buffer* send, const conccl_buffer* 
                                 conccl_comm_t comm, void* stream);
 conccl_status conccl_broadcast(const conccl_buffer* root_send, const conccl_buffer* recv, size_t bytes, int root,
                                conccl_comm_t comm, void* stream);
+
+/* ---- reductions: NCCL-shaped, counts in elements ---------------------------
+ * ncclReduceScatter, ncclAllReduce and ncclReduce, in their argument order,
+ * with conccl_buffer pointers (docs/reductions.md). The copy engines move the
+ * data into a staging buffer per rank (64 MiB, allocated on the first
+ * reduction and kept; larger calls run in pieces through it), and one reduce
+ * step per rank and piece adds it up (nv: a kernel on the GPU; emu: the
+ * host). Counts are elements of `dt`, as NCCL's:
+ *   conccl_reduce_scatter  send[r]: nranks x recvcount elements; recv[r]:
+ *                          recvcount, the reduction over ranks q of
+ *                          send[q][r x recvcount, (r+1) x recvcount)
+ *   conccl_all_reduce      send[r]: count; recv[r]: count, the reduction over
+ *                          ranks q of send[q]
+ *   conccl_reduce          send[r]: count; recv[root]: count (no other rank's
+ *                          recv is written)
+ * In place, as NCCL allows: reduce_scatter with recv[r] the sub-range of
+ * send[r] at r x recvcount elements; all_reduce with recv[r] == send[r];
+ * reduce with recv == send on the root.
+ * The result is exact and the same on every backend and algorithm: inputs
+ * are reduced in rank order, rank 0 first, left to right.
+ *  - Integers: wrap on overflow (two's complement); AVG is the wrapped sum
+ *    divided by nranks, truncated toward zero.
+ *  - FLOAT32: each step rounded to float32; AVG divides the sum by nranks.
+ *  - BFLOAT16 and FLOAT16: every input widened to float32 and accumulated in
+ *    float32 in rank order (AVG divided in float32), then rounded once to the
+ *    element type (to nearest even).
+ *  - MIN/MAX of floats: a NaN input makes the result NaN; of equal values the
+ *    lower rank's is kept (max(+0, -0) over ranks 0, 1 is +0).
+ * dt and op take the values NCCL gives ncclDataType_t and ncclRedOp_t;
+ * NCCL's int8, uint32, uint64 and float64 have no reduction here (another
+ * value is CONCCL_ERR_INVALID_ARGUMENT naming the valid ones). Unlike NCCL,
+ * a count of 0 is refused: skip the call instead.
+ * Buffers and ranks as the NCCL-shaped calls above. Every rank in one
+ * process: send and recv are arrays of one buffer per rank (reduce: recv[r]
+ * of a rank other than root may be a struct of zeros). One process per rank
+ * (conccl_comm_create_rank): this rank's buffers alone, every rank making the
+ * same calls in the same order; recv may be NULL on ranks other than the
+ * root of reduce.
+ * stream NULL: the call returns when the results are in place and the send
+ * buffers are no longer read. stream a CUstream (backend "nv"; (void*)1 for
+ * the legacy default stream): the moves and the reduce kernels are ordered
+ * on it and the call returns at once; the stream's later work sees the
+ * results. On nv the reduce kernel writes recv, so recv must be CUDA memory
+ * (conccl_buffer_alloc_cuda, conccl_buffer_register_cuda): memory of
+ * conccl_buffer_alloc is refused. Other backends refuse a stream
+ * (CONCCL_ERR_UNAVAILABLE). */
+typedef enum conccl_datatype {
+  CONCCL_UINT8 = 1,
+  CONCCL_INT32 = 2,
+  CONCCL_INT64 = 4,
+  CONCCL_FLOAT16 = 6,
+  CONCCL_FLOAT32 = 7,
+  CONCCL_BFLOAT16 = 9
+} conccl_datatype;
+typedef enum conccl_redop {
+  CONCCL_SUM = 0,
+  CONCCL_PROD = 1,
+  CONCCL_MAX = 2,
+  CONCCL_MIN = 3,
+  CONCCL_AVG = 4
+} conccl_redop;
+conccl_status conccl_reduce_scatter(const conccl_buffer* send, const conccl_buffer* recv, size_t recvcount,
+                                    conccl_datatype dt, conccl_redop op, conccl_comm_t comm, void* stream);
+conccl_status conccl_all_reduce(const conccl_buffer* send, const conccl_buffer* recv, size_t count,
+                                conccl_datatype dt, conccl_redop op, conccl_comm_t comm, void* stream);
+conccl_status conccl_reduce(const conccl_buffer* send, const conccl_buffer* recv, size_t count, conccl_datatype dt,
+                            conccl_redop op, int root, conccl_comm_t comm, void* stream);
 
 /* ---- symmetric heaps: one window per rank, carved at the same offsets -----
  * (src/c_api/heap.cpp; docs/multiprocess.md, "PyTorch memory pool")

@@ -31,16 +31,29 @@ whose memory the copy engines can map) and order the call on the current CUDA
 stream: the copies start when the stream's earlier work is done, and the
 stream's later work sees the data; the call returns at once. On the emulator
 they take CPU tensors that view the device's buffers.
+
+Reductions, as NCCL's and torch.distributed's: on Buffers
+Communicator.reduce_scatter(send, recv, recvcount, dtype, op),
+all_reduce(send, recv, count, dtype, op) and reduce(send, recv, count, dtype,
+op, root), counts in elements; on tensors all_reduce(tensor, op) (in place),
+reduce_scatter_tensor(output, input, op) and reduce(tensor, dst, op). dtype is
+a conccl.DataType or its name ("float32", "bfloat16", "float16", "int32",
+"int64", "uint8"); op a conccl.RedOp, its name ("sum", "prod", "max", "min",
+"avg") or a torch.distributed.ReduceOp. The inputs are reduced in rank order
+(bfloat16 and float16 accumulate in float32 and round once), so the result
+is the same bits on every backend (include/conccl/conccl.h says exactly).
 """
 import atexit
 import ctypes
 import ctypes.util
+import enum
 import json
 import operator
 import os
 import weakref
 
 __all__ = ["Error", "Device", "Buffer", "Signal", "Queue", "Communicator", "Plan", "library", "version",
+           "DataType", "RedOp",
            "CU_STREAM_LEGACY"]
 
 _u64 = ctypes.c_uint64
@@ -53,6 +66,35 @@ DEVICE, HOST, CUDA = 0, 1, 2
 CU_STREAM_LEGACY = 1  # cuda.h's handle of the legacy default stream (a stream of 0 means "no stream" here)
 OPS = {"p2p": 0, "broadcast": 1, "gather": 2, "scatter": 3, "all_gather": 4, "all_to_all": 5}
 VARIANTS = {"auto": 0, "pcpy": 1, "bcst": 2, "b2b": 3, "swap": 4, "fanout": 5, "chain": 6, "striped": 7, "single": 8}
+
+
+class DataType(enum.IntEnum):
+    """Element types of the reductions (conccl_datatype: NCCL's ncclDataType_t values)."""
+    UINT8 = 1
+    INT32 = 2
+    INT64 = 4
+    FLOAT16 = 6
+    FLOAT32 = 7
+    BFLOAT16 = 9
+
+
+class RedOp(enum.IntEnum):
+    """Reduction operators (conccl_redop: NCCL's ncclRedOp_t values)."""
+    SUM = 0
+    PROD = 1
+    MAX = 2
+    MIN = 3
+    AVG = 4
+
+
+# Names the reductions take for dtype and op: numpy's and torch's dtype names
+# and the short forms nccl-tests prints; torch.distributed's PRODUCT as "product".
+DTYPES = {"uint8": DataType.UINT8, "u8": DataType.UINT8, "int32": DataType.INT32, "i32": DataType.INT32,
+          "int64": DataType.INT64, "i64": DataType.INT64, "float16": DataType.FLOAT16, "half": DataType.FLOAT16,
+          "f16": DataType.FLOAT16, "float32": DataType.FLOAT32, "float": DataType.FLOAT32, "f32": DataType.FLOAT32,
+          "bfloat16": DataType.BFLOAT16, "bf16": DataType.BFLOAT16}
+REDOPS = {"sum": RedOp.SUM, "prod": RedOp.PROD, "product": RedOp.PROD, "max": RedOp.MAX, "min": RedOp.MIN,
+          "avg": RedOp.AVG}
 
 
 class _Buffer(ctypes.Structure):
@@ -157,6 +199,10 @@ _plan_completion = _sig("conccl_plan_completion", _status, _vp, _int, _P(_u64), 
 _all_gather = _sig("conccl_all_gather", _status, _P(_Buffer), _P(_Buffer), _sz, _vp, _vp)
 _all_to_all = _sig("conccl_all_to_all", _status, _P(_Buffer), _P(_Buffer), _sz, _vp, _vp)
 _broadcast = _sig("conccl_broadcast", _status, _P(_Buffer), _P(_Buffer), _sz, _int, _vp, _vp)
+# (send, recv, count, dt, op[, root], comm, stream): the C enums pass as ints.
+_c_reduce_scatter = _sig("conccl_reduce_scatter", _status, _P(_Buffer), _P(_Buffer), _sz, _int, _int, _vp, _vp)
+_c_all_reduce = _sig("conccl_all_reduce", _status, _P(_Buffer), _P(_Buffer), _sz, _int, _int, _vp, _vp)
+_c_reduce = _sig("conccl_reduce", _status, _P(_Buffer), _P(_Buffer), _sz, _int, _int, _int, _vp, _vp)
 _buf_alloc_cuda = _sig("conccl_buffer_alloc_cuda", _status, _vp, _int, _sz, _P(_Buffer))
 _buf_cuda_ptr = _sig("conccl_buffer_cuda_pointer", _status, _vp, _P(_Buffer), _P(ctypes.c_uint64))
 _buf_reg_cuda = _sig("conccl_buffer_register_cuda", _status, _vp, _int, _u64, _sz, _P(_Buffer))
@@ -309,6 +355,64 @@ def _choice(name, value, choices):
     if not isinstance(value, str) or value not in choices:
         raise Error("invalid_argument", f"{name} {value!r}: one of {sorted(choices)}")
     return choices[value]
+
+
+_DTYPE_NAMES = "'float32', 'bfloat16', 'float16', 'int32', 'int64', 'uint8' (or a conccl.DataType)"
+# torch dtypes by str(dtype), so that no torch import is needed to read one.
+_TORCH_DTYPES = {"torch.float32": DataType.FLOAT32, "torch.bfloat16": DataType.BFLOAT16,
+                 "torch.float16": DataType.FLOAT16, "torch.int32": DataType.INT32, "torch.int64": DataType.INT64,
+                 "torch.uint8": DataType.UINT8}
+# torch.distributed.ReduceOp's members the library reduces, by attribute name.
+_TORCH_REDOPS = {"SUM": RedOp.SUM, "PRODUCT": RedOp.PROD, "MAX": RedOp.MAX, "MIN": RedOp.MIN, "AVG": RedOp.AVG}
+
+
+def _dtype_arg(name, value):
+    """A reduction's element type: a DataType, its name (DTYPES), its int value, or a
+    torch dtype of one of the six."""
+    if isinstance(value, str):
+        if value in DTYPES:
+            return DTYPES[value]
+    elif str(value) in _TORCH_DTYPES:
+        return _TORCH_DTYPES[str(value)]
+    elif not isinstance(value, bool):
+        try:
+            return DataType(operator.index(value))
+        except (TypeError, ValueError):
+            pass
+    raise Error("invalid_argument", f"{name} {value!r}: reductions take {_DTYPE_NAMES}; NCCL's int8, uint32, "
+                                    "uint64 and float64 have no reduction here (convert the data first)")
+
+
+def _op_arg(name, value):
+    """A reduction operator: a RedOp, its name (REDOPS), its int value, or a
+    torch.distributed.ReduceOp (SUM, PRODUCT, MAX, MIN, AVG)."""
+    if isinstance(value, str):
+        if value in REDOPS:
+            return REDOPS[value]
+    elif not isinstance(value, bool) and type(value).__module__.startswith("torch"):
+        # torch.distributed.ReduceOp: its members compare equal to themselves
+        # (objects in torch 1.13, enum values later); no other way to read them.
+        ops = getattr(__import__("sys").modules.get("torch.distributed"), "ReduceOp", None)
+        for attr, ours in _TORCH_REDOPS.items():
+            if ops is not None and value == getattr(ops, attr, None):
+                return ours
+        raise Error("invalid_argument", f"{name} {value!r}: of torch.distributed.ReduceOp only SUM, PRODUCT, MAX, "
+                                        "MIN and AVG reduce here (not BAND, BOR, BXOR or PREMUL_SUM)")
+    elif not isinstance(value, bool):
+        try:
+            return RedOp(operator.index(value))
+        except (TypeError, ValueError):
+            pass
+    raise Error("invalid_argument", f"{name} {value!r}: one of 'sum', 'prod', 'max', 'min', 'avg', a conccl.RedOp "
+                                    "or a torch.distributed.ReduceOp (SUM, PRODUCT, MAX, MIN, AVG)")
+
+
+def _tensor_dtype(name, t):
+    dt = _TORCH_DTYPES.get(str(getattr(t, "dtype", None)))
+    if dt is None:
+        raise Error("invalid_argument", f"{name} is {t.dtype}: reductions take float32, bfloat16, float16, int32, "
+                                        "int64 or uint8 tensors (convert it first, e.g. .to(torch.float32))")
+    return dt
 
 
 def _device_arg(device):
@@ -1014,6 +1118,144 @@ class Communicator(_Child):
         tensors and `stream` as in all_gather_into_tensor."""
         self._tensor_call("all_to_all", output, input, stream, (output_split_sizes, input_split_sizes))
 
+    # ---- reductions: NCCL's calls on Buffers, torch.distributed's on tensors ----
+    # Each method with two forms tells them apart by its first argument alone:
+    # tensors (one, or a list of one per rank) or conccl Buffers.
+    def reduce_scatter(self, send, recv, recvcount, dtype, op="sum"):
+        """Buffers, as ncclReduceScatter: send holds world size x recvcount elements of
+        dtype; rank r's recv gets the reduction over ranks q of q's send elements
+        [r x recvcount, (r+1) x recvcount). In place with recv = send.view(r x recvcount
+        x element size, recvcount x element size). Tensors: reduce_scatter_tensor."""
+        if _tensors(send):
+            raise Error("invalid_argument", "reduce_scatter takes conccl Buffers; for tensors call "
+                                            "reduce_scatter_tensor(output, input, op), as torch.distributed")
+        self._reduction(_c_reduce_scatter, "recvcount", send, recv, recvcount, dtype, op)
+
+    def all_reduce(self, send, *args, **kw):
+        """Buffers, as ncclAllReduce: all_reduce(send, recv, count, dtype, op="sum"):
+        every rank's recv gets the reduction over ranks of their send's first count
+        elements (in place with recv = send).
+        Tensors, as torch.distributed.all_reduce: all_reduce(tensor, op="sum", *,
+        stream=None): every rank's tensor becomes the reduction of all of them, in place.
+        op: a conccl.RedOp, its name, or a torch.distributed.ReduceOp. Lists or this
+        rank's alone, and `stream`, as in all_gather_into_tensor."""
+        if _tensors(send):
+            return self._all_reduce_tensor(send, *args, **kw)
+        return self._all_reduce_buffers(send, *args, **kw)
+
+    def reduce(self, send, *args, **kw):
+        """Buffers, as ncclReduce: reduce(send, recv, count, dtype, op="sum", root=0):
+        the root's recv gets the reduction over ranks of their send's first count
+        elements; no other rank's recv is written, and with one process per rank the
+        others may pass recv=None (every rank in this process: None in their places).
+        Tensors, as torch.distributed.reduce: reduce(tensor, dst, op="sum", *,
+        stream=None): dst's tensor becomes the reduction of every rank's, in place; the
+        others' are left as they were."""
+        if _tensors(send):
+            return self._reduce_tensor(send, *args, **kw)
+        return self._reduce_buffers(send, *args, **kw)
+
+    def reduce_scatter_tensor(self, output, input, op="sum", *, stream=None):
+        """As torch.distributed.reduce_scatter_tensor(output, input, op): input has world
+        size x output's elements (same dtype); rank r's output gets the reduction over
+        ranks of their input's r-th chunk of output.numel() elements."""
+        self._reduction_tensors("reduce_scatter", output, input, op, stream)
+
+    def _all_reduce_buffers(self, send, recv, count, dtype, op="sum"):
+        self._reduction(_c_all_reduce, "count", send, recv, count, dtype, op)
+
+    def _reduce_buffers(self, send, recv, count, dtype, op="sum", root=0):
+        self._reduction(_c_reduce, "count", send, recv, count, dtype, op, root=root)
+
+    def _all_reduce_tensor(self, tensor, op="sum", *, stream=None):
+        self._reduction_tensors("all_reduce", tensor, tensor, op, stream)
+
+    def _reduce_tensor(self, tensor, dst, op="sum", *, stream=None):
+        self._reduction_tensors("reduce", tensor, tensor, op, stream, dst)
+
+    def _reduction(self, fn, count_name, send, recv, count, dtype, op, root=None):
+        """One C reduction on Buffers; root None for reduce_scatter and all_reduce."""
+        h = self._handle()
+        dt, o = _dtype_arg("dtype", dtype), _op_arg("op", op)
+        count = _integer(count_name, count, "size_t")
+        s = self._buffers("send", send)
+        if root is None:
+            _check(fn(s, self._buffers("recv", recv), count, dt, o, h, None))
+            return
+        root = _integer("root", root, "int")
+        _check(fn(s, self._reduce_recv(recv), count, dt, o, root, h, None))
+
+    def _reduce_recv(self, recv):
+        """reduce's recv: None (or [None]) for no buffer with one process per rank; with
+        every rank in this process a list of one per rank, None for a struct of zeros
+        (the library refuses that on the root, naming it)."""
+        if self.rank >= 0:
+            if recv is None or (isinstance(recv, (list, tuple)) and len(recv) == 1 and recv[0] is None):
+                return None
+            return self._buffers("recv", recv)
+        items = self._mine("recv", recv, lambda b: isinstance(b, Buffer) or b is None)
+        structs = []
+        for i, b in enumerate(items):
+            if b is not None and not isinstance(b, Buffer):
+                raise Error("invalid_argument", f"recv[{i}] must be a conccl.Buffer or None, not {type(b).__name__}")
+            structs.append(_Buffer() if b is None else b._live(self._device, f"recv[{i}]"))
+        return (_Buffer * len(structs))(*structs)
+
+    def _reduction_tensors(self, op, outputs, inputs, redop, stream, dst=None):
+        """op "all_reduce", "reduce" (outputs and inputs the same tensors) or
+        "reduce_scatter"."""
+        h = self._handle()
+        n = self.size
+        call, onames = {"all_reduce": ("all_reduce", ("tensor", "tensor")),
+                        "reduce_scatter": ("reduce_scatter_tensor", ("output", "input")),
+                        "reduce": ("reduce", ("tensor", "tensor"))}[op]
+        o = _op_arg("op", redop)
+        if op == "reduce":
+            dst = _integer("dst", dst, "int")
+            if not 0 <= dst < n:
+                raise Error("invalid_argument", f"dst {dst}: a rank of this communicator (0..{n - 1})")
+        outputs, inputs = self._mine(onames[0], outputs, _is_tensor), self._mine(onames[1], inputs, _is_tensor)
+        many = self.rank < 0
+        dt = _tensor_dtype(onames[1] + ("[0]" if many else ""), inputs[0])
+        count = outputs[0].numel()
+        for r, (out, inp) in enumerate(zip(outputs, inputs)):
+            where = f" (rank {r})" if many else ""
+            if out.dtype != inp.dtype:
+                raise Error("invalid_argument", f"{onames[0]} is {out.dtype} and {onames[1]} {inp.dtype}{where}: give "
+                                                "both the same dtype, as torch.distributed does")
+            if inp.dtype != inputs[0].dtype:
+                raise Error("invalid_argument", f"{onames[1]}{where} is {inp.dtype} and rank 0's {inputs[0].dtype}: "
+                                                "give every rank's tensors one dtype")
+            if out.numel() != count:
+                raise Error("invalid_argument", f"every rank's {onames[0]} must have the same elements: "
+                                                f"{[t.numel() for t in outputs]}")
+            if op == "reduce_scatter" and inp.numel() != n * count:
+                raise Error("invalid_argument", f"input{where} has {inp.numel()} elements; it must be world size "
+                                                f"({n}) times output's {count} ({n * count}), as in "
+                                                f"torch.distributed.{call}")
+        if count == 0:
+            return  # torch.distributed does nothing for empty tensors; the library refuses count 0
+        dev = self._device
+        gpus = [self._gpu] if self.rank >= 0 else self._gpus
+
+        def structs(name, tensors):
+            return [dev._tensor_buffer(t, gpus[r], f"{name}[{r}]" if many else name) for r, t in enumerate(tensors)]
+
+        s = (_Buffer * len(inputs))(*structs(onames[1], inputs))
+        handle = self._tensor_stream(inputs, stream)
+        if op == "reduce":
+            # With one process per rank only dst receives: the others pass no recv, as
+            # NCCL's ncclReduce ignores theirs. In one process every rank's tensor is
+            # passed (the library writes only dst's).
+            r = None if self.rank >= 0 and self.rank != dst else s
+            _check(_c_reduce(s, r, count, dt, o, dst, h, handle))
+            return
+        if op == "all_reduce":
+            _check(_c_all_reduce(s, s, count, dt, o, h, handle))
+            return
+        r = (_Buffer * len(outputs))(*structs(onames[0], outputs))
+        _check(_c_reduce_scatter(s, r, count, dt, o, h, handle))
+
     def _tensor_call(self, op, outputs, inputs, stream, splits=(None, None), src=None):
         """op "all_gather", "all_to_all" or "broadcast" (outputs and inputs the same tensors)."""
         # conccl.torch: with a SymmetricPool on this communicator, tensors outside it are
@@ -1138,6 +1380,11 @@ class Window:
 
 def _is_tensor(t):
     return hasattr(t, "data_ptr")
+
+
+def _tensors(x):
+    """Whether x is a tensor, or a non-empty list of them (one per rank)."""
+    return _is_tensor(x) or (isinstance(x, (list, tuple)) and len(x) > 0 and all(_is_tensor(t) for t in x))
 
 
 def _stream_handle(stream):

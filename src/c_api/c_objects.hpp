@@ -187,7 +187,12 @@ conccl_buffer record_buffer(conccl_device& d, const Buffer& cpp, conccl_buffer_r
 // Whether the buffer with C id `id` is still allocated on `d`.
 bool buffer_live(conccl_device& d, uint64_t id);
 
-// ---- the NCCL-shaped calls (nccl_shaped.cpp) ----
+// ---- the NCCL-shaped calls (nccl_shaped.cpp, reductions.cpp) ----
+// What a call given `stream` orders itself on: null for no stream, else the
+// communicator's StreamOps of that CUDA stream (made on first use, kept).
+// A stream on a backend other than nv is Code::unavailable, naming the fix;
+// messages start with `call`.
+Result<StreamOps*> call_stream(conccl_comm& c, void* stream, const std::string& call);
 conccl_status nccl_shaped(CollOp op, const conccl_buffer* send, const conccl_buffer* recv, size_t bytes, int root,
                           conccl_comm_t comm, void* stream);
 

@@ -15,21 +15,24 @@ void conccl_comm::destroy() {
 }
 
 namespace conccl::capi {
-namespace {
 
-// The StreamOps of a CUDA stream: made once per communicator and stream.
-Result<StreamOps*> stream_ops_for(conccl_comm& c, void* stream) {
+Result<StreamOps*> call_stream(conccl_comm& c, void* stream, const std::string& call) {
   if (!stream) return static_cast<StreamOps*>(nullptr);
+  if (!nv::native(*c.device->dev))
+    return error(Code::unavailable,
+                 call + ": ordering on a stream needs the nv backend (a CUDA stream); on " +
+                     "this backend pass stream NULL (the call returns when the data is in place), or order the work " +
+                     "yourself with conccl_plan_release_by_stores and conccl_plan_completion");
+  // Made once per communicator and stream: the adapter is reused by every
+  // later call on the stream.
   auto it = c.stream_ops.find(stream);
   if (it == c.stream_ops.end()) {
     Result<std::unique_ptr<StreamOps>> made = nv::stream_ops(*c.device->dev, stream);
-    if (!made.ok()) return made.status();
+    if (!made.ok()) return made.status().prefix(call);
     it = c.stream_ops.emplace(stream, std::move(made).value()).first;
   }
   return it->second.get();
 }
-
-}  // namespace
 
 conccl_status nccl_shaped(CollOp op, const conccl_buffer* send, const conccl_buffer* recv, size_t bytes, int root,
                           conccl_comm_t comm, void* stream) {
@@ -38,11 +41,10 @@ conccl_status nccl_shaped(CollOp op, const conccl_buffer* send, const conccl_buf
   conccl_device& d = *c->device;
   const std::string call = current_call();
   if (!c->comm) return fail(CONCCL_ERR_INVALID_ARGUMENT, call + ": the communicator was destroyed");
-  if (stream && !nv::native(*d.dev))
-    return fail(CONCCL_ERR_UNAVAILABLE,
-                call + ": ordering on a stream needs the nv backend (a CUDA stream); on " +
-                    "this backend pass stream NULL (the call returns when the data is in place), or order the work " +
-                    "yourself with conccl_plan_release_by_stores and conccl_plan_completion");
+  // A stream the backend cannot order on is refused before any buffer is
+  // looked at, on every rank alike, so that the ranks' next call still pairs.
+  Result<StreamOps*> ops = call_stream(*c, stream, call);
+  if (!ops.ok()) return report(ops.status());
   const bool per_process = c->comm->rank() >= 0;
   const bool root_only = op == CollOp::broadcast;
   CollectiveArgs a;
@@ -76,8 +78,6 @@ conccl_status nccl_shaped(CollOp op, const conccl_buffer* send, const conccl_buf
     }
     for (int r = 0; r < n; ++r) CONCCL_RETURN_IF_ERROR_C(add(&a.recv, recv[r], "recv[" + std::to_string(r) + "]"));
   }
-  Result<StreamOps*> ops = stream_ops_for(*c, stream);
-  if (!ops.ok()) return report(ops.status().prefix(call));
   return report(c->comm->call(a, *ops).prefix(call));
 }
 
