@@ -118,6 +118,9 @@ Status Communicator::call_reduction(const ReductionArgs& a, StreamOps* stream) {
     return error(Code::invalid_argument, name + ": root " + std::to_string(a.root) + " is not a rank of this " +
                                              std::to_string(n) + "-rank communicator");
   const uint64_t es = dtype_size(a.dtype);
+  if (a.count > (uint64_t{1} << 56) / (es * static_cast<uint64_t>(n)))
+    return error(Code::out_of_range, name + ": count " + std::to_string(a.count) + " of " + dtype_name(a.dtype) +
+                                         " on " + std::to_string(n) + " ranks is more bytes than any buffer holds");
   // What each rank gives: send[r] of send_elems, recv[r] of recv_elems
   // (reduce: the root's alone).
   const uint64_t send_elems = a.coll == ReduceColl::reduce_scatter ? a.count * n : a.count;

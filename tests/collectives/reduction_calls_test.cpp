@@ -200,6 +200,11 @@ TEST(Reductions, ArgumentErrorsNameTheFix) {
   x = a;
   x.coll = ReduceColl::reduce_scatter;
   expect(x, "send buffer has 4096 bytes; 2048 elements");
+  // A count whose byte size wraps 64 bits is refused, not checked modulo 2^64.
+  x = a;
+  x.count = (uint64_t{1} << 62) + 1;
+  Status huge = c.call_reduction(x);
+  EXPECT_EQ(huge.code(), Code::out_of_range) << huge.to_string();
   // Still works after the errors.
   EXPECT_EQ(run_one(node, ReduceColl::all_reduce, DataType::u8, ReduceOp::max, 333, 0, false, false, 9), "");
   // Names.
