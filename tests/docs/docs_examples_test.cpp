@@ -123,6 +123,20 @@ Status windows_call(conccl::Communicator* comm, const conccl::Buffer& my_buffer,
   return Status();
 }
 
+// docs/reductions.md: one all-reduce of this rank's buffers.
+Status reductions_call(Communicator* comm, const Buffer& my_send, const Buffer& my_recv, uint64_t n_elements,
+                       StreamOps* stream) {
+  ReductionArgs a;
+  a.coll = ReduceColl::all_reduce;   // reduce_scatter, all_reduce, reduce
+  a.dtype = DataType::bf16;          // f32, bf16, f16, i32, i64, u8
+  a.op = ReduceOp::sum;              // sum, prod, min, max, avg
+  a.count = n_elements;              // NCCL's count (reduce_scatter: recvcount)
+  a.send = {my_send};                // one process per rank: this rank's
+  a.recv = {my_recv};                // one process: one per rank
+  Status st = comm->call_reduction(a, stream);  // stream: StreamOps*, or null
+  return st;
+}
+
 // ---- the checks --------------------------------------------------------
 
 std::string read(const std::string& path) {
@@ -149,7 +163,8 @@ TEST(DocsExamples, EveryBlockIsHere) {
   int blocks = 0;
   for (const char* doc : {"README.md", "docs/collectives.md", "docs/queues.md", "docs/nv-backend.md",
                           "docs/signals.md", "docs/architecture.md", "docs/getting-started.md", "docs/emulator.md",
-                          "docs/hardware.md", "docs/asm.md", "docs/sdma-probe.md", "docs/multiprocess.md"}) {
+                          "docs/hardware.md", "docs/asm.md", "docs/sdma-probe.md", "docs/multiprocess.md",
+                          "docs/reductions.md"}) {
     const std::string text = read(std::string(CONCCL_SOURCE_DIR) + "/" + doc);
     size_t at = 0;
     while ((at = text.find("```cpp\n", at)) != std::string::npos) {
@@ -187,6 +202,27 @@ TEST(DocsExamples, WindowsCallRunsAsOneRankOnAHostStream) {
   EXPECT_EQ(std::memcmp(mem.as<uint8_t>() + recv_offset, mem.as<uint8_t>(), chunk), 0);
   comm.reset();
   ASSERT_OK(dev->free(mem));
+}
+
+TEST(DocsExamples, ReductionRunsAsOneRankOnAHostStream) {
+  DeviceOptions d;
+  d.process_slot = 0;
+  ASSERT_OK_AND_ASSIGN(std::unique_ptr<Device> dev, open_device(d));
+  ASSERT_OK_AND_ASSIGN(std::unique_ptr<Communicator> comm,
+                       Communicator::create(*dev, 0, 1, make_unique_id().value(), Communicator::Options{}));
+  const uint64_t count = 3001;
+  ASSERT_OK_AND_ASSIGN(Buffer send, dev->alloc(0, count * 2, MemKind::device));
+  ASSERT_OK_AND_ASSIGN(Buffer recv, dev->alloc(0, count * 2, MemKind::device));
+  std::mt19937 rng(13);
+  for (uint64_t i = 0; i < count; ++i) send.as<uint16_t>()[i] = float_to_bf16(static_cast<float>(rng() % 1000) / 7.0f);
+  ASSERT_OK_AND_ASSIGN(std::unique_ptr<HostStream> stream, HostStream::create(*dev));
+  ASSERT_OK(reductions_call(comm.get(), send, recv, count, stream.get()));
+  ASSERT_OK(stream->synchronize(Deadline::after_ms(10000)));
+  // One rank: the sum is its own input.
+  EXPECT_EQ(std::memcmp(recv.host, send.host, count * 2), 0);
+  comm.reset();
+  ASSERT_OK(dev->free(send));
+  ASSERT_OK(dev->free(recv));
 }
 
 TEST(DocsExamples, CollectivesRunOnTheEmulator) {
