@@ -426,3 +426,19 @@ def _staged_call(comm, op, outputs, inputs, stream, splits=(None, None), src=Non
         if stage_out:
             o.copy_(so)
     return True
+
+
+# torch.distributed: `import conccl.torch` makes init_process_group("conccl")
+# available (conccl/torch_backend.py, docs/torch-backend.md).
+def _register_backend():
+    try:
+        import torch.distributed as dist
+    except ImportError:  # torch without distributed support: the pool still works
+        return
+    if not dist.is_available():
+        return
+    from conccl import torch_backend
+    torch_backend.register()
+
+
+_register_backend()
