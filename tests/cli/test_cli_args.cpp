@@ -200,5 +200,33 @@ TEST(Args, Errors) {
   EXPECT_TRUE(Args::parse("t", {"--verbose", "--verbose"}, specs()).ok());
 }
 
+// One-letter aliases (nccl-tests' -d float, -b 1K): "-X VALUE" and "-XVALUE"
+// are the long flag; an unknown letter or a missing value is an error that
+// names the aliases.
+TEST(Args, ShortNames) {
+  const std::vector<FlagSpec> s = {{.name = "dtype", .value = "TYPE", .short_name = 'd'},
+                                   {.name = "min", .value = "SIZE", .short_name = 'b'},
+                                   {.name = "verbose"},
+                                   {.name = "backend", .value = "B"},
+                                   {.name = "preset", .value = "P"},
+                                   {.name = "json"},
+                                   {.name = "timeout-ms", .value = "N"}};
+  conccl::Result<Args> a = Args::parse("t", {"-d", "half", "-b4K", "x"}, s);
+  ASSERT_TRUE(a.ok()) << a.status().message();
+  EXPECT_EQ(a->value("dtype"), std::optional<std::string>("half"));
+  EXPECT_EQ(*a->get_size("min", 0), 4096u);
+  EXPECT_EQ(a->positionals(), std::vector<std::string>{"x"});
+  for (const auto& [argv, message] : std::vector<std::pair<std::vector<std::string>, std::string>>{
+           {{"-q", "1"}, "unknown option '-q' (flags are spelled --name, or -d (--dtype), -b (--min);"},
+           {{"-d"}, "-d (--dtype) needs a value (TYPE)"},
+           {{"-d", "f32", "--dtype=half"}, "--dtype given more than once"},
+           {{"--dtype", "f32", "-dhalf"}, "--dtype given more than once (-d is the same flag)"},
+       }) {
+    conccl::Result<Args> bad = Args::parse("t", argv, s);
+    ASSERT_FALSE(bad.ok()) << message;
+    EXPECT_NE(bad.status().message().find(message), std::string::npos) << bad.status().message();
+  }
+}
+
 }  // namespace
 }  // namespace probe

@@ -93,6 +93,9 @@ std::string plausible(const std::string& flag, std::mt19937_64& rng) {
   if (flag == "--rank") return pick({"0", "1", "-1", "9"});
   if (flag == "--unique-id") return pick({"conccl-uid-00112233445566778899aabbccddeeff", "nope", ""});
   if (flag == "--iters" || flag == "--warmup") return pick({"0", "1", "2", "3"});
+  if (flag == "--dtype") return pick({"float", "half", "bfloat16", "int32", "int64", "uint8", "bf16", "double"});
+  if (flag == "--op") return pick({"sum", "prod", "min", "max", "avg", "mean"});
+  if (flag == "--staging") return pick({"4K", "64K", "1M", "1"});
   if (flag == "--variant") return pick({"auto", "pcpy", "bcst", "b2b", "swap", "fanout", "chain", "zzz"});
   if (flag == "--inject") return pick({"stall", "lost-signal", "fire"});
   if (flag == "--buffer") return pick({"a=4K", "b=4K@host", "a=64@1", "b=4K", "a=1M@7", "a=4K@63"});
@@ -108,7 +111,8 @@ const std::vector<std::string> kStdin = {
     "raw data=0x00000006,0x1\n", "zz\x01\x02\n", "write dst=$b data=1,2,3\n"};
 
 bool is_sweep(const std::string& c) {
-  for (const char* s : {"allgather", "alltoall", "broadcast", "gather", "scatter", "p2p"})
+  for (const char* s : {"allgather", "alltoall", "broadcast", "gather", "scatter", "p2p", "reducescatter", "allreduce",
+                        "reduce"})
     if (c == s) return true;
   return false;
 }

@@ -233,6 +233,15 @@ std::string flag_list(const std::vector<FlagSpec>& specs) {
   return out;
 }
 
+// ", or -b (--min), -e (--max)": the one-letter aliases, for errors; "" when none.
+std::string short_list(const std::vector<FlagSpec>& specs) {
+  std::string out;
+  for (const FlagSpec& s : specs)
+    if (s.short_name && !s.value.empty())
+      out += (out.empty() ? ", or " : ", ") + std::string("-") + s.short_name + " (--" + std::string(s.name) + ")";
+  return out;
+}
+
 }  // namespace
 
 Result<std::optional<uint64_t>> Args::get_uint(std::string_view flag) const {
@@ -331,7 +340,33 @@ Result<Args> Args::parse(std::string_view command, const std::vector<std::string
       flags_done = true;
       continue;
     }
-    if (w.size() < 3 || w[1] != '-')
+    if (w[1] != '-') {
+      // -X VALUE or -XVALUE: the flag whose one-letter alias is X.
+      const FlagSpec* sh = nullptr;
+      for (const FlagSpec& s : specs)
+        if (s.short_name && s.short_name == w[1] && !s.value.empty()) sh = &s;
+      if (!sh)
+        return conccl::error(Code::invalid_argument,
+                             "unknown option '" + w + "' (flags are spelled --name" + short_list(specs) +
+                                 "; use -- before a file name that starts with '-')");
+      const std::string name(sh->name);
+      std::string value;
+      if (w.size() > 2) {
+        value = w.substr(2);
+      } else if (i + 1 < argv.size()) {
+        value = argv[++i];
+      } else {
+        return conccl::error(Code::invalid_argument, std::string("-") + sh->short_name + " (--" + name +
+                                                         ") needs a value (" + std::string(sh->value) + ")");
+      }
+      if (!sh->repeatable && a.has(name))
+        return conccl::error(Code::invalid_argument,
+                             "--" + name + " given more than once (-" + std::string(1, sh->short_name) +
+                                 " is the same flag)");
+      a.flags_.emplace_back(name, std::move(value));
+      continue;
+    }
+    if (w.size() < 3)
       return conccl::error(Code::invalid_argument,
                            "unknown option '" + w + "' (flags are spelled --name; use -- before "
                            "a file name that starts with '-')");
@@ -413,9 +448,12 @@ void print_flags(const std::vector<FlagSpec>& specs, FILE* f) {
     heads.push_back(std::move(h));
   }
   for (size_t i = 0; i < specs.size(); ++i)
-    std::fprintf(f, "  %-*s  %.*s%s\n", static_cast<int>(width), heads[i].c_str(),
+    std::fprintf(f, "  %-*s  %.*s%s%s\n", static_cast<int>(width), heads[i].c_str(),
                  static_cast<int>(specs[i].help.size()), specs[i].help.data(),
-                 specs[i].repeatable ? " (repeatable)" : "");
+                 specs[i].repeatable ? " (repeatable)" : "",
+                 specs[i].short_name && !specs[i].value.empty()
+                     ? (std::string(" (short: -") + specs[i].short_name + ")").c_str()
+                     : "");
 }
 
 std::string command_names() {

@@ -73,6 +73,9 @@ struct FlagSpec {
   std::string_view value = {};  // placeholder shown in help ("N", "FILE"); empty: a switch
   std::string_view help = {};
   bool repeatable = false;      // may be given more than once (see Args::values)
+  // A one-letter alias, as nccl-tests spells its flags ('d': -d float or
+  // -dfloat for --dtype float); 0: none. Only for flags that take a value.
+  char short_name = 0;
 };
 
 enum class Backend { emu, kfd, nv };
@@ -131,7 +134,7 @@ class Args {
 
   // Parses `argv` (the words after the subcommand name) against `specs`,
   // which must include the shared flags. "--" ends the flags; "-" is a
-  // positional. Errors: unknown flag, missing value, value given to a switch,
+  // positional. "-X VALUE" and "-XVALUE" are the flag whose short_name is X. Errors: unknown flag, missing value, value given to a switch,
   // a non-repeatable flag given twice, bad shared-flag values.
   static conccl::Result<Args> parse(std::string_view command, const std::vector<std::string>& argv,
                                     const std::vector<FlagSpec>& specs);

@@ -23,6 +23,7 @@
 #include "procs.hpp"
 #include "sweep_dtype.hpp"
 #include "sweep_inplace.hpp"
+#include "sweep_json.hpp"
 #include "sweep_progress.hpp"
 #include "sweep_signal.hpp"
 #include "sweep_stats.hpp"
@@ -199,106 +200,14 @@ int engines_used(const conccl::Plan& plan, const std::vector<int>& gpu_of) {
   return static_cast<int>(used.size());
 }
 
-// The in-place measurement of a row as a JSON object, or null.
-std::string in_place_json(const SweepRow& r) {
-  if (!r.in_place) return "null";
-  return "{\"time_us\": " + json_number(r.ip_time.mean, 3) + ", \"algbw_gbps\": " + json_number(r.ip_algbw, 4) +
-         ", \"busbw_gbps\": " + json_number(r.ip_busbw, 4) + ", \"wrong_bytes\": " + std::to_string(r.ip_wrong) +
-         ", \"min_us\": " + json_number(r.ip_time.min, 3) + ", \"max_us\": " + json_number(r.ip_time.max, 3) +
-         ", \"stddev_us\": " + json_number(r.ip_time.stddev, 3) + ", \"variant\": \"" + r.ip_variant +
-         "\", \"bootstrap_messages_per_call\": " +
-         (r.ip_messages_per_call < 0 ? std::string("null") : json_number(r.ip_messages_per_call, 3)) + "}";
-}
-
-// --json FILE: opened before the sweep (a path that cannot be written is a
-// usage error up front), every write and the close checked.
-class JsonFile {
- public:
-  static conccl::Result<JsonFile> open(const std::string& path) {
-    JsonFile j;
-    j.path_ = path;
-    j.f_.reset(std::fopen(path.c_str(), "w"));
-    if (!j.f_)
-      return conccl::error(conccl::Code::invalid_argument,
-                           "--json: cannot write '" + path + "': " + std::strerror(errno) +
-                               " (give a file in a writable directory, or - for stdout)");
-    return j;
-  }
-  FILE* get() const { return f_.get(); }
-  const std::string& path() const { return path_; }
-  // Flushes and closes; the first error (errno) of a write, the flush or the
-  // close as text, or "" when every byte reached the file. `write_errno`: the
-  // first error the writer saw (0: none).
-  std::string close(int write_errno) {
-    int err = write_errno;
-    if (std::fflush(f_.get()) != 0 && !err) err = errno;
-    const bool failed = std::ferror(f_.get()) != 0;
-    if (std::fclose(f_.release()) != 0 && !err) err = errno;
-    if (err) return std::strerror(err);
-    return failed ? "a write failed" : "";
-  }
-
- private:
-  struct Closer {
-    void operator()(FILE* f) const { std::fclose(f); }
-  };
-  std::string path_;
-  std::unique_ptr<FILE, Closer> f_;
-};
-
-// Writes the JSON; returns the errno of the first write that failed, or 0
-// (the stream's buffer may still hold the end: flush and check it).
-int write_json(FILE* f, const SweepSetup& setup, const std::vector<SweepRow>& rows, int signal) {
-  int err = 0;
-  auto check = [&](int printed) {
-    if (printed < 0 && !err) err = errno ? errno : EIO;
-  };
-  check(std::fprintf(f, "{\"op\": \"%s\", \"backend\": \"%s\", \"emulated\": %s, \"ranks\": %d, \"gpus\": %d, "
-                  "\"loopback\": %s, \"prelaunch\": %s, \"queues\": \"%s\", \"variant_asked\": \"%s\", "
-                  "\"iters\": %" PRId64 ", \"warmup\": %" PRId64 ", \"step_factor\": %" PRIu64 ", "
-                  "\"interrupted\": %s, \"rows\": [",
-               setup.op.c_str(), setup.backend.c_str(), setup.emulated ? "true" : "false", setup.ranks, setup.gpus,
-               setup.loopback ? "true" : "false", setup.prelaunch ? "true" : "false", setup.queues.c_str(),
-               setup.variant.c_str(), setup.iters, setup.warmup, setup.step_factor,
-               signal ? json_string(sweep_signal_name(signal)).c_str() : "null"));
-  for (size_t i = 0; i < rows.size(); ++i) {
-    const SweepRow& r = rows[i];
-    check(std::fprintf(f,
-                 "%s\n  {\"size\": %" PRIu64 ", \"time_us\": %s, \"algbw_gbps\": %s, \"busbw_gbps\": %s, "
-                 "\"verified\": %s, \"wrong_bytes\": %" PRIu64 ", \"variant\": \"%s\", \"count\": %" PRIu64
-                 ", \"type\": \"%s\", \"engines\": %d, \"iters\": %" PRIu64
-                 ", \"min_us\": %s, \"max_us\": %s, \"stddev_us\": %s, \"in_place\": %s, "
-                 "\"bootstrap_messages_per_call\": %s}",
-                 i ? "," : "", r.size, json_number(r.time.mean, 3).c_str(), json_number(r.algbw, 4).c_str(),
-                 json_number(r.busbw, 4).c_str(), r.wrong == 0 ? "true" : "false", r.wrong, r.variant.c_str(), r.count,
-                 r.type.c_str(), r.engines, r.iters, json_number(r.time.min, 3).c_str(),
-                 json_number(r.time.max, 3).c_str(), json_number(r.time.stddev, 3).c_str(), in_place_json(r).c_str(),
-                 r.messages_per_call < 0 ? "null" : json_number(r.messages_per_call, 3).c_str()));
-  }
-  const double messages = messages_per_call(rows);
-  check(std::fprintf(f, "\n], \"windows\": %s, \"bootstrap_messages_per_call\": %s}\n", setup.windows ? "true" : "false",
-                     messages < 0 ? "null" : json_number(messages, 3).c_str()));
-  return err;
-}
-
 int run_collective(const Args& args, Context& ctx) {
   const OpInfo& op = info_for(args.command());
   // `--json FILE` (the shared --json is a switch, so FILE arrives as the one
   // positional): rows go to FILE and the table still goes to stdout.
-  std::optional<std::string> json_file = args.value("json-file");
-  bool json_stdout = args.common().json;
-  if (!args.positionals().empty()) {
-    if (!args.common().json || args.positionals().size() != 1 || json_file)
-      return usage_error(args, ctx, "unexpected argument '" + args.positionals()[0] + "' (only --json FILE takes one)");
-    json_file = args.positionals()[0];
-    json_stdout = false;
-  }
-  // `--json -` (and --json-file -): JSON on stdout, as `--json` alone, not a
-  // file named "-".
-  if (json_file && *json_file == "-") {
-    json_file.reset();
-    json_stdout = true;
-  }
+  conccl::Result<JsonTarget> target = json_target(args);
+  if (!target.ok()) return usage_error(args, ctx, target.status().message());
+  const std::optional<std::string> json_file = target->file;
+  const bool json_stdout = target->to_stdout;
   conccl::Result<uint64_t> min = args.get_size("min", 1024);
   conccl::Result<uint64_t> max = args.get_size("max", 16ull << 20);
   conccl::Result<int64_t> iters = args.get_int_in_range("iters", 1, kMaxIters, 0);  // 0: by size
@@ -840,10 +749,10 @@ int run_collective(const Args& args, Context& ctx) {
     print_summary(ctx.out, rows);
   }
   // stdout's write errors are checked as the program ends (main_entry).
-  if (json_stdout && printer) (void)write_json(ctx.out, setup, rows, signal);
+  if (json_stdout && printer) (void)write_sweep_json(ctx.out, setup, rows, signal);
   bool json_written = true;
   if (json_out) {
-    const int werr = write_json(json_out->get(), setup, rows, signal);
+    const int werr = write_sweep_json(json_out->get(), setup, rows, signal);
     if (const std::string why = json_out->close(werr); !why.empty()) {
       std::fprintf(ctx.err, "sdma-probe %s: --json: writing '%s' failed: %s\n", op.name, json_out->path().c_str(),
                    why.c_str());
@@ -874,15 +783,16 @@ int run_collective(const Args& args, Context& ctx) {
 
 std::vector<FlagSpec> collective_flags() {
   std::vector<FlagSpec> f = device_flag_specs();
-  f.push_back({.name = "min", .value = "SIZE", .help = "smallest size (default 1K)"});
-  f.push_back({.name = "max", .value = "SIZE", .help = "largest size (default 16M)"});
+  f.push_back({.name = "min", .value = "SIZE", .help = "smallest size (default 1K)", .short_name = 'b'});
+  f.push_back({.name = "max", .value = "SIZE", .help = "largest size (default 16M)", .short_name = 'e'});
   f.push_back({.name = "plot", .value = "FILE.png",
                .help = "also draw bus bandwidth against size per variant into FILE.png (needs gnuplot)"});
   f.push_back({.name = "dtype", .value = "TYPE",
                .help = "element type of the count column: uint8 (default), int8, int32, uint32, int64, uint64, half, "
-                       "bfloat16, float, double; chunks are whole elements"});
+                       "bfloat16, float, double; chunks are whole elements",
+               .short_name = 'd'});
   f.push_back({.name = "step-factor", .value = "F",
-               .help = "each size is F times the last, 2..1024 (default 2)"});
+               .help = "each size is F times the last, 2..1024 (default 2)", .short_name = 'f'});
   f.push_back({.name = "variant", .value = "NAME", .help = "algorithm variant (default auto)"});
   f.push_back({.name = "prelaunch", .help = "queue each launch behind a trigger; time from its release"});
   f.push_back({.name = "no-windows",
@@ -890,10 +800,12 @@ std::vector<FlagSpec> collective_flags() {
                        "of calls through one window per rank (Communicator::call: none); to compare the two"});
   f.push_back({.name = "queues", .value = "auto|per-rank|per-engine",
                .help = "loopback: the queues a GPU's ranks use on an engine (default auto)"});
-  f.push_back({.name = "iters", .value = "N", .help = "timed iterations per size, 1..1000000 (default: by size, 3..20)"});
+  f.push_back({.name = "iters", .value = "N", .help = "timed iterations per size, 1..1000000 (default: by size, 3..20)",
+               .short_name = 'n'});
   f.push_back({.name = "warmup", .value = "N",
-               .help = "untimed iterations per size, 0..1000000 (default 2; on real engines also at least 100 ms of them)"});
-  f.push_back({.name = "root", .value = "R", .help = "root rank (broadcast, gather, scatter; p2p source)"});
+               .help = "untimed iterations per size, 0..1000000 (default 2; on real engines also at least 100 ms of them)",
+               .short_name = 'w'});
+  f.push_back({.name = "root", .value = "R", .help = "root rank (broadcast, gather, scatter; p2p source)", .short_name = 'r'});
   f.push_back({.name = "peer", .value = "R", .help = "p2p destination rank (default 1)"});
   f.push_back({.name = "json-file", .value = "FILE", .help = "also write the rows as JSON to FILE"});
   f.push_back({.name = "buffers", .value = "device|cuda",

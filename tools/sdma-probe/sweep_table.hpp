@@ -32,6 +32,14 @@ struct SweepSetup {
   uint64_t min = 0, max = 0, step_factor = 2;
   int root = 0, peer = 1;
   bool has_root = false, has_peer = false;
+  // Reductions (reducescatter, allreduce, reduce): the table gains nccl-tests'
+  // redop and root columns, the banner the operator, type and ordering.
+  bool reduction = false;
+  std::string redop;      // "sum"
+  std::string dtype;      // "float"
+  std::string ordering;       // how calls are ordered: "hoststream", "cuda-stream" or "host" (JSON)
+  std::string ordering_note;  // the same for the banner, in words
+  uint64_t staging = 0;   // Communicator::Options::reduce_staging_bytes
 };
 
 // One size: out of place, and in place where the op has that form.
@@ -44,7 +52,12 @@ struct SweepRow {
   uint64_t iters = 0;
   TimeStats time;         // microseconds
   double algbw = 0, busbw = 0;  // GB/s
-  uint64_t wrong = 0;     // destination bytes that differ
+  uint64_t wrong = 0;     // destination bytes that differ (reductions: elements)
+  // Reductions: nccl-tests' redop and root columns (root -1 where the op has
+  // none); empty redop: a copy collective, whose table has neither.
+  std::string redop;
+  int root = -1;
+  uint64_t pieces = 0;    // rounds through the reduction staging (reductions)
   bool in_place = false;  // measured in place too (else the in-place columns print n/a)
   TimeStats ip_time;
   double ip_algbw = 0, ip_busbw = 0;
@@ -57,9 +70,10 @@ struct SweepRow {
 };
 
 void print_banner(FILE* f, const SweepSetup& s);
-void print_header(FILE* f);
+// `reduction`: with the redop and root columns after type.
+void print_header(FILE* f, bool reduction = false);
 void print_row(FILE* f, const SweepRow& r);
-// "# Out of bounds values : N OK|FAILED" (wrong bytes, both forms),
+// "# Out of bounds values : N OK|FAILED" (wrong bytes or elements, both forms),
 // --procs: "# Bootstrap msgs/call  : X (bootstrap_messages_per_call: ...)"
 // (messages_per_call), and "# Avg bus bandwidth    : X" (the mean of every
 // busbw measured, both forms).
