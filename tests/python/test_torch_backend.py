@@ -1,0 +1,841 @@
+"""tests/python/test_torch_backend.py - the "conccl" torch.distributed backend, as a user sees it.
+
+Run by ctest (tests/python/CMakeLists.txt, Python.TorchBackend) with
+PYTHONPATH=python and CONCCL_LIBRARY=<build>/src/libconccl.so. Only
+torch.distributed's public API is used: `import conccl.torch` registers the
+backend, then every worker process calls
+    torch.distributed.init_process_group("conccl", init_method="file://...",
+                                         rank=r, world_size=n, timeout=...)
+with CPU tensors (ConCCL's emulated node, no GPU).
+
+What runs (2, 3 and 4 ranks): all_reduce, reduce (dst n-1), reduce_scatter_tensor and
+reduce_scatter (lists) for float32, bfloat16, float16, int32, int64, uint8 x SUM,
+PRODUCT, MIN, MAX, AVG; all_gather_into_tensor, all_gather (lists), broadcast (src 1),
+gather (dst n-1), scatter (src 1), all_to_all_single (equal splits, uneven splits,
+uneven splits with empty pieces), all_to_all (lists, equal and uneven), barrier,
+send/recv 0 -> 1; odd-sized 1-D and 2-D shapes; async_op=True (Work.wait,
+get_future); new_group([0, 1]) on 4 ranks with the default group used afterwards;
+a rank that exits (os._exit) right after init, and one that exits after warm-up
+calls: the survivors' next collective must raise, in bounded time, naming it.
+
+The parent spawns N workers ('spawn' start method), enforces a deadline on them
+(kills them and fails past it), and each worker writes a JSON result file
+(failures, skips) that the parent asserts on, messages shown. Workers never stop
+at a wrong element: they record it and go on to the next call, so that every
+rank keeps issuing the same collectives.
+
+Data: random, from a seed made of the call's name and the rank, so that every
+rank regenerates every other rank's input and checks every element of its output
+against a reference computed in the worker. Reductions follow the library's
+arithmetic (docs/reductions.md): rank order 0..n-1, float32 steps for float32,
+float32 accumulation and one rounding at the end for bfloat16/float16, integers
+wrap, integer AVG truncates toward zero; compared bit for bit.
+
+Self-check of the test logic on gloo:
+    CONCCL_TORCH_TEST_BACKEND=gloo python3 -m unittest -v test_torch_backend
+gloo reduces in its own order and precision, so its float SUM/PRODUCT/AVG are
+compared with a tolerance (the conccl run stays exact), and the calls gloo does
+not implement are reported as skipped (never on conccl).
+"""
+import json
+import os
+import re
+import sys
+import tempfile
+import time
+import traceback
+import unittest
+import zlib
+from datetime import timedelta
+
+try:
+    import torch
+    import torch.distributed as dist
+except ImportError:  # pragma: no cover - the test is skipped, saying why
+    torch = None
+    dist = None
+
+BACKEND = os.environ.get("CONCCL_TORCH_TEST_BACKEND", "conccl")
+DEADLINE_S = float(os.environ.get("CONCCL_TORCH_TEST_DEADLINE", "120"))
+COLL_TIMEOUT_S = 30   # init_process_group(timeout=) of the ordinary scenarios
+KILL_TIMEOUT_S = 20   # ... and of the killed-rank one
+KILL_BOUND_S = 60     # a survivor's collective must raise within this
+
+REDOPS = ("SUM", "PRODUCT", "MIN", "MAX", "AVG")
+REDUCE_DTYPES = ("float32", "bfloat16", "float16", "int32", "int64", "uint8")
+MOVE_DTYPES = ("float32", "int64", "uint8")
+FLOATS = ("float32", "bfloat16", "float16")
+BITS = {"float32": "int32", "bfloat16": "int16", "float16": "int16"}
+EPS = {"float32": 2.0 ** -23, "bfloat16": 2.0 ** -7, "float16": 2.0 ** -10}
+
+
+def _dt(name):
+    return getattr(torch, name)
+
+
+# --------------------------------------------------------------------------- data
+
+def seed_of(*parts):
+    return zlib.crc32("|".join(str(p) for p in parts).encode())
+
+
+def gen(shape, dtype, redop, *tag):
+    """The input of one rank for one call: tag ends with the rank. Never all zeros."""
+    g = torch.Generator().manual_seed(seed_of(*tag))
+    shape = tuple(shape)
+    if dtype in FLOATS:
+        if redop == "PRODUCT":  # magnitudes in [0.5, 2): products of 4 stay in range for fp16
+            mag = 0.5 + 1.5 * torch.rand(shape, generator=g)
+            sign = torch.randint(0, 2, shape, generator=g) * 2 - 1
+            x = mag * sign
+        else:
+            x = (torch.rand(shape, generator=g) * 16 - 8) + 1e-3  # no exact zero
+        t = x.to(_dt(dtype))
+    elif dtype == "int32":
+        lo, hi = (-1000, 1001) if redop == "PRODUCT" else (-2 ** 31, 2 ** 31)  # SUM/AVG wrap
+        t = torch.randint(lo, hi, shape, generator=g, dtype=torch.int64).to(torch.int32)
+    elif dtype == "int64":
+        lo, hi = (-1000, 1001) if redop == "PRODUCT" else (-2 ** 60, 2 ** 60)
+        if redop in ("MIN", "MAX"):
+            lo, hi = -2 ** 62, 2 ** 62
+        t = torch.randint(lo, hi, shape, generator=g, dtype=torch.int64)
+    elif dtype == "uint8":
+        t = torch.randint(0, 256, shape, generator=g, dtype=torch.int64).to(torch.uint8)
+    else:
+        raise ValueError(dtype)
+    if t.numel() and not bool((t != 0).any()):
+        t.view(-1)[0] = 1
+    return t
+
+
+def _wrap(x64, dtype):
+    """int64 tensor -> dtype with two's complement wrap (x64 holds the exact value mod 2^64)."""
+    if dtype == "int64":
+        return x64.clone()
+    if dtype == "int32":
+        return (((x64 + 2 ** 31) % 2 ** 32) - 2 ** 31).to(torch.int32)
+    if dtype == "uint8":
+        return (x64 % 256).to(torch.uint8)
+    raise ValueError(dtype)
+
+
+def ref_reduce(inputs, redop, dtype):
+    """The library's arithmetic, inputs in rank order."""
+    n = len(inputs)
+    if dtype in FLOATS:
+        acc = inputs[0].float().clone()
+        for x in inputs[1:]:
+            x = x.float()
+            if redop in ("SUM", "AVG"):
+                acc = acc + x
+            elif redop == "PRODUCT":
+                acc = acc * x
+            elif redop == "MIN":
+                acc = torch.minimum(acc, x)
+            elif redop == "MAX":
+                acc = torch.maximum(acc, x)
+        if redop == "AVG":
+            acc = acc / n
+        return acc.to(_dt(dtype))
+    acc = inputs[0].to(torch.int64)
+    for x in inputs[1:]:
+        x = x.to(torch.int64)
+        if redop in ("SUM", "AVG"):
+            acc = acc + x      # exact: the data keeps int64 sums in range
+        elif redop == "PRODUCT":
+            acc = acc * x      # exact: |x| <= 1000 (uint8: < 256^4)
+        elif redop == "MIN":
+            acc = torch.minimum(acc, x)
+        elif redop == "MAX":
+            acc = torch.maximum(acc, x)
+    if redop == "AVG":
+        w = _wrap(acc, dtype).to(torch.int64)
+        return _wrap(torch.div(w, n, rounding_mode="trunc"), dtype)
+    return _wrap(acc, dtype)
+
+
+def gloo_tolerance(inputs, redop, dtype):
+    """An elementwise bound for gloo's own order/precision (self-check only)."""
+    n = len(inputs)
+    eps = EPS[dtype]
+    if redop in ("SUM", "AVG"):
+        mag = sum(x.float().abs() for x in inputs)
+        if redop == "AVG":
+            mag = mag / n
+        return 2 * (n + 1) * eps * mag
+    if redop == "PRODUCT":
+        mag = inputs[0].float().abs()
+        for x in inputs[1:]:
+            mag = mag * x.float().abs()
+        return 2 * (n + 1) * eps * mag
+    return None  # MIN/MAX: exact
+
+
+# --------------------------------------------------------------------------- the worker side
+
+class Checker:
+    def __init__(self, rank, world, backend, tmpdir):
+        self.rank, self.world, self.backend, self.tmpdir = rank, world, backend, tmpdir
+        self.failures, self.skipped, self.checks, self.calls = [], [], 0, 0
+        self._progress = os.path.join(tmpdir, "progress.%d" % rank)
+
+    def progress(self, what):
+        with open(self._progress, "w") as f:
+            f.write(what)
+
+    def fail(self, name, msg):
+        self.failures.append("rank %d: %s: %s" % (self.rank, name, msg))
+
+    def call(self, name, fn):
+        """Run one collective (and its checks); record an exception and go on."""
+        self.progress(name)
+        self.calls += 1
+        try:
+            fn()
+        except Exception as e:  # noqa: BLE001 - reported, the parent fails the test
+            msg = "%s: %s" % (type(e).__name__, str(e).strip().splitlines()[0] if str(e).strip() else "")
+            if self.backend == "gloo" and re.search(
+                    r"not supported|unsupported|not implemented|only supports|does not support|no support|cannot use|"
+                    r"invalid scalar type|NotImplemented", str(e) + " " + type(e).__name__, re.I):
+                self.skipped.append("%s (%s)" % (name, msg))
+            else:
+                self.fail(name, "raised " + msg + "\n" + traceback.format_exc(limit=4))
+
+    def same(self, name, got, exp, tol=None):
+        """Every element; exact (bitwise for floats) unless tol (gloo self-check) is given."""
+        self.checks += 1
+        if got.dtype != exp.dtype or tuple(got.shape) != tuple(exp.shape):
+            self.fail(name, "dtype/shape %s %s, expected %s %s" % (got.dtype, tuple(got.shape),
+                                                                   exp.dtype, tuple(exp.shape)))
+            return False
+        g, e = got.contiguous().reshape(-1), exp.contiguous().reshape(-1)
+        dname = str(exp.dtype).replace("torch.", "")
+        if tol is not None:
+            bad = (g.float() - e.float()).abs() > tol.reshape(-1) + 1e-30
+        elif dname in BITS:
+            bad = g.view(_dt(BITS[dname])) != e.view(_dt(BITS[dname]))
+        else:
+            bad = g != e
+        if bool(bad.any()):
+            idx = bad.nonzero().reshape(-1)
+            show = ", ".join("[%d] got %r expected %r" % (i, g[i].item(), e[i].item()) for i in idx[:4].tolist())
+            self.fail(name, "%d of %d elements differ: %s" % (idx.numel(), e.numel(), show))
+            return False
+        return True
+
+    def tol(self, inputs, redop, dtype):
+        if self.backend == "gloo" and dtype in FLOATS:
+            return gloo_tolerance(inputs, redop, dtype)
+        return None
+
+
+def _redop(name):
+    return getattr(dist.ReduceOp, name)
+
+
+class GlooAdapter:
+    """The gloo self-check only: torch 1.13's gloo lacks some calls (reduce_scatter,
+    _allgather_base, alltoall of lists, AVG, bfloat16); they are composed here of calls
+    it has, so that the test's own logic (inputs, references, checks) runs on every
+    case. The conccl run never goes through this: it calls torch.distributed directly."""
+
+    def __getattr__(self, name):
+        return getattr(dist, name)
+
+    @staticmethod
+    def _n(group):
+        return dist.get_world_size(group)
+
+    def all_reduce(self, t, op=None, group=None, async_op=False):
+        op = dist.ReduceOp.SUM if op is None else op
+        if t.dtype != torch.bfloat16 and op != dist.ReduceOp.AVG:
+            return dist.all_reduce(t, op=op, group=group, async_op=async_op)
+        assert not async_op
+        w = t.float() if t.dtype == torch.bfloat16 else t.clone()
+        dist.all_reduce(w, op=dist.ReduceOp.SUM if op == dist.ReduceOp.AVG else op, group=group)
+        if op == dist.ReduceOp.AVG:
+            n = self._n(group)
+            w = w / n if w.is_floating_point() else torch.div(w, n, rounding_mode="trunc")
+        t.copy_(w)
+
+    def reduce(self, t, dst, op=None, group=None, async_op=False):
+        assert not async_op
+        w = t.clone()
+        self.all_reduce(w, op=op, group=group)
+        if dist.get_rank() == dst:
+            t.copy_(w)
+
+    def broadcast(self, t, src, group=None, async_op=False):
+        v = t.view(torch.float16) if t.dtype == torch.bfloat16 else t
+        return dist.broadcast(v, src=src, group=group, async_op=async_op)
+
+    def all_gather_into_tensor(self, out, inp, group=None, async_op=False):
+        assert not async_op
+        n = self._n(group)
+        parts = [torch.empty_like(inp) for _ in range(n)]
+        self.all_gather(parts, inp, group=group)
+        out.copy_(torch.cat(parts, 0))
+
+    def all_gather(self, outs, inp, group=None, async_op=False):
+        assert not async_op
+        if inp.dtype == torch.bfloat16:
+            views = [o.view(torch.float16) for o in outs]
+            dist.all_gather(views, inp.view(torch.float16), group=group)
+        else:
+            dist.all_gather(outs, inp, group=group)
+
+    def reduce_scatter_tensor(self, out, inp, op=None, group=None, async_op=False):
+        assert not async_op
+        w = inp.clone()
+        self.all_reduce(w, op=op, group=group)
+        k, r = out.shape[0], dist.get_rank(group)
+        out.copy_(w[r * k:(r + 1) * k])
+
+    def reduce_scatter(self, out, inps, op=None, group=None, async_op=False):
+        self.reduce_scatter_tensor(out, torch.cat(inps, 0), op=op, group=group, async_op=async_op)
+
+    def all_to_all(self, outs, inps, group=None, async_op=False):
+        assert not async_op
+        out = torch.empty((sum(o.shape[0] for o in outs),) + tuple(outs[0].shape[1:]), dtype=outs[0].dtype)
+        dist.all_to_all_single(out, torch.cat(inps, 0), output_split_sizes=[o.shape[0] for o in outs],
+                               input_split_sizes=[i.shape[0] for i in inps], group=group)
+        at = 0
+        for o in outs:
+            o.copy_(out[at:at + o.shape[0]])
+            at += o.shape[0]
+
+
+OPS = None  # torch.distributed itself, or the GlooAdapter for the self-check
+
+
+def run_collectives(c):
+    r, n = c.rank, c.world
+    last = n - 1          # dst of reduce/gather: not 0
+    src = 1               # src of broadcast/scatter: not 0
+    shapes_1d_2d = ((1001,), (12, 77))
+
+    # ---- reductions: every dtype x op
+    for dtype in REDUCE_DTYPES:
+        for op in REDOPS:
+            for shape in shapes_1d_2d:
+                tag = ("all_reduce", n, dtype, op, shape)
+                name = "all_reduce %s %s %s" % (dtype, op, shape)
+
+                def f(tag=tag, name=name, dtype=dtype, op=op, shape=shape):
+                    ins = [gen(shape, dtype, op, *tag, j) for j in range(n)]
+                    t = ins[r].clone()
+                    OPS.all_reduce(t, op=_redop(op))
+                    c.same(name, t, ref_reduce(ins, op, dtype), c.tol(ins, op, dtype))
+                c.call(name, f)
+
+            for shape in ((333,), (3, 77)):
+                tag = ("reduce_scatter_tensor", n, dtype, op, shape)
+                name = "reduce_scatter_tensor %s %s out%s" % (dtype, op, shape)
+
+                def f(tag=tag, name=name, dtype=dtype, op=op, shape=shape):
+                    big = (n * shape[0],) + shape[1:]
+                    ins = [gen(big, dtype, op, *tag, j) for j in range(n)]
+                    inp = ins[r].clone()
+                    out = torch.empty(shape, dtype=_dt(dtype))
+                    OPS.reduce_scatter_tensor(out, inp, op=_redop(op))
+                    full = ref_reduce(ins, op, dtype)
+                    tol = c.tol(ins, op, dtype)
+                    sl = slice(r * shape[0], (r + 1) * shape[0])
+                    c.same(name, out, full[sl], None if tol is None else tol[sl])
+                    c.same(name + " (input untouched)", inp, ins[r])
+                c.call(name, f)
+
+            shape = (1001,)
+            tag = ("reduce", n, dtype, op, shape)
+            name = "reduce dst=%d %s %s %s" % (last, dtype, op, shape)
+
+            def f(tag=tag, name=name, dtype=dtype, op=op, shape=shape):
+                ins = [gen(shape, dtype, op, *tag, j) for j in range(n)]
+                t = ins[r].clone()
+                OPS.reduce(t, dst=last, op=_redop(op))
+                if r == last:
+                    c.same(name, t, ref_reduce(ins, op, dtype), c.tol(ins, op, dtype))
+            c.call(name, f)
+
+    # reduce_scatter, list form: a few dtype x op
+    for dtype, op in (("float32", "SUM"), ("int32", "MAX"), ("bfloat16", "AVG"), ("uint8", "PRODUCT"),
+                      ("float16", "MIN"), ("int64", "SUM")):
+        for shape in ((257,), (5, 31)):
+            tag = ("reduce_scatter", n, dtype, op, shape)
+            name = "reduce_scatter(list) %s %s %s" % (dtype, op, shape)
+
+            def f(tag=tag, name=name, dtype=dtype, op=op, shape=shape):
+                lists = [[gen(shape, dtype, op, *tag, j, k) for k in range(n)] for j in range(n)]
+                out = torch.empty(shape, dtype=_dt(dtype))
+                mine = [x.clone() for x in lists[r]]
+                OPS.reduce_scatter(out, mine, op=_redop(op))
+                ins = [lists[j][r] for j in range(n)]
+                c.same(name, out, ref_reduce(ins, op, dtype), c.tol(ins, op, dtype))
+            c.call(name, f)
+
+    # ---- data movement
+    for dtype in MOVE_DTYPES + ("bfloat16",):
+        for shape in shapes_1d_2d:
+            tag = ("all_gather_into_tensor", n, dtype, shape)
+            name = "all_gather_into_tensor %s %s" % (dtype, shape)
+
+            def f(tag=tag, name=name, dtype=dtype, shape=shape):
+                ins = [gen(shape, dtype, "SUM", *tag, j) for j in range(n)]
+                inp = ins[r].clone()
+                out = torch.empty((n * shape[0],) + shape[1:], dtype=_dt(dtype))
+                OPS.all_gather_into_tensor(out, inp)
+                c.same(name, out, torch.cat(ins, 0))
+                c.same(name + " (input untouched)", inp, ins[r])
+            c.call(name, f)
+
+            tag = ("broadcast", n, dtype, shape)
+            name = "broadcast src=%d %s %s" % (src, dtype, shape)
+
+            def f(tag=tag, name=name, dtype=dtype, shape=shape):
+                mine = gen(shape, dtype, "SUM", *tag, r)
+                OPS.broadcast(mine, src=src)
+                c.same(name, mine, gen(shape, dtype, "SUM", *tag, src))
+            c.call(name, f)
+
+    for dtype in MOVE_DTYPES:
+        for shape in shapes_1d_2d:
+            tag = ("all_gather", n, dtype, shape)
+            name = "all_gather(list) %s %s" % (dtype, shape)
+
+            def f(tag=tag, name=name, dtype=dtype, shape=shape):
+                ins = [gen(shape, dtype, "SUM", *tag, j) for j in range(n)]
+                outs = [torch.empty(shape, dtype=_dt(dtype)) for _ in range(n)]
+                OPS.all_gather(outs, ins[r].clone())
+                for j in range(n):
+                    c.same("%s [from %d]" % (name, j), outs[j], ins[j])
+            c.call(name, f)
+
+            tag = ("gather", n, dtype, shape)
+            name = "gather dst=%d %s %s" % (last, dtype, shape)
+
+            def f(tag=tag, name=name, dtype=dtype, shape=shape):
+                ins = [gen(shape, dtype, "SUM", *tag, j) for j in range(n)]
+                outs = [torch.empty(shape, dtype=_dt(dtype)) for _ in range(n)] if r == last else None
+                OPS.gather(ins[r].clone(), gather_list=outs, dst=last)
+                if r == last:
+                    for j in range(n):
+                        c.same("%s [from %d]" % (name, j), outs[j], ins[j])
+            c.call(name, f)
+
+            tag = ("scatter", n, dtype, shape)
+            name = "scatter src=%d %s %s" % (src, dtype, shape)
+
+            def f(tag=tag, name=name, dtype=dtype, shape=shape):
+                pieces = [gen(shape, dtype, "SUM", *tag, k) for k in range(n)]  # src's list
+                out = torch.empty(shape, dtype=_dt(dtype))
+                OPS.scatter(out, scatter_list=[p.clone() for p in pieces] if r == src else None, src=src)
+                c.same(name, out, pieces[r])
+            c.call(name, f)
+
+            # all_to_all_single, equal splits
+            tag = ("all_to_all_single", n, dtype, shape)
+            name = "all_to_all_single(equal) %s %s" % (dtype, shape)
+
+            def f(tag=tag, name=name, dtype=dtype, shape=shape):
+                big = (n * shape[0],) + shape[1:]
+                ins = [gen(big, dtype, "SUM", *tag, j) for j in range(n)]
+                inp = ins[r].clone()
+                out = torch.empty(big, dtype=_dt(dtype))
+                OPS.all_to_all_single(out, inp)
+                k = shape[0]
+                exp = torch.cat([ins[j][r * k:(r + 1) * k] for j in range(n)], 0)
+                c.same(name, out, exp)
+                c.same(name + " (input untouched)", inp, ins[r])
+            c.call(name, f)
+
+    # all_to_all_single and all_to_all with uneven splits: s(i, j) rows rank i sends to rank j
+    def splits_pos(i, j):
+        return 1 + (3 * i + 5 * j + i * j) % 7
+
+    def splits_zero(i, j):  # some pairs send nothing (also i == j for some)
+        return 0 if (i + 2 * j) % 3 == 1 else 2 + (i + j) % 5
+
+    for dtype in ("float32", "int64"):
+        for sname, s, row in (("uneven", splits_pos, ()), ("uneven+zeros", splits_zero, (29,))):
+            for form in ("all_to_all_single", "all_to_all(list)"):
+                tag = (form, n, dtype, sname, row)
+                name = "%s(%s) %s rows%s" % (form, sname, dtype, row)
+
+                def f(tag=tag, name=name, dtype=dtype, s=s, row=row, form=form):
+                    def inp_of(i):  # rank i's input: pieces for ranks 0..n-1, in order
+                        return [gen((13 * s(i, j),) + row, dtype, "SUM", *tag, i, j) for j in range(n)]
+                    mine = inp_of(r)
+                    exp = [inp_of(j)[r] for j in range(n)]
+                    if form == "all_to_all_single":
+                        inp = torch.cat(mine, 0)
+                        keep = inp.clone()
+                        out = torch.empty((sum(e.shape[0] for e in exp),) + row, dtype=_dt(dtype))
+                        OPS.all_to_all_single(out, inp,
+                                               output_split_sizes=[13 * s(j, r) for j in range(n)],
+                                               input_split_sizes=[13 * s(r, j) for j in range(n)])
+                        c.same(name, out, torch.cat(exp, 0))
+                        c.same(name + " (input untouched)", inp, keep)
+                    else:
+                        outs = [torch.empty_like(e) for e in exp]
+                        OPS.all_to_all(outs, [m.clone() for m in mine])
+                        for j in range(n):
+                            c.same("%s [from %d]" % (name, j), outs[j], exp[j])
+                c.call(name, f)
+
+    for dtype in ("float32", "int64"):
+        shape = (31, 7)
+        tag = ("all_to_all(list) equal", n, dtype, shape)
+        name = "all_to_all(list)(equal) %s %s" % (dtype, shape)
+
+        def f(tag=tag, name=name, dtype=dtype, shape=shape):
+            mine = [gen(shape, dtype, "SUM", *tag, r, j) for j in range(n)]
+            outs = [torch.empty(shape, dtype=_dt(dtype)) for _ in range(n)]
+            OPS.all_to_all(outs, [m.clone() for m in mine])
+            for j in range(n):
+                c.same("%s [from %d]" % (name, j), outs[j], gen(shape, dtype, "SUM", *tag, j, r))
+        c.call(name, f)
+
+    # ---- barrier: nobody leaves before everybody arrived
+    def f():
+        time.sleep(0.15 * (n - 1 - r))
+        open(os.path.join(c.tmpdir, "arrived.%d" % r), "w").close()
+        OPS.barrier()
+        missing = [j for j in range(n) if not os.path.exists(os.path.join(c.tmpdir, "arrived.%d" % j))]
+        c.checks += 1
+        if missing:
+            c.fail("barrier", "left the barrier before ranks %s arrived" % missing)
+    c.call("barrier", f)
+
+    # ---- send/recv: rank 0 -> rank 1, the others idle
+    for dtype, shape in (("float32", (1001,)), ("int32", (9, 41)), ("uint8", (777,))):
+        tag = ("send/recv", n, dtype, shape)
+        name = "send/recv 0->1 %s %s" % (dtype, shape)
+
+        def f(tag=tag, name=name, dtype=dtype, shape=shape):
+            x = gen(shape, dtype, "SUM", *tag)
+            if r == 0:
+                OPS.send(x.clone(), dst=1)
+            elif r == 1:
+                got = torch.zeros(shape, dtype=_dt(dtype))
+                OPS.recv(got, src=0)
+                c.same(name, got, x)
+        c.call(name, f)
+    c.call("barrier after send/recv", lambda: OPS.barrier())
+
+    # ---- async_op=True
+    def f():
+        shape, dtype = (1001,), "float32"
+        tag = ("async all_reduce", n)
+        ins = [gen(shape, dtype, "SUM", *tag, j) for j in range(n)]
+        t = ins[r].clone()
+        work = OPS.all_reduce(t, op=dist.ReduceOp.SUM, async_op=True)
+        fut = work.get_future()
+        work.wait()
+        c.checks += 1
+        if not work.is_completed():
+            c.fail("async all_reduce", "work.is_completed() is False after work.wait()")
+        val = fut.wait()
+        exp = ref_reduce(ins, "SUM", dtype)
+        c.same("async all_reduce (tensor after wait)", t, exp, c.tol(ins, "SUM", dtype))
+        check_future_value(c, "async all_reduce (future value)", val, exp, c.tol(ins, "SUM", dtype))
+    c.call("async all_reduce", f)
+
+    def f():  # two outstanding ops, waited on through their futures only, in reverse order
+        shape = (12 * n, 77)
+        tag_a, tag_b = ("async all_to_all_single", n), ("async broadcast", n)
+        ins = [gen(shape, "int64", "SUM", *tag_a, j) for j in range(n)]
+        out = torch.empty(shape, dtype=torch.int64)
+        b = gen((12, 77), "float32", "SUM", *tag_b, r)
+        w1 = OPS.all_to_all_single(out, ins[r].clone(), async_op=True)
+        w2 = OPS.broadcast(b, src=src, async_op=True)
+        v2 = w2.get_future().wait()
+        v1 = w1.get_future().wait()
+        exp_b = gen((12, 77), "float32", "SUM", *tag_b, src)
+        exp_a = torch.cat([ins[j][r * 12:(r + 1) * 12] for j in range(n)], 0)
+        c.same("async broadcast (tensor after future)", b, exp_b)
+        check_future_value(c, "async broadcast (future value)", v2, exp_b)
+        c.same("async all_to_all_single (tensor after future)", out, exp_a)
+        check_future_value(c, "async all_to_all_single (future value)", v1, exp_a)
+        w1.wait()
+        w2.wait()
+    c.call("async all_to_all_single + broadcast", f)
+
+    def f():
+        shape = (1001,)
+        ins = [gen(shape, "uint8", "SUM", "async all_gather_into_tensor", n, j) for j in range(n)]
+        out = torch.empty((n * shape[0],), dtype=torch.uint8)
+        w = dist.all_gather_into_tensor(out, ins[r].clone(), async_op=True)  # gloo: skipped (no _allgather_base)
+        w.wait()
+        c.same("async all_gather_into_tensor (tensor after wait)", out, torch.cat(ins, 0))
+        check_future_value(c, "async all_gather_into_tensor (future value)", w.get_future().wait(),
+                           torch.cat(ins, 0))
+    c.call("async all_gather_into_tensor", f)
+
+    # ---- the default group still works at the end
+    def f():
+        x = torch.full((5,), float(r + 1))
+        OPS.all_reduce(x)
+        c.same("final all_reduce", x, torch.full((5,), float(n * (n + 1) // 2)))
+    c.call("final all_reduce", f)
+
+
+def check_future_value(c, name, val, exp, tol=None):
+    c.checks += 1
+    tensors = val if isinstance(val, (list, tuple)) else [val]
+    tensors = [t for t in tensors if isinstance(t, torch.Tensor)]
+    if not tensors:
+        c.fail(name, "the future's value holds no tensor: %r" % (type(val),))
+        return
+    c.same(name, tensors[0], exp, tol)
+
+
+def run_new_group(c):
+    r, n = c.rank, c.world
+    g = dist.new_group([0, 1])
+
+    for dtype, op in (("float32", "SUM"), ("int64", "MAX"), ("bfloat16", "SUM")):
+        tag = ("subgroup all_reduce", n, dtype, op)
+        name = "new_group([0,1]) all_reduce %s %s" % (dtype, op)
+
+        def f(tag=tag, name=name, dtype=dtype, op=op):
+            ins = [gen((1001,), dtype, op, *tag, j) for j in range(2)]
+            if r in (0, 1):
+                t = ins[r].clone()
+                OPS.all_reduce(t, op=_redop(op), group=g)
+                c.same(name, t, ref_reduce(ins, op, dtype), c.tol(ins, op, dtype))
+        c.call(name, f)
+
+    def f():
+        x = gen((12, 77), "int32", "SUM", "subgroup broadcast", 1)
+        if r in (0, 1):
+            t = x.clone() if r == 1 else torch.zeros_like(x)
+            OPS.broadcast(t, src=1, group=g)
+            c.same("new_group([0,1]) broadcast src=1", t, x)
+    c.call("new_group([0,1]) broadcast src=1", f)
+
+    for dtype, op in (("float32", "SUM"), ("int32", "MIN")):
+        tag = ("default after subgroup", n, dtype, op)
+        name = "default group all_reduce after new_group %s %s" % (dtype, op)
+
+        def f(tag=tag, name=name, dtype=dtype, op=op):
+            ins = [gen((999,), dtype, op, *tag, j) for j in range(n)]
+            t = ins[r].clone()
+            OPS.all_reduce(t, op=_redop(op))
+            c.same(name, t, ref_reduce(ins, op, dtype), c.tol(ins, op, dtype))
+        c.call(name, f)
+
+    def f():
+        shape = (257,)
+        ins = [gen(shape, "float32", "SUM", "default ag after subgroup", j) for j in range(n)]
+        out = torch.empty((n * 257,))
+        OPS.all_gather_into_tensor(out, ins[r].clone())
+        c.same("default group all_gather_into_tensor after new_group", out, torch.cat(ins, 0))
+    c.call("default group all_gather_into_tensor after new_group", f)
+    c.call("barrier after new_group", lambda: OPS.barrier())
+
+
+def run_warmup(c, gather=False):
+    r, n = c.rank, c.world
+    ins = [gen((1001,), "float32", "SUM", "warm-up", gather, j) for j in range(n)]
+    if gather:
+        out = torch.empty((n * 1001,))
+        OPS.all_gather_into_tensor(out, ins[r].clone())
+        c.same("warm-up all_gather_into_tensor", out, torch.cat(ins, 0))
+    else:
+        t = ins[r].clone()
+        OPS.all_reduce(t)
+        c.same("warm-up all_reduce", t, ref_reduce(ins, "SUM", "float32"), c.tol(ins, "SUM", "float32"))
+
+
+def run_killed(c, victim):
+    """victim exited (right after init, or after the warm-up calls); the others' next
+    collective must raise RuntimeError or conccl.Error, within KILL_BOUND_S, with a message."""
+    t = torch.ones(1001)
+    c.progress("all_reduce with rank %d dead" % victim)
+    t0 = time.monotonic()
+    try:
+        OPS.all_reduce(t)
+        # one all_reduce could in principle complete before the death is seen: try another few
+        for _ in range(3):
+            OPS.all_reduce(t)
+    except Exception as e:  # noqa: BLE001
+        dt = time.monotonic() - t0
+        c.checks += 1
+        kind = type(e).__name__
+        mod = type(e).__module__ or ""
+        msg = str(e).strip()
+        c.killed_error = "%s.%s after %.1f s: %s" % (mod, kind, dt, msg[:600])
+        if not (isinstance(e, RuntimeError) or mod.split(".")[0] == "conccl"):
+            c.fail("killed rank", "raised %s, not RuntimeError or the conccl error: %s" % (kind, msg[:300]))
+        if dt > KILL_BOUND_S:
+            c.fail("killed rank", "raised only after %.1f s (timeout=%d s): %s" % (dt, KILL_TIMEOUT_S, msg[:300]))
+        if not msg:
+            c.fail("killed rank", "%s with an empty message" % kind)
+        return
+    c.fail("killed rank", "all_reduce with rank %d dead returned (no error) after %.1f s"
+           % (victim, time.monotonic() - t0))
+
+
+def worker(rank, world, scenario, backend, tmpdir):
+    res_path = os.path.join(tmpdir, "result.%d.json" % rank)
+    c = Checker(rank, world, backend, tmpdir)
+    c.killed_error = None
+    t0 = time.monotonic()
+    status, fatal = "ok", None
+    try:
+        c.progress("import")
+        os.environ.setdefault("CONCCL_BACKEND", "emu")  # CPU tensors: the emulated node, even where CUDA is
+        if backend == "conccl":
+            import conccl.torch  # noqa: F401 - registers the "conccl" backend
+        c.progress("init_process_group")
+        timeout = KILL_TIMEOUT_S if scenario.startswith("killed") else COLL_TIMEOUT_S
+        dist.init_process_group(backend, init_method="file://" + os.path.join(tmpdir, "store"),
+                                rank=rank, world_size=world, timeout=timedelta(seconds=timeout))
+        c.checks += 1
+        if dist.get_rank() != rank or dist.get_world_size() != world:
+            c.fail("init", "get_rank/get_world_size %d/%d" % (dist.get_rank(), dist.get_world_size()))
+        if dist.get_backend() != backend:
+            c.fail("init", "get_backend() is %r" % (dist.get_backend(),))
+        global OPS
+        OPS = GlooAdapter() if backend == "gloo" else dist
+        if scenario == "collectives":
+            run_collectives(c)
+        elif scenario == "new_group":
+            run_new_group(c)
+        elif scenario.startswith("killed"):
+            victim = world - 1
+            if scenario == "killed_after_warmup":  # the staging/windows are set up: no message per call
+                c.call("warm-up all_reduce", lambda: run_warmup(c))
+                c.call("warm-up all_gather_into_tensor", lambda: run_warmup(c, gather=True))
+            if rank == victim:
+                with open(res_path, "w") as f:
+                    json.dump({"rank": rank, "status": "exiting", "failures": [], "skipped": []}, f)
+                os._exit(1)
+            run_killed(c, victim)
+        else:
+            raise ValueError(scenario)
+        c.progress("destroy_process_group")
+        if not scenario.startswith("killed"):
+            dist.destroy_process_group()
+    except BaseException:  # noqa: BLE001
+        status, fatal = "fatal", traceback.format_exc()
+    with open(res_path + ".tmp", "w") as f:
+        json.dump({"rank": rank, "status": status, "fatal": fatal, "failures": c.failures,
+                   "skipped": c.skipped, "checks": c.checks, "calls": c.calls,
+                   "killed_error": c.killed_error, "seconds": round(time.monotonic() - t0, 2)}, f)
+    os.rename(res_path + ".tmp", res_path)
+    sys.stdout.flush()
+    sys.stderr.flush()
+    # a survivor of the killed-rank case must not wait on the dead rank at exit
+    os._exit(0 if status == "ok" and not c.failures else 1)
+
+
+# --------------------------------------------------------------------------- the parent side
+
+def launch(world, scenario, deadline=DEADLINE_S):
+    """Spawn the workers, kill them past the deadline; returns (results, problems)."""
+    import multiprocessing as mp
+    ctx = mp.get_context("spawn")
+    with tempfile.TemporaryDirectory(prefix="conccl-torch-") as tmpdir:
+        procs = [ctx.Process(target=worker, args=(r, world, scenario, BACKEND, tmpdir), daemon=True)
+                 for r in range(world)]
+        t0 = time.monotonic()
+        for p in procs:
+            p.start()
+        end = t0 + deadline
+        for p in procs:
+            p.join(max(0.0, end - time.monotonic()))
+        hung = [r for r, p in enumerate(procs) if p.is_alive()]
+        progress = {}
+        for r in range(world):
+            try:
+                with open(os.path.join(tmpdir, "progress.%d" % r)) as f:
+                    progress[r] = f.read()
+            except OSError:
+                progress[r] = "(not started)"
+        for r in hung:
+            procs[r].kill()
+        for r in hung:
+            procs[r].join(10)
+        results, problems = {}, []
+        for r, p in enumerate(procs):
+            try:
+                with open(os.path.join(tmpdir, "result.%d.json" % r)) as f:
+                    results[r] = json.load(f)
+            except (OSError, ValueError):
+                results[r] = None
+            if r in hung:
+                problems.append("rank %d: still running after the %.0f s deadline (killed), in: %s"
+                                % (r, deadline, progress[r]))
+            elif results[r] is None:
+                problems.append("rank %d: exited with code %s and no result, last in: %s"
+                                % (r, p.exitcode, progress[r]))
+        elapsed = time.monotonic() - t0
+    return results, problems, elapsed
+
+
+@unittest.skipIf(torch is None, "torch is not installed for this python3 (apt-get install python3-torch)")
+class TorchBackendTest(unittest.TestCase):
+    maxDiff = None
+
+    @classmethod
+    def setUpClass(cls):
+        if BACKEND == "conccl":
+            import conccl.torch  # noqa: F401 - must register the backend
+            if "CONCCL" not in dist.Backend._plugins and not hasattr(dist.Backend, "CONCCL"):
+                raise AssertionError('import conccl.torch did not register the "conccl" backend '
+                                     "(torch.distributed.Backend.register_backend)")
+
+    def run_scenario(self, world, scenario, expect_exit=None):
+        deadline = min(DEADLINE_S, KILL_BOUND_S + 15) if scenario.startswith("killed") else DEADLINE_S
+        results, problems, elapsed = launch(world, scenario, deadline)
+        failures, skipped, checks, calls = list(problems), set(), 0, 0
+        for r, res in results.items():
+            if res is None:
+                continue
+            if expect_exit is not None and r == expect_exit:
+                continue
+            if res["status"] != "ok":
+                failures.append("rank %d: %s" % (r, res.get("fatal") or res["status"]))
+            failures.extend(res.get("failures", []))
+            skipped.update(res.get("skipped", []))
+            checks += res.get("checks", 0)
+            calls += res.get("calls", 0)
+        sys.stderr.write("\n[%s %s, %d ranks] %.1f s, %d calls, %d checks, %d failures, %d skipped\n"
+                         % (BACKEND, scenario, world, elapsed, calls, checks, len(failures), len(skipped)))
+        for s in sorted(skipped):
+            sys.stderr.write("  skipped on %s: %s\n" % (BACKEND, s))
+        for fl in failures[:60]:
+            sys.stderr.write("  FAIL " + fl.rstrip().replace("\n", "\n       ") + "\n")
+        if BACKEND == "conccl" and skipped:
+            failures.append("skipped on conccl: %s" % sorted(skipped))
+        self.assertFalse(failures, "\n%d failures on %s:\n%s" % (len(failures), BACKEND,
+                                                                "\n".join(failures[:60])))
+        return results
+
+    def test_collectives_2_ranks(self):
+        self.run_scenario(2, "collectives")
+
+    def test_collectives_3_ranks(self):  # AVG divides by 3: x / 3 and x * (1 / 3) differ
+        self.run_scenario(3, "collectives")
+
+    def test_collectives_4_ranks(self):
+        self.run_scenario(4, "collectives")
+
+    def test_new_group_4_ranks(self):
+        self.run_scenario(4, "new_group")
+
+    def test_killed_rank_3_ranks(self):  # rank 2 exits right after init_process_group
+        results = self.run_scenario(3, "killed", expect_exit=2)
+        for r in (0, 1):
+            if results.get(r):
+                sys.stderr.write("  rank %d saw: %s\n" % (r, results[r].get("killed_error")))
+
+    def test_killed_rank_after_warmup_2_ranks(self):  # rank 1 exits after an all_reduce and an all_gather
+        results = self.run_scenario(2, "killed_after_warmup", expect_exit=1)
+        if results.get(0):
+            sys.stderr.write("  rank 0 saw: %s\n" % (results[0].get("killed_error"),))
+
+
+if __name__ == "__main__":
+    unittest.main()
