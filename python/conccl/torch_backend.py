@@ -23,13 +23,24 @@ conccl.torch.SymmetricPool are the fast ones).
 The ops take torch.distributed's shapes and semantics. Every op completes
 before it returns on the emulator; on a CUDA stream it is ordered on the
 current stream, so Work.wait() has nothing more to order.
+
+torch 1.13 and 2.x: the backend is a Python subclass of
+torch.distributed.ProcessGroup on both (2.x's _new_process_group_helper takes a
+creator's ProcessGroup as the group itself; 2.x has no Python-subclassable
+Backend before its PyBackend), so the same class serves both. What 2.x adds is
+in the two sections marked "torch 2.x": registration with `devices`; the
+group name, the device of object collectives, the coalesced and renamed ops.
+Not supported: init_process_group(device_id=...) (2.x then asks the group for a
+C++ backend it does not have): call torch.cuda.set_device() instead.
 """
 
+import inspect
 import os
 import threading
 
 import torch
 import torch.distributed as dist
+from torch._C._distributed_c10d import _create_work_from_future
 
 import conccl
 
@@ -77,30 +88,30 @@ def _device(slot):
         return _DEVICE, _DEVICE_KIND
 
 
-class _DoneWork(dist._Work):
-    """The op has completed (emulator), or is ordered on the current stream (CUDA): wait()
-    returns at once, as ProcessGroupNCCL's does once the current stream is ordered."""
+def _done(result):
+    """A Work that is complete: the op has completed (emulator), or is ordered on the
+    current stream (CUDA), so wait() returns at once, as ProcessGroupNCCL's does once
+    the current stream is ordered. A C++ Work around a completed future
+    (torch._C._distributed_c10d._create_work_from_future, in 1.13 and 2.x; 2.x's own
+    Python groups make theirs so: torch/testing/_internal/distributed/multi_threaded_pg.py
+    ret_work, test/distributed/test_c10d_pypg.py create_work): C++ callers that keep it
+    (DDP's reducer, through the PyProcessGroup trampoline) need no Python object alive."""
+    fut = torch.futures.Future()
+    fut.set_result(result)
+    return _create_work_from_future(fut)
 
-    def __init__(self, result):
-        super().__init__()
-        self._result = result
-        self._future = torch.futures.Future()
-        self._future.set_result(result)
 
-    def wait(self, timeout=None):
-        return True
-
-    def is_completed(self):
-        return True
-
-    def is_success(self):
-        return True
-
-    def result(self):
-        return self._result
-
-    def get_future(self):
-        return self._future
+# ---- torch 2.x, 1 of 2: registration (2 of 2, what 2.x calls on the group, ends ProcessGroupConccl) ----
+# Backend.register_backend(name, func, extended_api=False, devices=None) in 2.x
+# (torch/distributed/distributed_c10d.py, Backend.register_backend); without `devices` it
+# warns and assumes cpu and cuda. 1.13's register_backend(name, func, extended_api=False)
+# has no `devices`. Either way the creator is called as func(store, group_rank, group_size,
+# timeout) (extended_api=False; _new_process_group_helper), and a ProcessGroup it returns
+# becomes the group ("if issubclass(type(backend_class), ProcessGroup): pg = backend_class;
+# break"), as torch's own Python group does (multi_threaded_pg.py: register_backend(
+# "threaded", _create_threaded_pg, devices=["cpu", "cuda"])).
+_REGISTER_KW = ({"devices": ["cpu", "cuda"]}
+                if "devices" in inspect.signature(dist.Backend.register_backend).parameters else {})
 
 
 class ProcessGroupConccl(dist.ProcessGroup):
@@ -192,7 +203,7 @@ class ProcessGroupConccl(dist.ProcessGroup):
                 self._out(v, t)
             else:
                 self._comm.all_reduce(t, op)
-        return _DoneWork(tensors)
+        return _done(tensors)
 
     def reduce(self, tensors, opts):
         op = _op_name(opts.reduceOp, "reduce")
@@ -206,7 +217,7 @@ class ProcessGroupConccl(dist.ProcessGroup):
                 self._out(v, t)
         else:
             self._comm.reduce(t, opts.rootRank, op)
-        return _DoneWork(tensors)
+        return _done(tensors)
 
     def broadcast(self, tensors, opts):
         t = tensors[0]
@@ -218,7 +229,7 @@ class ProcessGroupConccl(dist.ProcessGroup):
             self._out(v, t)
         else:
             self._comm.broadcast(self._flat(t), src=opts.rootRank)
-        return _DoneWork(tensors)
+        return _done(tensors)
 
     def _allgather_base(self, output, input, opts=None):
         self._check_device("all_gather_into_tensor", [output, input])
@@ -234,7 +245,7 @@ class ProcessGroupConccl(dist.ProcessGroup):
             self._out(vo, output)
         else:
             self._comm.all_gather_into_tensor(self._flat(output), self._flat(input))
-        return _DoneWork([output])
+        return _done([output])
 
     def allgather(self, output_lists, input_tensors, opts=None):
         for outs, inp in zip(output_lists, input_tensors):
@@ -248,7 +259,7 @@ class ProcessGroupConccl(dist.ProcessGroup):
             self._allgather_base(flat, inp)
             for r, o in enumerate(outs):
                 o.copy_(flat[r * inp.numel():(r + 1) * inp.numel()].view(o.shape))
-        return _DoneWork(output_lists)
+        return _done(output_lists)
 
     def _reduce_scatter_base(self, output, input, opts=None):
         op = _op_name(opts.reduceOp if opts is not None else dist.ReduceOp.SUM, "reduce_scatter_tensor")
@@ -265,7 +276,7 @@ class ProcessGroupConccl(dist.ProcessGroup):
             self._out(vo, output)
         else:
             self._comm.reduce_scatter_tensor(self._flat(output), self._flat(input), op)
-        return _DoneWork([output])
+        return _done([output])
 
     def reduce_scatter(self, output_tensors, input_lists, opts):
         for out, ins in zip(output_tensors, input_lists):
@@ -273,7 +284,7 @@ class ProcessGroupConccl(dist.ProcessGroup):
                 raise RuntimeError(f"conccl backend: reduce_scatter: give {self._size} input tensors, not {len(ins)}")
             flat = torch.cat([self._flat(i) for i in ins])
             self._reduce_scatter_base(out, flat, opts)
-        return _DoneWork(output_tensors)
+        return _done(output_tensors)
 
     def alltoall_base(self, output, input, output_split_sizes, input_split_sizes, opts=None):
         self._check_device("all_to_all_single", [output, input])
@@ -294,10 +305,10 @@ class ProcessGroupConccl(dist.ProcessGroup):
         row = row_in or row_out
         es = input.element_size()
         # Every rank's input splits (the uneven case): one all-gather of n int64 each.
-        splits = torch.tensor(ins, dtype=torch.int64)
-        every = torch.empty(n * n, dtype=torch.int64)
-        self._allgather_base(every, splits) if self._emu else self._allgather_base(every.cuda(), splits.cuda())
-        every = every.view(n, n).cpu() if not self._emu else every.view(n, n)
+        splits = torch.tensor(ins, dtype=torch.int64, device=input.device)
+        every = torch.empty(n * n, dtype=torch.int64, device=input.device)
+        self._allgather_base(every, splits)
+        every = every.view(n, n).cpu()  # on CUDA: waits for the all-gather on the current stream
         for s in range(n):
             if int(every[s][self._rank]) != outs[s]:
                 raise RuntimeError(f"conccl backend: all_to_all_single: rank {s} sends {int(every[s][self._rank])} "
@@ -326,7 +337,7 @@ class ProcessGroupConccl(dist.ProcessGroup):
             k = outs[s] * row
             flat_out[at:at + k] = dst[s * chunk:s * chunk + k]
             at += k
-        return _DoneWork([output])
+        return _done([output])
 
     def alltoall(self, output_tensors, input_tensors, opts=None):
         n = self._size
@@ -340,7 +351,7 @@ class ProcessGroupConccl(dist.ProcessGroup):
         for t in output_tensors:
             t.copy_(flat_out[at:at + t.numel()].view(t.shape))
             at += t.numel()
-        return _DoneWork(output_tensors)
+        return _done(output_tensors)
 
     def gather(self, output_lists, input_tensors, opts):
         # An all-gather, kept by the root: n times the root's traffic on the other
@@ -354,7 +365,7 @@ class ProcessGroupConccl(dist.ProcessGroup):
                 raise RuntimeError(f"conccl backend: gather: the root gives {self._size} output tensors")
             for r, o in enumerate(outs):
                 o.copy_(flat[r * inp.numel():(r + 1) * inp.numel()].view(o.shape))
-        return _DoneWork(output_lists)
+        return _done(output_lists)
 
     def scatter(self, output_tensors, input_lists, opts):
         # A broadcast of the root's tensors, each rank keeping its own (ConCCL's scatter
@@ -368,14 +379,14 @@ class ProcessGroupConccl(dist.ProcessGroup):
             flat.copy_(torch.cat([self._flat(i) for i in ins]))
         self.broadcast([flat], _Opts(rootRank=opts.rootRank))
         out.copy_(flat[self._rank * out.numel():(self._rank + 1) * out.numel()].view(out.shape))
-        return _DoneWork(output_tensors)
+        return _done(output_tensors)
 
     def barrier(self, opts=None):
         t = torch.zeros(1, dtype=torch.int32, device="cpu" if self._emu else "cuda")
         self.allreduce([t])
         if not self._emu:
             torch.cuda.current_stream().synchronize()
-        return _DoneWork([])
+        return _done([])
 
     # Point to point: ConCCL's calls are collective over the group, so send/recv go
     # through the group's store (host copies; correct, not fast).
@@ -388,7 +399,7 @@ class ProcessGroupConccl(dist.ProcessGroup):
     def send(self, tensors, dst, tag=0):
         t = tensors[0]
         self._store.set(self._p2p_key(self._rank, dst, tag), self._flat(t).cpu().view(torch.uint8).numpy().tobytes())
-        return _DoneWork(tensors)
+        return _done(tensors)
 
     def recv(self, tensors, src, tag=0):
         t = tensors[0]
@@ -399,7 +410,94 @@ class ProcessGroupConccl(dist.ProcessGroup):
             raise RuntimeError(f"conccl backend: recv from rank {src}: {got.numel()} bytes sent, the tensor holds "
                                f"{self._bytes_of(t)}")
         self._flat(t).view(torch.uint8).copy_(got.to(t.device))
-        return _DoneWork(tensors)
+        return _done(tensors)
+
+    # ---- torch 2.x, 2 of 2: what 2.x calls on a Python ProcessGroup beyond the ops above.
+    # 1.13 reaches two of them (all_reduce_coalesced; batch_isend_irecv's
+    # _start_coalescing()/_end_coalescing(reqs)), where they replace torch's errors ----
+
+    # The group's name. _new_process_group_helper calls pg._set_group_name(name); DeviceMesh
+    # (torch/distributed/device_mesh.py, _init_process_groups: dim_group.group_name), FSDP2's
+    # default mesh and the functional collectives read pg.group_name. The C++ ProcessGroup
+    # keeps it in its backends (torch/csrc/distributed/c10d/ProcessGroup.cpp, getGroupName:
+    # TORCH_CHECK(!deviceTypeToBackend_.empty(), "ProcessGroup name not set")), and this group
+    # has none; multi_threaded_pg.py's ProcessLocalGroup defines group_name for the same reason.
+    # setGroupName/getGroupName: the names newer trampolines call (PyProcessGroup.hpp).
+    _conccl_group_name = ""
+
+    def _set_group_name(self, name):
+        self._conccl_group_name = name
+
+    def setGroupName(self, name):
+        self._conccl_group_name = name
+
+    def getGroupName(self):
+        if self._conccl_group_name:
+            return self._conccl_group_name
+        world = getattr(dist.distributed_c10d, "_world", None)
+        return getattr(world, "pg_names", {}).get(self, "")
+
+    @property
+    def group_name(self):
+        return self.getGroupName()
+
+    # The device of object collectives (all_gather_object, broadcast_object_list, ...) and of
+    # barrier's options: distributed_c10d._get_pg_default_device / _get_object_coll_device read
+    # group._device_types, the device types of the C++ backends, and pick "cpu" when there are
+    # none. On nv this group takes CUDA tensors only.
+    @property
+    def _device_types(self):
+        return [torch.device("cpu" if self._emu else "cuda")]
+
+    # Coalesced calls: _coalescing_manager (distributed_c10d.py) and the functional
+    # collectives (torch/csrc/distributed/c10d/Functional.cpp, through the PyProcessGroup
+    # trampoline: allreduce_coalesced, allgather_into_tensor_coalesced,
+    # reduce_scatter_tensor_coalesced) call these. One op after the other: each completes
+    # (emulator) or is ordered on the current stream (CUDA) when it returns.
+    def allreduce_coalesced(self, tensors, opts=None):
+        self.allreduce(tensors, opts)
+        return _done(tensors)
+
+    def allgather_into_tensor_coalesced(self, outputs, inputs, opts=None):
+        for o, i in zip(outputs, inputs):
+            self._allgather_base(o, i, opts)
+        return _done(outputs)
+
+    def reduce_scatter_tensor_coalesced(self, outputs, inputs, opts=None):
+        for o, i in zip(outputs, inputs):
+            self._reduce_scatter_base(o, i, opts)
+        return _done(outputs)
+
+    # _coalescing_manager(group, device) brackets the ops with these; nothing to batch here.
+    # start_coalescing/end_coalescing: the names newer trampolines call (PyProcessGroup.hpp).
+    def _start_coalescing(self, device=None):
+        pass
+
+    def _end_coalescing(self, device=None):
+        return _done([])
+
+    start_coalescing = _start_coalescing
+    end_coalescing = _end_coalescing
+
+    # Newer trampolines (torch/csrc/distributed/c10d/PyProcessGroup.hpp) call the single-tensor
+    # ops by new names: all_gather_single and reduce_scatter_single (no fallback), and
+    # all_gather_single_coalesced, reduce_scatter_single_coalesced and all_to_all_single
+    # (falling back to allgather_into_tensor_coalesced, reduce_scatter_tensor_coalesced and
+    # alltoall_base). Older ones call the old names alone.
+    def all_gather_single(self, output, input, opts=None):
+        return self._allgather_base(output, input, opts)
+
+    def reduce_scatter_single(self, output, input, opts=None):
+        return self._reduce_scatter_base(output, input, opts)
+
+    def all_gather_single_coalesced(self, outputs, inputs, opts=None):
+        return self.allgather_into_tensor_coalesced(outputs, inputs, opts)
+
+    def reduce_scatter_single_coalesced(self, outputs, inputs, opts=None):
+        return self.reduce_scatter_tensor_coalesced(outputs, inputs, opts)
+
+    def all_to_all_single(self, output, input, output_split_sizes, input_split_sizes, opts=None):
+        return self.alltoall_base(output, input, output_split_sizes, input_split_sizes, opts)
 
 
 class _Opts:
@@ -414,4 +512,4 @@ def _create(store, rank, size, timeout):
 def register():
     """Registers the "conccl" backend with torch.distributed (once)."""
     if "CONCCL" not in getattr(dist.Backend, "_plugins", {}) and not hasattr(dist.Backend, "CONCCL"):
-        dist.Backend.register_backend("conccl", _create)
+        dist.Backend.register_backend("conccl", _create, **_REGISTER_KW)
