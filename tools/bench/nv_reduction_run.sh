@@ -7,6 +7,8 @@
 #   test_nv_mp_stream, test_c_api   NCCL-shaped calls on CUDA streams
 #   torch_allgather_procs.py 2/3 procs   the vote path from PyTorch
 #   sdma-probe reducescatter/allreduce (when built with them): busbw tables
+#   SMOKE=1: tools/bench/torch_backend_smoke.py, the torch.distributed backend on CUDA
+# TESTS="..." (empty: none), VOTE_PROCS="..." (empty: none), RANKS, MAX, PROBE=0.
 # Logs in $OUT; the summary last.
 set -uo pipefail
 OUT=${OUT:-/tmp/nv_out}; mkdir -p "$OUT"; B=/tmp/nvb
@@ -17,12 +19,12 @@ fi
 t0=$(date +%s)
 cmake -S . -B $B -G Ninja -DCMAKE_BUILD_TYPE=Release -DCMAKE_PREFIX_PATH=/tmp/gtest -DGTEST_ROOT=/tmp/gtest \
   > $OUT/cfg.log 2>&1
-ninja -C $B conccl_shared test_nv_reduction test_nv_reduce test_nv_mp_stream test_c_api 2>&1 \
-  | grep -E "error|warning: " | head
+TESTS=${TESTS-nv/test_nv_reduction nv/test_nv_reduce nv/test_nv_mp_stream c_api/test_c_api}
+ninja -C $B conccl_shared $(for t in $TESTS; do basename $t; done) 2>&1 | grep -E "error|warning: " | head
 [ "${PROBE:-1}" = 1 ] && ninja -C $B sdma-probe 2>&1 | grep -E "error|warning: " | head
 echo "build: $(( $(date +%s) - t0 )) s"
 summary=""
-for t in nv/test_nv_reduction nv/test_nv_reduce nv/test_nv_mp_stream c_api/test_c_api; do
+for t in $TESTS; do
   s0=$(date +%s)
   timeout 240 $B/tests/$t > $OUT/$(basename $t).log 2>&1; rc=$?
   line="$(basename $t): rc=$rc $(( $(date +%s) - s0 ))s $(grep -E '^\[  (PASSED|FAILED|SKIPPED) ' $OUT/$(basename $t).log | tr '\n' ' ')"
@@ -30,7 +32,7 @@ for t in nv/test_nv_reduction nv/test_nv_reduce nv/test_nv_mp_stream c_api/test_
   grep -B2 -A8 "Failure" $OUT/$(basename $t).log | head -24
 done
 export PYTHONPATH=python CONCCL_LIBRARY=$(find $B -name "libconccl.so" | head -1)
-for n in 2 3; do
+for n in ${VOTE_PROCS-2 3}; do
   TORCH_WATCHDOG_S=60 timeout 80 python3 examples/python/torch_allgather_procs.py $n 1 200 > $OUT/vote_$n.log 2>&1
   line="torch_allgather_procs $n procs 1 MiB: rc=$? $(grep -E '^rank 0:' $OUT/vote_$n.log | cut -c1-160)"
   echo "$line"; summary+="$line"$'\n'
@@ -43,5 +45,10 @@ if $B/tools/sdma-probe/sdma-probe --help 2>&1 | grep -q reducescatter; then
       echo "$op bf16 sum, $n loopback ranks: rc=$?"; grep -vE '^\s*$' $OUT/${op}_$n.txt | tail -25
     done
   done
+fi
+if [ "${SMOKE:-0}" = 1 ]; then  # the torch.distributed backend on CUDA tensors (torch_backend_smoke.py)
+  CONCCL_BACKEND=nv timeout 200 python3 tools/bench/torch_backend_smoke.py --nprocs 2 --deadline 180 \
+    > $OUT/smoke.log 2>&1
+  echo "torch backend smoke, 2 procs: rc=$?"; grep -E "PASS|FAIL|SKIP|passed" $OUT/smoke.log | cut -c1-220
 fi
 echo "== summary"; echo "$summary"
