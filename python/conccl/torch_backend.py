@@ -132,12 +132,18 @@ class ProcessGroupConccl(dist.ProcessGroup):
                                          loopback=True, timeout_ms=self._timeout_ms)
         self._store = store
         self._p2p_seq = {}
-        self._stage = None
-        if emu:
-            self._stage_bytes = int(os.environ.get("CONCCL_TORCH_STAGING_BYTES", 64 << 20))
-            self._stage_buf = self._dev.alloc(gpu, self._stage_bytes)
-            self._stage_win = self._comm.register_window(self._stage_buf)
-            self._stage = torch.from_dlpack(self._stage_buf)  # uint8 over the window
+        # Every op stages its tensors through one window of the group: CPU tensors
+        # (emulator) cannot be reached otherwise, and CUDA tensors of torch's default
+        # allocator (plain cudaMalloc) cannot be shared with the other processes (the
+        # H200 run refused them: "not a CUDA VMM allocation"). The staging is CUDA VMM
+        # memory on nv (alloc_cuda), so one window serves both; the copies in and out
+        # run on the current stream, in order with the call.
+        self._staged = True
+        self._stage_bytes = int(os.environ.get("CONCCL_TORCH_STAGING_BYTES", 64 << 20))
+        self._stage_buf = (self._dev.alloc(gpu, self._stage_bytes) if emu
+                           else self._dev.alloc_cuda(gpu, self._stage_bytes))
+        self._stage_win = self._comm.register_window(self._stage_buf)
+        self._stage = torch.from_dlpack(self._stage_buf)  # uint8 over the window (CPU or CUDA)
 
     def getBackendName(self):
         return "conccl"
@@ -195,7 +201,7 @@ class ProcessGroupConccl(dist.ProcessGroup):
         op = _op_name(opts.reduceOp if opts is not None else dist.ReduceOp.SUM, "all_reduce")
         for t in tensors:
             self._check_device("all_reduce", [t])
-            if self._emu:
+            if self._staged:
                 nb = self._bytes_of(t)
                 (v,) = self._views("all_reduce", nb)
                 self._into(v, t)
@@ -209,7 +215,7 @@ class ProcessGroupConccl(dist.ProcessGroup):
         op = _op_name(opts.reduceOp, "reduce")
         t = tensors[0]
         self._check_device("reduce", [t])
-        if self._emu:
+        if self._staged:
             (v,) = self._views("reduce", self._bytes_of(t))
             self._into(v, t)
             self._comm.reduce(self._typed(v, t.dtype), opts.rootRank, op)
@@ -222,7 +228,7 @@ class ProcessGroupConccl(dist.ProcessGroup):
     def broadcast(self, tensors, opts):
         t = tensors[0]
         self._check_device("broadcast", [t])
-        if self._emu:
+        if self._staged:
             (v,) = self._views("broadcast", self._bytes_of(t))
             self._into(v, t)
             self._comm.broadcast(self._typed(v, t.dtype), src=opts.rootRank)
@@ -237,7 +243,7 @@ class ProcessGroupConccl(dist.ProcessGroup):
             raise RuntimeError(f"conccl backend: all_gather_into_tensor: output has {output.numel()} elements of "
                                f"{output.dtype}; it must be world size ({self._size}) x input's {input.numel()} "
                                f"of {input.dtype}")
-        if self._emu:
+        if self._staged:
             nb = self._bytes_of(input)
             vi, vo = self._views("all_gather_into_tensor", nb, nb * self._size)
             self._into(vi, input)
@@ -268,7 +274,7 @@ class ProcessGroupConccl(dist.ProcessGroup):
             raise RuntimeError(f"conccl backend: reduce_scatter_tensor: input has {input.numel()} elements of "
                                f"{input.dtype}; it must be world size ({self._size}) x output's {output.numel()} "
                                f"of {output.dtype}")
-        if self._emu:
+        if self._staged:
             nb = self._bytes_of(output)
             vi, vo = self._views("reduce_scatter_tensor", nb * self._size, nb)
             self._into(vi, input)
@@ -323,7 +329,7 @@ class ProcessGroupConccl(dist.ProcessGroup):
             at += k
         dst = torch.empty(n * chunk, dtype=input.dtype, device=input.device)
         if chunk:
-            if self._emu:
+            if self._staged:
                 nb = n * chunk * es
                 vi, vo = self._views("all_to_all_single", nb, nb)
                 self._into(vi, src)
