@@ -89,6 +89,28 @@ CallState::~CallState() {
   }
   if (left)
     fail(error(Code::timeout, "the communicator was destroyed with stream-ordered calls still in flight"));
+  // The other ranks' hosts may still be waiting for the last call, and a
+  // rank that leaves mid-wait looks like a failure to them: wait (bounded)
+  // until every rank's lists of the last call have ended, after which every
+  // rank's data is in place and its wait completes whether this rank is
+  // there or not. (Its counters cannot vouch for it after it leaves: its
+  // signal memory is freed, and the emulator zeroes freed memory.)
+  bool ok;
+  {
+    std::lock_guard<std::mutex> lk(mu);
+    ok = failed.ok();
+  }
+  if (ok && k.load() > 0) {
+    const Deadline dl = Deadline::after_ms(std::min<int64_t>(comm.options_.call_timeout_ms, 10000));
+    for (int q = 0; q < n; ++q) {
+      const size_t qi = static_cast<size_t>(q);
+      while (q != me && sent[qi].value() < base[kCounterSent][qi] && !dl.expired()) {
+        const std::vector<int> gone = comm.boot_ ? comm.boot_->hung_up() : std::vector<int>{};
+        if (std::find(gone.begin(), gone.end(), q) != gone.end()) break;
+        std::this_thread::sleep_for(std::chrono::microseconds(50));
+      }
+    }
+  }
   {
     std::lock_guard<std::mutex> lk(mu);
     stop = true;
