@@ -137,7 +137,7 @@ TEST(Selftest, SlowEngineIsNamedAgainstItsPeers) {
                            "", 60);
   EXPECT_EQ(nv.rc, 1) << nv.err;
   EXPECT_TRUE(contains(nv.out, "gpu 0 engine 3: SLOW: ")) << nv.out;
-  EXPECT_TRUE(contains(nv.out, "of the 2 ce engines of weight 2 on this GPU")) << nv.out;
+  EXPECT_TRUE(contains(nv.out, "of its 1 peer (ce engines of weight 2 on this GPU)")) << nv.out;
 }
 
 TEST(Selftest, BadFlagsAreUsageErrors) {

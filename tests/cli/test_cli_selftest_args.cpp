@@ -31,7 +31,7 @@ TEST(SelftestSlow, BelowHalfTheMedianOfLikeEngines) {
   const std::vector<size_t> marked = mark_slow(v, 0.5);
   ASSERT_EQ(marked, (std::vector<size_t>{3}));
   EXPECT_TRUE(v[3].slow);
-  EXPECT_DOUBLE_EQ(v[3].group_median_gbps, 49);  // median of 20, 48, 50, 52
+  EXPECT_DOUBLE_EQ(v[3].group_median_gbps, 50);  // median of the others: 48, 50, 52
   EXPECT_EQ(v[3].group_size, 4u);
   // PCIe engines are not held to xGMI engines' bandwidth.
   EXPECT_FALSE(v[4].slow);
@@ -47,6 +47,17 @@ TEST(SelftestSlow, NvidiaEnginesAreComparedOnlyWithEnginesOfTheirPceCount) {
   EXPECT_FALSE(v[0].slow);
   EXPECT_EQ(v[2].group_size, 1u);  // alone: never judged
   EXPECT_FALSE(v[2].slow);
+}
+
+TEST(SelftestSlow, AnEngineIsNotItsOwnReference) {
+  // A group of two on a loaded host (seen in CI): the healthy LCE2 slowed to
+  // 1.25 GB/s, the slow LCE3 at 0.21. Against a median that counted LCE3
+  // itself (0.73) it passed; against its peer it is slow.
+  std::vector<EngineReport> v = {engine(0, 2, "ce", 2, 1.25), engine(0, 3, "ce", 2, 0.21)};
+  EXPECT_EQ(mark_slow(v, 0.25), (std::vector<size_t>{1}));
+  EXPECT_DOUBLE_EQ(v[1].group_median_gbps, 1.25);
+  EXPECT_DOUBLE_EQ(v[0].group_median_gbps, 0.21);
+  EXPECT_FALSE(v[0].slow);
 }
 
 TEST(SelftestSlow, OtherGpusAndUnmeasuredEnginesDoNotCount) {

@@ -310,7 +310,7 @@ const Registration selftest_reg({
         "  placement  whether the queue ran on the engine asked for (emulator: its counters;\n"
         "             KFD and NVIDIA: not checkable)\n"
         "An engine is slow when its GB/s is below --slow-ratio (default 0.5; emulator 0.25) x the\n"
-        "median of the engines of the same GPU, kind and weight (NVIDIA: PCE count), measured twice. Every wait\n"
+        "median of the other engines of the same GPU, kind and weight (NVIDIA: PCE count), measured twice. Every wait\n"
         "has --timeout-ms; an engine that hangs is reported with the diagnosis, its queue is\n"
         "abandoned and the test goes on with the next engine.\n"
         "--json prints {\"engines\": [per engine: checks, peers, gbps, placement, verdict,\n"

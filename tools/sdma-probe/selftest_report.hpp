@@ -13,8 +13,8 @@ namespace probe::selftest {
 
 // Engines are compared like with like: the same GPU, engine kind and weight
 // (NVIDIA: PCE count; an LCE with 12 PCEs is not held to one with 2). An
-// engine whose bandwidth is below `ratio` x the median of its group (itself
-// included, at least 2 measured engines) is marked slow. Returns the indices
+// engine whose bandwidth is below `ratio` x the median of the other engines
+// of its group (at least 2 measured engines) is marked slow. Returns the indices
 // of the engines marked.
 std::vector<size_t> mark_slow(std::vector<EngineReport>& engines, double ratio);
 

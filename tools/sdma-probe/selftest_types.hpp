@@ -60,7 +60,7 @@ struct EngineReport {
   size_t peers_linked = 0;  // links of this GPU (peers tested may be a sample)
   double gbps = 0;          // best bandwidth copy; 0 when not measured
   bool slow = false;
-  double group_median_gbps = 0;  // median of the engines it was compared with
+  double group_median_gbps = 0;  // median of the other engines of its group (what it was compared with)
   size_t group_size = 0;         // how many engines were compared (itself included)
   std::string placement;         // "ok", "WRONG", "not checkable"
   std::string placement_note;    // how it was checked, or why it cannot be
