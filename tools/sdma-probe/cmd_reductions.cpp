@@ -24,9 +24,9 @@
 #include "device_flags.hpp"
 #include "mem_budget.hpp"
 #include "procs.hpp"
+#include "sweep_end.hpp"
 #include "sweep_inplace.hpp"
 #include "sweep_json.hpp"
-#include "sweep_plot.hpp"
 #include "sweep_progress.hpp"
 #include "sweep_signal.hpp"
 #include "sweep_stats.hpp"
@@ -801,44 +801,15 @@ int run_reduction(const Args& args, Context& ctx) {
       return fail(args, ctx, end.status().prefix("ending the sweep"));
     }
   }
-  const int signal = stop_signal();
-  if (!json_stdout && printer) {
-    if (signal)
-      std::fprintf(ctx.out, "# interrupted by %s after %zu of %zu sizes\n", sweep_signal_name(signal), rows.size(),
-                   sizes.size());
-    print_summary(ctx.out, rows);
-  }
-  if (json_stdout && printer) (void)write_sweep_json(ctx.out, setup, rows, signal);
-  bool json_written = true;
-  if (json_out) {
-    const int werr = write_sweep_json(json_out->get(), setup, rows, signal);
-    if (const std::string why = json_out->close(werr); !why.empty()) {
-      std::fprintf(ctx.err, "sdma-probe %s: --json: writing '%s' failed: %s\n", op.name, json_out->path().c_str(),
-                   why.c_str());
-      json_written = false;
-    }
-  }
-  release();
-  if (std::optional<std::string> png = args.value("plot"); png && printer) {
-    const Status st = plot_sweep(*png, std::string("sdma-probe ") + op.name + " " + setup.dtype + " " + setup.redop +
-                                           ": " + std::to_string(n) + " ranks, " +
-                                           std::string(backend_name(args.common().backend)),
-                                 rows);
-    if (!st.ok()) return fail(args, ctx, st);
-    if (!json_stdout) std::fprintf(ctx.out, "# plot: %s\n", png->c_str());
-  }
-  if (signal) {
-    if (printer)
-      std::fprintf(ctx.err, "sdma-probe %s: interrupted by %s; %zu finished size%s written\n", op.name,
-                   sweep_signal_name(signal), rows.size(), rows.size() == 1 ? "" : "s");
-    return 128 + signal;
-  }
-  if (!json_written) return to_int(ExitCode::fault);
-  if (!all_ok) {
-    std::fprintf(ctx.err, "sdma-probe %s: verification FAILED for at least one size\n", op.name);
-    return to_int(ExitCode::verify_failed);
-  }
-  return to_int(ExitCode::ok);
+  SweepEnd finish;
+  finish.op = op.name;
+  finish.plot_title = std::string("sdma-probe ") + op.name + " " + setup.dtype + " " + setup.redop + ": " + std::to_string(n) + " ranks, " + std::string(backend_name(args.common().backend));
+  finish.printer = printer;
+  finish.json_stdout = json_stdout;
+  finish.planned_sizes = sizes.size();
+  finish.signal = stop_signal();
+  finish.all_ok = all_ok;
+  return finish_sweep(args, ctx, setup, rows, json_out, release, finish);
 }
 
 std::vector<FlagSpec> reduction_flags() {
