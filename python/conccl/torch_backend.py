@@ -132,13 +132,20 @@ class ProcessGroupConccl(dist.ProcessGroup):
                                          loopback=True, timeout_ms=self._timeout_ms)
         self._store = store
         self._p2p_seq = {}
+        # CUDA: the group's stream, on the device current when the group is made.
+        self._depth = 0
+        self._cuda = None if emu else torch.device("cuda", torch.cuda.current_device())
+        self._stream = None if emu else torch.cuda.Stream(self._cuda)
+        # A Work's future records its CUDA event for the devices of the tensors in its
+        # value; a Work with no tensor of its own carries this one.
+        self._token = None if emu else torch.zeros(1, device=self._cuda)
         # Every op stages its tensors through one window of the group: CPU tensors
         # (emulator) cannot be reached otherwise, and CUDA tensors of torch's default
         # allocator (plain cudaMalloc) cannot be shared with the other processes (the
         # H200 run refused them: "not a CUDA VMM allocation"). The staging is CUDA VMM
         # memory on nv (alloc_cuda), so one window serves both; the copies in and out
-        # run on the current stream, in order with the call.
-        self._staged = True
+        # run on the group's stream, in order with the call. Tensors larger than the
+        # staging go through it in pieces.
         self._stage_bytes = int(os.environ.get("CONCCL_TORCH_STAGING_BYTES", 64 << 20))
         self._stage_buf = (self._dev.alloc(gpu, self._stage_bytes) if emu
                            else self._dev.alloc_cuda(gpu, self._stage_bytes))
@@ -154,7 +161,40 @@ class ProcessGroupConccl(dist.ProcessGroup):
     def name(self):
         return "conccl"
 
-    # ---- staging (CPU tensors on the emulator) ----
+    # ---- where an op runs: the group's stream (CUDA), and its Work ----
+    def _launch(self, what, tensors, body, result=None):
+        """Runs body() as one op of the group and returns its Work.
+
+        CUDA: on the group's own stream, after the work the current stream holds
+        (as ProcessGroupNCCL runs its collectives on an internal stream). One stream
+        per group is what lets ops of FSDP2's all-gather and reduce-scatter streams
+        share the group's staging: they run one after the other in the order they
+        were called. The Work's future is CUDA-aware: wait() makes the caller's
+        current stream wait for the op (torch's ivalue::Future with devices), and the
+        tensors are recorded on the group's stream so that the caching allocator
+        does not hand them out again before the op has used them.
+        Emulator: body() completes before this returns. The future's value is
+        `result` (the op's outputs, as ProcessGroupNCCL's), else `tensors`."""
+        self._check_device(what, tensors)
+        if self._emu:
+            body()
+            return _done(tensors if result is None else result)
+        if self._depth == 0:
+            self._stream.wait_stream(torch.cuda.current_stream(self._cuda))
+        self._depth += 1
+        try:
+            with torch.cuda.stream(self._stream):
+                body()
+                for t in tensors:
+                    if t.is_cuda:
+                        t.record_stream(self._stream)
+                fut = torch.futures.Future(devices=[self._cuda])
+                fut.set_result(tensors if result is None else result)  # records an event on this stream
+        finally:
+            self._depth -= 1
+        return _create_work_from_future(fut)
+
+    # ---- staging: every op's tensors pass through the group's window ----
     def _views(self, what, *sizes):
         """Consecutive views of the staging window, one per size in bytes (16-byte aligned),
         at the same offsets on every rank."""
@@ -167,6 +207,15 @@ class ProcessGroupConccl(dist.ProcessGroup):
             at += (n + 15) // 16 * 16
         return out
 
+    def _chunk(self, what, es, slots):
+        """Elements per piece of an op that stages `slots` pieces of es-byte elements
+        (e.g. all-gather: 1 input + n outputs); larger tensors go in several pieces."""
+        c = (self._stage_bytes - 16 * slots) // (es * slots)
+        if c < 1:
+            raise RuntimeError(f"conccl backend: {what}: CONCCL_TORCH_STAGING_BYTES ({self._stage_bytes}) cannot "
+                               f"hold {slots} elements of {es} bytes: raise it")
+        return c
+
     @staticmethod
     def _bytes_of(t):
         return t.numel() * t.element_size()
@@ -177,16 +226,6 @@ class ProcessGroupConccl(dist.ProcessGroup):
             raise RuntimeError("conccl backend: tensors must be contiguous (call .contiguous() first)")
         return t.reshape(-1)
 
-    def _into(self, view, t):
-        view.copy_(self._flat(t).view(torch.uint8) if t.numel() else view[:0])
-
-    def _out(self, view, t):
-        if t.numel():
-            self._flat(t).view(torch.uint8).copy_(view[:self._bytes_of(t)])
-
-    def _typed(self, view, dtype):
-        return view.view(dtype)
-
     def _check_device(self, what, tensors):
         for t in tensors:
             if self._emu and t.device.type != "cpu":
@@ -196,62 +235,88 @@ class ProcessGroupConccl(dist.ProcessGroup):
                 raise RuntimeError(f"conccl backend: {what} got a {t.device} tensor; on the nv backend give CUDA "
                                    "tensors (CONCCL_BACKEND=emu runs CPU tensors on the emulated node)")
 
+    # The staged steps. Each runs on the group's stream (inside _launch) and moves a
+    # tensor of any size: pieces of at most what the staging holds, one call each.
+    def _elementwise(self, what, t, call, copy_out=True):
+        """all_reduce, reduce and broadcast: the same elements on every rank."""
+        flat, es = self._flat(t), t.element_size()
+        c = self._chunk(what, es, 1)
+        for o in range(0, flat.numel(), c):
+            part = flat[o:o + c]
+            (v,) = self._views(what, part.numel() * es)
+            v = v.view(t.dtype)
+            v.copy_(part)
+            call(v)
+            if copy_out:
+                part.copy_(v)
+
+    def _gather_into(self, what, out, inp):
+        """all_gather_into_tensor: out (n*k elements) gets every rank's k, rank order."""
+        n, k, es = self._size, inp.numel(), inp.element_size()
+        fi, fo = self._flat(inp), self._flat(out).view(n, k)
+        c = self._chunk(what, es, n + 1)
+        for o in range(0, k, c):
+            m = min(c, k - o)
+            vi, vo = self._views(what, m * es, n * m * es)
+            vi, vo = vi.view(inp.dtype), vo.view(inp.dtype)
+            vi.copy_(fi[o:o + m])
+            self._comm.all_gather_into_tensor(vo, vi)
+            fo[:, o:o + m].copy_(vo.view(n, m))
+
+    def _scatter_reduce(self, what, out, inp, op):
+        """reduce_scatter_tensor: out (k elements) gets the reduction of every rank's
+        k-element slice number `rank` of inp (n*k elements)."""
+        n, k, es = self._size, out.numel(), out.element_size()
+        fi, fo = self._flat(inp).view(n, k), self._flat(out)
+        c = self._chunk(what, es, n + 1)
+        for o in range(0, k, c):
+            m = min(c, k - o)
+            vi, vo = self._views(what, n * m * es, m * es)
+            vi, vo = vi.view(inp.dtype), vo.view(inp.dtype)
+            vi.view(n, m).copy_(fi[:, o:o + m])
+            self._comm.reduce_scatter_tensor(vo, vi, op)
+            fo[o:o + m].copy_(vo)
+
+    def _exchange(self, what, dst, src, chunk):
+        """all_to_all_single of n equal slots of `chunk` elements each."""
+        n, es = self._size, src.element_size()
+        fs, fd = src.view(n, chunk), dst.view(n, chunk)
+        c = self._chunk(what, es, 2 * n)
+        for o in range(0, chunk, c):
+            m = min(c, chunk - o)
+            vi, vo = self._views(what, n * m * es, n * m * es)
+            vi, vo = vi.view(src.dtype), vo.view(src.dtype)
+            vi.view(n, m).copy_(fs[:, o:o + m])
+            self._comm.all_to_all_single(vo, vi)
+            fd[:, o:o + m].copy_(vo.view(n, m))
+
     # ---- the ops ----
     def allreduce(self, tensors, opts=None):
         op = _op_name(opts.reduceOp if opts is not None else dist.ReduceOp.SUM, "all_reduce")
-        for t in tensors:
-            self._check_device("all_reduce", [t])
-            if self._staged:
-                nb = self._bytes_of(t)
-                (v,) = self._views("all_reduce", nb)
-                self._into(v, t)
-                self._comm.all_reduce(self._typed(v, t.dtype), op)
-                self._out(v, t)
-            else:
-                self._comm.all_reduce(t, op)
-        return _done(tensors)
+
+        def body():
+            for t in tensors:
+                self._elementwise("all_reduce", t, lambda v: self._comm.all_reduce(v, op))
+        return self._launch("all_reduce", tensors, body)
 
     def reduce(self, tensors, opts):
         op = _op_name(opts.reduceOp, "reduce")
-        t = tensors[0]
-        self._check_device("reduce", [t])
-        if self._staged:
-            (v,) = self._views("reduce", self._bytes_of(t))
-            self._into(v, t)
-            self._comm.reduce(self._typed(v, t.dtype), opts.rootRank, op)
-            if self._rank == opts.rootRank:
-                self._out(v, t)
-        else:
-            self._comm.reduce(t, opts.rootRank, op)
-        return _done(tensors)
+        t, root = tensors[0], opts.rootRank
+        return self._launch("reduce", [t], lambda: self._elementwise(
+            "reduce", t, lambda v: self._comm.reduce(v, root, op), copy_out=self._rank == root))
 
     def broadcast(self, tensors, opts):
-        t = tensors[0]
-        self._check_device("broadcast", [t])
-        if self._staged:
-            (v,) = self._views("broadcast", self._bytes_of(t))
-            self._into(v, t)
-            self._comm.broadcast(self._typed(v, t.dtype), src=opts.rootRank)
-            self._out(v, t)
-        else:
-            self._comm.broadcast(self._flat(t), src=opts.rootRank)
-        return _done(tensors)
+        t, root = tensors[0], opts.rootRank
+        return self._launch("broadcast", [t], lambda: self._elementwise(
+            "broadcast", t, lambda v: self._comm.broadcast(v, src=root), copy_out=self._rank != root))
 
     def _allgather_base(self, output, input, opts=None):
-        self._check_device("all_gather_into_tensor", [output, input])
         if output.numel() != input.numel() * self._size or output.dtype != input.dtype:
             raise RuntimeError(f"conccl backend: all_gather_into_tensor: output has {output.numel()} elements of "
                                f"{output.dtype}; it must be world size ({self._size}) x input's {input.numel()} "
                                f"of {input.dtype}")
-        if self._staged:
-            nb = self._bytes_of(input)
-            vi, vo = self._views("all_gather_into_tensor", nb, nb * self._size)
-            self._into(vi, input)
-            self._comm.all_gather_into_tensor(vo, vi)
-            self._out(vo, output)
-        else:
-            self._comm.all_gather_into_tensor(self._flat(output), self._flat(input))
-        return _done([output])
+        return self._launch("all_gather_into_tensor", [output, input],
+                            lambda: self._gather_into("all_gather_into_tensor", output, input), result=[output])
 
     def allgather(self, output_lists, input_tensors, opts=None):
         for outs, inp in zip(output_lists, input_tensors):
@@ -261,39 +326,42 @@ class ProcessGroupConccl(dist.ProcessGroup):
                 if o.numel() != inp.numel() or o.dtype != inp.dtype:
                     raise RuntimeError("conccl backend: all_gather: every output tensor must have the input's "
                                        f"elements ({inp.numel()}) and dtype ({inp.dtype})")
-            flat = torch.empty(inp.numel() * self._size, dtype=inp.dtype, device=inp.device)
-            self._allgather_base(flat, inp)
-            for r, o in enumerate(outs):
-                o.copy_(flat[r * inp.numel():(r + 1) * inp.numel()].view(o.shape))
-        return _done(output_lists)
+
+        def body():
+            for outs, inp in zip(output_lists, input_tensors):
+                flat = torch.empty(inp.numel() * self._size, dtype=inp.dtype, device=inp.device)
+                self._gather_into("all_gather", flat, inp)
+                for r, o in enumerate(outs):
+                    o.copy_(flat[r * inp.numel():(r + 1) * inp.numel()].view(o.shape))
+        every = list(input_tensors) + [o for outs in output_lists for o in outs]
+        return self._launch("all_gather", every, body, result=output_lists)
 
     def _reduce_scatter_base(self, output, input, opts=None):
         op = _op_name(opts.reduceOp if opts is not None else dist.ReduceOp.SUM, "reduce_scatter_tensor")
-        self._check_device("reduce_scatter_tensor", [output, input])
         if input.numel() != output.numel() * self._size or output.dtype != input.dtype:
             raise RuntimeError(f"conccl backend: reduce_scatter_tensor: input has {input.numel()} elements of "
                                f"{input.dtype}; it must be world size ({self._size}) x output's {output.numel()} "
                                f"of {output.dtype}")
-        if self._staged:
-            nb = self._bytes_of(output)
-            vi, vo = self._views("reduce_scatter_tensor", nb * self._size, nb)
-            self._into(vi, input)
-            self._comm.reduce_scatter_tensor(self._typed(vo, output.dtype), self._typed(vi, input.dtype), op)
-            self._out(vo, output)
-        else:
-            self._comm.reduce_scatter_tensor(self._flat(output), self._flat(input), op)
-        return _done([output])
+        return self._launch("reduce_scatter_tensor", [output, input],
+                            lambda: self._scatter_reduce("reduce_scatter_tensor", output, input, op), result=[output])
 
     def reduce_scatter(self, output_tensors, input_lists, opts):
+        op = _op_name(opts.reduceOp if opts is not None else dist.ReduceOp.SUM, "reduce_scatter")
         for out, ins in zip(output_tensors, input_lists):
             if len(ins) != self._size:
                 raise RuntimeError(f"conccl backend: reduce_scatter: give {self._size} input tensors, not {len(ins)}")
-            flat = torch.cat([self._flat(i) for i in ins])
-            self._reduce_scatter_base(out, flat, opts)
-        return _done(output_tensors)
+            for i in ins:
+                if i.numel() != out.numel() or i.dtype != out.dtype:
+                    raise RuntimeError("conccl backend: reduce_scatter: every input tensor must have the output's "
+                                       f"elements ({out.numel()}) and dtype ({out.dtype})")
+
+        def body():
+            for out, ins in zip(output_tensors, input_lists):
+                self._scatter_reduce("reduce_scatter", out, torch.cat([self._flat(i) for i in ins]), op)
+        every = list(output_tensors) + [i for ins in input_lists for i in ins]
+        return self._launch("reduce_scatter", every, body, result=output_tensors)
 
     def alltoall_base(self, output, input, output_split_sizes, input_split_sizes, opts=None):
-        self._check_device("all_to_all_single", [output, input])
         n = self._size
         if output.dtype != input.dtype:
             raise RuntimeError("conccl backend: all_to_all_single: output and input must have the same dtype")
@@ -309,89 +377,95 @@ class ProcessGroupConccl(dist.ProcessGroup):
         if row_in and row_out and row_in != row_out:
             raise RuntimeError("conccl backend: all_to_all_single: input and output rows differ in size")
         row = row_in or row_out
-        es = input.element_size()
-        # Every rank's input splits (the uneven case): one all-gather of n int64 each.
-        splits = torch.tensor(ins, dtype=torch.int64, device=input.device)
-        every = torch.empty(n * n, dtype=torch.int64, device=input.device)
-        self._allgather_base(every, splits)
-        every = every.view(n, n).cpu()  # on CUDA: waits for the all-gather on the current stream
-        for s in range(n):
-            if int(every[s][self._rank]) != outs[s]:
-                raise RuntimeError(f"conccl backend: all_to_all_single: rank {s} sends {int(every[s][self._rank])} "
-                                   f"rows to rank {self._rank}, whose output_split_sizes[{s}] is {outs[s]}")
-        chunk = int(every.max()) * row  # elements per (source, destination) slot, padded
-        src = torch.zeros(n * chunk, dtype=input.dtype, device=input.device)
-        flat_in = self._flat(input)
-        at = 0
-        for d in range(n):
-            k = ins[d] * row
-            src[d * chunk:d * chunk + k] = flat_in[at:at + k]
-            at += k
-        dst = torch.empty(n * chunk, dtype=input.dtype, device=input.device)
-        if chunk:
-            if self._staged:
-                nb = n * chunk * es
-                vi, vo = self._views("all_to_all_single", nb, nb)
-                self._into(vi, src)
-                self._comm.all_to_all_single(self._typed(vo, input.dtype), self._typed(vi, input.dtype))
-                self._out(vo, dst)
-            else:
-                self._comm.all_to_all_single(dst, src)
-        flat_out = self._flat(output)
-        at = 0
-        for s in range(n):
-            k = outs[s] * row
-            flat_out[at:at + k] = dst[s * chunk:s * chunk + k]
-            at += k
-        return _done([output])
+
+        def body():
+            # Every rank's input splits (the uneven case): one all-gather of n int64 each.
+            splits = torch.tensor(ins, dtype=torch.int64, device=input.device)
+            every = torch.empty(n * n, dtype=torch.int64, device=input.device)
+            self._gather_into("all_to_all_single", every, splits)
+            every = every.view(n, n).cpu()  # on CUDA: waits for the group's stream
+            for s in range(n):
+                if int(every[s][self._rank]) != outs[s]:
+                    raise RuntimeError(f"conccl backend: all_to_all_single: rank {s} sends {int(every[s][self._rank])}"
+                                       f" rows to rank {self._rank}, whose output_split_sizes[{s}] is {outs[s]}")
+            chunk = int(every.max()) * row  # elements per (source, destination) slot, padded
+            if not chunk:
+                return
+            flat_in, flat_out = self._flat(input), self._flat(output)
+            if all(k == ins[0] for k in ins) and all(k == outs[0] for k in outs) and ins[0] == outs[0]:
+                self._exchange("all_to_all_single", flat_out, flat_in, chunk)  # equal splits: no padding
+                return
+            src = torch.zeros(n * chunk, dtype=input.dtype, device=input.device)
+            at = 0
+            for d in range(n):
+                k = ins[d] * row
+                src[d * chunk:d * chunk + k] = flat_in[at:at + k]
+                at += k
+            dst = torch.empty(n * chunk, dtype=input.dtype, device=input.device)
+            self._exchange("all_to_all_single", dst, src, chunk)
+            at = 0
+            for s in range(n):
+                k = outs[s] * row
+                flat_out[at:at + k] = dst[s * chunk:s * chunk + k]
+                at += k
+        return self._launch("all_to_all_single", [output, input], body, result=[output])
 
     def alltoall(self, output_tensors, input_tensors, opts=None):
         n = self._size
         if len(output_tensors) != n or len(input_tensors) != n:
             raise RuntimeError(f"conccl backend: all_to_all: give {n} input and {n} output tensors")
         dtype = input_tensors[0].dtype
-        flat_in = torch.cat([self._flat(t).to(dtype) for t in input_tensors])
-        flat_out = torch.empty(sum(t.numel() for t in output_tensors), dtype=dtype, device=flat_in.device)
-        self.alltoall_base(flat_out, flat_in, [t.numel() for t in output_tensors], [t.numel() for t in input_tensors])
-        at = 0
-        for t in output_tensors:
-            t.copy_(flat_out[at:at + t.numel()].view(t.shape))
-            at += t.numel()
-        return _done(output_tensors)
+        for t in list(output_tensors) + list(input_tensors):
+            if t.dtype != dtype:
+                raise RuntimeError("conccl backend: all_to_all: every input and output tensor must have one dtype")
+
+        def body():
+            flat_in = torch.cat([self._flat(t) for t in input_tensors])
+            flat_out = torch.empty(sum(t.numel() for t in output_tensors), dtype=dtype, device=flat_in.device)
+            self.alltoall_base(flat_out, flat_in, [t.numel() for t in output_tensors],
+                               [t.numel() for t in input_tensors])
+            at = 0
+            for t in output_tensors:
+                t.copy_(flat_out[at:at + t.numel()].view(t.shape))
+                at += t.numel()
+        return self._launch("all_to_all", list(output_tensors) + list(input_tensors), body, result=output_tensors)
 
     def gather(self, output_lists, input_tensors, opts):
         # An all-gather, kept by the root: n times the root's traffic on the other
         # ranks' engines (ConCCL's gather has no NCCL-shaped call yet).
         inp = input_tensors[0]
-        flat = torch.empty(inp.numel() * self._size, dtype=inp.dtype, device=inp.device)
-        self._allgather_base(flat, inp)
-        if self._rank == opts.rootRank:
-            outs = output_lists[0]
-            if len(outs) != self._size:
-                raise RuntimeError(f"conccl backend: gather: the root gives {self._size} output tensors")
+        outs = output_lists[0] if self._rank == opts.rootRank else []
+        if self._rank == opts.rootRank and len(outs) != self._size:
+            raise RuntimeError(f"conccl backend: gather: the root gives {self._size} output tensors")
+
+        def body():
+            flat = torch.empty(inp.numel() * self._size, dtype=inp.dtype, device=inp.device)
+            self._gather_into("gather", flat, inp)
             for r, o in enumerate(outs):
                 o.copy_(flat[r * inp.numel():(r + 1) * inp.numel()].view(o.shape))
-        return _done(output_lists)
+        return self._launch("gather", [inp] + list(outs), body, result=output_lists)
 
     def scatter(self, output_tensors, input_lists, opts):
         # A broadcast of the root's tensors, each rank keeping its own (ConCCL's scatter
         # has no NCCL-shaped call yet).
-        out = output_tensors[0]
-        flat = torch.empty(out.numel() * self._size, dtype=out.dtype, device=out.device)
-        if self._rank == opts.rootRank:
-            ins = input_lists[0]
-            if len(ins) != self._size:
-                raise RuntimeError(f"conccl backend: scatter: the root gives {self._size} input tensors")
-            flat.copy_(torch.cat([self._flat(i) for i in ins]))
-        self.broadcast([flat], _Opts(rootRank=opts.rootRank))
-        out.copy_(flat[self._rank * out.numel():(self._rank + 1) * out.numel()].view(out.shape))
-        return _done(output_tensors)
+        out, root = output_tensors[0], opts.rootRank
+        ins = input_lists[0] if self._rank == root else []
+        if self._rank == root and len(ins) != self._size:
+            raise RuntimeError(f"conccl backend: scatter: the root gives {self._size} input tensors")
+
+        def body():
+            flat = torch.empty(out.numel() * self._size, dtype=out.dtype, device=out.device)
+            if self._rank == root:
+                flat.copy_(torch.cat([self._flat(i) for i in ins]))
+            self._elementwise("scatter", flat, lambda v: self._comm.broadcast(v, src=root), copy_out=True)
+            out.copy_(flat[self._rank * out.numel():(self._rank + 1) * out.numel()].view(out.shape))
+        return self._launch("scatter", [out] + list(ins), body, result=output_tensors)
 
     def barrier(self, opts=None):
-        t = torch.zeros(1, dtype=torch.int32, device="cpu" if self._emu else "cuda")
-        self.allreduce([t])
+        t = torch.zeros(1, dtype=torch.int32, device="cpu" if self._emu else self._cuda)
+        self._launch("barrier", [t], lambda: self._elementwise("barrier", t, lambda v: self._comm.all_reduce(v, "sum")))
         if not self._emu:
-            torch.cuda.current_stream().synchronize()
+            self._stream.synchronize()
         return _done([])
 
     # Point to point: ConCCL's calls are collective over the group, so send/recv go
@@ -461,26 +535,32 @@ class ProcessGroupConccl(dist.ProcessGroup):
     # reduce_scatter_tensor_coalesced) call these. One op after the other: each completes
     # (emulator) or is ordered on the current stream (CUDA) when it returns.
     def allreduce_coalesced(self, tensors, opts=None):
-        self.allreduce(tensors, opts)
-        return _done(tensors)
+        return self.allreduce(tensors, opts)
 
     def allgather_into_tensor_coalesced(self, outputs, inputs, opts=None):
-        for o, i in zip(outputs, inputs):
-            self._allgather_base(o, i, opts)
-        return _done(outputs)
+        def body():
+            for o, i in zip(outputs, inputs):
+                self._allgather_base(o, i, opts)
+        return self._launch("all_gather_into_tensor (coalesced)", list(outputs) + list(inputs), body,
+                            result=list(outputs))
 
     def reduce_scatter_tensor_coalesced(self, outputs, inputs, opts=None):
-        for o, i in zip(outputs, inputs):
-            self._reduce_scatter_base(o, i, opts)
-        return _done(outputs)
+        def body():
+            for o, i in zip(outputs, inputs):
+                self._reduce_scatter_base(o, i, opts)
+        return self._launch("reduce_scatter_tensor (coalesced)", list(outputs) + list(inputs), body,
+                            result=list(outputs))
 
-    # _coalescing_manager(group, device) brackets the ops with these; nothing to batch here.
-    # start_coalescing/end_coalescing: the names newer trampolines call (PyProcessGroup.hpp).
+    # _coalescing_manager(group, device) brackets the ops with these; nothing to batch
+    # here. The end's Work orders the current stream after every op of the group so far
+    # (its ops' own Works are not waited for inside the manager).
     def _start_coalescing(self, device=None):
         pass
 
     def _end_coalescing(self, device=None):
-        return _done([])
+        if self._emu:
+            return _done([])
+        return self._launch("end of coalescing", [], lambda: None, result=[self._token])
 
     start_coalescing = _start_coalescing
     end_coalescing = _end_coalescing

@@ -13,7 +13,8 @@ reduce_scatter (lists) for float32, bfloat16, float16, int32, int64, uint8 x SUM
 PRODUCT, MIN, MAX, AVG; all_gather_into_tensor, all_gather (lists), broadcast (src 1),
 gather (dst n-1), scatter (src 1), all_to_all_single (equal splits, uneven splits,
 uneven splits with empty pieces), all_to_all (lists, equal and uneven), barrier,
-send/recv 0 -> 1; odd-sized 1-D and 2-D shapes; async_op=True (Work.wait,
+send/recv 0 -> 1; odd-sized 1-D and 2-D shapes; the same with 1 KiB of staging
+(CONCCL_TORCH_STAGING_BYTES), so that every op goes through it in pieces; async_op=True (Work.wait,
 get_future); new_group([0, 1]) on 4 ranks with the default group used afterwards;
 a rank that exits (os._exit) right after init, and one that exits after warm-up
 calls: the survivors' next collective must raise, in bounded time, naming it.
@@ -685,6 +686,8 @@ def worker(rank, world, scenario, backend, tmpdir):
     try:
         c.progress("import")
         os.environ.setdefault("CONCCL_BACKEND", "emu")  # CPU tensors: the emulated node, even where CUDA is
+        if scenario == "collectives_in_pieces":  # every tensor larger than the staging: it goes in pieces
+            os.environ["CONCCL_TORCH_STAGING_BYTES"] = "1024"
         if backend == "conccl":
             import conccl.torch  # noqa: F401 - registers the "conccl" backend
         c.progress("init_process_group")
@@ -698,7 +701,7 @@ def worker(rank, world, scenario, backend, tmpdir):
             c.fail("init", "get_backend() is %r" % (dist.get_backend(),))
         global OPS
         OPS = GlooAdapter() if backend == "gloo" else dist
-        if scenario == "collectives":
+        if scenario in ("collectives", "collectives_in_pieces"):
             run_collectives(c)
         elif scenario == "new_group":
             run_new_group(c)
@@ -821,6 +824,9 @@ class TorchBackendTest(unittest.TestCase):
 
     def test_collectives_4_ranks(self):
         self.run_scenario(4, "collectives")
+
+    def test_collectives_in_pieces_3_ranks(self):  # 1 KiB of staging: every op in several pieces
+        self.run_scenario(3, "collectives_in_pieces")
 
     def test_new_group_4_ranks(self):
         self.run_scenario(4, "new_group")

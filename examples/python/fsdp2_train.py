@@ -1,0 +1,282 @@
+#!/usr/bin/env python3
+"""examples/python/fsdp2_train.py - train a small transformer with FSDP2 (or DDP) on
+the "conccl" torch.distributed backend: every all-gather, reduce-scatter and
+all-reduce of the training step runs on the DMA engines.
+
+    torchrun --nproc_per_node 2 examples/python/fsdp2_train.py              # FSDP2 on CUDA
+    torchrun --nproc_per_node 4 examples/python/fsdp2_train.py --mode ddp
+    CONCCL_BACKEND=emu torchrun --nproc_per_node 2 examples/python/fsdp2_train.py --mode ddp --device cpu
+(`python3 -m torch.distributed.run` where there is no `torchrun` on the PATH.) Without a
+launcher, --nprocs N starts the N ranks itself (env:// on 127.0.0.1, as torchrun
+would); Debian 12's torch 1.13 needs that, its torchrun fails on Python 3.11:
+    CONCCL_BACKEND=emu python3 examples/python/fsdp2_train.py --nprocs 2 --mode ddp --device cpu
+
+The library is found as the conccl package finds it: PYTHONPATH=python and
+CONCCL_LIBRARY=<build>/src/libconccl.so from the repository, or the installed
+package. Rank r runs on GPU LOCAL_RANK % torch.cuda.device_count(): several ranks
+may share one GPU (the nv backend runs them as loopback ranks of that GPU).
+
+FSDP2 (torch.distributed.fsdp.fully_shard, torch >= 2.4): each transformer block
+and the root are sharded; parameters are kept in float32, gathered and computed
+in bfloat16, and gradients reduce-scattered in float32 (MixedPrecisionPolicy).
+DDP (any torch): the same model in float32, gradients all-reduced.
+
+--check trains, in every process and with no collective, the reference that the
+step must equal: the same model from the same seed, run on every rank's batch in
+turn, the per-rank gradients combined in rank order in float32 as the collective
+defines them (FSDP2: reduce-scatter AVG, the sum over ranks 0..n-1 divided by n;
+DDP: each gradient scaled by 1/n, then summed in rank order), the same optimizer.
+ConCCL reduces in rank order with float32 arithmetic (docs/reductions.md), so
+every step's loss and the final parameters must be equal bit for bit; the run
+exits 1 otherwise, printing the largest difference.
+
+Options: --mode fsdp2|ddp, --device cuda|cpu, --steps 50, --layers 4, --dim 256,
+--heads 4, --seq 128, --batch 8, --vocab 512, --lr 1e-3, --seed 0, --check,
+--backend NAME (conccl; another registered backend to compare with, e.g. nccl),
+--json FILE (rank 0: losses per step, step times, the check's result), --nprocs N.
+"""
+import argparse
+import json
+import os
+import socket
+import statistics
+import subprocess
+import sys
+import time
+from datetime import timedelta
+
+import torch
+import torch.distributed as dist
+import torch.nn as nn
+import torch.nn.functional as F
+
+import conccl.torch  # noqa: F401 - registers the "conccl" backend
+
+
+class Block(nn.Module):
+    """Pre-norm transformer block; attention written out (matmul, softmax) so that its
+    backward is deterministic, which the bit-for-bit check relies on."""
+
+    def __init__(self, dim, heads):
+        super().__init__()
+        self.heads = heads
+        self.ln1, self.ln2 = nn.LayerNorm(dim), nn.LayerNorm(dim)
+        self.qkv, self.proj = nn.Linear(dim, 3 * dim), nn.Linear(dim, dim)
+        self.fc1, self.fc2 = nn.Linear(dim, 4 * dim), nn.Linear(4 * dim, dim)
+
+    def forward(self, x):
+        b, t, d = x.shape
+        q, k, v = self.qkv(self.ln1(x)).view(b, t, 3, self.heads, d // self.heads).permute(2, 0, 3, 1, 4)
+        att = (q @ k.transpose(-1, -2)) * (d // self.heads) ** -0.5
+        future = torch.ones(t, t, dtype=torch.bool, device=x.device).triu(1)
+        att = att.masked_fill(future, float("-inf")).softmax(-1)
+        x = x + self.proj((att @ v).transpose(1, 2).reshape(b, t, d))
+        return x + self.fc2(F.gelu(self.fc1(self.ln2(x))))
+
+
+class TinyLM(nn.Module):
+    def __init__(self, vocab, dim, heads, layers, seq):
+        super().__init__()
+        self.emb = nn.Embedding(vocab, dim)
+        self.pos = nn.Parameter(torch.randn(seq, dim) * 0.02)
+        self.blocks = nn.ModuleList(Block(dim, heads) for _ in range(layers))
+        self.ln = nn.LayerNorm(dim)
+        self.head = nn.Linear(dim, vocab, bias=False)
+
+    def forward(self, tokens):
+        x = self.emb(tokens) + self.pos[:tokens.shape[1]].to(self.emb.weight.dtype)
+        for blk in self.blocks:
+            x = blk(x)
+        return self.head(self.ln(x))
+
+
+def loss_of(model, tokens):
+    logits = model(tokens[:, :-1])
+    return F.cross_entropy(logits.float().reshape(-1, logits.shape[-1]), tokens[:, 1:].reshape(-1))
+
+
+def batch(a, step, rank, device):
+    """Rank `rank`'s batch of step `step`: sequences that count up by a stride, so the
+    loss has something to learn; the same on every process that asks."""
+    g = torch.Generator().manual_seed(a.seed * 1_000_003 + step * 1009 + rank)
+    start = torch.randint(a.vocab, (a.batch, 1), generator=g)
+    stride = torch.randint(1, 8, (a.batch, 1), generator=g)
+    return ((start + stride * torch.arange(a.seq + 1)) % a.vocab).to(device)
+
+
+def make_model(a, device):
+    torch.manual_seed(a.seed)
+    return TinyLM(a.vocab, a.dim, a.heads, a.layers, a.seq).to(device)
+
+
+def optimizer(params, a):
+    # foreach=False: the per-tensor update, elementwise, so a shard's update equals the
+    # same elements of the whole tensor's (the check compares them bit for bit).
+    return torch.optim.AdamW(params, lr=a.lr, foreach=False)
+
+
+def fully_shard_fn():
+    for where in ("torch.distributed.fsdp", "torch.distributed._composable.fsdp"):  # 2.6+, 2.4-2.5
+        try:
+            mod = __import__(where, fromlist=["fully_shard", "MixedPrecisionPolicy"])
+            return mod.fully_shard, mod.MixedPrecisionPolicy
+        except (ImportError, AttributeError, ValueError):
+            pass
+    raise SystemExit(f"--mode fsdp2 needs torch >= 2.4 (FSDP2's fully_shard); this is torch {torch.__version__}: "
+                     "use --mode ddp")
+
+
+class Reference:
+    """The step that the distributed one must equal, in one process, no collective."""
+
+    def __init__(self, a, device, n):
+        self.a, self.n, self.device = a, n, device
+        self.master = make_model(a, device)  # float32, what the optimizer updates
+        self.compute = make_model(a, device).to(torch.bfloat16) if a.mode == "fsdp2" else self.master
+        self.opt = optimizer(self.master.parameters(), a)
+
+    def step(self, step):
+        a, n = self.a, self.n
+        if self.compute is not self.master:  # FSDP2: the bf16 parameters all-gathered from fp32 shards
+            with torch.no_grad():
+                for c, m in zip(self.compute.parameters(), self.master.parameters()):
+                    c.copy_(m)
+        acc, losses = None, []
+        for r in range(n):
+            self.compute.zero_grad(set_to_none=True)
+            loss = loss_of(self.compute, batch(a, step, r, self.device))
+            loss.backward()
+            losses.append(loss.detach())
+            if a.mode == "fsdp2":  # reduce-scatter AVG in float32: sum in rank order, then / n
+                grads = [p.grad.float() for p in self.compute.parameters()]
+            else:  # DDP: each gradient times 1/n into the bucket, then all-reduce SUM in rank order
+                grads = [p.grad.mul(1.0 / n) for p in self.compute.parameters()]
+            acc = grads if acc is None else [x + g for x, g in zip(acc, grads)]
+        for p, g in zip(self.master.parameters(), acc):
+            p.grad = g.div(n) if a.mode == "fsdp2" else g
+        self.opt.step()
+        self.opt.zero_grad(set_to_none=True)
+        return losses
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--mode", choices=("fsdp2", "ddp"), default="fsdp2")
+    ap.add_argument("--device", choices=("cuda", "cpu"), default="cuda" if torch.cuda.is_available() else "cpu")
+    ap.add_argument("--steps", type=int, default=50)
+    ap.add_argument("--layers", type=int, default=4)
+    ap.add_argument("--dim", type=int, default=256)
+    ap.add_argument("--heads", type=int, default=4)
+    ap.add_argument("--seq", type=int, default=128)
+    ap.add_argument("--batch", type=int, default=8)
+    ap.add_argument("--vocab", type=int, default=512)
+    ap.add_argument("--lr", type=float, default=1e-3)
+    ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument("--backend", default="conccl",
+                    help="torch.distributed backend (conccl; another registered one to compare with)")
+    ap.add_argument("--timeout", type=float, default=120, help="collective timeout, seconds")
+    ap.add_argument("--check", action="store_true", help="compare with the exact reference, bit for bit")
+    ap.add_argument("--json", help="rank 0 writes the run's record here")
+    ap.add_argument("--nprocs", type=int, help="start this many ranks here (no torchrun)")
+    a = ap.parse_args()
+    if a.nprocs and "RANK" not in os.environ:
+        return launch(a.nprocs)
+
+    rank, n = int(os.environ["RANK"]), int(os.environ["WORLD_SIZE"])
+    local = int(os.environ.get("LOCAL_RANK", rank))
+    if a.device == "cuda":
+        torch.cuda.set_device(local % torch.cuda.device_count())
+        device = torch.device("cuda", torch.cuda.current_device())
+        os.environ.setdefault("CONCCL_BACKEND", "nv")
+    else:
+        device = torch.device("cpu")
+        os.environ.setdefault("CONCCL_BACKEND", "emu")
+    if a.mode == "fsdp2":
+        fully_shard, MixedPrecisionPolicy = fully_shard_fn()
+    dist.init_process_group(a.backend, timeout=timedelta(seconds=a.timeout))
+
+    model = make_model(a, device)
+    if a.mode == "fsdp2":
+        from torch.distributed.device_mesh import init_device_mesh
+        mesh = init_device_mesh(device.type, (n,))
+        mp = MixedPrecisionPolicy(param_dtype=torch.bfloat16, reduce_dtype=torch.float32)
+        for blk in model.blocks:
+            fully_shard(blk, mesh=mesh, mp_policy=mp)
+        fully_shard(model, mesh=mesh, mp_policy=mp)
+        train = model
+    else:
+        from torch.nn.parallel import DistributedDataParallel as DDP
+        train = DDP(model, device_ids=[device.index] if device.type == "cuda" else None)
+    opt = optimizer(model.parameters(), a)
+    ref = Reference(a, device, n) if a.check else None
+
+    def sync():
+        if device.type == "cuda":
+            torch.cuda.synchronize()
+
+    losses, times, worst_loss = [], [], 0.0
+    for step in range(a.steps):
+        sync()
+        t0 = time.perf_counter()
+        loss = loss_of(train, batch(a, step, rank, device))
+        loss.backward()
+        opt.step()
+        opt.zero_grad(set_to_none=True)
+        sync()
+        times.append(time.perf_counter() - t0)
+        losses.append(float(loss.detach()))
+        if ref is not None:
+            want = ref.step(step)[rank]
+            if not torch.equal(loss.detach(), want):
+                worst_loss = max(worst_loss, abs(float(loss) - float(want)))
+                print(f"rank {rank} step {step}: loss {float(loss)!r}, reference {float(want)!r}", flush=True)
+        if rank == 0 and (step % 10 == 0 or step == a.steps - 1):
+            print(f"step {step:3d}  loss {losses[-1]:.5f}  {times[-1] * 1e3:.2f} ms", flush=True)
+
+    worst_param = 0.0
+    if ref is not None:
+        for (name, p), q in zip(model.named_parameters(), ref.master.parameters()):
+            full = p.full_tensor() if hasattr(p, "full_tensor") else p  # FSDP2: a DTensor, all-gathered
+            if not torch.equal(full.detach(), q.detach()):
+                d = float((full.detach().float() - q.detach().float()).abs().max())
+                worst_param = max(worst_param, d)
+                print(f"rank {rank}: parameter {name} differs from the reference by up to {d:.3g}", flush=True)
+    exact = worst_loss == 0.0 and worst_param == 0.0
+    warm = times[min(5, len(times) - 1):]
+    record = {"mode": a.mode, "world_size": n, "torch_backend": a.backend, "device": str(device), "backend": os.environ["CONCCL_BACKEND"],
+              "torch": torch.__version__, "steps": a.steps, "losses": losses,
+              "step_ms_median": statistics.median(warm) * 1e3, "step_ms": [t * 1e3 for t in times],
+              "checked": a.check, "exact": exact if a.check else None,
+              "max_loss_diff": worst_loss, "max_param_diff": worst_param}
+    flags = torch.tensor([0 if exact or not a.check else 1], dtype=torch.int32, device=device)
+    dist.all_reduce(flags)  # every rank's check
+    if rank == 0:
+        print(f"{a.mode}, {n} ranks, {a.backend}, {a.steps} steps: loss {losses[0]:.4f} -> {losses[-1]:.4f}, "
+              f"step {record['step_ms_median']:.2f} ms (median after warm-up)"
+              + (f"; reference: {'equal bit for bit' if int(flags) == 0 else f'{int(flags)} rank(s) differ'}"
+                 if a.check else ""), flush=True)
+        if a.json:
+            with open(a.json, "w") as f:
+                json.dump(record, f, indent=1)
+    dist.destroy_process_group()
+    return 1 if a.check and int(flags) else 0
+
+
+def launch(n):
+    """What torchrun does for one node, enough for this script: n ranks with env://."""
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    procs = []
+    for r in range(n):
+        env = dict(os.environ, RANK=str(r), LOCAL_RANK=str(r), WORLD_SIZE=str(n), LOCAL_WORLD_SIZE=str(n),
+                   MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port))
+        procs.append(subprocess.Popen([sys.executable, os.path.abspath(__file__)] + sys.argv[1:], env=env))
+    codes = [p.wait() for p in procs]
+    if any(codes):
+        print(f"exit codes of ranks 0..{n - 1}: {codes}", file=sys.stderr)
+    return max(codes, key=abs)
+
+
+if __name__ == "__main__":
+    sys.exit(main())
