@@ -33,7 +33,9 @@ exits 1 otherwise, printing the largest difference.
 Options: --mode fsdp2|ddp, --device cuda|cpu, --steps 50, --layers 4, --dim 256,
 --heads 4, --seq 128, --batch 8, --vocab 512, --lr 1e-3, --seed 0, --check,
 --backend NAME (conccl; another registered backend to compare with, e.g. nccl),
---json FILE (rank 0: losses per step, step times, the check's result), --nprocs N.
+--json FILE (rank 0: losses per step, step times, the check's result), --nprocs N,
+--compute-baseline ITERS (then time the step's forward and backward alone, no
+collective, every rank at once: step time over that is what the collectives cost).
 """
 import argparse
 import json
@@ -178,6 +180,9 @@ def main():
     ap.add_argument("--check", action="store_true", help="compare with the exact reference, bit for bit")
     ap.add_argument("--json", help="rank 0 writes the run's record here")
     ap.add_argument("--nprocs", type=int, help="start this many ranks here (no torchrun)")
+    ap.add_argument("--compute-baseline", type=int, default=0, metavar="ITERS",
+                    help="after training, time ITERS forward+backward passes of the unsharded model with no "
+                         "collective, every rank at once: the step's compute alone")
     a = ap.parse_args()
     if a.nprocs and "RANK" not in os.environ:
         return launch(a.nprocs)
@@ -241,18 +246,22 @@ def main():
                 d = float((full.detach().float() - q.detach().float()).abs().max())
                 worst_param = max(worst_param, d)
                 print(f"rank {rank}: parameter {name} differs from the reference by up to {d:.3g}", flush=True)
+    compute_ms = compute_alone(a, device, rank) if a.compute_baseline else None
     exact = worst_loss == 0.0 and worst_param == 0.0
     warm = times[min(5, len(times) - 1):]
     record = {"mode": a.mode, "world_size": n, "torch_backend": a.backend, "device": str(device), "backend": os.environ["CONCCL_BACKEND"],
               "torch": torch.__version__, "steps": a.steps, "losses": losses,
               "step_ms_median": statistics.median(warm) * 1e3, "step_ms": [t * 1e3 for t in times],
-              "checked": a.check, "exact": exact if a.check else None,
+              "compute_ms_median": compute_ms,
+              "step_over_compute": record_ratio(times, compute_ms), "checked": a.check, "exact": exact if a.check else None,
               "max_loss_diff": worst_loss, "max_param_diff": worst_param}
     flags = torch.tensor([0 if exact or not a.check else 1], dtype=torch.int32, device=device)
     dist.all_reduce(flags)  # every rank's check
     if rank == 0:
         print(f"{a.mode}, {n} ranks, {a.backend}, {a.steps} steps: loss {losses[0]:.4f} -> {losses[-1]:.4f}, "
               f"step {record['step_ms_median']:.2f} ms (median after warm-up)"
+              + (f"; compute alone {compute_ms:.2f} ms (step / compute {record['step_over_compute']:.2f})"
+                 if compute_ms else "")
               + (f"; reference: {'equal bit for bit' if int(flags) == 0 else f'{int(flags)} rank(s) differ'}"
                  if a.check else ""), flush=True)
         if a.json:
@@ -260,6 +269,37 @@ def main():
                 json.dump(record, f, indent=1)
     dist.destroy_process_group()
     return 1 if a.check and int(flags) else 0
+
+
+def compute_alone(a, device, rank):
+    """The step's forward and backward without any collective: the unsharded model in
+    the step's compute dtype, on this rank's batch, all ranks at once (so the GPU is
+    shared as in the step). The step's time over this one is what the collectives
+    cost the step (the GEMM slowdown and what did not overlap)."""
+    model = make_model(a, device)
+    if a.mode == "fsdp2":
+        model = model.to(torch.bfloat16)
+    tokens = batch(a, 0, rank, device)
+    dist.barrier()
+    times = []
+    for _ in range(a.compute_baseline):
+        if device.type == "cuda":
+            torch.cuda.synchronize()
+        t0 = time.perf_counter()
+        loss_of(model, tokens).backward()
+        model.zero_grad(set_to_none=True)
+        if device.type == "cuda":
+            torch.cuda.synchronize()
+        times.append(time.perf_counter() - t0)
+    dist.barrier()
+    return statistics.median(times[min(3, len(times) - 1):]) * 1e3
+
+
+def record_ratio(times, compute_ms):
+    if not compute_ms:
+        return None
+    warm = times[min(5, len(times) - 1):]
+    return statistics.median(warm) * 1e3 / compute_ms
 
 
 def launch(n):

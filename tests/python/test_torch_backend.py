@@ -16,7 +16,8 @@ uneven splits with empty pieces), all_to_all (lists, equal and uneven), barrier,
 send/recv 0 -> 1; odd-sized 1-D and 2-D shapes; the same with 1 KiB of staging
 (CONCCL_TORCH_STAGING_BYTES), so that every op goes through it in pieces; async_op=True (Work.wait,
 get_future); new_group([0, 1]) on 4 ranks with the default group used afterwards;
-a rank that exits (os._exit) right after init, and one that exits after warm-up
+ranks that all-reduce different sizes (an error on every rank, saying so); a rank
+that exits (os._exit) right after init, and one that exits after warm-up
 calls: the survivors' next collective must raise, in bounded time, naming it.
 
 The parent spawns N workers ('spawn' start method), enforces a deadline on them
@@ -648,6 +649,27 @@ def run_warmup(c, gather=False):
         c.same("warm-up all_reduce", t, ref_reduce(ins, "SUM", "float32"), c.tol(ins, "SUM", "float32"))
 
 
+def run_mismatched(c):
+    """Rank r all-reduces 100 * (r + 1) elements: every rank must raise, in bounded time,
+    an error that names the disagreement, and no rank may return a result."""
+    t = torch.ones(100 * (c.rank + 1))
+    t0 = time.monotonic()
+    c.checks += 1
+    try:
+        OPS.all_reduce(t)
+    except Exception as e:  # noqa: BLE001 - the type is part of what is checked
+        dt, msg = time.monotonic() - t0, str(e)
+        if not isinstance(e, RuntimeError) and type(e).__module__.split(".")[0] != "conccl":
+            c.fail("mismatched shapes", "raised %s, not RuntimeError or the conccl error: %s" % (type(e), msg[:300]))
+        elif dt > KILL_BOUND_S:
+            c.fail("mismatched shapes", "raised only after %.1f s: %s" % (dt, msg[:300]))
+        elif "same calls" not in msg:
+            c.fail("mismatched shapes", "the error does not say the ranks' calls differ: %s" % msg[:400])
+        return
+    c.fail("mismatched shapes", "all_reduce of %d elements on rank %d returned, while the other ranks gave other "
+           "sizes" % (t.numel(), c.rank))
+
+
 def run_killed(c, victim):
     """victim exited (right after init, or after the warm-up calls); the others' next
     collective must raise RuntimeError or conccl.Error, within KILL_BOUND_S, with a message."""
@@ -705,6 +727,8 @@ def worker(rank, world, scenario, backend, tmpdir):
             run_collectives(c)
         elif scenario == "new_group":
             run_new_group(c)
+        elif scenario == "mismatched":
+            run_mismatched(c)
         elif scenario.startswith("killed"):
             victim = world - 1
             if scenario == "killed_after_warmup":  # the staging/windows are set up: no message per call
@@ -718,7 +742,7 @@ def worker(rank, world, scenario, backend, tmpdir):
         else:
             raise ValueError(scenario)
         c.progress("destroy_process_group")
-        if not scenario.startswith("killed"):
+        if not scenario.startswith("killed") and scenario != "mismatched":  # a failed group: exit without it
             dist.destroy_process_group()
     except BaseException:  # noqa: BLE001
         status, fatal = "fatal", traceback.format_exc()
@@ -830,6 +854,9 @@ class TorchBackendTest(unittest.TestCase):
 
     def test_new_group_4_ranks(self):
         self.run_scenario(4, "new_group")
+
+    def test_mismatched_shapes_2_ranks(self):  # 100 and 200 elements: an error on both, not corrupted memory
+        self.run_scenario(2, "mismatched")
 
     def test_killed_rank_3_ranks(self):  # rank 2 exits right after init_process_group
         results = self.run_scenario(3, "killed", expect_exit=2)
