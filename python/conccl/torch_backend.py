@@ -46,6 +46,9 @@ import conccl
 
 _DEVICE = None
 _DEVICE_KIND = None
+# The element types of ConCCL's reduce step (conccl/reduce.hpp); others reduce by moves
+# and torch (ProcessGroupConccl._combine).
+_NATIVE = (torch.float32, torch.bfloat16, torch.float16, torch.int32, torch.int64, torch.uint8)
 _DEVICE_LOCK = threading.Lock()
 _UID_KEY = "conccl/unique_id"
 
@@ -266,6 +269,8 @@ class ProcessGroupConccl(dist.ProcessGroup):
     def _scatter_reduce(self, what, out, inp, op):
         """reduce_scatter_tensor: out (k elements) gets the reduction of every rank's
         k-element slice number `rank` of inp (n*k elements)."""
+        if inp.dtype not in _NATIVE:
+            return self._reduce_by_exchange(what, out, inp, op)
         n, k, es = self._size, out.numel(), out.element_size()
         fi, fo = self._flat(inp).view(n, k), self._flat(out)
         c = self._chunk(what, es, n + 1)
@@ -276,6 +281,55 @@ class ProcessGroupConccl(dist.ProcessGroup):
             vi.view(n, m).copy_(fi[:, o:o + m])
             self._comm.reduce_scatter_tensor(vo, vi, op)
             fo[o:o + m].copy_(vo)
+
+    # Element types ConCCL's reduce step does not take (float64, int8, int16, bool, ...)
+    # reduce by moves alone: every rank's piece gathered (all-gather, or all-to-all for
+    # reduce-scatter), then reduced here by torch in rank order, with the semantics of
+    # the native step (docs/reductions.md): wrapping integers, AVG truncating for
+    # integers; bool SUM/MAX are "or", PRODUCT/MIN "and", as ProcessGroupNCCL maps them.
+    # On CUDA these are torch kernels on the group's stream: correct, not DMA-only.
+    def _combine(self, what, rows, op):
+        """The reduction of rows[0..n-1] (rank order)."""
+        if rows.dtype == torch.bool:
+            if op == "avg":
+                raise RuntimeError(f"conccl backend: {what} of bool tensors with AVG: give SUM, PRODUCT, MIN or MAX")
+            step = torch.logical_or if op in ("sum", "max") else torch.logical_and
+        else:
+            step = {"sum": torch.add, "avg": torch.add, "prod": torch.mul, "max": torch.maximum,
+                    "min": torch.minimum}[op]
+        acc = rows[0].clone()
+        for r in range(1, rows.shape[0]):
+            acc = step(acc, rows[r])
+        if op == "avg":
+            acc = (acc / rows.shape[0] if acc.is_floating_point() or acc.is_complex()
+                   else torch.div(acc, rows.shape[0], rounding_mode="trunc"))
+        return acc
+
+    def _reduce_by_gather(self, what, t, op, copy_out=True):
+        """all_reduce / reduce of a type the reduce step does not take."""
+        n, flat, es = self._size, self._flat(t), t.element_size()
+        c = self._chunk(what, es, n + 1)
+        for o in range(0, flat.numel(), c):
+            m = min(c, flat.numel() - o)
+            vi, vo = self._views(what, m * es, n * m * es)
+            vi, vo = vi.view(t.dtype), vo.view(t.dtype)
+            vi.copy_(flat[o:o + m])
+            self._comm.all_gather_into_tensor(vo, vi)
+            if copy_out:
+                flat[o:o + m].copy_(self._combine(what, vo.view(n, m), op))
+
+    def _reduce_by_exchange(self, what, out, inp, op):
+        """reduce_scatter of a type the reduce step does not take."""
+        n, k, es = self._size, out.numel(), out.element_size()
+        fi, fo = self._flat(inp).view(n, k), self._flat(out)
+        c = self._chunk(what, es, 2 * n)
+        for o in range(0, k, c):
+            m = min(c, k - o)
+            vi, vo = self._views(what, n * m * es, n * m * es)
+            vi, vo = vi.view(inp.dtype), vo.view(inp.dtype)
+            vi.view(n, m).copy_(fi[:, o:o + m])
+            self._comm.all_to_all_single(vo, vi)  # row s: rank s's slice for this rank
+            fo[o:o + m].copy_(self._combine(what, vo.view(n, m), op))
 
     def _exchange(self, what, dst, src, chunk):
         """all_to_all_single of n equal slots of `chunk` elements each."""
@@ -296,12 +350,17 @@ class ProcessGroupConccl(dist.ProcessGroup):
 
         def body():
             for t in tensors:
-                self._elementwise("all_reduce", t, lambda v: self._comm.all_reduce(v, op))
+                if t.dtype in _NATIVE:
+                    self._elementwise("all_reduce", t, lambda v: self._comm.all_reduce(v, op))
+                else:
+                    self._reduce_by_gather("all_reduce", t, op)
         return self._launch("all_reduce", tensors, body)
 
     def reduce(self, tensors, opts):
         op = _op_name(opts.reduceOp, "reduce")
         t, root = tensors[0], opts.rootRank
+        if t.dtype not in _NATIVE:
+            return self._launch("reduce", [t], lambda: self._reduce_by_gather("reduce", t, op, self._rank == root))
         return self._launch("reduce", [t], lambda: self._elementwise(
             "reduce", t, lambda v: self._comm.reduce(v, root, op), copy_out=self._rank == root))
 

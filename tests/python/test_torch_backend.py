@@ -10,7 +10,8 @@ with CPU tensors (ConCCL's emulated node, no GPU).
 
 What runs (2, 3 and 4 ranks): all_reduce, reduce (dst n-1), reduce_scatter_tensor and
 reduce_scatter (lists) for float32, bfloat16, float16, int32, int64, uint8 x SUM,
-PRODUCT, MIN, MAX, AVG; all_gather_into_tensor, all_gather (lists), broadcast (src 1),
+PRODUCT, MIN, MAX, AVG; all_reduce, reduce_scatter_tensor and reduce of float64, int8,
+int16 and bool (types the reduce step does not take: moves, then torch); all_gather_into_tensor, all_gather (lists), broadcast (src 1),
 gather (dst n-1), scatter (src 1), all_to_all_single (equal splits, uneven splits,
 uneven splits with empty pieces), all_to_all (lists, equal and uneven), barrier,
 send/recv 0 -> 1; odd-sized 1-D and 2-D shapes; the same with 1 KiB of staging
@@ -310,7 +311,98 @@ class GlooAdapter:
 OPS = None  # torch.distributed itself, or the GlooAdapter for the self-check
 
 
+def gen_other(shape, dtype, redop, *tag):
+    """Inputs of the types ConCCL's reduce step does not take (the backend reduces them
+    by moves and torch): float64, int8, int16, bool."""
+    g = torch.Generator().manual_seed(seed_of(*tag))
+    if dtype == "float64":
+        if redop == "PRODUCT":
+            return (0.5 + 1.5 * torch.rand(shape, generator=g, dtype=torch.float64)) * (
+                torch.randint(0, 2, shape, generator=g) * 2 - 1)
+        return torch.rand(shape, generator=g, dtype=torch.float64) * 16 - 8 + 1e-9
+    if dtype == "bool":
+        return torch.randint(0, 2, shape, generator=g).bool()
+    bits = 8 if dtype == "int8" else 16
+    return torch.randint(-2 ** (bits - 1), 2 ** (bits - 1), shape, generator=g, dtype=torch.int64).to(_dt(dtype))
+
+
+def ref_other(inputs, redop, dtype):
+    """Rank order; float64 arithmetic; int8/int16 wrap and AVG truncates; bool SUM/MAX or, PRODUCT/MIN and."""
+    n = len(inputs)
+    if dtype == "bool":
+        acc = inputs[0].clone()
+        for x in inputs[1:]:
+            acc = (acc | x) if redop in ("SUM", "MAX") else (acc & x)
+        return acc
+    if dtype == "float64":
+        acc = inputs[0].clone()
+        for x in inputs[1:]:
+            acc = {"SUM": acc + x, "AVG": acc + x, "PRODUCT": acc * x, "MIN": torch.minimum(acc, x),
+                   "MAX": torch.maximum(acc, x)}[redop]
+        return acc / n if redop == "AVG" else acc
+    bits = 8 if dtype == "int8" else 16
+    acc = inputs[0].to(torch.int64)
+    for x in inputs[1:]:
+        x = x.to(torch.int64)
+        acc = {"SUM": acc + x, "AVG": acc + x, "PRODUCT": acc * x, "MIN": torch.minimum(acc, x),
+               "MAX": torch.maximum(acc, x)}[redop]
+    acc = ((acc + 2 ** (bits - 1)) % 2 ** bits) - 2 ** (bits - 1)  # two's complement wrap
+    if redop == "AVG":
+        acc = torch.div(acc, n, rounding_mode="trunc")
+    return acc.to(_dt(dtype))
+
+
+def run_other_dtypes(c):
+    """all_reduce, reduce_scatter_tensor and reduce of float64, int8, int16 and bool: every op
+    but AVG of bool (which must raise, naming the fix)."""
+    r, n = c.rank, c.world
+    for dtype in ("float64", "int8", "int16", "bool"):
+        for op in REDOPS:
+            if dtype == "bool" and op == "AVG":
+                name = "all_reduce bool AVG"
+
+                def f(name=name):
+                    try:
+                        OPS.all_reduce(torch.ones(3, dtype=torch.bool), op=_redop("AVG"))
+                    except RuntimeError as e:
+                        if "AVG" not in str(e):
+                            c.fail(name, "the error does not name AVG: %s" % e)
+                        return
+                    c.fail(name, "returned; expected an error")
+                if BACKEND == "conccl":  # gloo has its own view of bool AVG
+                    c.call(name, f)
+                continue
+            tag = ("other all_reduce", n, dtype, op)
+            name = "all_reduce %s %s" % (dtype, op)
+
+            def f(tag=tag, name=name, dtype=dtype, op=op):
+                ins = [gen_other((1001,), dtype, op, *tag, j) for j in range(n)]
+                t = ins[r].clone()
+                OPS.all_reduce(t, op=_redop(op))
+                c.same(name, t, ref_other(ins, op, dtype))
+            c.call(name, f)
+            tag = ("other reduce_scatter", n, dtype, op)
+            name = "reduce_scatter_tensor %s %s" % (dtype, op)
+
+            def f(tag=tag, name=name, dtype=dtype, op=op):
+                ins = [gen_other((n * 333,), dtype, op, *tag, j) for j in range(n)]
+                out = torch.empty(333, dtype=_dt(dtype))
+                OPS.reduce_scatter_tensor(out, ins[r].clone(), op=_redop(op))
+                c.same(name, out, ref_other(ins, op, dtype)[r * 333:(r + 1) * 333])
+            c.call(name, f)
+            tag = ("other reduce", n, dtype, op)
+            name = "reduce dst=%d %s %s" % (n - 1, dtype, op)
+
+            def f(tag=tag, name=name, dtype=dtype, op=op):
+                ins = [gen_other((517,), dtype, op, *tag, j) for j in range(n)]
+                t = ins[r].clone()
+                OPS.reduce(t, dst=n - 1, op=_redop(op))
+                c.same(name, t, ref_other(ins, op, dtype) if r == n - 1 else ins[r])
+            c.call(name, f)
+
+
 def run_collectives(c):
+    run_other_dtypes(c)
     r, n = c.rank, c.world
     last = n - 1          # dst of reduce/gather: not 0
     src = 1               # src of broadcast/scatter: not 0

@@ -111,6 +111,19 @@ def check_all_reduce_avg_bf16(c):
     _close(t, torch.full((64,), (c.n + 1) / 2), "avg")
 
 
+def check_all_reduce_other_dtypes(c):
+    # float64, int8 and bool: types the reduce step does not take (moves, then torch kernels)
+    t = torch.arange(100, dtype=torch.float64, device=c.dev) * (c.rank + 1)
+    dist.all_reduce(t)
+    _close(t, torch.arange(100, dtype=torch.float64) * (c.n * (c.n + 1) // 2), "float64 sum")
+    t = torch.full((33,), c.rank - 1, dtype=torch.int8, device=c.dev)
+    dist.all_reduce(t, op=dist.ReduceOp.MIN)
+    _close(t, torch.full((33,), -1), "int8 min")
+    t = torch.tensor([c.rank == 0, False], device=c.dev)
+    dist.all_reduce(t)  # SUM of bools: or
+    _close(t, torch.tensor([True, False]), "bool sum")
+
+
 def check_async_work(c):
     t = torch.ones(16, device=c.dev) * (c.rank + 1)
     w = dist.all_reduce(t, async_op=True)
@@ -398,6 +411,7 @@ CHECKS = [
     ("group attributes (backend name, rank, size, group_name)", check_group_attributes),
     ("all_reduce SUM float32", check_all_reduce_sum),
     ("all_reduce AVG bfloat16", check_all_reduce_avg_bf16),
+    ("all_reduce float64, int8, bool", check_all_reduce_other_dtypes),
     ("async_op=True: Work.wait, is_completed, get_future", check_async_work),
     ("all_gather_into_tensor (flat and stacked)", check_all_gather_into_tensor),
     ("all_gather_into_tensor in place (FSDP2's form)", check_all_gather_in_place),

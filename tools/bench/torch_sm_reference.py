@@ -22,7 +22,7 @@ ProcessGroupNCCL does; the Work's CUDA future orders the waiter after it):
      the peers' memory); reduce-scatter and all-reduce: the slices summed in rank
      order in float32 by add kernels, as ConCCL's reduce orders them;
   4. a second barrier, so that no rank refills its staging while another reads it.
-Ops: all_gather_into_tensor, reduce_scatter_tensor (SUM, AVG), all_reduce (SUM, AVG),
+Ops: all_gather_into_tensor, all_gather (lists), reduce_scatter_tensor (SUM, AVG), all_reduce (SUM, AVG),
 broadcast, barrier, their coalesced forms: what FSDP2, DDP and the training script use.
 """
 import ctypes
@@ -160,6 +160,15 @@ class ProcessGroupSmRef(dist.ProcessGroup):
 
     def _allgather_base(self, out, inp, opts=None):
         return self._launch([out, inp], lambda: self._gather(out, inp), [out])
+
+    def allgather(self, output_lists, inputs, opts=None):  # DDP checks parameter shapes with it
+        def body():
+            for outs, inp in zip(output_lists, inputs):
+                flat = torch.empty(self._n * inp.numel(), dtype=inp.dtype, device=inp.device)
+                self._gather(flat, inp)
+                for r, o in enumerate(outs):
+                    o.copy_(flat[r * inp.numel():(r + 1) * inp.numel()].view(o.shape))
+        return self._launch(list(inputs) + [o for outs in output_lists for o in outs], body, output_lists)
 
     def allgather_into_tensor_coalesced(self, outs, inps, opts=None):
         return self._launch(list(outs) + list(inps), lambda: [self._gather(o, i) for o, i in zip(outs, inps)], outs)
