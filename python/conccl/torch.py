@@ -442,3 +442,11 @@ def _register_backend():
 
 
 _register_backend()
+
+
+def group_pool(group=None):
+    """The SymmetricPool of a "conccl" torch.distributed process group (the default group
+    when None): tensors allocated in it alike on every rank skip the group's staging
+    copies (conccl/torch_backend.py, group_pool; docs/torch-backend.md)."""
+    from conccl import torch_backend
+    return torch_backend.group_pool(group)

@@ -142,18 +142,34 @@ class ProcessGroupConccl(dist.ProcessGroup):
         # A Work's future records its CUDA event for the devices of the tensors in its
         # value; a Work with no tensor of its own carries this one.
         self._token = None if emu else torch.zeros(1, device=self._cuda)
-        # Every op stages its tensors through one window of the group: CPU tensors
+        # The group's SymmetricPool (conccl.torch): one heap per rank in one window of
+        # the communicator. Its first allocation is the staging that every op's tensors
+        # go through (copied in, the call through the window, copied out): CPU tensors
         # (emulator) cannot be reached otherwise, and CUDA tensors of torch's default
         # allocator (plain cudaMalloc) cannot be shared with the other processes (the
-        # H200 run refused them: "not a CUDA VMM allocation"). The staging is CUDA VMM
-        # memory on nv (alloc_cuda), so one window serves both; the copies in and out
-        # run on the group's stream, in order with the call. Tensors larger than the
-        # staging go through it in pieces.
+        # H200 run refused them: "not a CUDA VMM allocation"). Tensors larger than the
+        # staging go through it in pieces. The rest of the heap,
+        # CONCCL_TORCH_POOL_BYTES, is for the user's tensors (group_pool()): an op
+        # whose tensors all lie in it skips the staging copies.
+        from conccl.torch import SymmetricPool
         self._stage_bytes = int(os.environ.get("CONCCL_TORCH_STAGING_BYTES", 64 << 20))
-        self._stage_buf = (self._dev.alloc(gpu, self._stage_bytes) if emu
-                           else self._dev.alloc_cuda(gpu, self._stage_bytes))
-        self._stage_win = self._comm.register_window(self._stage_buf)
-        self._stage = torch.from_dlpack(self._stage_buf)  # uint8 over the window (CPU or CUDA)
+        pool_bytes = int(os.environ.get("CONCCL_TORCH_POOL_BYTES", 0))
+        self._pool = SymmetricPool(self._comm, self._stage_bytes + pool_bytes + (64 << 10))
+        self._stage = self._pool.empty(self._stage_bytes)  # uint8 (CPU or CUDA), same offset on every rank
+        self._stats = {"direct_calls": 0, "staged_ops": 0}
+
+    def stats(self):
+        """Ops that ran on the caller's pool tensors directly, and ops staged."""
+        return dict(self._stats)
+
+    def _direct(self, *tensors):
+        """Whether the op can run on these tensors as they are: every one contiguous, in
+        the group's pool. Every rank must decide alike (the same allocations in the pool
+        on every rank); a rank that stages while another does not is refused on every
+        rank, since their calls then differ."""
+        ok = all(t.is_contiguous() and self._pool.owns(t) for t in tensors)
+        self._stats["direct_calls" if ok else "staged_ops"] += 1
+        return ok
 
     def getBackendName(self):
         return "conccl"
@@ -350,7 +366,9 @@ class ProcessGroupConccl(dist.ProcessGroup):
 
         def body():
             for t in tensors:
-                if t.dtype in _NATIVE:
+                if t.dtype in _NATIVE and self._direct(t):
+                    self._comm.all_reduce(self._flat(t), op)
+                elif t.dtype in _NATIVE:
                     self._elementwise("all_reduce", t, lambda v: self._comm.all_reduce(v, op))
                 else:
                     self._reduce_by_gather("all_reduce", t, op)
@@ -361,11 +379,15 @@ class ProcessGroupConccl(dist.ProcessGroup):
         t, root = tensors[0], opts.rootRank
         if t.dtype not in _NATIVE:
             return self._launch("reduce", [t], lambda: self._reduce_by_gather("reduce", t, op, self._rank == root))
+        if self._direct(t):
+            return self._launch("reduce", [t], lambda: self._comm.reduce(self._flat(t), root, op))
         return self._launch("reduce", [t], lambda: self._elementwise(
             "reduce", t, lambda v: self._comm.reduce(v, root, op), copy_out=self._rank == root))
 
     def broadcast(self, tensors, opts):
         t, root = tensors[0], opts.rootRank
+        if self._direct(t):
+            return self._launch("broadcast", [t], lambda: self._comm.broadcast(self._flat(t), src=root))
         return self._launch("broadcast", [t], lambda: self._elementwise(
             "broadcast", t, lambda v: self._comm.broadcast(v, src=root), copy_out=self._rank != root))
 
@@ -374,6 +396,9 @@ class ProcessGroupConccl(dist.ProcessGroup):
             raise RuntimeError(f"conccl backend: all_gather_into_tensor: output has {output.numel()} elements of "
                                f"{output.dtype}; it must be world size ({self._size}) x input's {input.numel()} "
                                f"of {input.dtype}")
+        if self._direct(output, input):
+            return self._launch("all_gather_into_tensor", [output, input], lambda: self._comm.all_gather_into_tensor(
+                self._flat(output), self._flat(input)), result=[output])
         return self._launch("all_gather_into_tensor", [output, input],
                             lambda: self._gather_into("all_gather_into_tensor", output, input), result=[output])
 
@@ -401,6 +426,9 @@ class ProcessGroupConccl(dist.ProcessGroup):
             raise RuntimeError(f"conccl backend: reduce_scatter_tensor: input has {input.numel()} elements of "
                                f"{input.dtype}; it must be world size ({self._size}) x output's {output.numel()} "
                                f"of {output.dtype}")
+        if input.dtype in _NATIVE and self._direct(output, input):
+            return self._launch("reduce_scatter_tensor", [output, input], lambda: self._comm.reduce_scatter_tensor(
+                self._flat(output), self._flat(input), op), result=[output])
         return self._launch("reduce_scatter_tensor", [output, input],
                             lambda: self._scatter_reduce("reduce_scatter_tensor", output, input, op), result=[output])
 
@@ -643,6 +671,24 @@ class ProcessGroupConccl(dist.ProcessGroup):
 
     def all_to_all_single(self, output, input, output_split_sizes, input_split_sizes, opts=None):
         return self.alltoall_base(output, input, output_split_sizes, input_split_sizes, opts)
+
+
+def group_pool(group=None):
+    """The SymmetricPool of a "conccl" process group (the default group when None):
+    tensors allocated in it on every rank alike (the same sizes in the same order) go
+    into the group's ops without the staging copies. Its room for them is
+    CONCCL_TORCH_POOL_BYTES per rank (0 by default: set it before the group is made).
+
+        pool = conccl.torch.group_pool()
+        x = pool.empty(n, dtype=torch.float32)                  # any torch; CPU on the emulator
+        with torch.cuda.use_mem_pool(pool.mempool):             # CUDA, torch >= 2.5
+            y = torch.empty(n, device="cuda")
+    """
+    pg = group if group is not None else dist.distributed_c10d._get_default_group()
+    if not isinstance(pg, ProcessGroupConccl):
+        raise RuntimeError(f"conccl backend: group_pool: {type(pg).__name__} is not a process group of the "
+                           "\"conccl\" backend (init_process_group(\"conccl\") or new_group(backend=\"conccl\"))")
+    return pg._pool
 
 
 class _Opts:

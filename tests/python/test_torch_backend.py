@@ -17,7 +17,9 @@ uneven splits with empty pieces), all_to_all (lists, equal and uneven), barrier,
 send/recv 0 -> 1; odd-sized 1-D and 2-D shapes; the same with 1 KiB of staging
 (CONCCL_TORCH_STAGING_BYTES), so that every op goes through it in pieces; async_op=True (Work.wait,
 get_future); new_group([0, 1]) on 4 ranks with the default group used afterwards;
-ranks that all-reduce different sizes (an error on every rank, saying so); a rank
+tensors of the group's pool (conccl.torch.group_pool: no staging, counted by the
+group's stats()) and a rank that stages while another does not (an error on every
+rank); ranks that all-reduce different sizes (an error on every rank, saying so); a rank
 that exits (os._exit) right after init, and one that exits after warm-up
 calls: the survivors' next collective must raise, in bounded time, naming it.
 
@@ -741,6 +743,53 @@ def run_warmup(c, gather=False):
         c.same("warm-up all_reduce", t, ref_reduce(ins, "SUM", "float32"), c.tol(ins, "SUM", "float32"))
 
 
+def run_pool(c):
+    """Tensors of the group's pool (conccl.torch.group_pool) go into the ops without staging:
+    the results are checked as everywhere, and the group's stats() must count them as
+    direct calls, with no op staged. Then a rank that stages while the other does not:
+    an error on both."""
+    import conccl.torch as ct
+    r, n = c.rank, c.world
+    pg = dist.distributed_c10d._get_default_group()
+    pool = ct.group_pool()
+    before = pg.stats()
+    k = 301
+    ins = [gen((k,), "float32", "SUM", "pool ag", j) for j in range(n)]
+    inp, out = pool.empty(k, dtype=torch.float32), pool.empty(n * k, dtype=torch.float32)
+    inp.copy_(ins[r])
+    c.call("pool all_gather_into_tensor", lambda: OPS.all_gather_into_tensor(out, inp))
+    c.same("pool all_gather_into_tensor", out, torch.cat(ins))
+    big = [gen((n * k,), "bfloat16", "SUM", "pool rs", j) for j in range(n)]
+    rin, rout = pool.empty(n * k, dtype=torch.bfloat16), pool.empty(k, dtype=torch.bfloat16)
+    rin.copy_(big[r])
+    c.call("pool reduce_scatter_tensor", lambda: OPS.reduce_scatter_tensor(rout, rin, op=_redop("SUM")))
+    c.same("pool reduce_scatter_tensor", rout, ref_reduce(big, "SUM", "bfloat16")[r * k:(r + 1) * k])
+    ar = [gen((k,), "int64", "MAX", "pool ar", j) for j in range(n)]
+    t = pool.empty(k, dtype=torch.int64)
+    t.copy_(ar[r])
+    c.call("pool all_reduce", lambda: OPS.all_reduce(t, op=_redop("MAX")))
+    c.same("pool all_reduce", t, ref_reduce(ar, "MAX", "int64"))
+    b = pool.empty(k, dtype=torch.float32)
+    b.copy_(ins[r])
+    c.call("pool broadcast", lambda: OPS.broadcast(b, src=n - 1))
+    c.same("pool broadcast", b, ins[n - 1])
+    after = pg.stats()
+    c.checks += 1
+    if (after["direct_calls"] - before["direct_calls"], after["staged_ops"] - before["staged_ops"]) != (4, 0):
+        c.fail("pool", "stats() went from %s to %s: expected 4 direct calls and no staged op" % (before, after))
+    # rank 0 gives pool tensors, the others plain ones: their calls differ
+    x = pool.empty(k, dtype=torch.float32) if r == 0 else torch.empty(k)
+    x.copy_(ins[r])
+    c.checks += 1
+    try:
+        OPS.all_reduce(x)
+    except Exception as e:  # noqa: BLE001
+        if "same calls" not in str(e):
+            c.fail("pool mixed", "the error does not say the calls differ: %s" % str(e)[:300])
+        return
+    c.fail("pool mixed", "rank 0 on a pool tensor, the others staged: all_reduce returned")
+
+
 def run_mismatched(c):
     """Rank r all-reduces 100 * (r + 1) elements: every rank must raise, in bounded time,
     an error that names the disagreement, and no rank may return a result."""
@@ -800,6 +849,8 @@ def worker(rank, world, scenario, backend, tmpdir):
     try:
         c.progress("import")
         os.environ.setdefault("CONCCL_BACKEND", "emu")  # CPU tensors: the emulated node, even where CUDA is
+        if scenario == "pool":
+            os.environ["CONCCL_TORCH_POOL_BYTES"] = str(1 << 20)
         if scenario == "collectives_in_pieces":  # every tensor larger than the staging: it goes in pieces
             os.environ["CONCCL_TORCH_STAGING_BYTES"] = "1024"
         if backend == "conccl":
@@ -821,6 +872,8 @@ def worker(rank, world, scenario, backend, tmpdir):
             run_new_group(c)
         elif scenario == "mismatched":
             run_mismatched(c)
+        elif scenario == "pool":
+            run_pool(c)
         elif scenario.startswith("killed"):
             victim = world - 1
             if scenario == "killed_after_warmup":  # the staging/windows are set up: no message per call
@@ -834,7 +887,7 @@ def worker(rank, world, scenario, backend, tmpdir):
         else:
             raise ValueError(scenario)
         c.progress("destroy_process_group")
-        if not scenario.startswith("killed") and scenario != "mismatched":  # a failed group: exit without it
+        if not scenario.startswith("killed") and scenario not in ("mismatched", "pool"):  # failed: exit without
             dist.destroy_process_group()
     except BaseException:  # noqa: BLE001
         status, fatal = "fatal", traceback.format_exc()
@@ -946,6 +999,11 @@ class TorchBackendTest(unittest.TestCase):
 
     def test_new_group_4_ranks(self):
         self.run_scenario(4, "new_group")
+
+    def test_pool_tensors_skip_the_staging_3_ranks(self):
+        if BACKEND != "conccl":
+            self.skipTest("the pool is conccl's")
+        self.run_scenario(3, "pool")
 
     def test_mismatched_shapes_2_ranks(self):  # 100 and 200 elements: an error on both, not corrupted memory
         self.run_scenario(2, "mismatched")

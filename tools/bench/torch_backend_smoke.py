@@ -124,6 +124,31 @@ def check_all_reduce_other_dtypes(c):
     _close(t, torch.tensor([True, False]), "bool sum")
 
 
+def check_pool(c):
+    # tensors of the group's pool go in without staging (group stats count them)
+    import conccl.torch as ct
+    pg = dist.distributed_c10d._get_default_group()
+    pool = ct.group_pool()
+    before = pg.stats()
+    k = 1 << 16
+    use = getattr(torch.cuda, "use_mem_pool", None) if c.dev.type == "cuda" else None
+    if use is not None:  # torch >= 2.5: the caching allocator carves them from the heap
+        with use(pool.mempool):
+            inp = torch.empty(k, device=c.dev)
+            out = torch.empty(c.n * k, device=c.dev)
+    else:
+        inp, out = pool.empty(k, dtype=torch.float32), pool.empty(c.n * k, dtype=torch.float32)
+    inp.copy_(torch.arange(k, dtype=torch.float32, device=c.dev) + c.rank * k)
+    dist.all_gather_into_tensor(out, inp)
+    _close(out, torch.arange(c.n * k, dtype=torch.float32), "pool all_gather_into_tensor")
+    dist.all_reduce(inp)
+    _close(inp, sum(torch.arange(k, dtype=torch.float32) + r * k for r in range(c.n)), "pool all_reduce")
+    after = pg.stats()
+    if after["direct_calls"] - before["direct_calls"] != 2 or after["staged_ops"] != before["staged_ops"]:
+        raise AssertionError(f"stats() went from {before} to {after}: expected 2 direct calls, none staged")
+    del inp, out
+
+
 def check_async_work(c):
     t = torch.ones(16, device=c.dev) * (c.rank + 1)
     w = dist.all_reduce(t, async_op=True)
@@ -412,6 +437,7 @@ CHECKS = [
     ("all_reduce SUM float32", check_all_reduce_sum),
     ("all_reduce AVG bfloat16", check_all_reduce_avg_bf16),
     ("all_reduce float64, int8, bool", check_all_reduce_other_dtypes),
+    ("tensors of group_pool() skip the staging", check_pool),
     ("async_op=True: Work.wait, is_completed, get_future", check_async_work),
     ("all_gather_into_tensor (flat and stacked)", check_all_gather_into_tensor),
     ("all_gather_into_tensor in place (FSDP2's form)", check_all_gather_in_place),
@@ -442,6 +468,7 @@ class _Ctx:
 def _worker(rank, n, kind, store_path, out_dir, timeout_s, deadline_s, cuda_device):
     faulthandler.dump_traceback_later(max(5, deadline_s - 5), exit=True)
     os.environ["CONCCL_BACKEND"] = kind
+    os.environ.setdefault("CONCCL_TORCH_POOL_BYTES", str(16 << 20))  # room for check_pool's tensors
     log = open(os.path.join(out_dir, f"rank{rank}.jsonl"), "a", buffering=1)
 
     def record(name, status, msg=""):
