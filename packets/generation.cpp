@@ -38,12 +38,24 @@ constexpr GenName kGenNames[] = {
 //  - max copy: Mesa src/amd/common/sid.h 0x3FFF00 (<5.2) / 0x3FFFFF00 (>=5.2),
 //    the most conservative of Linux/ROCr/PAL/Mesa/tinygrad, and 256-B aligned.
 //  - max fill: ROCr kMaxSingleFillSize 0x3FFFE0 on 22-bit generations, the
-//    same rounding (32-B aligned) on 30-bit ones.
+//    same rounding (32-B aligned) on 30-bit ones, except 4.4 (gfx90a): its
+//    30-bit fill count rests on Linux sdma_v4_4_buffer_funcs (fill_max_bytes =
+//    1 << 30, one 2025 patch), while ROCr still splits every fill at
+//    CONSTANT_FILL::kMaxSize_ = 0x3fffe0 there (core/inc/sdma_registers.h). The
+//    packet's limit (max_fill_bytes: the assembler's, so that `sdma-probe asm`
+//    can still try a wide fill on a gfx90a) follows the 30-bit field; the
+//    lowering splits at fill_split_bytes, ROCr's 0x3FFFE0, until a gfx90a run
+//    shows the wider count works (sdma-probe selftest fills and checks 4 MiB +
+//    36 bytes on every engine; docs/hardware.md, the day-one list).
 //  - alignments: FENCE addr 4 B (Linux BUG_ON(addr & 3)); 64-bit atomics 8 B;
 //    TIMESTAMP addr[31:3] field; IB base 32 B (Linux & 0xffffffe0); ring base
 //    256 B (KFD mqd: RB_BASE = addr >> 8).
-//  - FENCE MTYPE=3 (uncached) on 5.x/6.x: Linux sdma_v5_0.c/sdma_v6_0.c, ROCr,
-//    Mesa; 4.x has no such field; PAL gfx12 marks the bits reserved on 7.x.
+//  - FENCE MTYPE=3 (uncached) on 5.x, 6.x and 7.x: Linux sdma_v5_0.c,
+//    sdma_v6_0.c and sdma_v7_0.c (*_ring_emit_fence: SDMA_PKT_FENCE_HEADER_MTYPE(0x3),
+//    "Ucached(UC)"), ROCr amd_blit_sdma.cpp BuildFenceCommand (mtype = 3 for every
+//    major >= 10, gfx12 included), Mesa; 4.x has no such field. PAL gfx12 marks the
+//    bits reserved on 7.x; both AMD drivers set them, and a FENCE whose write stays
+//    in GL2 would leave waits on it to time out, so 7.x sets them too.
 //  - user-queue HDP flush (POLL_REGMEM op 8, dword 2 = 0x80000000, recognised
 //    by the SDMA firmware): ROCR-Runtime src/core/runtime/amd_blit_sdma.cpp
 //    emits it on gfx9 and newer except gfx101x (SDMA 5.0), whose firmware
@@ -52,14 +64,14 @@ constexpr GenName kGenNames[] = {
 //    (include/sdma_pkt_struct.h); not in the Linux headers, so only 4.4.2.
 constexpr uint32_t kMtypeUc = 3u << 16;
 constexpr Limits kLimits[kGenCount] = {
-    // bits max_copy  fbits max_fill  write   nop     fen at8 ts ib  ring mtype    gcr    hdp    incr   swap
-    {22, 0x3FFF00,   22, 0x3FFFE0,   1u << 20, 0x3FFF, 4, 8, 8, 32, 256, 0,        false, true,  false, false},  // 4
-    {30, 0x3FFFFF00, 30, 0x3FFFFFE0, 1u << 20, 0x3FFF, 4, 8, 8, 32, 256, 0,        false, true,  false, false},  // 4.4
-    {22, 0x3FFF00,   22, 0x3FFFE0,   1u << 20, 0x3FFF, 4, 8, 8, 32, 256, 0,        false, true,  false, true},   // 4.4.2
-    {22, 0x3FFF00,   22, 0x3FFFE0,   1u << 20, 0x3FFF, 4, 8, 8, 32, 256, kMtypeUc, true,  false, true,  false},  // 5
-    {30, 0x3FFFFF00, 22, 0x3FFFE0,   1u << 20, 0x3FFF, 4, 8, 8, 32, 256, kMtypeUc, true,  true,  true,  false},  // 5.2
-    {30, 0x3FFFFF00, 30, 0x3FFFFFE0, 1u << 20, 0x3FFF, 4, 8, 8, 32, 256, kMtypeUc, true,  true,  true,  false},  // 6
-    {30, 0x3FFFFF00, 30, 0x3FFFFFE0, 1u << 20, 0x3FFF, 4, 8, 8, 32, 256, 0,        true,  true,  true,  false},  // 7
+    // bits max_copy  fbits max_fill    fill split  write     nop     fen at8 ts ib  ring mtype    gcr    hdp    incr   swap
+    {22, 0x3FFF00,   22, 0x3FFFE0,    0x3FFFE0,    1u << 20, 0x3FFF, 4, 8, 8, 32, 256, 0,        false, true,  false, false},  // 4
+    {30, 0x3FFFFF00, 30, 0x3FFFFFE0,  0x3FFFE0,    1u << 20, 0x3FFF, 4, 8, 8, 32, 256, 0,        false, true,  false, false},  // 4.4
+    {22, 0x3FFF00,   22, 0x3FFFE0,    0x3FFFE0,    1u << 20, 0x3FFF, 4, 8, 8, 32, 256, 0,        false, true,  false, true},   // 4.4.2
+    {22, 0x3FFF00,   22, 0x3FFFE0,    0x3FFFE0,    1u << 20, 0x3FFF, 4, 8, 8, 32, 256, kMtypeUc, true,  false, true,  false},  // 5
+    {30, 0x3FFFFF00, 22, 0x3FFFE0,    0x3FFFE0,    1u << 20, 0x3FFF, 4, 8, 8, 32, 256, kMtypeUc, true,  true,  true,  false},  // 5.2
+    {30, 0x3FFFFF00, 30, 0x3FFFFFE0,  0x3FFFFFE0,  1u << 20, 0x3FFF, 4, 8, 8, 32, 256, kMtypeUc, true,  true,  true,  false},  // 6
+    {30, 0x3FFFFF00, 30, 0x3FFFFFE0,  0x3FFFFFE0,  1u << 20, 0x3FFF, 4, 8, 8, 32, 256, kMtypeUc, true,  true,  true,  false},  // 7
 };
 
 // gfx target -> SDMA IP. The SDMA IP version of each ASIC comes from IP

@@ -44,7 +44,8 @@ struct Limits {
   uint8_t copy_count_bits;       // width of COPY_LINEAR count (bytes-1)
   uint64_t max_copy_bytes;       // largest COPY_LINEAR we emit (conservative)
   uint8_t fill_count_bits;       // width of CONSTANT_FILL count (bytes-1)
-  uint64_t max_fill_bytes;       // largest CONSTANT_FILL we emit (multiple of 4)
+  uint64_t max_fill_bytes;       // largest CONSTANT_FILL the packet takes (multiple of 4): the assembler's limit
+  uint64_t fill_split_bytes;     // largest CONSTANT_FILL the lowering emits (<= max_fill_bytes): fills split here
   uint32_t max_write_dwords;     // WRITE_UNTILED payload (count[19:0] = n-1)
   uint32_t max_nop_count;        // NOP body dwords (count[29:16])
   uint32_t fence_align;          // FENCE / POLL_REGMEM / COND_EXE address

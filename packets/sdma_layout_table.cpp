@@ -257,7 +257,10 @@ constexpr FieldRow kRows[] = {
     F(P(Pkt::write), Key::mall_policy, G7, B(3, 29, 28)),
 
     // ---- FENCE ----
-    F(P(Pkt::fence), Key::mtype, V5x | G6, B(0, 18, 16)),  // PAL-12: reserved on 7.x
+    // 7.x: PAL-12 marks [18:16] reserved; Linux sdma_v7_0.c sdma_v7_0_ring_emit_fence
+    // (through the 6.0 header's SDMA_PKT_FENCE_HEADER_MTYPE) and ROCr BuildFenceCommand
+    // write MTYPE 3 there, as on 5.x/6.x (packets/generation.cpp).
+    F(P(Pkt::fence), Key::mtype, From5, B(0, 18, 16)),
     F(P(Pkt::fence), Key::gcc, V5x | G6, B(0, 19, 19)),
     F(P(Pkt::fence), Key::sys, From5, B(0, 20, 20)),
     F(P(Pkt::fence), Key::snp, From5, B(0, 22, 22)),

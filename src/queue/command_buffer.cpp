@@ -198,7 +198,7 @@ uint64_t CommandBuffer::fill_encoded_bytes(uint64_t bytes) const {
   if (bytes == 0 || (bytes & 3)) return 0;
   if (isa_.kind == IsaKind::hopper_ce)
     return add_sat(hopper::kFillSetupDwords * 4, mul_sat(pieces(bytes, hopper::kMaxFillBytes), hopper::kFillPieceDwords * 4));
-  return mul_sat(pieces(bytes, sdma::limits(isa_.gen).max_fill_bytes), sdma_packet_bytes(isa_.gen, sdma::Pkt::fill));
+  return mul_sat(pieces(bytes, sdma::limits(isa_.gen).fill_split_bytes), sdma_packet_bytes(isa_.gen, sdma::Pkt::fill));
 }
 
 Status CommandBuffer::check_room(const char* what, uint64_t bytes, uint64_t encoded, uint64_t fixed, uint64_t piece,
@@ -280,7 +280,7 @@ Status CommandBuffer::fill(uint64_t dst, uint32_t value, uint64_t bytes) {
     return error(Code::invalid_argument, "fill of " + std::to_string(bytes) + " bytes at " + hex(dst) +
                                              ": a 32-bit fill needs a 4-byte aligned address and size");
   const bool hopper = isa_.kind == IsaKind::hopper_ce;
-  const uint64_t piece = hopper ? hopper::kMaxFillBytes : sdma::limits(isa_.gen).max_fill_bytes;
+  const uint64_t piece = hopper ? hopper::kMaxFillBytes : sdma::limits(isa_.gen).fill_split_bytes;
   const uint64_t piece_encoded = hopper ? hopper::kFillPieceDwords * 4 : sdma_packet_bytes(isa_.gen, sdma::Pkt::fill);
   const uint64_t fixed = hopper ? hopper::kFillSetupDwords * 4 : 0;
   CONCCL_RETURN_IF_ERROR(check_room("fill", bytes, fill_encoded_bytes(bytes), fixed, piece, piece_encoded));

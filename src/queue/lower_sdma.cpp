@@ -6,6 +6,21 @@
 // (docs/signals.md). Adds are ATOMIC add64 (twin first, value last: a host
 // that sees the value may free the signal, so no packet of the update may
 // come after it); stores are FENCEs, low dword first.
+//
+// Cache maintenance inside a list, in ROCr's order (ROCR-Runtime
+// src/core/runtime/amd_blit_sdma.cpp SubmitBlockingCommand / the BlitSdmaV5
+// wait and signal commands: dependency polls -> HDP flush -> GCR invalidate ->
+// work -> GCR write-back -> signal). The submission frame (sdma_frame.hpp) does
+// the same once around a whole submission; a list that waits, copies and
+// signals in the middle of one submission (broadcast `chain`, the collectives'
+// arrivals) needs it at each step:
+//   - after every wait: the firmware HDP flush where the generation has it, so
+//     that what the CPU wrote through the BAR before the value the wait saw is
+//     out of the HDP write cache; on GCR generations (5.x+, GL2 clients) a GL2
+//     invalidate, so that reads after the wait do not hit lines older than it;
+//   - before every signal update (add or store): a GL2 write-back on GCR
+//     generations, so that a consumer who sees the signal (an ATOMIC or an
+//     uncached FENCE, which bypass GL2) also sees the data written before it.
 #include <algorithm>
 #include <array>
 
@@ -13,6 +28,7 @@
 #include "packets/sdma_asm.hpp"
 #include "packets/sdma_codec.hpp"
 #include "queue/lowering.hpp"
+#include "queue/sdma_frame.hpp"
 
 namespace conccl::lower {
 
@@ -92,18 +108,38 @@ Status swap(CommandBuffer& cb, uint64_t a, uint64_t b, uint64_t bytes) {
 }
 
 Status fill(CommandBuffer& cb, uint64_t dst, uint32_t value, uint64_t bytes) {
-  return for_each_piece(bytes, sdma::limits(cb.gen()).max_fill_bytes, [&](uint64_t off, uint64_t len) {
+  return for_each_piece(bytes, sdma::limits(cb.gen()).fill_split_bytes, [&](uint64_t off, uint64_t len) {
     const FieldValue f[] = {{Key::dst, dst + off}, {Key::value, value}, {Key::bytes, len}};
     return cb.packet(Pkt::fill, f);
   });
 }
 
+// See the top of the file for why and whose order.
+Status write_back_before_signal(CommandBuffer& cb) {
+  if (!sdma::limits(cb.gen()).has_gcr) return Status();
+  const FieldValue f[] = {{Key::control, kGcrWriteBack}};
+  return cb.packet(Pkt::gcr_user, f);
+}
+
+Status flush_and_invalidate_after_wait(CommandBuffer& cb) {
+  const sdma::Limits& l = sdma::limits(cb.gen());
+  if (l.user_hdp_flush) {
+    const FieldValue f[] = {{Key::req, kHdpFlushReq}};
+    CONCCL_RETURN_IF_ERROR(cb.packet(Pkt::poll_reg, f));
+  }
+  if (!l.has_gcr) return Status();
+  const FieldValue f[] = {{Key::control, kGcrInvalidate}};
+  return cb.packet(Pkt::gcr_user, f);
+}
+
 Status signal_add(CommandBuffer& cb, uint64_t va, uint64_t delta) {
+  CONCCL_RETURN_IF_ERROR(write_back_before_signal(cb));
   CONCCL_RETURN_IF_ERROR(add64(cb, va + 8, delta));
   return add64(cb, va, delta);
 }
 
 Status signal_set(CommandBuffer& cb, uint64_t va, uint64_t v) {
+  CONCCL_RETURN_IF_ERROR(write_back_before_signal(cb));
   CONCCL_RETURN_IF_ERROR(cb.fence64(va + 8, v + kTwin));  // twin first, value last
   return cb.fence64(va, v);
 }
@@ -125,7 +161,8 @@ Status wait_ge(CommandBuffer& cb, uint64_t va, uint64_t v) {
   constexpr uint64_t kPollDwords = 6;
   const FieldValue f[] = {{Key::addr, base + 4}, {Key::ref, hi}, {Key::count, kPollDwords}};
   CONCCL_RETURN_IF_ERROR(cb.packet(Pkt::cond_exe, f));
-  return cb.poll(base, lo, 0xFFFFFFFF, PollFunc::ge);
+  CONCCL_RETURN_IF_ERROR(cb.poll(base, lo, 0xFFFFFFFF, PollFunc::ge));
+  return flush_and_invalidate_after_wait(cb);
 }
 
 Status timestamp(CommandBuffer& cb, uint64_t slot) {
@@ -157,7 +194,7 @@ Caps make_caps(sdma::Gen g) {
   const sdma::Limits& l = sdma::limits(g);
   Caps c;
   c.max_copy_bytes = l.max_copy_bytes;
-  c.max_fill_bytes = l.max_fill_bytes;
+  c.max_fill_bytes = l.fill_split_bytes;  // what fill() emits per packet
   c.broadcast_copy = true;      // COPY_LINEAR broadcast exists on every generation we encode
   c.swap = l.has_swap_linear;   // SWAP_LINEAR: 4.4.2 only
   c.atomic64 = true;            // ATOMIC add64 (a queue over a link without 64-bit atomics clears it)

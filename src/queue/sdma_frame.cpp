@@ -8,20 +8,6 @@ namespace conccl {
 
 namespace {
 
-// ROCR-Runtime src/core/runtime/amd_blit_sdma.cpp BuildGCRCommand (BlitSdmaV5,
-// gfx10/11/12): before the work GL2_INV|GL2_WB|GLK_INV|GLK_WB|GL1_INV|GLV_INV
-// (control 0xC3C0), after it GL2_WB|GLK_WB (0x8040); GL2_RANGE 0 = the whole
-// cache, so base and limit stay 0. Bit names: linux
-// drivers/gpu/drm/amd/amdgpu/navi10_sdma_pkt_open.h SDMA_GCR_*.
-constexpr uint64_t kGcrInvalidate = 0xC3C0;
-constexpr uint64_t kGcrWriteBack = 0x8040;
-// The firmware HDP flush: POLL_REGMEM in register form with dword 2 =
-// 0x80000000 (ROCR-Runtime core/inc/sdma_registers.h SDMA_PKT_HDP_FLUSH, "gfx9
-// sDMA microcode introducing SDMA_PKT_HDP_FLUSH" 0x1A5). The firmware does the
-// flush; no NBIO register offsets are needed, unlike the kernel's form
-// (linux sdma_v4_0.c sdma_v4_0_ring_emit_hdp_flush).
-constexpr uint64_t kHdpFlushReq = 0x80000000;
-
 uint64_t bytes_of(const std::vector<std::vector<uint32_t>>& pkts) {
   uint64_t n = 0;
   for (const auto& p : pkts) n += p.size() * 4;

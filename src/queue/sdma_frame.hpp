@@ -31,6 +31,21 @@
 
 namespace conccl {
 
+// ROCR-Runtime src/core/runtime/amd_blit_sdma.cpp BuildGCRCommand (BlitSdmaV5,
+// gfx10/11/12): before the work GL2_INV|GL2_WB|GLK_INV|GLK_WB|GL1_INV|GLV_INV
+// (control 0xC3C0), after it GL2_WB|GLK_WB (0x8040); GL2_RANGE 0 = the whole
+// cache, so base and limit stay 0. Bit names: linux
+// drivers/gpu/drm/amd/amdgpu/navi10_sdma_pkt_open.h SDMA_GCR_*. Used by the
+// frame and, inside a list, by the SDMA lowering (src/queue/lower_sdma.cpp).
+inline constexpr uint64_t kGcrInvalidate = 0xC3C0;
+inline constexpr uint64_t kGcrWriteBack = 0x8040;
+// The firmware HDP flush: POLL_REGMEM in register form with dword 2 =
+// 0x80000000 (ROCR-Runtime core/inc/sdma_registers.h SDMA_PKT_HDP_FLUSH, "gfx9
+// sDMA microcode introducing SDMA_PKT_HDP_FLUSH" 0x1A5). The firmware does the
+// flush; no NBIO register offsets are needed, unlike the kernel's form
+// (linux sdma_v4_0.c sdma_v4_0_ring_emit_hdp_flush).
+inline constexpr uint64_t kHdpFlushReq = 0x80000000;
+
 struct FramePolicy {
   bool hdp_flush = false;         // firmware HDP flush before the work
   bool gcr = false;               // GCR_USER invalidate before, write-back after

@@ -65,15 +65,26 @@ Signal::~Signal() {
 
 uint64_t Signal::value() const { return word(host_, 0).load(std::memory_order_acquire); }
 
+// A DMA engine polls the signal, and may then read data the CPU wrote before
+// it, possibly through a write-combining BAR mapping of VRAM. A release store
+// orders the CPU's ordinary stores, not write-combined ones (x86 drains the WC
+// buffers only at a fence or a locked instruction: Intel SDM vol. 3, "Memory
+// Ordering" and "Write Combining"), so a full fence goes before the update
+// (the data is out before the signal) and after it (the signal is not held in
+// a WC buffer).
 void Signal::set(uint64_t v) {
+  std::atomic_thread_fence(std::memory_order_seq_cst);
   if (twin_) word(host_, 1).store(v + kTwinOffset, std::memory_order_release);
   word(host_, 0).store(v, std::memory_order_release);
+  std::atomic_thread_fence(std::memory_order_seq_cst);
   if (device_) device_->host_wrote();
 }
 
 uint64_t Signal::add(uint64_t delta) {
+  std::atomic_thread_fence(std::memory_order_seq_cst);
   if (twin_) word(host_, 1).fetch_add(delta, std::memory_order_acq_rel);
   const uint64_t v = word(host_, 0).fetch_add(delta, std::memory_order_acq_rel) + delta;
+  std::atomic_thread_fence(std::memory_order_seq_cst);
   if (device_) device_->host_wrote();
   return v;
 }

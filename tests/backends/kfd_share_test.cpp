@@ -6,7 +6,9 @@
 // accept these calls on hardware (never run there yet; docs/multiprocess.md).
 #include <gtest/gtest.h>
 #include <poll.h>
+#include <fcntl.h>
 #include <sys/mman.h>
+#include <sys/resource.h>
 #include <sys/socket.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -302,10 +304,11 @@ TEST(KfdShareCalls, ImportMapsAtTheOwnersAddressAndIsReusedOrReplaced) {
   std::unique_ptr<SharedMemory> m = open_slot(sys, 1);
   ASSERT_TRUE(m);
   auto [r, fd] = foreign_region(5, 2 * kMiB, 3 * 4096, MemKind::device, 1, 77);
+  const int fd_again = ::fcntl(fd, F_DUPFD_CLOEXEC, 0);  // the same dma-buf, sent again later
   sys->clear();
   ASSERT_TRUE(m->import(r, fd, {1, 0}).ok());
   std::vector<Call> c = sys->calls();
-  ASSERT_EQ(c.size(), 4u);
+  ASSERT_EQ(c.size(), 5u);
   EXPECT_EQ(c[0].op, "mmap");
   EXPECT_EQ(c[0].va, r.va);
   EXPECT_EQ(c[0].size, r.size);
@@ -320,12 +323,13 @@ TEST(KfdShareCalls, ImportMapsAtTheOwnersAddressAndIsReusedOrReplaced) {
   EXPECT_EQ(c[2].gpu_ids, (std::vector<uint32_t>{kId1, kId0}));
   EXPECT_EQ(c[3].op, "mmap");
   EXPECT_EQ(c[3].flags, MAP_SHARED | MAP_FIXED);
+  EXPECT_EQ(c[4].op, "close") << "KFD and the mapping hold the dma-buf: the descriptor goes at once";
+  EXPECT_EQ(c[4].fd, fd);
   EXPECT_EQ(m->host_pointer(r.va + 4096, 4096), reinterpret_cast<void*>(r.va + 4096));
   EXPECT_EQ(m->covers(r.va, r.size), std::optional<bool>(true));
   EXPECT_EQ(m->imports(), 1u);
 
   // The same region again: nothing but closing the new descriptor.
-  const int fd_again = ::fcntl(fd, F_DUPFD_CLOEXEC, 0);
   sys->clear();
   ASSERT_TRUE(m->import(r, fd_again, {1, 0}).ok());
   c = sys->calls();
@@ -345,14 +349,14 @@ TEST(KfdShareCalls, ImportMapsAtTheOwnersAddressAndIsReusedOrReplaced) {
   EXPECT_EQ(c[1].handle, handle);
   EXPECT_EQ(c[2].op, "free");
   EXPECT_EQ(c[2].handle, handle);
-  EXPECT_EQ(c[3].op, "close");
-  EXPECT_EQ(c[3].fd, fd);
-  EXPECT_EQ(c[4].op, "mmap");
-  EXPECT_EQ(c[5].op, "import_dmabuf");
-  EXPECT_EQ(c[5].gpu_id, kId0) << "host memory is imported through GPU 0, where every process makes it";
-  EXPECT_EQ(c[5].fd, fd2);
-  EXPECT_EQ(c[6].op, "map");
-  EXPECT_EQ(c[7].op, "mmap");
+  EXPECT_EQ(c[3].op, "mmap");
+  EXPECT_EQ(c[4].op, "import_dmabuf");
+  EXPECT_EQ(c[4].gpu_id, kId0) << "host memory is imported through GPU 0, where every process makes it";
+  EXPECT_EQ(c[4].fd, fd2);
+  EXPECT_EQ(c[5].op, "map");
+  EXPECT_EQ(c[6].op, "mmap");
+  EXPECT_EQ(c[7].op, "close");
+  EXPECT_EQ(c[7].fd, fd2);
   EXPECT_EQ(m->imports(), 1u);
 
   // Closing drops it.
@@ -360,6 +364,49 @@ TEST(KfdShareCalls, ImportMapsAtTheOwnersAddressAndIsReusedOrReplaced) {
   m.reset();
   EXPECT_EQ(sys->live_kfd_handles(), 0);
   EXPECT_EQ(sys->calls_of({"unmap", "free"}).size(), 2u);
+}
+
+// Many imports under a small descriptor limit: each import gives its dma-buf
+// descriptor back once KFD and the mapping hold the buffer, so 400 live imports
+// fit under `ulimit -n 256` and leave no descriptor open (they held one each,
+// and the 250th or so failed, before issue #31).
+TEST(KfdShareCalls, ImportsKeepNoDescriptorsUnderASmallLimit) {
+  CONCCL_SKIP_WITHOUT_SLOT_WINDOWS();
+  auto count_fds = [] {
+    int n = 0;
+    for (int fd = 0; fd < 4096; ++fd)
+      if (::fcntl(fd, F_GETFD) != -1) ++n;
+    return n;
+  };
+  rlimit old{};
+  ASSERT_EQ(::getrlimit(RLIMIT_NOFILE, &old), 0);
+  if (old.rlim_max < 256) GTEST_SKIP() << "the hard descriptor limit is below 256";
+  auto sys = std::make_shared<FakeShareSys>();
+  std::unique_ptr<SharedMemory> m = open_slot(sys, 1);
+  ASSERT_TRUE(m);
+  const int before = count_fds();
+  ASSERT_LT(before, 200) << "this test needs room under a limit of 256";
+  rlimit small = old;
+  small.rlim_cur = 256;
+  ASSERT_EQ(::setrlimit(RLIMIT_NOFILE, &small), 0);
+  conccl::Status failed;
+  int done = 0;
+  for (int i = 0; i < 400 && failed.ok(); ++i, ++done) {
+    auto [r, fd] = foreign_region(5, uint64_t(i) * 2 * kMiB, 4096, MemKind::host, -1, 1000 + uint64_t(i));
+    if (fd < 0) {
+      failed = conccl::error(Code::resource_exhausted, "memfd_create failed at import " + std::to_string(i));
+      break;
+    }
+    failed = m->import(r, fd, {0});
+  }
+  const int during = count_fds();
+  ASSERT_EQ(::setrlimit(RLIMIT_NOFILE, &old), 0);
+  ASSERT_TRUE(failed.ok()) << failed.to_string() << " (after " << done << " imports)";
+  EXPECT_EQ(m->imports(), 400u);
+  EXPECT_EQ(during, before) << "imports hold descriptors";
+  m.reset();
+  EXPECT_EQ(sys->live_kfd_handles(), 0);
+  EXPECT_EQ(count_fds(), before - 1) << "the device's own KFD descriptor is closed with it";
 }
 
 // ---- (c) two processes, one address ----

@@ -55,7 +55,6 @@ TEST(Errors, UnknownKey) {
   expect_asm_error(Gen::v4, "copy src=0 dst=0 bytes=4 cpv=1", kBad, {"copy", "'cpv'", "SDMA 4"});
   expect_asm_error(Gen::v7, "copy src=0 dst=0 bytes=4 src_sw=1", kBad, {"copy", "'src_sw'", "SDMA 7"});
   expect_asm_error(Gen::v6, "copy src=0 dst=0 bytes=4 dcc=1", kBad, {"copy", "'dcc'", "SDMA 6"});
-  expect_asm_error(Gen::v7, "fence addr=0 value=0 mtype=3", kBad, {"fence", "'mtype'", "SDMA 7"});
   expect_asm_error(Gen::v4, "fence addr=0 value=0 mtype=3", kBad, {"fence", "'mtype'"});
   expect_asm_error(Gen::v5, "reg_write reg=1 value=1 mall_policy=1", kBad, {"reg_write", "'mall_policy'"});
   expect_asm_error(Gen::v7, "reg_write reg=1 value=1 byte_en=15", kBad, {"reg_write", "'byte_en'"});

@@ -85,6 +85,8 @@ const Golden kReference[] = {
     {"6", "fence addr=0x00007F0000400000 value=1 mtype=3", {0x00030005, 0x00400000, 0x00007F00, 0x00000001}},
     {"5", "fence addr=0x00007F0000400000 value=1 mtype=3 sys=1 snp=1", {0x00530005, 0x00400000, 0x00007F00, 0x00000001}},
     {"7", "fence addr=0x00007F0000400000 value=1", {0x00000005, 0x00400000, 0x00007F00, 0x00000001}},
+    // 7.x FENCE with MTYPE=UC, as Linux sdma_v7_0.c sdma_v7_0_ring_emit_fence writes it
+    {"7", "fence addr=0x00007F0000400000 value=1 mtype=3", {0x00030005, 0x00400000, 0x00007F00, 0x00000001}},
     // §2.8 TRAP ctx 0x1234.
     {"4", "trap ctx=0x1234", {0x00000006, 0x00001234}},
     {"7", "trap ctx=0x1234", {0x00000006, 0x00001234}},

@@ -305,6 +305,9 @@ TEST(Table, LimitsMatchTheLayout) {
     const bool wide_fill = g == Gen::v4_4 || g == Gen::v6 || g == Gen::v7;
     EXPECT_EQ(lim.fill_count_bits, wide_fill ? 30 : 22) << where;
     EXPECT_EQ(lim.max_fill_bytes, wide_fill ? 0x3FFFFFE0u : 0x3FFFE0u) << where;
+    // The lowering's pieces: the packet's limit, except 4.4 (gfx90a), where fills
+    // split at ROCr's 0x3FFFE0 until a hardware run proves the 30-bit count.
+    EXPECT_EQ(lim.fill_split_bytes, g == Gen::v4_4 ? 0x3FFFE0u : lim.max_fill_bytes) << where;
     for (Pkt p : {Pkt::fill, Pkt::fill8})
       EXPECT_EQ(test::row_of(p, g, Key::bytes)->total_width(), lim.fill_count_bits) << where;
     EXPECT_LE(lim.max_fill_bytes - 1, (1ull << lim.fill_count_bits) - 1);
@@ -329,8 +332,9 @@ TEST(Table, LimitsMatchTheLayout) {
     EXPECT_EQ(lim.has_gcr, packet_exists(Pkt::gcr_user, g)) << where;
     EXPECT_EQ(lim.has_mem_incr, packet_exists(Pkt::mem_incr, g)) << where;
     EXPECT_EQ(lim.has_swap_linear, packet_exists(Pkt::swap, g)) << where;
-    // FENCE MTYPE=UC (3) on 5.x/6.x only; the header bits are the mtype field's.
-    const bool has_mtype = g == Gen::v5 || g == Gen::v5_2 || g == Gen::v6;
+    // FENCE MTYPE=UC (3) on 5.x, 6.x and 7.x (Linux sdma_v7_0.c and ROCr write it on 7.x
+    // too); the header bits are the mtype field's.
+    const bool has_mtype = g == Gen::v5 || g == Gen::v5_2 || g == Gen::v6 || g == Gen::v7;
     EXPECT_EQ(lim.fence_mtype_uc, has_mtype ? 0x00030000u : 0u) << where;
     if (has_mtype) {
       Result<std::vector<uint32_t>> dw = assemble(g, "fence addr=0 value=0 mtype=3");

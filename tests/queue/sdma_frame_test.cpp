@@ -38,7 +38,7 @@ TEST(SubmitFrame, ExactPacketsPerGeneration) {
   const Expect cases[] = {
       {Gen::v4, true, false, &kFence4},   {Gen::v4_4_2, true, false, &kFence4},  // gfx9: flush, no GCR
       {Gen::v5, false, true, &kFenceUc},  // gfx101x firmware has no user HDP flush (ROCr)
-      {Gen::v5_2, true, true, &kFenceUc}, {Gen::v6, true, true, &kFenceUc}, {Gen::v7, true, true, &kFence4},
+      {Gen::v5_2, true, true, &kFenceUc}, {Gen::v6, true, true, &kFenceUc}, {Gen::v7, true, true, &kFenceUc},
   };
   for (const Expect& c : cases) {
     SCOPED_TRACE("SDMA " + std::string(sdma::gen_name(c.gen)));

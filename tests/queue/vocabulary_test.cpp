@@ -194,33 +194,86 @@ TEST(SdmaLowering, SignalCommandsKeepTheTwin) {
   CommandBuffer set(Isa::sdma_gen(sdma::Gen::v5_2));
   ASSERT_OK(set.signal_set(va, 0x100000007ull));
   d = sdma::decode_stream(set.gen(), set.dwords());
-  ASSERT_EQ(d.packets.size(), 4u);
-  EXPECT_EQ(d.packets[0].get(sdma::Key::addr), va + 8);
-  EXPECT_EQ(d.packets[0].get(sdma::Key::value), 7u + (1u << 31));
-  EXPECT_EQ(d.packets[3].get(sdma::Key::addr), va + 4);
-  EXPECT_EQ(d.packets[3].get(sdma::Key::value), 1u);
+  ASSERT_EQ(d.packets.size(), 5u);  // GCR write-back (SDMA 5.2 is a GL2 client), then the 4 FENCEs
+  EXPECT_EQ(d.packets[0].pkt, sdma::Pkt::gcr_user);
+  EXPECT_EQ(d.packets[1].get(sdma::Key::addr), va + 8);
+  EXPECT_EQ(d.packets[1].get(sdma::Key::value), 7u + (1u << 31));
+  EXPECT_EQ(d.packets[4].get(sdma::Key::addr), va + 4);
+  EXPECT_EQ(d.packets[4].get(sdma::Key::value), 1u);
 
   CommandBuffer wait(Isa::sdma_gen(sdma::Gen::v4));
   ASSERT_OK(wait.wait_ge(va, 0x80000001ull));  // low dword >= 2^31: waits on the twin
   d = sdma::decode_stream(wait.gen(), wait.dwords());
-  ASSERT_EQ(d.packets.size(), 3u);
+  ASSERT_EQ(d.packets.size(), 4u);  // POLL, COND_EXE, POLL, then the HDP flush
   EXPECT_EQ(d.packets[0].get(sdma::Key::addr), va + 8 + 4);
   EXPECT_EQ(d.packets[1].pkt, sdma::Pkt::cond_exe);
   EXPECT_EQ(d.packets[2].get(sdma::Key::ref), 1u);  // 0x80000001 + 2^31 = 0x1_00000001
+  EXPECT_EQ(d.packets[3].pkt, sdma::Pkt::poll_reg);
   EXPECT_EQ(wait.signal_add(va + 4, 1).code(), Code::invalid_argument) << "8-byte aligned";
 }
 
-// gfx90a (SDMA 4.4.0) takes 30-bit COPY_LINEAR and CONSTANT_FILL counts
-// (Linux sdma_v4_0.c: sdma_v4_4_buffer_funcs, 1 << 30 per command); gfx908
-// (SDMA 4.2.2) keeps 22 bits. The KFD backend gets the Isa from the gfx target.
-TEST(SdmaLowering, Gfx90aCopiesAndFillsUseThe30BitCount) {
+// Cache maintenance inside a list (ROCR-Runtime amd_blit_sdma.cpp: dependency
+// polls -> HDP flush -> GCR invalidate -> work -> GCR write-back -> signal): a
+// list that waits, copies and signals in the middle of one submission (broadcast
+// `chain`) gets, on every generation, the firmware HDP flush after each wait where
+// the firmware has it, and on GL2 clients (SDMA 5.x+) a GL2 invalidate after each
+// wait and a write-back before each signal update, so that a consumer who sees the
+// signal sees the data, and reads after a wait do not hit older lines.
+TEST(SdmaLowering, ListsKeepCachesInOrderAroundWaitsAndSignals) {
+  for (sdma::Gen g : sdma::kAllGens) {
+    SCOPED_TRACE(sdma::gen_name(g));
+    const sdma::Limits& l = sdma::limits(g);
+    CommandBuffer cb(Isa::sdma_gen(g));
+    ASSERT_OK(cb.wait_ge(0x10000, 5));
+    ASSERT_OK(cb.copy(0x7F00'0020'0000ull, 0x7F00'0010'0000ull, 4096));
+    ASSERT_OK(cb.signal_add(0x20000, 1));
+    ASSERT_OK(cb.signal_set(0x30000, 9));
+    sdma::StreamDecode d = sdma::decode_stream(g, cb.dwords());
+    ASSERT_TRUE(d.error.ok()) << d.error.message();
+    std::vector<sdma::Pkt> want = {sdma::Pkt::poll, sdma::Pkt::cond_exe, sdma::Pkt::poll};
+    if (l.user_hdp_flush) want.push_back(sdma::Pkt::poll_reg);
+    if (l.has_gcr) want.push_back(sdma::Pkt::gcr_user);
+    want.push_back(sdma::Pkt::copy);
+    if (l.has_gcr) want.push_back(sdma::Pkt::gcr_user);
+    want.insert(want.end(), {sdma::Pkt::atomic_add64, sdma::Pkt::atomic_add64});
+    if (l.has_gcr) want.push_back(sdma::Pkt::gcr_user);
+    want.insert(want.end(), {sdma::Pkt::fence, sdma::Pkt::fence, sdma::Pkt::fence, sdma::Pkt::fence});
+    std::vector<sdma::Pkt> got;
+    for (const sdma::Packet& p : d.packets) got.push_back(p.pkt);
+    ASSERT_EQ(got, want) << cb.disassemble();
+    size_t i = 3;
+    if (l.user_hdp_flush) {
+      EXPECT_EQ(d.packets[i++].get(sdma::Key::req), 0x80000000u) << "the firmware HDP flush";
+    }
+    if (l.has_gcr) {
+      EXPECT_EQ(d.packets[i].get(sdma::Key::control), 0xC3C0u) << "invalidate after the wait";
+      EXPECT_EQ(d.packets[i + 2].get(sdma::Key::control), 0x8040u) << "write-back before the add";
+      EXPECT_EQ(d.packets[i + 5].get(sdma::Key::control), 0x8040u) << "write-back before the store";
+    }
+    // A wait keeps one size whatever its value: prelaunched lists rewrite it in place.
+    const size_t dwords = cb.size_dwords();
+    CommandBuffer other(Isa::sdma_gen(g));
+    ASSERT_OK(other.wait_ge(0x10000, 0xFFFF'FFFF'0000'0001ull));
+    ASSERT_OK(other.copy(0x7F00'0020'0000ull, 0x7F00'0010'0000ull, 4096));
+    ASSERT_OK(other.signal_add(0x20000, 1));
+    ASSERT_OK(other.signal_set(0x30000, 9));
+    EXPECT_EQ(other.size_dwords(), dwords);
+  }
+}
+
+// gfx90a (SDMA 4.4.0) takes 30-bit COPY_LINEAR counts (Linux sdma_v4_0.c:
+// sdma_v4_4_buffer_funcs, 1 << 30 per command; ROCr raises its copy size for
+// gfx90a too); gfx908 (SDMA 4.2.2) keeps 22 bits. Fills split at ROCr's 0x3FFFE0
+// on both (ROCr splits every fill there, gfx90a included; packets/generation.cpp).
+// The KFD backend gets the Isa from the gfx target.
+TEST(SdmaLowering, Gfx90aCopiesUseThe30BitCountAndFillsSplitAsROCrDoes) {
   const std::optional<sdma::GfxTarget> mi200 = sdma::gfx_target_version_to_target(90010);
   const std::optional<sdma::GfxTarget> mi100 = sdma::gfx_target_version_to_target(90008);
   ASSERT_TRUE(mi200 && mi100);
   const Isa wide = Isa::sdma_gen(mi200->gen), narrow = Isa::sdma_gen(mi100->gen);
   EXPECT_EQ(wide.name(), "SDMA 4.4");
   EXPECT_EQ(caps(wide).max_copy_bytes, 0x3FFFFF00u);
-  EXPECT_EQ(caps(wide).max_fill_bytes, 0x3FFFFFE0u);
+  EXPECT_EQ(caps(wide).max_fill_bytes, 0x3FFFE0u);
   EXPECT_EQ(caps(narrow).max_copy_bytes, 0x3FFF00u);
   EXPECT_FALSE(caps(wide).swap);
 
@@ -242,9 +295,11 @@ TEST(SdmaLowering, Gfx90aCopiesAndFillsUseThe30BitCount) {
   EXPECT_EQ(dw(c)[7 + 1], 0u);  // the 1-byte tail: count 0
 
   CommandBuffer f(wide);
-  ASSERT_OK(f.fill(0x7F00'0020'0000ull, 0, 256ull << 20));
-  const std::vector<uint32_t> one_fill = {0x8000000B, 0x00200000, 0x7F00, 0, 0x0FFFFFFF};
-  EXPECT_EQ(dw(f), one_fill);
+  ASSERT_OK(f.fill(0x7F00'0020'0000ull, 0, (4ull << 20) + 36));
+  ASSERT_EQ(f.packet_count(), 2u);  // 0x3FFFE0, then the 68-byte tail
+  const std::vector<uint32_t> two_fills = {0x8000000B, 0x00200000, 0x7F00, 0, 0x3FFFDF,
+                                           0x8000000B, 0x005FFFE0, 0x7F00, 0, 68 - 1};
+  EXPECT_EQ(dw(f), two_fills);
 }
 
 TEST(Vocabulary, FixedStorageFillsThenRefuses) {

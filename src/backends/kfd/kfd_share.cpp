@@ -417,6 +417,14 @@ Status SharedMemory::import(const SharedRegion& r, int fd, const std::vector<int
     (void)detach(m, false);
     return st.prefix("importing " + what);
   }
+  // The descriptor is not needed past here: KFD holds its own reference to the
+  // dma-buf once imported (linux amdkfd kfd_chardev.c kfd_ioctl_import_dmabuf ->
+  // amdgpu_amdkfd_gpuvm.c import_obj_create, get_dma_buf), and the CPU mapping
+  // holds the file. Keeping one descriptor per import ran past the default
+  // RLIMIT_NOFILE (1024) with many peers and plans; then dup() in share() and
+  // SCM_RIGHTS (truncated: MSG_CTRUNC) failed.
+  (void)sys_->close(m.dmabuf_fd);
+  m.dmabuf_fd = -1;
   imported_[m.va] = m;
   return Status();
 }

@@ -11,6 +11,7 @@
 #include <cstring>
 
 #include "backends/kfd/kfd_policy.hpp"
+#include "queue/sdma_frame.hpp"
 
 namespace conccl::kfd {
 
@@ -430,7 +431,13 @@ uint32_t wait_slice_ms(std::chrono::nanoseconds remaining, uint32_t max_ms) {
 Status record_wake(CommandBuffer& cb, uint32_t event_id, uint64_t mailbox_va) {
   const size_t dw = cb.size_dwords(), n = cb.packet_count();
   Status st;
-  if (mailbox_va != 0) st = cb.fence(mailbox_va, event_id);
+  // GL2 written back before the mailbox FENCE (uncached) that wakes the host,
+  // as before any signal (src/queue/lower_sdma.cpp; ROCr amd_blit_sdma.cpp).
+  if (cb.isa().is_sdma() && sdma::limits(cb.gen()).has_gcr) {
+    const sdma::FieldValue f[] = {{sdma::Key::control, kGcrWriteBack}};
+    st = cb.packet(sdma::Pkt::gcr_user, f);
+  }
+  if (st.ok() && mailbox_va != 0) st = cb.fence(mailbox_va, event_id);
   if (st.ok()) st = cb.trap(event_id);
   if (!st.ok()) cb.truncate(dw, n);
   return st;
