@@ -43,13 +43,19 @@ struct Options {
   // Fail open() with Code::unavailable unless queues can be pinned to
   // engines (KFD >= 1.17 and a thunk with hsaKmtCreateQueueExt).
   bool require_engine_ids = false;
-  // TRAP wake-ups need a KFD signal event per queue, and KFD accepts one
-  // events page per process (linux amdkfd kfd_events.c: "Event page is
-  // already set"): two libhsakmt copies in one process (ROCm >= 6.3 links a
-  // private one into libhsa-runtime64) cannot both have events. auto: use
-  // them unless a libhsa-runtime64 with its own thunk is loaded, and turn
-  // them off if the first event is refused; then waits poll with naps.
-  // The environment variable CONCCL_KFD_TRAP=0/1 overrides auto.
+  // KFD events: TRAP wake-ups (a KFD signal event per queue) and the report
+  // of GPU memory faults (one memory event). KFD accepts one events page per
+  // process, set at the first event of any type (linux amdkfd kfd_events.c:
+  // "Event page is already set"; libhsakmt events.c hsaKmtCreateEvent), so
+  // two libhsakmt copies in one process (ROCm >= 6.3 links a private one into
+  // libhsa-runtime64) cannot both have events, whichever opens first.
+  // auto: events only where they cannot take HIP's: a libhsa-runtime64 that
+  // shares this libhsakmt is loaded (one page for both). Otherwise none: a HIP
+  // initialised later in the process would find the page taken and hang in
+  // its waits; waits poll with naps and faults show as timeouts with the
+  // hang diagnosis. on: the process never loads HIP/ROCr (the one
+  // configuration where ConCCL's events are safe): TRAP wake-ups and fault
+  // reports. CONCCL_KFD_TRAP=0/1 overrides auto.
   enum class Trap : uint8_t { auto_, on, off };
   Trap trap_wakeups = Trap::auto_;
   // DeviceOptions::process_slot (0..15, -1: none): this process's memory

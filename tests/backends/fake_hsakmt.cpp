@@ -431,6 +431,7 @@ HSAKMT_STATUS HSAKMTAPI hsaKmtCreateEvent(HsaEventDescriptor* d, bool manual_res
     ev->EventData.HWData2 = reinterpret_cast<HSAuint64>(&w.events_page[e.slot]);
   }
   if (d->EventType == HSA_EVENTTYPE_MEMORY) w.fault_event = ev;
+  w.st.events_created++;
   ev->EventData.HWData1 = ev->EventId;
   w.events[ev->EventId] = e;
   *out = ev;

@@ -72,6 +72,7 @@ struct Fill {
 struct Stats {
   int open_count = 0;  // opens minus closes
   int live_queues = 0, live_events = 0, live_allocations = 0;
+  int events_created = 0;  // hsaKmtCreateEvent calls that made an event, of any type
   std::vector<CreatedQueue> queues;  // every creation, in order
   std::vector<Allocation> allocations;  // live ones
   int alloc_calls = 0, failed_allocs = 0;

@@ -65,6 +65,9 @@ class KfdFake : public ::testing::Test {
 
   conccl::kfd::Options options() const {
     conccl::kfd::Options o;
+    // The fake process loads no HIP: the one configuration where ConCCL's KFD
+    // events (TRAP wake-ups, fault reports) are safe, opted into explicitly.
+    o.trap_wakeups = conccl::kfd::Options::Trap::on;
     o.sysfs_root = std::string(KFD_FIXTURES) + "/mi300x_spx/topology";
     o.device_path = "/dev/null";
     o.dri_dir = dri_.string();
@@ -552,6 +555,40 @@ TEST_F(KfdFake, EverySubmissionIsFramedAndCompletesByItsFence) {
 }  // namespace
 
 namespace {
+
+// Issue #31, item 1: by default (no HIP loaded yet, no opt-in) opening a device
+// and running a queue create no KFD event of any type, so KFD's one events page
+// is left to a HIP that initialises later; the topology notes say so and how to
+// opt in. Waits still complete (polling with naps).
+TEST_F(KfdFake, ByDefaultNoKfdEventIsCreated) {
+  fakekmt::reset(fakekmt::mi300x());
+  conccl::kfd::Options o = options();
+  o.trap_wakeups = conccl::kfd::Options::Trap::auto_;
+  ::unsetenv("CONCCL_KFD_TRAP");
+  conccl::Result<std::unique_ptr<conccl::kfd::KfdDevice>> d = conccl::kfd::open(o);
+  ASSERT_TRUE(d.ok()) << d.status().to_string();
+  auto& dev = *d;
+  bool noted = false;
+  for (const std::string& n : dev->topology().notes) noted = noted || contains(n, "no KFD event is created");
+  EXPECT_TRUE(noted) << "the topology notes must say that no KFD event is made, and how to opt in";
+  auto q = dev->create_queue(0, 0, conccl::QueueOptions{});
+  ASSERT_TRUE(q.ok()) << q.status().to_string();
+  EXPECT_EQ((*q)->wake_event(), nullptr);
+  auto src = dev->alloc(-1, 4096, MemKind::host);
+  auto dst = dev->alloc(0, 4096, MemKind::device);
+  ASSERT_TRUE(src.ok() && dst.ok());
+  std::memset(src->host, 0x5A, 4096);
+  CommandBuffer cb = (*q)->command_buffer();
+  ASSERT_TRUE(cb.copy(dst->va, src->va, 4096).ok());
+  conccl::QueueSpan span;
+  ASSERT_TRUE((*q)->submit(cb, Deadline::after_ms(10000), &span).ok());
+  ASSERT_TRUE((*q)->wait_done(Deadline::after_ms(10000), span.end).ok());
+  EXPECT_EQ(std::memcmp(dst->host, src->host, 4096), 0);
+  EXPECT_EQ(fakekmt::stats().events_created, 0) << "an event of any type takes KFD's events page";
+  ASSERT_TRUE(dev->free(*src).ok());
+  ASSERT_TRUE(dev->free(*dst).ok());
+  q->reset();
+}
 
 // Issue #14, defect 1: another libhsakmt copy in the process (ROCm >= 6.3's
 // libhsa-runtime64) set KFD's events page first, so every signal event is

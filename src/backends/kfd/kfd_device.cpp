@@ -1041,8 +1041,9 @@ Result<std::unique_ptr<KfdDevice>> open(const Options& opt) {
   ctx->trap = decide_trap(opt.trap_wakeups, env ? env : "", detect_thunk_sharing());
   probe_events_page(*ctx);
   notes.insert(notes.begin() + 2, ctx->trap.reason);
-  ctx->watch_faults();
-  if (!ctx->fault_watch())
+  // The fault watch is a KFD event too: only where events are ours to create.
+  if (ctx->trap.trap_wakeups) ctx->watch_faults();
+  if (ctx->trap.trap_wakeups && !ctx->fault_watch())
     notes.push_back("could not create a KFD memory-fault event: engine faults show up as timeouts, not faults");
 
   // A process slot: the window for shareable memory. Opened after the

@@ -458,9 +458,14 @@ TrapDecision decide_trap(Options::Trap opt, const std::string& env, const ThunkS
             "with naps (CONCCL_KFD_TRAP=1 forces them on)"};
   if (t.hsa_runtime_loaded)
     return {true, "TRAP wake-ups on: one libhsakmt shared with libhsa-runtime64 (one events page for both)"};
-  return {true,
-          "TRAP wake-ups on: ConCCL's libhsakmt owns the events page; a ROCm >= 6.3 HIP loaded later in this process "
-          "cannot get wake-ups (set CONCCL_KFD_TRAP=0 in such programs)"};
+  // Issue #31, item 1: creating any event here would take KFD's one events page
+  // from a HIP that initialises later in this process (ROCm >= 6.3), whose
+  // first event would fail and whose waits would hang.
+  return {false,
+          "TRAP wake-ups and fault reports off: no KFD event is created by default, since KFD gives a process one "
+          "events page and a HIP initialised later in this process (ROCm >= 6.3) would find it taken; waits poll "
+          "with naps, faults show as timeouts. In processes that never load HIP, CONCCL_KFD_TRAP=1 (or "
+          "kfd::Options::trap_wakeups = on) turns both on"};
 }
 
 bool is_events_page_conflict(int status, int saved_errno) {
