@@ -36,7 +36,9 @@ Options: --mode fsdp2|ddp, --device cuda|cpu, --steps 50, --layers 4, --dim 256,
 --backend NAME (conccl; another registered backend to compare with, e.g. nccl),
 --json FILE (rank 0: losses per step, step times, the check's result), --nprocs N,
 --compute-baseline ITERS (then time the step's forward and backward alone, no
-collective, every rank at once: step time over that is what the collectives cost).
+collective, every rank at once: step time over that is what the collectives cost),
+--profile-gemm STEPS (CUDA: the GEMM kernels' device time per step, in the step and
+alone; their ratio is the GEMM slowdown the collectives cause).
 """
 import argparse
 import json
@@ -185,6 +187,9 @@ def main():
     ap.add_argument("--check", action="store_true", help="compare with the exact reference, bit for bit")
     ap.add_argument("--json", help="rank 0 writes the run's record here")
     ap.add_argument("--nprocs", type=int, help="start this many ranks here (no torchrun)")
+    ap.add_argument("--profile-gemm", type=int, default=0, metavar="STEPS",
+                    help="after training (and the check), profile STEPS more steps and as many forward+backward "
+                         "passes alone: the GEMM kernels' device time per step in both (CUDA)")
     ap.add_argument("--compute-baseline", type=int, default=0, metavar="ITERS",
                     help="after training, time ITERS forward+backward passes of the unsharded model with no "
                          "collective, every rank at once: the step's compute alone")
@@ -252,12 +257,30 @@ def main():
                 worst_param = max(worst_param, d)
                 print(f"rank {rank}: parameter {name} differs from the reference by up to {d:.3g}", flush=True)
     compute_ms = compute_alone(a, device, rank) if a.compute_baseline else None
+    gemm = None
+    if a.profile_gemm and device.type == "cuda":
+        def train_step(k):
+            loss_of(train, batch(a, a.steps + k, rank, device)).backward()
+            opt.step()
+            opt.zero_grad(set_to_none=True)
+        alone = make_model(a, device)
+        alone = alone.to(torch.bfloat16) if a.mode == "fsdp2" else alone
+        tokens = batch(a, 0, rank, device)
+
+        def alone_step(k):
+            loss_of(alone, tokens).backward()
+            alone.zero_grad(set_to_none=True)
+        in_step = gemm_ms_per_step(train_step, a.profile_gemm)
+        dist.barrier()
+        by_itself = gemm_ms_per_step(alone_step, a.profile_gemm)
+        dist.barrier()
+        gemm = {"in_step_ms": in_step, "alone_ms": by_itself, "slowdown": in_step / by_itself if by_itself else None}
     exact = worst_loss == 0.0 and worst_param == 0.0
     warm = times[min(5, len(times) - 1):]
     record = {"mode": a.mode, "world_size": n, "torch_backend": a.backend, "device": str(device), "backend": os.environ["CONCCL_BACKEND"],
               "torch": torch.__version__, "steps": a.steps, "losses": losses,
               "step_ms_median": statistics.median(warm) * 1e3, "step_ms": [t * 1e3 for t in times],
-              "compute_ms_median": compute_ms,
+              "compute_ms_median": compute_ms, "gemm": gemm,
               "step_over_compute": record_ratio(times, compute_ms), "checked": a.check, "exact": exact if a.check else None,
               "max_loss_diff": worst_loss, "max_param_diff": worst_param}
     flags = torch.tensor([0 if exact or not a.check else 1], dtype=torch.int32, device=device)
@@ -267,6 +290,8 @@ def main():
               f"step {record['step_ms_median']:.2f} ms (median after warm-up)"
               + (f"; compute alone {compute_ms:.2f} ms (step / compute {record['step_over_compute']:.2f})"
                  if compute_ms else "")
+              + (f"; GEMM kernels {gemm['in_step_ms']:.2f} ms per step, {gemm['alone_ms']:.2f} alone "
+                 f"(slowdown {gemm['slowdown']:.3f})" if gemm and gemm["slowdown"] else "")
               + (f"; reference: {'equal bit for bit' if int(flags) == 0 else f'{int(flags)} rank(s) differ'}"
                  if a.check else ""), flush=True)
         if a.json:
@@ -298,6 +323,25 @@ def compute_alone(a, device, rank):
         times.append(time.perf_counter() - t0)
     dist.barrier()
     return statistics.median(times[min(3, len(times) - 1):]) * 1e3
+
+
+def gemm_ms_per_step(step, k):
+    """Device time of the GEMM kernels (cuBLAS/CUTLASS: names with gemm, nvjet, xmma or
+    cutlass) per call of step(i), over k calls under torch.profiler. Beside collectives
+    on the SMs they share the SMs, caches and memory with the copy and add kernels; on
+    the DMA engines only the memory."""
+    from torch.profiler import ProfilerActivity, profile
+    torch.cuda.synchronize()
+    with profile(activities=[ProfilerActivity.CUDA]) as prof:
+        for i in range(k):
+            step(i)
+        torch.cuda.synchronize()
+    total_us = 0.0
+    for e in prof.key_averages():
+        name = e.key.lower()
+        if any(w in name for w in ("gemm", "nvjet", "xmma", "cutlass")):
+            total_us += getattr(e, "device_time_total", None) or getattr(e, "cuda_time_total", 0.0)
+    return total_us / 1e3 / k
 
 
 def record_ratio(times, compute_ms):

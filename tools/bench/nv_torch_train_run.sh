@@ -5,7 +5,8 @@
 #   examples/python/fsdp2_train.py under torchrun: FSDP2 and DDP, 2 and 4 processes,
 #   STEPS steps (50), --check (bit for bit against the exact reference)
 # SMOKE="2 4" (empty: none), TRAIN="fsdp2:2 fsdp2:4 ddp:2 ddp:4", COMPARE, MPS, STEPS, BASELINE
-# (forward+backward passes timed alone after a compared run, 20), EXTRA (more
+# (forward+backward passes timed alone after a compared run, 20), PROFILE (steps whose GEMM
+# kernels are timed under torch.profiler after a compared run, 0: none), EXTRA (more
 # arguments for the training script). Logs and JSON in $OUT; the summary last.
 set -uo pipefail
 OUT=${OUT:-/tmp/nv_out}; mkdir -p "$OUT"; B=/tmp/nvb
@@ -38,7 +39,7 @@ for mps in 0 ${MPS:-}; do
     for be in conccl smref; do
       tag=${m}_${n}_${be}_mps$mps
       timeout 280 torchrun --nproc-per-node $n tools/bench/torch_sm_reference.py examples/python/fsdp2_train.py \
-        --backend $be --mode $m --steps ${STEPS:-50} --check --compute-baseline ${BASELINE:-20} --json $OUT/cmp_$tag.json ${EXTRA:-} > $OUT/cmp_$tag.log 2>&1
+        --backend $be --mode $m --steps ${STEPS:-50} --check --compute-baseline ${BASELINE:-20} --profile-gemm ${PROFILE:-0} --json $OUT/cmp_$tag.json ${EXTRA:-} > $OUT/cmp_$tag.log 2>&1
       line="compare $m $n procs $be mps=$mps: rc=$? $(grep -E '^(fsdp2|ddp),' $OUT/cmp_$tag.log)"
       echo "$line"; summary+="$line"$'\n'; grep -E "differs|Error|error" $OUT/cmp_$tag.log | head -3 | cut -c1-300
     done
