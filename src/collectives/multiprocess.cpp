@@ -222,7 +222,10 @@ Result<std::unique_ptr<Communicator>> Communicator::create(Device& device, int r
       return error(Code::invalid_argument, "rank " + std::to_string(r) + " sees a different node (" + node +
                                                ") than rank " + std::to_string(rank) + " (" +
                                                node_digest(device.topology()) +
-                                               "): open the same backend and preset in every process");
+                                               "): open the same backend and preset in every process, and let "
+                                               "every rank see every GPU of the node (a rank limited to its own "
+                                               "GPU by cgroups, Slurm, Kubernetes, --device or *_VISIBLE_DEVICES "
+                                               "sees fewer; the ranks map each other's memory on all of them)");
     if (opts != options_digest(options))
       return error(Code::invalid_argument, "rank " + std::to_string(r) + " created its communicator with options " +
                                                opts + ", rank " + std::to_string(rank) + " with " +

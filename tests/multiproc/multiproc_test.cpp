@@ -593,6 +593,31 @@ TEST(MultiProcessFaults, MismatchedArgumentsAreRefusedAtPlanTime) {
   }
 }
 
+// Issue #31, item 6: a rank isolated to fewer GPUs than the others (cgroups,
+// Slurm, Kubernetes) cannot map their memory; both ranks are told that every
+// rank must see every GPU of the node.
+TEST(MultiProcessFaults, ARankThatSeesFewerGpusIsToldToSeeThemAll) {
+  const UniqueId id = make_unique_id().value();
+  const Layout l{"mi300x", false, 2};
+  std::vector<RankOutcome> res = fork_ranks(all_ranks(2), [&](int r, std::string* out) {
+    DeviceOptions o = device_options(l, r);
+    o.gpus = r == 0 ? 2 : 1;  // rank 1 sees one GPU
+    o.memory_per_gpu = 256ull << 20;
+    Result<std::unique_ptr<emu::EmuDevice>> dev = emu::create(o);
+    if (!dev.ok()) {
+      *out = dev.status().to_string();
+      return 2;
+    }
+    Result<std::unique_ptr<Communicator>> c = Communicator::create(**dev, r, 2, id, comm_options(l));
+    *out = c.status().to_string();
+    return c.ok() ? 0 : 1;
+  });
+  for (const RankOutcome& o : res) {
+    EXPECT_EQ(o.exit_code, 1) << o.out;
+    EXPECT_NE(o.out.find("see every GPU of the node"), std::string::npos) << o.out;
+  }
+}
+
 TEST(MultiProcessFaults, OneProcessSlotForTwoRanksIsRefused) {
   const UniqueId id = make_unique_id().value();
   const Layout l{"mi300x", false, 2};
