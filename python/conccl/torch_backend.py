@@ -214,26 +214,22 @@ class ProcessGroupConccl(dist.ProcessGroup):
         return _create_work_from_future(fut)
 
     # ---- staging: every op's tensors pass through the group's window ----
-    def _views(self, what, *sizes):
-        """Consecutive views of the staging window, one per size in bytes (16-byte aligned),
-        at the same offsets on every rank."""
-        out, at = [], 0
-        for n in sizes:
-            if at + n > self._stage_bytes:
-                raise RuntimeError(f"conccl backend: {what} needs {sum(sizes)} bytes of staging per rank; "
-                                   f"CONCCL_TORCH_STAGING_BYTES is {self._stage_bytes}: raise it")
-            out.append(self._stage[at:at + n])
-            at += (n + 15) // 16 * 16
-        return out
-
-    def _chunk(self, what, es, slots):
-        """Elements per piece of an op that stages `slots` pieces of es-byte elements
-        (e.g. all-gather: 1 input + n outputs); larger tensors go in several pieces."""
+    def _pieces(self, what, t, k, ins, outs):
+        """The staging for an op over k elements (of t's dtype) per slot, in pieces that fit:
+        yields (o, m, vi, vo) for elements [o, o + m), vi holding ins * m and vo outs * m
+        elements (e.g. all-gather: 1 in, n out). The views sit at the same offsets on every
+        rank, each 16-byte aligned."""
+        es, slots = t.element_size(), ins + outs
         c = (self._stage_bytes - 16 * slots) // (es * slots)
         if c < 1:
             raise RuntimeError(f"conccl backend: {what}: CONCCL_TORCH_STAGING_BYTES ({self._stage_bytes}) cannot "
                                f"hold {slots} elements of {es} bytes: raise it")
-        return c
+        for o in range(0, k, c):
+            m = min(c, k - o)
+            vo_at = (ins * m * es + 15) // 16 * 16
+            vi = self._stage[:ins * m * es].view(t.dtype)
+            vo = self._stage[vo_at:vo_at + outs * m * es].view(t.dtype)
+            yield o, m, vi, vo
 
     @staticmethod
     def _bytes_of(t):
@@ -258,26 +254,18 @@ class ProcessGroupConccl(dist.ProcessGroup):
     # tensor of any size: pieces of at most what the staging holds, one call each.
     def _elementwise(self, what, t, call, copy_out=True):
         """all_reduce, reduce and broadcast: the same elements on every rank."""
-        flat, es = self._flat(t), t.element_size()
-        c = self._chunk(what, es, 1)
-        for o in range(0, flat.numel(), c):
-            part = flat[o:o + c]
-            (v,) = self._views(what, part.numel() * es)
-            v = v.view(t.dtype)
-            v.copy_(part)
+        flat = self._flat(t)
+        for o, m, v, _ in self._pieces(what, t, flat.numel(), 1, 0):
+            v.copy_(flat[o:o + m])
             call(v)
             if copy_out:
-                part.copy_(v)
+                flat[o:o + m].copy_(v)
 
     def _gather_into(self, what, out, inp):
         """all_gather_into_tensor: out (n*k elements) gets every rank's k, rank order."""
-        n, k, es = self._size, inp.numel(), inp.element_size()
+        n, k = self._size, inp.numel()
         fi, fo = self._flat(inp), self._flat(out).view(n, k)
-        c = self._chunk(what, es, n + 1)
-        for o in range(0, k, c):
-            m = min(c, k - o)
-            vi, vo = self._views(what, m * es, n * m * es)
-            vi, vo = vi.view(inp.dtype), vo.view(inp.dtype)
+        for o, m, vi, vo in self._pieces(what, inp, k, 1, n):
             vi.copy_(fi[o:o + m])
             self._comm.all_gather_into_tensor(vo, vi)
             fo[:, o:o + m].copy_(vo.view(n, m))
@@ -287,13 +275,9 @@ class ProcessGroupConccl(dist.ProcessGroup):
         k-element slice number `rank` of inp (n*k elements)."""
         if inp.dtype not in _NATIVE:
             return self._reduce_by_exchange(what, out, inp, op)
-        n, k, es = self._size, out.numel(), out.element_size()
+        n, k = self._size, out.numel()
         fi, fo = self._flat(inp).view(n, k), self._flat(out)
-        c = self._chunk(what, es, n + 1)
-        for o in range(0, k, c):
-            m = min(c, k - o)
-            vi, vo = self._views(what, n * m * es, m * es)
-            vi, vo = vi.view(inp.dtype), vo.view(inp.dtype)
+        for o, m, vi, vo in self._pieces(what, inp, k, n, 1):
             vi.view(n, m).copy_(fi[:, o:o + m])
             self._comm.reduce_scatter_tensor(vo, vi, op)
             fo[o:o + m].copy_(vo)
@@ -323,12 +307,8 @@ class ProcessGroupConccl(dist.ProcessGroup):
 
     def _reduce_by_gather(self, what, t, op, copy_out=True):
         """all_reduce / reduce of a type the reduce step does not take."""
-        n, flat, es = self._size, self._flat(t), t.element_size()
-        c = self._chunk(what, es, n + 1)
-        for o in range(0, flat.numel(), c):
-            m = min(c, flat.numel() - o)
-            vi, vo = self._views(what, m * es, n * m * es)
-            vi, vo = vi.view(t.dtype), vo.view(t.dtype)
+        n, flat = self._size, self._flat(t)
+        for o, m, vi, vo in self._pieces(what, t, flat.numel(), 1, n):
             vi.copy_(flat[o:o + m])
             self._comm.all_gather_into_tensor(vo, vi)
             if copy_out:
@@ -336,26 +316,18 @@ class ProcessGroupConccl(dist.ProcessGroup):
 
     def _reduce_by_exchange(self, what, out, inp, op):
         """reduce_scatter of a type the reduce step does not take."""
-        n, k, es = self._size, out.numel(), out.element_size()
+        n, k = self._size, out.numel()
         fi, fo = self._flat(inp).view(n, k), self._flat(out)
-        c = self._chunk(what, es, 2 * n)
-        for o in range(0, k, c):
-            m = min(c, k - o)
-            vi, vo = self._views(what, n * m * es, n * m * es)
-            vi, vo = vi.view(inp.dtype), vo.view(inp.dtype)
+        for o, m, vi, vo in self._pieces(what, inp, k, n, n):
             vi.view(n, m).copy_(fi[:, o:o + m])
             self._comm.all_to_all_single(vo, vi)  # row s: rank s's slice for this rank
             fo[o:o + m].copy_(self._combine(what, vo.view(n, m), op))
 
     def _exchange(self, what, dst, src, chunk):
         """all_to_all_single of n equal slots of `chunk` elements each."""
-        n, es = self._size, src.element_size()
+        n = self._size
         fs, fd = src.view(n, chunk), dst.view(n, chunk)
-        c = self._chunk(what, es, 2 * n)
-        for o in range(0, chunk, c):
-            m = min(c, chunk - o)
-            vi, vo = self._views(what, n * m * es, n * m * es)
-            vi, vo = vi.view(src.dtype), vo.view(src.dtype)
+        for o, m, vi, vo in self._pieces(what, src, chunk, n, n):
             vi.view(n, m).copy_(fs[:, o:o + m])
             self._comm.all_to_all_single(vo, vi)
             fd[:, o:o + m].copy_(vo.view(n, m))
