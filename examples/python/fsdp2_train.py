@@ -276,12 +276,12 @@ def main():
         dist.barrier()
         gemm = {"in_step_ms": in_step, "alone_ms": by_itself, "slowdown": in_step / by_itself if by_itself else None}
     exact = worst_loss == 0.0 and worst_param == 0.0
-    warm = times[min(5, len(times) - 1):]
+    step_ms = statistics.median(times[min(5, len(times) - 1):]) * 1e3  # after warm-up
     record = {"mode": a.mode, "world_size": n, "torch_backend": a.backend, "device": str(device), "backend": os.environ["CONCCL_BACKEND"],
               "torch": torch.__version__, "steps": a.steps, "losses": losses,
-              "step_ms_median": statistics.median(warm) * 1e3, "step_ms": [t * 1e3 for t in times],
+              "step_ms_median": step_ms, "step_ms": [t * 1e3 for t in times],
               "compute_ms_median": compute_ms, "gemm": gemm,
-              "step_over_compute": record_ratio(times, compute_ms), "checked": a.check, "exact": exact if a.check else None,
+              "step_over_compute": step_ms / compute_ms if compute_ms else None, "checked": a.check, "exact": exact if a.check else None,
               "max_loss_diff": worst_loss, "max_param_diff": worst_param}
     flags = torch.tensor([0 if exact or not a.check else 1], dtype=torch.int32, device=device)
     dist.all_reduce(flags)  # every rank's check
@@ -342,13 +342,6 @@ def gemm_ms_per_step(step, k):
         if any(w in name for w in ("gemm", "nvjet", "xmma", "cutlass")):
             total_us += getattr(e, "device_time_total", None) or getattr(e, "cuda_time_total", 0.0)
     return total_us / 1e3 / k
-
-
-def record_ratio(times, compute_ms):
-    if not compute_ms:
-        return None
-    warm = times[min(5, len(times) - 1):]
-    return statistics.median(warm) * 1e3 / compute_ms
 
 
 def launch(n):
