@@ -442,7 +442,7 @@ size_t put_release(uint32_t* o, uint64_t addr, uint64_t value, bool timestamp, b
 }
 
 size_t put_host_semaphore(uint32_t* o, uint64_t addr, uint64_t payload, uint32_t execute) {
-  o[0] = inc_header(0, 0x05C, 5);  // SEM_ADDR_LO, SEM_ADDR_HI, SEM_PAYLOAD_LO, SEM_PAYLOAD_HI, SEM_EXECUTE
+  o[0] = kHostSemHeader;  // SEM_ADDR_LO, SEM_ADDR_HI, SEM_PAYLOAD_LO, SEM_PAYLOAD_HI, SEM_EXECUTE
   o[1] = lo32(addr);
   o[2] = hi32(addr);
   o[3] = lo32(payload);

@@ -196,7 +196,8 @@ inline constexpr uint32_t kLdRemap = 1u << 10;                // REMAP_ENABLE 10
 inline constexpr uint32_t kLdTwoWord = 1u << 27;              // SEMAPHORE_PAYLOAD_SIZE 27:27 = TWO_WORD
 
 // Host SEM_EXECUTE (clc56f.h NVC56F_SEM_EXECUTE_*; clc86f.h keeps the bits).
-inline constexpr uint32_t kSemOpRelease = 1;          // OPERATION 2:0
+inline constexpr uint32_t kSemOperationMask = 7;      // OPERATION 2:0
+inline constexpr uint32_t kSemOpRelease = 1;
 inline constexpr uint32_t kSemOpReduction = 6;
 // ACQUIRE_SWITCH_TSG 12:12 = EN (clc86f.h NVC86F_SEM_EXECUTE_ACQUIRE_SWITCH_TSG):
 // when an acquire fails, the PBDMA switches to another TSG instead of keeping
@@ -220,6 +221,8 @@ inline constexpr size_t kFillSetupDwords = 3;  // SET_REMAP_CONST_B + SET_REMAP_
 inline constexpr size_t kFillPieceDwords = 7;  // OFFSET_OUT (1+2), LINE_LENGTH_IN (2), LAUNCH_DMA (2)
 inline constexpr size_t kReleaseDwords = 7;    // SET_SEMAPHORE_A/B/PAYLOAD/PAYLOAD_UPPER (1+4), LAUNCH_DMA (2)
 inline constexpr size_t kHostSemDwords = 6;    // SEM_ADDR_LO .. SEM_EXECUTE (1+5)
+// The header of those five methods, incrementing from SEM_ADDR_LO (0x05C).
+inline constexpr uint32_t kHostSemHeader = inc_header(0, 0x05C, 5);
 inline constexpr size_t kInterruptDwords = 4;  // WFI (2), NON_STALL_INTERRUPT (2)
 
 // One LAUNCH_DMA copy piece (len <= kMaxCopyBytes). The first piece of a

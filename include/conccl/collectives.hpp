@@ -397,6 +397,13 @@ class Communicator {
   Options options_;
   Caps caps_;
   bool allowed(int engine) const;
+  // The engines of `rank`'s GPU that collectives use (its xGMI engines, all
+  // of them when it has none), allowed by Options::engines.
+  std::vector<const EngineInfo*> engine_pool(int rank) const;
+  // Small plans with ranks sharing a GPU: rank's lists on one engine of its
+  // own, the GPU's i-th rank on its pool's i-th engine (round robin).
+  int spread_engine(int rank) const;
+  friend class PlanBuilder;
   std::map<std::pair<int, int>, std::unique_ptr<Queue>> queues_;
   // Ranks in separate processes.
   int me_ = -1;

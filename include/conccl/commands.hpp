@@ -84,7 +84,15 @@ class CommandBuffer {
   sdma::Gen gen() const { return isa_.gen; }
 
   // ---- the vocabulary -----------------------------------------------------
-  Status copy(uint64_t dst, uint64_t src, uint64_t bytes);  // split into legal commands
+  // Whether a copy waits for the copies recorded before it to finish
+  // (the default), or may run alongside them: for a copy that reads nothing
+  // they write and writes nothing they read or write, such as a list's
+  // copies of one source to several destinations. Hopper: NON_PIPELINED or
+  // PIPELINED (clc8b5.h LAUNCH_DMA DATA_TRANSFER_TYPE); SDMA runs its
+  // packets in order either way.
+  enum class CopyOrder : uint8_t { after_earlier, alongside_earlier };
+  Status copy(uint64_t dst, uint64_t src, uint64_t bytes,
+              CopyOrder order = CopyOrder::after_earlier);  // split into legal commands
   Status copy_bcst(uint64_t dst0, uint64_t dst1, uint64_t src, uint64_t bytes);  // caps().broadcast_copy
   Status swap(uint64_t a, uint64_t b, uint64_t bytes);                            // caps().swap
   Status fill(uint64_t dst, uint32_t value, uint64_t bytes);  // dst, bytes 4-aligned

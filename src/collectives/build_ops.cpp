@@ -17,7 +17,7 @@ uint64_t R(const CollectiveArgs& a, int r) { return a.recv[static_cast<size_t>(r
 
 // One copy on list (src, engine_for(src, dst)) followed by dst's arrival.
 Status copy_to(PlanBuilder& b, int src, int dst, uint64_t dst_va, uint64_t src_va, uint64_t bytes) {
-  Result<PlanList*> l = b.list(src, b.comm().engine_for(src, dst));
+  Result<PlanList*> l = b.list(src, b.engine_for(src, dst));
   if (!l.ok()) return l.status();
   CONCCL_RETURN_IF_ERROR(b.copy(**l, dst_va, src_va, bytes));
   return b.arrive(**l, dst);
@@ -36,7 +36,7 @@ std::vector<int> peers_by_engine(PlanBuilder& b, int src) {
   for (int d = 0; d < b.comm().size(); ++d)
     if (d != src) peers.push_back(d);
   std::stable_sort(peers.begin(), peers.end(), [&](int x, int y) {
-    return b.comm().engine_for(src, x) < b.comm().engine_for(src, y);
+    return b.engine_for(src, x) < b.engine_for(src, y);
   });
   return peers;
 }
@@ -49,7 +49,7 @@ Status broadcast_pairs(PlanBuilder& b, const CollectiveArgs& a, int src, uint64_
   size_t i = 0;
   for (; i + 1 < peers.size(); i += 2) {
     const int d0 = peers[i], d1 = peers[i + 1];
-    Result<PlanList*> l = b.list(src, b.comm().engine_for(src, d1));
+    Result<PlanList*> l = b.list(src, b.engine_for(src, d1));
     if (!l.ok()) return l.status();
     CONCCL_RETURN_IF_ERROR((*l)->cb.copy_bcst(R(a, d0) + dst_off, R(a, d1) + dst_off, src_va, a.bytes));
     CONCCL_RETURN_IF_ERROR(b.arrive(**l, d0));
@@ -69,7 +69,7 @@ Status back_to_back(PlanBuilder& b, const CollectiveArgs& a, int src, Dst&& dst_
   for (int k = 1; k < n; ++k) peers.push_back((src + k) % n);
   for (size_t g = 0; g < peers.size(); g += static_cast<size_t>(ways)) {
     const size_t end = std::min(peers.size(), g + static_cast<size_t>(ways));
-    Result<PlanList*> l = b.list(src, b.comm().engine_for(src, peers[g]));
+    Result<PlanList*> l = b.list(src, b.engine_for(src, peers[g]));
     if (!l.ok()) return l.status();
     for (size_t i = g; i < end; ++i) {
       auto [dva, sva] = dst_and_src(peers[i]);
@@ -127,7 +127,7 @@ Status build_broadcast(PlanBuilder& b, const CollectiveArgs& a, Variant v) {
     chunks = (a.bytes + cs - 1) / cs;
     for (int k = 0; k + 1 < n; ++k) {
       const int from = (root + k) % n, to = (root + k + 1) % n;
-      Result<PlanList*> l = b.list(from, b.comm().engine_for(from, to));
+      Result<PlanList*> l = b.list(from, b.engine_for(from, to));
       if (!l.ok()) return l.status();
       for (uint64_t c = 0; c < chunks; ++c) {
         const uint64_t off = c * cs, len = std::min(cs, a.bytes - off);
@@ -195,7 +195,7 @@ Status build_all_to_all(PlanBuilder& b, const CollectiveArgs& a, Variant v) {
     }();
     if (!in_place)
       for (int r = 0; r < n; ++r) {
-        Result<PlanList*> l = b.list(r, b.comm().engine_for(r, r));
+        Result<PlanList*> l = b.list(r, b.engine_for(r, r));
         if (!l.ok()) return l.status();
         CONCCL_RETURN_IF_ERROR(b.copy(**l, R(a, r), S(a, r), cb * uint64_t(n)));
         CONCCL_RETURN_IF_ERROR(b.arrive(**l, r));
@@ -207,7 +207,7 @@ Status build_all_to_all(PlanBuilder& b, const CollectiveArgs& a, Variant v) {
         const int owner = load[static_cast<size_t>(i)] <= load[static_cast<size_t>(j)] ? i : j;
         const int other = owner == i ? j : i;
         load[static_cast<size_t>(owner)]++;
-        Result<PlanList*> l = b.list(owner, b.comm().engine_for(owner, other));
+        Result<PlanList*> l = b.list(owner, b.engine_for(owner, other));
         if (!l.ok()) return l.status();
         if (!in_place) {
           CONCCL_RETURN_IF_ERROR(b.wait_ready(**l, i, 1));

@@ -11,6 +11,10 @@ namespace conccl {
 // (one per list of that rank; a rank has a list per engine it uses).
 inline constexpr uint64_t kStampSlotsPerRank = 64;
 
+// Plans of at most this many bytes per rank spread ranks that share a GPU
+// over its engines (PlanBuilder::engine_for).
+inline constexpr uint64_t kSpreadMaxBytes = 64 * 1024;
+
 // Window calls: the counters of each rank that lists wait on, as
 // PlanList::WaitPatch::counter (their memory: calls.hpp).
 inline constexpr uint8_t kCounterPosted = 0;  // the rank reached call k: k
@@ -22,15 +26,25 @@ inline constexpr uint8_t kCounters = 4;
 class PlanBuilder {
  public:
   // shared: lists go on the GPU's per-engine queues (QueueSharing).
-  PlanBuilder(Communicator& comm, Plan& plan, bool shared) : comm_(comm), plan_(plan), shared_(shared) {}
+  PlanBuilder(Communicator& comm, Plan& plan, bool shared);
 
   // The list for (rank, engine), created (with the trigger gate when the plan
   // is prelaunched) on first use.
   Result<PlanList*> list(int rank, int engine);
-  // Copy into rank `dst`'s memory.
+  // Copy into rank `dst`'s memory. A copy right after another copy of the
+  // same list runs alongside it (CopyOrder::alongside_earlier): the copies
+  // of one plan's list never read what another of its copies writes.
   Status copy(PlanList& l, uint64_t dst_va, uint64_t src_va, uint64_t bytes);
   // Advance rank dst's arrival signal by one (after the list's prior packets).
+  // Arrivals are held back and recorded together (one add per destination,
+  // of the count) before the list's next wait or phase signal, or at
+  // finish(): a run of adds costs the engine one wait-for-idle where an add
+  // after each copy cost one each (docs/perf/h200-collectives.md, run 36).
+  // Plans whose lists forward what arrives (chain broadcast) keep one
+  // arrival per copy: the next rank's list waits for each.
   Status arrive(PlanList& l, int dst);
+  // Records the held-back arrivals of every list; the builder's last step.
+  Status finish();
   // Wait until rank r's arrival signal reaches n (this launch).
   Status wait_arrivals(PlanList& l, int r, uint64_t n);
   Status ready(PlanList& l, int r);                       // ready[r] += 1
@@ -39,6 +53,13 @@ class PlanBuilder {
   // recorded as a patch, rewritten per call to base + rel.
   Status wait_on(PlanList& l, const Signal& s, uint8_t counter, int rank, uint64_t rel);
 
+  // The engine of src's list toward dst: Communicator::engine_for (engines
+  // by weight, each rank's peers over them), except for small plans whose
+  // ranks share a GPU (loopback, one process or one per rank), where each
+  // rank's lists go on one engine of its own (spread_engine): at these
+  // sizes a list's time is its fixed cost, and the ranks' lists then run on
+  // all the engines at once instead of queueing on the heaviest one.
+  int engine_for(int src, int dst) const;
   Communicator& comm() { return comm_; }
   Plan& plan() { return plan_; }
 
@@ -46,7 +67,14 @@ class PlanBuilder {
   Communicator& comm_;
   Plan& plan_;
   bool shared_;
+  bool batch_arrivals_;
+  bool spread_;
+  bool overlap_copies_;
+  std::map<const PlanList*, size_t> copy_end_;  // where each list's last copy ended (dwords)
   std::map<std::pair<int, int>, size_t> index_;
+  // Held-back arrivals per list: (destination rank, count), in first-arrival order.
+  std::map<PlanList*, std::vector<std::pair<int, uint64_t>>> held_;
+  Status record_held(PlanList& l);
 };
 
 // Builders, one per op (build_ops.cpp). Arguments are validated already.

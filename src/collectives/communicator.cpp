@@ -1,5 +1,6 @@
 // src/collectives/communicator.cpp - ranks, engine choice, queues, planning.
 #include <algorithm>
+#include <cstdlib>
 #include <set>
 
 #include "collectives/builder.hpp"
@@ -81,14 +82,29 @@ std::vector<int> Communicator::engines_toward(int src, int dst) const {
   return out;
 }
 
-int Communicator::engine_for(int src, int dst, int k) const {
-  const GpuInfo& g = device_.topology().gpus[static_cast<size_t>(gpu(src))];
+std::vector<const EngineInfo*> Communicator::engine_pool(int rank) const {
+  const GpuInfo& g = device_.topology().gpus[static_cast<size_t>(gpu(rank))];
   std::vector<const EngineInfo*> pool;
   for (const EngineInfo& e : g.engines)
     if (e.kind == EngineKind::xgmi && allowed(e.id)) pool.push_back(&e);
   if (pool.empty())
     for (const EngineInfo& e : g.engines)
       if (allowed(e.id)) pool.push_back(&e);
+  return pool;
+}
+
+int Communicator::spread_engine(int rank) const {
+  const std::vector<const EngineInfo*> pool = engine_pool(rank);
+  if (pool.empty()) return 0;
+  size_t i = 0;
+  for (int r = 0; r < rank; ++r)
+    if (gpu(r) == gpu(rank)) ++i;
+  return pool[i % pool.size()]->id;
+}
+
+int Communicator::engine_for(int src, int dst, int k) const {
+  const GpuInfo& g = device_.topology().gpus[static_cast<size_t>(gpu(src))];
+  std::vector<const EngineInfo*> pool = engine_pool(src);
   if (pool.empty()) return 0;
   if (src == dst) {
     // Local copies: an engine no peer link recommends, so they do not queue
@@ -231,6 +247,7 @@ Result<std::unique_ptr<Plan>> Communicator::compile(const CollectiveArgs& args, 
     case CollOp::all_gather: st = build_all_gather(b, args, plan->variant_); break;
     case CollOp::all_to_all: st = build_all_to_all(b, args, plan->variant_); break;
   }
+  if (st.ok()) st = b.finish();
   if (!st.ok()) return st.prefix(std::string("planning ") + coll_op_name(args.op));
   // Prelaunch plans across processes: each list of a rank ends by advancing
   // that rank's sent signal, so its stream can tell when its send buffer is
@@ -296,6 +313,39 @@ Result<std::unique_ptr<Plan>> Communicator::compile(const CollectiveArgs& args, 
 
 // ---- PlanBuilder ----
 
+namespace {
+// Diagnostics for A/B runs (docs/collectives.md), each read once: =0 gives
+// the list form before run 36.
+bool knob_on(const char* name) {
+  const char* e = std::getenv(name);
+  return !(e && std::string(e) == "0");
+}
+bool batch_arrivals_enabled() {
+  static const bool on = knob_on("CONCCL_BATCH_ARRIVALS");  // else an arrival after each copy
+  return on;
+}
+bool spread_small_enabled() {
+  static const bool on = knob_on("CONCCL_SPREAD_SMALL");  // else engines by weight at every size
+  return on;
+}
+bool overlap_copies_enabled() {
+  static const bool on = knob_on("CONCCL_OVERLAP_COPIES");  // else each copy waits for the one before
+  return on;
+}
+}  // namespace
+
+PlanBuilder::PlanBuilder(Communicator& comm, Plan& plan, bool shared)
+    : comm_(comm),
+      plan_(plan),
+      shared_(shared),
+      batch_arrivals_(batch_arrivals_enabled() && plan.variant() != Variant::chain),
+      spread_(spread_small_enabled() && comm.loopback() && plan.args().bytes <= kSpreadMaxBytes),
+      overlap_copies_(overlap_copies_enabled()) {}
+
+int PlanBuilder::engine_for(int src, int dst) const {
+  return spread_ ? comm_.spread_engine(src) : comm_.engine_for(src, dst);
+}
+
 Result<PlanList*> PlanBuilder::list(int rank, int engine) {
   auto key = std::make_pair(rank, engine);
   auto it = index_.find(key);
@@ -328,6 +378,9 @@ Result<PlanList*> PlanBuilder::list(int rank, int engine) {
 }
 
 Status PlanBuilder::wait_on(PlanList& l, const Signal& s, uint8_t counter, int rank, uint64_t rel) {
+  // What the list's copies so far delivered is announced before it waits:
+  // the list it waits for may be waiting for these arrivals.
+  CONCCL_RETURN_IF_ERROR(record_held(l));
   const size_t at = l.cb.size_dwords();
   CONCCL_RETURN_IF_ERROR(s.enqueue_wait(l.cb, rel));
   if (plan_.monotonic_)
@@ -338,13 +391,40 @@ Status PlanBuilder::wait_on(PlanList& l, const Signal& s, uint8_t counter, int r
 
 Status PlanBuilder::copy(PlanList& l, uint64_t dst_va, uint64_t src_va, uint64_t bytes) {
   if (dst_va == src_va) return Status();  // in place
-  return l.cb.copy(dst_va, src_va, bytes);
+  auto last = copy_end_.find(&l);
+  const bool after_copy = overlap_copies_ && last != copy_end_.end() && last->second == l.cb.size_dwords();
+  CONCCL_RETURN_IF_ERROR(l.cb.copy(dst_va, src_va, bytes,
+                                   after_copy ? CommandBuffer::CopyOrder::alongside_earlier
+                                              : CommandBuffer::CopyOrder::after_earlier));
+  copy_end_[&l] = l.cb.size_dwords();
+  return Status();
 }
 
 Status PlanBuilder::arrive(PlanList& l, int dst) {
-  CONCCL_RETURN_IF_ERROR(plan_.arrive_[static_cast<size_t>(dst)].enqueue_add(l.cb, 1));
   plan_.expected_[static_cast<size_t>(dst)]++;
   if (std::find(l.writes_to.begin(), l.writes_to.end(), dst) == l.writes_to.end()) l.writes_to.push_back(dst);
+  if (!batch_arrivals_) return plan_.arrive_[static_cast<size_t>(dst)].enqueue_add(l.cb, 1);
+  std::vector<std::pair<int, uint64_t>>& held = held_[&l];
+  for (auto& [d, count] : held)
+    if (d == dst) {
+      ++count;
+      return Status();
+    }
+  held.emplace_back(dst, 1);
+  return Status();
+}
+
+Status PlanBuilder::record_held(PlanList& l) {
+  auto it = held_.find(&l);
+  if (it == held_.end()) return Status();
+  for (const auto& [d, count] : it->second)
+    CONCCL_RETURN_IF_ERROR(plan_.arrive_[static_cast<size_t>(d)].enqueue_add(l.cb, count));
+  held_.erase(it);
+  return Status();
+}
+
+Status PlanBuilder::finish() {
+  for (PlanList& l : plan_.lists_) CONCCL_RETURN_IF_ERROR(record_held(l));
   return Status();
 }
 
@@ -354,6 +434,7 @@ Status PlanBuilder::wait_arrivals(PlanList& l, int r, uint64_t n) {
 }
 
 Status PlanBuilder::ready(PlanList& l, int r) {
+  CONCCL_RETURN_IF_ERROR(record_held(l));  // a phase is over only once its arrivals are out
   CONCCL_RETURN_IF_ERROR(plan_.ready_[static_cast<size_t>(r)].enqueue_add(l.cb, 1));
   plan_.ready_adds_[static_cast<size_t>(r)]++;
   return Status();

@@ -238,7 +238,7 @@ Status CommandBuffer::check_room(const char* what, uint64_t bytes, uint64_t enco
 
 // ---- the vocabulary -------------------------------------------------------
 
-Status CommandBuffer::copy(uint64_t dst, uint64_t src, uint64_t bytes) {
+Status CommandBuffer::copy(uint64_t dst, uint64_t src, uint64_t bytes, CopyOrder order) {
   if (bytes == 0) return error(Code::invalid_argument, "copy of 0 bytes: give a size of at least 1");
   if (src < dst + bytes && dst < src + bytes)
     return error(Code::invalid_argument, "copy source [" + hex(src) + ", +" + std::to_string(bytes) +
@@ -248,7 +248,8 @@ Status CommandBuffer::copy(uint64_t dst, uint64_t src, uint64_t bytes) {
   const uint64_t piece = hopper ? hopper::kMaxCopyBytes : sdma::limits(isa_.gen).max_copy_bytes;
   const uint64_t piece_encoded = hopper ? hopper::kCopyPieceDwords * 4 : sdma_packet_bytes(isa_.gen, sdma::Pkt::copy);
   CONCCL_RETURN_IF_ERROR(check_room("copy", bytes, copy_encoded_bytes(dst, src, bytes), 0, piece, piece_encoded));
-  return all_or_nothing(*this, [&] { return ops_for(isa_).copy(*this, dst, src, bytes); });
+  return all_or_nothing(*this, [&] { return ops_for(isa_).copy(*this, dst, src, bytes, order == CopyOrder::alongside_earlier);
+  });
 }
 
 Status CommandBuffer::copy_bcst(uint64_t dst0, uint64_t dst1, uint64_t src, uint64_t bytes) {

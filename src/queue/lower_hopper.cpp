@@ -8,7 +8,8 @@
 //   add:  host SEM_EXECUTE REDUCTION IADD, unsigned, 64-bit, RELEASE_WFI - the
 //         only 64-bit add a public manual documents (GA100 dev_pbdma.ref.txt:
 //         64-bit IADD unsigned only; WFI waits for the engine to be idle and a
-//         SYSMEMBAR orders the copies' writes first). A copy engine LAUNCH_DMA
+//         SYSMEMBAR orders the copies' writes first). An add that directly
+//         follows such an add leaves the WFI out: nothing ran since. A copy engine LAUNCH_DMA
 //         reduction with a two-word payload is not documented, so not used.
 //   set:  CE LAUNCH_DMA semaphore release, two-word payload, FLUSH (ordered
 //         after the copies before it, as the UVM driver's releases are).
@@ -46,13 +47,14 @@ Status emit(CommandBuffer& cb, size_t n, Put&& put) {
   return Status();
 }
 
-Status copy(CommandBuffer& cb, uint64_t dst, uint64_t src, uint64_t bytes) {
+Status copy(CommandBuffer& cb, uint64_t dst, uint64_t src, uint64_t bytes, bool alongside) {
   CONCCL_RETURN_IF_ERROR(check_va("copy source", src, bytes));
   CONCCL_RETURN_IF_ERROR(check_va("copy destination", dst, bytes));
-  // The first piece waits for earlier work (an acquire before it); later
-  // pieces may overlap it.
+  // The first piece waits for earlier work (an acquire before it) unless
+  // the caller says the copy is independent of it; later pieces may overlap.
   return for_each_piece(bytes, kMaxCopyBytes, [&](uint64_t off, uint64_t len) {
-    return emit(cb, kCopyPieceDwords, [&](uint32_t* p) { put_copy_piece(p, dst + off, src + off, len, off != 0); });
+    return emit(cb, kCopyPieceDwords,
+                [&](uint32_t* p) { put_copy_piece(p, dst + off, src + off, len, alongside || off != 0); });
   });
 }
 
@@ -70,9 +72,30 @@ Status fill(CommandBuffer& cb, uint64_t dst, uint32_t value, uint64_t bytes) {
   });
 }
 
+// Whether the commands just before the end are host semaphore reductions,
+// the first of them with RELEASE_WFI: then the engine has had no work since
+// that wait for idle and its SYSMEMBAR, and another add needs neither. A run
+// of arrivals after a list's copies (PlanBuilder records them together) then
+// waits for the engine once instead of once per add.
+bool after_waited_reductions(const CommandBuffer& cb) {
+  const std::span<const uint32_t> starts = cb.packet_starts();
+  const std::span<const uint32_t> dw = cb.dwords();
+  size_t end = dw.size();
+  for (size_t i = starts.size(); i-- > 0;) {
+    const size_t at = starts[i];
+    if (end - at != kHostSemDwords || dw[at] != kHostSemHeader) return false;
+    const uint32_t exec = dw[at + kHostSemDwords - 1];
+    if ((exec & kSemOperationMask) != kSemOpReduction) return false;
+    if (exec & kSemReleaseWfi) return true;
+    end = at;
+  }
+  return false;
+}
+
 Status signal_add(CommandBuffer& cb, uint64_t va, uint64_t delta) {
   CONCCL_RETURN_IF_ERROR(check_va("signal", va, 8));
-  return emit(cb, kHostSemDwords, [&](uint32_t* p) { put_host_semaphore(p, va, delta, kSemExecuteAdd64); });
+  const uint32_t exec = after_waited_reductions(cb) ? kSemExecuteAdd64 & ~kSemReleaseWfi : kSemExecuteAdd64;
+  return emit(cb, kHostSemDwords, [&](uint32_t* p) { put_host_semaphore(p, va, delta, exec); });
 }
 
 Status signal_set(CommandBuffer& cb, uint64_t va, uint64_t v) {

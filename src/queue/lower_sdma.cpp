@@ -77,7 +77,8 @@ Status put(CommandBuffer& cb, const sdma::PreparedPacket& pp, Pkt pkt, std::span
   return cb.packet(pkt, fields);
 }
 
-Status copy(CommandBuffer& cb, uint64_t dst, uint64_t src, uint64_t bytes) {
+// `alongside` changes nothing: an SDMA engine runs its packets in order.
+Status copy(CommandBuffer& cb, uint64_t dst, uint64_t src, uint64_t bytes, bool /*alongside*/) {
   Status st;
   const sdma::PreparedPacket& pp = hot(cb.gen()).copy;
   sdma::for_each_copy_chunk(cb.gen(), src, dst, bytes, [&](const sdma::CopyChunk& c) {

@@ -16,7 +16,8 @@
 namespace conccl::lower {
 
 struct Ops {
-  Status (*copy)(CommandBuffer& cb, uint64_t dst, uint64_t src, uint64_t bytes);
+  // alongside: the copy need not wait for earlier copies (CommandBuffer::CopyOrder).
+  Status (*copy)(CommandBuffer& cb, uint64_t dst, uint64_t src, uint64_t bytes, bool alongside);
   Status (*copy_bcst)(CommandBuffer& cb, uint64_t dst0, uint64_t dst1, uint64_t src, uint64_t bytes);
   Status (*swap)(CommandBuffer& cb, uint64_t a, uint64_t b, uint64_t bytes);
   Status (*fill)(CommandBuffer& cb, uint64_t dst, uint32_t value, uint64_t bytes);

@@ -12,6 +12,8 @@
 #include <thread>
 
 #include "collectives/coll_fixture.hpp"
+#include "collectives/builder.hpp"
+#include "packets/hopper_ce.hpp"
 
 namespace conccl {
 namespace {
@@ -1035,7 +1037,7 @@ TEST(CollHopper, PlansAreHopperMethods) {
   CollectiveArgs a;
   a.op = CollOp::all_gather;
   a.variant = Variant::pcpy;
-  a.bytes = 1000;
+  a.bytes = kSpreadMaxBytes + 1000;  // engines by weight (smaller plans spread: the next test)
   make_buffers(mem, *node.comm, a, Form::separate);
   ASSERT_OK_AND_ASSIGN(std::unique_ptr<Plan> plan, node.comm->plan(a));
   const std::string text = plan->describe();
@@ -1048,6 +1050,103 @@ TEST(CollHopper, PlansAreHopperMethods) {
   for (const PlanList& l : plan->lists()) copies_per_engine[l.engine] += static_cast<int>(l.writes_to.size());
   EXPECT_GT(copies_per_engine[4], copies_per_engine[2]) << text;
   launch_and_verify(mem, *plan, node.comm->size(), 2);
+}
+
+// Small plans of ranks that share a GPU put each rank's lists on one engine
+// of its own, round robin over the GPU's engines, so the ranks' lists run
+// on every engine at once; larger ones take engines by weight (LCE4 most).
+TEST(CollHopper, SmallPlansSpreadRanksOverTheEngines) {
+  Node node;
+  ASSERT_OK(make_node(Topo::h200loop4, &node));
+  for (Variant v : {Variant::pcpy, Variant::b2b}) {
+    for (uint64_t bytes : {uint64_t(1000), kSpreadMaxBytes}) {
+      Mem mem(*node.dev, 6);
+      CollectiveArgs a;
+      a.op = CollOp::all_gather;
+      a.variant = v;
+      a.bytes = bytes;
+      make_buffers(mem, *node.comm, a, Form::separate);
+      ASSERT_OK_AND_ASSIGN(std::unique_ptr<Plan> plan, node.comm->plan(a));
+      std::map<int, std::set<int>> engines_of_rank;
+      for (const PlanList& l : plan->lists()) engines_of_rank[l.rank].insert(l.engine);
+      ASSERT_EQ(engines_of_rank.size(), 4u) << plan->describe();
+      const int lce[4] = {2, 3, 4, 2};  // the H200's copy engines, in order
+      for (int r = 0; r < 4; ++r) EXPECT_EQ(engines_of_rank[r], std::set<int>{lce[r]}) << plan->describe();
+      launch_and_verify(mem, *plan, node.comm->size(), 2);
+    }
+  }
+  Mem mem(*node.dev, 6);
+  CollectiveArgs a;
+  a.op = CollOp::all_gather;
+  a.variant = Variant::b2b;
+  a.bytes = kSpreadMaxBytes + 256;
+  make_buffers(mem, *node.comm, a, Form::separate);
+  ASSERT_OK_AND_ASSIGN(std::unique_ptr<Plan> plan, node.comm->plan(a));
+  for (const PlanList& l : plan->lists()) {
+    const bool local_only = l.writes_to.size() == 1 && l.writes_to[0] == l.rank;
+    if (!local_only) {
+      EXPECT_EQ(l.engine, 4) << plan->describe();
+    }
+  }
+}
+
+// A list's arrivals follow all of its copies, one add per destination, and
+// only the first of them waits for the engine to idle: one wait-for-idle per
+// list instead of one per copy (small messages were bound by them). A chain
+// broadcast keeps an arrival after every chunk, which the next rank forwards.
+TEST(CollHopper, ArrivalsFollowTheCopiesWithOneWaitForIdlePerList) {
+  Node node;
+  ASSERT_OK(make_node(Topo::h200loop4, &node));
+  auto count = [](const PlanList& l, bool wfi_only) {
+    const std::span<const uint32_t> d = l.cb.dwords();
+    int n = 0;
+    for (uint32_t at : l.cb.packet_starts())
+      if (d[at] == hopper::kHostSemHeader && (d[at + 5] & hopper::kSemOperationMask) == hopper::kSemOpReduction &&
+          (!wfi_only || (d[at + 5] & hopper::kSemReleaseWfi)))
+        ++n;
+    return n;
+  };
+  for (Variant v : {Variant::pcpy, Variant::b2b}) {
+    Mem mem(*node.dev, 6);
+    CollectiveArgs a;
+    a.op = CollOp::all_gather;
+    a.variant = v;
+    a.bytes = 1000;
+    make_buffers(mem, *node.comm, a, Form::separate);
+    ASSERT_OK_AND_ASSIGN(std::unique_ptr<Plan> plan, node.comm->plan(a));
+    for (const PlanList& l : plan->lists()) {
+      EXPECT_EQ(count(l, true), 1) << plan->describe();
+      EXPECT_EQ(count(l, false), static_cast<int>(l.writes_to.size())) << plan->describe();
+      // Every add comes after the list's last copy; the copies after the
+      // first run alongside it (they read the rank's chunk, each writes
+      // another destination).
+      const std::string text = l.cb.disassemble();
+      EXPECT_LT(text.rfind("copy.launch_dma"), text.find("operation=reduction")) << text;
+      const size_t first = text.find("data_transfer_type=");
+      EXPECT_EQ(text.substr(first, 32), "data_transfer_type=non_pipelined") << text;
+      EXPECT_EQ(text.find("data_transfer_type=non_pipelined", first + 1), std::string::npos) << text;
+    }
+    launch_and_verify(mem, *plan, node.comm->size(), 2);
+  }
+  Mem mem(*node.dev, 6);
+  CollectiveArgs a;
+  a.op = CollOp::broadcast;
+  a.variant = Variant::chain;
+  a.bytes = 4096;
+  a.chain_chunks = 4;
+  make_buffers(mem, *node.comm, a, Form::separate);
+  Communicator::Options o;
+  o.loopback = true;
+  o.queues = Communicator::Options::QueueSharing::per_rank;
+  ASSERT_OK_AND_ASSIGN(std::unique_ptr<Communicator> comm, Communicator::create(*node.dev, {0, 0, 0, 0}, o));
+  ASSERT_OK_AND_ASSIGN(std::unique_ptr<Plan> chain, comm->plan(a));
+  int adds = 0;
+  for (const PlanList& l : chain->lists()) {
+    EXPECT_EQ(count(l, true), count(l, false)) << chain->describe();
+    adds += count(l, false);
+  }
+  EXPECT_EQ(adds, 1 + 4 * 3) << "the root's local copy, then 4 chunks on each of 3 links";
+  launch_and_verify(mem, *chain, comm->size(), 2);
 }
 
 // The Device names the engine toward a peer without a communicator: the

@@ -67,6 +67,22 @@ TEST(HopperLowering, CopyIsOffsetsLengthLaunch) {
   EXPECT_EQ(cb.packet_count(), 1u);
 }
 
+// A copy recorded as independent of the earlier ones may run alongside them:
+// its first piece is PIPELINED too. SDMA runs packets in order: no change.
+TEST(HopperLowering, CopiesAlongsideEarlierOnesArePipelined) {
+  CommandBuffer cb(Isa::hopper());
+  ASSERT_OK(cb.copy(0x10000, 0x20000, 4096));
+  ASSERT_OK(cb.copy(0x30000, 0x20000, 4096, CommandBuffer::CopyOrder::alongside_earlier));
+  const std::vector<uint32_t> d = dw(cb);
+  ASSERT_EQ(d.size(), 18u);
+  EXPECT_EQ(d[8], 2u | (1u << 7) | (1u << 8)) << "the first waits for earlier work";
+  EXPECT_EQ(d[9 + 8], 1u | (1u << 7) | (1u << 8)) << "the second runs alongside it";
+  CommandBuffer a(sdma::Gen::v4_4_2), b(sdma::Gen::v4_4_2);
+  ASSERT_OK(a.copy(0x10000, 0x20000, 4096));
+  ASSERT_OK(b.copy(0x10000, 0x20000, 4096, CommandBuffer::CopyOrder::alongside_earlier));
+  EXPECT_EQ(dw(a), dw(b));
+}
+
 TEST(HopperLowering, BigCopiesSplitAt2GiBAndPipelineTheRest) {
   CommandBuffer cb(Isa::hopper());
   const uint64_t two = 1ull << 31;
@@ -127,6 +143,40 @@ TEST(HopperLowering, WaitSwitchesTsgWhileTheAcquireFails) {
   ASSERT_OK(add.signal_add(0x7000'0010ull, 1));
   EXPECT_EQ(dw(add)[5] & (1u << 12), 0u);
   EXPECT_FALSE(contains(add.disassemble(), "acquire_switch_tsg")) << add.disassemble();
+}
+
+// RELEASE_WFI makes an add wait until the engine is idle (and its writes are
+// flushed). An add right behind such an add finds the engine idle already,
+// so it leaves the WFI out; anything the engine runs in between, or a run of
+// adds that did not start with a WFI (raw methods), brings it back.
+TEST(HopperLowering, AddsRightAfterAWaitedAddSkipTheWaitForIdle) {
+  constexpr uint32_t kWfi = 1u << 20;
+  auto wfi_of = [](const CommandBuffer& cb) {
+    std::vector<bool> out;
+    const std::vector<uint32_t> d = dw(cb);
+    for (uint32_t at : cb.packet_starts())
+      if (d[at] == inc(0, 0x5C, 5) && (d[at + 5] & 7u) == 6u) out.push_back((d[at + 5] & kWfi) != 0);
+    return out;
+  };
+  CommandBuffer cb(Isa::hopper());
+  ASSERT_OK(cb.copy(0x10000, 0x20000, 256));
+  ASSERT_OK(cb.signal_add(0x7000'0010ull, 1));
+  ASSERT_OK(cb.signal_add(0x7000'0020ull, 2));
+  ASSERT_OK(cb.signal_add(0x7000'0030ull, 3));
+  ASSERT_OK(cb.copy(0x30000, 0x20000, 256));
+  ASSERT_OK(cb.signal_add(0x7000'0040ull, 1));
+  ASSERT_OK(cb.wait_ge(0x7000'0050ull, 1));
+  ASSERT_OK(cb.signal_add(0x7000'0060ull, 1));  // after an acquire: waits again
+  EXPECT_EQ(wfi_of(cb), (std::vector<bool>{true, false, false, true, true})) << cb.disassemble();
+  const std::vector<uint32_t> d = dw(cb);
+  EXPECT_EQ(d[cb.packet_starts()[2] + 5], (0xA9100006u & ~kWfi)) << "the same add, less the WFI";
+
+  // A run of adds that began without a WFI (raw) does not vouch for the engine.
+  CommandBuffer r(Isa::hopper());
+  ASSERT_OK(r.copy(0x10000, 0x20000, 256));
+  ASSERT_OK(r.raw(std::vector<uint32_t>{inc(0, 0x5C, 5), 0x70000010, 0, 1, 0, 0xA9100006u & ~kWfi}));
+  ASSERT_OK(r.signal_add(0x7000'0020ull, 1));
+  EXPECT_EQ(wfi_of(r), (std::vector<bool>{false, true})) << r.disassemble();
 }
 
 TEST(HopperLowering, FillUsesTheRemapUnit) {
