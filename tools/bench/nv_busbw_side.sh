@@ -5,21 +5,28 @@
 # output, what one rank sends for the reductions), with N loopback ranks in
 # one process and with one process per rank (--procs N, through windows).
 # The reductions run with the default staging (64 MiB per rank) and with
-# STAGING (1G), where a call's data fits in one piece. Prints a table last;
-# JSON and logs packed into $OUT/busbw.tgz. N (4), MIN (64M), MAX (1G).
+# STAGING (1G), where a call's data fits in one piece. ITERS (5) timed calls
+# per size after one warm-up, each sweep bounded by SWEEP_S (70) seconds, so
+# that the whole run fits one 10-minute device call (run 36's first try, with
+# nccl-tests' default iterations, did not). Prints a line per sweep and a
+# table last; JSON and logs packed into $OUT/busbw.tgz. N (4), MIN (64M),
+# MAX (1G), MODES ("ranks procs").
 set -uo pipefail
 OUT=${OUT:-/tmp/nv_out}; mkdir -p "$OUT"; B=/tmp/nvb; L=/tmp/busbw; rm -rf $L; mkdir -p $L
 cmake -S . -B $B -G Ninja -DCMAKE_BUILD_TYPE=Release -DCONCCL_BUILD_TESTS=OFF > $L/cfg.log 2>&1
 ninja -C $B sdma-probe conccl_shared 2>&1 | grep -E "error|warning: " | head
 P=$B/tools/sdma-probe/sdma-probe; N=${N:-4}
-for mode in "ranks" "procs"; do
-  timeout 200 $P allgather --backend nv --$mode $N --min ${MIN:-64M} --max ${MAX:-1G} \
-    --json-file $L/allgather_${mode}_default.json > $L/allgather_${mode}.log 2>&1 || echo "allgather --$mode: rc=$?"
+IT="-n ${ITERS:-5} -w 1"; T=${SWEEP_S:-70}
+for mode in ${MODES:-ranks procs}; do
+  timeout $T $P allgather --backend nv --$mode $N --min ${MIN:-64M} --max ${MAX:-1G} $IT \
+    --json-file $L/allgather_${mode}_default.json > $L/allgather_${mode}_default.log 2>&1
+  echo "allgather --$mode $N: rc=$?"
   for op in reducescatter allreduce; do
     for st in default ${STAGING:-1G}; do
       sf=""; [ $st != default ] && sf="--staging $st"
-      timeout 240 $P $op --backend nv --$mode $N -d bfloat16 -o sum --min ${MIN:-64M} --max ${MAX:-1G} $sf \
-        --json-file $L/${op}_${mode}_$st.json > $L/${op}_${mode}_$st.log 2>&1 || echo "$op --$mode staging $st: rc=$?"
+      timeout $T $P $op --backend nv --$mode $N -d bfloat16 -o sum --min ${MIN:-64M} --max ${MAX:-1G} $sf $IT \
+        --json-file $L/${op}_${mode}_$st.json > $L/${op}_${mode}_$st.log 2>&1
+      echo "$op --$mode $N staging $st: rc=$?"
     done
   done
 done
