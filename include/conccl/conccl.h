@@ -55,8 +55,9 @@ extern "C" {
 /* 2: destroy and close calls and conccl_signal_add return conccl_status;
  * handles are checked; buffers are checked against their allocation.
  * 4: reductions (conccl_reduce_scatter, conccl_all_reduce, conccl_reduce);
- * only additions, so callers built against 3 keep working. */
-#define CONCCL_C_API_VERSION 4
+ * only additions, so callers built against 3 keep working.
+ * 5: conccl_op_name, conccl_datatype_name, conccl_redop_name (additions). */
+#define CONCCL_C_API_VERSION 5
 
 typedef enum conccl_status {
   CONCCL_OK = 0,
@@ -222,8 +223,10 @@ typedef enum conccl_variant {
   CONCCL_VARIANT_STRIPED = 7,
   CONCCL_VARIANT_SINGLE = 8
 } conccl_variant;
-/* "auto", "pcpy", ... */
+/* "auto", "pcpy", ... ("?" for a number that is no variant) */
 const char* conccl_variant_name(conccl_variant variant);
+/* "p2p", "broadcast", "gather", "scatter", "allgather", "alltoall" ("?": none) */
+const char* conccl_op_name(conccl_op op);
 
 /* Communicator::Options::QueueSharing (docs/collectives.md "Loopback"). */
 typedef enum conccl_queue_sharing {
@@ -446,6 +449,10 @@ typedef enum conccl_redop {
   CONCCL_MIN = 3,
   CONCCL_AVG = 4
 } conccl_redop;
+/* "uint8", "int32", "int64", "half", "float", "bfloat16" and "sum", "prod",
+ * "max", "min", "avg" (nccl-tests' names); "?" for a number that is none. */
+const char* conccl_datatype_name(conccl_datatype dt);
+const char* conccl_redop_name(conccl_redop op);
 conccl_status conccl_reduce_scatter(const conccl_buffer* send, const conccl_buffer* recv, size_t recvcount,
                                     conccl_datatype dt, conccl_redop op, conccl_comm_t comm, void* stream);
 conccl_status conccl_all_reduce(const conccl_buffer* send, const conccl_buffer* recv, size_t count,

@@ -64,8 +64,6 @@ _cp = ctypes.c_char_p
 
 DEVICE, HOST, CUDA = 0, 1, 2
 CU_STREAM_LEGACY = 1  # cuda.h's handle of the legacy default stream (a stream of 0 means "no stream" here)
-OPS = {"p2p": 0, "broadcast": 1, "gather": 2, "scatter": 3, "all_gather": 4, "all_to_all": 5}
-VARIANTS = {"auto": 0, "pcpy": 1, "bcst": 2, "b2b": 3, "swap": 4, "fanout": 5, "chain": 6, "striped": 7, "single": 8}
 
 
 class DataType(enum.IntEnum):
@@ -195,6 +193,22 @@ _plan_release = _sig("conccl_plan_release", _status, _vp)
 _plan_wait = _sig("conccl_plan_wait", _status, _vp, ctypes.c_uint32)
 _plan_variant = _sig("conccl_plan_variant", _int, _vp)
 _variant_name = _sig("conccl_variant_name", _cp, _int)
+_op_name = _sig("conccl_op_name", _cp, _int)
+_datatype_name = _sig("conccl_datatype_name", _cp, _int)
+_redop_name = _sig("conccl_redop_name", _cp, _int)
+
+
+def _library_names(name_of, numbers=range(64)):
+    """{name: number} for every number the library names (its C++ tables, which
+    the C header's enums are checked against when it builds): one source of names."""
+    return {name_of(i).decode(): i for i in numbers if name_of(i) != b"?"}
+
+
+# Collective ops and variants by the library's names; the ops also as torch spells
+# them ("all_gather" beside "allgather").
+OPS = _library_names(_op_name)
+OPS.update({torch_name: OPS[name] for name, torch_name in (("allgather", "all_gather"), ("alltoall", "all_to_all"))})
+VARIANTS = _library_names(_variant_name)
 _plan_completion = _sig("conccl_plan_completion", _status, _vp, _int, _P(_u64), _P(_u64))
 _all_gather = _sig("conccl_all_gather", _status, _P(_Buffer), _P(_Buffer), _sz, _vp, _vp)
 _all_to_all = _sig("conccl_all_to_all", _status, _P(_Buffer), _P(_Buffer), _sz, _vp, _vp)

@@ -27,6 +27,23 @@ struct Dev {
   ~Dev() { conccl_device_close(d); }
 };
 
+// The names of the enumerations come from the C++ tables; a number that is
+// none of them is "?" (the numbers themselves are checked at build time,
+// src/c_api/enums.cpp).
+TEST(CApi, EnumerationsAreNamed) {
+  EXPECT_STREQ(conccl_op_name(CONCCL_ALL_GATHER), "allgather");
+  EXPECT_STREQ(conccl_op_name(CONCCL_P2P), "p2p");
+  EXPECT_STREQ(conccl_op_name(static_cast<conccl_op>(6)), "?");
+  EXPECT_STREQ(conccl_op_name(static_cast<conccl_op>(-1)), "?");
+  EXPECT_STREQ(conccl_variant_name(CONCCL_VARIANT_SINGLE), "single");
+  EXPECT_STREQ(conccl_variant_name(static_cast<conccl_variant>(9)), "?");
+  EXPECT_STREQ(conccl_datatype_name(CONCCL_BFLOAT16), "bfloat16");
+  EXPECT_STREQ(conccl_datatype_name(CONCCL_FLOAT32), "float");
+  EXPECT_STREQ(conccl_datatype_name(static_cast<conccl_datatype>(3)), "?");
+  EXPECT_STREQ(conccl_redop_name(CONCCL_AVG), "avg");
+  EXPECT_STREQ(conccl_redop_name(static_cast<conccl_redop>(5)), "?");
+}
+
 TEST(CApi, ErrorsCarryTheMessage) {
   conccl_device_options o;
   conccl_device_options_init(&o);

@@ -344,6 +344,34 @@ print("ok", r)
 
 
 
+class NamesTest(unittest.TestCase):
+    """The package's numbers are the library's: its names come from the C++
+    tables (the C enums are checked against them when the library builds)."""
+
+    def test_ops_and_variants_come_from_the_library(self):
+        self.assertEqual(conccl.OPS["allgather"], 4)
+        self.assertEqual(conccl.OPS["all_gather"], 4)
+        self.assertEqual(conccl.OPS["all_to_all"], conccl.OPS["alltoall"])
+        self.assertEqual(sorted(n for n in conccl.OPS if "_" not in n),
+                         ["allgather", "alltoall", "broadcast", "gather", "p2p", "scatter"])
+        self.assertEqual(conccl.VARIANTS, {"auto": 0, "pcpy": 1, "bcst": 2, "b2b": 3, "swap": 4, "fanout": 5,
+                                           "chain": 6, "striped": 7, "single": 8})
+        self.assertEqual(conccl._op_name(99), b"?")
+        self.assertEqual(conccl._variant_name(-1), b"?")
+
+    def test_dtype_and_redop_numbers_name_what_the_library_names(self):
+        for member in conccl.DataType:
+            name = conccl._datatype_name(int(member)).decode()
+            self.assertIn(name, conccl.DTYPES, member)
+            self.assertEqual(conccl.DTYPES[name], member)
+        for member in conccl.RedOp:
+            name = conccl._redop_name(int(member)).decode()
+            self.assertEqual(conccl.REDOPS[name], member)
+        # every number the library names is one of ours
+        self.assertEqual(set(conccl._library_names(conccl._datatype_name).values()), {int(m) for m in conccl.DataType})
+        self.assertEqual(set(conccl._library_names(conccl._redop_name).values()), {int(m) for m in conccl.RedOp})
+
+
 class ArgumentTest(unittest.TestCase):
     """Every argument is checked before it reaches ctypes, which would drop an
     integer's high bits and fail inside its own internals on a wrong type."""
