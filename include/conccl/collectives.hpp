@@ -79,6 +79,12 @@ struct CollectiveArgs {
   // Ranks in separate processes give only their own buffers: {mine}, or one
   // per rank with the others empty (a non-root rank of broadcast, scatter
   // or p2p gives no send buffer).
+  // all_to_all: bytes from one destination's chunk to the next in send[r],
+  // so that send[r] + d*send_stride goes to recv[d] + r*bytes; 0 means
+  // `bytes` (packed, as NCCL's). Lets a call send a slice of each of the
+  // chunks of a larger buffer (a reduce-scatter in pieces does). Not with
+  // in-place buffers nor the swap variant.
+  uint64_t send_stride = 0;
   bool prelaunch = false;      // gate every list behind the plan's trigger
   int engines = 0;             // p2p striped: engines to use (0 = all suitable)
   int b2b_ways = 0;            // b2b: destinations per engine (0 = all peers on one engine)
@@ -589,6 +595,7 @@ class Plan {
 
 // The variant `automatic` picks for an op, size, rank count and what the
 // engines can do (docs/collectives.md).
-Variant choose_variant(CollOp op, uint64_t bytes, int ranks, const Caps& caps, bool prelaunch);
+// packed_send: false for an all_to_all with a send_stride (no swap then).
+Variant choose_variant(CollOp op, uint64_t bytes, int ranks, const Caps& caps, bool prelaunch, bool packed_send = true);
 
 }  // namespace conccl

@@ -182,6 +182,7 @@ Status build_all_gather(PlanBuilder& b, const CollectiveArgs& a, Variant v) {
 Status build_all_to_all(PlanBuilder& b, const CollectiveArgs& a, Variant v) {
   const int n = b.comm().size();
   const uint64_t cb = a.bytes;
+  const uint64_t step = send_step(a);  // validation refuses a stride with swap
   if (v == Variant::swap) {
     // Phase 1 (out of place only): each rank copies its whole send buffer to
     // its recv buffer; the diagonal chunk is then final. Phase 2: every pair
@@ -220,13 +221,14 @@ Status build_all_to_all(PlanBuilder& b, const CollectiveArgs& a, Variant v) {
     return Status();
   }
   for (int s = 0; s < n; ++s) {
-    CONCCL_RETURN_IF_ERROR(local_copy(b, s, R(a, s) + uint64_t(s) * cb, S(a, s) + uint64_t(s) * cb, cb));
+    CONCCL_RETURN_IF_ERROR(local_copy(b, s, R(a, s) + uint64_t(s) * cb, S(a, s) + uint64_t(s) * step, cb));
     if (v == Variant::b2b) {
       CONCCL_RETURN_IF_ERROR(back_to_back(
-          b, a, s, [&](int d) { return std::make_pair(R(a, d) + uint64_t(s) * cb, S(a, s) + uint64_t(d) * cb); }));
+          b, a, s, [&](int d) { return std::make_pair(R(a, d) + uint64_t(s) * cb, S(a, s) + uint64_t(d) * step); }));
     } else {
       for (int d = 0; d < n; ++d)
-        if (d != s) CONCCL_RETURN_IF_ERROR(copy_to(b, s, d, R(a, d) + uint64_t(s) * cb, S(a, s) + uint64_t(d) * cb, cb));
+        if (d != s)
+          CONCCL_RETURN_IF_ERROR(copy_to(b, s, d, R(a, d) + uint64_t(s) * cb, S(a, s) + uint64_t(d) * step, cb));
     }
   }
   return Status();

@@ -23,6 +23,15 @@ inline constexpr uint8_t kCounterPhase = 2;   // the rank's local phase done (sw
 inline constexpr uint8_t kCounterSent = 3;    // the rank's lists ended
 inline constexpr uint8_t kCounters = 4;
 
+// All-to-all: bytes from one destination's chunk to the next in a send
+// buffer (CollectiveArgs::send_stride, 0 = packed), and how many bytes of
+// it the op reads.
+inline uint64_t send_step(const CollectiveArgs& a) { return a.send_stride ? a.send_stride : a.bytes; }
+inline uint64_t all_to_all_send_bytes(const CollectiveArgs& a, int n) {
+  return uint64_t(n - 1) * send_step(a) + a.bytes;
+}
+inline bool packed_send(const CollectiveArgs& a) { return send_step(a) == a.bytes; }
+
 class PlanBuilder {
  public:
   // shared: lists go on the GPU's per-engine queues (QueueSharing).

@@ -35,6 +35,7 @@ CachedCalls::Key CachedCalls::key_of(const CollectiveArgs& a, bool on_stream) co
   };
   add(a.send);
   add(a.recv);
+  buffers.push_back(a.send_stride);
   return Key{static_cast<int>(a.op), static_cast<int>(a.variant), a.bytes, a.root, a.peer, on_stream,
              std::move(buffers)};
 }

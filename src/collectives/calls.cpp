@@ -23,7 +23,7 @@ void store(uint64_t* p, uint64_t v) { std::atomic_ref<uint64_t>(*p).store(v, std
 // CollectiveArgs): 0 where the op gives it no buffer.
 uint64_t send_bytes(const CollectiveArgs& a, int r, int n) {
   switch (a.op) {
-    case CollOp::all_to_all: return a.bytes * static_cast<uint64_t>(n);
+    case CollOp::all_to_all: return all_to_all_send_bytes(a, n);
     case CollOp::scatter: return r == a.root ? a.bytes * static_cast<uint64_t>(n) : 0;
     case CollOp::broadcast:
     case CollOp::p2p: return r == a.root ? a.bytes : 0;
@@ -54,7 +54,7 @@ std::string CallDesc::describe() const {
          ((op >> 48) & 1 ? " in place" : "") + " " +
          std::to_string(bytes) + " B root " + std::to_string((op >> 16) & 0xFFFF) + " peer " +
          std::to_string((op >> 32) & 0xFFFF) + " send " + at(send_window, send_offset) + " recv " +
-         at(recv_window, recv_offset);
+         at(recv_window, recv_offset) + (send_stride ? " send stride " + std::to_string(send_stride) : "");
 }
 
 // ---- the state ----
@@ -416,6 +416,7 @@ Status CallState::run(const CollectiveArgs& a, StreamOps* stream) {
   d.op = uint64_t(a.op) | uint64_t(a.variant) << 8 | uint64_t(a.root) << 16 |
          uint64_t(a.op == CollOp::p2p ? a.peer : 0) << 32 | uint64_t(in_place) << 48;
   d.bytes = a.bytes;
+  d.send_stride = packed_send(a) ? 0 : a.send_stride;
   CONCCL_RETURN_IF_ERROR(where(s, sb, "send", &d.send_window, &d.send_offset));
   CONCCL_RETURN_IF_ERROR(where(r, rb, "receive", &d.recv_window, &d.recv_offset));
   if (in_place) {
@@ -478,12 +479,13 @@ Status CallState::run(const CollectiveArgs& a, StreamOps* stream) {
   // The plan: compiled once per distinct call, with no exchange (every rank
   // compiles the same lists from the same table).
   const std::vector<uint64_t> key{d.op,          d.bytes,         d.send_window, d.send_offset, d.recv_window,
-                                  d.recv_offset, uint64_t(a.engines), uint64_t(a.b2b_ways), uint64_t(a.chain_chunks)};
+                                  d.recv_offset, d.send_stride,    uint64_t(a.engines), uint64_t(a.b2b_ways),
+                                  uint64_t(a.chain_chunks)};
   auto it = plans.find(key);
   if (it == plans.end()) {
     CollectiveArgs args = full;
     if (args.variant == Variant::automatic) {
-      args.variant = choose_variant(args.op, args.bytes, n, comm.caps_, true);
+      args.variant = choose_variant(args.op, args.bytes, n, comm.caps_, true, packed_send(args));
       bool in_place = args.op == CollOp::all_to_all;
       for (int q = 0; q < n && in_place; ++q)
         in_place = full.send[static_cast<size_t>(q)].va == full.recv[static_cast<size_t>(q)].va;
@@ -532,6 +534,7 @@ Status CallState::run(const CollectiveArgs& a, StreamOps* stream) {
   slot[4] = d.send_offset;
   slot[5] = d.recv_window;
   slot[6] = d.recv_offset;
+  slot[7] = d.send_stride;
   store(&slot[0], call);
   store(published_word(me), call);
   std::atomic_thread_fence(std::memory_order_seq_cst);
@@ -546,6 +549,7 @@ Status CallState::run(const CollectiveArgs& a, StreamOps* stream) {
     theirs.send_offset = o[4];
     theirs.recv_window = o[5];
     theirs.recv_offset = o[6];
+    theirs.send_stride = o[7];
     std::atomic_thread_fence(std::memory_order_acquire);
     if (theirs.k != call || load(&o[0]) != call) continue;  // overwritten by a later call: it agreed long ago
     if (theirs == d) continue;

@@ -60,6 +60,7 @@ struct CallDesc {
   uint64_t bytes = 0;
   uint64_t send_window = 0, send_offset = 0;  // ~0: none
   uint64_t recv_window = 0, recv_offset = 0;
+  uint64_t send_stride = 0;  // all_to_all's (0: packed)
   bool operator==(const CallDesc&) const = default;
   std::string describe() const;
 };

@@ -183,7 +183,7 @@ Result<std::unique_ptr<Plan>> Communicator::plan(const CollectiveArgs& given) {
   // Resolve `automatic` first, so validation judges the variant that runs.
   CollectiveArgs args = in;
   if (args.variant == Variant::automatic) {
-    args.variant = choose_variant(args.op, args.bytes, size(), caps_, args.prelaunch);
+    args.variant = choose_variant(args.op, args.bytes, size(), caps_, args.prelaunch, packed_send(args));
     bool in_place = args.op == CollOp::all_to_all && args.send.size() == args.recv.size() && !args.send.empty();
     for (size_t r = 0; r < args.send.size() && in_place; ++r) in_place = args.send[r].va == args.recv[r].va;
     if (in_place && caps_.swap) args.variant = Variant::swap;  // only swap works in place

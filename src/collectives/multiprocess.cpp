@@ -140,7 +140,7 @@ std::string args_digest(const CollectiveArgs& a) {
          " bytes, root " + std::to_string(a.root) + ", peer " + std::to_string(a.peer) +
          (a.prelaunch ? ", prelaunch" : "") + (a.timestamps ? ", timestamps" : "") + ", engines " +
          std::to_string(a.engines) + ", b2b_ways " + std::to_string(a.b2b_ways) + ", chain_chunks " +
-         std::to_string(a.chain_chunks);
+         std::to_string(a.chain_chunks) + (a.send_stride ? ", send_stride " + std::to_string(a.send_stride) : "");
 }
 
 // Closes the fds of a vector as it goes out of scope (shared regions handed
@@ -462,7 +462,7 @@ Result<std::unique_ptr<Plan>> Communicator::plan_across_processes(const Collecti
   if (st.ok()) {
     CollectiveArgs args = full;
     if (args.variant == Variant::automatic) {
-      args.variant = choose_variant(args.op, args.bytes, n, caps_, args.prelaunch);
+      args.variant = choose_variant(args.op, args.bytes, n, caps_, args.prelaunch, packed_send(args));
       bool in_place = args.op == CollOp::all_to_all;
       for (int r = 0; r < n && in_place; ++r)
         in_place = full.send[static_cast<size_t>(r)].va == full.recv[static_cast<size_t>(r)].va;

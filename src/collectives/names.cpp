@@ -92,7 +92,7 @@ std::string variant_missing_cap(Variant v, const Caps& caps) {
 // NVIDIA copy engines (no broadcast, no swap): b2b for small collectives,
 // where one engine's back-to-back copies save per-list synchronisation, pcpy
 // above.
-Variant choose_variant(CollOp op, uint64_t bytes, int ranks, const Caps& caps, bool prelaunch) {
+Variant choose_variant(CollOp op, uint64_t bytes, int ranks, const Caps& caps, bool prelaunch, bool packed_send) {
   const uint64_t total = bytes * static_cast<uint64_t>(ranks > 0 ? ranks : 1);
   constexpr uint64_t K = 1024, M = 1024 * 1024;
   switch (op) {
@@ -109,7 +109,7 @@ Variant choose_variant(CollOp op, uint64_t bytes, int ranks, const Caps& caps, b
       return Variant::pcpy;
     case CollOp::all_to_all: {
       if (total <= (prelaunch ? 32 * K : 256 * K)) return Variant::b2b;
-      if (caps.swap && total <= (prelaunch ? 2 * M : 4 * M)) return Variant::swap;
+      if (caps.swap && packed_send && total <= (prelaunch ? 2 * M : 4 * M)) return Variant::swap;
       return Variant::pcpy;
     }
   }

@@ -169,11 +169,12 @@ Status Communicator::call_reduction(const ReductionArgs& a, StreamOps* stream) {
   // processes a non-root rank of a gather names its own staging slice as
   // recv: through windows that says where the root's sits (the staging is
   // symmetric); the cached path drops it.
-  auto move = [&](CollOp op, uint64_t bytes, int root, auto fill) -> Status {
+  auto move = [&](CollOp op, uint64_t bytes, int root, auto fill, uint64_t send_stride = 0) -> Status {
     CollectiveArgs m;
     m.op = op;
     m.bytes = bytes;
     m.root = root;
+    m.send_stride = send_stride;
     for (int r = 0; r < n; ++r) {
       if (!local(r)) continue;
       Buffer s, v;
@@ -211,22 +212,15 @@ Status Communicator::call_reduction(const ReductionArgs& a, StreamOps* stream) {
   // out(r) + e*es for element e of its chunk.
   auto reduce_scatter = [&](uint64_t C, auto out_of) -> Status {
     for (uint64_t e0 = 0; e0 < C; e0 += per_piece) {
+      // One all-to-all per piece: destination d's slice of it sits at
+      // d*C + e0 of each send buffer (a stride of C elements; packed when
+      // the whole chunk is one piece), and lands in d's staging at the
+      // sender's place.
       const uint64_t c = std::min(per_piece, C - e0);
-      if (c == C) {
-        // One piece: one all-to-all of every rank's send into the staging.
-        CONCCL_RETURN_IF_ERROR(move(CollOp::all_to_all, C * es, 0, [&](int r, Buffer* s, Buffer* v) {
-          *s = slice(send_of(r), 0, n * C * es);
-          *v = slice(staging_of(r), 0, n * C * es);
-        }));
-      } else {
-        // Pieces: the slice of each destination d sits at d*C + e0, not
-        // contiguous across destinations: one gather per destination.
-        for (int d = 0; d < n; ++d)
-          CONCCL_RETURN_IF_ERROR(move(CollOp::gather, c * es, d, [&](int r, Buffer* s, Buffer* v) {
-            *s = slice(send_of(r), (d * C + e0) * es, c * es);
-            if (across || r == d) *v = slice(staging_of(r), 0, n * c * es);
-          }));
-      }
+      CONCCL_RETURN_IF_ERROR(move(CollOp::all_to_all, c * es, 0, [&](int r, Buffer* s, Buffer* v) {
+        *s = slice(send_of(r), e0 * es, ((n - 1) * C + c) * es);
+        *v = slice(staging_of(r), 0, n * c * es);
+      }, c == C ? 0 : C * es));
       CONCCL_RETURN_IF_ERROR(reduce_local(c, [&](int r) { return out_of(r) + e0 * es; }));
     }
     return Status();

@@ -39,7 +39,7 @@ std::vector<Xfer> transfers(const CollectiveArgs& a, int n) {
       break;
     case CollOp::all_to_all:
       for (int s = 0; s < n; ++s)
-        for (int d = 0; d < n; ++d) x.push_back({R(d) + uint64_t(s) * b, S(s) + uint64_t(d) * b, b, d, s});
+        for (int d = 0; d < n; ++d) x.push_back({R(d) + uint64_t(s) * b, S(s) + uint64_t(d) * send_step(a), b, d, s});
       break;
   }
   return x;
@@ -78,6 +78,18 @@ Status validate_args(const Communicator& comm, const CollectiveArgs& a) {
                comm.isa(0).name() + " engines do not have; use " + ok + " (or auto)");
   }
 
+  if (a.send_stride != 0) {
+    if (a.op != CollOp::all_to_all) return bad("send_stride is for all_to_all only; leave it 0");
+    if (a.send_stride < a.bytes)
+      return bad("send_stride " + std::to_string(a.send_stride) + " is less than bytes " + std::to_string(a.bytes) +
+                 ": each destination's chunk would overlap the next; give at least bytes (or 0: packed)");
+    if (a.send_stride > (uint64_t{1} << 56) / static_cast<uint64_t>(n))
+      return bad("send_stride " + std::to_string(a.send_stride) + " on " + std::to_string(n) +
+                 " ranks spans more bytes than any buffer holds");
+    if (a.variant == Variant::swap && a.send_stride != a.bytes)
+      return bad("the swap variant exchanges packed chunks in place: it takes no send_stride (use pcpy or b2b)");
+  }
+
   // Which buffers are used and how big they must be.
   const uint64_t nb = a.bytes * static_cast<uint64_t>(n);
   std::vector<std::pair<const Buffer*, uint64_t>> need;  // buffer, bytes needed
@@ -109,7 +121,7 @@ Status validate_args(const Communicator& comm, const CollectiveArgs& a) {
         use(a.recv, r, nb, "recv");
         break;
       case CollOp::all_to_all:
-        use(a.send, r, nb, "send");
+        use(a.send, r, all_to_all_send_bytes(a, n), "send");
         use(a.recv, r, nb, "recv");
         break;
     }

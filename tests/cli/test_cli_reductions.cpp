@@ -145,7 +145,7 @@ TEST(CliReductions, SmallStagingRunsInPieces) {
     EXPECT_EQ(f[kWrong], "0") << rows[0];
     EXPECT_EQ(f[kIpWrong], "0") << rows[0];
     if (std::string(op) == "reducescatter") {
-      EXPECT_EQ(f[5], "gather") << rows[0];
+      EXPECT_EQ(f[5], "a2a") << rows[0];  // in pieces: a strided all-to-all each
     }
     const std::string j = read_file(json);
     EXPECT_TRUE(contains(j, "\"staging_bytes\": 4096")) << j;

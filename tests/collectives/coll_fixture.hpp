@@ -224,10 +224,12 @@ inline std::vector<Xfer> model_transfers(const CollectiveArgs& a, int n) {
       for (int s = 0; s < n; ++s)
         for (int d = 0; d < n; ++d) x.push_back({R(d) + uint64_t(s) * b, S(s), b});
       break;
-    case CollOp::all_to_all:
+    case CollOp::all_to_all: {
+      const uint64_t step = a.send_stride ? a.send_stride : b;  // CollectiveArgs::send_stride
       for (int s = 0; s < n; ++s)
-        for (int d = 0; d < n; ++d) x.push_back({R(d) + uint64_t(s) * b, S(s) + uint64_t(d) * b, b});
+        for (int d = 0; d < n; ++d) x.push_back({R(d) + uint64_t(s) * b, S(s) + uint64_t(d) * step, b});
       break;
+    }
   }
   return x;
 }
@@ -287,7 +289,8 @@ inline void make_buffers(Mem& mem, const Communicator& comm, CollectiveArgs& a, 
         break;
       case CollOp::all_to_all:
         R = mem.alloc(g, nb);
-        S = in_place ? R : mem.alloc(g, nb);
+        // A send_stride spreads the chunks: (n-1) strides and a chunk.
+        S = in_place ? R : mem.alloc(g, a.send_stride ? uint64_t(n - 1) * a.send_stride + b : nb);
         break;
     }
   }

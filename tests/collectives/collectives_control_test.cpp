@@ -1090,6 +1090,71 @@ TEST(CollHopper, SmallPlansSpreadRanksOverTheEngines) {
   }
 }
 
+// An all-to-all with a send_stride reads destination d's chunk at
+// send + d*stride (what a reduce-scatter in pieces sends): on SDMA and on
+// Hopper lists, every variant that takes it, each byte checked by the model.
+TEST(CollAllToAll, SendStrideSpreadsTheSendChunks) {
+  for (Topo t : {Topo::h200loop4, Topo::small3}) {
+    Node node;
+    ASSERT_OK(make_node(t, &node));
+    for (Variant v : {Variant::automatic, Variant::pcpy, Variant::b2b}) {
+      for (uint64_t bytes : {uint64_t(1000), uint64_t(70000)}) {
+        Mem mem(*node.dev, 6);
+        CollectiveArgs a;
+        a.op = CollOp::all_to_all;
+        a.variant = v;
+        a.bytes = bytes;
+        a.send_stride = 3 * bytes + 8;
+        make_buffers(mem, *node.comm, a, Form::separate);
+        ASSERT_OK_AND_ASSIGN(std::unique_ptr<Plan> plan, node.comm->plan(a));
+        EXPECT_NE(plan->variant(), Variant::swap);
+        SCOPED_TRACE(std::string(topo_name(t)) + " " + variant_name(plan->variant()) + " " + std::to_string(bytes));
+        launch_and_verify(mem, *plan, node.comm->size(), 2);
+      }
+    }
+  }
+}
+
+// A status of `code` whose message holds `needle`.
+void expect_refused(const Status& st, Code code, const std::string& needle) {
+  EXPECT_EQ(st.code(), code) << st.to_string();
+  EXPECT_TRUE(contains(st.message(), needle)) << "missing '" << needle << "' in: " << st.message();
+}
+
+TEST(CollAllToAll, SendStrideErrorsNameTheFix) {
+  Node node;
+  ASSERT_OK(make_node(Topo::h200loop4, &node));
+  Mem mem(*node.dev, 6);
+  CollectiveArgs a;
+  a.op = CollOp::all_to_all;
+  a.bytes = 4096;
+  a.send_stride = 8192;
+  make_buffers(mem, *node.comm, a, Form::separate);
+  CollectiveArgs small = a;
+  small.send_stride = 4000;
+  expect_refused(node.comm->plan(small).status(), Code::invalid_argument, "is less than bytes");
+  CollectiveArgs short_send = a;
+  short_send.send[1].size = 3 * 8192;  // (n-1) strides + a chunk = 3*8192 + 4096
+  expect_refused(node.comm->plan(short_send).status(), Code::invalid_argument, "mismatched sizes");
+  CollectiveArgs gather = a;
+  gather.op = CollOp::gather;
+  expect_refused(node.comm->plan(gather).status(), Code::invalid_argument, "send_stride is for all_to_all");
+  // The swap variant exchanges packed chunks in place (SDMA 4.4.2 only).
+  Node mi;
+  ASSERT_OK(make_node(Topo::mi300x8, &mi));
+  Mem mm(*mi.dev, 6);
+  CollectiveArgs s;
+  s.op = CollOp::all_to_all;
+  s.bytes = 256;
+  s.send_stride = 512;
+  make_buffers(mm, *mi.comm, s, Form::separate);
+  ASSERT_OK_AND_ASSIGN(std::unique_ptr<Plan> automatic, mi.comm->plan(s));
+  EXPECT_NE(automatic->variant(), Variant::swap) << "automatic picks swap for small packed all-to-alls, not strided ones";
+  launch_and_verify(mm, *automatic, mi.comm->size(), 1);
+  s.variant = Variant::swap;
+  expect_refused(mi.comm->plan(s).status(), Code::invalid_argument, "takes no send_stride");
+}
+
 // A list's arrivals follow all of its copies, one add per destination, and
 // only the first of them waits for the engine to idle: one wait-for-idle per
 // list instead of one per copy (small messages were bound by them). A chain

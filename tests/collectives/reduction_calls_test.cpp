@@ -128,7 +128,7 @@ INSTANTIATE_TEST_SUITE_P(Emu, EveryTypeAndOp, ::testing::Values(2, 4, 8),
                          [](const auto& info) { return std::to_string(info.param) + "ranks"; });
 
 // A staging of 4 KiB: every call runs in many pieces (reduce-scatter by one
-// gather per destination and piece), and an all-reduce of 256 KiB and more
+// strided all-to-all per piece), and an all-reduce of 256 KiB and more
 // takes the reduce-scatter + all-gather form, with the remainder (count not
 // a multiple of n) in one shot.
 TEST(Reductions, PiecesAndBothAllReduceForms) {

@@ -230,8 +230,8 @@ conccl::Result<uint64_t> count_wrong(const uint8_t* got, uint64_t count, const I
 // What call_reduction does for one call (the variant column): the
 // algorithm and its rounds through the staging (Options::reduce_staging_bytes
 // holds n slices of `per` elements):
-//   reducescatter  a2a     one all-to-all into the staging, one reduce
-//                  gather  in pieces: n gathers and one reduce per piece
+//   reducescatter  a2a     an all-to-all into the staging and one reduce, per
+//                          piece (pieces: a strided all-to-all each)
 //   allreduce      rs+ag   reduce-scatter, then an all-gather in place
 //                  oneshot every input gathered into every rank's staging
 //   reduce         gather  a gather into the root's staging, one reduce
@@ -245,7 +245,7 @@ Algorithm algorithm_of(ReduceColl c, uint64_t count, int n, uint64_t es, uint64_
   switch (c) {
     case ReduceColl::reduce_scatter: {
       const uint64_t p = pieces(count);
-      return {p == 1 ? "a2a" : "gather", p};
+      return {"a2a", p};
     }
     case ReduceColl::all_reduce: {
       const uint64_t chunk = count / static_cast<uint64_t>(n);
@@ -867,8 +867,8 @@ constexpr const char* kDetails =
     "reduces on the host, nv with a PTX kernel on the GPU; a step reduces n inputs in rank\n"
     "order, so every backend gives the same bits). Algorithms (the variant column):\n"
     "  reducescatter  a2a: an all-to-all into each rank's staging, then one reduce over\n"
-    "                 the n slices; gather: data past the staging, in pieces (n gathers\n"
-    "                 and one reduce per piece)\n"
+    "                 the n slices (data past the staging: per piece, an all-to-all of\n"
+    "                 each destination's slice, CollectiveArgs::send_stride)\n"
     "  allreduce      oneshot: every input gathered into every rank's staging and reduced\n"
     "                 there; rs+ag: from 256 KiB per rank when the count divides among the\n"
     "                 ranks, a reduce-scatter then an all-gather in place (the remainder\n"
