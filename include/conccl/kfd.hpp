@@ -32,7 +32,8 @@ inline constexpr const char* kDefaultDriDir = "/dev/dri";
 // ---------------------------------------------------------------------------
 // device
 
-class ShareSys;  // internal (src/backends/kfd/kfd_share.hpp)
+class ShareSys;   // internal (src/backends/kfd/kfd_share.hpp)
+class SmiEvents;  // internal (src/backends/kfd/kfd_smi.hpp)
 
 struct Options {
   std::string sysfs_root = kDefaultSysfsRoot;  // KFD topology to read (tests: a fixture tree)
@@ -55,7 +56,10 @@ struct Options {
   // its waits; waits poll with naps and faults show as timeouts with the
   // hang diagnosis. on: the process never loads HIP/ROCr (the one
   // configuration where ConCCL's events are safe): TRAP wake-ups and fault
-  // reports. CONCCL_KFD_TRAP=0/1 overrides auto.
+  // reports. CONCCL_KFD_TRAP=0/1 overrides auto. Without events, GPU memory
+  // faults and resets are still reported (Code::device_fault), through
+  // KFD's SMI event files, which take no events page (they name the
+  // process, not the faulting address).
   enum class Trap : uint8_t { auto_, on, off };
   Trap trap_wakeups = Trap::auto_;
   // DeviceOptions::process_slot (0..15, -1: none): this process's memory
@@ -64,6 +68,8 @@ struct Options {
   int process_slot = -1;
   // Tests: the system calls behind shared memory (null: the real ones).
   std::shared_ptr<ShareSys> share_sys;
+  // Tests: where the SMI fault watch gets its event files (null: /dev/kfd).
+  std::shared_ptr<SmiEvents> smi_events;
 };
 
 class KfdDevice : public Device {

@@ -20,6 +20,7 @@
 #include <filesystem>
 #include <random>
 
+#include "backends/fake_smi.hpp"
 #include "backends/kfd/kfd_policy.hpp"
 #include "conccl/queue.hpp"
 #include "fake_hsakmt.hpp"
@@ -588,6 +589,43 @@ TEST_F(KfdFake, ByDefaultNoKfdEventIsCreated) {
   ASSERT_TRUE(dev->free(*src).ok());
   ASSERT_TRUE(dev->free(*dst).ok());
   q->reset();
+}
+
+// Issue #31, item 1 (the fault half): with no KFD event, a VM fault still
+// ends waits as a device fault, reported through the GPU's SMI event file;
+// another process's fault on the same GPU does not.
+TEST_F(KfdFake, WithoutEventsFaultsComeThroughSmiEventFiles) {
+  fakekmt::reset(fakekmt::mi300x());
+  auto smi = std::make_shared<conccl::test::FakeSmi>();
+  conccl::kfd::Options o = options();
+  o.trap_wakeups = conccl::kfd::Options::Trap::off;
+  o.smi_events = smi;
+  conccl::Result<std::unique_ptr<conccl::kfd::KfdDevice>> d = conccl::kfd::open(o);
+  ASSERT_TRUE(d.ok()) << d.status().to_string();
+  auto& dev = *d;
+  ASSERT_EQ(smi->opened.size(), 8u) << "one event file per GPU";
+  for (uint32_t id : smi->opened) EXPECT_EQ(smi->mask_written(id), 0x5u) << "VMFAULT and GPU_PRE_RESET";
+  bool noted = false;
+  for (const std::string& n : dev->topology().notes) noted = noted || contains(n, "SMI event files");
+  EXPECT_TRUE(noted);
+  auto q = std::move(dev->create_queue(4, 0, conccl::QueueOptions{4096})).value();
+  Buffer dst = *dev->alloc(-1, 4096, MemKind::host);
+  CommandBuffer cb = q->command_buffer();
+  ASSERT_TRUE(cb.copy(dst.va, 0x7000dead0000ull, 64).ok());  // source mapped nowhere
+  ASSERT_TRUE(q->submit(cb, Deadline::after_ms(1000)).ok());
+  smi->queue(smi->opened[4], "1 1:someone_else\n");
+  EXPECT_EQ(q->wait_done(Deadline::after_ms(300)).code(), Code::timeout) << "another process's fault is not ours";
+  char line[64];
+  std::snprintf(line, sizeof line, "1 %x:test_kfd_fake\n", static_cast<unsigned>(::getpid()));
+  smi->queue(smi->opened[4], line);
+  const conccl::Status st = q->wait_done(Deadline::after_ms(5000));
+  EXPECT_EQ(st.code(), Code::device_fault) << st.to_string();
+  EXPECT_TRUE(contains(st.message(), "VMFAULT")) << st.message();
+  EXPECT_EQ(dev->create_queue(4, 1, conccl::QueueOptions{4096}).status().code(), Code::device_fault);
+  EXPECT_TRUE(dev->create_queue(5, 1, conccl::QueueOptions{4096}).ok()) << "other GPUs carry on";
+  EXPECT_EQ(fakekmt::stats().events_created, 0);
+  EXPECT_TRUE(dev->free(dst).ok());
+  q.reset();
 }
 
 // Issue #14, defect 1: another libhsakmt copy in the process (ROCm >= 6.3's

@@ -31,6 +31,13 @@ static_assert(offsetof(u::MapMemoryArgs, n_success) == offsetof(kfd_ioctl_unmap_
 static_assert(sizeof(u::FreeMemoryArgs) == sizeof(kfd_ioctl_free_memory_of_gpu_args));
 
 static_assert(u::kIocImportDmabuf == AMDKFD_IOC_IMPORT_DMABUF);
+static_assert(u::kIocSmiEvents == AMDKFD_IOC_SMI_EVENTS);
+static_assert(sizeof(u::SmiEventsArgs) == sizeof(kfd_ioctl_smi_events_args));
+static_assert(offsetof(u::SmiEventsArgs, gpuid) == offsetof(kfd_ioctl_smi_events_args, gpuid));
+static_assert(offsetof(u::SmiEventsArgs, anon_fd) == offsetof(kfd_ioctl_smi_events_args, anon_fd));
+static_assert(u::kSmiEventVmFault == KFD_SMI_EVENT_VMFAULT && u::kSmiEventGpuPreReset == KFD_SMI_EVENT_GPU_PRE_RESET);
+static_assert(u::smi_event_mask(u::kSmiEventVmFault) == KFD_SMI_EVENT_MASK_FROM_INDEX(KFD_SMI_EVENT_VMFAULT));
+static_assert(u::smi_event_mask(u::kSmiEventGpuPreReset) == KFD_SMI_EVENT_MASK_FROM_INDEX(KFD_SMI_EVENT_GPU_PRE_RESET));
 static_assert(u::kIocMapMemoryToGpu == AMDKFD_IOC_MAP_MEMORY_TO_GPU);
 static_assert(u::kIocUnmapMemoryFromGpu == AMDKFD_IOC_UNMAP_MEMORY_FROM_GPU);
 static_assert(u::kIocFreeMemoryOfGpu == AMDKFD_IOC_FREE_MEMORY_OF_GPU);

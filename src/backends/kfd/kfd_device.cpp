@@ -35,6 +35,7 @@
 
 #include "backends/kfd/kfd_policy.hpp"
 #include "backends/kfd/kfd_share.hpp"
+#include "backends/kfd/kfd_smi.hpp"
 #include "conccl/queue.hpp"
 #include "queue/sdma_queue.hpp"
 #include "util/wait.hpp"
@@ -162,7 +163,17 @@ class Context {
     if (hsaKmtCreateEvent(&d, true, false, &ev) == HSAKMT_STATUS_SUCCESS) fault_event_ = ev;
     faults_.assign(topo.gpus.size(), std::string());
   }
-  bool fault_watch() const { return fault_event_ != nullptr; }
+  bool fault_watch() const { return fault_event_ != nullptr || smi_.watching(); }
+  // Without KFD events: faults and resets through SMI event files
+  // (kfd_smi.hpp), which take no events page. Returns why a GPU is not
+  // watched, for the topology notes ("" = every GPU is).
+  std::string watch_faults_smi(SmiEvents& sys) {
+    std::vector<uint32_t> ids;
+    for (const GpuNode& g : topo.gpus) ids.push_back(g.gpu_id);
+    faults_.assign(topo.gpus.size(), std::string());
+    const Status st = smi_.open(sys, ids);
+    return st.ok() ? std::string() : st.message();
+  }
 
   // The VM fault reported for `gpu`, if any ("" = none). Asks KFD at most
   // once per millisecond; a fault is sticky (KFD stops the process's queues).
@@ -174,12 +185,23 @@ class Context {
 
  private:
   void poll_faults() {
-    if (!fault_event_ || faulted_.load(std::memory_order_acquire)) return;
+    if ((!fault_event_ && !smi_.watching()) || faulted_.load(std::memory_order_acquire)) return;
     const int64_t now = now_ns();
     int64_t next = next_check_ns_.load(std::memory_order_relaxed);
     if (now < next || !next_check_ns_.compare_exchange_strong(next, now + 1000000)) return;
     std::unique_lock<std::mutex> lock(fault_mu_, std::try_to_lock);
     if (!lock.owns_lock()) return;
+    if (!fault_event_) {
+      const std::vector<std::string> found = smi_.poll(::getpid());
+      bool any = false;
+      for (size_t i = 0; i < found.size() && i < faults_.size(); ++i)
+        if (!found[i].empty()) {
+          faults_[i] = found[i];
+          any = true;
+        }
+      if (any) faulted_.store(true, std::memory_order_release);
+      return;
+    }
     if (hsaKmtWaitOnEvent(fault_event_, 0) != HSAKMT_STATUS_SUCCESS) return;
     const HsaMemoryAccessFault& f = fault_event_->EventData.EventData.MemoryAccessFault;
     std::string kind;
@@ -205,6 +227,7 @@ class Context {
 
   bool opened_ = false;
   HsaEvent* fault_event_ = nullptr;
+  SmiWatch smi_;
   std::mutex fault_mu_;
   std::vector<std::string> faults_;
   std::atomic<int64_t> next_check_ns_{0};
@@ -1045,6 +1068,12 @@ Result<std::unique_ptr<KfdDevice>> open(const Options& opt) {
   if (ctx->trap.trap_wakeups) ctx->watch_faults();
   if (ctx->trap.trap_wakeups && !ctx->fault_watch())
     notes.push_back("could not create a KFD memory-fault event: engine faults show up as timeouts, not faults");
+  if (!ctx->trap.trap_wakeups) {
+    std::shared_ptr<SmiEvents> smi = opt.smi_events ? opt.smi_events : real_smi_events(kDefaultDevicePath);
+    const std::string why = ctx->watch_faults_smi(*smi);
+    notes.push_back(why.empty() ? "GPU faults and resets are watched through KFD's SMI event files (no events page)"
+                                : why);
+  }
 
   // A process slot: the window for shareable memory. Opened after the
   // thunk, which has acquired the GPUs' VMs for this process; our own
