@@ -1121,15 +1121,21 @@ void expect_refused(const Status& st, Code code, const std::string& needle) {
   EXPECT_TRUE(contains(st.message(), needle)) << "missing '" << needle << "' in: " << st.message();
 }
 
+// An all-to-all of `bytes` per rank with `stride`, buffers made in `mem`.
+CollectiveArgs strided_all_to_all(Mem& mem, const Communicator& comm, uint64_t bytes, uint64_t stride) {
+  CollectiveArgs a;
+  a.op = CollOp::all_to_all;
+  a.bytes = bytes;
+  a.send_stride = stride;
+  make_buffers(mem, comm, a, Form::separate);
+  return a;
+}
+
 TEST(CollAllToAll, SendStrideErrorsNameTheFix) {
   Node node;
   ASSERT_OK(make_node(Topo::h200loop4, &node));
   Mem mem(*node.dev, 6);
-  CollectiveArgs a;
-  a.op = CollOp::all_to_all;
-  a.bytes = 4096;
-  a.send_stride = 8192;
-  make_buffers(mem, *node.comm, a, Form::separate);
+  const CollectiveArgs a = strided_all_to_all(mem, *node.comm, 4096, 8192);
   CollectiveArgs small = a;
   small.send_stride = 4000;
   expect_refused(node.comm->plan(small).status(), Code::invalid_argument, "is less than bytes");
@@ -1143,11 +1149,7 @@ TEST(CollAllToAll, SendStrideErrorsNameTheFix) {
   Node mi;
   ASSERT_OK(make_node(Topo::mi300x8, &mi));
   Mem mm(*mi.dev, 6);
-  CollectiveArgs s;
-  s.op = CollOp::all_to_all;
-  s.bytes = 256;
-  s.send_stride = 512;
-  make_buffers(mm, *mi.comm, s, Form::separate);
+  CollectiveArgs s = strided_all_to_all(mm, *mi.comm, 256, 512);
   ASSERT_OK_AND_ASSIGN(std::unique_ptr<Plan> automatic, mi.comm->plan(s));
   EXPECT_NE(automatic->variant(), Variant::swap) << "automatic picks swap for small packed all-to-alls, not strided ones";
   launch_and_verify(mm, *automatic, mi.comm->size(), 1);
