@@ -1052,6 +1052,31 @@ TEST(CollHopper, PlansAreHopperMethods) {
   launch_and_verify(mem, *plan, node.comm->size(), 2);
 }
 
+// The same layout on SDMA lists (issue #28 asks it of both lowerings): a
+// list's copies, then its arrivals (an ATOMIC add on the twin and one on the
+// value per destination), nothing between the copies.
+TEST(CollSdma, ArrivalsFollowTheCopies) {
+  Node node;
+  ASSERT_OK(make_node(Topo::mi300x8, &node));
+  Mem mem(*node.dev, 6);
+  CollectiveArgs a;
+  a.op = CollOp::all_gather;
+  a.variant = Variant::b2b;
+  a.bytes = 1000;
+  make_buffers(mem, *node.comm, a, Form::separate);
+  ASSERT_OK_AND_ASSIGN(std::unique_ptr<Plan> plan, node.comm->plan(a));
+  for (const PlanList& l : plan->lists()) {
+    const std::string text = l.cb.disassemble();
+    const size_t first_add = text.find("atomic_add64");
+    ASSERT_NE(first_add, std::string::npos) << text;
+    EXPECT_LT(text.rfind("copy "), first_add) << text;
+    size_t adds = 0;
+    for (size_t at = first_add; at != std::string::npos; at = text.find("atomic_add64", at + 1)) ++adds;
+    EXPECT_EQ(adds, 2 * l.writes_to.size()) << text;
+  }
+  launch_and_verify(mem, *plan, node.comm->size(), 2);
+}
+
 // Small plans of ranks that share a GPU put each rank's lists on one engine
 // of its own, round robin over the GPU's engines, so the ranks' lists run
 // on every engine at once; larger ones take engines by weight (LCE4 most).
