@@ -1058,13 +1058,19 @@ TEST(CollHopper, PlansAreHopperMethods) {
 TEST(CollSdma, ArrivalsFollowTheCopies) {
   Node node;
   ASSERT_OK(make_node(Topo::mi300x8, &node));
+  // Four ranks on one MI300X: each rank's small list holds its local copy
+  // and its copies to the three peers.
+  Communicator::Options o;
+  o.loopback = true;
+  ASSERT_OK_AND_ASSIGN(std::unique_ptr<Communicator> comm, Communicator::create(*node.dev, {0, 0, 0, 0}, o));
   Mem mem(*node.dev, 6);
   CollectiveArgs a;
   a.op = CollOp::all_gather;
-  a.variant = Variant::b2b;
+  a.variant = Variant::pcpy;
   a.bytes = 1000;
-  make_buffers(mem, *node.comm, a, Form::separate);
-  ASSERT_OK_AND_ASSIGN(std::unique_ptr<Plan> plan, node.comm->plan(a));
+  make_buffers(mem, *comm, a, Form::separate);
+  ASSERT_OK_AND_ASSIGN(std::unique_ptr<Plan> plan, comm->plan(a));
+  ASSERT_EQ(plan->lists().size(), 4u) << plan->describe();
   for (const PlanList& l : plan->lists()) {
     const std::string text = l.cb.disassemble();
     const size_t first_add = text.find("atomic_add64");
@@ -1074,7 +1080,7 @@ TEST(CollSdma, ArrivalsFollowTheCopies) {
     for (size_t at = first_add; at != std::string::npos; at = text.find("atomic_add64", at + 1)) ++adds;
     EXPECT_EQ(adds, 2 * l.writes_to.size()) << text;
   }
-  launch_and_verify(mem, *plan, node.comm->size(), 2);
+  launch_and_verify(mem, *plan, comm->size(), 2);
 }
 
 // Small plans of ranks that share a GPU put each rank's lists on one engine
