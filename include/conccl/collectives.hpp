@@ -174,6 +174,12 @@ class StreamOps {
     (void)step;
     return error(Code::unavailable, "this stream cannot run a reduction (a CUDA stream or a HostStream can)");
   }
+  // An error when work queued now would not run in order now: a CUDA
+  // stream capturing a graph records its stream operations for replay,
+  // while the lists a call submits to the engines run at once and would
+  // wait for a trigger that only a replay stores (issue #29). Calls check
+  // it before they submit anything.
+  virtual Status ready_to_order() { return Status(); }
   virtual Status batch(std::span<const Op> ops) {
     for (const Op& op : ops) {
       Status st = op.wait ? wait_value64(op.va, op.value) : write_value64(op.va, op.value);

@@ -177,6 +177,10 @@ Window Communicator::window_of(const Buffer& b, uint64_t bytes) const {
 }
 
 Status Communicator::call(const CollectiveArgs& args, StreamOps* stream) {
+  // Nothing is submitted for a stream that would not run it in order now
+  // (a CUDA stream capturing a graph): the call is refused, the
+  // communicator unharmed.
+  if (stream) CONCCL_RETURN_IF_ERROR(stream->ready_to_order().prefix(std::string("call ") + coll_op_name(args.op)));
   // Windows when every buffer given lies in one (ranks in separate
   // processes); else the cached path (cached_calls.hpp), which takes any
   // buffers and, across processes, exchanges a message per call.

@@ -212,6 +212,7 @@ SignalStore Plan::consumed_store() const {
 
 Status Plan::enqueue(StreamOps& stream, Deadline deadline) {
   CONCCL_RETURN_IF_ERROR(check_attached("enqueue()"));
+  CONCCL_RETURN_IF_ERROR(stream.ready_to_order().prefix("enqueue"));
   if (!args_.prelaunch)
     return error(Code::invalid_argument, "enqueue() needs a plan compiled with CollectiveArgs::prelaunch");
   CONCCL_RETURN_IF_ERROR(prelaunch(deadline));

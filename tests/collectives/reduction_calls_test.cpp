@@ -214,5 +214,70 @@ TEST(Reductions, ArgumentErrorsNameTheFix) {
   EXPECT_FALSE(parse_reduce_coll("allgather", &rc));
 }
 
+// A stream that would not run work in order now (a CUDA stream capturing a
+// graph: CudaStreamOps::ready_to_order asks cuStreamIsCapturing) refuses
+// every call before anything is submitted: no list on any engine, the
+// communicator unharmed, the same call fine once the stream is ready.
+class CapturingStream final : public StreamOps {
+ public:
+  explicit CapturingStream(HostStream& s) : s_(s) {}
+  Status write_value64(uint64_t va, uint64_t value) override { return s_.write_value64(va, value); }
+  Status wait_value64(uint64_t va, uint64_t value) override { return s_.wait_value64(va, value); }
+  Status reduce(const DeviceReduceStep& step) override { return s_.reduce(step); }
+  Status ready_to_order() override {
+    if (!capturing) return Status();
+    return error(Code::invalid_argument, "the CUDA stream is capturing a CUDA graph (a test's stand-in)");
+  }
+  bool capturing = true;
+
+ private:
+  HostStream& s_;
+};
+
+TEST(StreamCapture, CallsOnACapturingStreamAreRefusedBeforeAnythingRuns) {
+  Node node = make_node(2, 1 << 20);
+  Communicator& c = *node.comm;
+  CapturingStream stream(*node.stream);
+  const uint64_t bytes = 4096;
+  std::vector<UniqueBuffer> owned;
+  CollectiveArgs a;
+  a.op = CollOp::all_gather;
+  a.bytes = bytes;
+  for (int r = 0; r < 2; ++r) {
+    owned.push_back(std::move(UniqueBuffer::alloc(*node.dev, r, bytes, MemKind::device).value()));
+    owned.push_back(std::move(UniqueBuffer::alloc(*node.dev, r, 2 * bytes, MemKind::device).value()));
+    std::vector<uint8_t> data = random_elements(DataType::u8, bytes, 77 + r);
+    std::memcpy(owned[owned.size() - 2].get().host, data.data(), bytes);
+    a.send.push_back(owned[owned.size() - 2].get());
+    a.recv.push_back(owned.back().get());
+  }
+  const Status st = c.call(a, &stream);
+  EXPECT_EQ(st.code(), Code::invalid_argument) << st.to_string();
+  EXPECT_NE(st.message().find("capturing a CUDA graph"), std::string::npos) << st.message();
+  EXPECT_EQ(c.stats().cached_plans, 0u) << "refused before planning";
+  ReductionArgs r;
+  r.coll = ReduceColl::all_reduce;
+  r.dtype = DataType::i32;
+  r.count = bytes / 4;
+  r.send = {a.send[0], a.send[1]};
+  r.recv = {a.recv[0], a.recv[1]};
+  EXPECT_EQ(c.call_reduction(r, &stream).code(), Code::invalid_argument);
+  CollectiveArgs p = a;
+  p.prelaunch = true;
+  std::unique_ptr<Plan> plan = std::move(c.plan(p).value());
+  EXPECT_EQ(plan->enqueue(stream, Deadline::after_ms(1000)).code(), Code::invalid_argument);
+  ASSERT_TRUE(plan->launch(Deadline::after_ms(1000)).ok()) << "a refused enqueue leaves the plan unlaunched";
+  ASSERT_TRUE(plan->wait(Deadline::after_ms(10000)).ok());
+  plan.reset();
+  // Out of capture, the same call runs and every byte arrives.
+  stream.capturing = false;
+  ASSERT_TRUE(c.call(a, &stream).ok());
+  ASSERT_TRUE(node.stream->synchronize(Deadline::after_ms(10000)).ok());
+  for (int d = 0; d < 2; ++d)
+    for (int s2 = 0; s2 < 2; ++s2)
+      EXPECT_EQ(std::memcmp(static_cast<uint8_t*>(a.recv[d].host) + s2 * bytes, a.send[s2].host, bytes), 0)
+          << "rank " << d << " chunk " << s2;
+}
+
 }  // namespace
 }  // namespace conccl

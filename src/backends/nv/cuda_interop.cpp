@@ -103,6 +103,7 @@ struct CudaApi {
   CUresult (*cuStreamWaitValue64)(void*, CUdeviceptr, uint64_t, unsigned) = nullptr;
   CUresult (*cuStreamQuery)(void*) = nullptr;
   CUresult (*cuStreamBatchMemOp)(void*, unsigned, void*, unsigned) = nullptr;
+  CUresult (*cuStreamIsCapturing)(void*, int*) = nullptr;  // CUstreamCaptureStatus*
 };
 
 template <typename F>
@@ -159,6 +160,7 @@ const CudaApi& api() {
     (void)load(a.lib, a.cuStreamWaitValue64, "cuStreamWaitValue64_v2", "cuStreamWaitValue64");
     (void)load(a.lib, a.cuStreamQuery, "cuStreamQuery");
     (void)load(a.lib, a.cuStreamBatchMemOp, "cuStreamBatchMemOp_v2", "cuStreamBatchMemOp");
+    (void)load(a.lib, a.cuStreamIsCapturing, "cuStreamIsCapturing");
     if (!missing.empty())
       a.status = error(Code::unavailable, "libcuda.so.1 lacks " + missing +
                                               " (the VMM API needs a CUDA 11.x or newer driver)");
@@ -559,6 +561,25 @@ Status stream_wait_value64(void* stream, uint64_t va, uint64_t value) {
   CONCCL_RETURN_IF_ERROR(a.status);
   if (!a.cuStreamWaitValue64) return error(Code::unavailable, "libcuda lacks cuStreamWaitValue64_v2 (CUDA 11.7+)");
   return cu_check(a.cuStreamWaitValue64(stream, va, value, 0), "cuStreamWaitValue64 at " + hex(va));
+}
+
+// cuda.h: CUstreamCaptureStatus NONE (0), ACTIVE (1), INVALIDATED (2). A
+// call is refused on a stream that captures: its stream operations would
+// be recorded for replay while its engine lists run now (issue #29).
+Status stream_not_capturing(void* stream) {
+  const CudaApi& a = api();
+  CONCCL_RETURN_IF_ERROR(a.status);
+  if (!a.cuStreamIsCapturing) return Status();  // a driver before CUDA 10: no graphs to capture into
+  int capture = 0;
+  CONCCL_RETURN_IF_ERROR(cu_check(a.cuStreamIsCapturing(stream, &capture),
+                                  "cuStreamIsCapturing (a stream another thread captures globally cannot be used "
+                                  "now)"));
+  if (capture == 0) return Status();
+  return error(Code::invalid_argument,
+               std::string("the CUDA stream is ") + (capture == 1 ? "capturing a CUDA graph" : "in an invalidated capture") +
+                   ": a collective's copies run on ConCCL's own copy-engine channels, which a graph cannot record, "
+                   "so a captured call would never run at replay. Make the call outside the capture (graph capture "
+                   "of collectives is not supported yet)");
 }
 
 // One element of cuStreamBatchMemOp's array: cuda.h's

@@ -737,6 +737,7 @@ class CudaStreamOps final : public conccl::StreamOps {
   Status write_value64(uint64_t va, uint64_t value) override { return stream_write_value64(stream_, va, value); }
   Status wait_value64(uint64_t va, uint64_t value) override { return stream_wait_value64(stream_, va, value); }
   Status reduce(const DeviceReduceStep& step) override { return launch_reduce(stream_, step); }
+  Status ready_to_order() override { return stream_not_capturing(stream_); }
   Status batch(std::span<const Op> ops) override {
     StreamMemOp m[16];
     if (ops.size() > 16) return StreamOps::batch(ops);

@@ -397,6 +397,9 @@ struct StreamMemOp {
   uint64_t va = 0, value = 0;
 };
 Status stream_batch64(void* stream, std::span<const StreamMemOp> ops);
+// ok unless the stream is capturing a CUDA graph (then a message saying why
+// a collective cannot be captured).
+Status stream_not_capturing(void* stream);
 Status stream_host_sync(void* stream, Deadline deadline);  // nv::synchronize_stream
 // Runs fn with the primary context of CUDA device `cuda_device` current on
 // this thread, then gives the thread its context back.
