@@ -314,23 +314,21 @@ Result<std::unique_ptr<Plan>> Communicator::compile(const CollectiveArgs& args, 
 // ---- PlanBuilder ----
 
 namespace {
-// Diagnostics for A/B runs (docs/collectives.md), each read once: =0 gives
-// the list form before run 36.
+// Diagnostics for A/B runs (docs/collectives.md), read once: =0 gives the
+// list form before run 36.
+struct ListForm {
+  bool batch_arrivals;  // CONCCL_BATCH_ARRIVALS=0: an arrival after each copy
+  bool spread_small;    // CONCCL_SPREAD_SMALL=0: engines by weight at every size
+  bool overlap_copies;  // CONCCL_OVERLAP_COPIES=0: each copy waits for the one before
+};
 bool knob_on(const char* name) {
   const char* e = std::getenv(name);
   return !(e && std::string(e) == "0");
 }
-bool batch_arrivals_enabled() {
-  static const bool on = knob_on("CONCCL_BATCH_ARRIVALS");  // else an arrival after each copy
-  return on;
-}
-bool spread_small_enabled() {
-  static const bool on = knob_on("CONCCL_SPREAD_SMALL");  // else engines by weight at every size
-  return on;
-}
-bool overlap_copies_enabled() {
-  static const bool on = knob_on("CONCCL_OVERLAP_COPIES");  // else each copy waits for the one before
-  return on;
+const ListForm& list_form() {
+  static const ListForm f{knob_on("CONCCL_BATCH_ARRIVALS"), knob_on("CONCCL_SPREAD_SMALL"),
+                          knob_on("CONCCL_OVERLAP_COPIES")};
+  return f;
 }
 }  // namespace
 
@@ -338,9 +336,9 @@ PlanBuilder::PlanBuilder(Communicator& comm, Plan& plan, bool shared)
     : comm_(comm),
       plan_(plan),
       shared_(shared),
-      batch_arrivals_(batch_arrivals_enabled() && plan.variant() != Variant::chain),
-      spread_(spread_small_enabled() && comm.loopback() && plan.args().bytes <= kSpreadMaxBytes),
-      overlap_copies_(overlap_copies_enabled()) {}
+      batch_arrivals_(list_form().batch_arrivals && plan.variant() != Variant::chain),
+      spread_(list_form().spread_small && comm.loopback() && plan.args().bytes <= kSpreadMaxBytes),
+      overlap_copies_(list_form().overlap_copies) {}
 
 int PlanBuilder::engine_for(int src, int dst) const {
   return spread_ ? comm_.spread_engine(src) : comm_.engine_for(src, dst);

@@ -321,6 +321,21 @@ inline Status wait_done(Plan& plan, Deadline deadline = long_deadline()) {
   return Status();
 }
 
+// Arguments of `op` on every rank of `comm`, over separate buffers made in
+// `mem` (make_buffers; an all-to-all's send buffers spread by send_stride).
+inline CollectiveArgs separate_args(Mem& mem, const Communicator& comm, CollOp op, Variant v, uint64_t bytes,
+                                    int root = 0, uint64_t send_stride = 0) {
+  CollectiveArgs a;
+  a.op = op;
+  a.variant = v;
+  a.bytes = bytes;
+  a.root = root;
+  a.peer = (root + 1) % comm.size();
+  a.send_stride = send_stride;
+  make_buffers(mem, comm, a, Form::separate);
+  return a;
+}
+
 // Launches `plan` `launches` times (new random data everywhere between
 // launches) and checks every byte after each.
 inline void launch_and_verify(Mem& mem, Plan& plan, int n, int launches) {

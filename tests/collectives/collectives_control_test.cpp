@@ -179,14 +179,7 @@ class CollErrors : public ::testing::Test {
   void TearDown() override { mem_.reset(); }
 
   CollectiveArgs args(CollOp op, Variant v, uint64_t bytes, int root = 0) {
-    CollectiveArgs a;
-    a.op = op;
-    a.variant = v;
-    a.bytes = bytes;
-    a.root = root;
-    a.peer = (root + 1) % node_.comm->size();
-    make_buffers(*mem_, *node_.comm, a, Form::separate);
-    return a;
+    return separate_args(*mem_, *node_.comm, op, v, bytes, root);
   }
 
   // plan(a) fails with `code` and a message containing every `needle`;
@@ -1064,11 +1057,7 @@ TEST(CollSdma, ArrivalsFollowTheCopies) {
   o.loopback = true;
   ASSERT_OK_AND_ASSIGN(std::unique_ptr<Communicator> comm, Communicator::create(*node.dev, {0, 0, 0, 0}, o));
   Mem mem(*node.dev, 6);
-  CollectiveArgs a;
-  a.op = CollOp::all_gather;
-  a.variant = Variant::pcpy;
-  a.bytes = 1000;
-  make_buffers(mem, *comm, a, Form::separate);
+  const CollectiveArgs a = separate_args(mem, *comm, CollOp::all_gather, Variant::pcpy, 1000);
   ASSERT_OK_AND_ASSIGN(std::unique_ptr<Plan> plan, comm->plan(a));
   ASSERT_EQ(plan->lists().size(), 4u) << plan->describe();
   for (const PlanList& l : plan->lists()) {
@@ -1092,11 +1081,7 @@ TEST(CollHopper, SmallPlansSpreadRanksOverTheEngines) {
   for (Variant v : {Variant::pcpy, Variant::b2b}) {
     for (uint64_t bytes : {uint64_t(1000), kSpreadMaxBytes}) {
       Mem mem(*node.dev, 6);
-      CollectiveArgs a;
-      a.op = CollOp::all_gather;
-      a.variant = v;
-      a.bytes = bytes;
-      make_buffers(mem, *node.comm, a, Form::separate);
+      const CollectiveArgs a = separate_args(mem, *node.comm, CollOp::all_gather, v, bytes);
       ASSERT_OK_AND_ASSIGN(std::unique_ptr<Plan> plan, node.comm->plan(a));
       std::map<int, std::set<int>> engines_of_rank;
       for (const PlanList& l : plan->lists()) engines_of_rank[l.rank].insert(l.engine);
@@ -1107,11 +1092,7 @@ TEST(CollHopper, SmallPlansSpreadRanksOverTheEngines) {
     }
   }
   Mem mem(*node.dev, 6);
-  CollectiveArgs a;
-  a.op = CollOp::all_gather;
-  a.variant = Variant::b2b;
-  a.bytes = kSpreadMaxBytes + 256;
-  make_buffers(mem, *node.comm, a, Form::separate);
+  const CollectiveArgs a = separate_args(mem, *node.comm, CollOp::all_gather, Variant::b2b, kSpreadMaxBytes + 256);
   ASSERT_OK_AND_ASSIGN(std::unique_ptr<Plan> plan, node.comm->plan(a));
   for (const PlanList& l : plan->lists()) {
     const bool local_only = l.writes_to.size() == 1 && l.writes_to[0] == l.rank;
@@ -1131,12 +1112,7 @@ TEST(CollAllToAll, SendStrideSpreadsTheSendChunks) {
     for (Variant v : {Variant::automatic, Variant::pcpy, Variant::b2b}) {
       for (uint64_t bytes : {uint64_t(1000), uint64_t(70000)}) {
         Mem mem(*node.dev, 6);
-        CollectiveArgs a;
-        a.op = CollOp::all_to_all;
-        a.variant = v;
-        a.bytes = bytes;
-        a.send_stride = 3 * bytes + 8;
-        make_buffers(mem, *node.comm, a, Form::separate);
+        const CollectiveArgs a = separate_args(mem, *node.comm, CollOp::all_to_all, v, bytes, 0, 3 * bytes + 8);
         ASSERT_OK_AND_ASSIGN(std::unique_ptr<Plan> plan, node.comm->plan(a));
         EXPECT_NE(plan->variant(), Variant::swap);
         SCOPED_TRACE(std::string(topo_name(t)) + " " + variant_name(plan->variant()) + " " + std::to_string(bytes));
@@ -1152,21 +1128,11 @@ void expect_refused(const Status& st, Code code, const std::string& needle) {
   EXPECT_TRUE(contains(st.message(), needle)) << "missing '" << needle << "' in: " << st.message();
 }
 
-// An all-to-all of `bytes` per rank with `stride`, buffers made in `mem`.
-CollectiveArgs strided_all_to_all(Mem& mem, const Communicator& comm, uint64_t bytes, uint64_t stride) {
-  CollectiveArgs a;
-  a.op = CollOp::all_to_all;
-  a.bytes = bytes;
-  a.send_stride = stride;
-  make_buffers(mem, comm, a, Form::separate);
-  return a;
-}
-
 TEST(CollAllToAll, SendStrideErrorsNameTheFix) {
   Node node;
   ASSERT_OK(make_node(Topo::h200loop4, &node));
   Mem mem(*node.dev, 6);
-  const CollectiveArgs a = strided_all_to_all(mem, *node.comm, 4096, 8192);
+  const CollectiveArgs a = separate_args(mem, *node.comm, CollOp::all_to_all, Variant::automatic, 4096, 0, 8192);
   CollectiveArgs small = a;
   small.send_stride = 4000;
   expect_refused(node.comm->plan(small).status(), Code::invalid_argument, "is less than bytes");
@@ -1180,7 +1146,7 @@ TEST(CollAllToAll, SendStrideErrorsNameTheFix) {
   Node mi;
   ASSERT_OK(make_node(Topo::mi300x8, &mi));
   Mem mm(*mi.dev, 6);
-  CollectiveArgs s = strided_all_to_all(mm, *mi.comm, 256, 512);
+  CollectiveArgs s = separate_args(mm, *mi.comm, CollOp::all_to_all, Variant::automatic, 256, 0, 512);
   ASSERT_OK_AND_ASSIGN(std::unique_ptr<Plan> automatic, mi.comm->plan(s));
   EXPECT_NE(automatic->variant(), Variant::swap) << "automatic picks swap for small packed all-to-alls, not strided ones";
   launch_and_verify(mm, *automatic, mi.comm->size(), 1);
@@ -1206,11 +1172,7 @@ TEST(CollHopper, ArrivalsFollowTheCopiesWithOneWaitForIdlePerList) {
   };
   for (Variant v : {Variant::pcpy, Variant::b2b}) {
     Mem mem(*node.dev, 6);
-    CollectiveArgs a;
-    a.op = CollOp::all_gather;
-    a.variant = v;
-    a.bytes = 1000;
-    make_buffers(mem, *node.comm, a, Form::separate);
+    const CollectiveArgs a = separate_args(mem, *node.comm, CollOp::all_gather, v, 1000);
     ASSERT_OK_AND_ASSIGN(std::unique_ptr<Plan> plan, node.comm->plan(a));
     for (const PlanList& l : plan->lists()) {
       EXPECT_EQ(count(l, true), 1) << plan->describe();
