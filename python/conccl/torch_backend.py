@@ -117,14 +117,140 @@ _REGISTER_KW = ({"devices": ["cpu", "cuda"]}
                 if "devices" in inspect.signature(dist.Backend.register_backend).parameters else {})
 
 
-class ProcessGroupConccl(dist.ProcessGroup):
+class _GroupSurface:
+    """What torch.distributed calls on a Python process group beyond the collectives
+    themselves, shared by ProcessGroupConccl and the groups across nodes
+    (conccl/torch_hier.py): point to point through the group's store, the group's
+    name and device types, the coalesced and renamed ops. A class using it has
+    _store, _rank, _p2p_seq, _emu, _token, _flat() and _launch()."""
+
+    # Point to point: ConCCL's calls are collective over the group, so send/recv go
+    # through the group's store (host copies; correct, not fast).
+    def _p2p_key(self, src, dst, tag):
+        k = (src, dst, tag)
+        seq = self._p2p_seq.get(k, 0)
+        self._p2p_seq[k] = seq + 1
+        return f"conccl/p2p/{src}/{dst}/{tag}/{seq}"
+
+    def send(self, tensors, dst, tag=0):
+        t = tensors[0]
+        self._store.set(self._p2p_key(self._rank, dst, tag), self._flat(t).cpu().view(torch.uint8).numpy().tobytes())
+        return _done(tensors)
+
+    def recv(self, tensors, src, tag=0):
+        t = tensors[0]
+        key = self._p2p_key(src, self._rank, tag)
+        data = self._store.get(key)
+        got = torch.frombuffer(bytearray(data), dtype=torch.uint8)
+        if got.numel() != t.numel() * t.element_size():
+            raise RuntimeError(f"conccl backend: recv from rank {src}: {got.numel()} bytes sent, the tensor holds "
+                               f"{t.numel() * t.element_size()}")
+        self._flat(t).view(torch.uint8).copy_(got.to(t.device))
+        return _done(tensors)
+
+    # ---- torch 2.x, 2 of 2: what 2.x calls on a Python ProcessGroup beyond the ops above.
+    # 1.13 reaches two of them (all_reduce_coalesced; batch_isend_irecv's
+    # _start_coalescing()/_end_coalescing(reqs)), where they replace torch's errors ----
+
+    # The group's name. _new_process_group_helper calls pg._set_group_name(name); DeviceMesh
+    # (torch/distributed/device_mesh.py, _init_process_groups: dim_group.group_name), FSDP2's
+    # default mesh and the functional collectives read pg.group_name. The C++ ProcessGroup
+    # keeps it in its backends (torch/csrc/distributed/c10d/ProcessGroup.cpp, getGroupName:
+    # TORCH_CHECK(!deviceTypeToBackend_.empty(), "ProcessGroup name not set")), and this group
+    # has none; multi_threaded_pg.py's ProcessLocalGroup defines group_name for the same reason.
+    # setGroupName/getGroupName: the names newer trampolines call (PyProcessGroup.hpp).
+    _conccl_group_name = ""
+
+    def _set_group_name(self, name):
+        self._conccl_group_name = name
+
+    def setGroupName(self, name):
+        self._conccl_group_name = name
+
+    def getGroupName(self):
+        if self._conccl_group_name:
+            return self._conccl_group_name
+        world = getattr(dist.distributed_c10d, "_world", None)
+        return getattr(world, "pg_names", {}).get(self, "")
+
+    @property
+    def group_name(self):
+        return self.getGroupName()
+
+    # The device of object collectives (all_gather_object, broadcast_object_list, ...) and of
+    # barrier's options: distributed_c10d._get_pg_default_device / _get_object_coll_device read
+    # group._device_types, the device types of the C++ backends, and pick "cpu" when there are
+    # none. On nv this group takes CUDA tensors only.
+    @property
+    def _device_types(self):
+        return [torch.device("cpu" if self._emu else "cuda")]
+
+    # Coalesced calls: _coalescing_manager (distributed_c10d.py) and the functional
+    # collectives (torch/csrc/distributed/c10d/Functional.cpp, through the PyProcessGroup
+    # trampoline: allreduce_coalesced, allgather_into_tensor_coalesced,
+    # reduce_scatter_tensor_coalesced) call these. One op after the other: each completes
+    # (emulator) or is ordered on the current stream (CUDA) when it returns.
+    def allreduce_coalesced(self, tensors, opts=None):
+        return self.allreduce(tensors, opts)
+
+    def allgather_into_tensor_coalesced(self, outputs, inputs, opts=None):
+        def body():
+            for o, i in zip(outputs, inputs):
+                self._allgather_base(o, i, opts)
+        return self._launch("all_gather_into_tensor (coalesced)", list(outputs) + list(inputs), body,
+                            result=list(outputs))
+
+    def reduce_scatter_tensor_coalesced(self, outputs, inputs, opts=None):
+        def body():
+            for o, i in zip(outputs, inputs):
+                self._reduce_scatter_base(o, i, opts)
+        return self._launch("reduce_scatter_tensor (coalesced)", list(outputs) + list(inputs), body,
+                            result=list(outputs))
+
+    # _coalescing_manager(group, device) brackets the ops with these; nothing to batch
+    # here. The end's Work orders the current stream after every op of the group so far
+    # (its ops' own Works are not waited for inside the manager).
+    def _start_coalescing(self, device=None):
+        pass
+
+    def _end_coalescing(self, device=None):
+        if self._emu:
+            return _done([])
+        return self._launch("end of coalescing", [], lambda: None, result=[self._token])
+
+    start_coalescing = _start_coalescing
+    end_coalescing = _end_coalescing
+
+    # Newer trampolines (torch/csrc/distributed/c10d/PyProcessGroup.hpp) call the single-tensor
+    # ops by new names: all_gather_single and reduce_scatter_single (no fallback), and
+    # all_gather_single_coalesced, reduce_scatter_single_coalesced and all_to_all_single
+    # (falling back to allgather_into_tensor_coalesced, reduce_scatter_tensor_coalesced and
+    # alltoall_base). Older ones call the old names alone.
+    def all_gather_single(self, output, input, opts=None):
+        return self._allgather_base(output, input, opts)
+
+    def reduce_scatter_single(self, output, input, opts=None):
+        return self._reduce_scatter_base(output, input, opts)
+
+    def all_gather_single_coalesced(self, outputs, inputs, opts=None):
+        return self.allgather_into_tensor_coalesced(outputs, inputs, opts)
+
+    def reduce_scatter_single_coalesced(self, outputs, inputs, opts=None):
+        return self.reduce_scatter_tensor_coalesced(outputs, inputs, opts)
+
+    def all_to_all_single(self, output, input, output_split_sizes, input_split_sizes, opts=None):
+        return self.alltoall_base(output, input, output_split_sizes, input_split_sizes, opts)
+
+
+class ProcessGroupConccl(_GroupSurface, dist.ProcessGroup):
     """One ConCCL communicator over the group's processes (made at creation: collective)."""
 
-    def __init__(self, store, rank, size, timeout):
+    def __init__(self, store, rank, size, timeout, slot=None):
         super().__init__(rank, size)
         self._rank, self._size = rank, size
         self._timeout_ms = max(1000, int(timeout.total_seconds() * 1000)) if timeout else 60000
-        slot = dist.get_rank() if dist.is_initialized() else rank
+        if slot is None:
+            slot = _global_rank(rank)
         self._dev, kind = _device(slot)
         if rank == 0:
             store.set(_UID_KEY, conccl.unique_id())
@@ -527,122 +653,6 @@ class ProcessGroupConccl(dist.ProcessGroup):
             self._stream.synchronize()
         return _done([])
 
-    # Point to point: ConCCL's calls are collective over the group, so send/recv go
-    # through the group's store (host copies; correct, not fast).
-    def _p2p_key(self, src, dst, tag):
-        k = (src, dst, tag)
-        seq = self._p2p_seq.get(k, 0)
-        self._p2p_seq[k] = seq + 1
-        return f"conccl/p2p/{src}/{dst}/{tag}/{seq}"
-
-    def send(self, tensors, dst, tag=0):
-        t = tensors[0]
-        self._store.set(self._p2p_key(self._rank, dst, tag), self._flat(t).cpu().view(torch.uint8).numpy().tobytes())
-        return _done(tensors)
-
-    def recv(self, tensors, src, tag=0):
-        t = tensors[0]
-        key = self._p2p_key(src, self._rank, tag)
-        data = self._store.get(key)
-        got = torch.frombuffer(bytearray(data), dtype=torch.uint8)
-        if got.numel() != self._bytes_of(t):
-            raise RuntimeError(f"conccl backend: recv from rank {src}: {got.numel()} bytes sent, the tensor holds "
-                               f"{self._bytes_of(t)}")
-        self._flat(t).view(torch.uint8).copy_(got.to(t.device))
-        return _done(tensors)
-
-    # ---- torch 2.x, 2 of 2: what 2.x calls on a Python ProcessGroup beyond the ops above.
-    # 1.13 reaches two of them (all_reduce_coalesced; batch_isend_irecv's
-    # _start_coalescing()/_end_coalescing(reqs)), where they replace torch's errors ----
-
-    # The group's name. _new_process_group_helper calls pg._set_group_name(name); DeviceMesh
-    # (torch/distributed/device_mesh.py, _init_process_groups: dim_group.group_name), FSDP2's
-    # default mesh and the functional collectives read pg.group_name. The C++ ProcessGroup
-    # keeps it in its backends (torch/csrc/distributed/c10d/ProcessGroup.cpp, getGroupName:
-    # TORCH_CHECK(!deviceTypeToBackend_.empty(), "ProcessGroup name not set")), and this group
-    # has none; multi_threaded_pg.py's ProcessLocalGroup defines group_name for the same reason.
-    # setGroupName/getGroupName: the names newer trampolines call (PyProcessGroup.hpp).
-    _conccl_group_name = ""
-
-    def _set_group_name(self, name):
-        self._conccl_group_name = name
-
-    def setGroupName(self, name):
-        self._conccl_group_name = name
-
-    def getGroupName(self):
-        if self._conccl_group_name:
-            return self._conccl_group_name
-        world = getattr(dist.distributed_c10d, "_world", None)
-        return getattr(world, "pg_names", {}).get(self, "")
-
-    @property
-    def group_name(self):
-        return self.getGroupName()
-
-    # The device of object collectives (all_gather_object, broadcast_object_list, ...) and of
-    # barrier's options: distributed_c10d._get_pg_default_device / _get_object_coll_device read
-    # group._device_types, the device types of the C++ backends, and pick "cpu" when there are
-    # none. On nv this group takes CUDA tensors only.
-    @property
-    def _device_types(self):
-        return [torch.device("cpu" if self._emu else "cuda")]
-
-    # Coalesced calls: _coalescing_manager (distributed_c10d.py) and the functional
-    # collectives (torch/csrc/distributed/c10d/Functional.cpp, through the PyProcessGroup
-    # trampoline: allreduce_coalesced, allgather_into_tensor_coalesced,
-    # reduce_scatter_tensor_coalesced) call these. One op after the other: each completes
-    # (emulator) or is ordered on the current stream (CUDA) when it returns.
-    def allreduce_coalesced(self, tensors, opts=None):
-        return self.allreduce(tensors, opts)
-
-    def allgather_into_tensor_coalesced(self, outputs, inputs, opts=None):
-        def body():
-            for o, i in zip(outputs, inputs):
-                self._allgather_base(o, i, opts)
-        return self._launch("all_gather_into_tensor (coalesced)", list(outputs) + list(inputs), body,
-                            result=list(outputs))
-
-    def reduce_scatter_tensor_coalesced(self, outputs, inputs, opts=None):
-        def body():
-            for o, i in zip(outputs, inputs):
-                self._reduce_scatter_base(o, i, opts)
-        return self._launch("reduce_scatter_tensor (coalesced)", list(outputs) + list(inputs), body,
-                            result=list(outputs))
-
-    # _coalescing_manager(group, device) brackets the ops with these; nothing to batch
-    # here. The end's Work orders the current stream after every op of the group so far
-    # (its ops' own Works are not waited for inside the manager).
-    def _start_coalescing(self, device=None):
-        pass
-
-    def _end_coalescing(self, device=None):
-        if self._emu:
-            return _done([])
-        return self._launch("end of coalescing", [], lambda: None, result=[self._token])
-
-    start_coalescing = _start_coalescing
-    end_coalescing = _end_coalescing
-
-    # Newer trampolines (torch/csrc/distributed/c10d/PyProcessGroup.hpp) call the single-tensor
-    # ops by new names: all_gather_single and reduce_scatter_single (no fallback), and
-    # all_gather_single_coalesced, reduce_scatter_single_coalesced and all_to_all_single
-    # (falling back to allgather_into_tensor_coalesced, reduce_scatter_tensor_coalesced and
-    # alltoall_base). Older ones call the old names alone.
-    def all_gather_single(self, output, input, opts=None):
-        return self._allgather_base(output, input, opts)
-
-    def reduce_scatter_single(self, output, input, opts=None):
-        return self._reduce_scatter_base(output, input, opts)
-
-    def all_gather_single_coalesced(self, outputs, inputs, opts=None):
-        return self.allgather_into_tensor_coalesced(outputs, inputs, opts)
-
-    def reduce_scatter_single_coalesced(self, outputs, inputs, opts=None):
-        return self.reduce_scatter_tensor_coalesced(outputs, inputs, opts)
-
-    def all_to_all_single(self, output, input, output_split_sizes, input_split_sizes, opts=None):
-        return self.alltoall_base(output, input, output_split_sizes, input_split_sizes, opts)
 
 
 def group_pool(group=None):
@@ -668,8 +678,22 @@ class _Opts:
         self.__dict__.update(kw)
 
 
+def _global_rank(group_rank):
+    """This process's global rank: the default group's rank, or (while the default group
+    is being made) the group rank given."""
+    return dist.get_rank() if dist.is_initialized() else group_rank
+
+
 def _create(store, rank, size, timeout):
-    return ProcessGroupConccl(store, rank, size, timeout)
+    """The group: one ConCCL communicator when its ranks share a node, else a group
+    across nodes (conccl/torch_hier.py; docs/multinode.md)."""
+    from conccl import torch_hier
+    slot = _global_rank(rank)
+    world = dist.get_world_size() if dist.is_initialized() else size
+    nodes = torch_hier.layout(store, rank, size, torch_hier.node_key(slot, world))
+    if len(nodes) == 1:
+        return ProcessGroupConccl(store, rank, size, timeout, slot=slot)
+    return torch_hier.HierarchicalGroup(store, rank, size, timeout, nodes, slot)
 
 
 def register():
