@@ -56,8 +56,9 @@ extern "C" {
  * handles are checked; buffers are checked against their allocation.
  * 4: reductions (conccl_reduce_scatter, conccl_all_reduce, conccl_reduce);
  * only additions, so callers built against 3 keep working.
- * 5: conccl_op_name, conccl_datatype_name, conccl_redop_name (additions). */
-#define CONCCL_C_API_VERSION 5
+ * 5: conccl_op_name, conccl_datatype_name, conccl_redop_name (additions).
+ * 6: collectives across nodes, conccl_hier_* and conccl_internode (additions). */
+#define CONCCL_C_API_VERSION 6
 
 typedef enum conccl_status {
   CONCCL_OK = 0,
@@ -528,6 +529,65 @@ void conccl_heap_torch_free(void* ptr, size_t size, int device, void* stream);
  * process (any thread; "" if none failed), written as
  * conccl_device_topology_json writes. */
 conccl_status conccl_heap_torch_error(char* buf, size_t capacity, size_t* needed);
+
+/* ---- across nodes: ConCCL inside each node, your engine between nodes ------
+ * (conccl/hierarchy.hpp has the algorithms; docs/multinode.md.)
+ * Ranks are numbered node-major, as torchrun numbers them: global rank =
+ * node x L + local rank, L ranks on every node, one process per rank. `local`
+ * is this rank's communicator over its node's L ranks
+ * (conccl_comm_create_rank); `inter` is your engine between the nodes (an
+ * NCCL, RCCL or UCX communicator, say) over this rank and the ranks with the
+ * same local rank on the other nodes, in node order. Each callback is
+ * collective over that group and returns CONCCL_OK or an error status
+ * (another value is reported as the engine's failure). Buffers are this
+ * rank's, on local's device: `va` is the address your engine uses (on nv
+ * the CUDA pointer), `host` the CPU's mapping where there is one (the
+ * emulator), `size` their bytes; `id` names a buffer of yours (a sub-range
+ * of it) or is 0 for ConCCL's own scratch. `stream` is the stream the
+ * conccl_hier_* call got (NULL: return when the data is in place).
+ * The inter-node engine only moves bytes: reductions across nodes are
+ * ConCCL's reduce step over the nodes' partial results, in node order. */
+typedef struct conccl_hier* conccl_hier_t;
+typedef struct conccl_internode {
+  size_t struct_size; /* sizeof(conccl_internode) */
+  void* user;         /* passed back to every callback */
+  /* recv: nnodes x bytes, node j's send at j x bytes. send may be
+   * recv + node x bytes (in place). */
+  conccl_status (*all_gather)(void* user, const conccl_buffer* send, const conccl_buffer* recv, size_t bytes,
+                              void* stream);
+  /* send and recv: nnodes slots of bytes; send's slot j goes to node j, recv's
+   * slot j comes from node j. Never in place. */
+  conccl_status (*all_to_all)(void* user, const conccl_buffer* send, const conccl_buffer* recv, size_t bytes,
+                              void* stream);
+  /* recv on every node gets the root node's send (read on the root alone;
+   * it may be recv there). */
+  conccl_status (*broadcast)(void* user, const conccl_buffer* send, const conccl_buffer* recv, size_t bytes,
+                             int root_node, void* stream);
+} conccl_internode;
+/* `node` of `nnodes`. The callbacks are copied; `user` must stay valid
+ * until conccl_hier_destroy. Destroying `local` (or closing its device)
+ * first destroys the hierarchical communicator's state: its calls then fail,
+ * saying so; conccl_hier_destroy still releases the handle. */
+conccl_status conccl_hier_create(conccl_comm_t local, int node, int nnodes, const conccl_internode* inter,
+                                 conccl_hier_t* hier);
+conccl_status conccl_hier_destroy(conccl_hier_t hier);
+/* This rank's global rank and the global rank count (-1 and 0 on error). */
+int conccl_hier_rank(conccl_hier_t hier);
+int conccl_hier_size(conccl_hier_t hier);
+/* NCCL's shapes and argument order over all nnodes x L ranks, this rank's
+ * buffers: all_gather recv holds size x bytes; all_to_all send and recv
+ * size x bytes; broadcast's root is a global rank (send read there, may be
+ * NULL elsewhere); reduce_scatter send holds size x recvcount elements. */
+conccl_status conccl_hier_all_gather(const conccl_buffer* send, const conccl_buffer* recv, size_t bytes,
+                                     conccl_hier_t hier, void* stream);
+conccl_status conccl_hier_all_to_all(const conccl_buffer* send, const conccl_buffer* recv, size_t bytes,
+                                     conccl_hier_t hier, void* stream);
+conccl_status conccl_hier_broadcast(const conccl_buffer* send, const conccl_buffer* recv, size_t bytes, int root,
+                                    conccl_hier_t hier, void* stream);
+conccl_status conccl_hier_reduce_scatter(const conccl_buffer* send, const conccl_buffer* recv, size_t recvcount,
+                                         conccl_datatype dt, conccl_redop op, conccl_hier_t hier, void* stream);
+conccl_status conccl_hier_all_reduce(const conccl_buffer* send, const conccl_buffer* recv, size_t count,
+                                     conccl_datatype dt, conccl_redop op, conccl_hier_t hier, void* stream);
 
 #ifdef __cplusplus
 }

@@ -38,6 +38,14 @@ struct Buffer {
   template <typename T>
   T* as() const { return static_cast<T*>(host); }
   uint64_t va_at(size_t offset) const { return va + offset; }
+  // Bytes [offset, offset + bytes) of this buffer, as a buffer.
+  Buffer slice(size_t offset, size_t bytes) const {
+    Buffer s = *this;
+    s.va += offset;
+    s.host = host ? static_cast<uint8_t*>(host) + offset : nullptr;
+    s.size = bytes;
+    return s;
+  }
 };
 
 // Memory that another process maps at the same address: what a rank in one

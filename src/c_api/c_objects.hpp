@@ -14,6 +14,7 @@
 #include <cstdint>
 #include <cstring>
 #include <deque>
+#include <functional>
 #include <map>
 #include <memory>
 #include <mutex>
@@ -68,6 +69,9 @@ struct conccl_comm {
   std::vector<uint64_t> windows;
   // Calls through windows on a CUDA stream: one StreamOps per stream.
   std::map<void*, std::unique_ptr<conccl::StreamOps>> stream_ops;
+  // What lives on the communicator and must go before it (the hierarchical
+  // communicators built on it: hierarchy.cpp), run first by destroy().
+  std::vector<std::function<void()>> before_destroy;
   // The communicator (its cached plans first, each waiting for its own
   // launch), then the stream adapters and windows.
   void destroy();

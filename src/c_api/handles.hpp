@@ -28,7 +28,7 @@
 
 namespace conccl::capi {
 
-enum class HandleKind : uint8_t { device = 1, queue = 2, signal = 3, comm = 4, plan = 5, window = 6, heap = 7 };
+enum class HandleKind : uint8_t { device = 1, queue = 2, signal = 3, comm = 4, plan = 5, window = 6, heap = 7, hier = 8 };
 
 inline const char* handle_kind_name(uint64_t kind) {
   switch (kind) {
@@ -39,6 +39,7 @@ inline const char* handle_kind_name(uint64_t kind) {
     case 5: return "plan";
     case 6: return "window";
     case 7: return "heap";
+    case 8: return "hierarchical communicator";
     default: return nullptr;
   }
 }

@@ -8,6 +8,8 @@ using namespace conccl;
 using namespace conccl::capi;
 
 void conccl_comm::destroy() {
+  for (auto& f : before_destroy) f();
+  before_destroy.clear();
   comm.reset();  // its cached plans first, each waiting for its own launch
   stream_ops.clear();
   for (uint64_t w : windows) (void)WindowTable::get().take(w);

@@ -54,13 +54,7 @@ namespace {
 // one shot's n - 1 times it, at the price of two more calls.
 constexpr uint64_t kAllReduceTwoStepBytes = 256 << 10;
 
-Buffer slice(const Buffer& b, uint64_t offset, uint64_t bytes) {
-  Buffer s = b;
-  s.va += offset;
-  s.host = b.host ? static_cast<uint8_t*>(b.host) + offset : nullptr;
-  s.size = bytes;
-  return s;
-}
+Buffer slice(const Buffer& b, uint64_t offset, uint64_t bytes) { return b.slice(offset, bytes); }
 
 const char* const kCollNames[] = {"reducescatter", "allreduce", "reduce"};
 const char* const kCollAliases[] = {"reduce_scatter", "all_reduce", "reduce"};
