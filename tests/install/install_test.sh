@@ -68,6 +68,15 @@ cmake -S "$src/examples/collective_c" -B "$work/coll" -DCMAKE_PREFIX_PATH="$pref
 cmake --build "$work/coll" > "$work/build2.log"
 "$work/coll/allgather"
 
+if pkg-config --exists ucx; then
+  step "collectives across nodes, UCX between them (CMake consumer): examples/hier_ucx, 2 x 2 ranks"
+  cmake -S "$src/examples/hier_ucx" -B "$work/hier" -DCMAKE_PREFIX_PATH="$prefix" > "$work/cfg3.log"
+  cmake --build "$work/hier" > "$work/build3.log"
+  "$work/hier/hier_ucx" 2 2
+else
+  echo "install test: UCX's development files are missing: examples/hier_ucx not built (apt-get install libucx-dev)"
+fi
+
 step "Makefile consumer (pkg-config): examples/transport_c"
 cp -r "$src/examples/transport_c" "$work/mk"
 make -C "$work/mk" -s CFLAGS=-Werror transport
