@@ -667,6 +667,10 @@ def group_pool(group=None):
             y = torch.empty(n, device="cuda")
     """
     pg = group if group is not None else dist.distributed_c10d._get_default_group()
+    if type(pg).__name__ == "HierarchicalGroup":
+        raise RuntimeError("conccl backend: group_pool: this group spans nodes (docs/multinode.md); it has no pool of "
+                           "its own, since its steps go through temporaries of its node's group and of the "
+                           "inter-node backend: give it any tensors")
     if not isinstance(pg, ProcessGroupConccl):
         raise RuntimeError(f"conccl backend: group_pool: {type(pg).__name__} is not a process group of the "
                            "\"conccl\" backend (init_process_group(\"conccl\") or new_group(backend=\"conccl\"))")
