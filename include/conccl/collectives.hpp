@@ -180,6 +180,26 @@ class StreamOps {
   // wait for a trigger that only a replay stores (issue #29). Calls check
   // it before they submit anything.
   virtual Status ready_to_order() { return Status(); }
+  // ---- graph capture (docs/graphs.md) ----
+  // Whether work queued now is recorded for replays instead of run: a CUDA
+  // stream capturing a graph (where the library records collectives:
+  // CONCCL_CUDA_GRAPHS=1), a HostStream between begin_capture() and
+  // end_capture(). Communicator::call records a call made then (through
+  // windows); what cannot be recorded refuses at capture time.
+  virtual bool capturing() const { return false; }
+  // While capturing: fn(arg) runs at this point of every replay, in order
+  // with the rest (CUDA: a host node). It must not block for long.
+  virtual Status host_function(void (*fn)(void*), void* arg) {
+    (void)fn;
+    (void)arg;
+    return error(Code::unavailable, "this stream cannot record a host function for replays");
+  }
+  // While capturing: `what` stays alive as long as the recording (CUDA: a
+  // user object retained by the graph), so a graph owns what its replays use.
+  virtual Status retain_for_replays(std::shared_ptr<void> what) {
+    (void)what;
+    return error(Code::unavailable, "this stream cannot keep objects alive for its recording");
+  }
   virtual Status batch(std::span<const Op> ops) {
     for (const Op& op : ops) {
       Status st = op.wait ? wait_value64(op.va, op.value) : write_value64(op.va, op.value);
@@ -208,6 +228,28 @@ class HostStream final : public StreamOps {
   // Waits until everything queued so far has run; returns the first error
   // of the stream (a wait that timed out), which it then forgets.
   Status synchronize(Deadline deadline);
+
+  // Capture, as CUDA's stream capture does: between begin_capture() and
+  // end_capture() what is queued (stores, waits, work, reductions, host
+  // functions) is recorded, not run; the Recording queues all of it again
+  // on each launch (one replay), in the order recorded. Objects given to
+  // retain_for_replays() live as long as the Recording.
+  class Recording {
+   public:
+    ~Recording();
+    Status launch(HostStream& stream) const;
+    size_t steps() const;
+
+   private:
+    friend class HostStream;
+    struct Impl;
+    std::unique_ptr<Impl> impl_;
+  };
+  Status begin_capture();
+  Result<std::unique_ptr<Recording>> end_capture();
+  bool capturing() const override;
+  Status host_function(void (*fn)(void*), void* arg) override;
+  Status retain_for_replays(std::shared_ptr<void> what) override;
 
  private:
   struct Impl;
@@ -417,6 +459,9 @@ class Communicator {
   int spread_engine(int rank) const;
   friend class PlanBuilder;
   std::map<std::pair<int, int>, std::unique_ptr<Queue>> queues_;
+  // While a captured call compiles (captured_calls.cpp): its own queues,
+  // which queue() makes and hands out instead of queues_.
+  std::map<std::pair<int, int>, std::unique_ptr<Queue>>* queue_redirect_ = nullptr;
   // Ranks in separate processes.
   int me_ = -1;
   std::unique_ptr<Bootstrap> boot_;

@@ -60,6 +60,7 @@ std::string CallDesc::describe() const {
 // ---- the state ----
 
 CallState::CallState(Communicator& c) : comm(c), n(c.size()), me(c.rank()) {
+  capture_link->state = this;
   for (int r = 0; r < n; ++r) {
     const uint64_t base = comm.pool_va_[static_cast<size_t>(r)];
     auto wrap = [&](uint64_t off) {
@@ -75,6 +76,8 @@ CallState::CallState(Communicator& c) : comm(c), n(c.size()), me(c.rank()) {
 }
 
 CallState::~CallState() {
+  cut_captures();  // a graph replayed from now on only releases its stream
+  reap_captures();
   // Calls still in flight on a stream: give them the call timeout to end
   // (the queues and the stream's waits need them), then fail the rest.
   {
@@ -180,6 +183,17 @@ Status Communicator::call(const CollectiveArgs& args, StreamOps* stream) {
   // Nothing is submitted for a stream that would not run it in order now
   // (a CUDA stream capturing a graph): the call is refused, the
   // communicator unharmed.
+  // A capturing stream that records collectives (docs/graphs.md): the call
+  // is recorded for replays, through windows, or refused now.
+  if (stream && stream->capturing()) {
+    if (!boot_)
+      return error(Code::invalid_argument,
+                   std::string("call ") + coll_op_name(args.op) +
+                       " on a capturing stream: captured calls go through windows, which need one process per rank "
+                       "(Communicator::create with a rank); with every rank in this process, capture is not "
+                       "supported yet: make the call outside the capture");
+    return calls().capture(args, *stream);
+  }
   if (stream) CONCCL_RETURN_IF_ERROR(stream->ready_to_order().prefix(std::string("call ") + coll_op_name(args.op)));
   // Windows when every buffer given lies in one (ranks in separate
   // processes); else the cached path (cached_calls.hpp), which takes any
@@ -214,6 +228,7 @@ Status Communicator::call(const CollectiveArgs& args, StreamOps* stream) {
 // ---- failures ----
 
 void CallState::fail(const Status& why) {
+  std::vector<std::shared_ptr<CapturedCall>> graveyard;  // dropped after `mu` is released
   std::lock_guard<std::mutex> lk(mu);
   if (failed.ok()) {
     failed = why;
@@ -238,6 +253,7 @@ void CallState::fail(const Status& why) {
   if (ma.valid() && ma.value() < a) ma.set(a);
   if (ms.valid() && ms.value() < s) ms.set(s);
   pending.clear();
+  release_captures(&graveyard);
   cv.notify_all();
 }
 
@@ -330,8 +346,14 @@ void CallState::watch() {
   // takes long costs the thread little.
   std::chrono::microseconds nap{20};
   while (!stop) {
-    if (pending.empty()) {
+    if (watch_captures(lk)) continue;
+    if (pending.empty() && capture_pending.empty()) {
       cv.wait(lk);
+      continue;
+    }
+    if (pending.empty()) {  // replays of captured calls alone
+      cv.wait_for(lk, nap);
+      nap = std::min<std::chrono::microseconds>(nap * 2, std::chrono::milliseconds(1));
       continue;
     }
     const Pending p = pending.front();
@@ -372,13 +394,12 @@ void CallState::start_watchdog() {
 
 // ---- one call ----
 
-Status CallState::run(const CollectiveArgs& a, StreamOps* stream) {
-  const std::string name = std::string("call ") + coll_op_name(a.op);
-  {
-    std::lock_guard<std::mutex> lk(mu);
-    if (!failed.ok()) return failed;
-    counts.calls++;
-  }
+Result<PreparedCall> CallState::prepare(const CollectiveArgs& a) {
+  PreparedCall pc;
+  pc.name = std::string("call ") + coll_op_name(a.op);
+  const std::string& name = pc.name;
+  CallDesc& d = pc.d;
+  CollectiveArgs& full = pc.full;
   if (a.send.size() > 1 || a.recv.size() > 1)
     return error(Code::invalid_argument, name + ": give this rank's buffers alone (send and recv: {mine}, or none "
                                                 "where the op gives this rank none)");
@@ -416,7 +437,6 @@ Status CallState::run(const CollectiveArgs& a, StreamOps* stream) {
   const bool in_place = s && r &&
                         ((a.op == CollOp::all_gather && s->va == r->va + uint64_t(me) * a.bytes) ||
                          (a.op == CollOp::all_to_all && s->va == r->va));
-  CallDesc d;
   d.op = uint64_t(a.op) | uint64_t(a.variant) << 8 | uint64_t(a.root) << 16 |
          uint64_t(a.op == CollOp::p2p ? a.peer : 0) << 32 | uint64_t(in_place) << 48;
   d.bytes = a.bytes;
@@ -442,7 +462,7 @@ Status CallState::run(const CollectiveArgs& a, StreamOps* stream) {
   }
 
   // Every rank's buffers, from the window table.
-  CollectiveArgs full = a;
+  full = a;
   full.prelaunch = true;
   full.send.assign(static_cast<size_t>(n), Buffer{});
   full.recv.assign(static_cast<size_t>(n), Buffer{});
@@ -480,39 +500,67 @@ Status CallState::run(const CollectiveArgs& a, StreamOps* stream) {
     }
   }
 
+  pc.key = {d.op,          d.bytes,         d.send_window, d.send_offset, d.recv_window,
+            d.recv_offset, d.send_stride,    uint64_t(a.engines), uint64_t(a.b2b_ways),
+            uint64_t(a.chain_chunks)};
+  return pc;
+}
+
+Communicator::RankSignals CallState::signals_at(uint64_t posted_at, uint64_t arrive_at, uint64_t phase_at,
+                                                uint64_t sent_at) const {
+  Communicator::RankSignals sig;
+  for (int q = 0; q < n; ++q) {
+    const uint64_t pb = comm.pool_va_[static_cast<size_t>(q)];
+    sig.arrive.push_back(pb + arrive_at);
+    sig.ready.push_back(pb + phase_at);
+    sig.trigger.push_back(pb + posted_at);
+    sig.sent.push_back(pb + sent_at);
+    sig.stamps.push_back(0);
+  }
+  sig.monotonic = true;
+  return sig;
+}
+
+Result<std::unique_ptr<Plan>> CallState::compile_plan(const PreparedCall& pc, const Communicator::RankSignals& sig) {
+  CollectiveArgs args = pc.full;
+  const CollectiveArgs& full = pc.full;
+  if (args.variant == Variant::automatic) {
+    args.variant = choose_variant(args.op, args.bytes, n, comm.caps_, true, packed_send(args));
+    bool in_place = args.op == CollOp::all_to_all;
+    for (int q = 0; q < n && in_place; ++q)
+      in_place = full.send[static_cast<size_t>(q)].va == full.recv[static_cast<size_t>(q)].va;
+    if (in_place && comm.caps_.swap) args.variant = Variant::swap;
+  }
+  CONCCL_RETURN_IF_ERROR(validate_args(comm, args).prefix(pc.name));
+  Result<std::unique_ptr<Plan>> p = comm.compile(args, full, false, &sig);
+  if (!p.ok()) return p.status().prefix(pc.name);
+  {
+    std::lock_guard<std::mutex> lk(mu);
+    counts.window_plans++;
+  }
+  return p;
+}
+
+Status CallState::run(const CollectiveArgs& a, StreamOps* stream) {
+  reap_captures();
+  {
+    std::lock_guard<std::mutex> lk(mu);
+    if (!failed.ok()) return failed;
+    counts.calls++;
+  }
+  Result<PreparedCall> prepared = prepare(a);
+  if (!prepared.ok()) return prepared.status();
+  const std::string& name = prepared->name;
+  CallDesc& d = prepared->d;
+
   // The plan: compiled once per distinct call, with no exchange (every rank
   // compiles the same lists from the same table).
-  const std::vector<uint64_t> key{d.op,          d.bytes,         d.send_window, d.send_offset, d.recv_window,
-                                  d.recv_offset, d.send_stride,    uint64_t(a.engines), uint64_t(a.b2b_ways),
-                                  uint64_t(a.chain_chunks)};
-  auto it = plans.find(key);
+  auto it = plans.find(prepared->key);
   if (it == plans.end()) {
-    CollectiveArgs args = full;
-    if (args.variant == Variant::automatic) {
-      args.variant = choose_variant(args.op, args.bytes, n, comm.caps_, true, packed_send(args));
-      bool in_place = args.op == CollOp::all_to_all;
-      for (int q = 0; q < n && in_place; ++q)
-        in_place = full.send[static_cast<size_t>(q)].va == full.recv[static_cast<size_t>(q)].va;
-      if (in_place && comm.caps_.swap) args.variant = Variant::swap;
-    }
-    CONCCL_RETURN_IF_ERROR(validate_args(comm, args).prefix(name));
-    Communicator::RankSignals sig;
-    for (int q = 0; q < n; ++q) {
-      const uint64_t pb = comm.pool_va_[static_cast<size_t>(q)];
-      sig.arrive.push_back(pb + kCallArrive);
-      sig.ready.push_back(pb + kCallPhase);
-      sig.trigger.push_back(pb + kCallPosted);
-      sig.sent.push_back(pb + kCallSent);
-      sig.stamps.push_back(0);
-    }
-    sig.monotonic = true;
-    Result<std::unique_ptr<Plan>> p = comm.compile(args, full, false, &sig);
-    if (!p.ok()) return p.status().prefix(name);
-    {
-      std::lock_guard<std::mutex> lk(mu);
-      counts.window_plans++;
-    }
-    it = plans.emplace(key, std::move(p).value()).first;
+    Result<std::unique_ptr<Plan>> p =
+        compile_plan(*prepared, signals_at(kCallPosted, kCallArrive, kCallPhase, kCallSent));
+    if (!p.ok()) return p.status();
+    it = plans.emplace(prepared->key, std::move(p).value()).first;
   }
   Plan& plan = *it->second;
 

@@ -53,6 +53,20 @@ inline constexpr uint64_t kCallDescBytes = 64;  // 8 uint64 (CallDesc)
 inline constexpr uint64_t kCallAreaBytes = 8192;
 static_assert(kCallDescs + kCallDescCount * kCallDescBytes <= kCallAreaBytes);
 
+// Captured calls (captured_calls.cpp, docs/graphs.md): after the call area,
+// slots of counters of their own, one slot per live captured call, at the
+// same place in every rank's pool. Capture i takes slot i % kCaptureSlots.
+inline constexpr uint64_t kCaptureArea = kCallAreaBytes;
+inline constexpr uint64_t kCaptureSlotBytes = 144;
+inline constexpr uint64_t kCapturePosted = 0, kCaptureArrive = 16, kCapturePhase = 32, kCaptureSent = 48;
+inline constexpr uint64_t kCaptureDesc = 64;  // 10 uint64: capture id + 1, CallDesc's fields
+inline constexpr uint64_t kCaptureSlots = 56;
+// What the pool keeps for calls and captures (reserved, zeroed at creation).
+inline constexpr uint64_t kCallReservedBytes = 16384;
+static_assert(kCaptureDesc + 10 * 8 <= kCaptureSlotBytes);
+static_assert(kCaptureArea + kCaptureSlots * kCaptureSlotBytes <= kCallReservedBytes);
+
+
 // What every rank must agree on for call k.
 struct CallDesc {
   uint64_t k = 0;
@@ -64,6 +78,24 @@ struct CallDesc {
   bool operator==(const CallDesc&) const = default;
   std::string describe() const;
 };
+
+// A call checked and placed: its descriptor, every rank's buffers, the key
+// of its plan (CallState::prepare).
+struct PreparedCall {
+  std::string name;
+  CallDesc d;
+  CollectiveArgs full;
+  std::vector<uint64_t> key;
+};
+
+// How a captured call reaches its communicator's state: cut (state null)
+// when the communicator goes, so that a replay after that does nothing but
+// release its stream.
+struct CaptureLink {
+  std::recursive_mutex mu;  // held by a replay's start (which may drop the last reference to its capture)
+  CallState* state = nullptr;
+};
+struct CapturedCall;
 
 struct CallState {
   explicit CallState(Communicator& c);
@@ -110,6 +142,60 @@ struct CallState {
   std::thread watchdog;
 
   Status run(const CollectiveArgs& args, StreamOps* stream);
+  // The checks and placement every window call makes, and its plan on the
+  // counters at these offsets of every rank's pool.
+  Result<PreparedCall> prepare(const CollectiveArgs& a);
+  Communicator::RankSignals signals_at(uint64_t posted_at, uint64_t arrive_at, uint64_t phase_at,
+                                       uint64_t sent_at) const;
+  Result<std::unique_ptr<Plan>> compile_plan(const PreparedCall& pc, const Communicator::RankSignals& sig);
+
+  // ---- captured calls (captured_calls.cpp) ----
+  // Records call `a` on a capturing stream: its plan on a slot's counters
+  // and queues of its own, and on the stream a host function that starts
+  // each replay and a wait for its end.
+  Status capture(const CollectiveArgs& a, StreamOps& stream);
+  struct CaptureSlot {
+    bool busy = false;
+    uint64_t replays = 0;                   // of every capture the slot has held
+    std::vector<uint64_t> base[kCounters];  // per rank: each counter after them
+  };
+  std::vector<CaptureSlot> capture_slots;
+  uint64_t captures = 0;  // captured calls made: the next one's id
+  std::shared_ptr<CaptureLink> capture_link = std::make_shared<CaptureLink>();
+  // Replays started and not seen complete, watched by the watchdog.
+  struct CapturePending {
+    std::shared_ptr<CapturedCall> call;
+    uint64_t replay = 0;
+    Deadline deadline;
+    uint64_t arrive = 0, sent = 0;  // this rank's slot counters once the replay is done here
+  };
+  std::deque<CapturePending> capture_pending;
+  // Rank q's descriptor words of capture slot `slot`.
+  uint64_t* capture_desc(int q, size_t slot) const;
+  // Starts replay r of `c` (its stream's host function, the link held).
+  void start_replay(CapturedCall& c);
+  // Releases the streams of replays in flight (their end signals set), for
+  // fail(); the captures go to `graveyard`, to be dropped outside `mu`.
+  void release_captures(std::vector<std::shared_ptr<CapturedCall>>* graveyard);
+  // The watchdog's look at the oldest replay in flight (mu held): true when
+  // it did something (popped it, or failed the communicator at its deadline).
+  bool watch_captures(std::unique_lock<std::mutex>& lk);
+  // Cuts the captures' link to this state (its destructor, first).
+  void cut_captures();
+  // What a destroyed capture leaves: its plan, queues and end signal, freed
+  // by reap_captures() on a thread that makes calls (a graph may be
+  // destroyed on any thread; the communicator's plan table and pool are the
+  // calling thread's), and its slot, free once reaped.
+  struct RetiredCapture {
+    std::unique_ptr<Plan> plan;
+    std::map<std::pair<int, int>, std::unique_ptr<Queue>> queues;
+    std::unique_ptr<Queue> closer;
+    Signal done;
+    size_t slot = 0;
+  };
+  std::mutex retired_mu;
+  std::vector<RetiredCapture> retired;
+  void reap_captures();
   // Marks the communicator failed (first reason wins), tells the other ranks
   // through this rank's failed word, and releases this rank's stream waits.
   void fail(const Status& why);

@@ -158,14 +158,15 @@ Result<Queue*> Communicator::queue(int rank, int engine, bool shared) {
                                              std::to_string(me_) + ")");
   // Shared queues are keyed by the GPU (as rank -1 - gpu, apart from ranks).
   auto key = std::make_pair(shared ? -1 - gpu(rank) : rank, engine);
-  auto it = queues_.find(key);
-  if (it != queues_.end()) return it->second.get();
+  auto& table = queue_redirect_ ? *queue_redirect_ : queues_;
+  auto it = table.find(key);
+  if (it != table.end()) return it->second.get();
   QueueOptions qo;
   qo.ring_bytes = options_.ring_bytes;
   Result<std::unique_ptr<Queue>> q = device_.create_queue(gpu(rank), engine, qo);
   if (!q.ok()) return q.status();
   Queue* p = q->get();
-  queues_[key] = std::move(q).value();
+  table[key] = std::move(q).value();
   return p;
 }
 

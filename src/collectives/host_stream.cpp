@@ -12,7 +12,7 @@
 namespace conccl {
 
 struct HostStream::Impl {
-  struct Op {
+  struct Op {  // (a Recording keeps them too)
     enum Kind : uint8_t { write, wait, work } kind = work;
     uint64_t va = 0, value = 0;
     std::function<Status()> fn;
@@ -26,6 +26,10 @@ struct HostStream::Impl {
   Status first_error;
   bool stop = false;
   std::thread thread;
+  // Capture: ops go to `recording` instead of `ops` (begin_capture .. end_capture).
+  bool capturing = false;
+  std::vector<Op> recording;
+  std::vector<std::shared_ptr<void>> retained;
 
   void run() {
     std::unique_lock<std::mutex> lk(mu);
@@ -70,6 +74,10 @@ struct HostStream::Impl {
   Status push(Op op) {
     std::lock_guard<std::mutex> lk(mu);
     if (stop) return error(Code::invalid_argument, "HostStream: enqueue after destruction began");
+    if (capturing) {
+      recording.push_back(std::move(op));
+      return Status();
+    }
     ops.push_back(std::move(op));
     ++queued;
     cv.notify_all();
@@ -119,6 +127,76 @@ Status HostStream::reduce(const DeviceReduceStep& step) {
   return impl_->push(Impl::Op{Impl::Op::work, 0, 0, [device, step] {
                                 return reduce_through_host_mapping(*device, step).prefix("HostStream: reduce");
                               }});
+}
+
+struct HostStream::Recording::Impl {
+  std::vector<HostStream::Impl::Op> ops;
+  std::vector<std::shared_ptr<void>> retained;
+};
+
+HostStream::Recording::~Recording() = default;
+
+size_t HostStream::Recording::steps() const { return impl_->ops.size(); }
+
+Status HostStream::Recording::launch(HostStream& stream) const {
+  std::lock_guard<std::mutex> lk(stream.impl_->mu);
+  if (stream.impl_->stop) return error(Code::invalid_argument, "Recording::launch: the stream is being destroyed");
+  if (stream.impl_->capturing)
+    return error(Code::invalid_argument, "Recording::launch: the stream is capturing (end_capture() first)");
+  for (const HostStream::Impl::Op& op : impl_->ops) {
+    stream.impl_->ops.push_back(op);
+    ++stream.impl_->queued;
+  }
+  // The replay keeps what the recording retains alive until its steps have
+  // run, even if the recording is destroyed first.
+  stream.impl_->ops.push_back(HostStream::Impl::Op{HostStream::Impl::Op::work, 0, 0,
+                                                   [keep = impl_->retained] { return Status(); }});
+  ++stream.impl_->queued;
+  stream.impl_->cv.notify_all();
+  return Status();
+}
+
+Status HostStream::begin_capture() {
+  std::lock_guard<std::mutex> lk(impl_->mu);
+  if (impl_->capturing) return error(Code::invalid_argument, "HostStream::begin_capture: already capturing");
+  impl_->capturing = true;
+  impl_->recording.clear();
+  impl_->retained.clear();
+  return Status();
+}
+
+Result<std::unique_ptr<HostStream::Recording>> HostStream::end_capture() {
+  std::lock_guard<std::mutex> lk(impl_->mu);
+  if (!impl_->capturing) return error(Code::invalid_argument, "HostStream::end_capture: not capturing");
+  impl_->capturing = false;
+  auto rec = std::unique_ptr<Recording>(new Recording());
+  rec->impl_ = std::make_unique<Recording::Impl>();
+  rec->impl_->ops = std::move(impl_->recording);
+  rec->impl_->retained = std::move(impl_->retained);
+  impl_->recording.clear();
+  impl_->retained.clear();
+  return rec;
+}
+
+bool HostStream::capturing() const {
+  std::lock_guard<std::mutex> lk(impl_->mu);
+  return impl_->capturing;
+}
+
+Status HostStream::host_function(void (*fn)(void*), void* arg) {
+  if (!fn) return error(Code::invalid_argument, "HostStream::host_function: no function given");
+  return impl_->push(Impl::Op{Impl::Op::work, 0, 0, [fn, arg] {
+                                fn(arg);
+                                return Status();
+                              }});
+}
+
+Status HostStream::retain_for_replays(std::shared_ptr<void> what) {
+  std::lock_guard<std::mutex> lk(impl_->mu);
+  if (!impl_->capturing)
+    return error(Code::invalid_argument, "HostStream::retain_for_replays: the stream is not capturing");
+  impl_->retained.push_back(std::move(what));
+  return Status();
 }
 
 Status HostStream::synchronize(Deadline deadline) {

@@ -252,8 +252,8 @@ Result<std::unique_ptr<Communicator>> Communicator::create(Device& device, int r
   comm.pool_used_.assign(kPoolBytes / Signal::kBytes, false);
   // The call area (window calls' counters and descriptors) is never handed
   // out to plans.
-  for (size_t i = 0; i < kCallAreaBytes / Signal::kBytes; ++i) comm.pool_used_[i] = true;
-  std::memset(comm.pool_.host, 0, kCallAreaBytes);
+  for (size_t i = 0; i < kCallReservedBytes / Signal::kBytes; ++i) comm.pool_used_[i] = true;
+  std::memset(comm.pool_.host, 0, kCallReservedBytes);
   std::vector<SharedRegion> regions;
   std::vector<int> fds;
   CONCCL_RETURN_IF_ERROR(comm.share_buffer(comm.pool_, &regions, &fds));

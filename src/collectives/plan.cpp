@@ -212,6 +212,9 @@ SignalStore Plan::consumed_store() const {
 
 Status Plan::enqueue(StreamOps& stream, Deadline deadline) {
   CONCCL_RETURN_IF_ERROR(check_attached("enqueue()"));
+  if (stream.capturing())
+    return error(Code::invalid_argument, "enqueue: a plan's launch cannot be captured into a graph (its signals "
+                                         "reset at every launch); capture Communicator::call through windows instead");
   CONCCL_RETURN_IF_ERROR(stream.ready_to_order().prefix("enqueue"));
   if (!args_.prelaunch)
     return error(Code::invalid_argument, "enqueue() needs a plan compiled with CollectiveArgs::prelaunch");

@@ -19,6 +19,7 @@
 #include <chrono>
 #include <cinttypes>
 #include <cstdio>
+#include <cstdlib>
 #include <cstring>
 #include <functional>
 #include <mutex>
@@ -104,6 +105,11 @@ struct CudaApi {
   CUresult (*cuStreamQuery)(void*) = nullptr;
   CUresult (*cuStreamBatchMemOp)(void*, unsigned, void*, unsigned) = nullptr;
   CUresult (*cuStreamIsCapturing)(void*, int*) = nullptr;  // CUstreamCaptureStatus*
+  // Graph capture of collectives (optional: CONCCL_CUDA_GRAPHS=1 alone uses them).
+  CUresult (*cuLaunchHostFunc)(void*, void (*)(void*), void*) = nullptr;
+  CUresult (*cuStreamGetCaptureInfo)(void*, int*, uint64_t*, void**, const void**, size_t*) = nullptr;
+  CUresult (*cuUserObjectCreate)(void**, void*, void (*)(void*), unsigned, unsigned) = nullptr;
+  CUresult (*cuGraphRetainUserObject)(void*, void*, unsigned, unsigned) = nullptr;
 };
 
 template <typename F>
@@ -161,6 +167,11 @@ const CudaApi& api() {
     (void)load(a.lib, a.cuStreamQuery, "cuStreamQuery");
     (void)load(a.lib, a.cuStreamBatchMemOp, "cuStreamBatchMemOp_v2", "cuStreamBatchMemOp");
     (void)load(a.lib, a.cuStreamIsCapturing, "cuStreamIsCapturing");
+    (void)load(a.lib, a.cuLaunchHostFunc, "cuLaunchHostFunc");
+    // cuda.h (12.x): cuStreamGetCaptureInfo is the _v2 ABI (status, id, graph, dependencies, count).
+    (void)load(a.lib, a.cuStreamGetCaptureInfo, "cuStreamGetCaptureInfo_v2");
+    (void)load(a.lib, a.cuUserObjectCreate, "cuUserObjectCreate");
+    (void)load(a.lib, a.cuGraphRetainUserObject, "cuGraphRetainUserObject");
     if (!missing.empty())
       a.status = error(Code::unavailable, "libcuda.so.1 lacks " + missing +
                                               " (the VMM API needs a CUDA 11.x or newer driver)");
@@ -577,9 +588,58 @@ Status stream_not_capturing(void* stream) {
   if (capture == 0) return Status();
   return error(Code::invalid_argument,
                std::string("the CUDA stream is ") + (capture == 1 ? "capturing a CUDA graph" : "in an invalidated capture") +
-                   ": a collective's copies run on ConCCL's own copy-engine channels, which a graph cannot record, "
-                   "so a captured call would never run at replay. Make the call outside the capture (graph capture "
-                   "of collectives is not supported yet)");
+                   ": a collective's copies run on ConCCL's own copy-engine channels, which a graph cannot record. "
+                   "Make the call outside the capture, or set CONCCL_CUDA_GRAPHS=1 to record window calls into the "
+                   "graph (docs/graphs.md; not yet validated on hardware)");
+}
+
+// CONCCL_CUDA_GRAPHS=1 and the stream capturing (docs/graphs.md).
+bool stream_records_collectives(void* stream) {
+  const char* on = std::getenv("CONCCL_CUDA_GRAPHS");
+  if (!on || std::string(on) != "1") return false;
+  const CudaApi& a = api();
+  if (!a.status.ok() || !a.cuStreamIsCapturing || !a.cuLaunchHostFunc || !a.cuStreamGetCaptureInfo ||
+      !a.cuUserObjectCreate || !a.cuGraphRetainUserObject)
+    return false;
+  int capture = 0;
+  return a.cuStreamIsCapturing(stream, &capture) == kCudaSuccess && capture == 1;
+}
+
+Status stream_host_function(void* stream, void (*fn)(void*), void* arg) {
+  const CudaApi& a = api();
+  CONCCL_RETURN_IF_ERROR(a.status);
+  if (!a.cuLaunchHostFunc) return error(Code::unavailable, "libcuda lacks cuLaunchHostFunc (CUDA 10+)");
+  return cu_check(a.cuLaunchHostFunc(stream, fn, arg), "cuLaunchHostFunc");
+}
+
+namespace {
+void drop_retained(void* p) { delete static_cast<std::shared_ptr<void>*>(p); }
+}  // namespace
+
+// A user object owning `what`, moved into the graph the stream captures
+// (cuda.h: CU_USER_OBJECT_NO_DESTRUCTOR_SYNC = 1, CU_GRAPH_USER_OBJECT_MOVE = 1):
+// the graph releases it once it is destroyed and its launches are done.
+Status stream_capture_retain(void* stream, std::shared_ptr<void> what) {
+  const CudaApi& a = api();
+  CONCCL_RETURN_IF_ERROR(a.status);
+  if (!a.cuStreamGetCaptureInfo || !a.cuUserObjectCreate || !a.cuGraphRetainUserObject)
+    return error(Code::unavailable, "libcuda lacks cuStreamGetCaptureInfo_v2 / cuUserObjectCreate (CUDA 11.3+)");
+  int status = 0;
+  uint64_t id = 0;
+  void* graph = nullptr;
+  const void* deps = nullptr;
+  size_t ndeps = 0;
+  CONCCL_RETURN_IF_ERROR(
+      cu_check(a.cuStreamGetCaptureInfo(stream, &status, &id, &graph, &deps, &ndeps), "cuStreamGetCaptureInfo"));
+  if (status != 1 || !graph) return error(Code::invalid_argument, "the stream is not capturing a graph");
+  auto* held = new std::shared_ptr<void>(std::move(what));
+  void* obj = nullptr;
+  Status st = cu_check(a.cuUserObjectCreate(&obj, held, drop_retained, 1, 1), "cuUserObjectCreate");
+  if (!st.ok()) {
+    delete held;
+    return st;
+  }
+  return cu_check(a.cuGraphRetainUserObject(graph, obj, 1, 1), "cuGraphRetainUserObject");
 }
 
 // One element of cuStreamBatchMemOp's array: cuda.h's

@@ -738,6 +738,11 @@ class CudaStreamOps final : public conccl::StreamOps {
   Status wait_value64(uint64_t va, uint64_t value) override { return stream_wait_value64(stream_, va, value); }
   Status reduce(const DeviceReduceStep& step) override { return launch_reduce(stream_, step); }
   Status ready_to_order() override { return stream_not_capturing(stream_); }
+  bool capturing() const override { return stream_records_collectives(stream_); }
+  Status host_function(void (*fn)(void*), void* arg) override { return stream_host_function(stream_, fn, arg); }
+  Status retain_for_replays(std::shared_ptr<void> what) override {
+    return stream_capture_retain(stream_, std::move(what));
+  }
   Status batch(std::span<const Op> ops) override {
     StreamMemOp m[16];
     if (ops.size() > 16) return StreamOps::batch(ops);

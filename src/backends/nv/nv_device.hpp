@@ -400,6 +400,12 @@ Status stream_batch64(void* stream, std::span<const StreamMemOp> ops);
 // ok unless the stream is capturing a CUDA graph (then a message saying why
 // a collective cannot be captured).
 Status stream_not_capturing(void* stream);
+// Graph capture of collectives (docs/graphs.md): whether the stream captures
+// and CONCCL_CUDA_GRAPHS=1 asks for collectives to be recorded; a host node;
+// an object kept alive by the captured graph (a CUDA user object).
+bool stream_records_collectives(void* stream);
+Status stream_host_function(void* stream, void (*fn)(void*), void* arg);
+Status stream_capture_retain(void* stream, std::shared_ptr<void> what);
 Status stream_host_sync(void* stream, Deadline deadline);  // nv::synchronize_stream
 // Runs fn with the primary context of CUDA device `cuda_device` current on
 // this thread, then gives the thread its context back.

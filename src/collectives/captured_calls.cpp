@@ -1,0 +1,285 @@
+// src/collectives/captured_calls.cpp - window calls recorded into a graph
+// (docs/graphs.md): Communicator::call on a capturing stream.
+//
+// A captured call is compiled once, at capture, on counters of its own (a
+// capture slot of every rank's pool, calls.hpp) and on queues of its own, so
+// that its replays never wait behind ordinary calls' lists nor those behind
+// its. The stream records two steps:
+//   1. a host function that starts replay r: it rewrites the lists' waits
+//      for r (every rank's slot "posted" >= r, other waits by the counts of
+//      earlier replays), submits them, submits a closing list that waits for
+//      this rank's arrivals and its lists' end and then adds 1 to the
+//      capture's end signal (reset to 0 first), and posts r. It runs when the
+//      stream's earlier work is done, so nothing is written into this rank
+//      before the stream said so, and it returns at once.
+//   2. a wait for the end signal >= 1: a fixed value, as a graph's memory
+//      operation node needs.
+// Replays are numbered per slot on every rank alike (every rank replays its
+// graphs as the others do, as every rank makes the same calls), counters
+// only grow, nothing is reset between replays but the end signal, which
+// only this rank's stream waits on. Between replays no list is queued: a
+// graph destroyed between replays leaves nothing behind on the engines.
+#include <cstring>
+
+#include "collectives/calls.hpp"
+
+namespace conccl {
+
+struct CapturedCall : std::enable_shared_from_this<CapturedCall> {
+  std::shared_ptr<CaptureLink> link;
+  uint64_t id = 0;
+  size_t slot = 0;
+  std::string name;
+  CallDesc desc;
+  std::map<std::pair<int, int>, std::unique_ptr<Queue>> queues;  // its lists' (made while compiling)
+  std::unique_ptr<Plan> plan;
+  std::unique_ptr<Queue> closer;  // the closing list's
+  Signal done;                    // its end: what the stream waits for
+  Signal arrive_me, sent_me;      // this rank's slot counters (the watchdog reads them)
+  std::mutex mu;
+  Status error;  // the first replay that could not start, for async_error
+
+  ~CapturedCall() {
+    std::lock_guard<std::recursive_mutex> lk(link->mu);
+    if (CallState* st = link->state) {  // freed by the communicator's calling thread (reap_captures)
+      std::lock_guard<std::mutex> rl(st->retired_mu);
+      st->retired.push_back(CallState::RetiredCapture{std::move(plan), std::move(queues), std::move(closer),
+                                                      std::move(done), slot});
+      return;
+    }
+    plan.reset();  // detached with its communicator: nothing of it is shared now
+  }
+};
+
+namespace {
+
+void replay_entry(void* arg);
+
+void put_desc(uint64_t* w, uint64_t id, const CallDesc& d) {
+  const uint64_t v[10] = {id + 1, d.op, d.bytes, d.send_window, d.send_offset, d.recv_window, d.recv_offset,
+                          d.send_stride, 0, 0};
+  for (int i = 1; i < 10; ++i) std::atomic_ref<uint64_t>(w[i]).store(v[i], std::memory_order_relaxed);
+  std::atomic_ref<uint64_t>(w[0]).store(v[0], std::memory_order_release);
+}
+
+}  // namespace
+
+uint64_t* CallState::capture_desc(int q, size_t slot) const {
+  const uint64_t va = comm.pool_va_[size_t(q)] + kCaptureArea + slot * kCaptureSlotBytes + kCaptureDesc;
+  return static_cast<uint64_t*>(comm.device().host_pointer(va, 80));
+}
+
+void CallState::reap_captures() {
+  std::vector<RetiredCapture> gone;
+  {
+    std::lock_guard<std::mutex> rl(retired_mu);
+    gone.swap(retired);
+  }
+  for (RetiredCapture& r : gone) {
+    r.plan.reset();  // before its queues
+    if (r.slot < capture_slots.size()) capture_slots[r.slot].busy = false;
+  }
+}
+
+Status CallState::capture(const CollectiveArgs& a, StreamOps& stream) {
+  const std::string what = std::string("call ") + coll_op_name(a.op) + " (captured)";
+  reap_captures();
+  {
+    std::lock_guard<std::mutex> lk(mu);
+    if (!failed.ok()) return failed;
+  }
+  Result<PreparedCall> prepared = prepare(a);
+  if (!prepared.ok())
+    return prepared.status().prefix("capturing a call records it through windows (one process per rank, every "
+                                    "buffer in a registered window); this one cannot be recorded");
+  if (capture_slots.empty()) {
+    capture_slots.resize(kCaptureSlots);
+    for (CaptureSlot& s : capture_slots)
+      for (auto& b : s.base) b.assign(size_t(n), 0);
+  }
+  const uint64_t id = captures;
+  const size_t slot = size_t(id % kCaptureSlots);
+  if (capture_slots[slot].busy)
+    return error(Code::resource_exhausted,
+                 what + ": " + std::to_string(kCaptureSlots) + " captured calls of this communicator are alive "
+                        "(capture " + std::to_string(id - kCaptureSlots) + " holds slot " + std::to_string(slot) +
+                        "): destroy graphs that are no longer replayed first");
+
+  auto cap = std::make_shared<CapturedCall>();
+  cap->link = capture_link;
+  cap->id = id;
+  cap->slot = slot;
+  cap->name = what;
+  cap->desc = prepared->d;
+  Result<Signal> done = Signal::create(comm.device_, -1, 0);
+  if (!done.ok()) return done.status().prefix(what + ": its end signal");
+  cap->done = std::move(done).value();
+  for (auto [sig, off] : {std::pair{&cap->arrive_me, kCaptureArrive}, std::pair{&cap->sent_me, kCaptureSent}}) {
+    const uint64_t va = comm.pool_va_[size_t(me)] + kCaptureArea + slot * kCaptureSlotBytes + off;
+    Result<Signal> w = Signal::wrap(comm.device_, va, comm.device_.host_pointer(va, Signal::kBytes));
+    if (!w.ok()) return w.status().prefix(what);
+    *sig = std::move(w).value();
+  }
+  // The plan, its lists on queues of its own.
+  const uint64_t at = kCaptureArea + slot * kCaptureSlotBytes;
+  comm.queue_redirect_ = &cap->queues;
+  Result<std::unique_ptr<Plan>> plan = compile_plan(
+      *prepared, signals_at(at + kCapturePosted, at + kCaptureArrive, at + kCapturePhase, at + kCaptureSent));
+  comm.queue_redirect_ = nullptr;
+  if (!plan.ok()) return plan.status().prefix("capturing");
+  cap->plan = std::move(plan).value();
+  Result<int> engine = comm.device_.engine_toward(comm.gpu(me), comm.gpu(me));
+  if (!engine.ok()) return engine.status().prefix(what);
+  QueueOptions qo;
+  qo.ring_bytes = 4096;
+  Result<std::unique_ptr<Queue>> closer = comm.device_.create_queue(comm.gpu(me), *engine, qo);
+  if (!closer.ok()) return closer.status().prefix(what + ": the queue of its closing list");
+  cap->closer = std::move(closer).value();
+
+  // The stream's steps, then the capture's bookkeeping (nothing is left
+  // half-made when the stream refuses a step).
+  CONCCL_RETURN_IF_ERROR(stream.retain_for_replays(cap).prefix(what));
+  CONCCL_RETURN_IF_ERROR(stream.host_function(replay_entry, cap.get()).prefix(what));
+  CONCCL_RETURN_IF_ERROR(stream.wait_value64(cap->done.va(), 1).prefix(what));
+  capture_slots[slot].busy = true;
+  ++captures;
+  put_desc(capture_desc(me, slot), id, prepared->d);
+  return Status();
+}
+
+// Replay r of `c` (on the stream's host function): see the top of the file.
+void CallState::start_replay(CapturedCall& c) {
+  CaptureSlot& s = capture_slots[c.slot];
+  const uint64_t r = s.replays + 1;
+  const std::string name = c.name + " replay " + std::to_string(r);
+  auto refuse = [&](const Status& why) {
+    {
+      std::lock_guard<std::mutex> lk(c.mu);
+      if (c.error.ok()) c.error = why;
+    }
+    fail(why);
+    c.done.set(1);  // the stream goes on; async_error() says why
+  };
+  {
+    std::lock_guard<std::mutex> lk(mu);
+    if (!failed.ok()) {
+      c.done.set(1);
+      return;
+    }
+  }
+  if (!c.plan->attached()) return refuse(error(Code::invalid_argument, name + ": its plan was detached"));
+  // Every rank that has written this slot's descriptor must have captured
+  // the same call.
+  for (int q = 0; q < n; ++q) {
+    const uint64_t* w = capture_desc(q, c.slot);
+    if (!w || q == me || std::atomic_ref<const uint64_t>(w[0]).load(std::memory_order_acquire) != c.id + 1) continue;
+    CallDesc theirs;
+    theirs.op = w[1];
+    theirs.bytes = w[2];
+    theirs.send_window = w[3];
+    theirs.send_offset = w[4];
+    theirs.recv_window = w[5];
+    theirs.recv_offset = w[6];
+    theirs.send_stride = w[7];
+    theirs.k = c.desc.k;
+    if (!(theirs == c.desc))
+      return refuse(error(Code::invalid_argument,
+                          name + ": rank " + std::to_string(q) + " captured " + theirs.describe() + " as capture " +
+                              std::to_string(c.id) + ", rank " + std::to_string(me) + " " + c.desc.describe() +
+                              ": every rank captures the same calls in the same order"));
+  }
+  const Deadline dl = Deadline::after_ms(comm.options_.call_timeout_ms);
+  Plan& plan = *c.plan;
+  for (PlanList& l : plan.lists_) {
+    if (!l.queue) continue;
+    for (const PlanList::WaitPatch& p : l.patches) {
+      const uint64_t b = p.counter == kCounterPosted ? r - 1 : s.base[p.counter][size_t(p.rank)];
+      Status st = l.cb.rewrite_wait_ge(p.at, p.dwords, p.va, b + p.rel);
+      if (!st.ok()) return refuse(st.prefix(name));
+    }
+    Status st = l.queue->submit(l.cb, dl, &l.span);
+    if (!st.ok()) return refuse(st.prefix(name + ": submitting rank " + std::to_string(l.rank) + " engine " +
+                                          std::to_string(l.engine)));
+  }
+  const size_t mi = size_t(me);
+  const uint64_t at = comm.pool_va_[mi] + kCaptureArea + c.slot * kCaptureSlotBytes;
+  const uint64_t arrive_target = s.base[kCounterArrive][mi] + plan.expected_[mi];
+  const uint64_t sent_target = s.base[kCounterSent][mi] + plan.sent_expected_[mi];
+  for (size_t q = 0; q < size_t(n); ++q) {
+    s.base[kCounterArrive][q] += plan.expected_[q];
+    s.base[kCounterPhase][q] += plan.ready_adds_[q];
+    s.base[kCounterSent][q] += plan.sent_expected_[q];
+  }
+  s.replays = r;
+  c.done.set(0);
+  CommandBuffer close(c.closer->isa());
+  Status st = close.wait_ge(at + kCaptureArrive, arrive_target);
+  if (st.ok()) st = close.wait_ge(at + kCaptureSent, sent_target);
+  if (st.ok()) st = close.signal_add(c.done.va(), 1);
+  if (st.ok()) st = c.closer->submit(close, dl);
+  if (!st.ok()) return refuse(st.prefix(name + ": its closing list"));
+  {
+    std::lock_guard<std::mutex> lk(mu);
+    capture_pending.push_back(CapturePending{c.shared_from_this(), r, dl, arrive_target, sent_target});
+    start_watchdog();
+  }
+  cv.notify_all();
+  // Posted last: the lists may start.
+  Result<Signal> posted = Signal::wrap(comm.device_, at + kCapturePosted,
+                                       comm.device_.host_pointer(at + kCapturePosted, Signal::kBytes));
+  if (posted.ok()) posted->set(r);
+}
+
+namespace {
+
+// A replay's host function: the link held, so that the communicator stays
+// (or is known gone) while the replay starts.
+void replay_entry(void* arg) {
+  auto* c = static_cast<CapturedCall*>(arg);
+  std::lock_guard<std::recursive_mutex> lk(c->link->mu);
+  if (!c->link->state) {
+    // Its communicator is gone: nothing can run; the stream goes on.
+    c->done.set(1);
+    return;
+  }
+  c->link->state->start_replay(*c);
+}
+
+}  // namespace
+
+void CallState::release_captures(std::vector<std::shared_ptr<CapturedCall>>* graveyard) {
+  for (CapturePending& p : capture_pending) {
+    p.call->done.set(1);
+    graveyard->push_back(std::move(p.call));
+  }
+  capture_pending.clear();
+}
+
+bool CallState::watch_captures(std::unique_lock<std::mutex>& lk) {
+  if (capture_pending.empty()) return false;
+  CapturePending& f = capture_pending.front();
+  // Done by its own targets (the end signal is reset by the next replay).
+  if (f.call->arrive_me.value() >= f.arrive && f.call->sent_me.value() >= f.sent) {
+    std::shared_ptr<CapturedCall> gone = std::move(f.call);
+    capture_pending.pop_front();
+    lk.unlock();
+    gone.reset();  // may be the last reference: its destructor takes the link's lock
+    lk.lock();
+    return true;
+  }
+  if (!f.deadline.expired()) return false;
+  const std::string what = f.call->name + " replay " + std::to_string(f.replay);
+  lk.unlock();
+  fail(error(Code::timeout, what + ": not complete within call_timeout_ms (" +
+                                std::to_string(comm.options_.call_timeout_ms) +
+                                " ms): a rank did not replay its graph, or replayed its graphs in another order"));
+  lk.lock();
+  return true;
+}
+
+void CallState::cut_captures() {
+  std::lock_guard<std::recursive_mutex> lk(capture_link->mu);
+  capture_link->state = nullptr;
+}
+
+}  // namespace conccl

@@ -1,0 +1,280 @@
+// tests/multiproc/graph_capture_test.cpp - collectives captured into a
+// graph and replayed (docs/graphs.md), on the emulated node with one forked
+// process per rank and a HostStream, whose begin_capture/end_capture record
+// what CUDA's stream capture records.
+//
+// Each rank captures a step (produce the input from the replay number, call,
+// check every byte of the output), replays it hundreds of times, with a
+// second captured call and ordinary calls on the same communicator and
+// stream in between: every replay's output checked, and a different input
+// each replay. Then: calls that cannot be captured refused at capture time
+// (the capture goes on); more captures made and destroyed than there are
+// slots; a rank that stops replaying (its peer's replay fails within the
+// timeout, its stream released); a replay after the communicator is gone
+// (the stream goes on).
+#include <gtest/gtest.h>
+
+#include <atomic>
+#include <cstring>
+
+#include "conccl/bootstrap.hpp"
+#include "conccl/collectives.hpp"
+#include "conccl/emu.hpp"
+#include "multiproc/fork_ranks.hpp"
+
+namespace conccl::mptest {
+namespace {
+
+uint8_t value(int rank, uint64_t step, uint64_t i) { return uint8_t(rank * 131 + step * 7 + i * 13 + (i >> 8)); }
+
+struct RankEnv {
+  std::unique_ptr<emu::EmuDevice> dev;
+  std::unique_ptr<Communicator> comm;
+  UniqueBuffer mem;
+  std::unique_ptr<HostStream> stream;
+};
+
+constexpr uint64_t kMem = 8ull << 20;
+
+std::string make_env(RankEnv& e, int me, int n, const UniqueId& id, int64_t call_timeout_ms = 60000) {
+  DeviceOptions o;
+  o.preset = "mi300x";
+  o.memory_per_gpu = 256ull << 20;
+  o.process_slot = me;
+  Result<std::unique_ptr<emu::EmuDevice>> dev = emu::create(o);
+  if (!dev.ok()) return dev.status().to_string();
+  e.dev = std::move(dev).value();
+  Communicator::Options co;
+  co.call_timeout_ms = call_timeout_ms;
+  Result<std::unique_ptr<Communicator>> comm = Communicator::create(*e.dev, me, n, id, co);
+  if (!comm.ok()) return comm.status().to_string();
+  e.comm = std::move(comm).value();
+  Result<UniqueBuffer> mem = UniqueBuffer::alloc(*e.dev, e.comm->gpu(me), kMem, MemKind::device);
+  if (!mem.ok()) return mem.status().to_string();
+  e.mem = std::move(mem).value();
+  Result<Window> w = e.comm->register_window(e.mem.get());
+  if (!w.ok()) return w.status().to_string();
+  Result<std::unique_ptr<HostStream>> st = HostStream::create(*e.dev, 30000);
+  if (!st.ok()) return st.status().to_string();
+  e.stream = std::move(st).value();
+  return "";
+}
+
+// A captured step: produce, the call, check. Counts its replays and wrong bytes.
+struct Step {
+  CollOp op;
+  uint64_t bytes, send_at, recv_at;
+  int root = 0;
+  std::atomic<uint64_t> runs{0}, wrong{0};
+};
+
+CollectiveArgs args_of(const Step& s, const Buffer& mem, int n) {
+  CollectiveArgs a;
+  a.op = s.op;
+  a.bytes = s.bytes;
+  a.root = s.root;
+  const uint64_t sb = s.op == CollOp::all_to_all ? n * s.bytes : s.bytes;
+  const uint64_t rb = s.op == CollOp::broadcast ? s.bytes : n * s.bytes;
+  a.send = {mem.slice(s.send_at, sb)};
+  a.recv = {mem.slice(s.recv_at, rb)};
+  return a;
+}
+
+// Queues produce / call / check on the stream (captured or not).
+Status queue_step(RankEnv& e, Step& s, int me, int n) {
+  uint8_t* base = e.mem.get().as<uint8_t>();
+  Step* sp = &s;
+  Status st = e.stream->enqueue([sp, base, me, n] {
+    const uint64_t step = sp->runs.load();
+    uint8_t* send = base + sp->send_at;
+    const uint64_t sb = sp->op == CollOp::all_to_all ? n * sp->bytes : sp->bytes;
+    for (uint64_t i = 0; i < sb; ++i) send[i] = value(me, step, i);
+    std::memset(base + sp->recv_at, 0xEE, sp->op == CollOp::broadcast ? sp->bytes : n * sp->bytes);
+  });
+  if (st.ok()) st = e.comm->call(args_of(s, e.mem.get(), n), e.stream.get());
+  if (!st.ok()) return st;
+  return e.stream->enqueue([sp, base, me, n] {
+    const uint64_t step = sp->runs.load();
+    const uint8_t* recv = base + sp->recv_at;
+    uint64_t bad = 0;
+    for (int q = 0; q < (sp->op == CollOp::broadcast ? 1 : n); ++q)
+      for (uint64_t i = 0; i < sp->bytes; ++i) {
+        const uint8_t want = sp->op == CollOp::all_gather   ? value(q, step, i)
+                             : sp->op == CollOp::all_to_all ? value(q, step, uint64_t(me) * sp->bytes + i)
+                                                             : value(sp->root, step, i);
+        bad += recv[uint64_t(q) * sp->bytes + i] != want;
+      }
+    sp->wrong += bad;
+    sp->runs++;
+  });
+}
+
+int replays_main(int me, int n, const UniqueId& id, std::string* out) {
+  RankEnv e;
+  if (std::string bad = make_env(e, me, n, id); !bad.empty()) return *out += bad + "\n", 2;
+  Step gather{CollOp::all_gather, 4099, 0, 1 << 20};
+  Step a2a{CollOp::all_to_all, 1001, 2 << 20, 3 << 20};
+  Step bcast{CollOp::broadcast, 7777, 4 << 20, 5 << 20, n - 1};
+  // Capture two steps (two graphs).
+  std::unique_ptr<HostStream::Recording> g1, g2;
+  for (auto [step, rec] : {std::pair{&gather, &g1}, std::pair{&a2a, &g2}}) {
+    if (!e.stream->begin_capture().ok()) return 3;
+    Status st = queue_step(e, *step, me, n);
+    Result<std::unique_ptr<HostStream::Recording>> r = e.stream->end_capture();
+    if (!st.ok()) return *out += "capture: " + st.to_string() + "\n", 4;
+    if (!r.ok()) return 5;
+    *rec = std::move(r).value();
+  }
+  // Nothing ran at capture.
+  if (gather.runs != 0 || e.mem.get().as<uint8_t>()[1 << 20] != 0) return *out += "the capture ran something\n", 6;
+  const int kReplays = 300;
+  for (int i = 0; i < kReplays; ++i) {
+    if (!g1->launch(*e.stream).ok()) return 7;
+    if (i % 3 == 0 && !g2->launch(*e.stream).ok()) return 8;
+    if (i % 7 == 0) {  // an ordinary call on the same communicator and stream
+      Status st = queue_step(e, bcast, me, n);
+      if (!st.ok()) return *out += st.to_string() + "\n", 9;
+    }
+    if (i % 50 == 49) {
+      Status st = e.stream->synchronize(Deadline::after_ms(60000));
+      if (!st.ok()) return *out += st.to_string() + "\n", 10;
+    }
+  }
+  Status st = e.stream->synchronize(Deadline::after_ms(60000));
+  if (!st.ok()) return *out += st.to_string() + "\n", 11;
+  *out += "runs " + std::to_string(gather.runs) + "/" + std::to_string(a2a.runs) + "/" + std::to_string(bcast.runs) +
+          ", wrong " + std::to_string(gather.wrong) + "/" + std::to_string(a2a.wrong) + "/" +
+          std::to_string(bcast.wrong) + ", window calls " + std::to_string(e.comm->stats().window_calls) + "\n";
+  if (gather.runs != uint64_t(kReplays) || a2a.runs != uint64_t(kReplays + 2) / 3 || bcast.runs != uint64_t(kReplays + 6) / 7)
+    return 12;
+  if (gather.wrong || a2a.wrong || bcast.wrong) return 13;
+  if (!e.comm->async_error().ok()) return *out += e.comm->async_error().to_string() + "\n", 14;
+  // The captured calls exchanged no message and made no window call of the
+  // main sequence: only the broadcasts did.
+  if (e.comm->stats().window_calls != bcast.runs) return 15;
+  // The communicator gone, a replay only releases its stream.
+  e.comm.reset();
+  if (!g1->launch(*e.stream).ok()) return 16;
+  st = e.stream->synchronize(Deadline::after_ms(20000));
+  if (!st.ok()) return *out += "a replay after the communicator: " + st.to_string() + "\n", 17;
+  return 0;
+}
+
+class CaptureProcs : public ::testing::TestWithParam<int> {};
+
+TEST_P(CaptureProcs, EveryReplayRunsTheCallAgainBesideOrdinaryCalls) {
+  const int n = GetParam();
+  const UniqueId id = make_unique_id().value();
+  std::vector<RankOutcome> res = fork_ranks(all_ranks(n), [&](int r, std::string* out) { return replays_main(r, n, id, out); });
+  for (int r = 0; r < n; ++r) EXPECT_EQ(res[size_t(r)].exit_code, 0) << "rank " << r << ": " << res[size_t(r)].out;
+}
+
+INSTANTIATE_TEST_SUITE_P(Ranks, CaptureProcs, ::testing::Values(2, 4));
+
+int errors_main(int me, int n, const UniqueId& id, std::string* out) {
+  RankEnv e;
+  if (std::string bad = make_env(e, me, n, id); !bad.empty()) return *out += bad + "\n", 2;
+  Result<UniqueBuffer> outside = UniqueBuffer::alloc(*e.dev, e.comm->gpu(me), 1 << 20, MemKind::device);
+  if (!outside.ok()) return 3;
+  if (!e.stream->begin_capture().ok()) return 4;
+  // A buffer outside every window: refused now, naming why; the capture goes on.
+  CollectiveArgs a;
+  a.op = CollOp::all_gather;
+  a.bytes = 4096;
+  a.send = {outside->get().slice(0, 4096)};
+  a.recv = {e.mem.get().slice(0, 4096 * uint64_t(n))};
+  Status st = e.comm->call(a, e.stream.get());
+  if (st.code() != Code::invalid_argument || st.message().find("cannot be recorded") == std::string::npos ||
+      st.message().find("lies in no window") == std::string::npos)
+    return *out += "outside a window: " + st.to_string() + "\n", 5;
+  // A reduction: refused at capture.
+  ReductionArgs r;
+  r.coll = ReduceColl::all_reduce;
+  r.dtype = DataType::i32;
+  r.count = 1024;
+  r.send = {e.mem.get().slice(0, 4096)};
+  r.recv = {e.mem.get().slice(8192, 4096)};
+  st = e.comm->call_reduction(r, e.stream.get());
+  if (st.code() != Code::invalid_argument || st.message().find("cannot be captured") == std::string::npos)
+    return *out += "reduction: " + st.to_string() + "\n", 6;
+  Result<std::unique_ptr<HostStream::Recording>> rec = e.stream->end_capture();
+  if (!rec.ok() || (*rec)->steps() != 0) return *out += "the refused calls left steps in the capture\n", 7;
+  // More captures made and destroyed, one after another, than there are slots.
+  Step s{CollOp::all_gather, 512, 0, 1 << 20};
+  for (int i = 0; i < 130; ++i) {
+    if (!e.stream->begin_capture().ok()) return 8;
+    st = queue_step(e, s, me, n);
+    Result<std::unique_ptr<HostStream::Recording>> g = e.stream->end_capture();
+    if (!st.ok() || !g.ok()) return *out += "capture " + std::to_string(i) + ": " + st.to_string() + "\n", 9;
+    if (!(*g)->launch(*e.stream).ok() || !(*g)->launch(*e.stream).ok()) return 10;
+    st = e.stream->synchronize(Deadline::after_ms(30000));
+    if (!st.ok()) return *out += st.to_string() + "\n", 11;
+  }
+  if (s.runs != 260 || s.wrong) return *out += "runs " + std::to_string(s.runs) + " wrong " + std::to_string(s.wrong) + "\n", 12;
+  return e.comm->async_error().ok() ? 0 : 13;
+}
+
+TEST(CaptureErrors, RefusedAtCaptureAndSlotsComeBack) {
+  const UniqueId id = make_unique_id().value();
+  std::vector<RankOutcome> res = fork_ranks(all_ranks(2), [&](int r, std::string* out) { return errors_main(r, 2, id, out); });
+  for (int r = 0; r < 2; ++r) EXPECT_EQ(res[size_t(r)].exit_code, 0) << "rank " << r << ": " << res[size_t(r)].out;
+}
+
+int stopper_main(int me, int n, const UniqueId& id, std::string* out) {
+  RankEnv e;
+  if (std::string bad = make_env(e, me, n, id, 2000); !bad.empty()) return *out += bad + "\n", 2;
+  Step s{CollOp::all_gather, 2048, 0, 1 << 20};
+  if (!e.stream->begin_capture().ok()) return 3;
+  Status st = queue_step(e, s, me, n);
+  Result<std::unique_ptr<HostStream::Recording>> g = e.stream->end_capture();
+  if (!st.ok() || !g.ok()) return 4;
+  if (!(*g)->launch(*e.stream).ok()) return 5;
+  st = e.stream->synchronize(Deadline::after_ms(20000));
+  if (!st.ok() || s.runs != 1 || s.wrong) return *out += "first replay: " + st.to_string() + "\n", 6;
+  if (me == 1) {
+    // Stops replaying; stays until its peer has given up.
+    std::this_thread::sleep_for(std::chrono::milliseconds(4000));
+    return 0;
+  }
+  if (!(*g)->launch(*e.stream).ok()) return 7;
+  st = e.stream->synchronize(Deadline::after_ms(20000));
+  const Status async = e.comm->async_error();
+  *out += "stream: " + st.to_string() + "; async: " + async.to_string() + "\n";
+  if (async.code() != Code::timeout || async.message().find("replay 2") == std::string::npos) return 8;
+  return 0;
+}
+
+TEST(CaptureFaults, ARankThatStopsReplayingFailsItsPeerAtTheTimeout) {
+  const UniqueId id = make_unique_id().value();
+  std::vector<RankOutcome> res = fork_ranks(all_ranks(2), [&](int r, std::string* out) { return stopper_main(r, 2, id, out); });
+  for (int r = 0; r < 2; ++r) EXPECT_EQ(res[size_t(r)].exit_code, 0) << "rank " << r << ": " << res[size_t(r)].out;
+}
+
+TEST(CaptureErrors, OneProcessCommunicatorsAreRefused) {
+  DeviceOptions o;
+  o.preset = "mi300x";
+  Result<std::unique_ptr<emu::EmuDevice>> dev = emu::create(o);
+  ASSERT_TRUE(dev.ok());
+  Communicator::Options co;
+  co.loopback = true;
+  std::unique_ptr<Communicator> c = std::move(Communicator::create(**dev, {0, 0}, co).value());
+  std::unique_ptr<HostStream> stream = std::move(HostStream::create(**dev).value());
+  std::vector<UniqueBuffer> bufs;
+  CollectiveArgs a;
+  a.op = CollOp::all_gather;
+  a.bytes = 256;
+  for (int r = 0; r < 2; ++r) {
+    bufs.push_back(std::move(UniqueBuffer::alloc(**dev, 0, 256, MemKind::device).value()));
+    a.send.push_back(bufs.back().get());
+    bufs.push_back(std::move(UniqueBuffer::alloc(**dev, 0, 512, MemKind::device).value()));
+    a.recv.push_back(bufs.back().get());
+  }
+  ASSERT_TRUE(stream->begin_capture().ok());
+  const Status st = c->call(a, stream.get());
+  EXPECT_EQ(st.code(), Code::invalid_argument);
+  EXPECT_NE(st.message().find("one process per rank"), std::string::npos) << st.message();
+  ASSERT_TRUE(stream->end_capture().ok());
+}
+
+}  // namespace
+}  // namespace conccl::mptest
