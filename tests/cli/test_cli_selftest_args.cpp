@@ -7,8 +7,8 @@
 #include <vector>
 
 #include "json_check.hpp"
-#include "selftest_memory.hpp"
-#include "selftest_report.hpp"
+#include "selftest/selftest_memory.hpp"
+#include "selftest/selftest_report.hpp"
 
 namespace probe::selftest {
 namespace {

@@ -7,9 +7,9 @@
 #include <string>
 #include <vector>
 
-#include "sweep_inplace.hpp"
-#include "sweep_stats.hpp"
-#include "sweep_table.hpp"
+#include "sweep/sweep_inplace.hpp"
+#include "sweep/sweep_stats.hpp"
+#include "sweep/sweep_table.hpp"
 
 namespace probe {
 namespace {

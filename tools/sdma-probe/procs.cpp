@@ -13,7 +13,7 @@
 #include <cstring>
 #include <thread>
 
-#include "sweep_signal.hpp"
+#include "sweep/sweep_signal.hpp"
 
 extern char** environ;
 

@@ -6,7 +6,7 @@
 #include <random>
 
 #include "cli.hpp"
-#include "selftest_memory.hpp"
+#include "selftest/selftest_memory.hpp"
 #include "conccl/emu.hpp"
 #include "conccl/signal.hpp"
 #include "device_flags.hpp"

@@ -1,5 +1,5 @@
 // tools/sdma-probe/sweep_progress.cpp - see sweep_progress.hpp.
-#include "sweep_progress.hpp"
+#include "sweep/sweep_progress.hpp"
 
 #include <unistd.h>
 

@@ -1,5 +1,5 @@
 // tools/sdma-probe/sweep_table.cpp - see sweep_table.hpp.
-#include "sweep_table.hpp"
+#include "sweep/sweep_table.hpp"
 
 #include <algorithm>
 #include <cinttypes>

@@ -9,7 +9,7 @@
 #include <string>
 #include <vector>
 
-#include "sweep_stats.hpp"
+#include "sweep/sweep_stats.hpp"
 
 namespace probe {
 

@@ -24,13 +24,13 @@
 #include "device_flags.hpp"
 #include "mem_budget.hpp"
 #include "procs.hpp"
-#include "sweep_end.hpp"
-#include "sweep_inplace.hpp"
-#include "sweep_json.hpp"
-#include "sweep_progress.hpp"
-#include "sweep_signal.hpp"
-#include "sweep_stats.hpp"
-#include "sweep_table.hpp"
+#include "sweep/sweep_end.hpp"
+#include "sweep/sweep_inplace.hpp"
+#include "sweep/sweep_json.hpp"
+#include "sweep/sweep_progress.hpp"
+#include "sweep/sweep_signal.hpp"
+#include "sweep/sweep_stats.hpp"
+#include "sweep/sweep_table.hpp"
 
 namespace probe {
 namespace {

@@ -1,5 +1,5 @@
 // tools/sdma-probe/selftest_engine.cpp
-#include "selftest_engine.hpp"
+#include "selftest/selftest_engine.hpp"
 
 #include <algorithm>
 #include <atomic>

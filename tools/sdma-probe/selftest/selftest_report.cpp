@@ -1,5 +1,5 @@
 // tools/sdma-probe/selftest_report.cpp
-#include "selftest_report.hpp"
+#include "selftest/selftest_report.hpp"
 
 #include <algorithm>
 #include <cstdio>

@@ -10,8 +10,8 @@
 #include <vector>
 
 #include "cli.hpp"
-#include "sweep_json.hpp"
-#include "sweep_table.hpp"
+#include "sweep/sweep_json.hpp"
+#include "sweep/sweep_table.hpp"
 
 namespace probe {
 

@@ -1,5 +1,5 @@
 // tools/sdma-probe/sweep_dtype.cpp - see sweep_dtype.hpp.
-#include "sweep_dtype.hpp"
+#include "sweep/sweep_dtype.hpp"
 
 namespace probe {
 namespace {

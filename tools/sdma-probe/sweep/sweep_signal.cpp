@@ -1,5 +1,5 @@
 // tools/sdma-probe/sweep_signal.cpp - see sweep_signal.hpp.
-#include "sweep_signal.hpp"
+#include "sweep/sweep_signal.hpp"
 
 #include <signal.h>
 

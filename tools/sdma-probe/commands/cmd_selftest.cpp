@@ -10,8 +10,8 @@
 #include "conccl/emu.hpp"
 #include "device_flags.hpp"
 #include "mem_budget.hpp"
-#include "selftest_engine.hpp"
-#include "selftest_report.hpp"
+#include "selftest/selftest_engine.hpp"
+#include "selftest/selftest_report.hpp"
 
 namespace probe {
 namespace {

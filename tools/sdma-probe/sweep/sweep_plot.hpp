@@ -7,7 +7,7 @@
 #include <vector>
 
 #include "conccl/status.hpp"
-#include "sweep_table.hpp"
+#include "sweep/sweep_table.hpp"
 
 namespace probe {
 

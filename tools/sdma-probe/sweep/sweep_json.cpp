@@ -1,11 +1,11 @@
 // tools/sdma-probe/sweep_json.cpp - see sweep_json.hpp.
-#include "sweep_json.hpp"
+#include "sweep/sweep_json.hpp"
 
 #include <cerrno>
 #include <cinttypes>
 #include <cstring>
 
-#include "sweep_signal.hpp"
+#include "sweep/sweep_signal.hpp"
 
 namespace probe {
 

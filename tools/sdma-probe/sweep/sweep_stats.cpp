@@ -1,5 +1,5 @@
 // tools/sdma-probe/sweep_stats.cpp - see sweep_stats.hpp.
-#include "sweep_stats.hpp"
+#include "sweep/sweep_stats.hpp"
 
 #include <algorithm>
 #include <cmath>

@@ -1,10 +1,10 @@
 // tools/sdma-probe/sweep_end.cpp - the end of a sweep (sweep_end.hpp).
-#include "sweep_end.hpp"
+#include "sweep/sweep_end.hpp"
 
 #include <cstdio>
 
-#include "sweep_plot.hpp"
-#include "sweep_signal.hpp"
+#include "sweep/sweep_plot.hpp"
+#include "sweep/sweep_signal.hpp"
 
 namespace probe {
 

@@ -7,7 +7,7 @@
 #include <vector>
 
 #include "cli.hpp"
-#include "selftest_types.hpp"
+#include "selftest/selftest_types.hpp"
 
 namespace probe::selftest {
 

@@ -11,7 +11,7 @@
 #include <vector>
 
 #include "cli.hpp"
-#include "sweep_table.hpp"
+#include "sweep/sweep_table.hpp"
 
 namespace probe {
 

@@ -1,5 +1,5 @@
 // tools/sdma-probe/sweep_plot.cpp - see sweep_plot.hpp.
-#include "sweep_plot.hpp"
+#include "sweep/sweep_plot.hpp"
 
 #include <sys/wait.h>
 #include <unistd.h>

@@ -12,8 +12,8 @@
 
 #include "conccl/device.hpp"
 #include "conccl/signal.hpp"
-#include "selftest_memory.hpp"
-#include "selftest_types.hpp"
+#include "selftest/selftest_memory.hpp"
+#include "selftest/selftest_types.hpp"
 
 namespace probe::selftest {
 

@@ -1,5 +1,5 @@
 // tools/sdma-probe/selftest_types.cpp
-#include "selftest_types.hpp"
+#include "selftest/selftest_types.hpp"
 
 namespace probe::selftest {
 

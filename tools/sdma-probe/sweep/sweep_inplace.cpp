@@ -1,5 +1,5 @@
 // tools/sdma-probe/sweep_inplace.cpp - see sweep_inplace.hpp.
-#include "sweep_inplace.hpp"
+#include "sweep/sweep_inplace.hpp"
 
 namespace probe {
 

@@ -1,5 +1,5 @@
 // tools/sdma-probe/selftest_memory.cpp
-#include "selftest_memory.hpp"
+#include "selftest/selftest_memory.hpp"
 
 #include <cstring>
 
