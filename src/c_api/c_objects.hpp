@@ -191,6 +191,17 @@ conccl_buffer record_buffer(conccl_device& d, const Buffer& cpp, conccl_buffer_r
 // Whether the buffer with C id `id` is still allocated on `d`.
 bool buffer_live(conccl_device& d, uint64_t id);
 
+// ---- shared by the entry points (conccl_c.cpp) ----
+// The device's stager for `gpu` (-1: host buffers), made on first use.
+Result<Stager*> stager_for(conccl_device& d, int gpu);
+// Frees what a buffer record holds (CUDA memory unregistered, and freed when
+// conccl_buffer_alloc_cuda made it; else through the device).
+Status free_record(conccl_device& d, const conccl_buffer_record& rec);
+// Closes a device's object: its communicators, queues, signals, buffers.
+Status close_device(conccl_device& d);
+// A queue or signal must come from the device it is used with.
+conccl_status same_device(const conccl_device* a, const conccl_device* b, const char* what);
+
 // ---- the NCCL-shaped calls (nccl_shaped.cpp, reductions.cpp) ----
 // What a call given `stream` orders itself on: null for no stream, else the
 // communicator's StreamOps of that CUDA stream (made on first use, kept).

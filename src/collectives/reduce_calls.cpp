@@ -147,11 +147,13 @@ Status Communicator::call_reduction(const ReductionArgs& a, StreamOps* stream) {
                        " is memory only the copy engines map; the reduce kernel writes it: use CUDA memory "
                        "(a PyTorch tensor, conccl_buffer_alloc_cuda, Device::alloc_for_compute)");
   if (calls_) CONCCL_RETURN_IF_ERROR(async_error());
-  if (stream && stream->capturing())
-    return error(Code::invalid_argument, name + ": reductions cannot be captured into a graph yet (all-gather, "
-                                                "all-to-all, broadcast and the other moves of call() can): make the "
-                                                "call outside the capture");
-  if (stream) CONCCL_RETURN_IF_ERROR(stream->ready_to_order().prefix(name));
+  // On a capturing stream the moves below are captured calls (call()
+  // records them) and the reduce steps recorded steps of the stream: no
+  // step here waits on the host, so a replay runs the whole reduction.
+  if (stream && stream->capturing() && !across)
+    return error(Code::invalid_argument, name + ": captured calls go through windows, which need one process per "
+                                                "rank; make the call outside the capture");
+  if (stream && !stream->capturing()) CONCCL_RETURN_IF_ERROR(stream->ready_to_order().prefix(name));
   if (!reduce_) reduce_ = std::make_unique<ReduceState>(*this);
   CONCCL_RETURN_IF_ERROR(reduce_->ensure().prefix(name));
   const uint64_t stage = options_.reduce_staging_bytes;

@@ -5,7 +5,8 @@
 //
 // Each rank captures a step (produce the input from the replay number, call,
 // check every byte of the output), replays it hundreds of times, with a
-// second captured call and ordinary calls on the same communicator and
+// second captured call, a captured all-reduce + reduce-scatter (moves and
+// reduce steps), and ordinary calls on the same communicator and
 // stream in between: every replay's output checked, and a different input
 // each replay. Then: calls that cannot be captured refused at capture time
 // (the capture goes on); more captures made and destroyed than there are
@@ -109,6 +110,47 @@ Status queue_step(RankEnv& e, Step& s, int me, int n) {
   });
 }
 
+// A captured reduction: int32 inputs from the replay number, the sum
+// checked (integers wrap alike in any order).
+struct RedStep {
+  ReduceColl coll;
+  uint64_t count, send_at, recv_at;
+  std::atomic<uint64_t> runs{0}, wrong{0};
+};
+
+int32_t value32(int rank, uint64_t step, uint64_t i) { return int32_t(rank * 1000003 + step * 7919 + i * 31); }
+
+Status queue_reduction(RedStep& s, RankEnv& e, int me, int n) {
+  uint8_t* base = e.mem.get().as<uint8_t>();
+  RedStep* sp = &s;
+  const uint64_t send_elems = s.coll == ReduceColl::reduce_scatter ? s.count * n : s.count;
+  Status st = e.stream->enqueue([sp, base, me, send_elems] {
+    auto* in = reinterpret_cast<int32_t*>(base + sp->send_at);
+    for (uint64_t i = 0; i < send_elems; ++i) in[i] = value32(me, sp->runs.load(), i);
+    std::memset(base + sp->recv_at, 0xEE, sp->count * 4);
+  });
+  ReductionArgs r;
+  r.coll = s.coll;
+  r.dtype = DataType::i32;
+  r.count = s.count;
+  r.send = {e.mem.get().slice(s.send_at, send_elems * 4)};
+  r.recv = {e.mem.get().slice(s.recv_at, s.count * 4)};
+  if (st.ok()) st = e.comm->call_reduction(r, e.stream.get());
+  if (!st.ok()) return st;
+  return e.stream->enqueue([sp, base, me, n] {
+    const auto* got = reinterpret_cast<const int32_t*>(base + sp->recv_at);
+    const uint64_t first = sp->coll == ReduceColl::reduce_scatter ? uint64_t(me) * sp->count : 0;
+    uint64_t bad = 0;
+    for (uint64_t i = 0; i < sp->count; ++i) {
+      uint32_t want = 0;
+      for (int q = 0; q < n; ++q) want += uint32_t(value32(q, sp->runs.load(), first + i));
+      bad += uint32_t(got[i]) != want;
+    }
+    sp->wrong += bad;
+    sp->runs++;
+  });
+}
+
 int replays_main(int me, int n, const UniqueId& id, std::string* out) {
   RankEnv e;
   if (std::string bad = make_env(e, me, n, id); !bad.empty()) return *out += bad + "\n", 2;
@@ -125,12 +167,26 @@ int replays_main(int me, int n, const UniqueId& id, std::string* out) {
     if (!r.ok()) return 5;
     *rec = std::move(r).value();
   }
+  // A reduction captured: its moves and reduce steps replay together.
+  RedStep allreduce{ReduceColl::all_reduce, 3001, 6 << 20, 7 << 20};
+  RedStep rscatter{ReduceColl::reduce_scatter, 777, 6 << 20, 7 << 20};
+  std::unique_ptr<HostStream::Recording> g3;
+  {
+    if (!e.stream->begin_capture().ok()) return 3;
+    Status st = queue_reduction(allreduce, e, me, n);
+    if (st.ok()) st = queue_reduction(rscatter, e, me, n);
+    Result<std::unique_ptr<HostStream::Recording>> r = e.stream->end_capture();
+    if (!st.ok()) return *out += "capture of the reductions: " + st.to_string() + "\n", 4;
+    if (!r.ok()) return 5;
+    g3 = std::move(r).value();
+  }
   // Nothing ran at capture.
   if (gather.runs != 0 || e.mem.get().as<uint8_t>()[1 << 20] != 0) return *out += "the capture ran something\n", 6;
   const int kReplays = 300;
   for (int i = 0; i < kReplays; ++i) {
     if (!g1->launch(*e.stream).ok()) return 7;
     if (i % 3 == 0 && !g2->launch(*e.stream).ok()) return 8;
+    if (i % 5 == 0 && !g3->launch(*e.stream).ok()) return 8;
     if (i % 7 == 0) {  // an ordinary call on the same communicator and stream
       Status st = queue_step(e, bcast, me, n);
       if (!st.ok()) return *out += st.to_string() + "\n", 9;
@@ -148,6 +204,10 @@ int replays_main(int me, int n, const UniqueId& id, std::string* out) {
   if (gather.runs != uint64_t(kReplays) || a2a.runs != uint64_t(kReplays + 2) / 3 || bcast.runs != uint64_t(kReplays + 6) / 7)
     return 12;
   if (gather.wrong || a2a.wrong || bcast.wrong) return 13;
+  *out += "reductions: runs " + std::to_string(allreduce.runs) + "/" + std::to_string(rscatter.runs) + ", wrong " +
+          std::to_string(allreduce.wrong) + "/" + std::to_string(rscatter.wrong) + "\n";
+  if (allreduce.runs != uint64_t(kReplays + 4) / 5 || rscatter.runs != allreduce.runs) return 18;
+  if (allreduce.wrong || rscatter.wrong) return 19;
   if (!e.comm->async_error().ok()) return *out += e.comm->async_error().to_string() + "\n", 14;
   // The captured calls exchanged no message and made no window call of the
   // main sequence: only the broadcasts did.
@@ -187,15 +247,15 @@ int errors_main(int me, int n, const UniqueId& id, std::string* out) {
   if (st.code() != Code::invalid_argument || st.message().find("cannot be recorded") == std::string::npos ||
       st.message().find("lies in no window") == std::string::npos)
     return *out += "outside a window: " + st.to_string() + "\n", 5;
-  // A reduction: refused at capture.
+  // A reduction whose input lies outside every window: refused at capture too.
   ReductionArgs r;
   r.coll = ReduceColl::all_reduce;
   r.dtype = DataType::i32;
   r.count = 1024;
-  r.send = {e.mem.get().slice(0, 4096)};
+  r.send = {outside->get().slice(0, 4096)};
   r.recv = {e.mem.get().slice(8192, 4096)};
   st = e.comm->call_reduction(r, e.stream.get());
-  if (st.code() != Code::invalid_argument || st.message().find("cannot be captured") == std::string::npos)
+  if (st.code() != Code::invalid_argument || st.message().find("cannot be recorded") == std::string::npos)
     return *out += "reduction: " + st.to_string() + "\n", 6;
   Result<std::unique_ptr<HostStream::Recording>> rec = e.stream->end_capture();
   if (!rec.ok() || (*rec)->steps() != 0) return *out += "the refused calls left steps in the capture\n", 7;
