@@ -7,11 +7,9 @@
 // memory operations and our copy-engine methods. Plain cudaMalloc memory has
 // no allocation handle and cannot be imported (§3).
 //
-// libcuda is loaded with dlopen, so the library builds and runs without CUDA;
-// every entry point then returns Code::unavailable. The few driver-API types
-// used here are the project's own definitions of the public CUDA driver API
-// (cuda.h of the CUDA toolkit: CUmemAllocationProp, CUmemLocation,
-// CUmemAccessDesc, the enum values named below), pinned by static_asserts.
+// libcuda is loaded with dlopen (cuda_api.hpp, with the project's own
+// definitions of the cuda.h types used), so the library builds and runs
+// without CUDA; every entry point then returns Code::unavailable.
 #include <dlfcn.h>
 #include <unistd.h>
 
@@ -25,171 +23,15 @@
 #include <mutex>
 #include <thread>
 
+#include "backends/nv/cuda_api.hpp"
 #include "backends/nv/rm_abi.hpp"
 #include "backends/nv/nv_device.hpp"
 
 namespace conccl::nv {
 
+using namespace cuda_driver;
+
 namespace {
-
-// ---- cuda.h (CUDA 12/13 driver API) -------------------------------------------
-using CUresult = int;  // enum cudaError_enum; CUDA_SUCCESS 0
-using CUdevice = int;
-using CUcontext = void*;
-using CUdeviceptr = unsigned long long;
-using CUmemGenericAllocationHandle = unsigned long long;
-constexpr CUresult kCudaSuccess = 0;
-constexpr int kMemAllocationTypePinned = 1;         // CU_MEM_ALLOCATION_TYPE_PINNED
-constexpr int kMemHandleTypePosixFd = 1;            // CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR
-constexpr int kMemLocationTypeDevice = 1;           // CU_MEM_LOCATION_TYPE_DEVICE
-constexpr int kMemAccessProtReadWrite = 3;          // CU_MEM_ACCESS_FLAGS_PROT_READWRITE
-constexpr int kMemAllocGranularityRecommended = 1;  // CU_MEM_ALLOC_GRANULARITY_RECOMMENDED
-
-struct CUmemLocation {
-  int type;
-  int id;
-};
-struct CUmemAllocationProp {
-  int type;
-  int requestedHandleTypes;
-  CUmemLocation location;
-  void* win32HandleMetaData;
-  struct {
-    uint8_t compressionType, gpuDirectRDMACapable;
-    uint16_t usage;
-    uint8_t reserved[4];
-  } allocFlags;
-};
-static_assert(sizeof(CUmemAllocationProp) == 32 && offsetof(CUmemAllocationProp, location) == 8 &&
-              offsetof(CUmemAllocationProp, win32HandleMetaData) == 16 &&
-              offsetof(CUmemAllocationProp, allocFlags) == 24);
-struct CUmemAccessDesc {
-  CUmemLocation location;
-  int flags;
-};
-static_assert(sizeof(CUmemAccessDesc) == 12);
-struct CUuuid {
-  uint8_t bytes[16];
-};
-
-struct CudaApi {
-  void* lib = nullptr;
-  Status status;
-  CUresult (*cuInit)(unsigned) = nullptr;
-  CUresult (*cuGetErrorName)(CUresult, const char**) = nullptr;
-  CUresult (*cuDeviceGetCount)(int*) = nullptr;
-  CUresult (*cuDeviceGet)(CUdevice*, int) = nullptr;
-  CUresult (*cuDeviceGetUuid)(CUuuid*, CUdevice) = nullptr;
-  CUresult (*cuCtxGetCurrent)(CUcontext*) = nullptr;
-  CUresult (*cuCtxSetCurrent)(CUcontext) = nullptr;
-  CUresult (*cuDevicePrimaryCtxRetain)(CUcontext*, CUdevice) = nullptr;
-  CUresult (*cuMemGetAllocationGranularity)(size_t*, const CUmemAllocationProp*, int) = nullptr;
-  CUresult (*cuMemCreate)(CUmemGenericAllocationHandle*, size_t, const CUmemAllocationProp*,
-                          unsigned long long) = nullptr;
-  CUresult (*cuMemAddressReserve)(CUdeviceptr*, size_t, size_t, CUdeviceptr, unsigned long long) = nullptr;
-  CUresult (*cuMemMap)(CUdeviceptr, size_t, size_t, CUmemGenericAllocationHandle, unsigned long long) = nullptr;
-  CUresult (*cuMemSetAccess)(CUdeviceptr, size_t, const CUmemAccessDesc*, size_t) = nullptr;
-  CUresult (*cuMemUnmap)(CUdeviceptr, size_t) = nullptr;
-  CUresult (*cuMemAddressFree)(CUdeviceptr, size_t) = nullptr;
-  CUresult (*cuMemRelease)(CUmemGenericAllocationHandle) = nullptr;
-  CUresult (*cuMemExportToShareableHandle)(void*, CUmemGenericAllocationHandle, int, unsigned long long) = nullptr;
-  CUresult (*cuMemRetainAllocationHandle)(CUmemGenericAllocationHandle*, void*) = nullptr;
-  CUresult (*cuMemGetAddressRange)(CUdeviceptr*, size_t*, CUdeviceptr) = nullptr;
-  // Host registration (optional: only share_slots_with_cuda needs them).
-  CUresult (*cuMemHostRegister)(void*, size_t, unsigned) = nullptr;
-  CUresult (*cuMemHostGetDevicePointer)(CUdeviceptr*, void*, unsigned) = nullptr;
-  CUresult (*cuMemHostUnregister)(void*) = nullptr;
-  // Stream memory operations (optional: only stream ordering needs them).
-  CUresult (*cuStreamWriteValue64)(void*, CUdeviceptr, uint64_t, unsigned) = nullptr;
-  CUresult (*cuStreamWaitValue64)(void*, CUdeviceptr, uint64_t, unsigned) = nullptr;
-  CUresult (*cuStreamQuery)(void*) = nullptr;
-  CUresult (*cuStreamBatchMemOp)(void*, unsigned, void*, unsigned) = nullptr;
-  CUresult (*cuStreamIsCapturing)(void*, int*) = nullptr;  // CUstreamCaptureStatus*
-  // Graph capture of collectives (optional: CONCCL_CUDA_GRAPHS=1 alone uses them).
-  CUresult (*cuLaunchHostFunc)(void*, void (*)(void*), void*) = nullptr;
-  CUresult (*cuStreamGetCaptureInfo)(void*, int*, uint64_t*, void**, const void**, size_t*) = nullptr;
-  CUresult (*cuUserObjectCreate)(void**, void*, void (*)(void*), unsigned, unsigned) = nullptr;
-  CUresult (*cuGraphRetainUserObject)(void*, void*, unsigned, unsigned) = nullptr;
-};
-
-template <typename F>
-bool load(void* lib, F*& f, const char* name, const char* alt = nullptr) {
-  void* p = dlsym(lib, name);
-  if (!p && alt) p = dlsym(lib, alt);
-  f = reinterpret_cast<F*>(p);
-  return p != nullptr;
-}
-
-const CudaApi& api() {
-  static CudaApi a;
-  static std::once_flag once;
-  std::call_once(once, [] {
-    a.lib = dlopen("libcuda.so.1", RTLD_NOW | RTLD_LOCAL);
-    if (!a.lib) {
-      const char* e = dlerror();
-      a.status = error(Code::unavailable,
-                       std::string("libcuda.so.1 cannot be loaded (") + (e ? e : "?") +
-                           "): CUDA interop needs the NVIDIA driver's CUDA library in the library path");
-      return;
-    }
-    std::string missing;
-    auto need = [&](bool ok, const char* n) {
-      if (!ok) missing += std::string(missing.empty() ? "" : ", ") + n;
-    };
-    // cuda.h maps cuMemGetAddressRange and cuDeviceGetUuid to their _v2 ABI names.
-    need(load(a.lib, a.cuInit, "cuInit"), "cuInit");
-    need(load(a.lib, a.cuGetErrorName, "cuGetErrorName"), "cuGetErrorName");
-    need(load(a.lib, a.cuDeviceGetCount, "cuDeviceGetCount"), "cuDeviceGetCount");
-    need(load(a.lib, a.cuDeviceGet, "cuDeviceGet"), "cuDeviceGet");
-    need(load(a.lib, a.cuDeviceGetUuid, "cuDeviceGetUuid_v2", "cuDeviceGetUuid"), "cuDeviceGetUuid");
-    need(load(a.lib, a.cuCtxGetCurrent, "cuCtxGetCurrent"), "cuCtxGetCurrent");
-    need(load(a.lib, a.cuCtxSetCurrent, "cuCtxSetCurrent"), "cuCtxSetCurrent");
-    need(load(a.lib, a.cuDevicePrimaryCtxRetain, "cuDevicePrimaryCtxRetain"), "cuDevicePrimaryCtxRetain");
-    need(load(a.lib, a.cuMemGetAllocationGranularity, "cuMemGetAllocationGranularity"),
-         "cuMemGetAllocationGranularity");
-    need(load(a.lib, a.cuMemCreate, "cuMemCreate"), "cuMemCreate");
-    need(load(a.lib, a.cuMemAddressReserve, "cuMemAddressReserve"), "cuMemAddressReserve");
-    need(load(a.lib, a.cuMemMap, "cuMemMap"), "cuMemMap");
-    need(load(a.lib, a.cuMemSetAccess, "cuMemSetAccess"), "cuMemSetAccess");
-    need(load(a.lib, a.cuMemUnmap, "cuMemUnmap"), "cuMemUnmap");
-    need(load(a.lib, a.cuMemAddressFree, "cuMemAddressFree"), "cuMemAddressFree");
-    need(load(a.lib, a.cuMemRelease, "cuMemRelease"), "cuMemRelease");
-    need(load(a.lib, a.cuMemExportToShareableHandle, "cuMemExportToShareableHandle"),
-         "cuMemExportToShareableHandle");
-    need(load(a.lib, a.cuMemRetainAllocationHandle, "cuMemRetainAllocationHandle"), "cuMemRetainAllocationHandle");
-    need(load(a.lib, a.cuMemGetAddressRange, "cuMemGetAddressRange_v2"), "cuMemGetAddressRange_v2");
-    // cuda.h maps these to their _v2 ABI names too.
-    (void)load(a.lib, a.cuMemHostRegister, "cuMemHostRegister_v2", "cuMemHostRegister");
-    (void)load(a.lib, a.cuMemHostGetDevicePointer, "cuMemHostGetDevicePointer_v2", "cuMemHostGetDevicePointer");
-    (void)load(a.lib, a.cuMemHostUnregister, "cuMemHostUnregister");
-    (void)load(a.lib, a.cuStreamWriteValue64, "cuStreamWriteValue64_v2", "cuStreamWriteValue64");
-    (void)load(a.lib, a.cuStreamWaitValue64, "cuStreamWaitValue64_v2", "cuStreamWaitValue64");
-    (void)load(a.lib, a.cuStreamQuery, "cuStreamQuery");
-    (void)load(a.lib, a.cuStreamBatchMemOp, "cuStreamBatchMemOp_v2", "cuStreamBatchMemOp");
-    (void)load(a.lib, a.cuStreamIsCapturing, "cuStreamIsCapturing");
-    (void)load(a.lib, a.cuLaunchHostFunc, "cuLaunchHostFunc");
-    // cuda.h (12.x): cuStreamGetCaptureInfo is the _v2 ABI (status, id, graph, dependencies, count).
-    (void)load(a.lib, a.cuStreamGetCaptureInfo, "cuStreamGetCaptureInfo_v2");
-    (void)load(a.lib, a.cuUserObjectCreate, "cuUserObjectCreate");
-    (void)load(a.lib, a.cuGraphRetainUserObject, "cuGraphRetainUserObject");
-    if (!missing.empty())
-      a.status = error(Code::unavailable, "libcuda.so.1 lacks " + missing +
-                                              " (the VMM API needs a CUDA 11.x or newer driver)");
-  });
-  return a;
-}
-
-std::string cu_name(CUresult r) {
-  const char* n = nullptr;
-  if (api().cuGetErrorName && api().cuGetErrorName(r, &n) == kCudaSuccess && n) return n;
-  return "CUresult " + std::to_string(r);
-}
-
-Status cu_check(CUresult r, const std::string& what) {
-  if (r == kCudaSuccess) return Status();
-  return error(r == 2 /* CUDA_ERROR_OUT_OF_MEMORY */ ? Code::resource_exhausted : Code::internal,
-               what + " failed: " + cu_name(r));
-}
 
 // cuInit, and a current context for the calling thread (device's primary one
 // if the thread has none; the CUDA runtime binds the same context).
@@ -593,54 +435,6 @@ Status stream_not_capturing(void* stream) {
                    "graph (docs/graphs.md; not yet validated on hardware)");
 }
 
-// CONCCL_CUDA_GRAPHS=1 and the stream capturing (docs/graphs.md).
-bool stream_records_collectives(void* stream) {
-  const char* on = std::getenv("CONCCL_CUDA_GRAPHS");
-  if (!on || std::string(on) != "1") return false;
-  const CudaApi& a = api();
-  if (!a.status.ok() || !a.cuStreamIsCapturing || !a.cuLaunchHostFunc || !a.cuStreamGetCaptureInfo ||
-      !a.cuUserObjectCreate || !a.cuGraphRetainUserObject)
-    return false;
-  int capture = 0;
-  return a.cuStreamIsCapturing(stream, &capture) == kCudaSuccess && capture == 1;
-}
-
-Status stream_host_function(void* stream, void (*fn)(void*), void* arg) {
-  const CudaApi& a = api();
-  CONCCL_RETURN_IF_ERROR(a.status);
-  if (!a.cuLaunchHostFunc) return error(Code::unavailable, "libcuda lacks cuLaunchHostFunc (CUDA 10+)");
-  return cu_check(a.cuLaunchHostFunc(stream, fn, arg), "cuLaunchHostFunc");
-}
-
-namespace {
-void drop_retained(void* p) { delete static_cast<std::shared_ptr<void>*>(p); }
-}  // namespace
-
-// A user object owning `what`, moved into the graph the stream captures
-// (cuda.h: CU_USER_OBJECT_NO_DESTRUCTOR_SYNC = 1, CU_GRAPH_USER_OBJECT_MOVE = 1):
-// the graph releases it once it is destroyed and its launches are done.
-Status stream_capture_retain(void* stream, std::shared_ptr<void> what) {
-  const CudaApi& a = api();
-  CONCCL_RETURN_IF_ERROR(a.status);
-  if (!a.cuStreamGetCaptureInfo || !a.cuUserObjectCreate || !a.cuGraphRetainUserObject)
-    return error(Code::unavailable, "libcuda lacks cuStreamGetCaptureInfo_v2 / cuUserObjectCreate (CUDA 11.3+)");
-  int status = 0;
-  uint64_t id = 0;
-  void* graph = nullptr;
-  const void* deps = nullptr;
-  size_t ndeps = 0;
-  CONCCL_RETURN_IF_ERROR(
-      cu_check(a.cuStreamGetCaptureInfo(stream, &status, &id, &graph, &deps, &ndeps), "cuStreamGetCaptureInfo"));
-  if (status != 1 || !graph) return error(Code::invalid_argument, "the stream is not capturing a graph");
-  auto* held = new std::shared_ptr<void>(std::move(what));
-  void* obj = nullptr;
-  Status st = cu_check(a.cuUserObjectCreate(&obj, held, drop_retained, 1, 1), "cuUserObjectCreate");
-  if (!st.ok()) {
-    delete held;
-    return st;
-  }
-  return cu_check(a.cuGraphRetainUserObject(graph, obj, 1, 1), "cuGraphRetainUserObject");
-}
 
 // One element of cuStreamBatchMemOp's array: cuda.h's
 // CUstreamBatchMemOpParams union (48 bytes: pad[6]), in its waitValue /
