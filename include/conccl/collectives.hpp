@@ -30,6 +30,7 @@
 #include <functional>
 #include <map>
 #include <memory>
+#include <mutex>
 #include <set>
 #include <span>
 #include <string>
@@ -469,6 +470,11 @@ class Communicator {
   std::vector<bool> pool_used_;  // per 16-byte slot
   std::vector<std::pair<uint64_t, uint64_t>> shared_out_;  // (va, serial) of regions already given to the other ranks
   std::set<Plan*> plans_;  // every live plan it made, detached when it goes first
+  // plans_ may shrink on another thread: a graph's captured plan goes when
+  // CUDA (or the graph's owner) releases it (captured_calls.cpp).
+  std::mutex plans_mu_;
+  // Captured calls with every rank in this process (captured_calls.cpp).
+  Status capture_local(const CollectiveArgs& args, StreamOps& stream);
   // calls.cpp: windows and one-call collectives (call(), its counters, plan
   // cache and watchdog); made on first use.
   friend struct CallState;
@@ -602,6 +608,7 @@ class Plan {
   friend class Communicator;
   friend class PlanBuilder;
   friend struct CallState;
+  friend struct LocalCapture;
   Plan() = default;
   // What destruction does, callable by the communicator going first: ends
   // the launch (as ~Plan says), frees the signals and forgets the queues.

@@ -186,12 +186,7 @@ Status Communicator::call(const CollectiveArgs& args, StreamOps* stream) {
   // A capturing stream that records collectives (docs/graphs.md): the call
   // is recorded for replays, through windows, or refused now.
   if (stream && stream->capturing()) {
-    if (!boot_)
-      return error(Code::invalid_argument,
-                   std::string("call ") + coll_op_name(args.op) +
-                       " on a capturing stream: captured calls go through windows, which need one process per rank "
-                       "(Communicator::create with a rank); with every rank in this process, capture is not "
-                       "supported yet: make the call outside the capture");
+    if (!boot_) return capture_local(args, *stream);
     return calls().capture(args, *stream);
   }
   if (stream) CONCCL_RETURN_IF_ERROR(stream->ready_to_order().prefix(std::string("call ") + coll_op_name(args.op)));

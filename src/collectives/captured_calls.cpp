@@ -19,6 +19,7 @@
 // only grow, nothing is reset between replays but the end signal, which
 // only this rank's stream waits on. Between replays no list is queued: a
 // graph destroyed between replays leaves nothing behind on the engines.
+#include <cstdio>
 #include <cstring>
 
 #include "collectives/calls.hpp"
@@ -280,6 +281,136 @@ bool CallState::watch_captures(std::unique_lock<std::mutex>& lk) {
 void CallState::cut_captures() {
   std::lock_guard<std::recursive_mutex> lk(capture_link->mu);
   capture_link->state = nullptr;
+}
+
+
+// ---- every rank in this process ----
+//
+// The same two stream steps; the counters are the capture's own signals
+// (no other process reads them), the replays its own count, and the host
+// function submits every rank's lists and posts every rank's "posted".
+// No other process can hold a replay up, so no watchdog: the stream's wait
+// ends when this process's engines are done.
+struct LocalCapture {
+  std::string name;
+  std::map<std::pair<int, int>, std::unique_ptr<Queue>> queues;
+  std::unique_ptr<Plan> plan;  // detached with its communicator (plans_mu_ guards its table)
+  std::unique_ptr<Queue> closer;
+  std::vector<Signal> posted, arrive, phase, sent;  // per rank
+  std::vector<uint64_t> base[kCounters];            // per rank: each counter after the replays so far
+  uint64_t replays = 0;
+  Signal done;
+  ~LocalCapture() { plan.reset(); }  // before its queues
+
+  // Replay r's lists, their waits rewritten, submitted; the phase counters'
+  // bases moved past it.
+  void submit(uint64_t r, Deadline dl, Status* st) {
+    for (PlanList& l : plan->lists_) {
+      if (!l.queue) continue;
+      for (const PlanList::WaitPatch& p : l.patches) {
+        const uint64_t b = p.counter == kCounterPosted ? r - 1 : base[p.counter][size_t(p.rank)];
+        if (st->ok()) *st = l.cb.rewrite_wait_ge(p.at, p.dwords, p.va, b + p.rel);
+      }
+      if (st->ok()) *st = l.queue->submit(l.cb, dl, &l.span);
+    }
+    for (size_t q = 0; q < base[kCounterPhase].size(); ++q) base[kCounterPhase][q] += plan->ready_adds_[q];
+  }
+};
+
+namespace {
+
+void local_replay(void* arg) {
+  auto* c = static_cast<LocalCapture*>(arg);
+  if (!c->plan || !c->plan->attached()) {  // its communicator is gone: the stream goes on
+    c->done.set(1);
+    return;
+  }
+  const uint64_t r = ++c->replays;
+  const Deadline dl = Deadline::after_ms(60000);
+  const size_t n = c->posted.size();
+  Status st;
+  c->submit(r, dl, &st);
+  CommandBuffer close(c->closer->isa());
+  for (size_t q = 0; q < n && st.ok(); ++q) {
+    const uint64_t a = c->base[kCounterArrive][q] + c->plan->arrivals_expected(int(q));
+    const uint64_t s = c->base[kCounterSent][q] + c->plan->sent_expected(int(q));
+    st = close.wait_ge(c->arrive[q].va(), a);
+    if (st.ok() && c->sent[q].valid()) st = close.wait_ge(c->sent[q].va(), s);
+    c->base[kCounterArrive][q] = a;
+    c->base[kCounterSent][q] = s;
+  }
+  c->done.set(0);
+  if (st.ok()) st = close.signal_add(c->done.va(), 1);
+  if (st.ok()) st = c->closer->submit(close, dl);
+  if (!st.ok()) {
+    // Nothing can report from here (a host node returns nothing): the
+    // stream goes on, and the data is not what the call promised.
+    std::fprintf(stderr, "conccl: %s replay %llu could not start: %s\n", c->name.c_str(),
+                 static_cast<unsigned long long>(r), st.to_string().c_str());
+    c->done.set(1);
+    return;
+  }
+  for (Signal& p : c->posted) p.set(r);
+}
+
+}  // namespace
+
+Status Communicator::capture_local(const CollectiveArgs& given, StreamOps& stream) {
+  const std::string what = std::string("call ") + coll_op_name(given.op) + " (captured)";
+  const int n = size();
+  CollectiveArgs in = given;
+  in.prelaunch = true;  // gated on every rank's "posted"
+  const bool root_only = in.op == CollOp::broadcast || in.op == CollOp::scatter || in.op == CollOp::p2p;
+  if (root_only && in.send.size() == 1 && n > 1 && in.root >= 0 && in.root < n) {
+    Buffer root_send = in.send[0];
+    in.send.assign(size_t(n), Buffer{});
+    in.send[size_t(in.root)] = root_send;
+  }
+  CollectiveArgs args = in;
+  if (args.variant == Variant::automatic) {
+    args.variant = choose_variant(args.op, args.bytes, n, caps_, true, packed_send(args));
+    bool in_place = args.op == CollOp::all_to_all && args.send.size() == args.recv.size() && !args.send.empty();
+    for (size_t r = 0; r < args.send.size() && in_place; ++r) in_place = args.send[r].va == args.recv[r].va;
+    if (in_place && caps_.swap) args.variant = Variant::swap;
+  }
+  CONCCL_RETURN_IF_ERROR(validate_args(*this, args).prefix("capturing " + what));
+  auto cap = std::make_shared<LocalCapture>();
+  cap->name = what;
+  RankSignals sig;
+  for (auto* v : {&cap->posted, &cap->arrive, &cap->phase, &cap->sent})
+    for (int r = 0; r < n; ++r) {
+      Result<Signal> made = Signal::create(device_, -1, 0);
+      if (!made.ok()) return made.status().prefix(what + ": its counters");
+      v->push_back(std::move(made).value());
+    }
+  for (int r = 0; r < n; ++r) {
+    sig.trigger.push_back(cap->posted[size_t(r)].va());
+    sig.arrive.push_back(cap->arrive[size_t(r)].va());
+    sig.ready.push_back(cap->phase[size_t(r)].va());
+    sig.sent.push_back(cap->sent[size_t(r)].va());
+    sig.stamps.push_back(0);
+  }
+  sig.monotonic = true;
+  for (auto& b : cap->base) b.assign(size_t(n), 0);
+  queue_redirect_ = &cap->queues;
+  Result<std::unique_ptr<Plan>> plan = compile(args, in, false, &sig);
+  queue_redirect_ = nullptr;
+  if (!plan.ok()) return plan.status().prefix("capturing " + what);
+  cap->plan = std::move(plan).value();
+  // Its phase counters (lists that wait on others' phases) grow per replay too.
+  Result<Signal> done = Signal::create(device_, -1, 0);
+  if (!done.ok()) return done.status().prefix(what + ": its end signal");
+  cap->done = std::move(done).value();
+  Result<int> engine = device_.engine_toward(gpu(0), gpu(0));
+  if (!engine.ok()) return engine.status().prefix(what);
+  QueueOptions qo;
+  qo.ring_bytes = 4096;
+  Result<std::unique_ptr<Queue>> closer = device_.create_queue(gpu(0), *engine, qo);
+  if (!closer.ok()) return closer.status().prefix(what + ": the queue of its closing list");
+  cap->closer = std::move(closer).value();
+  CONCCL_RETURN_IF_ERROR(stream.retain_for_replays(cap).prefix(what));
+  CONCCL_RETURN_IF_ERROR(stream.host_function(local_replay, cap.get()).prefix(what));
+  return stream.wait_value64(cap->done.va(), 1).prefix(what);
 }
 
 }  // namespace conccl

@@ -209,7 +209,10 @@ Result<std::unique_ptr<Plan>> Communicator::compile(const CollectiveArgs& args, 
   std::unique_ptr<Plan> plan(new Plan());
   plan->args_ = in;
   plan->comm_ = this;
-  plans_.insert(plan.get());
+  {
+    std::lock_guard<std::mutex> lk(plans_mu_);
+    plans_.insert(plan.get());
+  }
   plan->variant_ = args.variant;
   const int n = size();
   // Every rank's signals: allocated here, or (ranks in separate processes)
@@ -234,7 +237,7 @@ Result<std::unique_ptr<Plan>> Communicator::compile(const CollectiveArgs& args, 
   plan->expected_.assign(static_cast<size_t>(n), 0);
   plan->monotonic_ = mp && mp->monotonic;
   plan->ready_adds_.assign(static_cast<size_t>(n), 0);
-  Result<Signal> trig = mp ? signal_at(mp->trigger[static_cast<size_t>(me_)]) : Signal::create(device_);
+  Result<Signal> trig = mp ? signal_at(mp->trigger[static_cast<size_t>(std::max(me_, 0))]) : Signal::create(device_);
   if (!trig.ok()) return trig.status();
   plan->trigger_ = std::move(trig).value();
 

@@ -175,8 +175,13 @@ Communicator::~Communicator() {
   // queues and the signal pool they use are still here. Every gated launch
   // is opened before any is waited for: a plan's lists may sit behind
   // another's gated lists on a shared queue.
-  for (Plan* p : plans_) p->open_gates();
-  while (!plans_.empty()) (*plans_.begin())->detach();
+  std::vector<Plan*> live;
+  {
+    std::lock_guard<std::mutex> lk(plans_mu_);
+    live.assign(plans_.begin(), plans_.end());
+  }
+  for (Plan* p : live) p->open_gates();
+  for (Plan* p : live) p->detach();
   queues_.clear();
   if (pool_.size) (void)device_.free(pool_);
 }

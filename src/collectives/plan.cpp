@@ -41,7 +41,10 @@ void Plan::detach() {
   if (!launched_ || (synced_ && !running()))
     for (const auto& [va, bytes] : pool_slots_) comm_->pool_give(va, bytes);
   pool_slots_.clear();
-  comm_->plans_.erase(this);
+  {
+    std::lock_guard<std::mutex> lk(comm_->plans_mu_);
+    comm_->plans_.erase(this);
+  }
   // Nothing of the device or the communicator is kept: a detached plan may
   // outlive both.
   arrive_.clear();

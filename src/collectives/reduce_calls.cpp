@@ -150,9 +150,6 @@ Status Communicator::call_reduction(const ReductionArgs& a, StreamOps* stream) {
   // On a capturing stream the moves below are captured calls (call()
   // records them) and the reduce steps recorded steps of the stream: no
   // step here waits on the host, so a replay runs the whole reduction.
-  if (stream && stream->capturing() && !across)
-    return error(Code::invalid_argument, name + ": captured calls go through windows, which need one process per "
-                                                "rank; make the call outside the capture");
   if (stream && !stream->capturing()) CONCCL_RETURN_IF_ERROR(stream->ready_to_order().prefix(name));
   if (!reduce_) reduce_ = std::make_unique<ReduceState>(*this);
   CONCCL_RETURN_IF_ERROR(reduce_->ensure().prefix(name));
