@@ -83,12 +83,12 @@ CallState::~CallState() {
   {
     std::unique_lock<std::mutex> lk(mu);
     const Deadline dl = Deadline::after_ms(comm.options_.call_timeout_ms);
-    while (!pending.empty() && !dl.expired()) cv.wait_for(lk, std::chrono::milliseconds(1));
+    while ((!pending.empty() || !capture_pending.empty()) && !dl.expired()) cv.wait_for(lk, std::chrono::milliseconds(1));
   }
   bool left;
   {
     std::lock_guard<std::mutex> lk(mu);
-    left = !pending.empty();
+    left = !pending.empty() || !capture_pending.empty();
   }
   if (left)
     fail(error(Code::timeout, "the communicator was destroyed with stream-ordered calls still in flight"));
@@ -103,14 +103,28 @@ CallState::~CallState() {
     std::lock_guard<std::mutex> lk(mu);
     ok = failed.ok();
   }
-  if (ok && k.load() > 0) {
+  // The same for the last replay of every captured call: its lists wait on
+  // this rank's capture counters.
+  if (ok) {
     const Deadline dl = Deadline::after_ms(std::min<int64_t>(comm.options_.call_timeout_ms, 10000));
-    for (int q = 0; q < n; ++q) {
-      const size_t qi = static_cast<size_t>(q);
-      while (q != me && sent[qi].value() < base[kCounterSent][qi] && !dl.expired()) {
+    auto wait_for = [&](int q, const uint64_t* word, uint64_t target) {
+      while (word && std::atomic_ref<const uint64_t>(*word).load(std::memory_order_acquire) < target &&
+             !dl.expired()) {
         const std::vector<int> gone = comm.boot_ ? comm.boot_->hung_up() : std::vector<int>{};
         if (std::find(gone.begin(), gone.end(), q) != gone.end()) break;
         std::this_thread::sleep_for(std::chrono::microseconds(50));
+      }
+    };
+    for (int q = 0; q < n; ++q) {
+      if (q == me) continue;
+      const size_t qi = static_cast<size_t>(q);
+      if (k.load() > 0) wait_for(q, static_cast<const uint64_t*>(comm.device_.host_pointer(sent[qi].va(), 8)),
+                                 base[kCounterSent][qi]);
+      for (size_t slot = 0; slot < capture_slots.size(); ++slot) {
+        if (!capture_slots[slot].replays) continue;
+        const uint64_t va = comm.pool_va_[qi] + kCaptureArea + slot * kCaptureSlotBytes + kCaptureSent;
+        wait_for(q, static_cast<const uint64_t*>(comm.device_.host_pointer(va, 8)),
+                 capture_slots[slot].base[kCounterSent][qi]);
       }
     }
   }
