@@ -117,6 +117,57 @@ _REGISTER_KW = ({"devices": ["cpu", "cuda"]}
                 if "devices" in inspect.signature(dist.Backend.register_backend).parameters else {})
 
 
+def _all_to_all_single(group, output, input, output_split_sizes, input_split_sizes, gather, exchange):
+    """all_to_all_single of any "conccl" group, as a body for its _launch: the splits
+    checked, every rank's input splits gathered (`gather(every, splits)`: n int64 of
+    every rank), and the data exchanged in n slots of the largest split of any rank
+    (`exchange(dst, src, chunk)`), padded where this rank's splits are smaller."""
+    n, rank = group._size, group._rank
+    if output.dtype != input.dtype:
+        raise RuntimeError("conccl backend: all_to_all_single: output and input must have the same dtype")
+    rows_in = input.shape[0] if input.dim() else 1
+    rows_out = output.shape[0] if output.dim() else 1
+    row_in = input.numel() // max(1, rows_in) if input.numel() else 0
+    row_out = output.numel() // max(1, rows_out) if output.numel() else 0
+    ins = list(input_split_sizes) if input_split_sizes else [rows_in // n] * n
+    outs = list(output_split_sizes) if output_split_sizes else [rows_out // n] * n
+    if len(ins) != n or len(outs) != n or sum(ins) != rows_in or sum(outs) != rows_out:
+        raise RuntimeError(f"conccl backend: all_to_all_single: split sizes {outs} / {ins} must have {n} "
+                           f"entries summing to dim 0 of output ({rows_out}) and input ({rows_in})")
+    if row_in and row_out and row_in != row_out:
+        raise RuntimeError("conccl backend: all_to_all_single: input and output rows differ in size")
+    row = row_in or row_out
+
+    def body():
+        every = torch.empty(n * n, dtype=torch.int64, device=input.device)
+        gather(every, torch.tensor(ins, dtype=torch.int64, device=input.device))
+        every = every.view(n, n).cpu()  # on CUDA: waits for the group's stream
+        for s in range(n):
+            if int(every[s][rank]) != outs[s]:
+                raise RuntimeError(f"conccl backend: all_to_all_single: rank {s} sends {int(every[s][rank])}"
+                                   f" rows to rank {rank}, whose output_split_sizes[{s}] is {outs[s]}")
+        chunk = int(every.max()) * row  # elements per (source, destination) slot, padded
+        if not chunk:
+            return
+        flat_in, flat_out = group._flat(input), group._flat(output)
+        # No padding where every split of this rank is the largest of any rank's.
+        if all(k * row == chunk for k in ins) and all(k * row == chunk for k in outs):
+            exchange(flat_out, flat_in, chunk)
+            return
+        src = torch.zeros(n * chunk, dtype=input.dtype, device=input.device)
+        at = 0
+        for d in range(n):
+            src[d * chunk:d * chunk + ins[d] * row] = flat_in[at:at + ins[d] * row]
+            at += ins[d] * row
+        dst = torch.empty(n * chunk, dtype=input.dtype, device=input.device)
+        exchange(dst, src, chunk)
+        at = 0
+        for s in range(n):
+            flat_out[at:at + outs[s] * row] = dst[s * chunk:s * chunk + outs[s] * row]
+            at += outs[s] * row
+    return body
+
+
 class _GroupSurface:
     """What torch.distributed calls on a Python process group beyond the collectives
     themselves, shared by ProcessGroupConccl and the groups across nodes
@@ -547,52 +598,9 @@ class ProcessGroupConccl(_GroupSurface, dist.ProcessGroup):
         return self._launch("reduce_scatter", every, body, result=output_tensors)
 
     def alltoall_base(self, output, input, output_split_sizes, input_split_sizes, opts=None):
-        n = self._size
-        if output.dtype != input.dtype:
-            raise RuntimeError("conccl backend: all_to_all_single: output and input must have the same dtype")
-        rows_in = input.shape[0] if input.dim() else 1
-        rows_out = output.shape[0] if output.dim() else 1
-        row_in = input.numel() // max(1, rows_in) if input.numel() else 0
-        row_out = output.numel() // max(1, rows_out) if output.numel() else 0
-        ins = list(input_split_sizes) if input_split_sizes else [rows_in // n] * n
-        outs = list(output_split_sizes) if output_split_sizes else [rows_out // n] * n
-        if len(ins) != n or len(outs) != n or sum(ins) != rows_in or sum(outs) != rows_out:
-            raise RuntimeError(f"conccl backend: all_to_all_single: split sizes {outs} / {ins} must have {n} "
-                               f"entries summing to dim 0 of output ({rows_out}) and input ({rows_in})")
-        if row_in and row_out and row_in != row_out:
-            raise RuntimeError("conccl backend: all_to_all_single: input and output rows differ in size")
-        row = row_in or row_out
-
-        def body():
-            # Every rank's input splits (the uneven case): one all-gather of n int64 each.
-            splits = torch.tensor(ins, dtype=torch.int64, device=input.device)
-            every = torch.empty(n * n, dtype=torch.int64, device=input.device)
-            self._gather_into("all_to_all_single", every, splits)
-            every = every.view(n, n).cpu()  # on CUDA: waits for the group's stream
-            for s in range(n):
-                if int(every[s][self._rank]) != outs[s]:
-                    raise RuntimeError(f"conccl backend: all_to_all_single: rank {s} sends {int(every[s][self._rank])}"
-                                       f" rows to rank {self._rank}, whose output_split_sizes[{s}] is {outs[s]}")
-            chunk = int(every.max()) * row  # elements per (source, destination) slot, padded
-            if not chunk:
-                return
-            flat_in, flat_out = self._flat(input), self._flat(output)
-            if all(k == ins[0] for k in ins) and all(k == outs[0] for k in outs) and ins[0] == outs[0]:
-                self._exchange("all_to_all_single", flat_out, flat_in, chunk)  # equal splits: no padding
-                return
-            src = torch.zeros(n * chunk, dtype=input.dtype, device=input.device)
-            at = 0
-            for d in range(n):
-                k = ins[d] * row
-                src[d * chunk:d * chunk + k] = flat_in[at:at + k]
-                at += k
-            dst = torch.empty(n * chunk, dtype=input.dtype, device=input.device)
-            self._exchange("all_to_all_single", dst, src, chunk)
-            at = 0
-            for s in range(n):
-                k = outs[s] * row
-                flat_out[at:at + k] = dst[s * chunk:s * chunk + k]
-                at += k
+        body = _all_to_all_single(self, output, input, output_split_sizes, input_split_sizes,
+                                  lambda every, splits: self._gather_into("all_to_all_single", every, splits),
+                                  lambda dst, src, chunk: self._exchange("all_to_all_single", dst, src, chunk))
         return self._launch("all_to_all_single", [output, input], body, result=[output])
 
     def alltoall(self, output_tensors, input_tensors, opts=None):

@@ -421,49 +421,8 @@ class HierarchicalGroup(_GroupSurface, dist.ProcessGroup):
         return self._launch("reduce_scatter", every, body, result=output_tensors)
 
     def alltoall_base(self, output, input, output_split_sizes, input_split_sizes, opts=None):
-        n = self._size
-        if output.dtype != input.dtype:
-            raise RuntimeError("conccl backend: all_to_all_single: output and input must have the same dtype")
-        rows_in = input.shape[0] if input.dim() else 1
-        rows_out = output.shape[0] if output.dim() else 1
-        row_in = input.numel() // max(1, rows_in) if input.numel() else 0
-        row_out = output.numel() // max(1, rows_out) if output.numel() else 0
-        ins = list(input_split_sizes) if input_split_sizes else [rows_in // n] * n
-        outs = list(output_split_sizes) if output_split_sizes else [rows_out // n] * n
-        if len(ins) != n or len(outs) != n or sum(ins) != rows_in or sum(outs) != rows_out:
-            raise RuntimeError(f"conccl backend: all_to_all_single: split sizes {outs} / {ins} must have {n} "
-                               f"entries summing to dim 0 of output ({rows_out}) and input ({rows_in})")
-        if row_in and row_out and row_in != row_out:
-            raise RuntimeError("conccl backend: all_to_all_single: input and output rows differ in size")
-        row = row_in or row_out
-
-        def body():
-            # Every rank's splits (n int64 each), to check them and size the slots.
-            every = torch.empty(n * n, dtype=torch.int64, device=input.device)
-            self._all_gather_flat(every, torch.tensor(ins, dtype=torch.int64, device=input.device))
-            every = every.view(n, n).cpu()
-            for s in range(n):
-                if int(every[s][self._rank]) != outs[s]:
-                    raise RuntimeError(f"conccl backend: all_to_all_single: rank {s} sends {int(every[s][self._rank])}"
-                                       f" rows to rank {self._rank}, whose output_split_sizes[{s}] is {outs[s]}")
-            chunk = int(every.max()) * row  # elements per (source, destination) slot, padded
-            if not chunk:
-                return
-            flat_in, flat_out = self._flat(input), self._flat(output)
-            if all(k * row == chunk for k in ins) and all(k * row == chunk for k in outs):
-                self._exchange_flat(flat_out, flat_in, chunk)
-                return
-            src = torch.zeros(n * chunk, dtype=input.dtype, device=input.device)
-            at = 0
-            for d in range(n):
-                src[d * chunk:d * chunk + ins[d] * row] = flat_in[at:at + ins[d] * row]
-                at += ins[d] * row
-            dst = torch.empty(n * chunk, dtype=input.dtype, device=input.device)
-            self._exchange_flat(dst, src, chunk)
-            at = 0
-            for s in range(n):
-                flat_out[at:at + outs[s] * row] = dst[s * chunk:s * chunk + outs[s] * row]
-                at += outs[s] * row
+        body = self._tb._all_to_all_single(self, output, input, output_split_sizes, input_split_sizes,
+                                           self._all_gather_flat, self._exchange_flat)
         return self._launch("all_to_all_single", [output, input], body, result=[output])
 
     def alltoall(self, output_tensors, input_tensors, opts=None):

@@ -111,6 +111,19 @@ def run_ops(rank, n, L, out):
     o = torch.empty(sum(recvs), 3, dtype=torch.int64)
     dist.all_to_all_single(o, gen((sum(sends), 3), torch.int64, "a2av", rank), recvs, sends)
     out["all_to_all_single/uneven"] = o
+    # Skewed: rank 1 sends 5 rows to rank 2, every other pair 1; rank 0's splits are all
+    # equal, yet smaller than the largest of another pair (its slots are padded).
+    sends = [1 + 4 * (rank == 1 and d == 2) for d in range(n)]
+    recvs = [1 + 4 * (s == 1 and rank == 2) for s in range(n)]
+    o = torch.empty(sum(recvs), 2, dtype=torch.float32)
+    dist.all_to_all_single(o, gen((sum(sends), 2), torch.float32, "a2as", rank), recvs, sends)
+    out["all_to_all_single/skewed"] = o
+    if n > 2 and rank == 0:  # checked against the inputs, not only against the other run
+        # every rank's first row (rank 0 is every sender's first destination)
+        want = torch.cat([gen((sum(1 + 4 * (q == 1 and d == 2) for d in range(n)), 2), torch.float32, "a2as", q)[0:1]
+                          for q in range(n)])
+        if not torch.equal(o, want):
+            raise AssertionError("all_to_all_single/skewed: rank 0 got the wrong rows")
     outs = [torch.empty(d + 1, dtype=torch.uint8) for d in range(n)]
     dist.all_to_all(outs, [gen((rank + 1,), torch.uint8, "a2al", rank, d) for d in range(n)])
     out["all_to_all"] = torch.cat(outs)
