@@ -103,30 +103,17 @@ CallState::~CallState() {
     std::lock_guard<std::mutex> lk(mu);
     ok = failed.ok();
   }
-  // The same for the last replay of every captured call: its lists wait on
-  // this rank's capture counters.
   if (ok) {
     const Deadline dl = Deadline::after_ms(std::min<int64_t>(comm.options_.call_timeout_ms, 10000));
-    auto wait_for = [&](int q, const uint64_t* word, uint64_t target) {
-      while (word && std::atomic_ref<const uint64_t>(*word).load(std::memory_order_acquire) < target &&
-             !dl.expired()) {
+    for (int q = 0; q < n; ++q) {
+      const size_t qi = static_cast<size_t>(q);
+      while (k.load() > 0 && q != me && sent[qi].value() < base[kCounterSent][qi] && !dl.expired()) {
         const std::vector<int> gone = comm.boot_ ? comm.boot_->hung_up() : std::vector<int>{};
         if (std::find(gone.begin(), gone.end(), q) != gone.end()) break;
         std::this_thread::sleep_for(std::chrono::microseconds(50));
       }
-    };
-    for (int q = 0; q < n; ++q) {
-      if (q == me) continue;
-      const size_t qi = static_cast<size_t>(q);
-      if (k.load() > 0) wait_for(q, static_cast<const uint64_t*>(comm.device_.host_pointer(sent[qi].va(), 8)),
-                                 base[kCounterSent][qi]);
-      for (size_t slot = 0; slot < capture_slots.size(); ++slot) {
-        if (!capture_slots[slot].replays) continue;
-        const uint64_t va = comm.pool_va_[qi] + kCaptureArea + slot * kCaptureSlotBytes + kCaptureSent;
-        wait_for(q, static_cast<const uint64_t*>(comm.device_.host_pointer(va, 8)),
-                 capture_slots[slot].base[kCounterSent][qi]);
-      }
     }
+    wait_for_captures_of_peers(dl);  // the same for every captured call's last replay
   }
   {
     std::lock_guard<std::mutex> lk(mu);
@@ -550,6 +537,21 @@ Result<std::unique_ptr<Plan>> CallState::compile_plan(const PreparedCall& pc, co
   return p;
 }
 
+Status CallState::submit_lists(Plan& plan, uint64_t posted_before, const std::vector<uint64_t> (&bases)[kCounters],
+                               Deadline dl, const std::string& name) {
+  for (PlanList& l : plan.lists_) {
+    if (!l.queue) continue;
+    for (const PlanList::WaitPatch& p : l.patches) {
+      const uint64_t b = p.counter == kCounterPosted ? posted_before : bases[p.counter][static_cast<size_t>(p.rank)];
+      CONCCL_RETURN_IF_ERROR(l.cb.rewrite_wait_ge(p.at, p.dwords, p.va, b + p.rel).prefix(name));
+    }
+    CONCCL_RETURN_IF_ERROR(l.queue->submit(l.cb, dl, &l.span).prefix(name + ": submitting rank " +
+                                                                      std::to_string(l.rank) + " engine " +
+                                                                      std::to_string(l.engine)));
+  }
+  return Status();
+}
+
 Status CallState::run(const CollectiveArgs& a, StreamOps* stream) {
   reap_captures();
   {
@@ -626,18 +628,9 @@ Status CallState::run(const CollectiveArgs& a, StreamOps* stream) {
   // This rank's lists, their waits rewritten for call k, queued behind every
   // rank's "posted k".
   const Deadline dl = Deadline::after_ms(comm.options_.call_timeout_ms);
-  for (PlanList& l : plan.lists_) {
-    if (!l.queue) continue;
-    for (const PlanList::WaitPatch& p : l.patches) {
-      const uint64_t b = p.counter == kCounterPosted ? call - 1 : base[p.counter][static_cast<size_t>(p.rank)];
-      CONCCL_RETURN_IF_ERROR(l.cb.rewrite_wait_ge(p.at, p.dwords, p.va, b + p.rel).prefix(name));
-    }
-    Status st = l.queue->submit(l.cb, dl, &l.span);
-    if (!st.ok()) {
-      st = st.prefix(name + ": submitting rank " + std::to_string(l.rank) + " engine " + std::to_string(l.engine));
-      fail(st);
-      return st;
-    }
+  if (Status st = submit_lists(plan, call - 1, base, dl, name); !st.ok()) {
+    fail(st);
+    return st;
   }
   const size_t mi = static_cast<size_t>(me);
   const uint64_t arrive_target = base[kCounterArrive][mi] + plan.expected_[mi];

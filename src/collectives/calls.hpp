@@ -149,6 +149,13 @@ struct CallState {
                                        uint64_t sent_at) const;
   Result<std::unique_ptr<Plan>> compile_plan(const PreparedCall& pc, const Communicator::RankSignals& sig);
 
+  // Submits a window plan's lists for one call or replay, each wait
+  // rewritten for it: "posted" to posted_before + its value within one
+  // call, the other counters to bases[counter][rank] + it. Errors name the
+  // list that could not be submitted.
+  static Status submit_lists(Plan& plan, uint64_t posted_before, const std::vector<uint64_t> (&bases)[kCounters],
+                             Deadline dl, const std::string& name);
+
   // ---- captured calls (captured_calls.cpp) ----
   // Records call `a` on a capturing stream: its plan on a slot's counters
   // and queues of its own, and on the stream a host function that starts
@@ -182,6 +189,9 @@ struct CallState {
   bool watch_captures(std::unique_lock<std::mutex>& lk);
   // Cuts the captures' link to this state (its destructor, first).
   void cut_captures();
+  // Waits (until `dl`) for every peer's lists of every capture's last replay
+  // to end, as the destructor does for the last window call.
+  void wait_for_captures_of_peers(Deadline dl);
   // What a destroyed capture leaves: its plan, queues and end signal, freed
   // by reap_captures() on a thread that makes calls (a graph may be
   // destroyed on any thread; the communicator's plan table and pool are the

@@ -19,8 +19,10 @@
 // only grow, nothing is reset between replays but the end signal, which
 // only this rank's stream waits on. Between replays no list is queued: a
 // graph destroyed between replays leaves nothing behind on the engines.
+#include <algorithm>
 #include <cstdio>
 #include <cstring>
+#include <thread>
 
 #include "collectives/calls.hpp"
 
@@ -191,17 +193,7 @@ void CallState::start_replay(CapturedCall& c) {
   }
   const Deadline dl = Deadline::after_ms(comm.options_.call_timeout_ms);
   Plan& plan = *c.plan;
-  for (PlanList& l : plan.lists_) {
-    if (!l.queue) continue;
-    for (const PlanList::WaitPatch& p : l.patches) {
-      const uint64_t b = p.counter == kCounterPosted ? r - 1 : s.base[p.counter][size_t(p.rank)];
-      Status st = l.cb.rewrite_wait_ge(p.at, p.dwords, p.va, b + p.rel);
-      if (!st.ok()) return refuse(st.prefix(name));
-    }
-    Status st = l.queue->submit(l.cb, dl, &l.span);
-    if (!st.ok()) return refuse(st.prefix(name + ": submitting rank " + std::to_string(l.rank) + " engine " +
-                                          std::to_string(l.engine)));
-  }
+  if (Status st = submit_lists(plan, r - 1, s.base, dl, name); !st.ok()) return refuse(st);
   const size_t mi = size_t(me);
   const uint64_t at = comm.pool_va_[mi] + kCaptureArea + c.slot * kCaptureSlotBytes;
   const uint64_t arrive_target = s.base[kCounterArrive][mi] + plan.expected_[mi];
@@ -278,6 +270,24 @@ bool CallState::watch_captures(std::unique_lock<std::mutex>& lk) {
   return true;
 }
 
+void CallState::wait_for_captures_of_peers(Deadline dl) {
+  for (int q = 0; q < n; ++q) {
+    if (q == me) continue;
+    for (size_t slot = 0; slot < capture_slots.size(); ++slot) {
+      if (!capture_slots[slot].replays) continue;
+      const uint64_t va = comm.pool_va_[size_t(q)] + kCaptureArea + slot * kCaptureSlotBytes + kCaptureSent;
+      const auto* word = static_cast<const uint64_t*>(comm.device_.host_pointer(va, 8));
+      while (word && std::atomic_ref<const uint64_t>(*word).load(std::memory_order_acquire) <
+                         capture_slots[slot].base[kCounterSent][size_t(q)] &&
+             !dl.expired()) {
+        const std::vector<int> gone = comm.boot_ ? comm.boot_->hung_up() : std::vector<int>{};
+        if (std::find(gone.begin(), gone.end(), q) != gone.end()) break;
+        std::this_thread::sleep_for(std::chrono::microseconds(50));
+      }
+    }
+  }
+}
+
 void CallState::cut_captures() {
   std::lock_guard<std::recursive_mutex> lk(capture_link->mu);
   capture_link->state = nullptr;
@@ -305,14 +315,7 @@ struct LocalCapture {
   // Replay r's lists, their waits rewritten, submitted; the phase counters'
   // bases moved past it.
   void submit(uint64_t r, Deadline dl, Status* st) {
-    for (PlanList& l : plan->lists_) {
-      if (!l.queue) continue;
-      for (const PlanList::WaitPatch& p : l.patches) {
-        const uint64_t b = p.counter == kCounterPosted ? r - 1 : base[p.counter][size_t(p.rank)];
-        if (st->ok()) *st = l.cb.rewrite_wait_ge(p.at, p.dwords, p.va, b + p.rel);
-      }
-      if (st->ok()) *st = l.queue->submit(l.cb, dl, &l.span);
-    }
+    *st = CallState::submit_lists(*plan, r - 1, base, dl, name + " replay " + std::to_string(r));
     for (size_t q = 0; q < base[kCounterPhase].size(); ++q) base[kCounterPhase][q] += plan->ready_adds_[q];
   }
 };
