@@ -172,8 +172,80 @@ class _GroupSurface:
     """What torch.distributed calls on a Python process group beyond the collectives
     themselves, shared by ProcessGroupConccl and the groups across nodes
     (conccl/torch_hier.py): point to point through the group's store, the group's
-    name and device types, the coalesced and renamed ops. A class using it has
-    _store, _rank, _p2p_seq, _emu, _token, _flat() and _launch()."""
+    name and device types, the coalesced and renamed ops, and the list forms of the
+    ops (all_gather, all_to_all, gather, scatter) over the group's own steps. A class
+    using it has _store, _rank, _size, _p2p_seq, _emu, _token, _flat(), _launch(),
+    alltoall_base(), _gather_all(what, out, inp) (every rank's inp into out, rank
+    order) and _broadcast_all(what, flat, root)."""
+
+    # ---- the list forms ----
+    def allgather(self, output_lists, input_tensors, opts=None):
+        for outs, inp in zip(output_lists, input_tensors):
+            if len(outs) != self._size:
+                raise RuntimeError(f"conccl backend: all_gather: give {self._size} output tensors, not {len(outs)}")
+            for o in outs:
+                if o.numel() != inp.numel() or o.dtype != inp.dtype:
+                    raise RuntimeError("conccl backend: all_gather: every output tensor must have the input's "
+                                       f"elements ({inp.numel()}) and dtype ({inp.dtype})")
+
+        def body():
+            for outs, inp in zip(output_lists, input_tensors):
+                flat = torch.empty(inp.numel() * self._size, dtype=inp.dtype, device=inp.device)
+                self._gather_all("all_gather", flat, inp)
+                for r, o in enumerate(outs):
+                    o.copy_(flat[r * inp.numel():(r + 1) * inp.numel()].view(o.shape))
+        every = list(input_tensors) + [o for outs in output_lists for o in outs]
+        return self._launch("all_gather", every, body, result=output_lists)
+
+    def alltoall(self, output_tensors, input_tensors, opts=None):
+        n = self._size
+        if len(output_tensors) != n or len(input_tensors) != n:
+            raise RuntimeError(f"conccl backend: all_to_all: give {n} input and {n} output tensors")
+        dtype = input_tensors[0].dtype
+        if any(t.dtype != dtype for t in list(output_tensors) + list(input_tensors)):
+            raise RuntimeError("conccl backend: all_to_all: every input and output tensor must have one dtype")
+
+        def body():
+            flat_in = torch.cat([self._flat(t) for t in input_tensors])
+            flat_out = torch.empty(sum(t.numel() for t in output_tensors), dtype=dtype, device=flat_in.device)
+            self.alltoall_base(flat_out, flat_in, [t.numel() for t in output_tensors],
+                               [t.numel() for t in input_tensors])
+            at = 0
+            for t in output_tensors:
+                t.copy_(flat_out[at:at + t.numel()].view(t.shape))
+                at += t.numel()
+        return self._launch("all_to_all", list(output_tensors) + list(input_tensors), body, result=output_tensors)
+
+    def gather(self, output_lists, input_tensors, opts):
+        # An all-gather kept by the root: n times the root's traffic on the other
+        # ranks' engines (ConCCL's gather has no NCCL-shaped call yet).
+        inp = input_tensors[0]
+        outs = output_lists[0] if self._rank == opts.rootRank else []
+        if self._rank == opts.rootRank and len(outs) != self._size:
+            raise RuntimeError(f"conccl backend: gather: the root gives {self._size} output tensors")
+
+        def body():
+            flat = torch.empty(inp.numel() * self._size, dtype=inp.dtype, device=inp.device)
+            self._gather_all("gather", flat, inp)
+            for r, o in enumerate(outs):
+                o.copy_(flat[r * inp.numel():(r + 1) * inp.numel()].view(o.shape))
+        return self._launch("gather", [inp] + list(outs), body, result=output_lists)
+
+    def scatter(self, output_tensors, input_lists, opts):
+        # A broadcast of the root's tensors, each rank keeping its own (ConCCL's scatter
+        # has no NCCL-shaped call yet).
+        out, root = output_tensors[0], opts.rootRank
+        ins = input_lists[0] if self._rank == root else []
+        if self._rank == root and len(ins) != self._size:
+            raise RuntimeError(f"conccl backend: scatter: the root gives {self._size} input tensors")
+
+        def body():
+            flat = torch.empty(out.numel() * self._size, dtype=out.dtype, device=out.device)
+            if self._rank == root:
+                flat.copy_(torch.cat([self._flat(i) for i in ins]))
+            self._broadcast_all("scatter", flat, root)
+            out.copy_(flat[self._rank * out.numel():(self._rank + 1) * out.numel()].view(out.shape))
+        return self._launch("scatter", [out] + list(ins), body, result=output_tensors)
 
     # Point to point: ConCCL's calls are collective over the group, so send/recv go
     # through the group's store (host copies; correct, not fast).
@@ -509,6 +581,13 @@ class ProcessGroupConccl(_GroupSurface, dist.ProcessGroup):
             self._comm.all_to_all_single(vo, vi)
             fd[:, o:o + m].copy_(vo.view(n, m))
 
+    # The two steps the list-form ops of _GroupSurface are made of.
+    def _gather_all(self, what, out, inp):
+        self._gather_into(what, out, inp)
+
+    def _broadcast_all(self, what, flat, root):
+        self._elementwise(what, flat, lambda v: self._comm.broadcast(v, src=root), copy_out=True)
+
     # ---- the ops ----
     def allreduce(self, tensors, opts=None):
         op = _op_name(opts.reduceOp if opts is not None else dist.ReduceOp.SUM, "all_reduce")
@@ -551,24 +630,6 @@ class ProcessGroupConccl(_GroupSurface, dist.ProcessGroup):
         return self._launch("all_gather_into_tensor", [output, input],
                             lambda: self._gather_into("all_gather_into_tensor", output, input), result=[output])
 
-    def allgather(self, output_lists, input_tensors, opts=None):
-        for outs, inp in zip(output_lists, input_tensors):
-            if len(outs) != self._size:
-                raise RuntimeError(f"conccl backend: all_gather: give {self._size} output tensors, not {len(outs)}")
-            for o in outs:
-                if o.numel() != inp.numel() or o.dtype != inp.dtype:
-                    raise RuntimeError("conccl backend: all_gather: every output tensor must have the input's "
-                                       f"elements ({inp.numel()}) and dtype ({inp.dtype})")
-
-        def body():
-            for outs, inp in zip(output_lists, input_tensors):
-                flat = torch.empty(inp.numel() * self._size, dtype=inp.dtype, device=inp.device)
-                self._gather_into("all_gather", flat, inp)
-                for r, o in enumerate(outs):
-                    o.copy_(flat[r * inp.numel():(r + 1) * inp.numel()].view(o.shape))
-        every = list(input_tensors) + [o for outs in output_lists for o in outs]
-        return self._launch("all_gather", every, body, result=output_lists)
-
     def _reduce_scatter_base(self, output, input, opts=None):
         op = _op_name(opts.reduceOp if opts is not None else dist.ReduceOp.SUM, "reduce_scatter_tensor")
         if input.numel() != output.numel() * self._size or output.dtype != input.dtype:
@@ -602,57 +663,6 @@ class ProcessGroupConccl(_GroupSurface, dist.ProcessGroup):
                                   lambda every, splits: self._gather_into("all_to_all_single", every, splits),
                                   lambda dst, src, chunk: self._exchange("all_to_all_single", dst, src, chunk))
         return self._launch("all_to_all_single", [output, input], body, result=[output])
-
-    def alltoall(self, output_tensors, input_tensors, opts=None):
-        n = self._size
-        if len(output_tensors) != n or len(input_tensors) != n:
-            raise RuntimeError(f"conccl backend: all_to_all: give {n} input and {n} output tensors")
-        dtype = input_tensors[0].dtype
-        for t in list(output_tensors) + list(input_tensors):
-            if t.dtype != dtype:
-                raise RuntimeError("conccl backend: all_to_all: every input and output tensor must have one dtype")
-
-        def body():
-            flat_in = torch.cat([self._flat(t) for t in input_tensors])
-            flat_out = torch.empty(sum(t.numel() for t in output_tensors), dtype=dtype, device=flat_in.device)
-            self.alltoall_base(flat_out, flat_in, [t.numel() for t in output_tensors],
-                               [t.numel() for t in input_tensors])
-            at = 0
-            for t in output_tensors:
-                t.copy_(flat_out[at:at + t.numel()].view(t.shape))
-                at += t.numel()
-        return self._launch("all_to_all", list(output_tensors) + list(input_tensors), body, result=output_tensors)
-
-    def gather(self, output_lists, input_tensors, opts):
-        # An all-gather, kept by the root: n times the root's traffic on the other
-        # ranks' engines (ConCCL's gather has no NCCL-shaped call yet).
-        inp = input_tensors[0]
-        outs = output_lists[0] if self._rank == opts.rootRank else []
-        if self._rank == opts.rootRank and len(outs) != self._size:
-            raise RuntimeError(f"conccl backend: gather: the root gives {self._size} output tensors")
-
-        def body():
-            flat = torch.empty(inp.numel() * self._size, dtype=inp.dtype, device=inp.device)
-            self._gather_into("gather", flat, inp)
-            for r, o in enumerate(outs):
-                o.copy_(flat[r * inp.numel():(r + 1) * inp.numel()].view(o.shape))
-        return self._launch("gather", [inp] + list(outs), body, result=output_lists)
-
-    def scatter(self, output_tensors, input_lists, opts):
-        # A broadcast of the root's tensors, each rank keeping its own (ConCCL's scatter
-        # has no NCCL-shaped call yet).
-        out, root = output_tensors[0], opts.rootRank
-        ins = input_lists[0] if self._rank == root else []
-        if self._rank == root and len(ins) != self._size:
-            raise RuntimeError(f"conccl backend: scatter: the root gives {self._size} input tensors")
-
-        def body():
-            flat = torch.empty(out.numel() * self._size, dtype=out.dtype, device=out.device)
-            if self._rank == root:
-                flat.copy_(torch.cat([self._flat(i) for i in ins]))
-            self._elementwise("scatter", flat, lambda v: self._comm.broadcast(v, src=root), copy_out=True)
-            out.copy_(flat[self._rank * out.numel():(self._rank + 1) * out.numel()].view(out.shape))
-        return self._launch("scatter", [out] + list(ins), body, result=output_tensors)
 
     def barrier(self, opts=None):
         t = torch.zeros(1, dtype=torch.int32, device="cpu" if self._emu else self._cuda)

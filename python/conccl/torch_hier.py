@@ -344,6 +344,13 @@ class HierarchicalGroup(_GroupSurface, dist.ProcessGroup):
     def _check(self, what, tensors):
         self.local_group._check_device(what, tensors)
 
+    # The two steps the list-form ops of _GroupSurface are made of.
+    def _gather_all(self, what, out, inp):
+        self._all_gather_flat(out, self._flat(inp))
+
+    def _broadcast_all(self, what, flat, root):
+        self._broadcast_flat(flat, root)
+
     def _launch(self, what, tensors, body, result=None):
         """Runs body(): its steps complete (emulator, gloo) or are ordered on the current
         stream (each local and NCCL Work waited for) before it returns."""
@@ -380,21 +387,6 @@ class HierarchicalGroup(_GroupSurface, dist.ProcessGroup):
         return self._launch("all_gather_into_tensor", [output, input],
                             lambda: self._all_gather_flat(self._flat(output), self._flat(input)), result=[output])
 
-    def allgather(self, output_lists, input_tensors, opts=None):
-        for outs, inp in zip(output_lists, input_tensors):
-            if len(outs) != self._size or any(o.numel() != inp.numel() or o.dtype != inp.dtype for o in outs):
-                raise RuntimeError(f"conccl backend: all_gather: give {self._size} output tensors, each with the "
-                                   f"input's elements ({inp.numel()}) and dtype ({inp.dtype})")
-
-        def body():
-            for outs, inp in zip(output_lists, input_tensors):
-                flat = torch.empty(inp.numel() * self._size, dtype=inp.dtype, device=inp.device)
-                self._all_gather_flat(flat, self._flat(inp))
-                for r, o in enumerate(outs):
-                    o.copy_(flat[r * inp.numel():(r + 1) * inp.numel()].view(o.shape))
-        every = list(input_tensors) + [o for outs in output_lists for o in outs]
-        return self._launch("all_gather", every, body, result=output_lists)
-
     def _reduce_scatter_base(self, output, input, opts=None):
         op = opts.reduceOp if opts is not None else dist.ReduceOp.SUM
         self._tb._op_name(op, "reduce_scatter_tensor")
@@ -424,54 +416,6 @@ class HierarchicalGroup(_GroupSurface, dist.ProcessGroup):
         body = self._tb._all_to_all_single(self, output, input, output_split_sizes, input_split_sizes,
                                            self._all_gather_flat, self._exchange_flat)
         return self._launch("all_to_all_single", [output, input], body, result=[output])
-
-    def alltoall(self, output_tensors, input_tensors, opts=None):
-        n = self._size
-        if len(output_tensors) != n or len(input_tensors) != n:
-            raise RuntimeError(f"conccl backend: all_to_all: give {n} input and {n} output tensors")
-        dtype = input_tensors[0].dtype
-        if any(t.dtype != dtype for t in list(output_tensors) + list(input_tensors)):
-            raise RuntimeError("conccl backend: all_to_all: every input and output tensor must have one dtype")
-
-        def body():
-            flat_in = torch.cat([self._flat(t) for t in input_tensors])
-            flat_out = torch.empty(sum(t.numel() for t in output_tensors), dtype=dtype, device=flat_in.device)
-            self.alltoall_base(flat_out, flat_in, [t.numel() for t in output_tensors],
-                               [t.numel() for t in input_tensors])
-            at = 0
-            for t in output_tensors:
-                t.copy_(flat_out[at:at + t.numel()].view(t.shape))
-                at += t.numel()
-        return self._launch("all_to_all", list(output_tensors) + list(input_tensors), body, result=output_tensors)
-
-    def gather(self, output_lists, input_tensors, opts):
-        # An all-gather kept by the root, as the one-node group does.
-        inp = input_tensors[0]
-        outs = output_lists[0] if self._rank == opts.rootRank else []
-        if self._rank == opts.rootRank and len(outs) != self._size:
-            raise RuntimeError(f"conccl backend: gather: the root gives {self._size} output tensors")
-
-        def body():
-            flat = torch.empty(inp.numel() * self._size, dtype=inp.dtype, device=inp.device)
-            self._all_gather_flat(flat, self._flat(inp))
-            for r, o in enumerate(outs):
-                o.copy_(flat[r * inp.numel():(r + 1) * inp.numel()].view(o.shape))
-        return self._launch("gather", [inp] + list(outs), body, result=output_lists)
-
-    def scatter(self, output_tensors, input_lists, opts):
-        # A broadcast of the root's tensors, each rank keeping its own.
-        out, root = output_tensors[0], opts.rootRank
-        ins = input_lists[0] if self._rank == root else []
-        if self._rank == root and len(ins) != self._size:
-            raise RuntimeError(f"conccl backend: scatter: the root gives {self._size} input tensors")
-
-        def body():
-            flat = torch.empty(out.numel() * self._size, dtype=out.dtype, device=out.device)
-            if self._rank == root:
-                flat.copy_(torch.cat([self._flat(i) for i in ins]))
-            self._broadcast_flat(flat, root)
-            out.copy_(flat[self._rank * out.numel():(self._rank + 1) * out.numel()].view(out.shape))
-        return self._launch("scatter", [out] + list(ins), body, result=output_tensors)
 
     def barrier(self, opts=None):
         t = torch.zeros(1, dtype=torch.int32, device="cpu" if self._emu else self._cuda)
