@@ -438,6 +438,10 @@ class Communicator {
     std::vector<uint64_t> arrive, ready, trigger, sent, stamps;  // per rank (sent: 0 unless prelaunch)
     bool monotonic = false;  // window calls: counters never reset, waits patched per call
   };
+  // What Variant::automatic means for `args` (every rank's buffers given):
+  // choose_variant's pick, or swap for an all-to-all in place (the one
+  // variant that works in place); another variant as given.
+  Variant automatic_variant(const CollectiveArgs& args, bool prelaunch) const;
   // Builds a validated plan with its lists on shared or per-rank queues.
   Result<std::unique_ptr<Plan>> compile(const CollectiveArgs& args, const CollectiveArgs& asked, bool shared,
                                         const RankSignals* mp = nullptr);

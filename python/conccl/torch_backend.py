@@ -117,6 +117,32 @@ _REGISTER_KW = ({"devices": ["cpu", "cuda"]}
                 if "devices" in inspect.signature(dist.Backend.register_backend).parameters else {})
 
 
+def _fold(rows, op):
+    """The reduction of rows[0..n-1] in their order for op in sum/prod/min/max (bool:
+    sum and max are "or", prod and min "and"); bf16 and fp16 in float32 (the caller
+    rounds)."""
+    if rows.dtype == torch.bool:
+        step = torch.logical_or if op in ("sum", "max") else torch.logical_and
+    else:
+        step = {"sum": torch.add, "prod": torch.mul, "max": torch.maximum, "min": torch.minimum}[op]
+    acc = rows[0].clone()
+    for r in range(1, rows.shape[0]):
+        acc = step(acc, rows[r])
+    return acc
+
+
+def _fold_rows(rows, op, avg_over):
+    """_fold of rows in its dtype's arithmetic, AVG dividing by avg_over (0: no AVG)."""
+    dt = rows.dtype
+    wide = rows.float() if dt in (torch.bfloat16, torch.float16) else rows
+    acc = _fold(wide, op)
+    if avg_over:
+        if acc.dtype == torch.bool:
+            raise RuntimeError("conccl backend: AVG of bool tensors: give SUM, PRODUCT, MIN or MAX")
+        acc = acc / avg_over if acc.is_floating_point() else torch.div(acc, avg_over, rounding_mode="trunc")
+    return acc.to(dt)
+
+
 def _all_to_all_single(group, output, input, output_split_sizes, input_split_sizes, gather, exchange):
     """all_to_all_single of any "conccl" group, as a body for its _launch: the splits
     checked, every rank's input splits gathered (`gather(every, splits)`: n int64 of
@@ -539,20 +565,9 @@ class ProcessGroupConccl(_GroupSurface, dist.ProcessGroup):
     # On CUDA these are torch kernels on the group's stream: correct, not DMA-only.
     def _combine(self, what, rows, op):
         """The reduction of rows[0..n-1] (rank order)."""
-        if rows.dtype == torch.bool:
-            if op == "avg":
-                raise RuntimeError(f"conccl backend: {what} of bool tensors with AVG: give SUM, PRODUCT, MIN or MAX")
-            step = torch.logical_or if op in ("sum", "max") else torch.logical_and
-        else:
-            step = {"sum": torch.add, "avg": torch.add, "prod": torch.mul, "max": torch.maximum,
-                    "min": torch.minimum}[op]
-        acc = rows[0].clone()
-        for r in range(1, rows.shape[0]):
-            acc = step(acc, rows[r])
-        if op == "avg":
-            acc = (acc / rows.shape[0] if acc.is_floating_point() or acc.is_complex()
-                   else torch.div(acc, rows.shape[0], rounding_mode="trunc"))
-        return acc
+        if rows.dtype == torch.bool and op == "avg":
+            raise RuntimeError(f"conccl backend: {what} of bool tensors with AVG: give SUM, PRODUCT, MIN or MAX")
+        return _fold_rows(rows, "sum" if op == "avg" else op, rows.shape[0] if op == "avg" else 0)
 
     def _reduce_by_gather(self, what, t, op, copy_out=True):
         """all_reduce / reduce of a type the reduce step does not take."""

@@ -49,7 +49,7 @@ import socket
 import torch
 import torch.distributed as dist
 
-from conccl.torch_backend import _GroupSurface
+from conccl.torch_backend import _GroupSurface, _fold_rows
 
 _TOPOLOGY = {"node": None, "inter_node_backend": None}
 
@@ -177,32 +177,6 @@ class _Inter:
 def _raw(t):
     """The bytes of a contiguous tensor, as a flat uint8 view."""
     return t.reshape(-1).view(torch.uint8)
-
-
-def _fold(rows, op):
-    """The reduction of rows[0..N-1] (node order) for op in sum/prod/min/max; bf16 and
-    fp16 in float32 (the caller rounds)."""
-    if rows.dtype == torch.bool:
-        step = torch.logical_or if op in ("sum", "max") else torch.logical_and
-    else:
-        step = {"sum": torch.add, "prod": torch.mul, "max": torch.maximum, "min": torch.minimum}[op]
-    acc = rows[0].clone()
-    for r in range(1, rows.shape[0]):
-        acc = step(acc, rows[r])
-    return acc
-
-
-def _fold_rows(rows, op, avg_over):
-    """_fold of rows in its dtype's arithmetic, AVG dividing by avg_over (0: no AVG)."""
-    dt = rows.dtype
-    wide = rows.float() if dt in (torch.bfloat16, torch.float16) else rows
-    acc = _fold(wide, op)
-    if avg_over:
-        if acc.dtype == torch.bool:
-            raise RuntimeError("conccl backend: AVG of bool tensors: give SUM, PRODUCT, MIN or MAX")
-        acc = acc / avg_over if acc.is_floating_point() else torch.div(acc, avg_over, rounding_mode="trunc")
-    return acc.to(dt)
-
 
 class HierarchicalGroup(_GroupSurface, dist.ProcessGroup):
     """A "conccl" group across nodes: a ConCCL group per node and an inter-node group

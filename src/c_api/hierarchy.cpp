@@ -208,28 +208,33 @@ conccl_status conccl_hier_broadcast(const conccl_buffer* send, const conccl_buff
   });
 }
 
-conccl_status conccl_hier_reduce_scatter(const conccl_buffer* send, const conccl_buffer* recv, size_t recvcount,
-                                         conccl_datatype dt, conccl_redop op, conccl_hier_t hh, void* stream) {
-  const int dtv = enum_bits(dt), opv = enum_bits(op);
-  return guard(__func__, [&] {
+namespace {
+
+// reduce_scatter and all_reduce: the enums checked, then the call.
+template <typename Call>
+conccl_status hier_reduction(const char* fn, const conccl_buffer* send, const conccl_buffer* recv, int dt, int op,
+                             conccl_hier_t hh, void* stream, Call call) {
+  return guard(fn, [&] {
     return hier_call(hh, send, recv, false, stream,
                      [&](HierCommunicator& h, const Buffer& s, const Buffer& r, StreamOps* ops) {
-                       Status e = reduction_enums(dtv, opv);
-                       if (!e.ok()) return e;
-                       return h.reduce_scatter(s, r, recvcount, DataType(dtv), ReduceOp(opv), ops);
+                       Status e = reduction_enums(dt, op);
+                       return e.ok() ? call(h, s, r, DataType(dt), ReduceOp(op), ops) : e;
                      });
   });
 }
 
+}  // namespace
+
+conccl_status conccl_hier_reduce_scatter(const conccl_buffer* send, const conccl_buffer* recv, size_t recvcount,
+                                         conccl_datatype dt, conccl_redop op, conccl_hier_t hh, void* stream) {
+  return hier_reduction(__func__, send, recv, enum_bits(dt), enum_bits(op), hh, stream,
+                        [&](HierCommunicator& h, const Buffer& s, const Buffer& r, DataType t, ReduceOp o,
+                            StreamOps* ops) { return h.reduce_scatter(s, r, recvcount, t, o, ops); });
+}
+
 conccl_status conccl_hier_all_reduce(const conccl_buffer* send, const conccl_buffer* recv, size_t count,
                                      conccl_datatype dt, conccl_redop op, conccl_hier_t hh, void* stream) {
-  const int dtv = enum_bits(dt), opv = enum_bits(op);
-  return guard(__func__, [&] {
-    return hier_call(hh, send, recv, false, stream,
-                     [&](HierCommunicator& h, const Buffer& s, const Buffer& r, StreamOps* ops) {
-                       Status e = reduction_enums(dtv, opv);
-                       if (!e.ok()) return e;
-                       return h.all_reduce(s, r, count, DataType(dtv), ReduceOp(opv), ops);
-                     });
-  });
+  return hier_reduction(__func__, send, recv, enum_bits(dt), enum_bits(op), hh, stream,
+                        [&](HierCommunicator& h, const Buffer& s, const Buffer& r, DataType t, ReduceOp o,
+                            StreamOps* ops) { return h.all_reduce(s, r, count, t, o, ops); });
 }

@@ -47,6 +47,18 @@ uint64_t recv_bytes(const CollectiveArgs& a, int r, int n) {
 
 }  // namespace
 
+void CallDesc::write_fields(uint64_t* w) const {
+  const uint64_t v[7] = {op, bytes, send_window, send_offset, recv_window, recv_offset, send_stride};
+  for (int i = 0; i < 7; ++i) std::atomic_ref<uint64_t>(w[i + 1]).store(v[i], std::memory_order_relaxed);
+}
+
+CallDesc CallDesc::read_fields(const uint64_t* w) {
+  CallDesc d;
+  uint64_t* f[7] = {&d.op, &d.bytes, &d.send_window, &d.send_offset, &d.recv_window, &d.recv_offset, &d.send_stride};
+  for (int i = 0; i < 7; ++i) *f[i] = std::atomic_ref<const uint64_t>(w[i + 1]).load(std::memory_order_relaxed);
+  return d;
+}
+
 std::string CallDesc::describe() const {
   const CollOp o = static_cast<CollOp>(op & 0xFF);
   auto at = [](uint64_t w, uint64_t off) { return w == kNone ? std::string("none") : "w" + std::to_string(w) + "+" + std::to_string(off); };
@@ -519,16 +531,9 @@ Communicator::RankSignals CallState::signals_at(uint64_t posted_at, uint64_t arr
 
 Result<std::unique_ptr<Plan>> CallState::compile_plan(const PreparedCall& pc, const Communicator::RankSignals& sig) {
   CollectiveArgs args = pc.full;
-  const CollectiveArgs& full = pc.full;
-  if (args.variant == Variant::automatic) {
-    args.variant = choose_variant(args.op, args.bytes, n, comm.caps_, true, packed_send(args));
-    bool in_place = args.op == CollOp::all_to_all;
-    for (int q = 0; q < n && in_place; ++q)
-      in_place = full.send[static_cast<size_t>(q)].va == full.recv[static_cast<size_t>(q)].va;
-    if (in_place && comm.caps_.swap) args.variant = Variant::swap;
-  }
+  args.variant = comm.automatic_variant(args, true);
   CONCCL_RETURN_IF_ERROR(validate_args(comm, args).prefix(pc.name));
-  Result<std::unique_ptr<Plan>> p = comm.compile(args, full, false, &sig);
+  Result<std::unique_ptr<Plan>> p = comm.compile(args, pc.full, false, &sig);
   if (!p.ok()) return p.status().prefix(pc.name);
   {
     std::lock_guard<std::mutex> lk(mu);
@@ -591,28 +596,15 @@ Status CallState::run(const CollectiveArgs& a, StreamOps* stream) {
   d.k = call;
   uint64_t* slot = desc_slot(me, call);
   store(&slot[0], 0);
-  slot[1] = d.op;
-  slot[2] = d.bytes;
-  slot[3] = d.send_window;
-  slot[4] = d.send_offset;
-  slot[5] = d.recv_window;
-  slot[6] = d.recv_offset;
-  slot[7] = d.send_stride;
+  d.write_fields(slot);
   store(&slot[0], call);
   store(published_word(me), call);
   std::atomic_thread_fence(std::memory_order_seq_cst);
   for (int q = 0; q < n; ++q) {
     if (q == me || load(published_word(q)) < call) continue;
     const uint64_t* o = desc_slot(q, call);
-    CallDesc theirs;
+    CallDesc theirs = CallDesc::read_fields(o);
     theirs.k = load(&o[0]);
-    theirs.op = o[1];
-    theirs.bytes = o[2];
-    theirs.send_window = o[3];
-    theirs.send_offset = o[4];
-    theirs.recv_window = o[5];
-    theirs.recv_offset = o[6];
-    theirs.send_stride = o[7];
     std::atomic_thread_fence(std::memory_order_acquire);
     if (theirs.k != call || load(&o[0]) != call) continue;  // overwritten by a later call: it agreed long ago
     if (theirs == d) continue;

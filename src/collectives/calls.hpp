@@ -59,11 +59,11 @@ static_assert(kCallDescs + kCallDescCount * kCallDescBytes <= kCallAreaBytes);
 inline constexpr uint64_t kCaptureArea = kCallAreaBytes;
 inline constexpr uint64_t kCaptureSlotBytes = 144;
 inline constexpr uint64_t kCapturePosted = 0, kCaptureArrive = 16, kCapturePhase = 32, kCaptureSent = 48;
-inline constexpr uint64_t kCaptureDesc = 64;  // 10 uint64: capture id + 1, CallDesc's fields
+inline constexpr uint64_t kCaptureDesc = 64;  // 8 uint64: capture id + 1, CallDesc's fields (as a call's slot)
 inline constexpr uint64_t kCaptureSlots = 56;
 // What the pool keeps for calls and captures (reserved, zeroed at creation).
 inline constexpr uint64_t kCallReservedBytes = 16384;
-static_assert(kCaptureDesc + 10 * 8 <= kCaptureSlotBytes);
+static_assert(kCaptureDesc + kCallDescBytes <= kCaptureSlotBytes);
 static_assert(kCaptureArea + kCaptureSlots * kCaptureSlotBytes <= kCallReservedBytes);
 
 
@@ -77,6 +77,10 @@ struct CallDesc {
   uint64_t send_stride = 0;  // all_to_all's (0: packed)
   bool operator==(const CallDesc&) const = default;
   std::string describe() const;
+  // Words 1..7 of a descriptor slot (word 0 is the caller's: the call
+  // number, or a capture's id + 1, stored last with release).
+  void write_fields(uint64_t* w) const;
+  static CallDesc read_fields(const uint64_t* w);
 };
 
 // A call checked and placed: its descriptor, every rank's buffers, the key

@@ -37,10 +37,8 @@ struct CapturedCall : std::enable_shared_from_this<CapturedCall> {
   std::map<std::pair<int, int>, std::unique_ptr<Queue>> queues;  // its lists' (made while compiling)
   std::unique_ptr<Plan> plan;
   std::unique_ptr<Queue> closer;  // the closing list's
-  Signal done;                    // its end: what the stream waits for
-  Signal arrive_me, sent_me;      // this rank's slot counters (the watchdog reads them)
-  std::mutex mu;
-  Status error;  // the first replay that could not start, for async_error
+  Signal done;                           // its end: what the stream waits for
+  Signal posted_me, arrive_me, sent_me;  // this rank's slot counters
 
   ~CapturedCall() {
     std::lock_guard<std::recursive_mutex> lk(link->mu);
@@ -58,18 +56,21 @@ namespace {
 
 void replay_entry(void* arg);
 
-void put_desc(uint64_t* w, uint64_t id, const CallDesc& d) {
-  const uint64_t v[10] = {id + 1, d.op, d.bytes, d.send_window, d.send_offset, d.recv_window, d.recv_offset,
-                          d.send_stride, 0, 0};
-  for (int i = 1; i < 10; ++i) std::atomic_ref<uint64_t>(w[i]).store(v[i], std::memory_order_relaxed);
-  std::atomic_ref<uint64_t>(w[0]).store(v[0], std::memory_order_release);
+// The closing list of a replay: it waits until every (counter, value) of
+// `until` is reached, then adds 1 to `done`, reset to 0 first.
+Status close_replay(Queue& q, const std::vector<std::pair<uint64_t, uint64_t>>& until, Signal& done, Deadline dl) {
+  CommandBuffer close(q.isa());
+  for (const auto& [va, value] : until) CONCCL_RETURN_IF_ERROR(close.wait_ge(va, value));
+  CONCCL_RETURN_IF_ERROR(close.signal_add(done.va(), 1));
+  done.set(0);
+  return q.submit(close, dl);
 }
 
 }  // namespace
 
 uint64_t* CallState::capture_desc(int q, size_t slot) const {
   const uint64_t va = comm.pool_va_[size_t(q)] + kCaptureArea + slot * kCaptureSlotBytes + kCaptureDesc;
-  return static_cast<uint64_t*>(comm.device().host_pointer(va, 80));
+  return static_cast<uint64_t*>(comm.device().host_pointer(va, kCallDescBytes));
 }
 
 void CallState::reap_captures() {
@@ -117,7 +118,8 @@ Status CallState::capture(const CollectiveArgs& a, StreamOps& stream) {
   Result<Signal> done = Signal::create(comm.device_, -1, 0);
   if (!done.ok()) return done.status().prefix(what + ": its end signal");
   cap->done = std::move(done).value();
-  for (auto [sig, off] : {std::pair{&cap->arrive_me, kCaptureArrive}, std::pair{&cap->sent_me, kCaptureSent}}) {
+  for (auto [sig, off] : {std::pair{&cap->posted_me, kCapturePosted}, std::pair{&cap->arrive_me, kCaptureArrive},
+                          std::pair{&cap->sent_me, kCaptureSent}}) {
     const uint64_t va = comm.pool_va_[size_t(me)] + kCaptureArea + slot * kCaptureSlotBytes + off;
     Result<Signal> w = Signal::wrap(comm.device_, va, comm.device_.host_pointer(va, Signal::kBytes));
     if (!w.ok()) return w.status().prefix(what);
@@ -146,7 +148,9 @@ Status CallState::capture(const CollectiveArgs& a, StreamOps& stream) {
   CONCCL_RETURN_IF_ERROR(stream.wait_value64(cap->done.va(), 1).prefix(what));
   capture_slots[slot].busy = true;
   ++captures;
-  put_desc(capture_desc(me, slot), id, prepared->d);
+  uint64_t* w = capture_desc(me, slot);
+  prepared->d.write_fields(w);
+  std::atomic_ref<uint64_t>(w[0]).store(id + 1, std::memory_order_release);
   return Status();
 }
 
@@ -156,10 +160,6 @@ void CallState::start_replay(CapturedCall& c) {
   const uint64_t r = s.replays + 1;
   const std::string name = c.name + " replay " + std::to_string(r);
   auto refuse = [&](const Status& why) {
-    {
-      std::lock_guard<std::mutex> lk(c.mu);
-      if (c.error.ok()) c.error = why;
-    }
     fail(why);
     c.done.set(1);  // the stream goes on; async_error() says why
   };
@@ -176,14 +176,7 @@ void CallState::start_replay(CapturedCall& c) {
   for (int q = 0; q < n; ++q) {
     const uint64_t* w = capture_desc(q, c.slot);
     if (!w || q == me || std::atomic_ref<const uint64_t>(w[0]).load(std::memory_order_acquire) != c.id + 1) continue;
-    CallDesc theirs;
-    theirs.op = w[1];
-    theirs.bytes = w[2];
-    theirs.send_window = w[3];
-    theirs.send_offset = w[4];
-    theirs.recv_window = w[5];
-    theirs.recv_offset = w[6];
-    theirs.send_stride = w[7];
+    CallDesc theirs = CallDesc::read_fields(w);
     theirs.k = c.desc.k;
     if (!(theirs == c.desc))
       return refuse(error(Code::invalid_argument,
@@ -195,7 +188,6 @@ void CallState::start_replay(CapturedCall& c) {
   Plan& plan = *c.plan;
   if (Status st = submit_lists(plan, r - 1, s.base, dl, name); !st.ok()) return refuse(st);
   const size_t mi = size_t(me);
-  const uint64_t at = comm.pool_va_[mi] + kCaptureArea + c.slot * kCaptureSlotBytes;
   const uint64_t arrive_target = s.base[kCounterArrive][mi] + plan.expected_[mi];
   const uint64_t sent_target = s.base[kCounterSent][mi] + plan.sent_expected_[mi];
   for (size_t q = 0; q < size_t(n); ++q) {
@@ -204,12 +196,7 @@ void CallState::start_replay(CapturedCall& c) {
     s.base[kCounterSent][q] += plan.sent_expected_[q];
   }
   s.replays = r;
-  c.done.set(0);
-  CommandBuffer close(c.closer->isa());
-  Status st = close.wait_ge(at + kCaptureArrive, arrive_target);
-  if (st.ok()) st = close.wait_ge(at + kCaptureSent, sent_target);
-  if (st.ok()) st = close.signal_add(c.done.va(), 1);
-  if (st.ok()) st = c.closer->submit(close, dl);
+  Status st = close_replay(*c.closer, {{c.arrive_me.va(), arrive_target}, {c.sent_me.va(), sent_target}}, c.done, dl);
   if (!st.ok()) return refuse(st.prefix(name + ": its closing list"));
   {
     std::lock_guard<std::mutex> lk(mu);
@@ -217,10 +204,7 @@ void CallState::start_replay(CapturedCall& c) {
     start_watchdog();
   }
   cv.notify_all();
-  // Posted last: the lists may start.
-  Result<Signal> posted = Signal::wrap(comm.device_, at + kCapturePosted,
-                                       comm.device_.host_pointer(at + kCapturePosted, Signal::kBytes));
-  if (posted.ok()) posted->set(r);
+  c.posted_me.set(r);  // last: the lists may start
 }
 
 namespace {
@@ -333,18 +317,16 @@ void local_replay(void* arg) {
   const size_t n = c->posted.size();
   Status st;
   c->submit(r, dl, &st);
-  CommandBuffer close(c->closer->isa());
-  for (size_t q = 0; q < n && st.ok(); ++q) {
+  std::vector<std::pair<uint64_t, uint64_t>> until;
+  for (size_t q = 0; q < n; ++q) {
     const uint64_t a = c->base[kCounterArrive][q] + c->plan->arrivals_expected(int(q));
     const uint64_t s = c->base[kCounterSent][q] + c->plan->sent_expected(int(q));
-    st = close.wait_ge(c->arrive[q].va(), a);
-    if (st.ok() && c->sent[q].valid()) st = close.wait_ge(c->sent[q].va(), s);
+    until.emplace_back(c->arrive[q].va(), a);
+    until.emplace_back(c->sent[q].va(), s);
     c->base[kCounterArrive][q] = a;
     c->base[kCounterSent][q] = s;
   }
-  c->done.set(0);
-  if (st.ok()) st = close.signal_add(c->done.va(), 1);
-  if (st.ok()) st = c->closer->submit(close, dl);
+  if (st.ok()) st = close_replay(*c->closer, until, c->done, dl);
   if (!st.ok()) {
     // Nothing can report from here (a host node returns nothing): the
     // stream goes on, and the data is not what the call promised.
@@ -370,12 +352,7 @@ Status Communicator::capture_local(const CollectiveArgs& given, StreamOps& strea
     in.send[size_t(in.root)] = root_send;
   }
   CollectiveArgs args = in;
-  if (args.variant == Variant::automatic) {
-    args.variant = choose_variant(args.op, args.bytes, n, caps_, true, packed_send(args));
-    bool in_place = args.op == CollOp::all_to_all && args.send.size() == args.recv.size() && !args.send.empty();
-    for (size_t r = 0; r < args.send.size() && in_place; ++r) in_place = args.send[r].va == args.recv[r].va;
-    if (in_place && caps_.swap) args.variant = Variant::swap;
-  }
+  args.variant = automatic_variant(args, true);
   CONCCL_RETURN_IF_ERROR(validate_args(*this, args).prefix("capturing " + what));
   auto cap = std::make_shared<LocalCapture>();
   cap->name = what;
@@ -400,7 +377,6 @@ Status Communicator::capture_local(const CollectiveArgs& given, StreamOps& strea
   queue_redirect_ = nullptr;
   if (!plan.ok()) return plan.status().prefix("capturing " + what);
   cap->plan = std::move(plan).value();
-  // Its phase counters (lists that wait on others' phases) grow per replay too.
   Result<Signal> done = Signal::create(device_, -1, 0);
   if (!done.ok()) return done.status().prefix(what + ": its end signal");
   cap->done = std::move(done).value();

@@ -170,6 +170,14 @@ Result<Queue*> Communicator::queue(int rank, int engine, bool shared) {
   return p;
 }
 
+Variant Communicator::automatic_variant(const CollectiveArgs& args, bool prelaunch) const {
+  if (args.variant != Variant::automatic) return args.variant;
+  const Variant v = choose_variant(args.op, args.bytes, size(), caps_, prelaunch, packed_send(args));
+  bool in_place = args.op == CollOp::all_to_all && args.send.size() == args.recv.size() && !args.send.empty();
+  for (size_t r = 0; r < args.send.size() && in_place; ++r) in_place = args.send[r].va == args.recv[r].va;
+  return in_place && caps_.swap ? Variant::swap : v;
+}
+
 Result<std::unique_ptr<Plan>> Communicator::plan(const CollectiveArgs& given) {
   if (boot_) return plan_across_processes(given);
   // Ops with one source (broadcast, scatter, p2p) take the root's send

@@ -466,13 +466,7 @@ Result<std::unique_ptr<Plan>> Communicator::plan_across_processes(const Collecti
   Result<std::unique_ptr<Plan>> plan = error(Code::internal, "not planned");
   if (st.ok()) {
     CollectiveArgs args = full;
-    if (args.variant == Variant::automatic) {
-      args.variant = choose_variant(args.op, args.bytes, n, caps_, args.prelaunch, packed_send(args));
-      bool in_place = args.op == CollOp::all_to_all;
-      for (int r = 0; r < n && in_place; ++r)
-        in_place = full.send[static_cast<size_t>(r)].va == full.recv[static_cast<size_t>(r)].va;
-      if (in_place && caps_.swap) args.variant = Variant::swap;
-    }
+    args.variant = automatic_variant(args, args.prelaunch);
     st = validate_args(*this, args);
     if (st.ok()) {
       plan = compile(args, full, false, &sig);
