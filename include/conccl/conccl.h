@@ -565,9 +565,11 @@ typedef struct conccl_internode {
                              int root_node, void* stream);
 } conccl_internode;
 /* `node` of `nnodes`. The callbacks are copied; `user` must stay valid
- * until conccl_hier_destroy. Destroying `local` (or closing its device)
- * first destroys the hierarchical communicator's state: its calls then fail,
- * saying so; conccl_hier_destroy still releases the handle. */
+ * until conccl_hier_destroy, which is collective over the node (every rank
+ * of it: its scratch windows leave `local`). Destroying `local` (or closing
+ * its device) first destroys the hierarchical communicator's state: its
+ * calls then fail, saying so; conccl_hier_destroy still releases the
+ * handle. */
 conccl_status conccl_hier_create(conccl_comm_t local, int node, int nnodes, const conccl_internode* inter,
                                  conccl_hier_t* hier);
 conccl_status conccl_hier_destroy(conccl_hier_t hier);

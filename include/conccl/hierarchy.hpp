@@ -77,7 +77,9 @@ class HierCommunicator {
     uint64_t initial_scratch_bytes = 0;
   };
   // `node` of `nodes`; every rank of the job calls it with its own local
-  // communicator and engine. Both must outlive the HierCommunicator.
+  // communicator and engine. Both must outlive the HierCommunicator, whose
+  // destruction is collective over the node (every rank of it, as it
+  // deregisters its scratch windows from `local`).
   static Result<std::unique_ptr<HierCommunicator>> create(Communicator& local, int node, int nodes,
                                                           InterNode& inter, const Options& options);
   static Result<std::unique_ptr<HierCommunicator>> create(Communicator& local, int node, int nodes,
@@ -123,8 +125,13 @@ class HierCommunicator {
   InterNode& inter_;
   const int node_, nodes_, local_rank_, local_size_;
   Options options_;
-  std::vector<Buffer> scratch_;  // every scratch taken (the last is current), freed at the end
-  Buffer zeros_{};               // AVG's padding inputs
+  struct Scratch {
+    Buffer mem;
+    Window window;  // of `local`
+  };
+  std::vector<Scratch> scratch_;  // every scratch taken (the last is current), freed at the end
+  Buffer zeros_{};                // AVG's padding inputs
+  std::vector<Buffer> old_zeros_; // outgrown (a stream may still read them), freed at the end
 };
 
 }  // namespace conccl

@@ -45,16 +45,21 @@ HierCommunicator::HierCommunicator(Communicator& local, int node, int nodes, Int
       options_(options) {}
 
 HierCommunicator::~HierCommunicator() {
-  // The windows go with the local communicator; the memory is ours. A call
-  // still running on a stream is the caller's to finish first (as NCCL's
-  // ncclCommDestroy asks of its users).
+  // A call still running on a stream is the caller's to finish first (as
+  // NCCL's ncclCommDestroy asks of its users). Each scratch leaves the local
+  // communicator's windows before its memory is freed: a window left behind
+  // would name freed memory, which a later allocation at the same address
+  // would be taken for. One whose deregistration fails (a rank of the node
+  // that does not destroy its own) is kept, not freed.
   Device& dev = local_.device();
-  for (const Buffer& b : scratch_) (void)dev.free_for_compute(b);
+  for (const Scratch& s : scratch_)
+    if (local_.deregister_window(s.window).ok()) (void)dev.free_for_compute(s.mem);
+  for (const Buffer& z : old_zeros_) (void)dev.free_for_compute(z);
   if (zeros_.size) (void)dev.free_for_compute(zeros_);
 }
 
 Result<Buffer> HierCommunicator::scratch(uint64_t bytes) {
-  if (!scratch_.empty() && scratch_.back().size >= bytes) return scratch_.back();
+  if (!scratch_.empty() && scratch_.back().mem.size >= bytes) return scratch_.back().mem;
   const uint64_t want = next_pow2(std::max<uint64_t>({bytes, options_.initial_scratch_bytes, 4096}));
   Result<Buffer> b = local_.device().alloc_for_compute(local_.gpu(local_rank_), want);
   if (!b.ok()) return b.status().prefix("HierCommunicator: scratch of " + std::to_string(want) + " bytes");
@@ -63,7 +68,7 @@ Result<Buffer> HierCommunicator::scratch(uint64_t bytes) {
     (void)local_.device().free_for_compute(*b);
     return w.status().prefix("HierCommunicator: registering its scratch as a window");
   }
-  scratch_.push_back(*b);
+  scratch_.push_back(Scratch{*b, *w});
   return *b;
 }
 
@@ -119,7 +124,7 @@ Status HierCommunicator::fold(const Buffer& in, const Buffer& out, uint64_t coun
     // N node sums with zeros to n inputs, so that it divides by n once.
     if (zeros_.size < count * es) {
       if (zeros_.size) {
-        scratch_.push_back(zeros_);  // a stream may still read it: freed at the end
+        old_zeros_.push_back(zeros_);  // a stream may still read it: freed at the end
         zeros_ = Buffer{};
       }
       Result<Buffer> z = dev.alloc_for_compute(step.gpu, next_pow2(std::max<uint64_t>(count * es, 4096)));

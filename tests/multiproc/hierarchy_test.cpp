@@ -331,6 +331,35 @@ int rank_main(const Layout& g, const std::vector<UniqueId>& ids, Mesh& mesh, int
     const std::string bad = run_ops(rk, **h, inter, st, seed);
     if (!bad.empty()) return *out += bad + "\n", 1;
   }
+  // An AVG whose zero inputs outgrow the first ones, then a call whose
+  // scratch would fit in those: the scratch is still a window, so the call
+  // exchanges no message (the outgrown zeros were once taken for scratch).
+  if (g.nodes > 1) {
+    const uint64_t count = 3001, es = 4;
+    std::vector<std::vector<uint8_t>> in;
+    for (int r = 0; r < g.n(); ++r) in.push_back(input(DataType::f32, count, 999, r));
+    uint8_t* base = rk.mem.get().as<uint8_t>();
+    std::memcpy(base, in[size_t(me)].data(), count * es);
+    Status st = (*h)->all_reduce(at(rk.mem.get(), 0, count * es), at(rk.mem.get(), kRecvAt, count * es), count,
+                                 DataType::f32, ReduceOp::avg);
+    if (!st.ok()) return *out += st.to_string() + "\n", 11;
+    if (std::string bad = check_bytes("all_reduce avg 3001", base + kRecvAt,
+                                      hier_reference(g, DataType::f32, ReduceOp::avg, in, 0, count), me);
+        !bad.empty())
+      return *out += bad + "\n", 12;
+    const uint64_t sent_before = rk.comm->stats().bootstrap_messages_sent;
+    const uint64_t bytes = 256;  // n x 256 of scratch: less than the first zero inputs (4096)
+    std::vector<std::vector<uint8_t>> a2a;
+    for (int r = 0; r < g.n(); ++r) a2a.push_back(input(DataType::u8, g.n() * bytes, 998, r));
+    std::memcpy(base, a2a[size_t(me)].data(), g.n() * bytes);
+    st = (*h)->all_to_all(at(rk.mem.get(), 0, g.n() * bytes), at(rk.mem.get(), kRecvAt, g.n() * bytes), bytes);
+    if (!st.ok()) return *out += st.to_string() + "\n", 13;
+    for (int q = 0; q < g.n(); ++q)
+      if (std::memcmp(base + kRecvAt + q * bytes, a2a[size_t(q)].data() + me * bytes, bytes) != 0)
+        return *out += "all_to_all after the zero inputs grew: WRONG\n", 14;
+    if (rk.comm->stats().bootstrap_messages_sent != sent_before)
+      return *out += "an all_to_all after the zero inputs grew exchanged messages: its scratch is no window\n", 15;
+  }
   // The local steps went through windows (the caller's and the scratch):
   // no message between the node's ranks per call.
   *out += "window calls " + std::to_string(rk.comm->stats().window_calls) + ", engine calls " +
