@@ -80,12 +80,13 @@ Status back_to_back(PlanBuilder& b, const CollectiveArgs& a, int src, Dst&& dst_
   return Status();
 }
 
-}  // namespace
 
-Status build_p2p(PlanBuilder& b, const CollectiveArgs& a, Variant v) {
+// p2p over the engines toward the destination, split by engine weight;
+// `one_engine`: the first engine alone (the single variant).
+Status p2p_over_engines(PlanBuilder& b, const CollectiveArgs& a, bool one_engine) {
   const int src = a.root, dst = a.peer;
   std::vector<int> engines = b.comm().engines_toward(src, dst);
-  if (v == Variant::single || engines.size() == 1) engines.resize(1);
+  if (one_engine || engines.size() == 1) engines.resize(1);
   else if (a.engines > 0 && static_cast<size_t>(a.engines) < engines.size()) engines.resize(static_cast<size_t>(a.engines));
   // Split by engine weight, in 256-byte units so pieces stay aligned.
   const GpuInfo& g = b.comm().device().topology().gpus[static_cast<size_t>(b.comm().gpu(src))];
@@ -114,37 +115,49 @@ Status build_p2p(PlanBuilder& b, const CollectiveArgs& a, Variant v) {
   return Status();
 }
 
-Status build_broadcast(PlanBuilder& b, const CollectiveArgs& a, Variant v) {
+}  // namespace
+
+Status build_p2p_striped(PlanBuilder& b, const CollectiveArgs& a) { return p2p_over_engines(b, a, false); }
+Status build_p2p_single(PlanBuilder& b, const CollectiveArgs& a) { return p2p_over_engines(b, a, true); }
+
+Status build_broadcast_fanout(PlanBuilder& b, const CollectiveArgs& a) {
   const int n = b.comm().size(), root = a.root;
   CONCCL_RETURN_IF_ERROR(local_copy(b, root, R(a, root), S(a, root), a.bytes));
-  if (v == Variant::bcst) return broadcast_pairs(b, a, root, S(a, root), 0);
-  if (v == Variant::chain) {
-    // root -> root+1 -> ... in chunks: rank k forwards chunk c once it arrived.
-    uint64_t chunks = a.chain_chunks > 0 ? static_cast<uint64_t>(a.chain_chunks)
-                                         : std::clamp<uint64_t>(a.bytes / (256 * 1024), 1, 16);
-    uint64_t cs = (a.bytes + chunks - 1) / chunks;
-    cs = std::max<uint64_t>(256, (cs + 255) / 256 * 256);
-    chunks = (a.bytes + cs - 1) / cs;
-    for (int k = 0; k + 1 < n; ++k) {
-      const int from = (root + k) % n, to = (root + k + 1) % n;
-      Result<PlanList*> l = b.list(from, b.engine_for(from, to));
-      if (!l.ok()) return l.status();
-      for (uint64_t c = 0; c < chunks; ++c) {
-        const uint64_t off = c * cs, len = std::min(cs, a.bytes - off);
-        if (k > 0) CONCCL_RETURN_IF_ERROR(b.wait_arrivals(**l, from, c + 1));
-        const uint64_t src = k == 0 ? S(a, root) : R(a, from);
-        CONCCL_RETURN_IF_ERROR(b.copy(**l, R(a, to) + off, src + off, len));
-        CONCCL_RETURN_IF_ERROR(b.arrive(**l, to));
-      }
-    }
-    return Status();
-  }
-  for (int d = 0; d < n; ++d)  // fanout
+  for (int d = 0; d < n; ++d)
     if (d != root) CONCCL_RETURN_IF_ERROR(copy_to(b, root, d, R(a, d), S(a, root), a.bytes));
   return Status();
 }
 
-Status build_gather(PlanBuilder& b, const CollectiveArgs& a, Variant) {
+Status build_broadcast_bcst(PlanBuilder& b, const CollectiveArgs& a) {
+  CONCCL_RETURN_IF_ERROR(local_copy(b, a.root, R(a, a.root), S(a, a.root), a.bytes));
+  return broadcast_pairs(b, a, a.root, S(a, a.root), 0);
+}
+
+// root -> root+1 -> ... in chunks: rank k forwards chunk c once it arrived.
+Status build_broadcast_chain(PlanBuilder& b, const CollectiveArgs& a) {
+  const int n = b.comm().size(), root = a.root;
+  CONCCL_RETURN_IF_ERROR(local_copy(b, root, R(a, root), S(a, root), a.bytes));
+  uint64_t chunks = a.chain_chunks > 0 ? static_cast<uint64_t>(a.chain_chunks)
+                                       : std::clamp<uint64_t>(a.bytes / (256 * 1024), 1, 16);
+  uint64_t cs = (a.bytes + chunks - 1) / chunks;
+  cs = std::max<uint64_t>(256, (cs + 255) / 256 * 256);
+  chunks = (a.bytes + cs - 1) / cs;
+  for (int k = 0; k + 1 < n; ++k) {
+    const int from = (root + k) % n, to = (root + k + 1) % n;
+    Result<PlanList*> l = b.list(from, b.engine_for(from, to));
+    if (!l.ok()) return l.status();
+    for (uint64_t c = 0; c < chunks; ++c) {
+      const uint64_t off = c * cs, len = std::min(cs, a.bytes - off);
+      if (k > 0) CONCCL_RETURN_IF_ERROR(b.wait_arrivals(**l, from, c + 1));
+      const uint64_t src = k == 0 ? S(a, root) : R(a, from);
+      CONCCL_RETURN_IF_ERROR(b.copy(**l, R(a, to) + off, src + off, len));
+      CONCCL_RETURN_IF_ERROR(b.arrive(**l, to));
+    }
+  }
+  return Status();
+}
+
+Status build_gather_pcpy(PlanBuilder& b, const CollectiveArgs& a) {
   for (int r = 0; r < b.comm().size(); ++r) {
     const uint64_t dst = R(a, a.root) + uint64_t(r) * a.bytes;
     if (r == a.root) CONCCL_RETURN_IF_ERROR(local_copy(b, r, dst, S(a, r), a.bytes));
@@ -153,7 +166,7 @@ Status build_gather(PlanBuilder& b, const CollectiveArgs& a, Variant) {
   return Status();
 }
 
-Status build_scatter(PlanBuilder& b, const CollectiveArgs& a, Variant) {
+Status build_scatter_fanout(PlanBuilder& b, const CollectiveArgs& a) {
   for (int r = 0; r < b.comm().size(); ++r) {
     const uint64_t src = S(a, a.root) + uint64_t(r) * a.bytes;
     if (r == a.root) CONCCL_RETURN_IF_ERROR(local_copy(b, r, R(a, r), src, a.bytes));
@@ -162,75 +175,105 @@ Status build_scatter(PlanBuilder& b, const CollectiveArgs& a, Variant) {
   return Status();
 }
 
-Status build_all_gather(PlanBuilder& b, const CollectiveArgs& a, Variant v) {
-  const int n = b.comm().size();
-  for (int s = 0; s < n; ++s) {
+namespace {
+
+// All-gather: each rank's chunk to its own slot, then `spread(s, off)` sends
+// rank s's chunk to offset off of every peer.
+template <typename Spread>
+Status all_gather_with(PlanBuilder& b, const CollectiveArgs& a, Spread&& spread) {
+  for (int s = 0; s < b.comm().size(); ++s) {
     const uint64_t off = uint64_t(s) * a.bytes;
     CONCCL_RETURN_IF_ERROR(local_copy(b, s, R(a, s) + off, S(a, s), a.bytes));
-    if (v == Variant::bcst) {
-      CONCCL_RETURN_IF_ERROR(broadcast_pairs(b, a, s, S(a, s), off));
-    } else if (v == Variant::b2b) {
-      CONCCL_RETURN_IF_ERROR(back_to_back(b, a, s, [&](int d) { return std::make_pair(R(a, d) + off, S(a, s)); }));
-    } else {
-      for (int d = 0; d < n; ++d)
-        if (d != s) CONCCL_RETURN_IF_ERROR(copy_to(b, s, d, R(a, d) + off, S(a, s), a.bytes));
-    }
+    CONCCL_RETURN_IF_ERROR(spread(s, off));
   }
   return Status();
 }
 
-Status build_all_to_all(PlanBuilder& b, const CollectiveArgs& a, Variant v) {
+// All-to-all by copies: rank s's chunk for itself, then `spread(s)` sends its
+// chunk d to slot s of each peer d.
+template <typename Spread>
+Status all_to_all_with(PlanBuilder& b, const CollectiveArgs& a, Spread&& spread) {
+  const uint64_t step = send_step(a);
+  for (int s = 0; s < b.comm().size(); ++s) {
+    CONCCL_RETURN_IF_ERROR(local_copy(b, s, R(a, s) + uint64_t(s) * a.bytes, S(a, s) + uint64_t(s) * step, a.bytes));
+    CONCCL_RETURN_IF_ERROR(spread(s, step));
+  }
+  return Status();
+}
+
+}  // namespace
+
+Status build_all_gather_pcpy(PlanBuilder& b, const CollectiveArgs& a) {
+  return all_gather_with(b, a, [&](int s, uint64_t off) {
+    for (int d = 0; d < b.comm().size(); ++d)
+      if (d != s) CONCCL_RETURN_IF_ERROR(copy_to(b, s, d, R(a, d) + off, S(a, s), a.bytes));
+    return Status();
+  });
+}
+
+Status build_all_gather_bcst(PlanBuilder& b, const CollectiveArgs& a) {
+  return all_gather_with(b, a, [&](int s, uint64_t off) { return broadcast_pairs(b, a, s, S(a, s), off); });
+}
+
+Status build_all_gather_b2b(PlanBuilder& b, const CollectiveArgs& a) {
+  return all_gather_with(b, a, [&](int s, uint64_t off) {
+    return back_to_back(b, a, s, [&](int d) { return std::make_pair(R(a, d) + off, S(a, s)); });
+  });
+}
+
+Status build_all_to_all_pcpy(PlanBuilder& b, const CollectiveArgs& a) {
+  return all_to_all_with(b, a, [&](int s, uint64_t step) {
+    for (int d = 0; d < b.comm().size(); ++d)
+      if (d != s)
+        CONCCL_RETURN_IF_ERROR(copy_to(b, s, d, R(a, d) + uint64_t(s) * a.bytes, S(a, s) + uint64_t(d) * step, a.bytes));
+    return Status();
+  });
+}
+
+Status build_all_to_all_b2b(PlanBuilder& b, const CollectiveArgs& a) {
+  return all_to_all_with(b, a, [&](int s, uint64_t step) {
+    return back_to_back(
+        b, a, s, [&](int d) { return std::make_pair(R(a, d) + uint64_t(s) * a.bytes, S(a, s) + uint64_t(d) * step); });
+  });
+}
+
+// Phase 1 (out of place only): each rank copies its whole send buffer to its
+// recv buffer; the diagonal chunk is then final. Phase 2: every pair (i, j)
+// exchanges recv[i] chunk j with recv[j] chunk i in one SWAP, after both
+// ranks' phase 1. Pairs are spread so each rank drives at most
+// ceil(pairs / n) swaps. Validation refuses a send stride here.
+Status build_all_to_all_swap(PlanBuilder& b, const CollectiveArgs& a) {
   const int n = b.comm().size();
   const uint64_t cb = a.bytes;
-  const uint64_t step = send_step(a);  // validation refuses a stride with swap
-  if (v == Variant::swap) {
-    // Phase 1 (out of place only): each rank copies its whole send buffer to
-    // its recv buffer; the diagonal chunk is then final. Phase 2: every pair
-    // (i, j) exchanges recv[i] chunk j with recv[j] chunk i in one SWAP,
-    // after both ranks' phase 1. Pairs are spread so each rank drives at most
-    // ceil(pairs / n) swaps.
-    const bool in_place = [&] {
-      for (int r = 0; r < n; ++r)
-        if (S(a, r) != R(a, r)) return false;
-      return true;
-    }();
-    if (!in_place)
-      for (int r = 0; r < n; ++r) {
-        Result<PlanList*> l = b.list(r, b.engine_for(r, r));
-        if (!l.ok()) return l.status();
-        CONCCL_RETURN_IF_ERROR(b.copy(**l, R(a, r), S(a, r), cb * uint64_t(n)));
-        CONCCL_RETURN_IF_ERROR(b.arrive(**l, r));
-        CONCCL_RETURN_IF_ERROR(b.ready(**l, r));
-      }
-    std::vector<int> load(static_cast<size_t>(n), 0);
-    for (int i = 0; i < n; ++i)
-      for (int j = i + 1; j < n; ++j) {
-        const int owner = load[static_cast<size_t>(i)] <= load[static_cast<size_t>(j)] ? i : j;
-        const int other = owner == i ? j : i;
-        load[static_cast<size_t>(owner)]++;
-        Result<PlanList*> l = b.list(owner, b.engine_for(owner, other));
-        if (!l.ok()) return l.status();
-        if (!in_place) {
-          CONCCL_RETURN_IF_ERROR(b.wait_ready(**l, i, 1));
-          CONCCL_RETURN_IF_ERROR(b.wait_ready(**l, j, 1));
-        }
-        CONCCL_RETURN_IF_ERROR((*l)->cb.swap(R(a, i) + uint64_t(j) * cb, R(a, j) + uint64_t(i) * cb, cb));
-        CONCCL_RETURN_IF_ERROR(b.arrive(**l, i));
-        CONCCL_RETURN_IF_ERROR(b.arrive(**l, j));
-      }
-    return Status();
-  }
-  for (int s = 0; s < n; ++s) {
-    CONCCL_RETURN_IF_ERROR(local_copy(b, s, R(a, s) + uint64_t(s) * cb, S(a, s) + uint64_t(s) * step, cb));
-    if (v == Variant::b2b) {
-      CONCCL_RETURN_IF_ERROR(back_to_back(
-          b, a, s, [&](int d) { return std::make_pair(R(a, d) + uint64_t(s) * cb, S(a, s) + uint64_t(d) * step); }));
-    } else {
-      for (int d = 0; d < n; ++d)
-        if (d != s)
-          CONCCL_RETURN_IF_ERROR(copy_to(b, s, d, R(a, d) + uint64_t(s) * cb, S(a, s) + uint64_t(d) * step, cb));
+  const bool in_place = [&] {
+    for (int r = 0; r < n; ++r)
+      if (S(a, r) != R(a, r)) return false;
+    return true;
+  }();
+  if (!in_place)
+    for (int r = 0; r < n; ++r) {
+      Result<PlanList*> l = b.list(r, b.engine_for(r, r));
+      if (!l.ok()) return l.status();
+      CONCCL_RETURN_IF_ERROR(b.copy(**l, R(a, r), S(a, r), cb * uint64_t(n)));
+      CONCCL_RETURN_IF_ERROR(b.arrive(**l, r));
+      CONCCL_RETURN_IF_ERROR(b.ready(**l, r));
     }
-  }
+  std::vector<int> load(static_cast<size_t>(n), 0);
+  for (int i = 0; i < n; ++i)
+    for (int j = i + 1; j < n; ++j) {
+      const int owner = load[static_cast<size_t>(i)] <= load[static_cast<size_t>(j)] ? i : j;
+      const int other = owner == i ? j : i;
+      load[static_cast<size_t>(owner)]++;
+      Result<PlanList*> l = b.list(owner, b.engine_for(owner, other));
+      if (!l.ok()) return l.status();
+      if (!in_place) {
+        CONCCL_RETURN_IF_ERROR(b.wait_ready(**l, i, 1));
+        CONCCL_RETURN_IF_ERROR(b.wait_ready(**l, j, 1));
+      }
+      CONCCL_RETURN_IF_ERROR((*l)->cb.swap(R(a, i) + uint64_t(j) * cb, R(a, j) + uint64_t(i) * cb, cb));
+      CONCCL_RETURN_IF_ERROR(b.arrive(**l, i));
+      CONCCL_RETURN_IF_ERROR(b.arrive(**l, j));
+    }
   return Status();
 }
 

@@ -86,13 +86,26 @@ class PlanBuilder {
   Status record_held(PlanList& l);
 };
 
-// Builders, one per op (build_ops.cpp). Arguments are validated already.
-Status build_p2p(PlanBuilder& b, const CollectiveArgs& a, Variant v);
-Status build_broadcast(PlanBuilder& b, const CollectiveArgs& a, Variant v);
-Status build_gather(PlanBuilder& b, const CollectiveArgs& a, Variant v);
-Status build_scatter(PlanBuilder& b, const CollectiveArgs& a, Variant v);
-Status build_all_gather(PlanBuilder& b, const CollectiveArgs& a, Variant v);
-Status build_all_to_all(PlanBuilder& b, const CollectiveArgs& a, Variant v);
+// Builders, one per op and variant (build_ops.cpp); the variant table
+// (variants.cpp) names each. Arguments are validated already.
+using BuildFn = Status (*)(PlanBuilder& b, const CollectiveArgs& a);
+Status build_p2p_striped(PlanBuilder& b, const CollectiveArgs& a);
+Status build_p2p_single(PlanBuilder& b, const CollectiveArgs& a);
+Status build_broadcast_fanout(PlanBuilder& b, const CollectiveArgs& a);
+Status build_broadcast_bcst(PlanBuilder& b, const CollectiveArgs& a);
+Status build_broadcast_chain(PlanBuilder& b, const CollectiveArgs& a);
+Status build_gather_pcpy(PlanBuilder& b, const CollectiveArgs& a);
+Status build_scatter_fanout(PlanBuilder& b, const CollectiveArgs& a);
+Status build_all_gather_pcpy(PlanBuilder& b, const CollectiveArgs& a);
+Status build_all_gather_bcst(PlanBuilder& b, const CollectiveArgs& a);
+Status build_all_gather_b2b(PlanBuilder& b, const CollectiveArgs& a);
+Status build_all_to_all_pcpy(PlanBuilder& b, const CollectiveArgs& a);
+Status build_all_to_all_b2b(PlanBuilder& b, const CollectiveArgs& a);
+Status build_all_to_all_swap(PlanBuilder& b, const CollectiveArgs& a);
+
+// The builder of (op, variant); nullptr for Variant::automatic (resolved
+// before planning) or a pair the table lacks (validation refuses those).
+BuildFn variant_builder(CollOp op, Variant v);
 
 // validate.cpp
 Status validate_args(const Communicator& comm, const CollectiveArgs& a);

@@ -250,15 +250,9 @@ Result<std::unique_ptr<Plan>> Communicator::compile(const CollectiveArgs& args, 
   plan->trigger_ = std::move(trig).value();
 
   PlanBuilder b(*this, *plan, shared);
-  Status st;
-  switch (args.op) {
-    case CollOp::p2p: st = build_p2p(b, args, plan->variant_); break;
-    case CollOp::broadcast: st = build_broadcast(b, args, plan->variant_); break;
-    case CollOp::gather: st = build_gather(b, args, plan->variant_); break;
-    case CollOp::scatter: st = build_scatter(b, args, plan->variant_); break;
-    case CollOp::all_gather: st = build_all_gather(b, args, plan->variant_); break;
-    case CollOp::all_to_all: st = build_all_to_all(b, args, plan->variant_); break;
-  }
+  const BuildFn build = variant_builder(args.op, plan->variant_);
+  Status st = build ? build(b, args)
+                    : error(Code::internal, std::string("no builder for variant ") + variant_name(plan->variant_));
   if (st.ok()) st = b.finish();
   if (!st.ok()) return st.prefix(std::string("planning ") + coll_op_name(args.op));
   // Prelaunch plans across processes: each list of a rank ends by advancing

@@ -5,6 +5,7 @@
 // b2b_ways / striped engines / chain_chunks options.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <atomic>
 #include <chrono>
 #include <map>
@@ -33,6 +34,47 @@ const PlanList* find_list(const Plan& plan, int rank, int engine) {
   for (const PlanList& l : plan.lists())
     if (l.rank == rank && l.engine == engine) return &l;
   return nullptr;
+}
+
+// ---------------------------------------------------------------- variant table
+
+// Every variant has one name that parses back to it; every op accepts
+// automatic first and has a builder for each other variant it accepts, and
+// none for a variant it refuses; a capability a variant needs is named when
+// the engines lack it and not otherwise.
+TEST(VariantTable, NamesBuildersAndCapabilitiesAgree) {
+  std::set<std::string> names;
+  for (int i = 0; i <= static_cast<int>(Variant::single); ++i) {
+    const Variant v = static_cast<Variant>(i);
+    const std::string name = variant_name(v);
+    ASSERT_NE(name, "?") << "variant " << i << " has no row";
+    EXPECT_TRUE(names.insert(name).second) << name << " names two variants";
+    Variant back{};
+    ASSERT_TRUE(parse_variant(name, &back)) << name;
+    EXPECT_EQ(back, v) << name;
+  }
+  Variant none{};
+  EXPECT_FALSE(parse_variant("ring", &none));
+  EXPECT_STREQ(variant_name(static_cast<Variant>(200)), "?");
+  for (CollOp op : {CollOp::p2p, CollOp::broadcast, CollOp::gather, CollOp::scatter, CollOp::all_gather,
+                    CollOp::all_to_all}) {
+    const std::vector<Variant> ok = variants_for(op);
+    ASSERT_GE(ok.size(), 2u) << coll_op_name(op);
+    EXPECT_EQ(ok.front(), Variant::automatic);
+    EXPECT_EQ(variant_builder(op, Variant::automatic), nullptr);
+    for (int i = 1; i <= static_cast<int>(Variant::single); ++i) {
+      const Variant v = static_cast<Variant>(i);
+      const bool accepted = std::find(ok.begin(), ok.end(), v) != ok.end();
+      EXPECT_EQ(variant_builder(op, v) != nullptr, accepted) << coll_op_name(op) << " " << variant_name(v);
+    }
+  }
+  Caps none_caps, all_caps;
+  all_caps.broadcast_copy = all_caps.swap = true;
+  EXPECT_NE(variant_missing_cap(Variant::bcst, none_caps).find("Caps::broadcast_copy"), std::string::npos);
+  EXPECT_NE(variant_missing_cap(Variant::swap, none_caps).find("Caps::swap"), std::string::npos);
+  EXPECT_EQ(variant_missing_cap(Variant::pcpy, none_caps), "");
+  EXPECT_EQ(variant_missing_cap(Variant::bcst, all_caps), "");
+  EXPECT_EQ(variant_missing_cap(Variant::swap, all_caps), "");
 }
 
 // ---------------------------------------------------------------- prelaunch
