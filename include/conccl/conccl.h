@@ -97,6 +97,11 @@ typedef struct conccl_device_options {
   const char* gen;        /* emu: SDMA generation ("4.4.2", ...; NULL = the preset's) */
   size_t memory_per_gpu;  /* emu: bytes of HBM per GPU (0 = default) */
   int process_slot;       /* one process per rank: 0..15, distinct per process (the rank); -1 (init) = none */
+  /* The backend's own settings, "key=value" words separated by spaces (NULL =
+   * none); each backend refuses keys it does not know (docs/backends.md), e.g.
+   * "interrupt_waits=0 gpus=0,0" for nv, "trap=off" for kfd, "preset=small
+   * gpus=4" for emu. */
+  const char* settings;
 } conccl_device_options;
 void conccl_device_options_init(conccl_device_options* options);
 

@@ -11,6 +11,7 @@
 #include <cstdint>
 #include <memory>
 #include <string>
+#include <vector>
 
 #include "conccl/deadline.hpp"
 #include "conccl/reduce.hpp"
@@ -167,7 +168,9 @@ Status reduce_through_host_mapping(Device& device, const DeviceReduceStep& step)
 
 // Options for open_device().
 struct DeviceOptions {
-  std::string backend = "emu";  // "emu", "kfd", "nv"
+  std::string backend = "emu";  // "emu", "kfd", "nv" (backend_names())
+  // The emulator's topology, as fields (the same keys in `settings` below do
+  // the same; the older way, kept for callers that use it).
   std::string preset;           // emu: "mi300x", "small" (see docs/emulator.md)
   int gpus = 0;                 // emu custom topology: GPUs (0 = preset's)
   int engines = 0;              // emu custom topology: engines per GPU (0 = preset's)
@@ -178,7 +181,18 @@ struct DeviceOptions {
   // the natural choice - so that every process's memory has one address in
   // all of them (docs/multiprocess.md). -1: a device of one process.
   int process_slot = -1;
+  // The backend's own settings: "key=value" words separated by spaces, the
+  // same string from C (conccl_device_options.settings) and Python
+  // (Device(settings=...)). Each backend refuses keys it does not know and
+  // names those it does (docs/backends.md lists them), e.g.
+  //   emu: "preset=small gpus=4 engines=2 gen=6.0 memory_per_gpu=64M"
+  //   kfd: "trap=off require_engine_ids=1"
+  //   nv:  "gpus=0,0 interrupt_waits=0 wait_max_sleep_us=100"
+  std::string settings;
 };
+
+// The backends open_device knows, by name ("emu", "kfd", "nv").
+std::vector<std::string> backend_names();
 
 // Opens a backend. Errors: Code::unavailable when the backend is not built or
 // its driver is missing here (the message names the cause and the fix).

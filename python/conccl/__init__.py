@@ -101,7 +101,7 @@ class _Buffer(ctypes.Structure):
 
 class _DeviceOptions(ctypes.Structure):
     _fields_ = [("struct_size", _sz), ("backend", _cp), ("preset", _cp), ("gpus", _int), ("engines", _int),
-                ("gen", _cp), ("memory_per_gpu", _sz), ("process_slot", _int)]
+                ("gen", _cp), ("memory_per_gpu", _sz), ("process_slot", _int), ("settings", _cp)]
 
 
 class _UniqueId(ctypes.Structure):
@@ -610,17 +610,46 @@ def _close_open_devices():
         d.close()
 
 
+def _settings_text(settings):
+    """A backend's settings as the C API takes them: "key=value" words separated by
+    spaces, from that str or from a dict {key: value} (bools as 0/1, lists as 0,1,1)."""
+    if settings is None or isinstance(settings, str):
+        return _text("settings", settings, optional=True)
+    if not isinstance(settings, dict):
+        raise Error("invalid_argument", f"settings must be a str ('key=value key=value') or a dict, not "
+                                        f"{type(settings).__name__}")
+    words = []
+    for k, v in settings.items():
+        if isinstance(v, bool):
+            v = int(v)
+        elif isinstance(v, (list, tuple)):
+            v = ",".join(str(int(x)) for x in v)
+        text = f"{k}={v}"
+        if not isinstance(k, str) or not k or any(c.isspace() for c in text):
+            raise Error("invalid_argument", f"settings entry {k!r}: {v!r}: keys are non-empty str and neither holds "
+                                            f"spaces")
+        words.append(text)
+    return " ".join(words).encode()
+
+
 class Device:
-    """open_device: backend "emu" (default, no GPU needed), "kfd" or "nv"."""
+    """open_device: backend "emu" (default, no GPU needed), "kfd" or "nv".
+
+    settings: the backend's own options, a str "key=value key=value" or a dict (each
+    backend refuses keys it does not know and names those it does; docs/backends.md),
+    e.g. settings={"interrupt_waits": 0, "gpus": [0, 0]} for "nv", {"trap": "off"} for
+    "kfd", {"preset": "small", "gpus": 4} for "emu" (the same as the keyword arguments
+    preset/gpus/engines/gen/memory_per_gpu)."""
     _h = None
     _closed = False
 
-    def __init__(self, backend="emu", preset=None, gpus=0, engines=0, gen=None, memory_per_gpu=0, process_slot=-1):
+    def __init__(self, backend="emu", preset=None, gpus=0, engines=0, gen=None, memory_per_gpu=0, process_slot=-1,
+                 settings=None):
         o = _DeviceOptions(ctypes.sizeof(_DeviceOptions), _text("backend", backend),
                            _text("preset", preset, optional=True), _integer("gpus", gpus, "int"),
                            _integer("engines", engines, "int"), _text("gen", gen, optional=True),
                            _integer("memory_per_gpu", memory_per_gpu, "size_t"),
-                           _integer("process_slot", process_slot, "int"))
+                           _integer("process_slot", process_slot, "int"), _settings_text(settings))
         h = _vp()
         _check(_dev_open(ctypes.byref(o), ctypes.byref(h)))
         self._h = h

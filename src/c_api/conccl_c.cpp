@@ -264,6 +264,8 @@ conccl_status conccl_device_open(const conccl_device_options* o, conccl_device_t
       // Added after the first version: callers built against it lack the field.
       if (o->struct_size >= offsetof(conccl_device_options, process_slot) + sizeof(int))
         opt.process_slot = o->process_slot;
+      if (o->struct_size >= offsetof(conccl_device_options, settings) + sizeof(const char*) && o->settings)
+        opt.settings = o->settings;
     }
     Result<std::unique_ptr<Device>> d = open_device(opt);
     if (!d.ok()) return report(d.status());

@@ -4,6 +4,8 @@
 // exercise it too: tests/install, tests/python.)
 #include <gtest/gtest.h>
 
+#include <cstddef>
+
 #include <cstring>
 #include <random>
 #include <string>
@@ -69,6 +71,36 @@ TEST(CApi, ErrorsCarryTheMessage) {
   EXPECT_EQ(n, 8);
   EXPECT_EQ(last(), "");
   EXPECT_STRNE(conccl_version(), "");
+}
+
+// A backend's own settings, one string: emu's shape the node, an unknown key
+// is refused naming the known ones.
+TEST(CApi, DeviceSettings) {
+  conccl_device_options o;
+  conccl_device_options_init(&o);
+  EXPECT_EQ(o.settings, nullptr);
+  o.settings = "preset=small gpus=2";
+  conccl_device_t d = nullptr;
+  ASSERT_EQ(conccl_device_open(&o, &d), CONCCL_OK) << last();
+  int n = 0;
+  EXPECT_EQ(conccl_device_gpu_count(d, &n), CONCCL_OK);
+  EXPECT_EQ(n, 2);
+  EXPECT_EQ(conccl_device_close(d), CONCCL_OK);
+  o.settings = "preset=small gpu=2";
+  EXPECT_EQ(conccl_device_open(&o, &d), CONCCL_ERR_INVALID_ARGUMENT);
+  EXPECT_NE(last().find("backend emu has no setting 'gpu' (its settings: preset, gpus"), std::string::npos) << last();
+  o.backend = "nv";
+  o.settings = "interrupt_waits=maybe";
+  EXPECT_EQ(conccl_device_open(&o, &d), CONCCL_ERR_INVALID_ARGUMENT);
+  EXPECT_NE(last().find("interrupt_waits='maybe': give 0 or 1"), std::string::npos) << last();
+  // A caller built before the field existed: its struct ends at process_slot, so the field is not read.
+  conccl_device_options old;
+  conccl_device_options_init(&old);
+  old.struct_size = offsetof(conccl_device_options, settings);
+  old.settings = "not read=";
+  old.preset = "small";
+  ASSERT_EQ(conccl_device_open(&old, &d), CONCCL_OK) << last();
+  EXPECT_EQ(conccl_device_close(d), CONCCL_OK);
 }
 
 TEST(CApi, DeviceBuffersQueuesSignals) {

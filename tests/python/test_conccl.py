@@ -16,6 +16,24 @@ class DeviceTest(unittest.TestCase):
         self.assertEqual(cm.exception.status, "invalid_argument")
         self.assertIn("unknown backend 'tpu'", cm.exception.message)
 
+    def test_backend_settings(self):
+        with conccl.Device("emu", settings={"preset": "small", "gpus": 3, "engines": 2}) as dev:
+            self.assertEqual(dev.gpu_count, 3)
+            self.assertEqual(len(dev.engines(0)), 2)
+        with conccl.Device("emu", settings="preset=small gpus=2") as dev:
+            self.assertEqual(dev.gpu_count, 2)
+        with self.assertRaises(conccl.Error) as cm:
+            conccl.Device("emu", settings={"gpu": 2})
+        self.assertEqual(cm.exception.status, "invalid_argument")
+        self.assertIn("backend emu has no setting 'gpu' (its settings: preset, gpus", cm.exception.message)
+        with self.assertRaises(conccl.Error) as cm:
+            conccl.Device("nv", settings={"interrupt_waits": "sometimes"})
+        self.assertIn("interrupt_waits='sometimes': give 0 or 1", cm.exception.message)
+        with self.assertRaises(conccl.Error):
+            conccl.Device("emu", settings={"preset": "a b"})
+        with self.assertRaises(conccl.Error):
+            conccl.Device("emu", settings=["gpus=2"])
+
     def test_topology_and_engines(self):
         with conccl.Device("emu", preset="mi300x") as dev:
             self.assertEqual(dev.gpu_count, 8)
