@@ -98,10 +98,13 @@ Status reduce_through_host_mapping(Device& device, const DeviceReduceStep& step)
   return reduce_on_host(s);
 }
 
-Status Communicator::call_reduction(const ReductionArgs& a, StreamOps* stream) {
-  const std::string name = std::string("call ") + reduce_coll_name(a.coll);
-  const int n = size();
-  const bool across = me_ >= 0;
+namespace {
+
+// The arguments against the communicator: types, counts, root, and each
+// given buffer's size and reach. `across`: ranks in separate processes.
+Status validate_reduction(const Communicator& comm, const ReductionArgs& a, const std::string& name) {
+  const int n = comm.size(), me = comm.rank();
+  const bool across = me >= 0;
   if (!valid_dtype(static_cast<int>(a.dtype)))
     return error(Code::invalid_argument, name + ": unknown element type " + std::to_string(static_cast<int>(a.dtype)));
   if (!valid_reduce_op(static_cast<int>(a.op)))
@@ -120,12 +123,12 @@ Status Communicator::call_reduction(const ReductionArgs& a, StreamOps* stream) {
   const uint64_t send_elems = a.coll == ReduceColl::reduce_scatter ? a.count * n : a.count;
   auto needs_recv = [&](int r) { return a.coll != ReduceColl::reduce || r == a.root; };
   const size_t given = across ? 1 : static_cast<size_t>(n);
-  if (a.send.size() != given || (a.recv.size() != given && !(across && a.recv.empty() && !needs_recv(me_))))
+  if (a.send.size() != given || (a.recv.size() != given && !(across && a.recv.empty() && !needs_recv(me))))
     return error(Code::invalid_argument,
                  name + ": give " + (across ? std::string("this rank's buffers alone (send {mine}, recv {mine}; a "
                                                           "non-root rank of reduce may give no recv)")
                                             : "one send and one recv buffer per rank (" + std::to_string(n) + ")"));
-  auto rank_of = [&](size_t i) { return across ? me_ : static_cast<int>(i); };
+  auto rank_of = [&](size_t i) { return across ? me : static_cast<int>(i); };
   for (size_t i = 0; i < given; ++i) {
     const int r = rank_of(i);
     if (a.send[i].size < send_elems * es)
@@ -141,11 +144,164 @@ Status Communicator::call_reduction(const ReductionArgs& a, StreamOps* stream) {
   }
   // The reduce step writes the results: the GPU's compute must reach them.
   for (size_t i = 0; i < a.recv.size(); ++i)
-    if (a.recv[i].va && needs_recv(rank_of(i)) && !device_.compute_reaches(a.recv[i].va, a.count * es))
+    if (a.recv[i].va && needs_recv(rank_of(i)) && !comm.device().compute_reaches(a.recv[i].va, a.count * es))
       return error(Code::invalid_argument,
                    name + ": rank " + std::to_string(rank_of(i)) + "'s recv buffer at " + hex(a.recv[i].va) +
                        " is memory only the copy engines map; the reduce kernel writes it: use CUDA memory "
                        "(a PyTorch tensor, conccl_buffer_alloc_cuda, Device::alloc_for_compute)");
+  return Status();
+}
+
+// One reduction call: its moves (calls of the communicator) into the
+// staging, and the reduce steps over it, piece by piece.
+class ReductionRun {
+ public:
+  ReductionRun(Communicator& comm, const std::vector<Buffer>& staging, const ReductionArgs& a, StreamOps* stream,
+               uint64_t staging_bytes, Deadline dl)
+      : comm_(comm), staging_(staging), a_(a), stream_(stream), n_(comm.size()), across_(comm.rank() >= 0),
+        es_(dtype_size(a.dtype)), per_piece_(staging_bytes / (static_cast<uint64_t>(n_) * es_)), dl_(dl) {}
+
+  Status run() {
+    switch (a_.coll) {
+      case ReduceColl::reduce_scatter: return reduce_scatter(a_.count, [&](int r) { return recv_of(r).va; });
+      case ReduceColl::reduce: return gathered(0, a_.count, false);
+      case ReduceColl::all_reduce: return all_reduce();
+    }
+    return error(Code::invalid_argument, "unknown reduction");
+  }
+
+ private:
+  const Buffer& send_of(int r) const { return a_.send[across_ ? 0 : static_cast<size_t>(r)]; }
+  const Buffer& recv_of(int r) const { return a_.recv[across_ ? 0 : static_cast<size_t>(r)]; }
+  const Buffer& staging_of(int r) const { return staging_[static_cast<size_t>(r)]; }
+
+  // One move: `fill(r, &send, &recv)` gives rank r's buffers (empty where
+  // the op takes none on r); across processes only this rank's. Across
+  // processes a non-root rank of a gather names its own staging slice as
+  // recv: through windows that says where the root's sits (the staging is
+  // symmetric); the cached path drops it.
+  template <typename Fill>
+  Status move(CollOp op, uint64_t bytes, int root, Fill&& fill, uint64_t send_stride = 0) {
+    CollectiveArgs m;
+    m.op = op;
+    m.bytes = bytes;
+    m.root = root;
+    m.send_stride = send_stride;
+    for (int r = 0; r < n_; ++r) {
+      if (!comm_.local(r)) continue;
+      Buffer s, v;
+      fill(r, &s, &v);
+      if (across_) {
+        if (s.va) m.send.push_back(s);
+        if (v.va) m.recv.push_back(v);
+      } else {
+        m.send.push_back(s);
+        m.recv.push_back(v);
+      }
+    }
+    return comm_.call(m, stream_);
+  }
+
+  // Rank r's reduce of `c` elements over the n slices of its staging into
+  // `out` (an engine address).
+  Status reduce_into(int r, uint64_t c, uint64_t out) {
+    DeviceReduceStep step;
+    step.gpu = comm_.gpu(r);
+    step.dtype = a_.dtype;
+    step.op = a_.op;
+    step.count = c;
+    Device& dev = comm_.device();
+    for (int q = 0; q < n_; ++q) step.inputs.push_back(dev.compute_address(staging_of(r).va + q * c * es_));
+    step.out = dev.compute_address(out);
+    return stream_ ? stream_->reduce(step) : dev.reduce_now(step, dl_);
+  }
+
+  // The reduce of every local rank whose out_of(r) is not 0.
+  template <typename OutOf>
+  Status reduce_local(uint64_t c, OutOf&& out_of) {
+    for (int r = 0; r < n_; ++r)
+      if (comm_.local(r) && out_of(r)) CONCCL_RETURN_IF_ERROR(reduce_into(r, c, out_of(r)));
+    return Status();
+  }
+
+  // reduce_scatter over chunks of C elements: rank r's result goes to
+  // out_of(r) + e*es for element e of its chunk.
+  template <typename OutOf>
+  Status reduce_scatter(uint64_t C, OutOf&& out_of) {
+    const uint64_t es = es_;
+    for (uint64_t e0 = 0; e0 < C; e0 += per_piece_) {
+      // One all-to-all per piece: destination d's slice of it sits at
+      // d*C + e0 of each send buffer (a stride of C elements; packed when
+      // the whole chunk is one piece), and lands in d's staging at the
+      // sender's place.
+      const uint64_t c = std::min(per_piece_, C - e0);
+      CONCCL_RETURN_IF_ERROR(move(CollOp::all_to_all, c * es, 0, [&](int r, Buffer* s, Buffer* v) {
+        *s = slice(send_of(r), e0 * es, ((n_ - 1) * C + c) * es);
+        *v = slice(staging_of(r), 0, n_ * c * es);
+      }, c == C ? 0 : C * es));
+      CONCCL_RETURN_IF_ERROR(reduce_local(c, [&](int r) { return out_of(r) + e0 * es; }));
+    }
+    return Status();
+  }
+
+  // Every rank's elements [first, first + total) gathered into every rank's
+  // staging (all_reduce) or the root's (reduce), then reduced there.
+  Status gathered(uint64_t first, uint64_t total, bool to_all) {
+    const uint64_t es = es_;
+    for (uint64_t e0 = 0; e0 < total; e0 += per_piece_) {
+      const uint64_t c = std::min(per_piece_, total - e0);
+      const uint64_t at = (first + e0) * es;
+      if (to_all) {
+        CONCCL_RETURN_IF_ERROR(move(CollOp::all_gather, c * es, 0, [&](int r, Buffer* s, Buffer* v) {
+          *s = slice(send_of(r), at, c * es);
+          *v = slice(staging_of(r), 0, n_ * c * es);
+        }));
+      } else {
+        CONCCL_RETURN_IF_ERROR(move(CollOp::gather, c * es, a_.root, [&](int r, Buffer* s, Buffer* v) {
+          *s = slice(send_of(r), at, c * es);
+          if (across_ || r == a_.root) *v = slice(staging_of(r), 0, n_ * c * es);
+        }));
+      }
+      CONCCL_RETURN_IF_ERROR(
+          reduce_local(c, [&](int r) -> uint64_t { return to_all || r == a_.root ? recv_of(r).va + at : 0; }));
+    }
+    return Status();
+  }
+
+  // Large counts: reduce-scatter of n chunks of C, each rank's result in
+  // place in its recv, then an all-gather in place; the remainder (count
+  // mod n elements) and small counts in one shot.
+  Status all_reduce() {
+    const uint64_t es = es_, C = a_.count / n_;
+    const bool two_step = C > 0 && a_.count * es >= kAllReduceTwoStepBytes;
+    uint64_t done = 0;
+    if (two_step) {
+      CONCCL_RETURN_IF_ERROR(reduce_scatter(C, [&](int r) { return recv_of(r).va + r * C * es; }));
+      CONCCL_RETURN_IF_ERROR(move(CollOp::all_gather, C * es, 0, [&](int r, Buffer* s, Buffer* v) {
+        *s = slice(recv_of(r), r * C * es, C * es);
+        *v = slice(recv_of(r), 0, n_ * C * es);
+      }));
+      done = n_ * C;
+    }
+    return done < a_.count ? gathered(done, a_.count - done, true) : Status();
+  }
+
+  Communicator& comm_;
+  const std::vector<Buffer>& staging_;
+  const ReductionArgs& a_;
+  StreamOps* stream_;
+  const int n_;
+  const bool across_;
+  const uint64_t es_;
+  const uint64_t per_piece_;  // elements of each rank's slice per piece
+  const Deadline dl_;
+};
+
+}  // namespace
+
+Status Communicator::call_reduction(const ReductionArgs& a, StreamOps* stream) {
+  const std::string name = std::string("call ") + reduce_coll_name(a.coll);
+  CONCCL_RETURN_IF_ERROR(validate_reduction(*this, a, name));
   if (calls_) CONCCL_RETURN_IF_ERROR(async_error());
   // On a capturing stream the moves below are captured calls (call()
   // records them) and the reduce steps recorded steps of the stream: no
@@ -154,125 +310,11 @@ Status Communicator::call_reduction(const ReductionArgs& a, StreamOps* stream) {
   if (!reduce_) reduce_ = std::make_unique<ReduceState>(*this);
   CONCCL_RETURN_IF_ERROR(reduce_->ensure().prefix(name));
   const uint64_t stage = options_.reduce_staging_bytes;
-  if (stage < n * es)
+  if (stage < size() * dtype_size(a.dtype))
     return error(Code::invalid_argument, name + ": Options::reduce_staging_bytes (" + std::to_string(stage) +
                                              ") holds less than one element per rank");
-  const Deadline dl = Deadline::after_ms(options_.call_timeout_ms);
-  auto send_of = [&](int r) -> const Buffer& { return a.send[across ? 0 : static_cast<size_t>(r)]; };
-  auto recv_of = [&](int r) -> const Buffer& { return a.recv[across ? 0 : static_cast<size_t>(r)]; };
-  auto staging_of = [&](int r) -> const Buffer& { return reduce_->staging[static_cast<size_t>(r)]; };
-
-  // One move: `fill(r, &send, &recv)` gives rank r's buffers (empty where
-  // the op takes none on r); across processes only this rank's. Across
-  // processes a non-root rank of a gather names its own staging slice as
-  // recv: through windows that says where the root's sits (the staging is
-  // symmetric); the cached path drops it.
-  auto move = [&](CollOp op, uint64_t bytes, int root, auto fill, uint64_t send_stride = 0) -> Status {
-    CollectiveArgs m;
-    m.op = op;
-    m.bytes = bytes;
-    m.root = root;
-    m.send_stride = send_stride;
-    for (int r = 0; r < n; ++r) {
-      if (!local(r)) continue;
-      Buffer s, v;
-      fill(r, &s, &v);
-      if (across) {
-        if (s.va) m.send.push_back(s);
-        if (v.va) m.recv.push_back(v);
-      } else {
-        m.send.push_back(s);
-        m.recv.push_back(v);
-      }
-    }
-    return call(m, stream);
-  };
-  // Rank r's reduce of `c` elements over the n slices of its staging into
-  // `out` (an engine address).
-  auto reduce_into = [&](int r, uint64_t c, uint64_t out) -> Status {
-    DeviceReduceStep step;
-    step.gpu = gpu(r);
-    step.dtype = a.dtype;
-    step.op = a.op;
-    step.count = c;
-    for (int q = 0; q < n; ++q) step.inputs.push_back(device_.compute_address(staging_of(r).va + q * c * es));
-    step.out = device_.compute_address(out);
-    return stream ? stream->reduce(step) : device_.reduce_now(step, dl);
-  };
-  auto reduce_local = [&](uint64_t c, auto out_of) -> Status {
-    for (int r = 0; r < n; ++r)
-      if (local(r) && out_of(r)) CONCCL_RETURN_IF_ERROR(reduce_into(r, c, out_of(r)));
-    return Status();
-  };
-  const uint64_t per_piece = stage / (n * es);  // elements of each rank's slice per piece
-
-  // reduce_scatter over chunks of C elements: rank r's result goes to
-  // out(r) + e*es for element e of its chunk.
-  auto reduce_scatter = [&](uint64_t C, auto out_of) -> Status {
-    for (uint64_t e0 = 0; e0 < C; e0 += per_piece) {
-      // One all-to-all per piece: destination d's slice of it sits at
-      // d*C + e0 of each send buffer (a stride of C elements; packed when
-      // the whole chunk is one piece), and lands in d's staging at the
-      // sender's place.
-      const uint64_t c = std::min(per_piece, C - e0);
-      CONCCL_RETURN_IF_ERROR(move(CollOp::all_to_all, c * es, 0, [&](int r, Buffer* s, Buffer* v) {
-        *s = slice(send_of(r), e0 * es, ((n - 1) * C + c) * es);
-        *v = slice(staging_of(r), 0, n * c * es);
-      }, c == C ? 0 : C * es));
-      CONCCL_RETURN_IF_ERROR(reduce_local(c, [&](int r) { return out_of(r) + e0 * es; }));
-    }
-    return Status();
-  };
-  // Every rank's elements [first, first + total) gathered into every rank's
-  // staging (all_reduce) or the root's (reduce), then reduced there.
-  auto gathered = [&](uint64_t first, uint64_t total, bool to_all) -> Status {
-    for (uint64_t e0 = 0; e0 < total; e0 += per_piece) {
-      const uint64_t c = std::min(per_piece, total - e0);
-      const uint64_t at = (first + e0) * es;
-      if (to_all) {
-        CONCCL_RETURN_IF_ERROR(move(CollOp::all_gather, c * es, 0, [&](int r, Buffer* s, Buffer* v) {
-          *s = slice(send_of(r), at, c * es);
-          *v = slice(staging_of(r), 0, n * c * es);
-        }));
-      } else {
-        CONCCL_RETURN_IF_ERROR(move(CollOp::gather, c * es, a.root, [&](int r, Buffer* s, Buffer* v) {
-          *s = slice(send_of(r), at, c * es);
-          if (across || r == a.root) *v = slice(staging_of(r), 0, n * c * es);
-        }));
-      }
-      CONCCL_RETURN_IF_ERROR(
-          reduce_local(c, [&](int r) -> uint64_t { return to_all || r == a.root ? recv_of(r).va + at : 0; }));
-    }
-    return Status();
-  };
-
-  Status st;
-  switch (a.coll) {
-    case ReduceColl::reduce_scatter:
-      st = reduce_scatter(a.count, [&](int r) { return recv_of(r).va; });
-      break;
-    case ReduceColl::reduce: st = gathered(0, a.count, false); break;
-    case ReduceColl::all_reduce: {
-      // Large counts: reduce-scatter of n chunks of C, each rank's result
-      // in place in its recv, then an all-gather in place; the remainder
-      // (count mod n elements) and small counts in one shot.
-      const uint64_t C = a.count / n;
-      const bool two_step = C > 0 && a.count * es >= kAllReduceTwoStepBytes;
-      uint64_t done = 0;
-      if (two_step) {
-        st = reduce_scatter(C, [&](int r) { return recv_of(r).va + r * C * es; });
-        if (st.ok())
-          st = move(CollOp::all_gather, C * es, 0, [&](int r, Buffer* s, Buffer* v) {
-            *s = slice(recv_of(r), r * C * es, C * es);
-            *v = slice(recv_of(r), 0, n * C * es);
-          });
-        done = n * C;
-      }
-      if (st.ok() && done < a.count) st = gathered(done, a.count - done, true);
-      break;
-    }
-  }
-  return st.prefix(name);
+  ReductionRun run(*this, reduce_->staging, a, stream, stage, Deadline::after_ms(options_.call_timeout_ms));
+  return run.run().prefix(name);
 }
 
 }  // namespace conccl
