@@ -2,7 +2,7 @@
 """examples/python/torch_graph_allgather.py - a ConCCL all-gather inside a CUDA graph
 (torch.cuda.CUDAGraph), replayed many times (docs/graphs.md).
 
-    CONCCL_CUDA_GRAPHS=1 PYTHONPATH=python python3 examples/python/torch_graph_allgather.py [ranks] [replays]
+    PYTHONPATH=python python3 examples/python/torch_graph_allgather.py [ranks] [replays]
 
 One process per rank on the nv backend, the tensors from a symmetric pool (so
 the call goes through a window, which capture needs). Each rank captures one
@@ -13,8 +13,8 @@ GEMM gives, counting wrong words in a tensor. The step is then replayed
 replay's output differs from the last and is checked. Rank 0 also times a
 captured 1 KiB all-gather per replay against the same call uncaptured.
 
-Status: written with the graph-capture mechanism (tested on the emulator:
-tests/multiproc/graph_capture_test.cpp); not yet run on a GPU.
+Run on the H200 (docs/perf/h200-graphs.md): 1000 replays on 2 and 4 processes,
+every word right, with and without CUDA MPS.
 """
 import os
 import subprocess
@@ -125,7 +125,7 @@ def main():
     sys.path.insert(0, os.path.join(here, "..", "..", "python"))
     import conccl
     uid = conccl.unique_id()
-    env = dict(os.environ, CONCCL_EXAMPLE_UID=uid, CONCCL_CUDA_GRAPHS="1",
+    env = dict(os.environ, CONCCL_EXAMPLE_UID=uid,
                PYTHONPATH=os.pathsep.join(p for p in [os.environ.get("PYTHONPATH", ""),
                                                       os.path.join(here, "..", "..", "python")] if p))
     procs = [subprocess.Popen([sys.executable, os.path.abspath(__file__), "--rank", str(r), str(n), str(replays)],

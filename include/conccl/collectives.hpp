@@ -184,7 +184,7 @@ class StreamOps {
   // ---- graph capture (docs/graphs.md) ----
   // Whether work queued now is recorded for replays instead of run: a CUDA
   // stream capturing a graph (where the library records collectives:
-  // CONCCL_CUDA_GRAPHS=1), a HostStream between begin_capture() and
+  // unless CONCCL_CUDA_GRAPHS=0), a HostStream between begin_capture() and
   // end_capture(). Communicator::call records a call made then (through
   // windows); what cannot be recorded refuses at capture time.
   virtual bool capturing() const { return false; }

@@ -1,6 +1,6 @@
 #!/bin/bash
 # tools/bench/nv_graph_run.sh - on the GPU machine (device tool): collectives inside CUDA
-# graphs (#29, docs/graphs.md) with CONCCL_CUDA_GRAPHS=1: examples/python/torch_graph_allgather.py
+# graphs (#29, docs/graphs.md): examples/python/torch_graph_allgather.py
 # on 2 and 4 processes (1000 replays of GEMM -> all-gather -> check, every word; a 1 KiB
 # all-gather per replay against per uncaptured call), then the same with CUDA MPS.
 # PROCS="2 4", REPLAYS=1000. Logs in $OUT; the summary last.
@@ -10,7 +10,7 @@ t0=$(date +%s)
 cmake -S . -B $B -G Ninja -DCMAKE_BUILD_TYPE=Release -DCONCCL_BUILD_TESTS=OFF > $OUT/cfg.log 2>&1
 ninja -C $B conccl_shared 2>&1 | grep -E "error|warning: " | head
 echo "build: $(( $(date +%s) - t0 )) s"
-export PYTHONPATH=$PWD/python CONCCL_LIBRARY=$(find $B -name "libconccl.so" | head -1) CONCCL_CUDA_GRAPHS=1
+export PYTHONPATH=$PWD/python CONCCL_LIBRARY=$(find $B -name "libconccl.so" | head -1)
 summary=""
 for mps in 0 ${MPS:-1}; do
   [ "$mps" = 1 ] && { export CUDA_MPS_PIPE_DIRECTORY=/tmp/mps_pipe CUDA_MPS_LOG_DIRECTORY=/tmp/mps_log

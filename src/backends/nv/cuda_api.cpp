@@ -71,6 +71,7 @@ const CudaApi& api() {
     (void)load(a.lib, a.cuStreamGetCaptureInfo, "cuStreamGetCaptureInfo_v2");
     (void)load(a.lib, a.cuUserObjectCreate, "cuUserObjectCreate");
     (void)load(a.lib, a.cuGraphRetainUserObject, "cuGraphRetainUserObject");
+    (void)load(a.lib, a.cuThreadExchangeStreamCaptureMode, "cuThreadExchangeStreamCaptureMode");
     if (!missing.empty())
       a.status = error(Code::unavailable, "libcuda.so.1 lacks " + missing +
                                               " (the VMM API needs a CUDA 11.x or newer driver)");

@@ -86,15 +86,41 @@ struct CudaApi {
   CUresult (*cuStreamQuery)(void*) = nullptr;
   CUresult (*cuStreamBatchMemOp)(void*, unsigned, void*, unsigned) = nullptr;
   CUresult (*cuStreamIsCapturing)(void*, int*) = nullptr;  // CUstreamCaptureStatus*
-  // Graph capture of collectives (optional: CONCCL_CUDA_GRAPHS=1 alone uses them).
+  // Graph capture of collectives (optional: without them a capturing stream is refused).
   CUresult (*cuLaunchHostFunc)(void*, void (*)(void*), void*) = nullptr;
   CUresult (*cuStreamGetCaptureInfo)(void*, int*, uint64_t*, void**, const void**, size_t*) = nullptr;
   CUresult (*cuUserObjectCreate)(void**, void*, void (*)(void*), unsigned, unsigned) = nullptr;
   CUresult (*cuGraphRetainUserObject)(void*, void*, unsigned, unsigned) = nullptr;
+  // CUstreamCaptureMode* (cuda.h: GLOBAL 0, THREAD_LOCAL 1, RELAXED 2); optional.
+  CUresult (*cuThreadExchangeStreamCaptureMode)(int*) = nullptr;
 };
 
 // The entry points, loaded once; status says what is missing.
 const CudaApi& api();
+
+// While a stream captures a graph, CUDA refuses "potentially unsafe" calls -
+// allocations, host registrations, module loads - from the capturing thread
+// (thread-local mode, as torch.cuda.graph uses) or from every thread (global
+// mode) with CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED, and the refusal
+// invalidates the capture (cuda.h, cuThreadExchangeStreamCaptureMode). Our
+// allocations are no stream work, so they run in relaxed mode for this
+// thread: the guard switches to it and restores the caller's mode.
+class RelaxedCaptureMode {
+ public:
+  RelaxedCaptureMode() {
+    const CudaApi& a = api();
+    if (a.cuThreadExchangeStreamCaptureMode && a.cuThreadExchangeStreamCaptureMode(&mode_) == 0) active_ = true;
+  }
+  ~RelaxedCaptureMode() {
+    if (active_) (void)api().cuThreadExchangeStreamCaptureMode(&mode_);
+  }
+  RelaxedCaptureMode(const RelaxedCaptureMode&) = delete;
+  RelaxedCaptureMode& operator=(const RelaxedCaptureMode&) = delete;
+
+ private:
+  int mode_ = 2;  // CU_STREAM_CAPTURE_MODE_RELAXED
+  bool active_ = false;
+};
 // CUDA's name of a result ("CUDA_ERROR_..."), and a Status of it.
 std::string cu_name(CUresult r);
 Status cu_check(CUresult r, const std::string& what);

@@ -1,6 +1,6 @@
 // src/backends/nv/cuda_graphs.cpp - what recording collectives into a CUDA
-// graph asks of the driver (docs/graphs.md): whether a stream captures with
-// CONCCL_CUDA_GRAPHS=1, a host node, and an object the graph keeps alive.
+// graph asks of the driver (docs/graphs.md): whether a stream captures (and
+// CONCCL_CUDA_GRAPHS=0 does not turn recording off), a host node, and an object the graph keeps alive.
 #include <cstdlib>
 #include <memory>
 #include <string>
@@ -12,10 +12,11 @@ namespace conccl::nv {
 
 using namespace cuda_driver;
 
-// CONCCL_CUDA_GRAPHS=1 and the stream capturing (docs/graphs.md).
+// The stream capturing, unless CONCCL_CUDA_GRAPHS=0 turns recording off
+// (docs/graphs.md; on by default since its H200 validation, docs/perf/h200-graphs.md).
 bool stream_records_collectives(void* stream) {
   const char* on = std::getenv("CONCCL_CUDA_GRAPHS");
-  if (!on || std::string(on) != "1") return false;
+  if (on && std::string(on) == "0") return false;
   const CudaApi& a = api();
   if (!a.status.ok() || !a.cuStreamIsCapturing || !a.cuLaunchHostFunc || !a.cuStreamGetCaptureInfo ||
       !a.cuUserObjectCreate || !a.cuGraphRetainUserObject)

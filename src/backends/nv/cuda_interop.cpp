@@ -93,6 +93,7 @@ Result<int> cuda_device_for_uuid(const uint8_t (&uuid)[16]) {
 }
 
 Result<CudaAlloc> cuda_alloc(size_t bytes, int cuda_device) {
+  const RelaxedCaptureMode relaxed;  // also while a stream captures (cuda_api.hpp)
   if (bytes == 0) return error(Code::invalid_argument, "cuda_alloc of 0 bytes");
   CONCCL_RETURN_IF_ERROR(ensure_context(cuda_device));
   const CudaApi& a = api();
@@ -131,6 +132,7 @@ Result<CudaAlloc> cuda_alloc(size_t bytes, int cuda_device) {
 }
 
 Status cuda_free(CudaAlloc& c) {
+  const RelaxedCaptureMode relaxed;  // also while a stream captures (cuda_api.hpp)
   if (!c.ptr) return Status();
   const CudaApi& a = api();
   CONCCL_RETURN_IF_ERROR(a.status);
@@ -163,6 +165,7 @@ bool Device::is_registered(uint64_t va, size_t bytes) const {
 }
 
 Status Device::register_cuda(uint64_t ptr, size_t bytes) {
+  const RelaxedCaptureMode relaxed;  // also while a stream captures (cuda_api.hpp)
   if (fd_ctl_ < 0) return error(Code::unavailable, "the nv device is closed");
   if (ptr == 0 || bytes == 0)
     return error(Code::invalid_argument, "register_cuda(" + hex(ptr) + ", " + std::to_string(bytes) +
@@ -233,6 +236,7 @@ Status Device::register_cuda(uint64_t ptr, size_t bytes) {
 }
 
 Result<Device::CudaAllocation> Device::export_cuda(uint64_t p) {
+  const RelaxedCaptureMode relaxed;  // also while a stream captures (cuda_api.hpp)
   const CudaApi& a = api();
   CONCCL_RETURN_IF_ERROR(a.status);
   CUmemGenericAllocationHandle h = 0;
@@ -300,6 +304,7 @@ Result<std::vector<Buffer>> Device::import_span_in_window(const std::vector<Cuda
 }
 
 Status Device::unregister_cuda(uint64_t ptr, size_t bytes) {
+  const RelaxedCaptureMode relaxed;  // also while a stream captures (cuda_api.hpp)
   if (fd_ctl_ < 0) return error(Code::unavailable, "the nv device is closed");
   if (bytes == 0) return error(Code::invalid_argument, "unregister_cuda of 0 bytes");
   std::vector<uint64_t> bases;
@@ -323,6 +328,7 @@ Status Device::unregister_cuda(uint64_t ptr, size_t bytes) {
 }
 
 Result<uint64_t> Device::alloc_cuda_slot() {
+  const RelaxedCaptureMode relaxed;  // also while a stream captures (cuda_api.hpp)
   if (fd_ctl_ < 0) return error(Code::unavailable, "the nv device is closed");
   if (!cuda_slot_ptr_) {
     Result<int> dev = cuda_device_for_uuid(info_.uuid);
@@ -362,6 +368,7 @@ Result<uint64_t> Device::alloc_cuda_slot() {
 // one address serves the CPU, CUDA streams and our channels
 // (measured on the H200 in both directions: docs/perf/h200.md, run 9).
 Status Device::cuda_host_register(void* host, size_t bytes) {
+  const RelaxedCaptureMode relaxed;  // also while a stream captures (cuda_api.hpp)
   if (fd_ctl_ < 0) return error(Code::unavailable, "the nv device is closed");
   const CudaApi& a = api();
   CONCCL_RETURN_IF_ERROR(a.status);
@@ -386,12 +393,14 @@ Status Device::cuda_host_register(void* host, size_t bytes) {
 }
 
 Status Device::cuda_host_unregister(void* host) {
+  const RelaxedCaptureMode relaxed;  // also while a stream captures (cuda_api.hpp)
   const CudaApi& a = api();
   if (!a.cuMemHostUnregister) return error(Code::unavailable, "libcuda lacks cuMemHostUnregister");
   return cu_check(a.cuMemHostUnregister(host), "cuMemHostUnregister");
 }
 
 Status Device::share_slots_with_cuda() {
+  const RelaxedCaptureMode relaxed;  // also while a stream captures (cuda_api.hpp)
   if (fd_ctl_ < 0 || !slots_.host) return error(Code::unavailable, "the nv device is closed");
   if (slots_shared_) return Status();
   CONCCL_RETURN_IF_ERROR(cuda_host_register(slots_.host, slots_.size).prefix("the semaphore slot page"));
@@ -431,8 +440,8 @@ Status stream_not_capturing(void* stream) {
   return error(Code::invalid_argument,
                std::string("the CUDA stream is ") + (capture == 1 ? "capturing a CUDA graph" : "in an invalidated capture") +
                    ": a collective's copies run on ConCCL's own copy-engine channels, which a graph cannot record. "
-                   "Make the call outside the capture, or set CONCCL_CUDA_GRAPHS=1 to record window calls into the "
-                   "graph (docs/graphs.md; not yet validated on hardware)");
+                   "Make the call outside the capture, or unset CONCCL_CUDA_GRAPHS=0 so that window calls are "
+                   "recorded into the graph (docs/graphs.md)");
 }
 
 
@@ -489,6 +498,7 @@ Status stream_host_sync(void* stream, Deadline deadline) {
 }
 
 void Device::release_cuda() {
+  const RelaxedCaptureMode relaxed;  // also while a stream captures (cuda_api.hpp)
   for (auto& [base, r] : registered_) {
     Status s = free(r.buffer);
     if (!s.ok()) log("teardown: releasing CUDA registration " + hex(base) + ": " + s.to_string());

@@ -401,7 +401,7 @@ Status stream_batch64(void* stream, std::span<const StreamMemOp> ops);
 // a collective cannot be captured).
 Status stream_not_capturing(void* stream);
 // Graph capture of collectives (docs/graphs.md): whether the stream captures
-// and CONCCL_CUDA_GRAPHS=1 asks for collectives to be recorded; a host node;
+// and collectives are recorded (unless CONCCL_CUDA_GRAPHS=0); a host node;
 // an object kept alive by the captured graph (a CUDA user object).
 bool stream_records_collectives(void* stream);
 Status stream_host_function(void* stream, void (*fn)(void*), void* arg);

@@ -33,6 +33,7 @@
 //     nearest-even (bf16 PTX instructions need sm_80+ and PTX 7.8: not used);
 //     float16 uses cvt.f32.f16 / cvt.rn.f16.f32, which exist on every target.
 #include "backends/nv/reduce_kernel.hpp"
+#include "backends/nv/cuda_api.hpp"
 
 #include <dlfcn.h>
 
@@ -500,6 +501,7 @@ std::map<std::tuple<uint64_t, int, int>, Loaded> g_cache;
 
 // JITs one module into the current context, trying kHeaders in order.
 Result<Loaded> load_kernel(const TypeRow& t, ReduceOp op) {
+  const cuda_driver::RelaxedCaptureMode relaxed;  // a module load while a stream captures (cuda_api.hpp)
   const Driver& d = driver();
   const std::string entry = entry_name(t, op);
   std::string failures;
