@@ -72,10 +72,202 @@ bool atomic_apply(uint32_t opx, T* p, T src, T cmp) {
 
 ExecOutcome exec_ib(ExecContext& ctx, sdma::Gen gen, uint64_t va, uint64_t dwords);
 
+// One function per packet family, called by execute_packet's switch.
+
+// COPY_LINEAR and its broadcast form: one source, one or two destinations.
+ExecOutcome exec_copy(ExecContext& ctx, const sdma::Packet& p) {
+  std::string err;
+  ExecOutcome out;
+  const uint64_t n = p.get(Key::bytes);
+  const uint8_t* src = mem(ctx, p.get(Key::src), n, "copy source", &err);
+  if (!src) return exec_fault(err);
+  const bool bcst = p.pkt == Pkt::copy_bcst;
+  uint8_t* d0 = mem(ctx, p.get(bcst ? Key::dst0 : Key::dst), n, "copy destination", &err);
+  if (!d0) return exec_fault(err);
+  uint8_t* d1 = nullptr;
+  if (bcst && !(d1 = mem(ctx, p.get(Key::dst1), n, "broadcast second destination", &err))) return exec_fault(err);
+  std::memmove(d0, src, n);
+  if (d1) std::memmove(d1, src, n);
+  out.bytes = bcst ? 2 * n : n;
+  out.wrote_memory = true;
+  return out;
+}
+
+// SWAP_LINEAR: two ranges exchanged.
+ExecOutcome exec_swap(ExecContext& ctx, const sdma::Packet& p) {
+  std::string err;
+  ExecOutcome out;
+  const uint64_t n = p.get(Key::bytes);
+  uint8_t* a = mem(ctx, p.get(Key::a), n, "swap a", &err);
+  if (!a) return exec_fault(err);
+  uint8_t* b = mem(ctx, p.get(Key::b), n, "swap b", &err);
+  if (!b) return exec_fault(err);
+  std::swap_ranges(a, a + n, b);
+  out.bytes = 2 * n;
+  out.wrote_memory = true;
+  return out;
+}
+
+// COPY_LINEAR_SUBWIN: a 3-D rectangle, row by row.
+ExecOutcome exec_copy_window(ExecContext& ctx, const sdma::Packet& p) {
+  std::string err;
+  ExecOutcome out;
+  const uint64_t es = uint64_t(1) << p.get(Key::elementsize);
+  if (p.get(Key::elementsize) > 4) return exec_fault("copy_window: elementsize > 4 is reserved");
+  const uint64_t rx = p.get(Key::rect_x) * es, ry = p.get(Key::rect_y), rz = p.get(Key::rect_z);
+  const uint64_t sp = p.get(Key::src_pitch) * es, dp = p.get(Key::dst_pitch) * es;
+  const uint64_t ss = p.get(Key::src_slice_pitch) * es, ds = p.get(Key::dst_slice_pitch) * es;
+  for (uint64_t z = 0; z < rz; ++z)
+    for (uint64_t y = 0; y < ry; ++y) {
+      const uint64_t so = (p.get(Key::src_z) + z) * ss + (p.get(Key::src_y) + y) * sp + p.get(Key::src_x) * es;
+      const uint64_t dof = (p.get(Key::dst_z) + z) * ds + (p.get(Key::dst_y) + y) * dp + p.get(Key::dst_x) * es;
+      const uint8_t* s = mem(ctx, p.get(Key::src) + so, rx, "copy_window source row", &err);
+      if (!s) return exec_fault(err);
+      uint8_t* d = mem(ctx, p.get(Key::dst) + dof, rx, "copy_window destination row", &err);
+      if (!d) return exec_fault(err);
+      std::memmove(d, s, rx);
+    }
+  out.bytes = rx * ry * rz;
+  out.wrote_memory = true;
+  return out;
+}
+
+// CONSTANT_FILL of dwords or bytes.
+ExecOutcome exec_fill(ExecContext& ctx, const sdma::Packet& p) {
+  std::string err;
+  ExecOutcome out;
+  const uint64_t n = p.get(Key::bytes);
+  uint8_t* d = mem(ctx, p.get(Key::dst), n, "fill destination", &err);
+  if (!d) return exec_fault(err);
+  const uint32_t v = static_cast<uint32_t>(p.get(Key::value));
+  if (p.pkt == Pkt::fill8) {
+    std::memset(d, static_cast<int>(v & 0xFF), n);
+  } else {
+    if ((p.get(Key::dst) | n) & 3) return exec_fault("fill: dword fill needs 4-byte aligned dst and size");
+    // Dword stores are single-copy atomic on the hardware: another
+    // engine or the host polling a word being filled (a signal released
+    // by a fill) sees the old or the new value, never a mix.
+    for (uint64_t i = 0; i < n; i += 4)
+      std::atomic_ref<uint32_t>(*reinterpret_cast<uint32_t*>(d + i)).store(v, std::memory_order_release);
+  }
+  out.bytes = n;
+  out.wrote_memory = true;
+  return out;
+}
+
+// WRITE_UNTILED: the packet's own dwords.
+ExecOutcome exec_write(ExecContext& ctx, const sdma::Packet& p) {
+  std::string err;
+  ExecOutcome out;
+  const uint64_t n = p.data.size() * 4;
+  uint8_t* d = mem(ctx, p.get(Key::dst), n, "write destination", &err);
+  if (!d) return exec_fault(err);
+  std::memcpy(d, p.data.data(), n);
+  out.wrote_memory = true;
+  return out;
+}
+
+// FENCE: a 32-bit store after the work before it (dropped when injected).
+ExecOutcome exec_fence(ExecContext& ctx, const sdma::Packet& p) {
+  std::string err;
+  ExecOutcome out;
+  uint32_t* d = mem<uint32_t>(ctx, p.get(Key::addr), 4, "fence address", &err);
+  if (!d) return exec_fault(err);
+  if (p.get(Key::addr) & 3) return exec_fault("fence: address " + hex(p.get(Key::addr)) + " not 4-byte aligned");
+  if (ctx.drop_completion) {
+    out.dropped = true;
+    return out;
+  }
+  std::atomic_ref<uint32_t>(*d).store(static_cast<uint32_t>(p.get(Key::value)), std::memory_order_release);
+  out.wrote_memory = true;
+  return out;
+}
+
+// ATOMIC (and the 64-bit add form) by its TC_OP.
+ExecOutcome exec_atomic(ExecContext& ctx, const sdma::Packet& p) {
+  std::string err;
+  ExecOutcome out;
+  const uint32_t op = p.pkt == Pkt::atomic_add64 ? 47 : static_cast<uint32_t>(p.get(Key::op));
+  const bool is64 = op & 0x20;
+  const uint64_t addr = p.get(Key::addr);
+  if (addr & (is64 ? 7 : 3)) return exec_fault("atomic: address " + hex(addr) + " misaligned");
+  void* d = mem(ctx, addr, is64 ? 8 : 4, "atomic address", &err);
+  if (!d) return exec_fault(err);
+  if (ctx.drop_completion) {
+    out.dropped = true;
+    return out;
+  }
+  const bool ok = is64 ? atomic_apply<uint64_t>(op & 0x1F, static_cast<uint64_t*>(d), p.get(Key::value), p.get(Key::cmp))
+                       : atomic_apply<uint32_t>(op & 0x1F, static_cast<uint32_t*>(d),
+                                                static_cast<uint32_t>(p.get(Key::value)),
+                                                static_cast<uint32_t>(p.get(Key::cmp)));
+  if (!ok) return exec_fault("atomic: TC_OP " + std::to_string(op) + " is not emulated");
+  out.wrote_memory = true;
+  return out;
+}
+
+// MEM_INCR: a 64-bit increment.
+ExecOutcome exec_mem_incr(ExecContext& ctx, const sdma::Packet& p) {
+  std::string err;
+  ExecOutcome out;
+  uint64_t* d = mem<uint64_t>(ctx, p.get(Key::addr), 8, "mem_incr address", &err);
+  if (!d) return exec_fault(err);
+  if (ctx.drop_completion) {
+    out.dropped = true;
+    return out;
+  }
+  std::atomic_ref<uint64_t>(*d).fetch_add(1, std::memory_order_acq_rel);
+  out.wrote_memory = true;
+  return out;
+}
+
+// POLL_REGMEM on memory: passes, or blocks the engine with what it waits for.
+ExecOutcome exec_poll(ExecContext& ctx, const sdma::Packet& p) {
+  std::string err;
+  ExecOutcome out;
+  const uint64_t addr = p.get(Key::addr);
+  if (addr & 3) return exec_fault("poll: address " + hex(addr) + " not 4-byte aligned");
+  uint32_t* s = mem<uint32_t>(ctx, addr, 4, "poll address", &err);
+  if (!s) return exec_fault(err);
+  const uint32_t func = static_cast<uint32_t>(p.get(Key::func));
+  if (func == 7) return exec_fault("poll: compare function 7 is reserved");
+  const uint32_t v = std::atomic_ref<uint32_t>(*s).load(std::memory_order_acquire);
+  const uint32_t mask = static_cast<uint32_t>(p.get(Key::mask)), ref = static_cast<uint32_t>(p.get(Key::ref));
+  if (compare(func, v & mask, ref)) return out;
+  out.result = ExecResult::blocked;
+  out.poll_addr = addr;
+  out.poll_ref = ref;
+  out.poll_mask = mask;
+  out.poll_func = func;
+  out.poll_value = v;
+  return out;
+}
+
+// COND_EXE: skip `count` dwords unless the word equals ref.
+ExecOutcome exec_cond_exe(ExecContext& ctx, const sdma::Packet& p) {
+  std::string err;
+  ExecOutcome out;
+  uint32_t* s = mem<uint32_t>(ctx, p.get(Key::addr), 4, "cond_exe address", &err);
+  if (!s) return exec_fault(err);
+  const uint32_t v = std::atomic_ref<uint32_t>(*s).load(std::memory_order_acquire);
+  if (v != static_cast<uint32_t>(p.get(Key::ref))) out.skip_dwords = p.get(Key::count);
+  return out;
+}
+
+// TIMESTAMP: the engine clock as a 64-bit value.
+ExecOutcome exec_timestamp(ExecContext& ctx, const sdma::Packet& p) {
+  std::string err;
+  ExecOutcome out;
+  uint64_t* d = mem<uint64_t>(ctx, p.get(Key::addr), 8, "timestamp address", &err);
+  if (!d) return exec_fault(err);
+  std::atomic_ref<uint64_t>(*d).store(engine_now_ns(), std::memory_order_release);
+  out.wrote_memory = true;
+  return out;
+}
+
 }  // namespace
 
 ExecOutcome execute_packet(ExecContext& ctx, sdma::Gen gen, const sdma::Packet& p) {
-  std::string err;
   ExecOutcome out;
   switch (p.pkt) {
     case Pkt::nop:
@@ -87,166 +279,41 @@ ExecOutcome execute_packet(ExecContext& ctx, sdma::Gen gen, const sdma::Packet& 
       return out;
 
     case Pkt::copy:
-    case Pkt::copy_bcst: {
-      const uint64_t n = p.get(Key::bytes);
-      const uint8_t* src = mem(ctx, p.get(Key::src), n, "copy source", &err);
-      if (!src) return exec_fault(err);
-      const bool bcst = p.pkt == Pkt::copy_bcst;
-      uint8_t* d0 = mem(ctx, p.get(bcst ? Key::dst0 : Key::dst), n, "copy destination", &err);
-      if (!d0) return exec_fault(err);
-      uint8_t* d1 = nullptr;
-      if (bcst && !(d1 = mem(ctx, p.get(Key::dst1), n, "broadcast second destination", &err))) return exec_fault(err);
-      std::memmove(d0, src, n);
-      if (d1) std::memmove(d1, src, n);
-      out.bytes = bcst ? 2 * n : n;
-      out.wrote_memory = true;
-      return out;
-    }
+    case Pkt::copy_bcst:
+      return exec_copy(ctx, p);
 
-    case Pkt::swap: {
-      const uint64_t n = p.get(Key::bytes);
-      uint8_t* a = mem(ctx, p.get(Key::a), n, "swap a", &err);
-      if (!a) return exec_fault(err);
-      uint8_t* b = mem(ctx, p.get(Key::b), n, "swap b", &err);
-      if (!b) return exec_fault(err);
-      std::swap_ranges(a, a + n, b);
-      out.bytes = 2 * n;
-      out.wrote_memory = true;
-      return out;
-    }
+    case Pkt::swap:
+      return exec_swap(ctx, p);
 
-    case Pkt::copy_window: {
-      const uint64_t es = uint64_t(1) << p.get(Key::elementsize);
-      if (p.get(Key::elementsize) > 4) return exec_fault("copy_window: elementsize > 4 is reserved");
-      const uint64_t rx = p.get(Key::rect_x) * es, ry = p.get(Key::rect_y), rz = p.get(Key::rect_z);
-      const uint64_t sp = p.get(Key::src_pitch) * es, dp = p.get(Key::dst_pitch) * es;
-      const uint64_t ss = p.get(Key::src_slice_pitch) * es, ds = p.get(Key::dst_slice_pitch) * es;
-      for (uint64_t z = 0; z < rz; ++z)
-        for (uint64_t y = 0; y < ry; ++y) {
-          const uint64_t so = (p.get(Key::src_z) + z) * ss + (p.get(Key::src_y) + y) * sp + p.get(Key::src_x) * es;
-          const uint64_t dof = (p.get(Key::dst_z) + z) * ds + (p.get(Key::dst_y) + y) * dp + p.get(Key::dst_x) * es;
-          const uint8_t* s = mem(ctx, p.get(Key::src) + so, rx, "copy_window source row", &err);
-          if (!s) return exec_fault(err);
-          uint8_t* d = mem(ctx, p.get(Key::dst) + dof, rx, "copy_window destination row", &err);
-          if (!d) return exec_fault(err);
-          std::memmove(d, s, rx);
-        }
-      out.bytes = rx * ry * rz;
-      out.wrote_memory = true;
-      return out;
-    }
+    case Pkt::copy_window:
+      return exec_copy_window(ctx, p);
 
     case Pkt::fill:
-    case Pkt::fill8: {
-      const uint64_t n = p.get(Key::bytes);
-      uint8_t* d = mem(ctx, p.get(Key::dst), n, "fill destination", &err);
-      if (!d) return exec_fault(err);
-      const uint32_t v = static_cast<uint32_t>(p.get(Key::value));
-      if (p.pkt == Pkt::fill8) {
-        std::memset(d, static_cast<int>(v & 0xFF), n);
-      } else {
-        if ((p.get(Key::dst) | n) & 3) return exec_fault("fill: dword fill needs 4-byte aligned dst and size");
-        // Dword stores are single-copy atomic on the hardware: another
-        // engine or the host polling a word being filled (a signal released
-        // by a fill) sees the old or the new value, never a mix.
-        for (uint64_t i = 0; i < n; i += 4)
-          std::atomic_ref<uint32_t>(*reinterpret_cast<uint32_t*>(d + i)).store(v, std::memory_order_release);
-      }
-      out.bytes = n;
-      out.wrote_memory = true;
-      return out;
-    }
+    case Pkt::fill8:
+      return exec_fill(ctx, p);
 
-    case Pkt::write: {
-      const uint64_t n = p.data.size() * 4;
-      uint8_t* d = mem(ctx, p.get(Key::dst), n, "write destination", &err);
-      if (!d) return exec_fault(err);
-      std::memcpy(d, p.data.data(), n);
-      out.wrote_memory = true;
-      return out;
-    }
+    case Pkt::write:
+      return exec_write(ctx, p);
 
-    case Pkt::fence: {
-      uint32_t* d = mem<uint32_t>(ctx, p.get(Key::addr), 4, "fence address", &err);
-      if (!d) return exec_fault(err);
-      if (p.get(Key::addr) & 3) return exec_fault("fence: address " + hex(p.get(Key::addr)) + " not 4-byte aligned");
-      if (ctx.drop_completion) {
-        out.dropped = true;
-        return out;
-      }
-      std::atomic_ref<uint32_t>(*d).store(static_cast<uint32_t>(p.get(Key::value)), std::memory_order_release);
-      out.wrote_memory = true;
-      return out;
-    }
+    case Pkt::fence:
+      return exec_fence(ctx, p);
 
     case Pkt::atomic:
-    case Pkt::atomic_add64: {
-      const uint32_t op = p.pkt == Pkt::atomic_add64 ? 47 : static_cast<uint32_t>(p.get(Key::op));
-      const bool is64 = op & 0x20;
-      const uint64_t addr = p.get(Key::addr);
-      if (addr & (is64 ? 7 : 3)) return exec_fault("atomic: address " + hex(addr) + " misaligned");
-      void* d = mem(ctx, addr, is64 ? 8 : 4, "atomic address", &err);
-      if (!d) return exec_fault(err);
-      if (ctx.drop_completion) {
-        out.dropped = true;
-        return out;
-      }
-      const bool ok = is64 ? atomic_apply<uint64_t>(op & 0x1F, static_cast<uint64_t*>(d), p.get(Key::value), p.get(Key::cmp))
-                           : atomic_apply<uint32_t>(op & 0x1F, static_cast<uint32_t*>(d),
-                                                    static_cast<uint32_t>(p.get(Key::value)),
-                                                    static_cast<uint32_t>(p.get(Key::cmp)));
-      if (!ok) return exec_fault("atomic: TC_OP " + std::to_string(op) + " is not emulated");
-      out.wrote_memory = true;
-      return out;
-    }
+    case Pkt::atomic_add64:
+      return exec_atomic(ctx, p);
 
-    case Pkt::mem_incr: {
-      uint64_t* d = mem<uint64_t>(ctx, p.get(Key::addr), 8, "mem_incr address", &err);
-      if (!d) return exec_fault(err);
-      if (ctx.drop_completion) {
-        out.dropped = true;
-        return out;
-      }
-      std::atomic_ref<uint64_t>(*d).fetch_add(1, std::memory_order_acq_rel);
-      out.wrote_memory = true;
-      return out;
-    }
+    case Pkt::mem_incr:
+      return exec_mem_incr(ctx, p);
 
-    case Pkt::poll: {
-      const uint64_t addr = p.get(Key::addr);
-      if (addr & 3) return exec_fault("poll: address " + hex(addr) + " not 4-byte aligned");
-      uint32_t* s = mem<uint32_t>(ctx, addr, 4, "poll address", &err);
-      if (!s) return exec_fault(err);
-      const uint32_t func = static_cast<uint32_t>(p.get(Key::func));
-      if (func == 7) return exec_fault("poll: compare function 7 is reserved");
-      const uint32_t v = std::atomic_ref<uint32_t>(*s).load(std::memory_order_acquire);
-      const uint32_t mask = static_cast<uint32_t>(p.get(Key::mask)), ref = static_cast<uint32_t>(p.get(Key::ref));
-      if (compare(func, v & mask, ref)) return out;
-      out.result = ExecResult::blocked;
-      out.poll_addr = addr;
-      out.poll_ref = ref;
-      out.poll_mask = mask;
-      out.poll_func = func;
-      out.poll_value = v;
-      return out;
-    }
+    case Pkt::poll:
+      return exec_poll(ctx, p);
 
-    case Pkt::cond_exe: {
-      uint32_t* s = mem<uint32_t>(ctx, p.get(Key::addr), 4, "cond_exe address", &err);
-      if (!s) return exec_fault(err);
-      const uint32_t v = std::atomic_ref<uint32_t>(*s).load(std::memory_order_acquire);
-      if (v != static_cast<uint32_t>(p.get(Key::ref))) out.skip_dwords = p.get(Key::count);
-      return out;
-    }
+    case Pkt::cond_exe:
+      return exec_cond_exe(ctx, p);
 
     case Pkt::timestamp:
-    case Pkt::timestamp_local: {
-      uint64_t* d = mem<uint64_t>(ctx, p.get(Key::addr), 8, "timestamp address", &err);
-      if (!d) return exec_fault(err);
-      std::atomic_ref<uint64_t>(*d).store(engine_now_ns(), std::memory_order_release);
-      out.wrote_memory = true;
-      return out;
-    }
+    case Pkt::timestamp_local:
+      return exec_timestamp(ctx, p);
 
     case Pkt::trap:
       ctx.queue->event.raise(static_cast<uint32_t>(p.get(Key::ctx)));
