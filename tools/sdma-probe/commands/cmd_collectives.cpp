@@ -21,13 +21,13 @@
 #include "device_flags.hpp"
 #include "mem_budget.hpp"
 #include "procs.hpp"
+#include "sweep/sweep_device.hpp"
 #include "sweep/sweep_dtype.hpp"
-#include "sweep/sweep_end.hpp"
+#include "sweep/sweep_flags.hpp"
 #include "sweep/sweep_inplace.hpp"
 #include "sweep/sweep_json.hpp"
-#include "sweep/sweep_progress.hpp"
-#include "sweep/sweep_signal.hpp"
-#include "sweep/sweep_stats.hpp"
+#include "sweep/sweep_loop.hpp"
+#include "sweep/sweep_measure.hpp"
 #include "sweep/sweep_table.hpp"
 
 namespace probe {
@@ -50,10 +50,6 @@ constexpr OpInfo kOps[] = {
     {CollOp::broadcast, "broadcast", false, "1"},       {CollOp::gather, "gather", true, "(n-1)/n"},
     {CollOp::scatter, "scatter", true, "(n-1)/n"},      {CollOp::p2p, "p2p", false, "1"},
 };
-
-constexpr int kMaxRanks = 64;
-constexpr int64_t kMaxIters = 1000000;  // --iters and --warmup
-constexpr int64_t kMaxStepFactor = 1024;
 
 const OpInfo& info_for(std::string_view name) {
   for (const OpInfo& o : kOps)
@@ -200,556 +196,539 @@ int engines_used(const conccl::Plan& plan, const std::vector<int>& gpu_of) {
   return static_cast<int>(used.size());
 }
 
-int run_collective(const Args& args, Context& ctx) {
-  const OpInfo& op = info_for(args.command());
-  // `--json FILE` (the shared --json is a switch, so FILE arrives as the one
-  // positional): rows go to FILE and the table still goes to stdout.
-  conccl::Result<JsonTarget> target = json_target(args);
-  if (!target.ok()) return usage_error(args, ctx, target.status().message());
-  const std::optional<std::string> json_file = target->file;
-  const bool json_stdout = target->to_stdout;
-  conccl::Result<uint64_t> min = args.get_size("min", 1024);
-  conccl::Result<uint64_t> max = args.get_size("max", 16ull << 20);
-  conccl::Result<int64_t> iters = args.get_int_in_range("iters", 1, kMaxIters, 0);  // 0: by size
-  conccl::Result<int64_t> warmup = args.get_int_in_range("warmup", 0, kMaxIters, 2);
-  conccl::Result<int64_t> root = args.get_int_in_range("root", 0, kMaxRanks - 1, 0);
-  // --peer is p2p's destination (default 1); the other ops have none.
-  conccl::Result<int64_t> peer = args.get_int_in_range("peer", 0, kMaxRanks - 1, 1);
-  conccl::Result<int64_t> ranks_flag = args.get_int_in_range("ranks", 1, kMaxRanks, 0);  // 0: one per GPU
-  conccl::Result<int64_t> step = args.get_int_in_range("step-factor", 2, kMaxStepFactor, 2);
-  for (auto* r : {&min, &max}) if (!r->ok()) return fail(args, ctx, r->status());
-  for (auto* r : {&iters, &warmup, &root, &peer, &ranks_flag, &step})
-    if (!r->ok()) return fail(args, ctx, r->status());
-  const bool has_root = op.op != CollOp::all_gather && op.op != CollOp::all_to_all;
-  const bool has_peer = op.op == CollOp::p2p;
-  for (const auto& [flag, used] : {std::pair{"root", has_root}, std::pair{"peer", has_peer}})
-    if (!used && args.has(flag))
-      return usage_error(args, ctx, "--" + std::string(flag) + " does not apply to " + op.name + " (" +
-                                        (std::string_view(flag) == "root" ? "broadcast, gather, scatter and p2p have a root"
-                                                                          : "it is p2p's destination rank") +
-                                        "): drop it");
-  if (*min == 0 || *max < *min) return usage_error(args, ctx, "need 0 < --min <= --max");
-  const std::string dtype_name = args.value("dtype").value_or("uint8");
-  const DType* dtype = find_dtype(dtype_name);
-  if (!dtype) return usage_error(args, ctx, "unknown --dtype '" + dtype_name + "': give one of " + dtype_names());
+// ---- the command -----------------------------------------------------------
+
+// Source data: each rank's pattern, a function of the byte offset, so the
+// one upload serves every size (a smaller chunk is a prefix, and all-to-all
+// chunk d sits at offset d * chunk of the same pattern).
+constexpr uint64_t kSeed = 0xC0CC1;
+
+// The command line of one copy collective's sweep, checked.
+struct CollFlags {
+  const OpInfo* op = nullptr;
+  SweepFlags sweep;
+  int64_t peer = 1;  // p2p's destination
+  bool has_root = false, has_peer = false;
+  const DType* dtype = nullptr;
   conccl::Variant variant = conccl::Variant::automatic;
-  if (std::optional<std::string> v = args.value("variant"); v && !conccl::parse_variant(*v, &variant))
-    return usage_error(args, ctx, "unknown --variant '" + *v + "'");
+  SweepProcs procs;
+  std::string buffers = "device";  // --buffers
+};
+
+// --root and --peer where the op has them, the sizes, --dtype, --variant.
+Status check_op_flags(const Args& args, CollFlags* f) {
+  const OpInfo& op = *f->op;
+  f->has_root = op.op != CollOp::all_gather && op.op != CollOp::all_to_all;
+  f->has_peer = op.op == CollOp::p2p;
+  for (const auto& [flag, used] : {std::pair{"root", f->has_root}, std::pair{"peer", f->has_peer}})
+    if (!used && args.has(flag))
+      return usage_status("--" + std::string(flag) + " does not apply to " + op.name + " (" +
+                          (std::string_view(flag) == "root" ? "broadcast, gather, scatter and p2p have a root"
+                                                            : "it is p2p's destination rank") +
+                          "): drop it");
+  CONCCL_RETURN_IF_ERROR(check_sizes(f->sweep));
+  const std::string dtype_name = args.value("dtype").value_or("uint8");
+  f->dtype = find_dtype(dtype_name);
+  if (!f->dtype) return usage_status("unknown --dtype '" + dtype_name + "': give one of " + dtype_names());
+  if (std::optional<std::string> v = args.value("variant"); v && !conccl::parse_variant(*v, &f->variant))
+    return usage_status("unknown --variant '" + *v + "'");
   bool variant_ok = false;
   std::string names;
   for (conccl::Variant v : conccl::variants_for(op.op)) {
-    variant_ok |= v == variant;
+    variant_ok |= v == f->variant;
     names += (names.empty() ? "" : ", ") + std::string(conccl::variant_name(v));
   }
-  if (!variant_ok) return usage_error(args, ctx, std::string(op.name) + " variants: " + names);
-  // --procs N: one process per rank. This process is either the launcher or
-  // one of the ranks it started (--rank, --unique-id).
-  conccl::Result<int> procs = procs_of(args);
-  if (!procs.ok()) return fail(args, ctx, procs.status());
-  conccl::Result<std::optional<ProcRank>> proc = proc_rank_of(args);
-  if (!proc.ok()) return usage_error(args, ctx, proc.status().message());
-  if (*procs && args.has("ranks"))
-    return usage_error(args, ctx, "--procs N runs N ranks, one process each: give --procs or --ranks, not both");
+  if (!variant_ok) return usage_status(std::string(op.name) + " variants: " + names);
+  return Status();
+}
+
+// Everything the command line says, up to --procs (launcher or rank).
+Status read_collective_flags(const Args& args, CollFlags* f) {
+  f->op = &info_for(args.command());
+  // --peer is p2p's destination (default 1); the other ops have none.
+  auto read_peer = [&]() -> Status {
+    conccl::Result<int64_t> peer = args.get_int_in_range("peer", 0, kMaxSweepRanks - 1, 1);
+    if (!peer.ok()) return peer.status();
+    f->peer = *peer;
+    return Status();
+  };
+  conccl::Result<SweepFlags> sweep = read_sweep_flags(args, {}, read_peer);
+  if (!sweep.ok()) return sweep.status();
+  f->sweep = *sweep;
+  CONCCL_RETURN_IF_ERROR(check_op_flags(args, f));
   // --procs times calls through windows unless --no-windows; one process
   // has no windows, and a window call has no trigger to prelaunch behind.
-  if (args.has("no-windows") && !*procs)
-    return usage_error(args, ctx, "--no-windows applies to --procs N (one process always times plans): drop it");
-  if (*procs && args.has("prelaunch") && !args.has("no-windows"))
-    return usage_error(args, ctx, "--prelaunch times plans from a trigger's release, and --procs N times calls "
-                                  "through windows: add --no-windows to time prelaunched plans");
-  // The ranks --root and --peer name exist, and p2p has two (once the rank
-  // count is known: --procs, --ranks, or the GPUs of the device).
-  auto check_ranks = [&](int n) -> int {
-    const char* count_flag = *procs ? "--procs" : "--ranks";
-    if (op.op == CollOp::p2p && n < 2)
-      return usage_error(args, ctx, std::string("p2p needs two ranks: give ") + count_flag + " 2" +
-                                        (*procs ? "" : " (loopback on one GPU)"));
-    for (const auto& [flag, used, rank] :
-         {std::tuple{"--root", has_root, *root}, std::tuple{"--peer", has_peer, *peer}})
-      if (used && rank >= n)
-        return usage_error(args, ctx, std::string(flag) + " " + std::to_string(rank) + " is out of range: give a rank 0.." +
-                                          std::to_string(n - 1) + " (" + std::to_string(n) + " ranks)");
-    if (op.op == CollOp::p2p && *root == *peer)
-      return usage_error(args, ctx, "p2p from a rank to itself: give a different --peer");
-    return -1;
-  };
-  if (*procs && !*proc) {
-    if (const int rc = check_ranks(*procs); rc >= 0) return rc;
-    // The JSON file is rank 0's to write: refuse one it cannot open before
-    // any rank starts.
-    if (json_file) {
-      conccl::Result<JsonFile> jf = JsonFile::open(*json_file);
-      if (!jf.ok()) return fail(args, ctx, jf.status());
-    }
-    return run_procs(args, ctx, *procs);
-  }
-  if (*proc)
-    if (Status st = follow_launcher(); !st.ok()) return fail(args, ctx, st);
-  const int me = *proc ? (*proc)->rank : -1;  // this process's rank; -1: all ranks here
-  // --buffers cuda: CUDA VMM allocations (cuMemCreate) registered with the
-  // device, as a framework's tensors would be, instead of the device's own.
-  const std::string buffers = args.value("buffers").value_or("device");
-  if (buffers != "device" && buffers != "cuda")
-    return usage_error(args, ctx, "--buffers is device or cuda, not '" + buffers + "'");
-  if (buffers == "cuda" && args.common().backend != Backend::nv)
-    return usage_error(args, ctx, "--buffers cuda needs --backend nv (CUDA memory)");
-  const bool printer = me <= 0;               // who prints the table and writes the files
-  // --json FILE is opened before the sweep: a path that cannot be written is
-  // refused now, not after minutes of sweeping.
-  std::optional<JsonFile> json_out;
-  if (json_file && printer) {
-    conccl::Result<JsonFile> jf = JsonFile::open(*json_file);
-    if (!jf.ok()) return fail(args, ctx, jf.status());
-    json_out = std::move(jf).value();
-  }
+  conccl::Result<SweepProcs> procs = read_sweep_procs(args, "one process always times plans");
+  if (!procs.ok()) return procs.status();
+  f->procs = *procs;
+  if (f->procs.procs && args.has("prelaunch") && !args.has("no-windows"))
+    return usage_status("--prelaunch times plans from a trigger's release, and --procs N times calls "
+                        "through windows: add --no-windows to time prelaunched plans");
+  return Status();
+}
 
-  // SIGINT/SIGTERM from here on: checked between iterations; the size being
-  // timed is abandoned, the finished rows are written, exit 128 + signal. A
-  // signal during the set-up (allocating, uploading) ends it with no rows.
-  // A --procs rank ignores a second one (the terminal's Ctrl-C and the
-  // launcher's forwarded one may both arrive): its launcher ends it.
-  install_sweep_signals(me >= 0 ? SecondSignal::ignored : SecondSignal::kills);
-  conccl::Result<std::unique_ptr<conccl::Device>> devr = open_device_from_args(args, me);
-  if (!devr.ok()) return fail(args, ctx, devr.status());
-  conccl::Device& dev = **devr;
-  int gpus = dev.gpu_count();
-  // Checked by open_device_from_args: 0 (absent) or 1..kMaxGpus.
-  if (conccl::Result<int64_t> g = args.get_int_in_range("gpus", 1, kMaxGpus, 0); g.ok() && *g > 0)
-    gpus = std::min(gpus, static_cast<int>(*g));
-  const int n = *procs ? static_cast<int>(*procs) : *ranks_flag ? static_cast<int>(*ranks_flag) : std::min(gpus, kMaxRanks);
-  if (const int rc = check_ranks(n); rc >= 0) return rc;
-  std::vector<int> gpu_of;
-  for (int r = 0; r < n; ++r) gpu_of.push_back(r % gpus);
+// The ranks --root and --peer name exist, and p2p has two (once the rank
+// count is known: --procs, --ranks, or the GPUs of the device).
+Status check_ranks(const CollFlags& f, int n) {
+  const CollOp op = f.op->op;
+  const int64_t root = f.sweep.root, peer = f.peer;
+  const char* count_flag = f.procs.procs ? "--procs" : "--ranks";
+  if (op == CollOp::p2p && n < 2)
+    return usage_status(std::string("p2p needs two ranks: give ") + count_flag + " 2" +
+                        (f.procs.procs ? "" : " (loopback on one GPU)"));
+  for (const auto& [flag, used, rank] :
+       {std::tuple{"--root", f.has_root, root}, std::tuple{"--peer", f.has_peer, peer}})
+    if (used && rank >= n)
+      return usage_status(std::string(flag) + " " + std::to_string(rank) + " is out of range: give a rank 0.." +
+                          std::to_string(n - 1) + " (" + std::to_string(n) + " ranks)");
+  if (op == CollOp::p2p && root == peer) return usage_status("p2p from a rank to itself: give a different --peer");
+  return Status();
+}
 
-  // Buffers for the largest size, reused by every row: only what the op uses.
-  // Refused up front when they do not fit (on the emulator GPU memory is host
-  // memory: a sweep too big for it died by the OOM killer).
+// --buffers cuda: CUDA VMM allocations (cuMemCreate) registered with the
+// device, as a framework's tensors would be, instead of the device's own.
+Status read_buffers(const Args& args, std::string* buffers) {
+  *buffers = args.value("buffers").value_or("device");
+  if (*buffers != "device" && *buffers != "cuda")
+    return usage_status("--buffers is device or cuda, not '" + *buffers + "'");
+  if (*buffers == "cuda" && args.common().backend != Backend::nv)
+    return usage_status("--buffers cuda needs --backend nv (CUDA memory)");
+  return Status();
+}
+
+// One form (out of place or in place) of one size, as the row shows it.
+struct FormMeasured : Measured {
+  std::string variant;
+  int engines = 0;
+};
+
+// One copy collective's sweep from the device on. The members are made in
+// the order they are declared, and go in reverse.
+class CollectiveSweep {
+ public:
+  CollectiveSweep(const Args& args, const CollFlags& f)
+      : args_(args),
+        f_(f),
+        op_(*f.op),
+        me_(f.procs.me()),
+        // --procs: calls through windows (Communicator::call, no message
+        // between the ranks per call) unless --no-windows.
+        windows_(me_ >= 0 && !args.has("no-windows")),
+        emulated_(args.common().backend == Backend::emu),
+        deadline_ms_(static_cast<int64_t>(args.common().timeout_ms)) {}
+
+  // The device and its ranks, their communicator, stagers and buffers, and
+  // the sources' data.
+  Status set_up();
+  int run(Context& ctx, std::optional<JsonFile>& json_out);
+
+ private:
+  Status open();
+  Status connect();
+  Status alloc_buffers();
+  Status alloc_failed(Status st) const;
+  Status alloc_window();
+  Status upload_sources();
+  conccl::Result<Buffer> alloc_buffer(int gpu, uint64_t bytes);
+  void free_buffer(const Buffer& b);
+  void release();
+  SweepSetup sweep_setup() const;
+
+  Status measure_size(size_t si, uint64_t asked, SweepRow* row);
+  void in_place_in_window(InPlace* ip) const;
+  Status measure(const conccl::CollectiveArgs& a, const std::vector<bool>& poison,
+                 const std::vector<InPlaceSource>& sources, uint32_t poison_value, uint64_t n_iters,
+                 FormMeasured* m, bool in_place);
+  Status prepare(const conccl::CollectiveArgs& a, const std::vector<bool>& poison,
+                 const std::vector<InPlaceSource>& sources, uint32_t poison_value);
+  Status call_once(const conccl::CollectiveArgs& a, conccl::Plan* plan, bool in_place);
+  Status timed_call(const conccl::CollectiveArgs& a, conccl::Plan* plan, bool in_place,
+                    std::chrono::steady_clock::time_point* t0);
+  Status window_call(const conccl::CollectiveArgs& a, bool in_place);
+  Status verify(const conccl::CollectiveArgs& a, conccl::Plan* plan, const std::string& at, FormMeasured* m);
+
   // Each rank's chunk: a whole number of --dtype elements, at least one.
-  auto chunk_of = [&](uint64_t size) {
-    const uint64_t c = op.size_is_total ? size / n : size;
-    return std::max<uint64_t>(dtype->bytes, c / dtype->bytes * dtype->bytes);
-  };
-  const uint64_t max_chunk = chunk_of(*max);
-  // --procs: calls through windows (Communicator::call, no message between
-  // the ranks per call) unless --no-windows.
-  const bool windows = me >= 0 && !args.has("no-windows");
-  const MemBudget need =
-      sweep_budget(op.op, static_cast<int>(*root), static_cast<int>(*peer), gpu_of, gpus, max_chunk, windows);
-  if (Status st = check_budget(need, dev.topology(), args.common().backend == Backend::emu,
-                               "lower --max (now " + format_size(*max) + ") or --ranks (now " + std::to_string(n) + ")",
-                               mem_available());
-      !st.ok())
-    return fail(args, ctx, st.prefix(std::string(op.name) + " up to --max " + format_size(*max) + " on " +
-                                     std::to_string(n) + " ranks"));
-
-  conccl::Communicator::Options co;
-  co.loopback = n > gpus;
-  const std::string queues = args.value("queues").value_or("auto");
-  using QS = conccl::Communicator::Options::QueueSharing;
-  if (queues == "per-rank") co.queues = QS::per_rank;
-  else if (queues == "per-engine") co.queues = QS::per_engine;
-  else if (queues != "auto") return usage_error(args, ctx, "--queues is auto, per-rank or per-engine, not '" + queues + "'");
-  if (me >= 0) {
-    co.gpu = gpu_of[static_cast<size_t>(me)];
-    co.join_timeout_ms = static_cast<int64_t>(args.common().timeout_ms);
+  uint64_t chunk_of(uint64_t size) const {
+    const uint64_t c = op_.size_is_total ? size / static_cast<uint64_t>(d_.n) : size;
+    return std::max<uint64_t>(f_.dtype->bytes, c / f_.dtype->bytes * f_.dtype->bytes);
   }
-  conccl::Result<std::unique_ptr<conccl::Communicator>> comm =
-      me >= 0 ? conccl::Communicator::create(dev, me, n, (*proc)->id, co) : conccl::Communicator::create(dev, gpu_of, co);
-  if (!comm.ok()) return fail(args, ctx, comm.status());
-  auto local = [&](int r) { return me < 0 || r == me; };
+  uint64_t size_of(uint64_t chunk) const { return op_.size_is_total ? chunk * static_cast<uint64_t>(d_.n) : chunk; }
+  conccl::Deadline deadline() const { return conccl::Deadline::after_ms(deadline_ms_); }
+  bool local(int r) const { return me_ < 0 || r == me_; }  // its buffers are this process's
+  conccl::Stager& stager_of(int r) const { return *stager_of_rank_[static_cast<size_t>(r)]; }
 
-  // One stager per GPU moves the patterns in and the results out: device
-  // memory need not be CPU-visible (NVIDIA HBM is not).
-  const auto deadline_ms = static_cast<int64_t>(args.common().timeout_ms);
-  auto deadline = [&] { return conccl::Deadline::after_ms(deadline_ms); };
-  std::vector<std::unique_ptr<conccl::Stager>> stagers;
-  for (int g = 0; g < gpus; ++g) {
-    if (me >= 0 && g != gpu_of[static_cast<size_t>(me)]) {  // another process's GPU
-      stagers.push_back(nullptr);
-      continue;
-    }
-    conccl::Result<std::unique_ptr<conccl::Stager>> st = conccl::Stager::create(dev, g, staging_bytes(gpus));
-    if (!st.ok()) return fail(args, ctx, st.status());
-    stagers.push_back(std::move(st).value());
-  }
-  std::vector<conccl::Stager*> stager_of_rank;
-  for (int r = 0; r < n; ++r) stager_of_rank.push_back(stagers[static_cast<size_t>(gpu_of[static_cast<size_t>(r)])].get());
-  // Source data: each rank's pattern, a function of the byte offset, so the
-  // one upload serves every size (a smaller chunk is a prefix, and all-to-all
-  // chunk d sits at offset d * chunk of the same pattern).
-  constexpr uint64_t kSeed = 0xC0CC1;
-
-  conccl::CollectiveArgs base;
-  base.op = op.op;
-  base.variant = variant;
-  base.root = static_cast<int>(*root);
-  base.peer = static_cast<int>(*peer);
-  base.prelaunch = args.has("prelaunch");
-  base.send.assign(static_cast<size_t>(n), Buffer{});
-  base.recv.assign(static_cast<size_t>(n), Buffer{});
-  uint64_t total = 0;
-  for (uint64_t g : need.gpu) total = add_sat(total, g);
-  std::vector<conccl::nv::CudaAlloc> cuda_allocs;
-  auto alloc_buffer = [&](int gpu, uint64_t bytes) -> conccl::Result<Buffer> {
-    if (buffers == "device") return dev.alloc(gpu, bytes, conccl::MemKind::device);
-    conccl::Result<int> ordinal = conccl::nv::cuda_ordinal(dev, gpu);
-    if (!ordinal.ok()) return ordinal.status();
-    conccl::Result<conccl::nv::CudaAlloc> ca = conccl::nv::cuda_alloc(bytes, *ordinal);
-    if (!ca.ok()) return ca.status();
-    cuda_allocs.push_back(*ca);
-    return conccl::nv::register_cuda(dev, ca->ptr, bytes, gpu);
-  };
-  auto alloc_failed = [&](Status st) {
-    return fail(args, ctx, st.prefix("allocating " + format_size(total) + " of buffers for " + std::to_string(n) +
-                                     " ranks up to --max " + format_size(*max) + " (lower --max or --ranks)"));
-  };
+  const Args& args_;
+  const CollFlags& f_;
+  const OpInfo& op_;
+  const int me_;  // this process's rank; -1: all ranks here
+  const bool windows_;
+  const bool emulated_;
+  const int64_t deadline_ms_;
+  SweepDevice d_;
+  uint64_t max_chunk_ = 0;
+  MemBudget need_;
+  std::string queues_;
+  std::unique_ptr<conccl::Communicator> comm_;
+  std::vector<std::unique_ptr<conccl::Stager>> stagers_;
+  std::vector<conccl::Stager*> stager_of_rank_;
+  conccl::CollectiveArgs base_;
+  std::vector<conccl::nv::CudaAlloc> cuda_allocs_;
   // Windows: this rank allocates one buffer for its send and receive
   // buffers, registers it as a window once (every rank together), and every
   // call names its buffers at the same offsets of it as the other ranks do
   // (window_layout): no exchange per call.
-  WindowLayout layout;
-  Buffer window_mem{};
-  conccl::Window window;
-  if (windows) {
-    layout = window_layout(op.op, base.root, base.peer, me, n, max_chunk);
-    conccl::Result<Buffer> b = alloc_buffer(gpu_of[static_cast<size_t>(me)], layout.size);
-    if (!b.ok()) return alloc_failed(b.status());
-    window_mem = *b;
-    conccl::Result<conccl::Window> reg = (*comm)->register_window(window_mem);
-    if (!reg.ok()) {
-      (void)(buffers == "cuda" ? conccl::nv::unregister_cuda(dev, window_mem) : dev.free(window_mem));
-      return fail(args, ctx, reg.status().prefix("registering this rank's window"));
-    }
-    window = *reg;
-    const RankBuffers rb = buffer_bytes(op.op, base.root, base.peer, me, n, max_chunk);
-    if (rb.send) base.send[static_cast<size_t>(me)] = window.at(layout.send_off, alloc_bytes(rb.send));
-    if (rb.recv) base.recv[static_cast<size_t>(me)] = window.at(layout.recv_off, alloc_bytes(rb.recv));
-  }
-  for (int r = 0; r < n && !windows; ++r) {
+  WindowLayout layout_;
+  Buffer window_mem_{};
+  conccl::Window window_;
+  std::optional<RankSync> sync_;
+};
+
+Status CollectiveSweep::set_up() {
+  CONCCL_RETURN_IF_ERROR(open());
+  CONCCL_RETURN_IF_ERROR(connect());
+  CONCCL_RETURN_IF_ERROR(alloc_buffers());
+  return upload_sources();
+}
+
+// The device and the ranks on it, and whether the buffers for the largest
+// size fit: they are reused by every row, only what the op uses, and refused
+// up front when they do not fit (on the emulator GPU memory is host memory: a
+// sweep too big for it died by the OOM killer).
+Status CollectiveSweep::open() {
+  CONCCL_RETURN_IF_ERROR(
+      open_sweep_device(args_, f_.sweep, f_.procs, [this](int n) { return check_ranks(f_, n); }, &d_));
+  const uint64_t max = f_.sweep.max;
+  max_chunk_ = chunk_of(max);
+  need_ = sweep_budget(op_.op, static_cast<int>(f_.sweep.root), static_cast<int>(f_.peer), d_.gpu_of, d_.gpus,
+                       max_chunk_, windows_);
+  if (Status st = check_budget(need_, d_.dev->topology(), emulated_,
+                               "lower --max (now " + format_size(max) + ") or --ranks (now " + std::to_string(d_.n) +
+                                   ")",
+                               mem_available());
+      !st.ok())
+    return st.prefix(std::string(op_.name) + " up to --max " + format_size(max) + " on " + std::to_string(d_.n) +
+                     " ranks");
+  return Status();
+}
+
+// The ranks' communicator, and one stager per GPU for the patterns in and
+// the results out.
+Status CollectiveSweep::connect() {
+  conccl::Communicator::Options co;
+  conccl::Result<conccl::Communicator::Options::QueueSharing> queues = read_queues(args_, &queues_);
+  if (!queues.ok()) return queues.status();
+  co.queues = *queues;
+  conccl::Result<std::unique_ptr<conccl::Communicator>> comm = create_sweep_communicator(args_, d_, f_.procs, co);
+  if (!comm.ok()) return comm.status();
+  comm_ = std::move(comm).value();
+  CONCCL_RETURN_IF_ERROR(make_stagers(d_, me_, &stagers_));
+  for (int r = 0; r < d_.n; ++r)
+    stager_of_rank_.push_back(stagers_[static_cast<size_t>(d_.gpu_of[static_cast<size_t>(r)])].get());
+  return Status();
+}
+
+conccl::Result<Buffer> CollectiveSweep::alloc_buffer(int gpu, uint64_t bytes) {
+  conccl::Device& dev = *d_.dev;
+  if (f_.buffers == "device") return dev.alloc(gpu, bytes, conccl::MemKind::device);
+  conccl::Result<int> ordinal = conccl::nv::cuda_ordinal(dev, gpu);
+  if (!ordinal.ok()) return ordinal.status();
+  conccl::Result<conccl::nv::CudaAlloc> ca = conccl::nv::cuda_alloc(bytes, *ordinal);
+  if (!ca.ok()) return ca.status();
+  cuda_allocs_.push_back(*ca);
+  return conccl::nv::register_cuda(dev, ca->ptr, bytes, gpu);
+}
+
+void CollectiveSweep::free_buffer(const Buffer& b) {
+  (void)(f_.buffers == "cuda" ? conccl::nv::unregister_cuda(*d_.dev, b) : d_.dev->free(b));
+}
+
+// Each rank's send and receive buffers for the largest size (in one window
+// per rank through windows); this process's ranks' only.
+Status CollectiveSweep::alloc_buffers() {
+  const int n = d_.n;
+  base_.op = op_.op;
+  base_.variant = f_.variant;
+  base_.root = static_cast<int>(f_.sweep.root);
+  base_.peer = static_cast<int>(f_.peer);
+  base_.prelaunch = args_.has("prelaunch");
+  base_.send.assign(static_cast<size_t>(n), Buffer{});
+  base_.recv.assign(static_cast<size_t>(n), Buffer{});
+  if (windows_) return alloc_window();
+  for (int r = 0; r < n; ++r) {
     if (!local(r)) continue;  // its own process allocates them
-    const RankBuffers rb = buffer_bytes(op.op, base.root, base.peer, r, n, max_chunk);
-    for (auto [bytes, out] : {std::pair{rb.send, &base.send[static_cast<size_t>(r)]}, std::pair{rb.recv, &base.recv[static_cast<size_t>(r)]}}) {
+    const RankBuffers rb = buffer_bytes(op_.op, base_.root, base_.peer, r, n, max_chunk_);
+    for (auto [bytes, out] : {std::pair{rb.send, &base_.send[static_cast<size_t>(r)]},
+                              std::pair{rb.recv, &base_.recv[static_cast<size_t>(r)]}}) {
       if (!bytes) continue;
-      conccl::Result<Buffer> b = alloc_buffer(gpu_of[static_cast<size_t>(r)], alloc_bytes(bytes));
+      conccl::Result<Buffer> b = alloc_buffer(d_.gpu_of[static_cast<size_t>(r)], alloc_bytes(bytes));
       if (!b.ok()) return alloc_failed(b.status());
       *out = *b;
     }
   }
-  for (int r = 0; r < n; ++r)
-    if (const Buffer& b = base.send[static_cast<size_t>(r)]; b.va)
-      if (Status st = upload_pattern(*stager_of_rank[static_cast<size_t>(r)], b, kSeed, r, deadline()); !st.ok())
-        return fail(args, ctx, st.prefix("uploading rank " + std::to_string(r) + "'s data"));
-  auto release = [&] {
-    if (window.valid()) {
-      (void)(*comm)->deregister_window(window);
-      window = conccl::Window{};
-    }
-    if (window_mem.va) {  // the send and receive buffers are views of it
-      (void)(buffers == "cuda" ? conccl::nv::unregister_cuda(dev, window_mem) : dev.free(window_mem));
-      window_mem = Buffer{};
-    } else {
-      for (std::vector<Buffer>* v : {&base.send, &base.recv})
-        for (Buffer& b : *v)
-          if (b.va) (void)(buffers == "cuda" ? conccl::nv::unregister_cuda(dev, b) : dev.free(b));
-    }
-    for (conccl::nv::CudaAlloc& c : cuda_allocs) (void)conccl::nv::cuda_free(c);
-    cuda_allocs.clear();
-  };
+  return Status();
+}
 
-  const std::vector<uint64_t> sizes = sweep_sizes(*min, *max, static_cast<uint64_t>(*step));
-  const bool emulated = args.common().backend == Backend::emu;
-  SweepSetup setup;
-  setup.op = op.name;
-  setup.backend = std::string(backend_name(args.common().backend));
-  setup.emulated = emulated;
-  setup.preset = args.common().preset;
-  setup.ranks = n;
-  setup.gpus = gpus;
-  setup.loopback = co.loopback;
-  setup.queues = queues;
-  setup.engines_per_gpu = dev.topology().gpus.empty() ? 0 : static_cast<int>(dev.topology().gpus[0].engines.size());
+Status CollectiveSweep::alloc_failed(Status st) const {
+  uint64_t total = 0;
+  for (uint64_t g : need_.gpu) total = add_sat(total, g);
+  return st.prefix("allocating " + format_size(total) + " of buffers for " + std::to_string(d_.n) +
+                   " ranks up to --max " + format_size(f_.sweep.max) + " (lower --max or --ranks)");
+}
+
+Status CollectiveSweep::alloc_window() {
+  const size_t mi = static_cast<size_t>(me_);
+  layout_ = window_layout(op_.op, base_.root, base_.peer, me_, d_.n, max_chunk_);
+  conccl::Result<Buffer> b = alloc_buffer(d_.gpu_of[mi], layout_.size);
+  if (!b.ok()) return alloc_failed(b.status());
+  window_mem_ = *b;
+  conccl::Result<conccl::Window> reg = comm_->register_window(window_mem_);
+  if (!reg.ok()) {
+    free_buffer(window_mem_);
+    return reg.status().prefix("registering this rank's window");
+  }
+  window_ = *reg;
+  const RankBuffers rb = buffer_bytes(op_.op, base_.root, base_.peer, me_, d_.n, max_chunk_);
+  if (rb.send) base_.send[mi] = window_.at(layout_.send_off, alloc_bytes(rb.send));
+  if (rb.recv) base_.recv[mi] = window_.at(layout_.recv_off, alloc_bytes(rb.recv));
+  return Status();
+}
+
+Status CollectiveSweep::upload_sources() {
+  for (int r = 0; r < d_.n; ++r)
+    if (const Buffer& b = base_.send[static_cast<size_t>(r)]; b.va)
+      if (Status st = upload_pattern(stager_of(r), b, kSeed, r, deadline()); !st.ok())
+        return st.prefix("uploading rank " + std::to_string(r) + "'s data");
+  return Status();
+}
+
+void CollectiveSweep::release() {
+  if (window_.valid()) {
+    (void)comm_->deregister_window(window_);
+    window_ = conccl::Window{};
+  }
+  if (window_mem_.va) {  // the send and receive buffers are views of it
+    free_buffer(window_mem_);
+    window_mem_ = Buffer{};
+  } else {
+    for (std::vector<Buffer>* v : {&base_.send, &base_.recv})
+      for (Buffer& b : *v)
+        if (b.va) free_buffer(b);
+  }
+  for (conccl::nv::CudaAlloc& c : cuda_allocs_) (void)conccl::nv::cuda_free(c);
+  cuda_allocs_.clear();
+}
+
+SweepSetup CollectiveSweep::sweep_setup() const {
+  SweepSetup setup = common_setup(args_, op_.name, d_, f_.sweep, f_.procs, windows_, queues_);
+  const conccl::Variant variant = f_.variant;
   setup.variant = variant == conccl::Variant::automatic ? "auto" : std::string(conccl::variant_name(variant));
-  setup.prelaunch = base.prelaunch;
-  setup.procs = *procs;
-  setup.windows = windows;
-  setup.iters = *iters;
-  setup.warmup = *warmup;
-  setup.min = *min;
-  setup.max = *max;
-  setup.step_factor = static_cast<uint64_t>(*step);
-  setup.root = base.root;
-  setup.peer = base.peer;
-  setup.has_root = has_root;
-  setup.has_peer = has_peer;
-  if (!json_stdout && printer) {
-    print_banner(ctx.out, setup);
-    print_header(ctx.out);
-    std::fflush(ctx.out);
-  }
-  Progress progress(printer ? ctx.err : nullptr);
-  std::vector<SweepRow> rows;
-  bool all_ok = true;
-  // The signal the sweep stops for. One process: the one it received. Ranks
-  // in separate processes stop together, at the same launch: each tells the
-  // others the signal it received (0: none) at the exchanges every rank makes
-  // - one per warm-up launch, one before each timed launch, one at the end -
-  // and all stop at the first where any rank has one. A rank that stopped on
-  // its own would leave the others waiting for it in a launch until their
-  // deadline (exit 3, no JSON).
-  int agreed_signal = 0;
-  auto stop_signal = [&] { return me < 0 ? sweep_signal() : agreed_signal; };
-  // Exchanges `mine` with every rank, this rank's signal in front; returns
-  // everyone's in rank order, signal removed, and records the first signal.
-  auto exchange = [&](const std::string& what, const std::string& mine) -> conccl::Result<std::vector<std::string>> {
-    const std::string sent = std::string(1, static_cast<char>(sweep_signal())) + mine;
-    conccl::Result<std::vector<conccl::Bootstrap::Message>> all =
-        (*comm)->bootstrap()->exchange(what, sent, {}, deadline());
-    if (!all.ok()) return all.status();
-    std::vector<std::string> out;
-    for (const conccl::Bootstrap::Message& m : *all) {
-      if (m.data.empty())
-        return conccl::error(conccl::Code::internal, "a rank's '" + what + "' message is empty (please report)");
-      if (m.data[0] && !agreed_signal) agreed_signal = static_cast<unsigned char>(m.data[0]);
-      out.push_back(m.data.substr(1));
-    }
-    return out;
-  };
-  // One form (out of place or in place) of one size: poison the
-  // destinations, put the in-place sources in place, warm up, time, verify.
-  // The error is prefixed for the message; a signal leaves `times` short.
-  struct Measured {
-    TimeStats time;
-    uint64_t wrong = 0;
-    std::string variant;
-    int engines = 0;
-    double messages_per_call = -1;
-  };
-  // A call through the window: this rank's buffers alone, host-ordered
-  // (stream null: it returns once this rank's data is in place). Where the
-  // op gives this rank no buffer of a kind, a few bytes at that buffer's
-  // offset name the root's place (the same offset on every rank), except a
-  // broadcast in place, whose root sends from its receive buffer: there the
-  // library takes the send to sit where the receive buffer does.
-  auto window_call = [&](const conccl::CollectiveArgs& a, bool in_place) -> Status {
-    conccl::CollectiveArgs mine = a;
-    const Buffer& s = a.send[static_cast<size_t>(me)];
-    const Buffer& r = a.recv[static_cast<size_t>(me)];
-    mine.send = {s.va ? s : in_place && a.op == CollOp::broadcast ? Buffer{} : window.at(layout.send_off, 1)};
-    mine.recv = {r.va ? r : window.at(layout.recv_off, 1)};
-    return (*comm)->call(mine, nullptr);
-  };
-  // The ranks agree on signals (untimed) before every timed launch of a
-  // plan, and before every kAgreeEvery-th call through windows, which run
-  // back to back in between.
-  constexpr uint64_t kAgreeEvery = 32;
-  auto measure = [&](const conccl::CollectiveArgs& a, const std::vector<bool>& poison,
-                     const std::vector<InPlaceSource>& sources, uint32_t poison_value, uint64_t n_iters,
-                     Measured* m, bool in_place) -> Status {
-    const bool through_windows = windows;
-    const std::string at = "size " + std::to_string(op.size_is_total ? a.bytes * static_cast<uint64_t>(n) : a.bytes);
-    for (int r = 0; r < n; ++r) {
-      // The fill covers whole 4-byte words: an in-place scatter's receive
-      // view inside a window may start or end inside one (the bytes around
-      // it are the window's, unused).
-      Buffer b = a.recv[static_cast<size_t>(r)];
-      const uint64_t end = (b.va + b.size + 3) / 4 * 4;
-      b.va = b.va / 4 * 4;
-      b.size = end - b.va;
-      if (b.va && poison[static_cast<size_t>(r)])
-        CONCCL_RETURN_IF_ERROR(stager_of_rank[static_cast<size_t>(r)]->fill(b, poison_value, deadline()).prefix("poisoning the destinations"));
-    }
-    for (const InPlaceSource& src : sources)
-      if (local(src.owner))
-      CONCCL_RETURN_IF_ERROR(upload_pattern(*stager_of_rank[static_cast<size_t>(src.owner)], src.at, kSeed, src.src_rank,
-                                            deadline(), src.src_off)
-                                 .prefix("placing rank " + std::to_string(src.src_rank) + "'s data in place"));
-    conccl::Result<std::unique_ptr<conccl::Plan>> plan =
-        through_windows ? conccl::Result<std::unique_ptr<conccl::Plan>>(std::unique_ptr<conccl::Plan>()) : (*comm)->plan(a);
-    if (!plan.ok()) return plan.status();
-    // Warm-up: --warmup launches, and on real engines at least 100 ms of
-    // them: copy engines of a GPU that idled (as it does while the previous
-    // size was verified) run at about half rate for their first ~100 ms
-    // (docs/perf/h200.md, "Cold GPU").
-    const auto warm_until = std::chrono::steady_clock::now() + std::chrono::milliseconds(emulated ? 0 : 100);
-    uint64_t warm = 0;
-    auto more_warmup = [&]() -> conccl::Result<bool> {
-      bool more = (warm < static_cast<uint64_t>(*warmup) || std::chrono::steady_clock::now() < warm_until) &&
-                  !stop_signal();
-      if (me < 0) return more;
-      // Ranks in separate processes launch together: one more while any
-      // rank wants one (each times its own 100 ms) and none has a signal.
-      conccl::Result<std::vector<std::string>> all = exchange("warm-up", more ? "1" : "0");
-      if (!all.ok()) return all.status();
-      for (const std::string& m : *all) more |= m == "1";
-      return more && !stop_signal();
-    };
-    while (true) {
-      conccl::Result<bool> more = more_warmup();
-      if (!more.ok()) return more.status().prefix("warm-up at " + at);
-      if (!*more) break;
-      const conccl::Deadline dl = deadline();
-      Status st;
-      if (through_windows) {
-        st = window_call(a, in_place);
-      } else {
-        st = a.prelaunch ? (*plan)->prelaunch(dl) : (*plan)->launch(dl);
-        if (st.ok() && a.prelaunch) st = (*plan)->release();
-        if (st.ok()) st = (*plan)->wait(dl);
-      }
-      CONCCL_RETURN_IF_ERROR(st.prefix("warm-up at " + at));
-      ++warm;
-    }
-    std::vector<double> times;
-    double messages = 0;
-    for (uint64_t it = 0; it < n_iters && !stop_signal(); ++it) {
-      if (me >= 0 && (!through_windows || it % kAgreeEvery == 0)) {  // the ranks agree to launch (untimed)
-        conccl::Result<std::vector<std::string>> go = exchange("launch", "");
-        if (!go.ok()) return go.status().prefix("before a timed launch at " + at);
-        if (stop_signal()) break;
-      }
-      const conccl::Deadline dl = deadline();
-      Status st;
-      std::chrono::steady_clock::time_point t0;
-      const conccl::CommStats before = me >= 0 ? (*comm)->stats() : conccl::CommStats{};
-      if (through_windows) {
-        t0 = std::chrono::steady_clock::now();
-        st = window_call(a, in_place);
-      } else if (a.prelaunch) {  // (never with windows: refused up front)
-        st = (*plan)->prelaunch(dl);  // queued behind the trigger: not timed
-        t0 = std::chrono::steady_clock::now();
-        if (st.ok()) st = (*plan)->release();
-      } else {
-        t0 = std::chrono::steady_clock::now();
-        st = (*plan)->launch(dl);
-      }
-      if (st.ok() && !through_windows) st = (*plan)->wait(dl);
-      const double us = std::chrono::duration<double, std::micro>(std::chrono::steady_clock::now() - t0).count();
-      CONCCL_RETURN_IF_ERROR(st.prefix(at));  // a launch may still run: the buffers go with the device
-      times.push_back(us);
-      if (me >= 0) {
-        const conccl::CommStats after = (*comm)->stats();
-        messages += static_cast<double>(after.bootstrap_messages_sent - before.bootstrap_messages_sent +
-                                        after.bootstrap_messages_received - before.bootstrap_messages_received);
-      }
-    }
-    if (stop_signal()) return Status();  // abandoned
-    m->time = time_stats(times);
-    if (me >= 0 && !times.empty()) m->messages_per_call = messages / static_cast<double>(times.size());
-    conccl::Result<uint64_t> wrong = count_wrong(a, n, kSeed, stager_of_rank, deadline(), me);
-    if (!wrong.ok()) return wrong.status().prefix("verifying " + at);
-    m->wrong = *wrong;
-    if (me >= 0) {
-      // Every rank checked its own destinations: the row has the sum of
-      // wrong bytes and the times of the slowest rank.
-      struct Mine {
-        uint64_t wrong;
-        TimeStats time;
-        double messages_per_call;
-      } mine{*wrong, m->time, m->messages_per_call};
-      conccl::Result<std::vector<std::string>> all =
-          exchange("row", std::string(reinterpret_cast<const char*>(&mine), sizeof mine));
-      if (!all.ok()) return all.status().prefix("collecting the ranks' results at " + at);
-      m->wrong = 0;
-      for (const std::string& msg : *all) {
-        Mine t{};
-        if (msg.size() == sizeof t) std::memcpy(&t, msg.data(), sizeof t);
-        m->wrong += t.wrong;
-        if (t.time.mean > m->time.mean) m->time = t.time;
-        m->messages_per_call = std::max(m->messages_per_call, t.messages_per_call);
-      }
-    }
-    if (through_windows) {  // the plan is the communicator's: the variant automatic picks
-      m->variant = conccl::variant_name(a.variant != conccl::Variant::automatic
-                                            ? a.variant
-                                            : conccl::choose_variant(a.op, a.bytes, n, (*comm)->caps(), true));
-      m->engines = 0;
-    } else {
-      m->variant = conccl::variant_name((*plan)->variant());
-      m->engines = engines_used(**plan, gpu_of);
-    }
-    return Status();
-  };
+  setup.prelaunch = base_.prelaunch;
+  setup.peer = base_.peer;
+  setup.has_root = f_.has_root;
+  setup.has_peer = f_.has_peer;
+  return setup;
+}
 
-  for (size_t si = 0; si < sizes.size() && !stop_signal(); ++si) {
-    // Sizes that round to the same whole elements per rank run once.
-    if (si > 0 && chunk_of(sizes[si]) == chunk_of(sizes[si - 1])) continue;
-    progress.show(si, sizes.size(), sizes[si]);
-    conccl::CollectiveArgs a = base;
-    a.bytes = chunk_of(sizes[si]);
-    const uint64_t size = op.size_is_total ? a.bytes * static_cast<uint64_t>(n) : a.bytes;
-    const uint64_t n_iters = *iters ? static_cast<uint64_t>(*iters) : std::clamp<uint64_t>((64ull << 20) / std::max<uint64_t>(size, 1), 3, 20);
-    const uint32_t poison_value = 0xA5A5A5A5u ^ static_cast<uint32_t>(si);
-    Measured oop;
-    Status st = measure(a, std::vector<bool>(static_cast<size_t>(n), true), {}, poison_value, n_iters, &oop, false);
-    std::optional<InPlace> ip = in_place_of(a, n);
-    if (ip && windows && me != a.root) {
-      // In place, the root's send (gather) or recv (scatter) is its chunk of
-      // its own buffer, at root x chunk: the other ranks name theirs at that
-      // offset of their windows too (offsets are the same on every rank).
-      const uint64_t at = uint64_t(a.root) * a.bytes;
-      const size_t mi = static_cast<size_t>(me);
-      if (a.op == CollOp::gather) {
-        ip->args.send[mi] = window.at(layout.recv_off + at, a.bytes);
-        ip->sources.push_back({me, ip->args.send[mi], me, 0});
-      } else if (a.op == CollOp::scatter) {
-        ip->args.recv[mi] = window.at(layout.send_off + at, a.bytes);
-      }
-    }
-    Measured inp;
-    if (st.ok() && ip && !stop_signal())
-      st = measure(ip->args, ip->poison, ip->sources, ~poison_value, n_iters, &inp, true);
-    if (!st.ok()) {
-      progress.clear();
-      if (st.code() != conccl::Code::timeout) release();
-      return fail(args, ctx, st);
-    }
-    if (stop_signal()) break;  // this size is abandoned
-    SweepRow row;
-    row.size = size;
-    row.count = size / dtype->bytes;
-    row.type = std::string(dtype->name);
-    row.iters = n_iters;
-    row.time = oop.time;
-    row.algbw = static_cast<double>(size) / (row.time.mean * 1e-6) / 1e9;
-    row.busbw = row.algbw * busbw_factor(op.op, n);
-    row.wrong = oop.wrong;
-    row.variant = oop.variant;
-    row.engines = oop.engines;
-    row.messages_per_call = oop.messages_per_call;
-    row.ip_messages_per_call = inp.messages_per_call;
-    if (ip) {
-      row.in_place = true;
-      row.ip_time = inp.time;
-      row.ip_algbw = static_cast<double>(size) / (inp.time.mean * 1e-6) / 1e9;
-      row.ip_busbw = row.ip_algbw * busbw_factor(op.op, n);
-      row.ip_wrong = inp.wrong;
-      row.ip_variant = inp.variant;
-    }
-    all_ok &= row.wrong == 0 && row.ip_wrong == 0;
-    progress.clear();
-    if (!json_stdout && printer) print_row(ctx.out, row);
-    std::fflush(ctx.out);
-    rows.push_back(row);
+int CollectiveSweep::run(Context& ctx, std::optional<JsonFile>& json_out) {
+  sync_.emplace(me_, comm_.get(), deadline_ms_);
+  const SweepSetup setup = sweep_setup();
+  SweepLoop loop;
+  loop.setup = &setup;
+  loop.sizes = sweep_sizes(f_.sweep.min, f_.sweep.max, static_cast<uint64_t>(f_.sweep.step));
+  // Sizes that round to the same whole elements per rank run once.
+  loop.unit_of = [this](uint64_t size) { return chunk_of(size); };
+  loop.measure = [this](size_t si, uint64_t asked, SweepRow* row) { return measure_size(si, asked, row); };
+  loop.release = [this] { release(); };
+  loop.plot_title = std::string("sdma-probe ") + op_.name + ": " + std::to_string(d_.n) + " ranks, " +
+                    std::string(backend_name(args_.common().backend));
+  loop.printer = me_ <= 0;
+  loop.json_stdout = f_.sweep.json.to_stdout;
+  return run_sweep(args_, ctx, *sync_, loop, json_out);
+}
+
+// Both forms of one size (in place where the op has one) into the row.
+Status CollectiveSweep::measure_size(size_t si, uint64_t asked, SweepRow* row) {
+  const int n = d_.n;
+  conccl::CollectiveArgs a = base_;
+  a.bytes = chunk_of(asked);
+  const uint64_t size = size_of(a.bytes);
+  const uint64_t n_iters = iters_for(f_.sweep, size);
+  const uint32_t poison_value = 0xA5A5A5A5u ^ static_cast<uint32_t>(si);
+  FormMeasured oop;
+  Status st = measure(a, std::vector<bool>(static_cast<size_t>(n), true), {}, poison_value, n_iters, &oop, false);
+  std::optional<InPlace> ip = in_place_of(a, n);
+  if (ip && windows_ && me_ != a.root) in_place_in_window(&*ip);
+  FormMeasured inp;
+  if (st.ok() && ip && !sync_->stop_signal())
+    st = measure(ip->args, ip->poison, ip->sources, ~poison_value, n_iters, &inp, true);
+  CONCCL_RETURN_IF_ERROR(st);
+  row->size = size;
+  row->count = size / f_.dtype->bytes;
+  row->type = std::string(f_.dtype->name);
+  row->iters = n_iters;
+  row->time = oop.time;
+  row->algbw = static_cast<double>(size) / (row->time.mean * 1e-6) / 1e9;
+  row->busbw = row->algbw * busbw_factor(op_.op, n);
+  row->wrong = oop.wrong;
+  row->variant = oop.variant;
+  row->engines = oop.engines;
+  row->messages_per_call = oop.messages_per_call;
+  row->ip_messages_per_call = inp.messages_per_call;
+  if (ip) {
+    row->in_place = true;
+    row->ip_time = inp.time;
+    row->ip_algbw = static_cast<double>(size) / (inp.time.mean * 1e-6) / 1e9;
+    row->ip_busbw = row->ip_algbw * busbw_factor(op_.op, n);
+    row->ip_wrong = inp.wrong;
+    row->ip_variant = inp.variant;
   }
-  progress.clear();
-  if (me >= 0) {
-    // The last agreement: a signal after the last exchange of the loop
-    // marks every rank's run interrupted, or none.
-    conccl::Result<std::vector<std::string>> end = exchange("end", "");
-    if (!end.ok()) {
-      if (end.status().code() != conccl::Code::timeout) release();
-      return fail(args, ctx, end.status().prefix("ending the sweep"));
-    }
+  return Status();
+}
+
+// In place, the root's send (gather) or recv (scatter) is its chunk of its
+// own buffer, at root x chunk: the other ranks name theirs at that offset of
+// their windows too (offsets are the same on every rank).
+void CollectiveSweep::in_place_in_window(InPlace* ip) const {
+  const conccl::CollectiveArgs& a = ip->args;
+  const uint64_t at = uint64_t(a.root) * a.bytes;
+  const size_t mi = static_cast<size_t>(me_);
+  if (a.op == CollOp::gather) {
+    ip->args.send[mi] = window_.at(layout_.recv_off + at, a.bytes);
+    ip->sources.push_back({me_, ip->args.send[mi], me_, 0});
+  } else if (a.op == CollOp::scatter) {
+    ip->args.recv[mi] = window_.at(layout_.send_off + at, a.bytes);
   }
-  SweepEnd finish;
-  finish.op = op.name;
-  finish.plot_title = std::string("sdma-probe ") + op.name + ": " + std::to_string(n) + " ranks, " + std::string(backend_name(args.common().backend));
-  finish.printer = printer;
-  finish.json_stdout = json_stdout;
-  finish.planned_sizes = sizes.size();
-  finish.signal = stop_signal();
-  finish.all_ok = all_ok;
-  return finish_sweep(args, ctx, setup, rows, json_out, release, finish);
+}
+
+// One form (out of place or in place) of one size: poison the
+// destinations, put the in-place sources in place, warm up, time, verify.
+// The error is prefixed for the message; a signal leaves `m` unfinished.
+Status CollectiveSweep::measure(const conccl::CollectiveArgs& a, const std::vector<bool>& poison,
+                                const std::vector<InPlaceSource>& sources, uint32_t poison_value, uint64_t n_iters,
+                                FormMeasured* m, bool in_place) {
+  const std::string at = "size " + std::to_string(size_of(a.bytes));
+  CONCCL_RETURN_IF_ERROR(prepare(a, poison, sources, poison_value));
+  conccl::Result<std::unique_ptr<conccl::Plan>> plan =
+      windows_ ? conccl::Result<std::unique_ptr<conccl::Plan>>(std::unique_ptr<conccl::Plan>()) : comm_->plan(a);
+  if (!plan.ok()) return plan.status();
+  conccl::Plan* p = plan->get();
+  CONCCL_RETURN_IF_ERROR(
+      warm_up(*sync_, f_.sweep.warmup, emulated_, at, [&] { return call_once(a, p, in_place); }));
+  // The ranks agree on signals (untimed) before every timed launch of a
+  // plan, and before every 32nd call through windows, which run back to
+  // back in between.
+  constexpr uint64_t kAgreeEvery = 32;
+  CONCCL_RETURN_IF_ERROR(time_calls(*sync_, n_iters, windows_ ? kAgreeEvery : 1, "launch", at,
+                                    [&](std::chrono::steady_clock::time_point* t0) {
+                                      return timed_call(a, p, in_place, t0);
+                                    },
+                                    m));
+  if (sync_->stop_signal()) return Status();  // abandoned
+  return verify(a, p, at, m);
+}
+
+Status CollectiveSweep::prepare(const conccl::CollectiveArgs& a, const std::vector<bool>& poison,
+                                const std::vector<InPlaceSource>& sources, uint32_t poison_value) {
+  for (int r = 0; r < d_.n; ++r) {
+    // The fill covers whole 4-byte words: an in-place scatter's receive
+    // view inside a window may start or end inside one (the bytes around
+    // it are the window's, unused).
+    Buffer b = a.recv[static_cast<size_t>(r)];
+    const uint64_t end = (b.va + b.size + 3) / 4 * 4;
+    b.va = b.va / 4 * 4;
+    b.size = end - b.va;
+    if (b.va && poison[static_cast<size_t>(r)])
+      CONCCL_RETURN_IF_ERROR(stager_of(r).fill(b, poison_value, deadline()).prefix("poisoning the destinations"));
+  }
+  for (const InPlaceSource& src : sources)
+    if (local(src.owner))
+      CONCCL_RETURN_IF_ERROR(upload_pattern(stager_of(src.owner), src.at, kSeed, src.src_rank, deadline(), src.src_off)
+                                 .prefix("placing rank " + std::to_string(src.src_rank) + "'s data in place"));
+  return Status();
+}
+
+// A warm-up call: through the window, or the plan launched (prelaunched and
+// released) and waited for.
+Status CollectiveSweep::call_once(const conccl::CollectiveArgs& a, conccl::Plan* plan, bool in_place) {
+  const conccl::Deadline dl = deadline();
+  if (windows_) return window_call(a, in_place);
+  Status st = a.prelaunch ? plan->prelaunch(dl) : plan->launch(dl);
+  if (st.ok() && a.prelaunch) st = plan->release();
+  if (st.ok()) st = plan->wait(dl);
+  return st;
+}
+
+// A timed call: its time runs until every destination has its data; a
+// prelaunch (queued behind the trigger) is not timed, its release is.
+Status CollectiveSweep::timed_call(const conccl::CollectiveArgs& a, conccl::Plan* plan, bool in_place,
+                                   std::chrono::steady_clock::time_point* t0) {
+  const conccl::Deadline dl = deadline();
+  Status st;
+  if (windows_) {
+    *t0 = std::chrono::steady_clock::now();
+    st = window_call(a, in_place);
+  } else if (a.prelaunch) {  // (never with windows: refused up front)
+    st = plan->prelaunch(dl);
+    *t0 = std::chrono::steady_clock::now();
+    if (st.ok()) st = plan->release();
+  } else {
+    *t0 = std::chrono::steady_clock::now();
+    st = plan->launch(dl);
+  }
+  if (st.ok() && !windows_) st = plan->wait(dl);
+  return st;
+}
+
+// A call through the window: this rank's buffers alone, host-ordered
+// (stream null: it returns once this rank's data is in place). Where the
+// op gives this rank no buffer of a kind, a few bytes at that buffer's
+// offset name the root's place (the same offset on every rank), except a
+// broadcast in place, whose root sends from its receive buffer: there the
+// library takes the send to sit where the receive buffer does.
+Status CollectiveSweep::window_call(const conccl::CollectiveArgs& a, bool in_place) {
+  conccl::CollectiveArgs mine = a;
+  const Buffer& s = a.send[static_cast<size_t>(me_)];
+  const Buffer& r = a.recv[static_cast<size_t>(me_)];
+  mine.send = {s.va ? s : in_place && a.op == CollOp::broadcast ? Buffer{} : window_.at(layout_.send_off, 1)};
+  mine.recv = {r.va ? r : window_.at(layout_.recv_off, 1)};
+  return comm_->call(mine, nullptr);
+}
+
+// Every destination byte this process holds checked (the ranks' counts
+// summed), and the variant and engines the form ran on.
+Status CollectiveSweep::verify(const conccl::CollectiveArgs& a, conccl::Plan* plan, const std::string& at,
+                               FormMeasured* m) {
+  conccl::Result<uint64_t> wrong = count_wrong(a, d_.n, kSeed, stager_of_rank_, deadline(), me_);
+  if (!wrong.ok()) return wrong.status().prefix("verifying " + at);
+  m->wrong = *wrong;
+  CONCCL_RETURN_IF_ERROR(combine_ranks(*sync_, at, m));
+  if (windows_) {  // the plan is the communicator's: the variant automatic picks
+    m->variant = conccl::variant_name(a.variant != conccl::Variant::automatic
+                                          ? a.variant
+                                          : conccl::choose_variant(a.op, a.bytes, d_.n, comm_->caps(), true));
+    m->engines = 0;
+  } else {
+    m->variant = conccl::variant_name(plan->variant());
+    m->engines = engines_used(*plan, d_.gpu_of);
+  }
+  return Status();
+}
+
+int run_collective(const Args& args, Context& ctx) {
+  CollFlags f;
+  if (Status st = read_collective_flags(args, &f); !st.ok()) return fail(args, ctx, st);
+  if (f.procs.launcher()) {
+    if (Status st = check_ranks(f, f.procs.procs); !st.ok()) return fail(args, ctx, st);
+    return launch_sweep_ranks(args, ctx, f.sweep.json, f.procs.procs);
+  }
+  if (f.procs.rank)
+    if (Status st = follow_launcher(); !st.ok()) return fail(args, ctx, st);
+  if (Status st = read_buffers(args, &f.buffers); !st.ok()) return fail(args, ctx, st);
+  std::optional<JsonFile> json_out;
+  if (Status st = open_json_out(f.sweep.json, f.procs.me() <= 0, &json_out); !st.ok()) return fail(args, ctx, st);
+  CollectiveSweep sweep(args, f);
+  if (Status st = sweep.set_up(); !st.ok()) return fail(args, ctx, st);
+  return sweep.run(ctx, json_out);
 }
 
 std::vector<FlagSpec> collective_flags() {

@@ -24,12 +24,12 @@
 #include "device_flags.hpp"
 #include "mem_budget.hpp"
 #include "procs.hpp"
-#include "sweep/sweep_end.hpp"
+#include "sweep/sweep_device.hpp"
+#include "sweep/sweep_flags.hpp"
 #include "sweep/sweep_inplace.hpp"
 #include "sweep/sweep_json.hpp"
-#include "sweep/sweep_progress.hpp"
-#include "sweep/sweep_signal.hpp"
-#include "sweep/sweep_stats.hpp"
+#include "sweep/sweep_loop.hpp"
+#include "sweep/sweep_measure.hpp"
 #include "sweep/sweep_table.hpp"
 
 namespace probe {
@@ -70,9 +70,6 @@ double busbw_factor(ReduceColl c, int n) {
   return 1.0;
 }
 
-constexpr int kMaxRanks = 64;
-constexpr int64_t kMaxIters = 1000000;
-constexpr int64_t kMaxStepFactor = 1024;
 // The types the reduce step adds (conccl/reduce.hpp), in nccl-tests' names.
 constexpr DataType kReduceTypes[] = {DataType::f32, DataType::bf16, DataType::f16,
                                      DataType::i32, DataType::i64,  DataType::u8};
@@ -262,554 +259,533 @@ Algorithm algorithm_of(ReduceColl c, uint64_t count, int n, uint64_t es, uint64_
 
 // ---- the command -----------------------------------------------------------
 
-int run_reduction(const Args& args, Context& ctx) {
-  const RedInfo& op = red_for(args.command());
-  const ReduceColl coll = op.coll;
-  conccl::Result<JsonTarget> target = json_target(args);
-  if (!target.ok()) return usage_error(args, ctx, target.status().message());
-  const std::optional<std::string> json_file = target->file;
-  const bool json_stdout = target->to_stdout;
-  conccl::Result<uint64_t> min = args.get_size("min", 1024);
-  conccl::Result<uint64_t> max = args.get_size("max", 16ull << 20);
-  conccl::Result<uint64_t> staging = args.get_size("staging", conccl::Communicator::Options{}.reduce_staging_bytes);
-  for (auto* r : {&min, &max, &staging})
-    if (!r->ok()) return fail(args, ctx, r->status());
-  conccl::Result<int64_t> iters = args.get_int_in_range("iters", 1, kMaxIters, 0);  // 0: by size
-  conccl::Result<int64_t> warmup = args.get_int_in_range("warmup", 0, kMaxIters, 2);
-  conccl::Result<int64_t> root = args.get_int_in_range("root", 0, kMaxRanks - 1, 0);
-  conccl::Result<int64_t> ranks_flag = args.get_int_in_range("ranks", 1, kMaxRanks, 0);  // 0: one per GPU
-  conccl::Result<int64_t> step = args.get_int_in_range("step-factor", 2, kMaxStepFactor, 2);
-  for (auto* r : {&iters, &warmup, &root, &ranks_flag, &step})
-    if (!r->ok()) return fail(args, ctx, r->status());
-  const bool has_root = coll == ReduceColl::reduce;
-  if (!has_root && args.has("root"))
-    return usage_error(args, ctx, std::string("--root does not apply to ") + op.name +
-                                      " (only reduce has a root, the rank that gets the result): drop it");
-  if (*min == 0 || *max < *min) return usage_error(args, ctx, "need 0 < --min <= --max");
+constexpr uint64_t kSeed = 0xC0CC1;
+
+// The command line of one reduction's sweep, checked.
+struct RedFlags {
+  const RedInfo* op = nullptr;
+  SweepFlags sweep;
+  uint64_t staging = 0;  // --staging: Communicator::Options::reduce_staging_bytes
+  bool has_root = false;
   DataType dtype = DataType::f32;
-  const std::string dtype_text = args.value("dtype").value_or("float");
-  if (!conccl::parse_dtype(dtype_text, &dtype))
-    return usage_error(args, ctx, "unknown -d/--dtype '" + dtype_text + "': give one of " + type_names() +
-                                      " (the types the reduce step adds; short forms f32, bf16, f16, i32, i64, u8 "
-                                      "work too)");
   ReduceOp redop = ReduceOp::sum;
+  std::string queues;  // --queues as given
+  conccl::Communicator::Options::QueueSharing queue_sharing = conccl::Communicator::Options::QueueSharing::automatic;
+  SweepProcs procs;
+  uint64_t es() const { return conccl::dtype_size(dtype); }
+};
+
+// --root where the op has one, the sizes, -d/--dtype, -o/--op, --queues.
+Status check_reduction_flags(const Args& args, RedFlags* f) {
+  f->has_root = f->op->coll == ReduceColl::reduce;
+  if (!f->has_root && args.has("root"))
+    return usage_status(std::string("--root does not apply to ") + f->op->name +
+                        " (only reduce has a root, the rank that gets the result): drop it");
+  CONCCL_RETURN_IF_ERROR(check_sizes(f->sweep));
+  const std::string dtype_text = args.value("dtype").value_or("float");
+  if (!conccl::parse_dtype(dtype_text, &f->dtype))
+    return usage_status("unknown -d/--dtype '" + dtype_text + "': give one of " + type_names() +
+                        " (the types the reduce step adds; short forms f32, bf16, f16, i32, i64, u8 work too)");
   const std::string op_text = args.value("op").value_or("sum");
-  if (!conccl::parse_reduce_op(op_text, &redop))
-    return usage_error(args, ctx, "unknown -o/--op '" + op_text + "': give one of " + op_names());
-  const uint64_t es = conccl::dtype_size(dtype);
-  const std::string queues = args.value("queues").value_or("auto");
-  using QS = conccl::Communicator::Options::QueueSharing;
-  QS queue_sharing = QS::automatic;
-  if (queues == "per-rank") queue_sharing = QS::per_rank;
-  else if (queues == "per-engine") queue_sharing = QS::per_engine;
-  else if (queues != "auto") return usage_error(args, ctx, "--queues is auto, per-rank or per-engine, not '" + queues + "'");
+  if (!conccl::parse_reduce_op(op_text, &f->redop))
+    return usage_status("unknown -o/--op '" + op_text + "': give one of " + op_names());
+  conccl::Result<conccl::Communicator::Options::QueueSharing> queues = read_queues(args, &f->queues);
+  if (!queues.ok()) return queues.status();
+  f->queue_sharing = *queues;
+  return Status();
+}
 
-  conccl::Result<int> procs = procs_of(args);
-  if (!procs.ok()) return fail(args, ctx, procs.status());
-  conccl::Result<std::optional<ProcRank>> proc = proc_rank_of(args);
-  if (!proc.ok()) return usage_error(args, ctx, proc.status().message());
-  if (*procs && args.has("ranks"))
-    return usage_error(args, ctx, "--procs N runs N ranks, one process each: give --procs or --ranks, not both");
-  if (args.has("no-windows") && !*procs)
-    return usage_error(args, ctx, "--no-windows applies to --procs N (one process has no windows): drop it");
-  // Once the rank count is known: the root exists, and the staging holds an
-  // element of every rank.
-  auto check_ranks = [&](int n) -> int {
-    const char* count_flag = *procs ? "--procs" : "--ranks";
-    if (has_root && *root >= n)
-      return usage_error(args, ctx, "--root " + std::to_string(*root) + " is out of range: give a rank 0.." +
-                                        std::to_string(n - 1) + " (" + std::to_string(n) + " ranks; or raise " +
-                                        count_flag + ")");
-    if (*staging < static_cast<uint64_t>(n) * es)
-      return usage_error(args, ctx, "--staging " + std::to_string(*staging) + " holds less than one " +
-                                        conccl::dtype_name(dtype) + " per rank: give at least " +
-                                        std::to_string(static_cast<uint64_t>(n) * es) + " (" + std::to_string(n) +
-                                        " ranks x " + std::to_string(es) + " bytes)");
-    return -1;
+// Everything the command line says, up to --procs (launcher or rank).
+Status read_reduction_flags(const Args& args, RedFlags* f) {
+  f->op = &red_for(args.command());
+  auto read_staging = [&]() -> Status {
+    conccl::Result<uint64_t> staging =
+        args.get_size("staging", conccl::Communicator::Options{}.reduce_staging_bytes);
+    if (!staging.ok()) return staging.status();
+    f->staging = *staging;
+    return Status();
   };
-  if (*procs && !*proc) {
-    if (const int rc = check_ranks(*procs); rc >= 0) return rc;
-    if (json_file) {
-      conccl::Result<JsonFile> jf = JsonFile::open(*json_file);
-      if (!jf.ok()) return fail(args, ctx, jf.status());
-    }
-    return run_procs(args, ctx, *procs);
-  }
-  if (*proc)
-    if (Status st = follow_launcher(); !st.ok()) return fail(args, ctx, st);
-  const int me = *proc ? (*proc)->rank : -1;  // this process's rank; -1: all ranks here
-  const bool printer = me <= 0;
-  std::optional<JsonFile> json_out;
-  if (json_file && printer) {
-    conccl::Result<JsonFile> jf = JsonFile::open(*json_file);
-    if (!jf.ok()) return fail(args, ctx, jf.status());
-    json_out = std::move(jf).value();
-  }
+  conccl::Result<SweepFlags> sweep = read_sweep_flags(args, read_staging);
+  if (!sweep.ok()) return sweep.status();
+  f->sweep = *sweep;
+  CONCCL_RETURN_IF_ERROR(check_reduction_flags(args, f));
+  conccl::Result<SweepProcs> procs = read_sweep_procs(args, "one process has no windows");
+  if (!procs.ok()) return procs.status();
+  f->procs = *procs;
+  return Status();
+}
 
-  install_sweep_signals(me >= 0 ? SecondSignal::ignored : SecondSignal::kills);
-  conccl::Result<std::unique_ptr<conccl::Device>> devr = open_device_from_args(args, me);
-  if (!devr.ok()) return fail(args, ctx, devr.status());
-  conccl::Device& dev = **devr;
-  int gpus = dev.gpu_count();
-  if (conccl::Result<int64_t> g = args.get_int_in_range("gpus", 1, kMaxGpus, 0); g.ok() && *g > 0)
-    gpus = std::min(gpus, static_cast<int>(*g));
-  const int n = *procs ? *procs : *ranks_flag ? static_cast<int>(*ranks_flag) : std::min(gpus, kMaxRanks);
-  if (const int rc = check_ranks(n); rc >= 0) return rc;
-  std::vector<int> gpu_of;
-  for (int r = 0; r < n; ++r) gpu_of.push_back(r % gpus);
-  auto local = [&](int r) { return me < 0 || r == me; };
+// Once the rank count is known: the root exists, and the staging holds an
+// element of every rank.
+Status check_ranks(const RedFlags& f, int n) {
+  const char* count_flag = f.procs.procs ? "--procs" : "--ranks";
+  const uint64_t es = f.es();
+  if (f.has_root && f.sweep.root >= n)
+    return usage_status("--root " + std::to_string(f.sweep.root) + " is out of range: give a rank 0.." +
+                        std::to_string(n - 1) + " (" + std::to_string(n) + " ranks; or raise " + count_flag + ")");
+  if (f.staging < static_cast<uint64_t>(n) * es)
+    return usage_status("--staging " + std::to_string(f.staging) + " holds less than one " +
+                        conccl::dtype_name(f.dtype) + " per rank: give at least " +
+                        std::to_string(static_cast<uint64_t>(n) * es) + " (" + std::to_string(n) + " ranks x " +
+                        std::to_string(es) + " bytes)");
+  return Status();
+}
+
+// One reduction's sweep from the device on. The members are made in the
+// order they are declared, and go in reverse.
+class ReductionSweep {
+ public:
+  ReductionSweep(const Args& args, const RedFlags& f)
+      : args_(args),
+        f_(f),
+        coll_(f.op->coll),
+        es_(f.es()),
+        me_(f.procs.me()),
+        // --procs: both in one window per rank, registered once (the moves
+        // from and into them need no message between the ranks), unless
+        // --no-windows.
+        windows_(me_ >= 0 && !args.has("no-windows")),
+        emulated_(args.common().backend == Backend::emu),
+        deadline_ms_(static_cast<int64_t>(args.common().timeout_ms)) {}
+
+  // The device and its ranks, their communicator, stagers and buffers, the
+  // inputs, and the stream the calls are ordered on.
+  Status set_up();
+  int run(Context& ctx, std::optional<JsonFile>& json_out);
+
+ private:
+  Status open();
+  Status connect();
+  Status alloc_buffers();
+  Status alloc_failed(int r, Status st);
+  Status upload_all_inputs();
+  Status choose_ordering();
+  void release();
+  Status synchronize();
+  SweepSetup sweep_setup() const;
+
+  Status measure_size(size_t si, uint64_t asked, SweepRow* row);
+  Status measure(uint64_t count, bool in_place, uint32_t poison_value, uint64_t n_iters, Measured* m);
+  conccl::ReductionArgs call_args(uint64_t count, bool in_place) const;
+  Buffer result_of(int r, uint64_t count, bool in_place) const;
+  Status prepare(uint64_t count, bool in_place, uint32_t poison_value, const std::string& at);
+  Status one_call(const conccl::ReductionArgs& ra);
+  conccl::Result<uint64_t> count_wrong_results(uint64_t count, bool in_place, const std::string& at);
 
   // Each size in elements per rank: sizes are bytes, rounded down to whole
   // elements (reducescatter: to n x the element size, every rank's share of
   // each rank's send equal), at least one element per rank.
-  const uint64_t unit = coll == ReduceColl::reduce_scatter ? static_cast<uint64_t>(n) * es : es;
-  auto count_of = [&](uint64_t size) { return std::max<uint64_t>(1, size / unit); };
-  const uint64_t max_count = count_of(*max);
-  const uint64_t send_elems_max = coll == ReduceColl::reduce_scatter ? max_count * static_cast<uint64_t>(n) : max_count;
-  // Each rank: its send buffer and a receive region as large (the in-place
-  // form's inputs go there: all-reduce and reduce in place on it, reducescatter
-  // into its chunk at rank x count), 4 KiB-aligned.
-  const uint64_t region = round_up_sat(mul_sat(send_elems_max, es), 4096);
-  // --procs: both in one window per rank, registered once (the moves from
-  // and into them need no message between the ranks), unless --no-windows.
-  const bool windows = me >= 0 && !args.has("no-windows");
-  MemBudget need;
-  need.gpu.assign(static_cast<size_t>(gpus), 0);
-  for (int r = 0; r < n; ++r) {
-    uint64_t& g = need.gpu[static_cast<size_t>(gpu_of[static_cast<size_t>(r)])];
-    g = add_sat(g, add_sat(mul_sat(region, 2), *staging));
+  uint64_t count_of(uint64_t size) const { return std::max<uint64_t>(1, size / unit_); }
+  // What a rank sends for a count: reducescatter a count for each rank.
+  uint64_t send_elems(uint64_t count) const {
+    return coll_ == ReduceColl::reduce_scatter ? count * static_cast<uint64_t>(d_.n) : count;
   }
-  need.host = add_sat(mul_sat(staging_bytes(gpus), static_cast<uint64_t>(gpus)), kVerifyBytes);
-  if (Status st = check_budget(need, dev.topology(), args.common().backend == Backend::emu,
-                               "lower --max (now " + format_size(*max) + "), --staging (now " +
-                                   format_size(*staging) + ") or --ranks (now " + std::to_string(n) + ")",
-                               mem_available());
-      !st.ok())
-    return fail(args, ctx, st.prefix(std::string(op.name) + " up to --max " + format_size(*max) + " on " +
-                                     std::to_string(n) + " ranks"));
-
-  conccl::Communicator::Options co;
-  co.loopback = n > gpus;
-  co.queues = queue_sharing;
-  co.reduce_staging_bytes = *staging;
-  if (args.common().timeout_given) co.call_timeout_ms = static_cast<int64_t>(args.common().timeout_ms);
-  if (me >= 0) {
-    co.gpu = gpu_of[static_cast<size_t>(me)];
-    co.join_timeout_ms = static_cast<int64_t>(args.common().timeout_ms);
+  conccl::Deadline deadline() const { return conccl::Deadline::after_ms(deadline_ms_); }
+  bool local(int r) const { return me_ < 0 || r == me_; }  // its buffers are this process's
+  conccl::Stager& stager_of(int r) const {
+    return *stagers_[static_cast<size_t>(d_.gpu_of[static_cast<size_t>(r)])];
   }
-  conccl::Result<std::unique_ptr<conccl::Communicator>> comm =
-      me >= 0 ? conccl::Communicator::create(dev, me, n, (*proc)->id, co) : conccl::Communicator::create(dev, gpu_of, co);
-  if (!comm.ok()) return fail(args, ctx, comm.status());
 
-  const auto deadline_ms = static_cast<int64_t>(args.common().timeout_ms);
-  auto deadline = [&] { return conccl::Deadline::after_ms(deadline_ms); };
-  std::vector<std::unique_ptr<conccl::Stager>> stagers;
-  for (int g = 0; g < gpus; ++g) {
-    if (me >= 0 && g != gpu_of[static_cast<size_t>(me)]) {  // another process's GPU
-      stagers.push_back(nullptr);
-      continue;
-    }
-    conccl::Result<std::unique_ptr<conccl::Stager>> st = conccl::Stager::create(dev, g, staging_bytes(gpus));
-    if (!st.ok()) return fail(args, ctx, st.status());
-    stagers.push_back(std::move(st).value());
-  }
-  auto stager_of = [&](int r) -> conccl::Stager& { return *stagers[static_cast<size_t>(gpu_of[static_cast<size_t>(r)])]; };
-
+  const Args& args_;
+  const RedFlags& f_;
+  const ReduceColl coll_;
+  const uint64_t es_;
+  const int me_;  // this process's rank; -1: all ranks here
+  const bool windows_;
+  const bool emulated_;
+  const int64_t deadline_ms_;
+  SweepDevice d_;
+  uint64_t unit_ = 1;            // bytes of a size per element of a count
+  uint64_t send_elems_max_ = 0;  // what a rank sends at --max
+  uint64_t region_ = 0;          // each of a rank's send and receive regions
+  std::unique_ptr<conccl::Communicator> comm_;
+  std::vector<std::unique_ptr<conccl::Stager>> stagers_;
   // Buffers: memory the GPU's compute reaches (the reduce step writes the
   // results: NVIDIA needs CUDA memory, Device::alloc_for_compute).
-  std::vector<Buffer> send(static_cast<size_t>(n)), recv(static_cast<size_t>(n));
-  std::vector<Buffer> owned;  // what to free
-  Buffer window_mem{};
-  conccl::Window window;
-  // The calls' stream (below), ended before the buffers are freed: nothing
-  // queued may still use them.
-  std::unique_ptr<conccl::HostStream> host_stream;
-  std::unique_ptr<conccl::StreamOps> cuda_stream;
-  auto release = [&] {
-    host_stream.reset();  // runs what is queued, each wait bounded by --timeout-ms
-    if (cuda_stream) {
-      (void)conccl::nv::synchronize_stream(nullptr, deadline());
-      cuda_stream.reset();
-    }
-    if (window.valid()) {
-      (void)(*comm)->deregister_window(window);
-      window = conccl::Window{};
-    }
-    for (const Buffer& b : owned) (void)dev.free_for_compute(b);
-    owned.clear();
-  };
-  auto alloc_failed = [&](int r, Status st) {
-    release();
-    return fail(args, ctx, st.prefix("allocating rank " + std::to_string(r) + "'s buffers (" +
-                                     format_size(mul_sat(region, 2)) + ") up to --max " + format_size(*max) +
-                                     " (lower --max or --ranks)"));
-  };
+  std::vector<Buffer> send_, recv_;
+  std::vector<Buffer> owned_;  // what to free
+  Buffer window_mem_{};
+  conccl::Window window_;
+  // The calls' stream (choose_ordering), ended before the buffers are
+  // freed: nothing queued may still use them.
+  std::unique_ptr<conccl::HostStream> host_stream_;
+  std::unique_ptr<conccl::StreamOps> cuda_stream_;
+  conccl::StreamOps* stream_ = nullptr;
+  std::string ordering_ = "host", ordering_note_;
+  Inputs inputs_;
+  std::optional<RankSync> sync_;
+};
+
+Status ReductionSweep::set_up() {
+  CONCCL_RETURN_IF_ERROR(open());
+  CONCCL_RETURN_IF_ERROR(connect());
+  CONCCL_RETURN_IF_ERROR(alloc_buffers());
+  CONCCL_RETURN_IF_ERROR(upload_all_inputs());
+  return choose_ordering();
+}
+
+// The device and the ranks on it, and whether every rank's buffers and
+// staging for the largest size fit.
+Status ReductionSweep::open() {
+  CONCCL_RETURN_IF_ERROR(
+      open_sweep_device(args_, f_.sweep, f_.procs, [this](int n) { return check_ranks(f_, n); }, &d_));
+  const int n = d_.n;
+  const uint64_t max = f_.sweep.max, staging = f_.staging;
+  unit_ = coll_ == ReduceColl::reduce_scatter ? static_cast<uint64_t>(n) * es_ : es_;
+  send_elems_max_ = send_elems(count_of(max));
+  // Each rank: its send buffer and a receive region as large (the in-place
+  // form's inputs go there: all-reduce and reduce in place on it,
+  // reducescatter into its chunk at rank x count), 4 KiB-aligned.
+  region_ = round_up_sat(mul_sat(send_elems_max_, es_), 4096);
+  MemBudget need;
+  need.gpu.assign(static_cast<size_t>(d_.gpus), 0);
   for (int r = 0; r < n; ++r) {
+    uint64_t& g = need.gpu[static_cast<size_t>(d_.gpu_of[static_cast<size_t>(r)])];
+    g = add_sat(g, add_sat(mul_sat(region_, 2), staging));
+  }
+  need.host = add_sat(mul_sat(staging_bytes(d_.gpus), static_cast<uint64_t>(d_.gpus)), kVerifyBytes);
+  if (Status st = check_budget(need, d_.dev->topology(), emulated_,
+                               "lower --max (now " + format_size(max) + "), --staging (now " + format_size(staging) +
+                                   ") or --ranks (now " + std::to_string(n) + ")",
+                               mem_available());
+      !st.ok())
+    return st.prefix(std::string(f_.op->name) + " up to --max " + format_size(max) + " on " + std::to_string(n) +
+                     " ranks");
+  return Status();
+}
+
+// The ranks' communicator, and one stager per GPU for the inputs in and the
+// results out.
+Status ReductionSweep::connect() {
+  conccl::Communicator::Options co;
+  co.queues = f_.queue_sharing;
+  co.reduce_staging_bytes = f_.staging;
+  if (args_.common().timeout_given) co.call_timeout_ms = static_cast<int64_t>(args_.common().timeout_ms);
+  conccl::Result<std::unique_ptr<conccl::Communicator>> comm = create_sweep_communicator(args_, d_, f_.procs, co);
+  if (!comm.ok()) return comm.status();
+  comm_ = std::move(comm).value();
+  return make_stagers(d_, me_, &stagers_);
+}
+
+void ReductionSweep::release() {
+  host_stream_.reset();  // runs what is queued, each wait bounded by --timeout-ms
+  if (cuda_stream_) {
+    (void)conccl::nv::synchronize_stream(nullptr, deadline());
+    cuda_stream_.reset();
+  }
+  if (window_.valid()) {
+    (void)comm_->deregister_window(window_);
+    window_ = conccl::Window{};
+  }
+  for (const Buffer& b : owned_) (void)d_.dev->free_for_compute(b);
+  owned_.clear();
+}
+
+Status ReductionSweep::alloc_failed(int r, Status st) {
+  release();
+  return st.prefix("allocating rank " + std::to_string(r) + "'s buffers (" + format_size(mul_sat(region_, 2)) +
+                   ") up to --max " + format_size(f_.sweep.max) + " (lower --max or --ranks)");
+}
+
+// This process's ranks' send and receive regions: through windows one
+// buffer for both, registered once.
+Status ReductionSweep::alloc_buffers() {
+  const size_t n = static_cast<size_t>(d_.n);
+  send_.assign(n, Buffer{});
+  recv_.assign(n, Buffer{});
+  for (int r = 0; r < d_.n; ++r) {
     if (!local(r)) continue;
-    const int g = gpu_of[static_cast<size_t>(r)];
-    if (windows) {
-      conccl::Result<Buffer> b = dev.alloc_for_compute(g, static_cast<size_t>(mul_sat(region, 2)));
+    const size_t ri = static_cast<size_t>(r);
+    const int g = d_.gpu_of[ri];
+    if (windows_) {
+      conccl::Result<Buffer> b = d_.dev->alloc_for_compute(g, static_cast<size_t>(mul_sat(region_, 2)));
       if (!b.ok()) return alloc_failed(r, b.status());
-      owned.push_back(*b);
-      window_mem = *b;
-      conccl::Result<conccl::Window> reg = (*comm)->register_window(window_mem);
+      owned_.push_back(*b);
+      window_mem_ = *b;
+      conccl::Result<conccl::Window> reg = comm_->register_window(window_mem_);
       if (!reg.ok()) {
         release();
-        return fail(args, ctx, reg.status().prefix("registering this rank's window"));
+        return reg.status().prefix("registering this rank's window");
       }
-      window = *reg;
-      send[static_cast<size_t>(r)] = window.at(0, region);
-      recv[static_cast<size_t>(r)] = window.at(region, region);
+      window_ = *reg;
+      send_[ri] = window_.at(0, region_);
+      recv_[ri] = window_.at(region_, region_);
       continue;
     }
-    for (Buffer* out : {&send[static_cast<size_t>(r)], &recv[static_cast<size_t>(r)]}) {
-      conccl::Result<Buffer> b = dev.alloc_for_compute(g, static_cast<size_t>(region));
+    for (Buffer* out : {&send_[ri], &recv_[ri]}) {
+      conccl::Result<Buffer> b = d_.dev->alloc_for_compute(g, static_cast<size_t>(region_));
       if (!b.ok()) return alloc_failed(r, b.status());
-      owned.push_back(*b);
+      owned_.push_back(*b);
       *out = *b;
     }
   }
-  constexpr uint64_t kSeed = 0xC0CC1;
-  const Inputs inputs = inputs_for(dtype, n, kSeed);
-  // Every rank's inputs, uploaded once for the largest size: a smaller size
-  // uses a prefix (reducescatter: the first n x count elements, rank d's
-  // share at d x count).
-  for (int r = 0; r < n; ++r)
+  return Status();
+}
+
+// Every rank's inputs, uploaded once for the largest size: a smaller size
+// uses a prefix (reducescatter: the first n x count elements, rank d's
+// share at d x count).
+Status ReductionSweep::upload_all_inputs() {
+  inputs_ = inputs_for(f_.dtype, d_.n, kSeed);
+  for (int r = 0; r < d_.n; ++r)
     if (local(r))
-      if (Status st = upload_inputs(stager_of(r), send[static_cast<size_t>(r)], inputs, r, send_elems_max, deadline());
+      if (Status st = upload_inputs(stager_of(r), send_[static_cast<size_t>(r)], inputs_, r, send_elems_max_,
+                                    deadline());
           !st.ok()) {
         release();
-        return fail(args, ctx, st.prefix("uploading rank " + std::to_string(r) + "'s inputs"));
+        return st.prefix("uploading rank " + std::to_string(r) + "'s inputs");
       }
+  return Status();
+}
 
-  // How calls are ordered and timed: on a stream where the backend has one
-  // (the emulator: HostStream; nv: a CUDA stream, the reduce step a kernel
-  // on it), each timed call enqueued and the stream synchronized; else
-  // host-ordered (the call returns once this rank's results are in place).
-  // One CUDA stream runs the reduce kernels of every rank of this process in
-  // its context: with ranks of one process on several GPUs it could not
-  // reach them all, so those calls are host-ordered (Device::reduce_now runs
-  // each GPU's step in its own context).
-  std::string ordering = "host", ordering_note;
+// How calls are ordered and timed: on a stream where the backend has one
+// (the emulator: HostStream; nv: a CUDA stream, the reduce step a kernel
+// on it), each timed call enqueued and the stream synchronized; else
+// host-ordered (the call returns once this rank's results are in place).
+// One CUDA stream runs the reduce kernels of every rank of this process in
+// its context: with ranks of one process on several GPUs it could not
+// reach them all, so those calls are host-ordered (Device::reduce_now runs
+// each GPU's step in its own context).
+Status ReductionSweep::choose_ordering() {
   const char* host_why = "";
-  const bool one_gpu_here = me >= 0 || std::min(gpus, n) == 1;
-  if (args.has("no-stream")) {
+  const Backend backend = args_.common().backend;
+  const bool one_gpu_here = me_ >= 0 || std::min(d_.gpus, d_.n) == 1;
+  if (args_.has("no-stream")) {
     host_why = " (--no-stream)";
-  } else if (args.common().backend == Backend::emu) {
-    conccl::Result<std::unique_ptr<conccl::HostStream>> hs = conccl::HostStream::create(dev, deadline_ms);
+  } else if (backend == Backend::emu) {
+    conccl::Result<std::unique_ptr<conccl::HostStream>> hs = conccl::HostStream::create(*d_.dev, deadline_ms_);
     if (!hs.ok()) {
       release();
-      return fail(args, ctx, hs.status().prefix("creating the HostStream"));
+      return hs.status().prefix("creating the HostStream");
     }
-    host_stream = std::move(hs).value();
-    ordering = "hoststream";
-    ordering_note = "a HostStream (a host thread runs each call's waits, stores and reduce steps in order); each "
-                    "timed call is enqueued, then the stream synchronized";
-  } else if (args.common().backend == Backend::nv && one_gpu_here) {
-    conccl::Result<std::unique_ptr<conccl::StreamOps>> cs = conccl::nv::stream_ops(dev, nullptr);
+    host_stream_ = std::move(hs).value();
+    ordering_ = "hoststream";
+    ordering_note_ = "a HostStream (a host thread runs each call's waits, stores and reduce steps in order); each "
+                     "timed call is enqueued, then the stream synchronized";
+  } else if (backend == Backend::nv && one_gpu_here) {
+    conccl::Result<std::unique_ptr<conccl::StreamOps>> cs = conccl::nv::stream_ops(*d_.dev, nullptr);
     if (!cs.ok()) {
       release();
-      return fail(args, ctx, cs.status().prefix("the CUDA stream for the reduce kernels (or give --no-stream)"));
+      return cs.status().prefix("the CUDA stream for the reduce kernels (or give --no-stream)");
     }
-    cuda_stream = std::move(cs).value();
-    ordering = "cuda-stream";
-    ordering_note = "the CUDA default stream (cuStreamWaitValue64/WriteValue64 around the moves, the reduce step a "
-                    "PTX kernel); each timed call is enqueued, then the stream synchronized";
-  } else if (args.common().backend == Backend::nv) {
+    cuda_stream_ = std::move(cs).value();
+    ordering_ = "cuda-stream";
+    ordering_note_ = "the CUDA default stream (cuStreamWaitValue64/WriteValue64 around the moves, the reduce step a "
+                     "PTX kernel); each timed call is enqueued, then the stream synchronized";
+  } else if (backend == Backend::nv) {
     host_why = " (ranks on several GPUs in one process: one CUDA stream cannot reach every GPU's memory; "
                "--procs gives each rank its own)";
   } else {
     host_why = " (this backend has no stream)";
   }
-  if (ordering == "host")
-    ordering_note = std::string("host-ordered: each call returns once this rank's results are in place (the reduce "
-                                "step by Device::reduce_now)") + host_why;
-  conccl::StreamOps* stream = host_stream ? static_cast<conccl::StreamOps*>(host_stream.get()) : cuda_stream.get();
-  auto synchronize = [&]() -> Status {
-    if (host_stream) CONCCL_RETURN_IF_ERROR(host_stream->synchronize(deadline()).prefix("synchronizing the HostStream"));
-    if (cuda_stream)
-      CONCCL_RETURN_IF_ERROR(conccl::nv::synchronize_stream(nullptr, deadline()).prefix("synchronizing the CUDA stream"));
-    return (*comm)->async_error();
-  };
+  if (ordering_ == "host")
+    ordering_note_ = std::string("host-ordered: each call returns once this rank's results are in place (the reduce "
+                                 "step by Device::reduce_now)") + host_why;
+  stream_ = host_stream_ ? static_cast<conccl::StreamOps*>(host_stream_.get()) : cuda_stream_.get();
+  return Status();
+}
 
-  const std::vector<uint64_t> sizes = sweep_sizes(*min, *max, static_cast<uint64_t>(*step));
-  const bool emulated = args.common().backend == Backend::emu;
-  SweepSetup setup;
-  setup.op = op.name;
-  setup.backend = std::string(backend_name(args.common().backend));
-  setup.emulated = emulated;
-  setup.preset = args.common().preset;
-  setup.ranks = n;
-  setup.gpus = gpus;
-  setup.loopback = co.loopback;
-  setup.queues = queues;
-  setup.engines_per_gpu = dev.topology().gpus.empty() ? 0 : static_cast<int>(dev.topology().gpus[0].engines.size());
+Status ReductionSweep::synchronize() {
+  if (host_stream_) CONCCL_RETURN_IF_ERROR(host_stream_->synchronize(deadline()).prefix("synchronizing the HostStream"));
+  if (cuda_stream_)
+    CONCCL_RETURN_IF_ERROR(conccl::nv::synchronize_stream(nullptr, deadline()).prefix("synchronizing the CUDA stream"));
+  return comm_->async_error();
+}
+
+SweepSetup ReductionSweep::sweep_setup() const {
+  SweepSetup setup = common_setup(args_, f_.op->name, d_, f_.sweep, f_.procs, windows_, f_.queues);
   setup.variant = "auto";
-  setup.procs = *procs;
-  setup.windows = windows;
-  setup.iters = *iters;
-  setup.warmup = *warmup;
-  setup.min = *min;
-  setup.max = *max;
-  setup.step_factor = static_cast<uint64_t>(*step);
-  setup.root = static_cast<int>(*root);
-  setup.has_root = has_root;
+  setup.has_root = f_.has_root;
   setup.reduction = true;
-  setup.redop = conccl::reduce_op_name(redop);
-  setup.dtype = conccl::dtype_name(dtype);
-  setup.ordering = ordering;
-  setup.ordering_note = ordering_note;
-  setup.staging = *staging;
-  if (!json_stdout && printer) {
-    print_banner(ctx.out, setup);
-    print_header(ctx.out, true);
-    std::fflush(ctx.out);
-  }
-  Progress progress(printer ? ctx.err : nullptr);
-  std::vector<SweepRow> rows;
-  bool all_ok = true;
+  setup.redop = conccl::reduce_op_name(f_.redop);
+  setup.dtype = conccl::dtype_name(f_.dtype);
+  setup.ordering = ordering_;
+  setup.ordering_note = ordering_note_;
+  setup.staging = f_.staging;
+  return setup;
+}
 
+int ReductionSweep::run(Context& ctx, std::optional<JsonFile>& json_out) {
   // Ranks in separate processes stop together (as the copy collectives'
   // sweeps do): each tells the others the signal it received at every
   // exchange - each warm-up call, every 32nd timed call, after each form -
   // and all stop at the first where any rank has one.
-  int agreed_signal = 0;
-  auto stop_signal = [&] { return me < 0 ? sweep_signal() : agreed_signal; };
-  auto exchange = [&](const std::string& what, const std::string& mine) -> conccl::Result<std::vector<std::string>> {
-    const std::string sent = std::string(1, static_cast<char>(sweep_signal())) + mine;
-    conccl::Result<std::vector<conccl::Bootstrap::Message>> all =
-        (*comm)->bootstrap()->exchange(what, sent, {}, deadline());
-    if (!all.ok()) return all.status();
-    std::vector<std::string> out;
-    for (const conccl::Bootstrap::Message& m : *all) {
-      if (m.data.empty())
-        return conccl::error(conccl::Code::internal, "a rank's '" + what + "' message is empty (please report)");
-      if (m.data[0] && !agreed_signal) agreed_signal = static_cast<unsigned char>(m.data[0]);
-      out.push_back(m.data.substr(1));
-    }
-    return out;
-  };
-  // Across processes: every rank has finished its last call before any
-  // writes its buffers again (poison, in-place inputs).
-  auto barrier = [&](const std::string& what) -> Status {
-    if (me < 0) return Status();
-    return exchange(what, "").status();
-  };
+  sync_.emplace(me_, comm_.get(), deadline_ms_);
+  const SweepSetup setup = sweep_setup();
+  SweepLoop loop;
+  loop.setup = &setup;
+  loop.sizes = sweep_sizes(f_.sweep.min, f_.sweep.max, static_cast<uint64_t>(f_.sweep.step));
+  // Sizes that round to the same count run once.
+  loop.unit_of = [this](uint64_t size) { return count_of(size); };
+  loop.measure = [this](size_t si, uint64_t asked, SweepRow* row) { return measure_size(si, asked, row); };
+  loop.release = [this] { release(); };
+  loop.plot_title = std::string("sdma-probe ") + f_.op->name + " " + setup.dtype + " " + setup.redop + ": " +
+                    std::to_string(d_.n) + " ranks, " + std::string(backend_name(args_.common().backend));
+  loop.printer = me_ <= 0;
+  loop.json_stdout = f_.sweep.json.to_stdout;
+  return run_sweep(args_, ctx, *sync_, loop, json_out);
+}
 
-  struct Measured {
-    TimeStats time;
-    uint64_t wrong = 0;
-    double messages_per_call = -1;
-  };
+// Both forms of one size into the row.
+Status ReductionSweep::measure_size(size_t si, uint64_t asked, SweepRow* row) {
+  const int n = d_.n;
+  const uint64_t count = count_of(asked);
+  const uint64_t size = count * unit_;
+  const uint64_t n_iters = iters_for(f_.sweep, size);
+  const uint32_t poison_value = 0xA5A5A5A5u ^ static_cast<uint32_t>(si);
+  Measured oop, inp;
+  Status st = measure(count, false, poison_value, n_iters, &oop);
+  if (st.ok() && !sync_->stop_signal()) st = measure(count, true, poison_value, n_iters, &inp);
+  CONCCL_RETURN_IF_ERROR(st);
+  const Algorithm algo = algorithm_of(coll_, count, n, es_, f_.staging);
+  row->size = size;
+  row->count = size / es_;
+  row->type = conccl::dtype_name(f_.dtype);
+  row->redop = conccl::reduce_op_name(f_.redop);
+  row->root = f_.has_root ? static_cast<int>(f_.sweep.root) : -1;
+  row->pieces = algo.pieces;
+  row->variant = algo.name;
+  row->engines = 0;  // the plans are the communicator's
+  row->iters = n_iters;
+  row->time = oop.time;
+  row->algbw = static_cast<double>(size) / (row->time.mean * 1e-6) / 1e9;
+  row->busbw = row->algbw * busbw_factor(coll_, n);
+  row->wrong = oop.wrong;
+  row->messages_per_call = oop.messages_per_call;
+  row->in_place = true;
+  row->ip_time = inp.time;
+  row->ip_algbw = static_cast<double>(size) / (inp.time.mean * 1e-6) / 1e9;
+  row->ip_busbw = row->ip_algbw * busbw_factor(coll_, n);
+  row->ip_wrong = inp.wrong;
+  row->ip_variant = algo.name;
+  row->ip_messages_per_call = inp.messages_per_call;
+  return Status();
+}
+
+// One form of one size: prepare the buffers, warm up, time, verify.
+Status ReductionSweep::measure(uint64_t count, bool in_place, uint32_t poison_value, uint64_t n_iters,
+                               Measured* m) {
+  const std::string at = "size " + std::to_string(send_elems(count) * es_) + (in_place ? " in place" : "");
+  const conccl::ReductionArgs ra = call_args(count, in_place);
+  CONCCL_RETURN_IF_ERROR(prepare(count, in_place, poison_value, at));
+  CONCCL_RETURN_IF_ERROR(warm_up(*sync_, f_.sweep.warmup, emulated_, at, [&] { return one_call(ra); }));
   constexpr uint64_t kAgreeEvery = 32;
-  // One form of one size: prepare the buffers, warm up, time, verify.
-  auto measure = [&](uint64_t count, bool in_place, uint32_t poison_value, uint64_t n_iters, Measured* m) -> Status {
-    const uint64_t send_elems = coll == ReduceColl::reduce_scatter ? count * static_cast<uint64_t>(n) : count;
-    const uint64_t size = send_elems * es;
-    const std::string at = "size " + std::to_string(size) + (in_place ? " in place" : "");
-    // The call's buffers: out of place send -> recv; in place the inputs sit
-    // in the receive region (reducescatter's result at rank x count of it).
-    conccl::ReductionArgs ra;
-    ra.coll = coll;
-    ra.dtype = dtype;
-    ra.op = redop;
-    ra.count = count;
-    ra.root = static_cast<int>(*root);
-    auto result_of = [&](int r) {
-      const uint64_t off = in_place && coll == ReduceColl::reduce_scatter ? static_cast<uint64_t>(r) * count * es : 0;
-      return view_of(recv[static_cast<size_t>(r)], off, count * es);
-    };
-    for (int r = 0; r < n; ++r) {
-      if (!local(r)) continue;
-      const Buffer s = in_place ? view_of(recv[static_cast<size_t>(r)], 0, size) : view_of(send[static_cast<size_t>(r)], 0, size);
-      const bool gets_result = coll != ReduceColl::reduce || r == ra.root;
-      if (me >= 0) {
-        ra.send = {s};
-        ra.recv.clear();
-        if (gets_result) ra.recv.push_back(result_of(r));
-      } else {
-        ra.send.push_back(s);
-        ra.recv.push_back(result_of(r));
-      }
-    }
-    // Poison every receive region (whole 4-byte words); in place, the
-    // inputs go there instead.
-    auto prepare = [&]() -> Status {
-      CONCCL_RETURN_IF_ERROR(barrier("prepare").prefix("before " + at));
-      for (int r = 0; r < n; ++r) {
-        if (!local(r)) continue;
-        const Buffer& b = recv[static_cast<size_t>(r)];
-        if (in_place)
-          CONCCL_RETURN_IF_ERROR(upload_inputs(stager_of(r), b, inputs, r, send_elems, deadline())
-                                     .prefix("placing rank " + std::to_string(r) + "'s inputs in place"));
-        else
-          CONCCL_RETURN_IF_ERROR(stager_of(r)
-                                     .fill(view_of(b, 0, round_up_sat(count * es, 4)), poison_value, deadline())
-                                     .prefix("poisoning the destinations"));
-      }
-      return Status();
-    };
-    auto one_call = [&]() -> Status {
-      CONCCL_RETURN_IF_ERROR((*comm)->call_reduction(ra, stream));
-      return synchronize();
-    };
-    CONCCL_RETURN_IF_ERROR(prepare());
-    // Warm-up: --warmup calls, and on real engines at least 100 ms of them
-    // (copy engines of a GPU that idled run slower for their first ~100 ms:
-    // docs/perf/h200.md, "Cold GPU").
-    const auto warm_until = std::chrono::steady_clock::now() + std::chrono::milliseconds(emulated ? 0 : 100);
-    uint64_t warm = 0;
-    while (true) {
-      bool more = (warm < static_cast<uint64_t>(*warmup) || std::chrono::steady_clock::now() < warm_until) &&
-                  !stop_signal();
-      if (me >= 0) {
-        conccl::Result<std::vector<std::string>> all = exchange("warm-up", more ? "1" : "0");
-        if (!all.ok()) return all.status().prefix("warm-up at " + at);
-        for (const std::string& s : *all) more |= s == "1";
-        more = more && !stop_signal();
-      }
-      if (!more) break;
-      CONCCL_RETURN_IF_ERROR(one_call().prefix("warm-up at " + at));
-      ++warm;
-    }
-    std::vector<double> times;
-    double messages = 0;
-    for (uint64_t it = 0; it < n_iters && !stop_signal(); ++it) {
-      if (me >= 0 && it % kAgreeEvery == 0) {
-        conccl::Result<std::vector<std::string>> go = exchange("launch", "");
-        if (!go.ok()) return go.status().prefix("before a timed call at " + at);
-        if (stop_signal()) break;
-      }
-      const conccl::CommStats before = me >= 0 ? (*comm)->stats() : conccl::CommStats{};
-      const auto t0 = std::chrono::steady_clock::now();
-      Status st = (*comm)->call_reduction(ra, stream);
-      if (st.ok()) st = synchronize();
-      const double us = std::chrono::duration<double, std::micro>(std::chrono::steady_clock::now() - t0).count();
-      CONCCL_RETURN_IF_ERROR(st.prefix(at));
-      times.push_back(us);
-      if (me >= 0) {
-        const conccl::CommStats after = (*comm)->stats();
-        messages += static_cast<double>(after.bootstrap_messages_sent - before.bootstrap_messages_sent +
-                                        after.bootstrap_messages_received - before.bootstrap_messages_received);
-      }
-    }
-    if (stop_signal()) return Status();  // abandoned
-    m->time = time_stats(times);
-    if (me >= 0 && !times.empty()) m->messages_per_call = messages / static_cast<double>(times.size());
-    // In place, every call reduced the last one's results: the inputs again,
-    // and one more call to check.
-    if (in_place) {
-      CONCCL_RETURN_IF_ERROR(prepare());
-      CONCCL_RETURN_IF_ERROR(one_call().prefix("the checked call at " + at));
-    }
-    // Verify this process's results.
-    uint64_t wrong = 0;
-    std::vector<uint8_t> got;
-    const uint64_t piece = (64u << 20) / es;
-    for (int r = 0; r < n; ++r) {
-      if (!local(r) || (coll == ReduceColl::reduce && r != ra.root)) continue;
-      const Buffer res = result_of(r);
-      // Rank r's result element i reduces every rank's element src + i.
-      const uint64_t src = coll == ReduceColl::reduce_scatter ? static_cast<uint64_t>(r) * count : 0;
-      for (uint64_t e0 = 0; e0 < count; e0 += piece) {
-        const uint64_t c = std::min(piece, count - e0);
-        got.resize(static_cast<size_t>(c * es));
-        CONCCL_RETURN_IF_ERROR(stager_of(r)
-                                   .download(got.data(), res, static_cast<size_t>(e0 * es), static_cast<size_t>(c * es),
-                                             deadline())
-                                   .prefix("reading rank " + std::to_string(r) + "'s results at " + at));
-        conccl::Result<uint64_t> w = count_wrong(got.data(), c, inputs, redop, n, src + e0);
-        if (!w.ok()) return w.status().prefix("verifying " + at);
-        wrong += *w;
-      }
-    }
-    m->wrong = wrong;
-    if (me >= 0) {
-      // The row: the sum of wrong elements, the slowest rank's times.
-      struct Mine {
-        uint64_t wrong;
-        TimeStats time;
-        double messages_per_call;
-      } mine{wrong, m->time, m->messages_per_call};
-      conccl::Result<std::vector<std::string>> all =
-          exchange("row", std::string(reinterpret_cast<const char*>(&mine), sizeof mine));
-      if (!all.ok()) return all.status().prefix("collecting the ranks' results at " + at);
-      m->wrong = 0;
-      for (const std::string& msg : *all) {
-        Mine t{};
-        if (msg.size() == sizeof t) std::memcpy(&t, msg.data(), sizeof t);
-        m->wrong += t.wrong;
-        if (t.time.mean > m->time.mean) m->time = t.time;
-        m->messages_per_call = std::max(m->messages_per_call, t.messages_per_call);
-      }
-    }
-    return Status();
+  auto timed = [&](std::chrono::steady_clock::time_point* t0) -> Status {
+    *t0 = std::chrono::steady_clock::now();
+    Status st = comm_->call_reduction(ra, stream_);
+    if (st.ok()) st = synchronize();
+    return st;
   };
+  CONCCL_RETURN_IF_ERROR(time_calls(*sync_, n_iters, kAgreeEvery, "call", at, timed, m));
+  if (sync_->stop_signal()) return Status();  // abandoned
+  // In place, every call reduced the last one's results: the inputs again,
+  // and one more call to check.
+  if (in_place) {
+    CONCCL_RETURN_IF_ERROR(prepare(count, in_place, poison_value, at));
+    CONCCL_RETURN_IF_ERROR(one_call(ra).prefix("the checked call at " + at));
+  }
+  conccl::Result<uint64_t> wrong = count_wrong_results(count, in_place, at);
+  if (!wrong.ok()) return wrong.status();
+  m->wrong = *wrong;
+  // The row: the sum of wrong elements, the slowest rank's times.
+  return combine_ranks(*sync_, at, m);
+}
 
-  for (size_t si = 0; si < sizes.size() && !stop_signal(); ++si) {
-    // Sizes that round to the same count run once.
-    if (si > 0 && count_of(sizes[si]) == count_of(sizes[si - 1])) continue;
-    progress.show(si, sizes.size(), sizes[si]);
-    const uint64_t count = count_of(sizes[si]);
-    const uint64_t size = count * unit;
-    const uint64_t n_iters =
-        *iters ? static_cast<uint64_t>(*iters) : std::clamp<uint64_t>((64ull << 20) / std::max<uint64_t>(size, 1), 3, 20);
-    const uint32_t poison_value = 0xA5A5A5A5u ^ static_cast<uint32_t>(si);
-    Measured oop, inp;
-    Status st = measure(count, false, poison_value, n_iters, &oop);
-    if (st.ok() && !stop_signal()) st = measure(count, true, poison_value, n_iters, &inp);
-    if (!st.ok()) {
-      progress.clear();
-      if (st.code() != conccl::Code::timeout) release();
-      return fail(args, ctx, st);
-    }
-    if (stop_signal()) break;  // this size is abandoned
-    const Algorithm algo = algorithm_of(coll, count, n, es, *staging);
-    SweepRow row;
-    row.size = size;
-    row.count = size / es;
-    row.type = conccl::dtype_name(dtype);
-    row.redop = conccl::reduce_op_name(redop);
-    row.root = has_root ? static_cast<int>(*root) : -1;
-    row.pieces = algo.pieces;
-    row.variant = algo.name;
-    row.engines = 0;  // the plans are the communicator's
-    row.iters = n_iters;
-    row.time = oop.time;
-    row.algbw = static_cast<double>(size) / (row.time.mean * 1e-6) / 1e9;
-    row.busbw = row.algbw * busbw_factor(coll, n);
-    row.wrong = oop.wrong;
-    row.messages_per_call = oop.messages_per_call;
-    row.in_place = true;
-    row.ip_time = inp.time;
-    row.ip_algbw = static_cast<double>(size) / (inp.time.mean * 1e-6) / 1e9;
-    row.ip_busbw = row.ip_algbw * busbw_factor(coll, n);
-    row.ip_wrong = inp.wrong;
-    row.ip_variant = algo.name;
-    row.ip_messages_per_call = inp.messages_per_call;
-    all_ok &= row.wrong == 0 && row.ip_wrong == 0;
-    progress.clear();
-    if (!json_stdout && printer) print_row(ctx.out, row);
-    std::fflush(ctx.out);
-    rows.push_back(row);
-  }
-  progress.clear();
-  if (me >= 0) {
-    conccl::Result<std::vector<std::string>> end = exchange("end", "");
-    if (!end.ok()) {
-      if (end.status().code() != conccl::Code::timeout) release();
-      return fail(args, ctx, end.status().prefix("ending the sweep"));
+// The call's buffers: out of place send -> recv; in place the inputs sit
+// in the receive region (reducescatter's result at rank x count of it).
+// A --procs rank gives its own (a result only where it gets one).
+conccl::ReductionArgs ReductionSweep::call_args(uint64_t count, bool in_place) const {
+  const uint64_t size = send_elems(count) * es_;
+  conccl::ReductionArgs ra;
+  ra.coll = coll_;
+  ra.dtype = f_.dtype;
+  ra.op = f_.redop;
+  ra.count = count;
+  ra.root = static_cast<int>(f_.sweep.root);
+  for (int r = 0; r < d_.n; ++r) {
+    if (!local(r)) continue;
+    const size_t ri = static_cast<size_t>(r);
+    const Buffer s = in_place ? view_of(recv_[ri], 0, size) : view_of(send_[ri], 0, size);
+    const bool gets_result = coll_ != ReduceColl::reduce || r == ra.root;
+    if (me_ >= 0) {
+      ra.send = {s};
+      ra.recv.clear();
+      if (gets_result) ra.recv.push_back(result_of(r, count, in_place));
+    } else {
+      ra.send.push_back(s);
+      ra.recv.push_back(result_of(r, count, in_place));
     }
   }
-  SweepEnd finish;
-  finish.op = op.name;
-  finish.plot_title = std::string("sdma-probe ") + op.name + " " + setup.dtype + " " + setup.redop + ": " + std::to_string(n) + " ranks, " + std::string(backend_name(args.common().backend));
-  finish.printer = printer;
-  finish.json_stdout = json_stdout;
-  finish.planned_sizes = sizes.size();
-  finish.signal = stop_signal();
-  finish.all_ok = all_ok;
-  return finish_sweep(args, ctx, setup, rows, json_out, release, finish);
+  return ra;
+}
+
+Buffer ReductionSweep::result_of(int r, uint64_t count, bool in_place) const {
+  const uint64_t off = in_place && coll_ == ReduceColl::reduce_scatter ? static_cast<uint64_t>(r) * count * es_ : 0;
+  return view_of(recv_[static_cast<size_t>(r)], off, count * es_);
+}
+
+// Poison every receive region (whole 4-byte words); in place, the inputs go
+// there instead. Across processes after every rank's last call (a barrier).
+Status ReductionSweep::prepare(uint64_t count, bool in_place, uint32_t poison_value, const std::string& at) {
+  CONCCL_RETURN_IF_ERROR(sync_->barrier("prepare").prefix("before " + at));
+  for (int r = 0; r < d_.n; ++r) {
+    if (!local(r)) continue;
+    const Buffer& b = recv_[static_cast<size_t>(r)];
+    if (in_place)
+      CONCCL_RETURN_IF_ERROR(upload_inputs(stager_of(r), b, inputs_, r, send_elems(count), deadline())
+                                 .prefix("placing rank " + std::to_string(r) + "'s inputs in place"));
+    else
+      CONCCL_RETURN_IF_ERROR(stager_of(r)
+                                 .fill(view_of(b, 0, round_up_sat(count * es_, 4)), poison_value, deadline())
+                                 .prefix("poisoning the destinations"));
+  }
+  return Status();
+}
+
+Status ReductionSweep::one_call(const conccl::ReductionArgs& ra) {
+  CONCCL_RETURN_IF_ERROR(comm_->call_reduction(ra, stream_));
+  return synchronize();
+}
+
+// This process's result elements that differ from the host reduction.
+conccl::Result<uint64_t> ReductionSweep::count_wrong_results(uint64_t count, bool in_place, const std::string& at) {
+  uint64_t wrong = 0;
+  std::vector<uint8_t> got;
+  const uint64_t piece = (64u << 20) / es_;
+  for (int r = 0; r < d_.n; ++r) {
+    if (!local(r) || (coll_ == ReduceColl::reduce && r != f_.sweep.root)) continue;
+    const Buffer res = result_of(r, count, in_place);
+    // Rank r's result element i reduces every rank's element src + i.
+    const uint64_t src = coll_ == ReduceColl::reduce_scatter ? static_cast<uint64_t>(r) * count : 0;
+    for (uint64_t e0 = 0; e0 < count; e0 += piece) {
+      const uint64_t c = std::min(piece, count - e0);
+      got.resize(static_cast<size_t>(c * es_));
+      CONCCL_RETURN_IF_ERROR(
+          stager_of(r)
+              .download(got.data(), res, static_cast<size_t>(e0 * es_), static_cast<size_t>(c * es_), deadline())
+              .prefix("reading rank " + std::to_string(r) + "'s results at " + at));
+      conccl::Result<uint64_t> w = count_wrong(got.data(), c, inputs_, f_.redop, d_.n, src + e0);
+      if (!w.ok()) return w.status().prefix("verifying " + at);
+      wrong += *w;
+    }
+  }
+  return wrong;
+}
+
+int run_reduction(const Args& args, Context& ctx) {
+  RedFlags f;
+  if (Status st = read_reduction_flags(args, &f); !st.ok()) return fail(args, ctx, st);
+  if (f.procs.launcher()) {
+    if (Status st = check_ranks(f, f.procs.procs); !st.ok()) return fail(args, ctx, st);
+    return launch_sweep_ranks(args, ctx, f.sweep.json, f.procs.procs);
+  }
+  if (f.procs.rank)
+    if (Status st = follow_launcher(); !st.ok()) return fail(args, ctx, st);
+  std::optional<JsonFile> json_out;
+  if (Status st = open_json_out(f.sweep.json, f.procs.me() <= 0, &json_out); !st.ok()) return fail(args, ctx, st);
+  ReductionSweep sweep(args, f);
+  if (Status st = sweep.set_up(); !st.ok()) return fail(args, ctx, st);
+  return sweep.run(ctx, json_out);
 }
 
 std::vector<FlagSpec> reduction_flags() {
