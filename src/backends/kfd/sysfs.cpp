@@ -250,94 +250,83 @@ CwsrEstimate queue_cwsr_estimate(const SysNode& n) {
   return e;
 }
 
-Result<KfdTopology> build_topology(const SysTopology& sys, const RenderAccess& access) {
-  KfdTopology kt;
-  Topology& t = kt.topology;
-  t.backend = "kfd";
-  std::vector<std::string> notes;
+namespace {
 
-  // Pass 1: thunk node ids (sysfs order, minus hidden device nodes) and GPUs.
-  int thunk_id = 0;
-  for (const SysNode& n : sys.nodes) {
-    int render_err = 0;
-    if (n.gpu_id != 0) {
-      const int minor = static_cast<int>(n.prop("drm_render_minor"));
-      render_err = minor > 0 ? access(minor) : ENOENT;
-    }
-    // libhsakmt hides device nodes whose render node is absent (ENOENT) or
-    // forbidden by a device cgroup (EPERM); other errors fail its snapshot.
-    const bool thunk_visible = n.gpu_id == 0 || (render_err != ENOENT && render_err != EPERM);
-    const int this_thunk_id = thunk_visible ? thunk_id++ : -1;
-    if (n.gpu_id == 0) {
-      ++kt.cpu_nodes;
-      continue;
-    }
-    if (!n.is_gpu()) continue;
-
-    const uint32_t gtv = static_cast<uint32_t>(n.prop("gfx_target_version"));
-    const std::string gfx = gfx_name(gtv);
-    const std::string who = "KFD node " + std::to_string(n.id) + " (" + gfx + ", renderD" +
-                            std::to_string(n.prop("drm_render_minor")) + ")";
-    std::optional<sdma::GfxTarget> target = sdma::gfx_target_version_to_target(gtv);
-    if (!target) {
-      notes.push_back(who + " skipped: no SDMA packet generation is known for " + gfx +
-                      " (ConCCL supports gfx9 and newer: `sdma-probe gfx` lists them)");
-      continue;
-    }
-    if (render_err != 0) {
-      std::string fix = render_err == EACCES || render_err == EPERM
-                            ? "add the user to the render and video groups (sudo usermod -aG render,video $USER, "
-                              "then log in again); in a container pass --device=/dev/dri"
-                            : "check that the amdgpu driver created /dev/dri/renderD" +
-                                  std::to_string(n.prop("drm_render_minor"));
-      notes.push_back(who + " skipped: cannot open its render node: " + errno_text(render_err) + "; " + fix);
-      continue;
-    }
-    const int num_sdma = static_cast<int>(n.prop("num_sdma_engines"));
-    const int num_xgmi = static_cast<int>(n.prop("num_sdma_xgmi_engines"));
-    if (num_sdma + num_xgmi <= 0 || num_sdma + num_xgmi > 32) {
-      notes.push_back(who + " skipped: reports " + std::to_string(num_sdma) + " PCIe + " + std::to_string(num_xgmi) +
-                      " xGMI SDMA engines (num_sdma_engines/num_sdma_xgmi_engines)");
-      continue;
-    }
-    GpuNode g;
-    g.index = static_cast<int>(kt.gpus.size());
-    g.sysfs_node = n.id;
-    g.thunk_node = this_thunk_id;
-    g.gpu_id = n.gpu_id;
-    g.gfx_target_version = gtv;
-    g.gfx = gfx;
-    g.gen = target->gen;
-    g.num_sdma = num_sdma;
-    g.num_xgmi = num_xgmi;
-    g.queues_per_engine = static_cast<int>(n.prop("num_sdma_queues_per_engine"));
-    g.drm_render_minor = static_cast<int>(n.prop("drm_render_minor"));
-    g.hive_id = n.prop("hive_id");
-    g.location_id = n.prop("location_id");
-    g.domain = n.prop("domain");
-    g.min_submit_bytes = target->min_submit_bytes;
-    g.cwsr = queue_cwsr_estimate(n);
-    for (const SysLink& l : n.io_links) {
-      const SysNode* to = sys.node(l.node_to);
-      if (!to || to->gpu_id != 0 || g.cpu_link_known) continue;
-      g.cpu_link_known = true;
-      g.cpu_link_type = l.type;
-      g.cpu_link_flags = l.flags;
-    }
-    kt.gpus.push_back(g);
-
-    GpuInfo gi;
-    gi.index = g.index;
-    gi.name = gfx;
-    gi.isa = Isa::sdma_gen(g.gen);
-    gi.memory_bytes = n.vram_bytes;
-    gi.per_queue_bytes = g.cwsr.bytes;
-    for (int e = 0; e < num_sdma + num_xgmi; ++e)
-      gi.engines.push_back(EngineInfo{e, e < num_sdma ? EngineKind::pcie : EngineKind::xgmi});
-    t.gpus.push_back(std::move(gi));
+// A GPU node of sysfs as ConCCL uses it, or nullopt with a note saying why
+// not (no known SDMA generation, its render node cannot be opened, no
+// engines). `render_err`: errno of opening its render node (0: opened).
+std::optional<GpuNode> usable_gpu(const SysTopology& sys, const SysNode& n, int render_err, int thunk_id, int index,
+                                  std::vector<std::string>& notes) {
+  const uint32_t gtv = static_cast<uint32_t>(n.prop("gfx_target_version"));
+  const std::string gfx = gfx_name(gtv);
+  const std::string who = "KFD node " + std::to_string(n.id) + " (" + gfx + ", renderD" +
+                          std::to_string(n.prop("drm_render_minor")) + ")";
+  std::optional<sdma::GfxTarget> target = sdma::gfx_target_version_to_target(gtv);
+  if (!target) {
+    notes.push_back(who + " skipped: no SDMA packet generation is known for " + gfx +
+                    " (ConCCL supports gfx9 and newer: `sdma-probe gfx` lists them)");
+    return std::nullopt;
   }
+  if (render_err != 0) {
+    std::string fix = render_err == EACCES || render_err == EPERM
+                          ? "add the user to the render and video groups (sudo usermod -aG render,video $USER, "
+                            "then log in again); in a container pass --device=/dev/dri"
+                          : "check that the amdgpu driver created /dev/dri/renderD" +
+                                std::to_string(n.prop("drm_render_minor"));
+    notes.push_back(who + " skipped: cannot open its render node: " + errno_text(render_err) + "; " + fix);
+    return std::nullopt;
+  }
+  const int num_sdma = static_cast<int>(n.prop("num_sdma_engines"));
+  const int num_xgmi = static_cast<int>(n.prop("num_sdma_xgmi_engines"));
+  if (num_sdma + num_xgmi <= 0 || num_sdma + num_xgmi > 32) {
+    notes.push_back(who + " skipped: reports " + std::to_string(num_sdma) + " PCIe + " + std::to_string(num_xgmi) +
+                    " xGMI SDMA engines (num_sdma_engines/num_sdma_xgmi_engines)");
+    return std::nullopt;
+  }
+  GpuNode g;
+  g.index = index;
+  g.sysfs_node = n.id;
+  g.thunk_node = thunk_id;
+  g.gpu_id = n.gpu_id;
+  g.gfx_target_version = gtv;
+  g.gfx = gfx;
+  g.gen = target->gen;
+  g.num_sdma = num_sdma;
+  g.num_xgmi = num_xgmi;
+  g.queues_per_engine = static_cast<int>(n.prop("num_sdma_queues_per_engine"));
+  g.drm_render_minor = static_cast<int>(n.prop("drm_render_minor"));
+  g.hive_id = n.prop("hive_id");
+  g.location_id = n.prop("location_id");
+  g.domain = n.prop("domain");
+  g.min_submit_bytes = target->min_submit_bytes;
+  g.cwsr = queue_cwsr_estimate(n);
+  for (const SysLink& l : n.io_links) {
+    const SysNode* to = sys.node(l.node_to);
+    if (!to || to->gpu_id != 0 || g.cpu_link_known) continue;
+    g.cpu_link_known = true;
+    g.cpu_link_type = l.type;
+    g.cpu_link_flags = l.flags;
+  }
+  return g;
+}
 
-  // Pass 2: GPU-to-GPU links.
+// The generic description of a usable GPU (its engines: PCIe ones first).
+GpuInfo gpu_info(const GpuNode& g, const SysNode& n) {
+  GpuInfo gi;
+  gi.index = g.index;
+  gi.name = g.gfx;
+  gi.isa = Isa::sdma_gen(g.gen);
+  gi.memory_bytes = n.vram_bytes;
+  gi.per_queue_bytes = g.cwsr.bytes;
+  for (int e = 0; e < g.num_sdma + g.num_xgmi; ++e)
+    gi.engines.push_back(EngineInfo{e, e < g.num_sdma ? EngineKind::pcie : EngineKind::xgmi});
+  return gi;
+}
+
+// GPU-to-GPU links: the best (lowest weight) io_link or p2p_link per peer,
+// with the engines the kernel recommends toward it.
+void add_links(const SysTopology& sys, KfdTopology& kt, std::vector<std::string>& notes) {
+  Topology& t = kt.topology;
   bool fallback_masks = false;
   for (GpuNode& g : kt.gpus) {
     const SysNode* n = sys.node(static_cast<uint32_t>(g.sysfs_node));
@@ -398,6 +387,11 @@ Result<KfdTopology> build_topology(const SysTopology& sys, const RenderAccess& a
         "the kernel gives no recommended_sdma_engine_id_mask for some links (KFD < 1.17, before Linux 6.12): their "
         "recommended engines are every xGMI engine for xGMI peers and every PCIe engine otherwise, as the kernel "
         "computes outside its 8-GPU MI300 table");
+}
+
+// What a GPU's link to the CPU lacks, and what each queue costs beside its
+// ring (one note per distinct cost: 8 identical MI300X GPUs, one line).
+void add_cost_notes(const KfdTopology& kt, std::vector<std::string>& notes) {
   for (const GpuNode& g : kt.gpus)
     if (!g.host_atomics64())
       notes.push_back("gpu " + std::to_string(g.index) +
@@ -405,7 +399,6 @@ Result<KfdTopology> build_topology(const SysTopology& sys, const RenderAccess& a
                       std::to_string(g.cpu_link_flags) +
                       ", NO_ATOMICS_64): its queues refuse SDMA ATOMICs (signal_add); "
                       "enable AtomicOps on the PCIe path (BIOS, switches) or use single-writer signals");
-  // One note per distinct per-queue cost (8 identical MI300X GPUs: one line).
   for (size_t i = 0; i < kt.gpus.size(); ++i) {
     const CwsrEstimate& c = kt.gpus[i].cwsr;
     bool seen = false;
@@ -421,6 +414,41 @@ Result<KfdTopology> build_topology(const SysTopology& sys, const RenderAccess& a
                     " beside its ring: the CWSR area libhsakmt allocates with it (VRAM where KFD has the SVM API, "
                     "else GTT) and KFD does not use for SDMA queues; kernel-chooses queues get none; " + c.source);
   }
+}
+
+}  // namespace
+
+Result<KfdTopology> build_topology(const SysTopology& sys, const RenderAccess& access) {
+  KfdTopology kt;
+  Topology& t = kt.topology;
+  t.backend = "kfd";
+  std::vector<std::string> notes;
+
+  // Pass 1: thunk node ids (sysfs order, minus hidden device nodes) and GPUs.
+  int thunk_id = 0;
+  for (const SysNode& n : sys.nodes) {
+    int render_err = 0;
+    if (n.gpu_id != 0) {
+      const int minor = static_cast<int>(n.prop("drm_render_minor"));
+      render_err = minor > 0 ? access(minor) : ENOENT;
+    }
+    // libhsakmt hides device nodes whose render node is absent (ENOENT) or
+    // forbidden by a device cgroup (EPERM); other errors fail its snapshot.
+    const bool thunk_visible = n.gpu_id == 0 || (render_err != ENOENT && render_err != EPERM);
+    const int this_thunk_id = thunk_visible ? thunk_id++ : -1;
+    if (n.gpu_id == 0) {
+      ++kt.cpu_nodes;
+      continue;
+    }
+    if (!n.is_gpu()) continue;
+    std::optional<GpuNode> g =
+        usable_gpu(sys, n, render_err, this_thunk_id, static_cast<int>(kt.gpus.size()), notes);
+    if (!g) continue;
+    kt.gpus.push_back(*g);
+    t.gpus.push_back(gpu_info(*g, n));
+  }
+  add_links(sys, kt, notes);  // pass 2
+  add_cost_notes(kt, notes);
   for (const std::string& w : sys.warnings) notes.push_back("sysfs: " + w);
   t.notes = std::move(notes);
   if (kt.gpus.empty()) {

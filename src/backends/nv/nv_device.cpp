@@ -120,6 +120,22 @@ Result<std::unique_ptr<Device>> Device::open(const Options& o) {
 
 Status Device::open_impl(const Options& o) {
   opt_ = o;
+  CONCCL_RETURN_IF_ERROR(check_options());
+  CONCCL_RETURN_IF_ERROR(open_control());          // steps 1-2
+  CONCCL_RETURN_IF_ERROR(open_gpu());              // step 3
+  CONCCL_RETURN_IF_ERROR(alloc_device_objects());  // step 4
+  CONCCL_RETURN_IF_ERROR(map_usermode());          // step 5
+  CONCCL_RETURN_IF_ERROR(register_vaspace());      // step 6
+  CONCCL_RETURN_IF_ERROR(reserve_windows());
+  // Semaphore slots (host memory, CPU-cached, one VA for CPU and GPU).
+  Result<Buffer> s = alloc(64 << 10, MemKind::host);
+  if (!s.ok()) return s.status().prefix("allocating semaphore slots");
+  slots_ = *s;
+  return open_engines();  // step 8
+}
+
+// Options that no driver call needs to refuse.
+Status Device::check_options() {
   if (opt_.gpfifo_entries < 16 || (opt_.gpfifo_entries & (opt_.gpfifo_entries - 1)) || opt_.gpfifo_entries > (1u << 16))
     return error(Code::invalid_argument, "gpfifo_entries must be a power of two in 16..65536");
   if (opt_.pushbuffer_bytes < 4096 || opt_.pushbuffer_bytes % 4096)
@@ -137,6 +153,11 @@ Status Device::open_impl(const Options& o) {
     return error(Code::invalid_argument,
                  "wait_max_sleep_us must be at most 100000 (a nap bounds the wake-up latency of a wait) and "
                  "wait_spin_us at most 10000000");
+  return Status();
+}
+
+// Steps 1-2: the module's version, the control fd, the root client, the driver's build.
+Status Device::open_control() {
   CONCCL_RETURN_IF_ERROR(probe(opt_));
   {
     std::ifstream f("/proc/driver/nvidia/version");
@@ -163,6 +184,11 @@ Status Device::open_impl(const Options& o) {
                                           "; the nv backend's RM struct definitions are pinned to branch 580." + kFix);
   }
 
+  return Status();
+}
+
+// Step 3: UVM, the GPU among the driver's cards, its device file.
+Status Device::open_gpu() {
   // Step 3: UVM, then the GPU list.
   fd_uvm_ = ::open("/dev/nvidia-uvm", O_RDWR | O_CLOEXEC);
   fd_uvm2_ = ::open("/dev/nvidia-uvm", O_RDWR | O_CLOEXEC);
@@ -206,9 +232,14 @@ Status Device::open_impl(const Options& o) {
   CONCCL_RETURN_IF_ERROR(rm_control(h_client_, abi::kCtrlGpuGetIdInfoV2, &idi, sizeof idi, "GPU_GET_ID_INFO_V2"));
   info_.device_instance = idi.deviceInstance;
 
+  return Status();
+}
+
+// Step 4: device, subdevice, virtual memory object, class list.
+Status Device::alloc_device_objects() {
   // Step 4: device, subdevice, virtual memory object, class list.
   abi::DeviceAllocParams dp{};
-  dp.deviceId = idi.deviceInstance;
+  dp.deviceId = info_.device_instance;
   dp.hClientShare = h_client_;
   dp.vaMode = abi::kVamodeOptionalMultiple;
   CONCCL_RETURN_IF_ERROR(rm_alloc(h_client_, abi::kNv01Device0, &dp, sizeof dp, &h_device_, "NV01_DEVICE_0"));
@@ -233,6 +264,11 @@ Status Device::open_impl(const Options& o) {
   if (!info_.channel_class)
     return error(Code::unavailable, "no GPFIFO channel class (0xC86F or 0xC56F) in the class list");
 
+  return Status();
+}
+
+// Step 5: the usermode doorbell page.
+Status Device::map_usermode() {
   // Step 5: usermode doorbell page.
   CONCCL_RETURN_IF_ERROR(rm_alloc(h_subdevice_, hopper::kHopperUsermodeA, nullptr, 0, &h_usermode_, "HOPPER_USERMODE_A"));
   {
@@ -265,6 +301,11 @@ Status Device::open_impl(const Options& o) {
     doorbell_ = static_cast<volatile uint32_t*>(m) + abi::kUsermodeDoorbell / 4;
   }
 
+  return Status();
+}
+
+// Step 6: our VA space, registered with UVM.
+Status Device::register_vaspace() {
   // Step 6: our VA space, registered with UVM.
   abi::VaspaceParams vs{};
   vs.vaBase = 0x1000;
@@ -290,15 +331,11 @@ Status Device::open_impl(const Options& o) {
   CONCCL_RETURN_IF_ERROR(uvm_ioctl(fd_uvm_, abi::kUvmRegisterGpuVaspace, &rv, &rv.rmStatus, "UVM_REGISTER_GPU_VASPACE"));
   uvm_vaspace_registered_ = true;
 
-  CONCCL_RETURN_IF_ERROR(reserve_windows());
+  return Status();
+}
 
-  // Semaphore slots (host memory, CPU-cached, one VA for CPU and GPU).
-  {
-    Result<Buffer> s = alloc(64 << 10, MemKind::host);
-    if (!s.ok()) return s.status().prefix("allocating semaphore slots");
-    slots_ = *s;
-  }
-
+// Step 8: the copy engines, and a channel on each asynchronous one with PCEs.
+Status Device::open_engines() {
   // Step 8: copy engines.
   {
     abi::CeAllCaps all{};

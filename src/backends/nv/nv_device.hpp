@@ -319,6 +319,14 @@ class Device {
   friend class NvChannel;
   Device() = default;
   Status open_impl(const Options& o);
+  // open_impl's steps, in order (nv_device.cpp).
+  Status check_options();
+  Status open_control();
+  Status open_gpu();
+  Status alloc_device_objects();
+  Status map_usermode();
+  Status register_vaspace();
+  Status open_engines();
   Status reserve_windows();
   void setup_wakeup(NvChannel& ch);     // nv_wakeup.cpp; failures only turn interrupt waits off
   void teardown_wakeup(NvChannel& ch);

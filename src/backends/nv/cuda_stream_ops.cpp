@@ -1,0 +1,65 @@
+// src/backends/nv/cuda_stream_ops.cpp - a CUDA stream as conccl::StreamOps:
+// how calls, plans and reductions order themselves on a stream (stream
+// memory operations, the reduce kernel) and how a capturing stream records
+// them (docs/graphs.md). The driver calls behind each are in
+// cuda_interop.cpp, cuda_graphs.cpp and reduce_kernel.cpp.
+#include <memory>
+#include <span>
+#include <string>
+
+#include "backends/nv/nv_device.hpp"
+#include "backends/nv/reduce_kernel.hpp"
+#include "conccl/collectives.hpp"
+#include "conccl/nv.hpp"
+
+namespace conccl::nv {
+
+namespace {
+Status not_nv(const char* what) {
+  return error(Code::unavailable, std::string(what) + " needs a device from open_device({.backend = \"nv\"})");
+}
+}  // namespace
+
+Status synchronize_stream(void* cu_stream, Deadline deadline) { return stream_host_sync(cu_stream, deadline); }
+
+namespace {
+
+class CudaStreamOps final : public conccl::StreamOps {
+ public:
+  explicit CudaStreamOps(void* stream) : stream_(stream) {}
+  Status write_value64(uint64_t va, uint64_t value) override { return stream_write_value64(stream_, va, value); }
+  Status wait_value64(uint64_t va, uint64_t value) override { return stream_wait_value64(stream_, va, value); }
+  Status reduce(const DeviceReduceStep& step) override { return launch_reduce(stream_, step); }
+  Status ready_to_order() override { return stream_not_capturing(stream_); }
+  bool capturing() const override { return stream_records_collectives(stream_); }
+  Status host_function(void (*fn)(void*), void* arg) override { return stream_host_function(stream_, fn, arg); }
+  Status retain_for_replays(std::shared_ptr<void> what) override {
+    return stream_capture_retain(stream_, std::move(what));
+  }
+  Status batch(std::span<const Op> ops) override {
+    StreamMemOp m[16];
+    if (ops.size() > 16) return StreamOps::batch(ops);
+    for (size_t i = 0; i < ops.size(); ++i) m[i] = StreamMemOp{ops[i].wait, ops[i].va, ops[i].value};
+    return stream_batch64(stream_, std::span<const StreamMemOp>(m, ops.size()));
+  }
+
+ private:
+  void* stream_;
+};
+
+}  // namespace
+
+Result<std::unique_ptr<conccl::StreamOps>> stream_ops(conccl::Device& device, void* cu_stream) {
+  if (!native(device, 0)) return not_nv("stream_ops");
+  CONCCL_RETURN_IF_ERROR(share_signals_with_cuda(device));
+  return std::unique_ptr<conccl::StreamOps>(new CudaStreamOps(cu_stream));
+}
+
+Status enqueue_on_stream(conccl::Device& device, conccl::Plan& plan, void* cu_stream, Deadline deadline) {
+  if (!native(device, 0)) return not_nv("enqueue_on_stream");
+  CONCCL_RETURN_IF_ERROR(share_signals_with_cuda(device));
+  CudaStreamOps ops(cu_stream);
+  return plan.enqueue(ops, deadline).prefix("enqueue_on_stream");
+}
+
+}  // namespace conccl::nv
