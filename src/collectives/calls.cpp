@@ -567,33 +567,67 @@ Status CallState::run(const CollectiveArgs& a, StreamOps* stream) {
   Result<PreparedCall> prepared = prepare(a);
   if (!prepared.ok()) return prepared.status();
   const std::string& name = prepared->name;
-  CallDesc& d = prepared->d;
-
-  // The plan: compiled once per distinct call, with no exchange (every rank
-  // compiles the same lists from the same table).
-  auto it = plans.find(prepared->key);
-  if (it == plans.end()) {
-    Result<std::unique_ptr<Plan>> p =
-        compile_plan(*prepared, signals_at(kCallPosted, kCallArrive, kCallPhase, kCallSent));
-    if (!p.ok()) return p.status();
-    it = plans.emplace(prepared->key, std::move(p).value()).first;
-  }
-  Plan& plan = *it->second;
-
+  Result<Plan*> plan = plan_of(*prepared);
+  if (!plan.ok()) return plan.status();
   // Stream-ordered calls before a host-ordered one end first, so that this
   // rank's posted counter only grows.
-  if (!stream) {
-    std::unique_lock<std::mutex> lk(mu);
-    const Deadline dl = Deadline::after_ms(comm.options_.call_timeout_ms);
-    while (!pending.empty() && failed.ok() && !dl.expired()) cv.wait_for(lk, std::chrono::milliseconds(1));
-    if (!failed.ok()) return failed;
-    if (!pending.empty())
-      return error(Code::timeout, name + ": earlier stream-ordered calls did not complete within call_timeout_ms");
-  }
-
-  // Call k: its descriptor, then what the other ranks have said of theirs.
+  if (!stream) CONCCL_RETURN_IF_ERROR(drain_stream_calls(name));
   const uint64_t call = ++k;
-  d.k = call;
+  prepared->d.k = call;
+  CONCCL_RETURN_IF_ERROR(publish(prepared->d, name));
+
+  // This rank's lists, their waits rewritten for call k, queued behind every
+  // rank's "posted k".
+  const Deadline dl = Deadline::after_ms(comm.options_.call_timeout_ms);
+  if (Status st = submit_lists(**plan, call - 1, base, dl, name); !st.ok()) {
+    fail(st);
+    return st;
+  }
+  const size_t mi = static_cast<size_t>(me);
+  const uint64_t arrive_target = base[kCounterArrive][mi] + (*plan)->expected_[mi];
+  const uint64_t sent_target = base[kCounterSent][mi] + (*plan)->sent_expected_[mi];
+  for (size_t q = 0; q < static_cast<size_t>(n); ++q) {
+    base[kCounterArrive][q] += (*plan)->expected_[q];
+    base[kCounterPhase][q] += (*plan)->ready_adds_[q];
+    base[kCounterSent][q] += (*plan)->sent_expected_[q];
+  }
+  for (uint64_t w : {prepared->d.send_window, prepared->d.recv_window})
+    if (w != kNone && w < windows.size()) windows[w].last_call = call;
+  {
+    std::lock_guard<std::mutex> lk(mu);
+    counts.window_calls++;
+  }
+  return stream ? end_on_stream(*stream, call, arrive_target, sent_target, dl, name)
+                : end_on_host(call, arrive_target, sent_target, dl, name);
+}
+
+// The plan: compiled once per distinct call, with no exchange (every rank
+// compiles the same lists from the same table).
+Result<Plan*> CallState::plan_of(const PreparedCall& prepared) {
+  auto it = plans.find(prepared.key);
+  if (it == plans.end()) {
+    Result<std::unique_ptr<Plan>> p =
+        compile_plan(prepared, signals_at(kCallPosted, kCallArrive, kCallPhase, kCallSent));
+    if (!p.ok()) return p.status();
+    it = plans.emplace(prepared.key, std::move(p).value()).first;
+  }
+  return it->second.get();
+}
+
+Status CallState::drain_stream_calls(const std::string& name) {
+  std::unique_lock<std::mutex> lk(mu);
+  const Deadline dl = Deadline::after_ms(comm.options_.call_timeout_ms);
+  while (!pending.empty() && failed.ok() && !dl.expired()) cv.wait_for(lk, std::chrono::milliseconds(1));
+  if (!failed.ok()) return failed;
+  if (!pending.empty())
+    return error(Code::timeout, name + ": earlier stream-ordered calls did not complete within call_timeout_ms");
+  return Status();
+}
+
+// Call d.k: its descriptor, then what the other ranks have said of theirs.
+// A rank that made another call as the same k fails the communicator.
+Status CallState::publish(const CallDesc& d, const std::string& name) {
+  const uint64_t call = d.k;
   uint64_t* slot = desc_slot(me, call);
   store(&slot[0], 0);
   d.write_fields(slot);
@@ -616,58 +650,45 @@ Status CallState::run(const CollectiveArgs& a, StreamOps* stream) {
     fail(st);
     return st;
   }
+  return Status();
+}
 
-  // This rank's lists, their waits rewritten for call k, queued behind every
-  // rank's "posted k".
-  const Deadline dl = Deadline::after_ms(comm.options_.call_timeout_ms);
-  if (Status st = submit_lists(plan, call - 1, base, dl, name); !st.ok()) {
-    fail(st);
-    return st;
-  }
+// A host-ordered call: post it, then wait here for this rank's part.
+Status CallState::end_on_host(uint64_t call, uint64_t arrive_target, uint64_t sent_target, Deadline dl,
+                              const std::string& name) {
   const size_t mi = static_cast<size_t>(me);
-  const uint64_t arrive_target = base[kCounterArrive][mi] + plan.expected_[mi];
-  const uint64_t sent_target = base[kCounterSent][mi] + plan.sent_expected_[mi];
-  for (size_t q = 0; q < static_cast<size_t>(n); ++q) {
-    base[kCounterArrive][q] += plan.expected_[q];
-    base[kCounterPhase][q] += plan.ready_adds_[q];
-    base[kCounterSent][q] += plan.sent_expected_[q];
+  last_stream = nullptr;
+  posted[mi].set(call);
+  Status st = wait_here(call, arrive_target, sent_target, base[kCounterSent], dl);
+  if (!st.ok()) {
+    // Lists of this call may stay queued behind a rank that never posts:
+    // the communicator cannot go on.
+    st = st.prefix(name);
+    fail(st);
   }
-  for (uint64_t w : {d.send_window, d.recv_window})
-    if (w != kNone && w < windows.size()) windows[w].last_call = call;
-  {
-    std::lock_guard<std::mutex> lk(mu);
-    counts.window_calls++;
-  }
+  return st;
+}
 
-  if (!stream) {
-    last_stream = nullptr;
-    posted[mi].set(call);
-    Status st = wait_here(call, arrive_target, sent_target, base[kCounterSent], dl);
-    if (!st.ok()) {
-      // Lists of this call may stay queued behind a rank that never posts:
-      // the communicator cannot go on.
-      st = st.prefix(name);
-      fail(st);
-    }
-    return st;
-  }
-  // On the stream: post k once the work before it is done, then make the
-  // work after it wait for this rank's data and for its lists' end (they
-  // read its send buffer).
-  // All in one step of the stream (CUDA: one cuStreamBatchMemOp).
+// On the stream: post k once the work before it is done, then make the
+// work after it wait for this rank's data and for its lists' end (they
+// read its send buffer). All in one step of the stream (CUDA: one
+// cuStreamBatchMemOp).
+Status CallState::end_on_stream(StreamOps& stream, uint64_t call, uint64_t arrive_target, uint64_t sent_target,
+                                Deadline dl, const std::string& name) {
+  const size_t mi = static_cast<size_t>(me);
   StreamOps::Op ops[8];
   size_t nops = 0;
-  if (stream != last_stream && last_stream) {
+  if (&stream != last_stream && last_stream) {
     ops[nops++] = StreamOps::Op{true, arrive[mi].va(), last_arrive};
     ops[nops++] = StreamOps::Op{true, sent[mi].va(), last_sent};
   }
-  last_stream = stream;
+  last_stream = &stream;
   last_arrive = arrive_target;
   last_sent = sent_target;
   for (const SignalStore& w : posted[mi].stores_for(call)) ops[nops++] = StreamOps::Op{false, w.va, w.value};
   ops[nops++] = StreamOps::Op{true, arrive[mi].va(), arrive_target};
   ops[nops++] = StreamOps::Op{true, sent[mi].va(), sent_target};
-  Status st = stream->batch(std::span<const StreamOps::Op>(ops, nops));
+  Status st = stream.batch(std::span<const StreamOps::Op>(ops, nops));
   if (!st.ok()) {
     // The stream refused: post from the host so that no rank waits for this
     // one, and wait here instead.
