@@ -348,6 +348,57 @@ Status Communicator::share_buffer(const Buffer& b, std::vector<SharedRegion>* re
   return Status();
 }
 
+namespace {
+
+// Every rank's plan message: its buffers into `full`, its signals into
+// `sig`, its shared regions mapped here. An error names the first rank whose
+// message is malformed or whose arguments differ from `want` (this rank's
+// digest); the regions are mapped even then, as the next plan relies on them.
+// (A template so that it takes Communicator::RankSignals, a private type,
+// without naming it.)
+template <typename RankSignals>
+Status read_plan_messages(Device& device, int me, const std::string& want, std::vector<Bootstrap::Message>& all,
+                          CollectiveArgs* full, RankSignals* sig) {
+  Status st;
+  for (int r = 0; r < static_cast<int>(all.size()); ++r) {
+    Bootstrap::Message& m = all[static_cast<size_t>(r)];
+    Reader rd(m.data);
+    const std::string digest = rd.get_string();
+    (void)rd.get<uint8_t>();
+    const Buffer s = get_buffer(rd), v = get_buffer(rd);
+    sig->arrive.push_back(rd.get<uint64_t>());
+    sig->ready.push_back(rd.get<uint64_t>());
+    sig->trigger.push_back(rd.get<uint64_t>());
+    sig->sent.push_back(rd.get<uint64_t>());
+    sig->stamps.push_back(rd.get<uint64_t>());
+    std::vector<SharedRegion> theirs = get_regions(rd);
+    if (r == me) theirs.clear();  // our own memory
+    if (!rd.ok() || theirs.size() != m.fds.size()) {
+      st = error(Code::invalid_argument, "rank " + std::to_string(r) +
+                                             " sent a malformed plan message (another ConCCL version, or not a "
+                                             "ConCCL rank)");
+      break;
+    }
+    if (st.ok() && digest != want)
+      st = error(Code::invalid_argument, "rank " + std::to_string(r) + " asked for " + digest + ", but rank " +
+                                             std::to_string(me) + " for " + want +
+                                             ": every rank must plan the same collective with the same arguments");
+    // Mapped even when the arguments differ: the regions count as given,
+    // and the next (matching) plan relies on them.
+    for (size_t i = 0; i < theirs.size(); ++i) {
+      Status imp = device.import_shared(theirs[i], m.fds[i]);
+      m.fds[i] = -1;
+      if (!imp.ok() && (st.ok() || st.code() == Code::invalid_argument))
+        st = imp.prefix("mapping rank " + std::to_string(r) + "'s buffers");
+    }
+    full->send[static_cast<size_t>(r)] = s;
+    full->recv[static_cast<size_t>(r)] = v;
+  }
+  return st;
+}
+
+}  // namespace
+
 Result<std::unique_ptr<Plan>> Communicator::plan_across_processes(const CollectiveArgs& given) {
   const int n = size();
   const Deadline deadline = Deadline::after_ms(options_.join_timeout_ms);
@@ -423,39 +474,7 @@ Result<std::unique_ptr<Plan>> Communicator::plan_across_processes(const Collecti
   full.send.assign(static_cast<size_t>(n), Buffer{});
   full.recv.assign(static_cast<size_t>(n), Buffer{});
   RankSignals sig;
-  Status st;
-  for (int r = 0; r < n; ++r) {
-    Bootstrap::Message& m = (*all)[static_cast<size_t>(r)];
-    Reader rd(m.data);
-    const std::string digest = rd.get_string();
-    (void)rd.get<uint8_t>();
-    const Buffer s = get_buffer(rd), v = get_buffer(rd);
-    sig.arrive.push_back(rd.get<uint64_t>());
-    sig.ready.push_back(rd.get<uint64_t>());
-    sig.trigger.push_back(rd.get<uint64_t>());
-    sig.sent.push_back(rd.get<uint64_t>());
-    sig.stamps.push_back(rd.get<uint64_t>());
-    std::vector<SharedRegion> theirs = get_regions(rd);
-    if (r == me_) theirs.clear();  // our own memory
-    if (!rd.ok() || theirs.size() != m.fds.size()) {
-      st = error(Code::invalid_argument, "rank " + std::to_string(r) + " sent a malformed plan message (another ConCCL version, or not a ConCCL rank)");
-      break;
-    }
-    if (st.ok() && digest != args_digest(given))
-      st = error(Code::invalid_argument, "rank " + std::to_string(r) + " asked for " + digest + ", but rank " +
-                                             std::to_string(me_) + " for " + args_digest(given) +
-                                             ": every rank must plan the same collective with the same arguments");
-    // Mapped even when the arguments differ: the regions count as given,
-    // and the next (matching) plan relies on them.
-    for (size_t i = 0; i < theirs.size(); ++i) {
-      Status imp = device_.import_shared(theirs[i], m.fds[i]);
-      m.fds[i] = -1;
-      if (!imp.ok() && (st.ok() || st.code() == Code::invalid_argument))
-        st = imp.prefix("mapping rank " + std::to_string(r) + "'s buffers");
-    }
-    full.send[static_cast<size_t>(r)] = s;
-    full.recv[static_cast<size_t>(r)] = v;
-  }
+  Status st = read_plan_messages(device_, me_, args_digest(given), *all, &full, &sig);
   close_all(*all);
   // Host pointers where this process has them (its own buffers; the
   // emulator's shared arenas), as in one process.
