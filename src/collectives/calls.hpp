@@ -38,6 +38,12 @@
 
 namespace conccl {
 
+// A word of the call area that other processes (or engines) read or write.
+inline uint64_t word_load(const uint64_t* p) {
+  return std::atomic_ref<uint64_t>(*const_cast<uint64_t*>(p)).load(std::memory_order_acquire);
+}
+inline void word_store(uint64_t* p, uint64_t v) { std::atomic_ref<uint64_t>(*p).store(v, std::memory_order_release); }
+
 // Offsets in the call area at the start of each rank's signal pool.
 inline constexpr uint64_t kCallPosted = 0;     // Signal (16 bytes)
 inline constexpr uint64_t kCallArrive = 16;    // Signal
