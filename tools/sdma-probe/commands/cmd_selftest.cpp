@@ -3,7 +3,9 @@
 // matrix, and the engines that fail, hang or run far below their peers.
 #include <cstdio>
 #include <memory>
+#include <optional>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "cli.hpp"
@@ -154,137 +156,233 @@ conccl::Result<Settings> parse_settings(const Args& args) {
   return s;
 }
 
-int run_selftest(const Args& args, Context& ctx) {
-  if (!args.positionals().empty()) return usage_error(args, ctx, "selftest takes no arguments");
+// The command line, checked before the device opens.
+struct SelftestFlags {
+  Settings settings;
+  double slow_ratio = kSlowRatio;  // --slow-ratio
+  uint64_t seed = 1;               // --seed
+};
+
+Status read_selftest_flags(const Args& args, SelftestFlags* f) {
+  if (!args.positionals().empty()) return conccl::error(Code::invalid_argument, "selftest takes no arguments");
   conccl::Result<Settings> settings = parse_settings(args);
-  if (!settings.ok()) return fail(args, ctx, settings.status());
+  if (!settings.ok()) return settings.status();
+  f->settings = *settings;
   conccl::Result<std::optional<double>> ratio_flag = args.get_double("slow-ratio");
-  if (!ratio_flag.ok()) return fail(args, ctx, ratio_flag.status());
+  if (!ratio_flag.ok()) return ratio_flag.status();
   // The emulator's bandwidth is the host's memcpy, shared with everything
   // else the host runs: engines of one GPU vary by 2x there (L2/L3 effects,
   // scheduling), so only a larger gap is named by default.
-  const double ratio = ratio_flag->value_or(args.common().backend == Backend::emu ? kEmuSlowRatio : kSlowRatio);
-  if (!(ratio > 0 && ratio < 1)) return usage_error(args, ctx, "--slow-ratio takes a number between 0 and 1 (default 0.5)");
+  f->slow_ratio = ratio_flag->value_or(args.common().backend == Backend::emu ? kEmuSlowRatio : kSlowRatio);
+  if (!(f->slow_ratio > 0 && f->slow_ratio < 1))
+    return conccl::error(Code::invalid_argument, "--slow-ratio takes a number between 0 and 1 (default 0.5)");
   conccl::Result<uint64_t> seed = args.get_uint("seed", 1);
-  if (!seed.ok()) return fail(args, ctx, seed.status());
-
+  if (!seed.ok()) return seed.status();
+  f->seed = *seed;
   if ((args.has("inject") || args.has("inject-engine")) && args.common().backend != Backend::emu)
-    return usage_error(args, ctx, "--inject works only with --backend emu");
+    return conccl::error(Code::invalid_argument, "--inject works only with --backend emu");
+  return Status();
+}
 
-  conccl::Result<std::unique_ptr<conccl::Device>> devr = open_device_from_args(args);
-  if (!devr.ok()) return fail(args, ctx, devr.status());
-  conccl::Device& dev = **devr;
-  const conccl::Topology& topo = dev.topology();
-  if (topo.gpus.empty() || topo.gpus[0].engines.empty())
-    return fail(args, ctx, conccl::error(Code::unavailable, "the backend found no GPU with DMA engines"));
-  conccl::Result<InjectPlan> inject = parse_inject(args, topo);
-  if (!inject.ok()) return fail(args, ctx, inject.status());
-  auto* emu = dynamic_cast<conccl::emu::EmuDevice*>(&dev);
+// One self-test from the device on. The members are made in the order they
+// are declared, and go in reverse. Engine runs hold references to the
+// device, the memory and the flags' settings.
+class Selftest {
+ public:
+  Selftest(const Args& args, Context& ctx, const SelftestFlags& f)
+      : args_(args), ctx_(ctx), f_(f), run_seed_(f.seed) {}
 
-  size_t bytes = 0;
-  for (const conccl::GpuInfo& g : topo.gpus) bytes = std::max(bytes, buffer_bytes_needed(*settings, g.caps()));
-  MemBudget need;
-  need.gpu.assign(topo.gpus.size(), 2 * static_cast<uint64_t>(bytes));
-  if (Status st = check_budget(need, topo, args.common().backend == Backend::emu,
-                               "lower --bytes (now " + format_size(settings->bandwidth_bytes) + ")", mem_available());
-      !st.ok())
-    return fail(args, ctx, st.prefix("selftest"));
-  conccl::Result<Memory> mem = Memory::create(dev, bytes, *seed);
-  if (!mem.ok()) return fail(args, ctx, mem.status());
+  // The device, the --inject plan, and the memory every engine's checks use.
+  Status set_up();
+  // Every engine, the slow ones again, and the report; returns the exit code
+  // (or does not return, after a hang).
+  int run();
 
-  std::vector<EngineReport> reports;
-  std::vector<std::string> notes;  // the run's own remarks
+ private:
+  Status open();
+  Status alloc_memory();
+  int test_engine(const conccl::GpuInfo& g, size_t i);
+  int inject_fault(EngineRun& run, const conccl::GpuInfo& g);
+  void abandon(std::unique_ptr<EngineRun> run, const EngineReport& r, bool hung);
+  void measure_slow_again();
+  RunInfo run_info() const;
+  int report();
+  const conccl::Topology& topo() const { return dev_->topology(); }
+
+  const Args& args_;
+  Context& ctx_;
+  const SelftestFlags& f_;
+  std::unique_ptr<conccl::Device> dev_;
+  InjectPlan inject_;
+  conccl::emu::EmuDevice* emu_ = nullptr;  // the emulator's counters and injection; null on hardware
+  std::optional<Memory> mem_;
+  std::vector<EngineReport> reports_;
+  std::vector<std::string> notes_;  // the run's own remarks
   // Runs whose engine hung or faulted: never destroyed (their memory and
   // queue may still be written by the engine); the process ends by _exit.
-  std::vector<std::unique_ptr<EngineRun>> abandoned;
-  bool any_hang = false;
-  uint64_t run_seed = *seed;
-  for (const conccl::GpuInfo& g : topo.gpus) {
-    for (size_t i = 0; i < g.engines.size(); ++i) {
-      EngineReport r;
-      r.gpu = g.index;
-      r.engine = g.engines[i].id;
-      r.kind = conccl::engine_kind_name(g.engines[i].kind);
-      r.weight = g.engines[i].weight;
-      std::optional<conccl::emu::EngineStats> before;
-      if (emu)
-        if (conccl::Result<conccl::emu::EngineStats> s = emu->engine_stats(r.gpu, r.engine); s.ok()) before = *s;
-      conccl::Result<std::unique_ptr<EngineRun>> run =
-          EngineRun::create(dev, *mem, r.gpu, r.engine, *settings, ++run_seed);
-      if (!run.ok()) {
-        const Code code = run.status().code();  // out of queues or a fault: exit 4, as exit_code_for maps them
-        r.findings.push_back({"queue", code == Code::device_fault || code == Code::resource_exhausted ? Cell::faulted : Cell::failed,
-                              "creating a queue: " + run.status().to_string(), {}});
-        r.placement = "-";
-        reports.push_back(std::move(r));
-        continue;
-      }
-      // Injected once the queue exists and has run what creating it queued
-      // (a Hopper channel binds its copy class, and that entry's completion
-      // write would otherwise take a dropped completion meant for the checks),
-      // so that the checks' first commands meet it.
-      if (!inject->what.empty() && inject->gpu == r.gpu && inject->engine == r.engine) {
-        conccl::Queue& q = (*run)->queue();
-        if (Status st = q.wait_done(conccl::Deadline::after_ms(5000), q.submitted()); !st.ok())
-          return fail(args, ctx, st.prefix("before injecting the fault"));
-        if (Status st = apply_inject(*emu, *inject, g.isa); !st.ok()) return fail(args, ctx, st);
-      }
-      (*run)->run_all(g, i, r);
-      if (r.stopped()) {
-        r.placement = "-";
-        const bool hung = r.verdict() == Verdict::hang;
-        any_hang |= hung;
-        if (emu && !hung) (void)emu->reset_engine(r.gpu, r.engine);  // a fault: clear it, drop what is left
-        abandoned.push_back(std::move(*run));
-        if (hung) renew_after_hang(*mem, r, &notes);
-      } else {
-        check_placement(dev, before ? &*before : nullptr, **run, r);
-      }
-      reports.push_back(std::move(r));
-    }
-  }
+  std::vector<std::unique_ptr<EngineRun>> abandoned_;
+  bool any_hang_ = false;
+  uint64_t run_seed_;
+};
 
-  // Engines below their peers are measured once more before being named, so
-  // that one unlucky measurement (a busy host) does not condemn an engine.
-  for (size_t i : mark_slow(reports, ratio)) {
-    EngineReport& r = reports[i];
-    Settings again = *settings;
-    again.reps = std::min(2 * settings->reps, 100);
-    conccl::Result<std::unique_ptr<EngineRun>> run = EngineRun::create(dev, *mem, r.gpu, r.engine, again, ++run_seed);
+Status Selftest::set_up() {
+  CONCCL_RETURN_IF_ERROR(open());
+  return alloc_memory();
+}
+
+Status Selftest::open() {
+  conccl::Result<std::unique_ptr<conccl::Device>> devr = open_device_from_args(args_);
+  if (!devr.ok()) return devr.status();
+  dev_ = std::move(devr).value();
+  if (topo().gpus.empty() || topo().gpus[0].engines.empty())
+    return conccl::error(Code::unavailable, "the backend found no GPU with DMA engines");
+  conccl::Result<InjectPlan> inject = parse_inject(args_, topo());
+  if (!inject.ok()) return inject.status();
+  inject_ = *inject;
+  emu_ = dynamic_cast<conccl::emu::EmuDevice*>(dev_.get());
+  return Status();
+}
+
+// Two buffers per GPU, as large as the largest GPU's checks need; refused up
+// front when they do not fit.
+Status Selftest::alloc_memory() {
+  size_t bytes = 0;
+  for (const conccl::GpuInfo& g : topo().gpus) bytes = std::max(bytes, buffer_bytes_needed(f_.settings, g.caps()));
+  MemBudget need;
+  need.gpu.assign(topo().gpus.size(), 2 * static_cast<uint64_t>(bytes));
+  if (Status st = check_budget(need, topo(), args_.common().backend == Backend::emu,
+                               "lower --bytes (now " + format_size(f_.settings.bandwidth_bytes) + ")", mem_available());
+      !st.ok())
+    return st.prefix("selftest");
+  conccl::Result<Memory> mem = Memory::create(*dev_, bytes, f_.seed);
+  if (!mem.ok()) return mem.status();
+  mem_.emplace(std::move(mem).value());
+  return Status();
+}
+
+int Selftest::run() {
+  for (const conccl::GpuInfo& g : topo().gpus)
+    for (size_t i = 0; i < g.engines.size(); ++i)
+      if (int rc = test_engine(g, i); rc >= 0) return rc;
+  measure_slow_again();
+  return report();
+}
+
+// Every check on engine i of GPU g into a report; -1 to go on, else the exit
+// code (the engine's run is still there when the failure is printed).
+int Selftest::test_engine(const conccl::GpuInfo& g, size_t i) {
+  EngineReport r;
+  r.gpu = g.index;
+  r.engine = g.engines[i].id;
+  r.kind = conccl::engine_kind_name(g.engines[i].kind);
+  r.weight = g.engines[i].weight;
+  std::optional<conccl::emu::EngineStats> before;
+  if (emu_)
+    if (conccl::Result<conccl::emu::EngineStats> s = emu_->engine_stats(r.gpu, r.engine); s.ok()) before = *s;
+  conccl::Result<std::unique_ptr<EngineRun>> run =
+      EngineRun::create(*dev_, *mem_, r.gpu, r.engine, f_.settings, ++run_seed_);
+  if (!run.ok()) {
+    const Code code = run.status().code();  // out of queues or a fault: exit 4, as exit_code_for maps them
+    const Cell cell = code == Code::device_fault || code == Code::resource_exhausted ? Cell::faulted : Cell::failed;
+    r.findings.push_back({"queue", cell, "creating a queue: " + run.status().to_string(), {}});
+    r.placement = "-";
+    reports_.push_back(std::move(r));
+    return -1;
+  }
+  if (!inject_.what.empty() && inject_.gpu == r.gpu && inject_.engine == r.engine)
+    if (int rc = inject_fault(**run, g); rc >= 0) return rc;
+  (*run)->run_all(g, i, r);
+  if (r.stopped()) {
+    r.placement = "-";
+    abandon(std::move(*run), r, r.verdict() == Verdict::hang);
+  } else {
+    check_placement(*dev_, before ? &*before : nullptr, **run, r);
+  }
+  reports_.push_back(std::move(r));
+  return -1;
+}
+
+// Injected once the queue exists and has run what creating it queued (a
+// Hopper channel binds its copy class, and that entry's completion write
+// would otherwise take a dropped completion meant for the checks), so that
+// the checks' first commands meet it. -1 to go on, else the exit code.
+int Selftest::inject_fault(EngineRun& run, const conccl::GpuInfo& g) {
+  conccl::Queue& q = run.queue();
+  if (Status st = q.wait_done(conccl::Deadline::after_ms(5000), q.submitted()); !st.ok())
+    return fail(args_, ctx_, st.prefix("before injecting the fault"));
+  if (Status st = apply_inject(*emu_, inject_, g.isa); !st.ok()) return fail(args_, ctx_, st);
+  return -1;
+}
+
+// An engine that stopped: a fault is cleared on the emulator (what is left
+// is dropped); after a hang the destinations it may still write are renewed.
+void Selftest::abandon(std::unique_ptr<EngineRun> run, const EngineReport& r, bool hung) {
+  any_hang_ |= hung;
+  if (emu_ && !hung) (void)emu_->reset_engine(r.gpu, r.engine);
+  abandoned_.push_back(std::move(run));
+  if (hung) renew_after_hang(*mem_, r, &notes_);
+}
+
+// Engines below their peers are measured once more before being named, so
+// that one unlucky measurement (a busy host) does not condemn an engine.
+void Selftest::measure_slow_again() {
+  for (size_t i : mark_slow(reports_, f_.slow_ratio)) {
+    EngineReport& r = reports_[i];
+    Settings again = f_.settings;
+    again.reps = std::min(2 * f_.settings.reps, 100);
+    conccl::Result<std::unique_ptr<EngineRun>> run =
+        EngineRun::create(*dev_, *mem_, r.gpu, r.engine, again, ++run_seed_);
     if (!run.ok()) continue;
     double gbps = 0;
     const Outcome o = (*run)->bandwidth(&gbps);
     if (o.cell != Cell::ok) {
       r.findings.push_back({"bandwidth (again)", o.cell, o.message, o.hang_kind});
-      abandoned.push_back(std::move(*run));
-      any_hang |= o.cell == Cell::hung;
-      if (o.cell == Cell::hung) renew_after_hang(*mem, r, &notes);
+      abandoned_.push_back(std::move(*run));
+      any_hang_ |= o.cell == Cell::hung;
+      if (o.cell == Cell::hung) renew_after_hang(*mem_, r, &notes_);
       continue;
     }
     r.gbps = std::max(r.gbps, gbps);
   }
-  mark_slow(reports, ratio);
+  mark_slow(reports_, f_.slow_ratio);
+}
 
+RunInfo Selftest::run_info() const {
   RunInfo info;
-  info.backend = topo.backend;
-  info.preset = topo.preset;
-  info.bandwidth_bytes = settings->bandwidth_bytes;
-  info.reps = settings->reps;
-  info.slow_ratio = ratio;
-  info.timeout_ms = settings->timeout_ms;
-  info.all_peers = settings->all_peers;
-  if (!inject->what.empty())
-    info.injected = inject->what + " on engine " + std::to_string(inject->engine) + " of GPU " + std::to_string(inject->gpu);
-  info.notes = topo.notes;
-  for (const std::string& n : mem->notes()) info.notes.push_back(n);
-  for (const std::string& n : notes) info.notes.push_back(n);
-  const std::string out = args.common().json ? report_json(info, reports) : report_table(info, reports);
-  std::fputs(out.c_str(), ctx.out);
-  const ExitCode rc = selftest_exit_code(reports);
-  if (rc != ExitCode::ok) print_failures(reports, ctx);
+  info.backend = topo().backend;
+  info.preset = topo().preset;
+  info.bandwidth_bytes = f_.settings.bandwidth_bytes;
+  info.reps = f_.settings.reps;
+  info.slow_ratio = f_.slow_ratio;
+  info.timeout_ms = f_.settings.timeout_ms;
+  info.all_peers = f_.settings.all_peers;
+  if (!inject_.what.empty())
+    info.injected =
+        inject_.what + " on engine " + std::to_string(inject_.engine) + " of GPU " + std::to_string(inject_.gpu);
+  info.notes = topo().notes;
+  for (const std::string& n : mem_->notes()) info.notes.push_back(n);
+  for (const std::string& n : notes_) info.notes.push_back(n);
+  return info;
+}
+
+// The report on stdout, the engines that did not pass on stderr.
+int Selftest::report() {
+  const RunInfo info = run_info();
+  const std::string out = args_.common().json ? report_json(info, reports_) : report_table(info, reports_);
+  std::fputs(out.c_str(), ctx_.out);
+  const ExitCode rc = selftest_exit_code(reports_);
+  if (rc != ExitCode::ok) print_failures(reports_, ctx_);
   // A hung engine may still hold work: end without tearing the device down.
-  if (any_hang || !abandoned.empty()) end_after_hang(rc);
+  if (any_hang_ || !abandoned_.empty()) end_after_hang(rc);
   return to_int(rc);
+}
+
+int run_selftest(const Args& args, Context& ctx) {
+  SelftestFlags f;
+  if (Status st = read_selftest_flags(args, &f); !st.ok()) return fail(args, ctx, st);
+  Selftest test(args, ctx, f);
+  if (Status st = test.set_up(); !st.ok()) return fail(args, ctx, st);
+  return test.run();
 }
 
 const Registration selftest_reg({
