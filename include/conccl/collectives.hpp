@@ -314,6 +314,10 @@ class Communicator {
     // kept, and registered as a window across processes). A call whose
     // data does not fit runs in pieces that reuse it.
     uint64_t reduce_staging_bytes = 64ull << 20;
+    // Stream-ordered reductions across processes: the staging as two halves,
+    // the engines moving one piece while the reduce kernel works on the one
+    // before (docs/reductions.md). false: one piece at a time (to compare).
+    bool reduce_overlap = true;
   };
   // gpus[r] is rank r's GPU index on `device`.
   static Result<std::unique_ptr<Communicator>> create(Device& device, std::vector<int> gpus,
@@ -487,6 +491,11 @@ class Communicator {
   std::unique_ptr<CachedCalls> cached_;
   // reduce_calls.cpp: reductions' staging; made on first use.
   friend struct ReduceState;
+  // call(), and for a stream-ordered window call with `deferred` given, the
+  // stream's waits for this rank's part are not queued but handed back in
+  // *deferred (left empty otherwise), for the caller to queue later: how a
+  // reduction runs the reduce of one piece while the engines move the next.
+  Status call_impl(const CollectiveArgs& args, StreamOps* stream, std::vector<StreamOps::Op>* deferred);
   std::unique_ptr<ReduceState> reduce_;
   std::vector<uint64_t> pool_va_;  // every rank's signal pool (its call area first: calls.hpp)
   CallState& calls();

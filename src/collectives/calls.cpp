@@ -190,7 +190,9 @@ Window Communicator::window_of(const Buffer& b, uint64_t bytes) const {
   return Window{};
 }
 
-Status Communicator::call(const CollectiveArgs& args, StreamOps* stream) {
+Status Communicator::call(const CollectiveArgs& args, StreamOps* stream) { return call_impl(args, stream, nullptr); }
+
+Status Communicator::call_impl(const CollectiveArgs& args, StreamOps* stream, std::vector<StreamOps::Op>* deferred) {
   // Nothing is submitted for a stream that would not run it in order now
   // (a CUDA stream capturing a graph): the call is refused, the
   // communicator unharmed.
@@ -221,7 +223,7 @@ Status Communicator::call(const CollectiveArgs& args, StreamOps* stream) {
                          ") and runs past its end: register_window() a buffer large enough for the call");
       ++inside;
     }
-  if (given > 0 && inside == given) return calls().run(args, stream);
+  if (given > 0 && inside == given) return calls().run(args, stream, deferred);
   if (calls_) {
     Status failed = async_error();
     if (!failed.ok()) return failed;
@@ -388,7 +390,7 @@ Status CallState::submit_lists(Plan& plan, uint64_t posted_before, const std::ve
   return Status();
 }
 
-Status CallState::run(const CollectiveArgs& a, StreamOps* stream) {
+Status CallState::run(const CollectiveArgs& a, StreamOps* stream, std::vector<StreamOps::Op>* deferred) {
   reap_captures();
   {
     std::lock_guard<std::mutex> lk(mu);
@@ -428,7 +430,7 @@ Status CallState::run(const CollectiveArgs& a, StreamOps* stream) {
     std::lock_guard<std::mutex> lk(mu);
     counts.window_calls++;
   }
-  return stream ? end_on_stream(*stream, call, arrive_target, sent_target, dl, name)
+  return stream ? end_on_stream(*stream, call, arrive_target, sent_target, dl, name, deferred)
                 : end_on_host(call, arrive_target, sent_target, dl, name);
 }
 
@@ -503,9 +505,10 @@ Status CallState::end_on_host(uint64_t call, uint64_t arrive_target, uint64_t se
 // On the stream: post k once the work before it is done, then make the
 // work after it wait for this rank's data and for its lists' end (they
 // read its send buffer). All in one step of the stream (CUDA: one
-// cuStreamBatchMemOp).
+// cuStreamBatchMemOp); with `deferred`, the two waits go there instead, for
+// the caller to queue later (Communicator::call_impl).
 Status CallState::end_on_stream(StreamOps& stream, uint64_t call, uint64_t arrive_target, uint64_t sent_target,
-                                Deadline dl, const std::string& name) {
+                                Deadline dl, const std::string& name, std::vector<StreamOps::Op>* deferred) {
   const size_t mi = static_cast<size_t>(me);
   StreamOps::Op ops[8];
   size_t nops = 0;
@@ -517,13 +520,19 @@ Status CallState::end_on_stream(StreamOps& stream, uint64_t call, uint64_t arriv
   last_arrive = arrive_target;
   last_sent = sent_target;
   for (const SignalStore& w : posted[mi].stores_for(call)) ops[nops++] = StreamOps::Op{false, w.va, w.value};
-  ops[nops++] = StreamOps::Op{true, arrive[mi].va(), arrive_target};
-  ops[nops++] = StreamOps::Op{true, sent[mi].va(), sent_target};
+  const StreamOps::Op waits[2] = {{true, arrive[mi].va(), arrive_target}, {true, sent[mi].va(), sent_target}};
+  if (deferred) {
+    deferred->assign(waits, waits + 2);
+  } else {
+    ops[nops++] = waits[0];
+    ops[nops++] = waits[1];
+  }
   Status st = stream.batch(std::span<const StreamOps::Op>(ops, nops));
   if (!st.ok()) {
     // The stream refused: post from the host so that no rank waits for this
     // one, and wait here instead.
     posted[mi].set(call);
+    if (deferred) deferred->clear();
     Status w = wait_here(call, arrive_target, sent_target, base[kCounterSent], dl);
     return st.prefix(name + ": the stream refused its part (the call was completed from the host" +
                      (w.ok() ? std::string(")") : "; then: " + w.to_string() + ")"));

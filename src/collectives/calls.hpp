@@ -151,7 +151,7 @@ struct CallState {
   bool stop = false;
   std::thread watchdog;
 
-  Status run(const CollectiveArgs& args, StreamOps* stream);
+  Status run(const CollectiveArgs& args, StreamOps* stream, std::vector<StreamOps::Op>* deferred = nullptr);
   // run()'s steps (calls.cpp).
   Result<Plan*> plan_of(const PreparedCall& prepared);
   Status drain_stream_calls(const std::string& name);
@@ -159,7 +159,7 @@ struct CallState {
   Status end_on_host(uint64_t call, uint64_t arrive_target, uint64_t sent_target, Deadline dl,
                      const std::string& name);
   Status end_on_stream(StreamOps& stream, uint64_t call, uint64_t arrive_target, uint64_t sent_target, Deadline dl,
-                       const std::string& name);
+                       const std::string& name, std::vector<StreamOps::Op>* deferred);
   // The checks and placement every window call makes, and its plan on the
   // counters at these offsets of every rank's pool.
   Result<PreparedCall> prepare(const CollectiveArgs& a);

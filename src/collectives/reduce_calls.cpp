@@ -10,6 +10,7 @@
 // the reduce step of a piece is queued after the move's waits (its data in
 // place, its own lists ended).
 #include <algorithm>
+#include <optional>
 
 #include "collectives/reduce_calls.hpp"
 
@@ -154,12 +155,24 @@ Status validate_reduction(const Communicator& comm, const ReductionArgs& a, cons
 
 // One reduction call: its moves (calls of the communicator) into the
 // staging, and the reduce steps over it, piece by piece.
+//
+// Stream-ordered across processes, pieces overlap: the staging is two
+// halves, and piece i's move (a window call, its stream waits held back)
+// is posted before the reduce of piece i-1 is queued, so the engines move
+// piece i while the reduce kernel works on piece i-1; then the stream waits
+// for piece i. The stream's order keeps it safe: piece i+1's move, which
+// writes the half that piece i-1 occupied, is posted only after that
+// piece's reduce, and no rank's lists start before every rank has posted.
+// Elsewhere (on the host, one process, while capturing, one piece) each
+// piece's move ends before its reduce, as one buffer.
 class ReductionRun {
  public:
-  ReductionRun(Communicator& comm, const std::vector<Buffer>& staging, const ReductionArgs& a, StreamOps* stream,
-               uint64_t staging_bytes, Deadline dl)
-      : comm_(comm), staging_(staging), a_(a), stream_(stream), n_(comm.size()), across_(comm.rank() >= 0),
-        es_(dtype_size(a.dtype)), per_piece_(staging_bytes / (static_cast<uint64_t>(n_) * es_)), dl_(dl) {}
+  ReductionRun(Communicator& comm, ReduceState& state, const ReductionArgs& a, StreamOps* stream,
+               uint64_t staging_bytes, bool may_overlap, Deadline dl)
+      : comm_(comm), state_(state), a_(a), stream_(stream), n_(comm.size()), across_(comm.rank() >= 0),
+        es_(dtype_size(a.dtype)), per_piece_(staging_bytes / (static_cast<uint64_t>(n_) * es_)),
+        half_bytes_(staging_bytes / 2 / 256 * 256), half_piece_(half_bytes_ / (static_cast<uint64_t>(n_) * es_)),
+        overlap_(may_overlap && stream && !stream->capturing() && across_ && half_piece_ > 0), dl_(dl) {}
 
   Status run() {
     switch (a_.coll) {
@@ -173,7 +186,39 @@ class ReductionRun {
  private:
   const Buffer& send_of(int r) const { return a_.send[across_ ? 0 : static_cast<size_t>(r)]; }
   const Buffer& recv_of(int r) const { return a_.recv[across_ ? 0 : static_cast<size_t>(r)]; }
-  const Buffer& staging_of(int r) const { return staging_[static_cast<size_t>(r)]; }
+  const Buffer& staging_of(int r) const { return state_.staging[static_cast<size_t>(r)]; }
+
+  // A piece: elements [e0, e0 + c) of each rank's slice, in the staging at
+  // byte offset `at` (0, or the second half when pieces overlap).
+  struct Piece {
+    uint64_t e0, c, at;
+  };
+
+  // Runs move(piece, deferred) and reduce(piece) over [0, total) elements
+  // in pieces, overlapped as the class comment says where it can be.
+  template <typename Move, typename Reduce>
+  Status pieces(uint64_t total, Move&& move, Reduce&& reduce) {
+    const uint64_t step = overlap_ ? half_piece_ : per_piece_;
+    if (!overlap_ || total <= step) {
+      for (uint64_t e0 = 0; e0 < total; e0 += per_piece_) {
+        const Piece p{e0, std::min(per_piece_, total - e0), 0};
+        CONCCL_RETURN_IF_ERROR(move(p, nullptr));
+        CONCCL_RETURN_IF_ERROR(reduce(p));
+      }
+      return Status();
+    }
+    std::optional<Piece> prev;
+    std::vector<StreamOps::Op> waits;
+    uint64_t i = 0;
+    for (uint64_t e0 = 0; e0 < total; e0 += step, ++i) {
+      const Piece p{e0, std::min(step, total - e0), (i % 2) * half_bytes_};
+      CONCCL_RETURN_IF_ERROR(move(p, &waits));
+      if (prev) CONCCL_RETURN_IF_ERROR(reduce(*prev));
+      if (!waits.empty()) CONCCL_RETURN_IF_ERROR(stream_->batch(waits).prefix("waiting for a piece's move"));
+      prev = p;
+    }
+    return reduce(*prev);
+  }
 
   // One move: `fill(r, &send, &recv)` gives rank r's buffers (empty where
   // the op takes none on r); across processes only this rank's. Across
@@ -181,7 +226,8 @@ class ReductionRun {
   // recv: through windows that says where the root's sits (the staging is
   // symmetric); the cached path drops it.
   template <typename Fill>
-  Status move(CollOp op, uint64_t bytes, int root, Fill&& fill, uint64_t send_stride = 0) {
+  Status move(CollOp op, uint64_t bytes, int root, Fill&& fill, uint64_t send_stride = 0,
+              std::vector<StreamOps::Op>* deferred = nullptr) {
     CollectiveArgs m;
     m.op = op;
     m.bytes = bytes;
@@ -199,28 +245,29 @@ class ReductionRun {
         m.recv.push_back(v);
       }
     }
-    return comm_.call(m, stream_);
+    if (deferred) deferred->clear();
+    return state_.move(m, stream_, deferred);
   }
 
-  // Rank r's reduce of `c` elements over the n slices of its staging into
-  // `out` (an engine address).
-  Status reduce_into(int r, uint64_t c, uint64_t out) {
+  // Rank r's reduce of `c` elements over the n slices of its staging from
+  // byte `at` into `out` (an engine address).
+  Status reduce_into(int r, uint64_t c, uint64_t at, uint64_t out) {
     DeviceReduceStep step;
     step.gpu = comm_.gpu(r);
     step.dtype = a_.dtype;
     step.op = a_.op;
     step.count = c;
     Device& dev = comm_.device();
-    for (int q = 0; q < n_; ++q) step.inputs.push_back(dev.compute_address(staging_of(r).va + q * c * es_));
+    for (int q = 0; q < n_; ++q) step.inputs.push_back(dev.compute_address(staging_of(r).va + at + q * c * es_));
     step.out = dev.compute_address(out);
     return stream_ ? stream_->reduce(step) : dev.reduce_now(step, dl_);
   }
 
   // The reduce of every local rank whose out_of(r) is not 0.
   template <typename OutOf>
-  Status reduce_local(uint64_t c, OutOf&& out_of) {
+  Status reduce_local(const Piece& p, OutOf&& out_of) {
     for (int r = 0; r < n_; ++r)
-      if (comm_.local(r) && out_of(r)) CONCCL_RETURN_IF_ERROR(reduce_into(r, c, out_of(r)));
+      if (comm_.local(r) && out_of(r)) CONCCL_RETURN_IF_ERROR(reduce_into(r, p.c, p.at, out_of(r)));
     return Status();
   }
 
@@ -229,43 +276,39 @@ class ReductionRun {
   template <typename OutOf>
   Status reduce_scatter(uint64_t C, OutOf&& out_of) {
     const uint64_t es = es_;
-    for (uint64_t e0 = 0; e0 < C; e0 += per_piece_) {
-      // One all-to-all per piece: destination d's slice of it sits at
-      // d*C + e0 of each send buffer (a stride of C elements; packed when
-      // the whole chunk is one piece), and lands in d's staging at the
-      // sender's place.
-      const uint64_t c = std::min(per_piece_, C - e0);
-      CONCCL_RETURN_IF_ERROR(move(CollOp::all_to_all, c * es, 0, [&](int r, Buffer* s, Buffer* v) {
-        *s = slice(send_of(r), e0 * es, ((n_ - 1) * C + c) * es);
-        *v = slice(staging_of(r), 0, n_ * c * es);
-      }, c == C ? 0 : C * es));
-      CONCCL_RETURN_IF_ERROR(reduce_local(c, [&](int r) { return out_of(r) + e0 * es; }));
-    }
-    return Status();
+    // One all-to-all per piece: destination d's slice of it sits at d*C + e0
+    // of each send buffer (a stride of C elements; packed when the whole
+    // chunk is one piece), and lands in d's staging at the sender's place.
+    auto move_piece = [&](const Piece& p, std::vector<StreamOps::Op>* deferred) {
+      return move(CollOp::all_to_all, p.c * es, 0, [&](int r, Buffer* s, Buffer* v) {
+        *s = slice(send_of(r), p.e0 * es, ((n_ - 1) * C + p.c) * es);
+        *v = slice(staging_of(r), p.at, n_ * p.c * es);
+      }, p.c == C ? 0 : C * es, deferred);
+    };
+    return pieces(C, move_piece,
+                  [&](const Piece& p) { return reduce_local(p, [&](int r) { return out_of(r) + p.e0 * es; }); });
   }
 
   // Every rank's elements [first, first + total) gathered into every rank's
   // staging (all_reduce) or the root's (reduce), then reduced there.
   Status gathered(uint64_t first, uint64_t total, bool to_all) {
     const uint64_t es = es_;
-    for (uint64_t e0 = 0; e0 < total; e0 += per_piece_) {
-      const uint64_t c = std::min(per_piece_, total - e0);
-      const uint64_t at = (first + e0) * es;
-      if (to_all) {
-        CONCCL_RETURN_IF_ERROR(move(CollOp::all_gather, c * es, 0, [&](int r, Buffer* s, Buffer* v) {
-          *s = slice(send_of(r), at, c * es);
-          *v = slice(staging_of(r), 0, n_ * c * es);
-        }));
-      } else {
-        CONCCL_RETURN_IF_ERROR(move(CollOp::gather, c * es, a_.root, [&](int r, Buffer* s, Buffer* v) {
-          *s = slice(send_of(r), at, c * es);
-          if (across_ || r == a_.root) *v = slice(staging_of(r), 0, n_ * c * es);
-        }));
-      }
-      CONCCL_RETURN_IF_ERROR(
-          reduce_local(c, [&](int r) -> uint64_t { return to_all || r == a_.root ? recv_of(r).va + at : 0; }));
-    }
-    return Status();
+    auto move_piece = [&](const Piece& p, std::vector<StreamOps::Op>* deferred) {
+      const uint64_t at = (first + p.e0) * es;
+      if (to_all)
+        return move(CollOp::all_gather, p.c * es, 0, [&](int r, Buffer* s, Buffer* v) {
+          *s = slice(send_of(r), at, p.c * es);
+          *v = slice(staging_of(r), p.at, n_ * p.c * es);
+        }, 0, deferred);
+      return move(CollOp::gather, p.c * es, a_.root, [&](int r, Buffer* s, Buffer* v) {
+        *s = slice(send_of(r), at, p.c * es);
+        if (across_ || r == a_.root) *v = slice(staging_of(r), p.at, n_ * p.c * es);
+      }, 0, deferred);
+    };
+    return pieces(total, move_piece, [&](const Piece& p) {
+      const uint64_t at = (first + p.e0) * es;
+      return reduce_local(p, [&](int r) -> uint64_t { return to_all || r == a_.root ? recv_of(r).va + at : 0; });
+    });
   }
 
   // Large counts: reduce-scatter of n chunks of C, each rank's result in
@@ -287,13 +330,16 @@ class ReductionRun {
   }
 
   Communicator& comm_;
-  const std::vector<Buffer>& staging_;
+  ReduceState& state_;
   const ReductionArgs& a_;
   StreamOps* stream_;
   const int n_;
   const bool across_;
   const uint64_t es_;
-  const uint64_t per_piece_;  // elements of each rank's slice per piece
+  const uint64_t per_piece_;   // elements of each rank's slice per piece (in the whole staging)
+  const uint64_t half_bytes_;  // the second half's offset (256-byte aligned)
+  const uint64_t half_piece_;  // elements of each rank's slice per piece in one half
+  const bool overlap_;         // pieces overlap, half the staging each
   const Deadline dl_;
 };
 
@@ -313,7 +359,8 @@ Status Communicator::call_reduction(const ReductionArgs& a, StreamOps* stream) {
   if (stage < size() * dtype_size(a.dtype))
     return error(Code::invalid_argument, name + ": Options::reduce_staging_bytes (" + std::to_string(stage) +
                                              ") holds less than one element per rank");
-  ReductionRun run(*this, reduce_->staging, a, stream, stage, Deadline::after_ms(options_.call_timeout_ms));
+  ReductionRun run(*this, *reduce_, a, stream, stage, options_.reduce_overlap,
+                   Deadline::after_ms(options_.call_timeout_ms));
   return run.run().prefix(name);
 }
 

@@ -21,6 +21,11 @@ struct ReduceState {
   // Collective like every call: each rank makes its first reduction at the
   // same point of the call sequence.
   Status ensure();
+  // A move of a reduction: Communicator::call, its stream waits handed back
+  // in *deferred where it is a stream-ordered window call (call_impl).
+  Status move(const CollectiveArgs& m, StreamOps* stream, std::vector<StreamOps::Op>* deferred) {
+    return comm.call_impl(m, stream, deferred);
+  }
 };
 
 }  // namespace conccl

@@ -266,6 +266,7 @@ struct RedFlags {
   const RedInfo* op = nullptr;
   SweepFlags sweep;
   uint64_t staging = 0;  // --staging: Communicator::Options::reduce_staging_bytes
+  bool overlap = true;   // not --no-overlap: Communicator::Options::reduce_overlap
   bool has_root = false;
   DataType dtype = DataType::f32;
   ReduceOp redop = ReduceOp::sum;
@@ -303,6 +304,7 @@ Status read_reduction_flags(const Args& args, RedFlags* f) {
         args.get_size("staging", conccl::Communicator::Options{}.reduce_staging_bytes);
     if (!staging.ok()) return staging.status();
     f->staging = *staging;
+    f->overlap = !args.has("no-overlap");
     return Status();
   };
   conccl::Result<SweepFlags> sweep = read_sweep_flags(args, read_staging);
@@ -460,6 +462,7 @@ Status ReductionSweep::connect() {
   conccl::Communicator::Options co;
   co.queues = f_.queue_sharing;
   co.reduce_staging_bytes = f_.staging;
+  co.reduce_overlap = f_.overlap;
   if (args_.common().timeout_given) co.call_timeout_ms = static_cast<int64_t>(args_.common().timeout_ms);
   conccl::Result<std::unique_ptr<conccl::Communicator>> comm = create_sweep_communicator(args_, d_, f_.procs, co);
   if (!comm.ok()) return comm.status();
@@ -811,6 +814,9 @@ std::vector<FlagSpec> reduction_flags() {
   f.push_back({.name = "staging", .value = "SIZE",
                .help = "reduction staging per rank (Communicator::Options::reduce_staging_bytes, default 64M); "
                        "larger data runs in pieces"});
+  f.push_back({.name = "no-overlap",
+               .help = "--procs on a stream: one piece at a time, instead of moving a piece while the one before is "
+                       "reduced (Communicator::Options::reduce_overlap), to compare"});
   f.push_back({.name = "no-stream",
                .help = "host-ordered calls (each returns once its results are in place) instead of a stream"});
   f.push_back({.name = "no-windows",
