@@ -435,6 +435,33 @@ Status Device::query_identity() {
 
 // ---- channels -----------------------------------------------------------------
 
+// Register the channel with UVM so that its MMU faults are reported (see
+// rm_abi.hpp UvmRegisterChannel). UVM maps the channel's context buffers in
+// [base, base+length); copy engines have none, but the range must be free.
+void Device::register_channel_faults(NvChannel& c, int lce) {
+  const uint64_t bytes = 64ull << 20;
+  Result<uint64_t> va = reserve_va(bytes, 2u << 20);
+  if (va.ok()) {
+    abi::UvmRegisterChannel rc{};
+    std::memcpy(rc.gpuUuid, info_.uuid, 16);
+    rc.rmCtrlFd = fd_ctl_;
+    rc.hClient = h_client_;
+    rc.hChannel = c.h_channel;
+    rc.base = *va;
+    rc.length = bytes;
+    Status r = uvm_ioctl(fd_uvm_, abi::kUvmRegisterChannel, &rc, &rc.rmStatus, "UVM_REGISTER_CHANNEL");
+    if (r.ok()) {
+      c.uvm_registered = true;
+      c.uvm_range_va = *va;
+      c.uvm_range_bytes = bytes;
+    } else {
+      release_va(*va, bytes);
+      log("LCE" + std::to_string(lce) + ": MMU faults on this channel will stall it instead of being reported: " +
+          r.message());
+    }
+  }
+}
+
 Result<std::unique_ptr<GpfifoQueue>> Device::create_queue(int lce, size_t pushbuffer_bytes, int gpu) {
   const Engine* eng = nullptr;
   std::string ids;
@@ -515,32 +542,7 @@ Result<std::unique_ptr<GpfifoQueue>> Device::create_queue(int lce, size_t pushbu
     CONCCL_RETURN_IF_ERROR(
         rm_control(c.h_channel, abi::kCtrlChannelSchedule, &sc2, sizeof sc2, "CHANNEL GPFIFO_SCHEDULE"));
   }
-  // Register the channel with UVM so that its MMU faults are reported (see
-  // rm_abi.hpp UvmRegisterChannel). UVM maps the channel's context buffers in
-  // [base, base+length); copy engines have none, but the range must be free.
-  {
-    const uint64_t bytes = 64ull << 20;
-    Result<uint64_t> va = reserve_va(bytes, 2u << 20);
-    if (va.ok()) {
-      abi::UvmRegisterChannel rc{};
-      std::memcpy(rc.gpuUuid, info_.uuid, 16);
-      rc.rmCtrlFd = fd_ctl_;
-      rc.hClient = h_client_;
-      rc.hChannel = c.h_channel;
-      rc.base = *va;
-      rc.length = bytes;
-      Status r = uvm_ioctl(fd_uvm_, abi::kUvmRegisterChannel, &rc, &rc.rmStatus, "UVM_REGISTER_CHANNEL");
-      if (r.ok()) {
-        c.uvm_registered = true;
-        c.uvm_range_va = *va;
-        c.uvm_range_bytes = bytes;
-      } else {
-        release_va(*va, bytes);
-        log("LCE" + std::to_string(lce) + ": MMU faults on this channel will stall it instead of being reported: " +
-            r.message());
-      }
-    }
-  }
+  register_channel_faults(c, lce);
   log("LCE" + std::to_string(lce) + ": channel " + hex(c.h_channel) + " token " + hex(c.token) + " ring " +
       hex(c.ring.va) + " pushbuffer " + hex(c.pushbuffer.va) + " timeline " + hex(c.timeline_va));
 

@@ -328,6 +328,9 @@ class Device {
   Status register_vaspace();
   Status open_engines();
   Status reserve_windows();
+  // Registers the channel with UVM so that its MMU faults are reported (a
+  // failure is logged: faults then stall the channel instead).
+  void register_channel_faults(NvChannel& c, int lce);
   void setup_wakeup(NvChannel& ch);     // nv_wakeup.cpp; failures only turn interrupt waits off
   void teardown_wakeup(NvChannel& ch);
   void teardown();
