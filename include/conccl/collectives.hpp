@@ -316,8 +316,10 @@ class Communicator {
     uint64_t reduce_staging_bytes = 64ull << 20;
     // Stream-ordered reductions across processes: the staging as two halves,
     // the engines moving one piece while the reduce kernel works on the one
-    // before (docs/reductions.md). false: one piece at a time (to compare).
-    bool reduce_overlap = true;
+    // before (docs/reductions.md). Off by default: on one H200 shared by 4
+    // processes it was 23-32 % slower than one piece at a time
+    // (docs/perf/h200-collectives.md, run 39); measure on your machine.
+    bool reduce_overlap = false;
   };
   // gpus[r] is rank r's GPU index on `device`.
   static Result<std::unique_ptr<Communicator>> create(Device& device, std::vector<int> gpus,

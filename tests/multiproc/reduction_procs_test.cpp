@@ -26,6 +26,7 @@ struct ProcsSetup {
   int nranks;
   bool windows;
   uint64_t staging;
+  bool overlap = false;  // Options::reduce_overlap: pieces in two halves of the staging
 };
 
 // One reduction on this rank: its inputs from (seed, rank), the call, and
@@ -92,6 +93,7 @@ int rank_main(const ProcsSetup& s, const UniqueId& id, int me, std::string* out)
   co.join_timeout_ms = 60000;
   co.call_timeout_ms = 60000;
   co.reduce_staging_bytes = s.staging;
+  co.reduce_overlap = s.overlap;
   Result<std::unique_ptr<Communicator>> comm = Communicator::create(**dev, me, s.nranks, id, co);
   if (!comm.ok()) return *out += comm.status().to_string(), 3;
   Communicator& c = **comm;
@@ -145,11 +147,13 @@ TEST_P(ReductionProcs, EveryCollectiveBitExact) {
 
 INSTANTIATE_TEST_SUITE_P(Emu, ReductionProcs,
                          ::testing::Values(ProcsSetup{2, true, 1 << 20}, ProcsSetup{4, true, 1 << 20}, ProcsSetup{8, true, 1 << 20},
-                                           ProcsSetup{3, false, 1 << 20}, ProcsSetup{4, true, 8192}),
+                                           ProcsSetup{3, false, 1 << 20}, ProcsSetup{4, true, 8192},
+                                           ProcsSetup{4, true, 8192, true}, ProcsSetup{3, true, 4096, true}),
                          [](const auto& info) {
                            return std::to_string(info.param.nranks) + "procs" +
                                   (info.param.windows ? "_windows" : "_plain") +
-                                  (info.param.staging < (1 << 20) ? "_pieces" : "");
+                                  (info.param.staging < (1 << 20) ? "_pieces" : "") +
+                                  (info.param.overlap ? "_overlapped" : "");
                          });
 
 }  // namespace

@@ -266,7 +266,7 @@ struct RedFlags {
   const RedInfo* op = nullptr;
   SweepFlags sweep;
   uint64_t staging = 0;  // --staging: Communicator::Options::reduce_staging_bytes
-  bool overlap = true;   // not --no-overlap: Communicator::Options::reduce_overlap
+  bool overlap = false;  // --overlap: Communicator::Options::reduce_overlap
   bool has_root = false;
   DataType dtype = DataType::f32;
   ReduceOp redop = ReduceOp::sum;
@@ -304,7 +304,7 @@ Status read_reduction_flags(const Args& args, RedFlags* f) {
         args.get_size("staging", conccl::Communicator::Options{}.reduce_staging_bytes);
     if (!staging.ok()) return staging.status();
     f->staging = *staging;
-    f->overlap = !args.has("no-overlap");
+    f->overlap = args.has("overlap");
     return Status();
   };
   conccl::Result<SweepFlags> sweep = read_sweep_flags(args, read_staging);
@@ -814,9 +814,9 @@ std::vector<FlagSpec> reduction_flags() {
   f.push_back({.name = "staging", .value = "SIZE",
                .help = "reduction staging per rank (Communicator::Options::reduce_staging_bytes, default 64M); "
                        "larger data runs in pieces"});
-  f.push_back({.name = "no-overlap",
-               .help = "--procs on a stream: one piece at a time, instead of moving a piece while the one before is "
-                       "reduced (Communicator::Options::reduce_overlap), to compare"});
+  f.push_back({.name = "overlap",
+               .help = "--procs on a stream: move a piece while the one before is reduced, in two halves of the "
+                       "staging (Communicator::Options::reduce_overlap), instead of one piece at a time"});
   f.push_back({.name = "no-stream",
                .help = "host-ordered calls (each returns once its results are in place) instead of a stream"});
   f.push_back({.name = "no-windows",
