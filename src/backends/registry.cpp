@@ -4,19 +4,17 @@
 namespace conccl {
 
 namespace {
+// The backends, in the order messages list them (docs/backends.md says what each is).
+struct BackendRow {
+  const char* name;  // DeviceOptions::backend
+  BackendOpener open;
+};
 constexpr BackendRow kBackends[] = {
-    {"emu", "emulated node: the same packets from the same rings, no GPU needed (docs/emulator.md)",
-     open_emu_backend},
-    {"kfd", "AMD Instinct/Radeon SDMA engines through /dev/kfd and libhsakmt (docs/hardware.md)", open_kfd_backend},
-    {"nv", "NVIDIA Hopper copy engines on the open kernel module's RM channels (docs/nv-backend.md)",
-     open_nv_backend},
+    {"emu", open_emu_backend},  // the emulated node (docs/emulator.md)
+    {"kfd", open_kfd_backend},  // AMD SDMA engines through /dev/kfd (docs/hardware.md)
+    {"nv", open_nv_backend},    // NVIDIA Hopper copy engines (docs/nv-backend.md)
 };
 }  // namespace
-
-const BackendRow* backend_rows(size_t* count) {
-  *count = sizeof(kBackends) / sizeof(kBackends[0]);
-  return kBackends;
-}
 
 std::vector<std::string> backend_names() {
   std::vector<std::string> out;

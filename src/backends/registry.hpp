@@ -11,15 +11,6 @@ namespace conccl {
 
 using BackendOpener = Result<std::unique_ptr<Device>> (*)(const DeviceOptions& options);
 
-struct BackendRow {
-  const char* name;     // DeviceOptions::backend
-  const char* what;     // one line, for lists and messages
-  BackendOpener open;
-};
-
-// The rows, in the order messages list them.
-const BackendRow* backend_rows(size_t* count);
-
 // The openers (each in src/backends/<name>/open_<name>.cpp): DeviceOptions
 // and its settings string into the backend's own Options, then open.
 Result<std::unique_ptr<Device>> open_emu_backend(const DeviceOptions& options);

@@ -56,88 +56,80 @@ bool parse_i64(const std::string& v, int64_t* out) {
 }
 }  // namespace
 
-Status Settings::take(const char* key, std::string* out) {
-  if (!taken_.count(key)) known_.push_back(key);
-  taken_[key] = true;
+const std::string* Settings::claim(const char* key) {
+  if (taken_.insert(key).second) known_.push_back(key);
   auto it = values_.find(key);
-  if (it == values_.end()) return Status();
-  *out = it->second;
+  return it == values_.end() ? nullptr : &it->second;
+}
+
+Status Settings::take(const char* key, std::string* out) {
+  if (const std::string* v = claim(key)) *out = *v;
   return Status();
 }
 
 Status Settings::take(const char* key, bool* out) {
-  std::string v;
-  const bool given = has(key);
-  CONCCL_RETURN_IF_ERROR(take(key, &v));
-  if (!given) return Status();
-  if (v == "1" || v == "true" || v == "on") *out = true;
-  else if (v == "0" || v == "false" || v == "off") *out = false;
-  else return bad(key, v, "0 or 1");
+  const std::string* v = claim(key);
+  if (!v) return Status();
+  if (*v == "1" || *v == "true" || *v == "on") *out = true;
+  else if (*v == "0" || *v == "false" || *v == "off") *out = false;
+  else return bad(key, *v, "0 or 1");
   return Status();
 }
 
 Status Settings::take(const char* key, int64_t lo, int64_t hi, int* out) {
-  std::string v;
-  const bool given = has(key);
-  CONCCL_RETURN_IF_ERROR(take(key, &v));
-  if (!given) return Status();
+  const std::string* v = claim(key);
+  if (!v) return Status();
   int64_t x = 0;
-  if (!parse_i64(v, &x) || x < lo || x > hi)
-    return bad(key, v, "an integer in " + std::to_string(lo) + ".." + std::to_string(hi));
+  if (!parse_i64(*v, &x) || x < lo || x > hi)
+    return bad(key, *v, "an integer in " + std::to_string(lo) + ".." + std::to_string(hi));
   *out = static_cast<int>(x);
   return Status();
 }
 
 Status Settings::take(const char* key, uint64_t* out) {
-  std::string v;
-  const bool given = has(key);
-  CONCCL_RETURN_IF_ERROR(take(key, &v));
-  if (!given) return Status();
-  if (!parse_u64(v, out)) return bad(key, v, "a non-negative integer (decimal or 0x..., K/M/G suffixes)");
+  const std::string* v = claim(key);
+  if (v && !parse_u64(*v, out)) return bad(key, *v, "a non-negative integer (decimal or 0x..., K/M/G suffixes)");
   return Status();
 }
 
 Status Settings::take(const char* key, uint32_t* out) {
-  uint64_t x = *out;
-  const std::string before = has(key) ? values_.at(key) : "";
-  CONCCL_RETURN_IF_ERROR(take(key, &x));
-  if (x > UINT32_MAX) return bad(key, before, "an integer below 2^32");
+  const std::string* v = claim(key);
+  if (!v) return Status();
+  uint64_t x = 0;
+  if (!parse_u64(*v, &x)) return bad(key, *v, "a non-negative integer (decimal or 0x..., K/M/G suffixes)");
+  if (x > UINT32_MAX) return bad(key, *v, "an integer below 2^32");
   *out = static_cast<uint32_t>(x);
   return Status();
 }
 
 Status Settings::take(const char* key, std::vector<int>* out) {
-  std::string v;
-  const bool given = has(key);
-  CONCCL_RETURN_IF_ERROR(take(key, &v));
-  if (!given) return Status();
+  const std::string* v = claim(key);
+  if (!v) return Status();
   std::vector<int> list;
-  std::istringstream in(v);
+  std::istringstream in(*v);
   std::string item;
   while (std::getline(in, item, ',')) {
     int64_t x = 0;
-    if (!parse_i64(item, &x) || x < 0 || x > 1 << 20) return bad(key, v, "a list of indices like 0,1,1");
+    if (!parse_i64(item, &x) || x < 0 || x > 1 << 20) return bad(key, *v, "a list of indices like 0,1,1");
     list.push_back(static_cast<int>(x));
   }
-  if (list.empty()) return bad(key, v, "a list of indices like 0,1,1");
+  if (list.empty()) return bad(key, *v, "a list of indices like 0,1,1");
   *out = std::move(list);
   return Status();
 }
 
 Status Settings::take_choice(const char* key, const std::vector<std::string>& choices, int* out) {
-  std::string v;
-  const bool given = has(key);
-  CONCCL_RETURN_IF_ERROR(take(key, &v));
-  if (!given) return Status();
+  const std::string* v = claim(key);
+  if (!v) return Status();
   std::string names;
   for (size_t i = 0; i < choices.size(); ++i) {
-    if (v == choices[i]) {
+    if (*v == choices[i]) {
       *out = static_cast<int>(i);
       return Status();
     }
     names += (i ? ", " : "") + choices[i];
   }
-  return bad(key, v, "one of " + names);
+  return bad(key, *v, "one of " + names);
 }
 
 Status Settings::finish() const {

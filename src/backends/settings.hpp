@@ -8,6 +8,7 @@
 
 #include <cstdint>
 #include <map>
+#include <set>
 #include <string>
 #include <vector>
 
@@ -35,11 +36,13 @@ class Settings {
   Status finish() const;
 
  private:
+  // Records `key` as known; its value, or null when it was not given.
+  const std::string* claim(const char* key);
   Status bad(const char* key, const std::string& value, const std::string& want) const;
   std::string backend_;
   std::map<std::string, std::string> values_;
-  std::map<std::string, bool> taken_;
-  std::vector<std::string> known_;
+  std::set<std::string> taken_;     // every key asked for
+  std::vector<std::string> known_;  // the same, in the order asked (for messages)
 };
 
 }  // namespace conccl

@@ -150,7 +150,7 @@ Status CallState::capture(const CollectiveArgs& a, StreamOps& stream) {
   ++captures;
   uint64_t* w = capture_desc(me, slot);
   prepared->d.write_fields(w);
-  std::atomic_ref<uint64_t>(w[0]).store(id + 1, std::memory_order_release);
+  word_store(&w[0], id + 1);
   return Status();
 }
 
@@ -175,7 +175,7 @@ void CallState::start_replay(CapturedCall& c) {
   // the same call.
   for (int q = 0; q < n; ++q) {
     const uint64_t* w = capture_desc(q, c.slot);
-    if (!w || q == me || std::atomic_ref<const uint64_t>(w[0]).load(std::memory_order_acquire) != c.id + 1) continue;
+    if (!w || q == me || word_load(&w[0]) != c.id + 1) continue;
     CallDesc theirs = CallDesc::read_fields(w);
     theirs.k = c.desc.k;
     if (!(theirs == c.desc))
@@ -261,9 +261,7 @@ void CallState::wait_for_captures_of_peers(Deadline dl) {
       if (!capture_slots[slot].replays) continue;
       const uint64_t va = comm.pool_va_[size_t(q)] + kCaptureArea + slot * kCaptureSlotBytes + kCaptureSent;
       const auto* word = static_cast<const uint64_t*>(comm.device_.host_pointer(va, 8));
-      while (word && std::atomic_ref<const uint64_t>(*word).load(std::memory_order_acquire) <
-                         capture_slots[slot].base[kCounterSent][size_t(q)] &&
-             !dl.expired()) {
+      while (word && word_load(word) < capture_slots[slot].base[kCounterSent][size_t(q)] && !dl.expired()) {
         const std::vector<int> gone = comm.boot_ ? comm.boot_->hung_up() : std::vector<int>{};
         if (std::find(gone.begin(), gone.end(), q) != gone.end()) break;
         std::this_thread::sleep_for(std::chrono::microseconds(50));

@@ -5,20 +5,10 @@
 // cuda_interop.cpp, cuda_graphs.cpp and reduce_kernel.cpp.
 #include <memory>
 #include <span>
-#include <string>
 
-#include "backends/nv/nv_device.hpp"
-#include "backends/nv/reduce_kernel.hpp"
-#include "conccl/collectives.hpp"
-#include "conccl/nv.hpp"
+#include "backends/nv/nv_adapter.hpp"
 
 namespace conccl::nv {
-
-namespace {
-Status not_nv(const char* what) {
-  return error(Code::unavailable, std::string(what) + " needs a device from open_device({.backend = \"nv\"})");
-}
-}  // namespace
 
 Status synchronize_stream(void* cu_stream, Deadline deadline) { return stream_host_sync(cu_stream, deadline); }
 
@@ -50,13 +40,13 @@ class CudaStreamOps final : public conccl::StreamOps {
 }  // namespace
 
 Result<std::unique_ptr<conccl::StreamOps>> stream_ops(conccl::Device& device, void* cu_stream) {
-  if (!native(device, 0)) return not_nv("stream_ops");
+  if (!generic(device)) return not_nv("stream_ops");
   CONCCL_RETURN_IF_ERROR(share_signals_with_cuda(device));
   return std::unique_ptr<conccl::StreamOps>(new CudaStreamOps(cu_stream));
 }
 
 Status enqueue_on_stream(conccl::Device& device, conccl::Plan& plan, void* cu_stream, Deadline deadline) {
-  if (!native(device, 0)) return not_nv("enqueue_on_stream");
+  if (!generic(device)) return not_nv("enqueue_on_stream");
   CONCCL_RETURN_IF_ERROR(share_signals_with_cuda(device));
   CudaStreamOps ops(cu_stream);
   return plan.enqueue(ops, deadline).prefix("enqueue_on_stream");
