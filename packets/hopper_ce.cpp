@@ -373,16 +373,6 @@ std::string format_gp_entry(const GpEntry& e) {
   return s;
 }
 
-// ---- command list -----------------------------------------------------------
-
-void CommandList::inc(uint8_t subch, uint16_t method, std::initializer_list<uint32_t> data) {
-  dw_.push_back(inc_header(subch, method, static_cast<uint16_t>(data.size())));
-  dw_.insert(dw_.end(), data.begin(), data.end());
-  ++headers_;
-}
-
-void CommandList::bind_copy_object(uint32_t cls) { inc(kCopySubchannel, 0x000, {cls & 0xFFFF}); }
-
 Status check_va(const char* what, uint64_t va, uint64_t bytes) {
   if (va > kMaxVirtualAddress || bytes > kMaxVirtualAddress - va + 1)
     return error(Code::out_of_range, std::string(what) + " range " + hex(va) + "+" + std::to_string(bytes) +
@@ -451,98 +441,18 @@ size_t put_host_semaphore(uint32_t* o, uint64_t addr, uint64_t payload, uint32_t
   return kHostSemDwords;
 }
 
+size_t put_set_object(uint32_t* o, uint32_t cls) {
+  o[0] = inc_header(kCopySubchannel, 0x000, 1);  // SET_OBJECT
+  o[1] = cls & 0xFFFF;
+  return kSetObjectDwords;
+}
+
 size_t put_interrupt(uint32_t* o) {
   o[0] = inc_header(0, 0x078, 1);  // WFI, scope CURRENT_SCG_TYPE
   o[1] = 0;
   o[2] = inc_header(0, 0x020, 1);  // NON_STALL_INTERRUPT
   o[3] = 0;
   return kInterruptDwords;
-}
-
-Status CommandList::copy(uint64_t dst, uint64_t src, uint64_t bytes, const CopyOptions& o) {
-  if (o.piece_bytes == 0 || o.piece_bytes > kMaxCopyBytes)
-    return error(Code::out_of_range, "copy piece_bytes " + std::to_string(o.piece_bytes) + " must be 1.." +
-                                         std::to_string(kMaxCopyBytes));
-  if (bytes == 0) return Status();
-  CONCCL_RETURN_IF_ERROR(check_va("copy source", src, bytes));
-  CONCCL_RETURN_IF_ERROR(check_va("copy destination", dst, bytes));
-  bool pipelined = o.pipelined;
-  for (uint64_t off = 0; off < bytes; off += o.piece_bytes) {
-    const uint64_t len = std::min(o.piece_bytes, bytes - off);
-    const size_t at = dw_.size();
-    dw_.resize(at + kCopyPieceDwords);
-    put_copy_piece(dw_.data() + at, dst + off, src + off, len, pipelined);
-    headers_ += 3;
-    pipelined = true;
-  }
-  return Status();
-}
-
-Status CommandList::fill(uint64_t dst, uint32_t value, uint64_t bytes) {
-  if (bytes == 0) return Status();
-  if ((dst | bytes) & 3)
-    return error(Code::invalid_argument, "fill dst=" + hex(dst) + " bytes=" + std::to_string(bytes) +
-                                             ": both must be multiples of 4 (4-byte remap components)");
-  CONCCL_RETURN_IF_ERROR(check_va("fill destination", dst, bytes));
-  size_t at = dw_.size();
-  dw_.resize(at + kFillSetupDwords);
-  put_fill_setup(dw_.data() + at, value);
-  headers_ += 1;
-  bool pipelined = false;
-  for (uint64_t off = 0; off < bytes; off += kMaxFillBytes) {
-    const uint64_t len = std::min(kMaxFillBytes, bytes - off);
-    at = dw_.size();
-    dw_.resize(at + kFillPieceDwords);
-    put_fill_piece(dw_.data() + at, dst + off, len, pipelined);
-    headers_ += 3;
-    pipelined = true;
-  }
-  return Status();
-}
-
-Status CommandList::signal(uint64_t addr, uint64_t value, bool interrupt) {
-  if (addr & 15)
-    return error(Code::invalid_argument, "signal address " + hex(addr) +
-                                             " must be 16-byte aligned (payload at +0, timestamp at +8)");
-  CONCCL_RETURN_IF_ERROR(check_va("signal", addr, kSemaphoreSlotBytes));
-  const size_t at = dw_.size();
-  dw_.resize(at + kReleaseDwords);
-  put_release(dw_.data() + at, addr, value, true, interrupt);
-  headers_ += 2;
-  return Status();
-}
-
-Status CommandList::signal32(uint64_t addr, uint32_t value) {
-  if (addr & 3) return error(Code::invalid_argument, "signal32 address " + hex(addr) + " must be 4-byte aligned");
-  CONCCL_RETURN_IF_ERROR(check_va("signal32", addr, 4));
-  inc(kCopySubchannel, 0x240, {hi32(addr), lo32(addr), value});
-  inc(kCopySubchannel, 0x300, {kLdFlush | kLdSemNoTs});
-  return Status();
-}
-
-Status CommandList::wait(uint64_t addr, uint64_t value, Acquire op) {
-  if (addr & 7) return error(Code::invalid_argument, "wait address " + hex(addr) + " must be 8-byte aligned");
-  CONCCL_RETURN_IF_ERROR(check_va("wait", addr, 8));
-  const size_t at = dw_.size();
-  dw_.resize(at + kHostSemDwords);
-  put_host_semaphore(dw_.data() + at, addr, value, uint32_t(op) | kSemAcquireSwitchTsg | kSemPayload64);
-  headers_ += 1;
-  return Status();
-}
-
-void CommandList::nonstall_interrupt() { inc(0, 0x020, {0}); }
-
-Status CommandList::raw(const Header& h, std::span<const uint32_t> data) {
-  Result<uint32_t> hdr = encode_header(h);
-  if (!hdr.ok()) return hdr.status();
-  const size_t want = h.op == HdrOp::immd ? 0 : h.count;
-  if (data.size() != want)
-    return error(Code::invalid_argument, "header says " + std::to_string(want) + " data dwords but " +
-                                             std::to_string(data.size()) + " were given");
-  dw_.push_back(*hdr);
-  dw_.insert(dw_.end(), data.begin(), data.end());
-  ++headers_;
-  return Status();
 }
 
 // ---- text form --------------------------------------------------------------

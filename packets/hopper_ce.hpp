@@ -178,10 +178,11 @@ enum class Acquire : uint8_t { circ_geq = 3, strict_geq = 2, eq = 0 };
 // ---- emitters: pure functions from fields to dwords ------------------------
 //
 // Each writes one command's method headers into `out` (room for the count the
-// matching constant gives) and returns the dwords written. The CommandList
-// below and the vocabulary's Hopper lowering (src/queue/lower_hopper.cpp) both
-// use them, so an encoding is written once. Arguments are not checked here
-// (see CommandList / the lowering for the checks).
+// matching constant gives) and returns the dwords written. The vocabulary's
+// Hopper lowering (src/commands/lower_hopper.cpp) and the Hopper encoder
+// (src/commands/hopper_methods.cpp) both use them, so an encoding is written
+// once. Arguments are not checked here (the lowering and the encoder check
+// them).
 
 // LAUNCH_DMA bits (clc8b5.h NVC8B5_LAUNCH_DMA_*).
 inline constexpr uint32_t kLdTransferPipelined = 1u << 0;     // DATA_TRANSFER_TYPE 1:0 = PIPELINED
@@ -224,6 +225,7 @@ inline constexpr size_t kHostSemDwords = 6;    // SEM_ADDR_LO .. SEM_EXECUTE (1+
 // The header of those five methods, incrementing from SEM_ADDR_LO (0x05C).
 inline constexpr uint32_t kHostSemHeader = inc_header(0, 0x05C, 5);
 inline constexpr size_t kInterruptDwords = 4;  // WFI (2), NON_STALL_INTERRUPT (2)
+inline constexpr size_t kSetObjectDwords = 2;  // SET_OBJECT (1+1)
 
 // One LAUNCH_DMA copy piece (len <= kMaxCopyBytes). The first piece of a
 // copy is NON_PIPELINED (waits for earlier work), later ones PIPELINED.
@@ -239,59 +241,10 @@ size_t put_release(uint32_t* out, uint64_t addr, uint64_t value, bool timestamp,
 size_t put_host_semaphore(uint32_t* out, uint64_t addr, uint64_t payload, uint32_t execute);
 // Host WFI then NON_STALL_INTERRUPT: the interrupt follows everything before it.
 size_t put_interrupt(uint32_t* out);
+// SET_OBJECT(cls) on the copy subchannel: a channel's first submission.
+size_t put_set_object(uint32_t* out, uint32_t cls = kHopperDmaCopyA);
 
-class CommandList {
- public:
-  // SET_OBJECT(HOPPER_DMA_COPY_A) on the copy subchannel; a channel's first
-  // submission carries it.
-  void bind_copy_object(uint32_t cls = kHopperDmaCopyA);
-  // OFFSET_IN/OUT, LINE_LENGTH_IN, LAUNCH_DMA(pitch, 1 line) per piece of at
-  // most kMaxCopyBytes. The first piece is NON_PIPELINED (it waits for earlier
-  // work, e.g. a semaphore acquire); later pieces are PIPELINED.
-  struct CopyOptions {
-    uint64_t piece_bytes = kMaxCopyBytes;  // largest LAUNCH_DMA (1..kMaxCopyBytes)
-    bool pipelined = false;                // first piece PIPELINED too (may overlap earlier work)
-  };
-  Status copy(uint64_t dst, uint64_t src, uint64_t bytes) { return copy(dst, src, bytes, CopyOptions{}); }
-  Status copy(uint64_t dst, uint64_t src, uint64_t bytes, const CopyOptions& o);
-  // 32-bit pattern through the remap unit (SET_REMAP_CONST_B, component size
-  // 4, one component). dst and bytes 4-byte aligned.
-  Status fill(uint64_t dst, uint32_t value, uint64_t bytes);
-  // CE semaphore release after all earlier work: SET_SEMAPHORE_A/B/PAYLOAD/
-  // PAYLOAD_UPPER + LAUNCH_DMA(FLUSH, RELEASE_SEMAPHORE_WITH_TIMESTAMP,
-  // TWO_WORD): value at addr (64 bit), GPU ns timestamp at addr+8. addr
-  // 16-byte aligned. With `interrupt`, the LAUNCH_DMA also asks for a
-  // non-stall interrupt once the release is done (INTERRUPT_TYPE 6:5 =
-  // NON_BLOCKING: clc7b5.h; clc8b5.h omits the field, the bits are Ampere's).
-  Status signal(uint64_t addr, uint64_t value, bool interrupt = false);
-  // As signal, but only the low 32 bits of value and no timestamp.
-  Status signal32(uint64_t addr, uint32_t value);
-  // Host semaphore acquire (SEM_ADDR_LO/HI, SEM_PAYLOAD_LO/HI, SEM_EXECUTE
-  // ACQ_CIRC_GEQ, 64-bit): the channel stops until *addr >= value. addr 8-byte aligned.
-  Status wait(uint64_t addr, uint64_t value, Acquire op = Acquire::circ_geq);
-  // A GPU timestamp: signal(addr, 0) - the ns time lands at addr+8.
-  Status timestamp(uint64_t addr) { return signal(addr, 0); }
-  // Host NON_STALL_INTERRUPT (for event-based waits).
-  void nonstall_interrupt();
-  // Any method, by header and data.
-  Status raw(const Header& h, std::span<const uint32_t> data);
-
-  std::span<const uint32_t> dwords() const { return dw_; }
-  size_t size_bytes() const { return dw_.size() * 4; }
-  size_t header_count() const { return headers_; }
-  bool empty() const { return dw_.empty(); }
-  void clear() {
-    dw_.clear();
-    headers_ = 0;
-  }
-
- private:
-  void inc(uint8_t subch, uint16_t method, std::initializer_list<uint32_t> data);
-  std::vector<uint32_t> dw_;
-  size_t headers_ = 0;
-};
-
-// Number of LAUNCH_DMA pieces copy() emits.
+// Number of LAUNCH_DMA pieces a copy of `bytes` is cut into.
 inline uint64_t copy_pieces(uint64_t bytes) { return (bytes + kMaxCopyBytes - 1) / kMaxCopyBytes; }
 
 // ---- text form --------------------------------------------------------------

@@ -2,6 +2,7 @@
 #include <algorithm>
 #include <cstdio>
 
+#include "packets/generation.hpp"
 #include "conccl/device.hpp"
 
 namespace conccl {
@@ -150,7 +151,7 @@ std::string topology_json(const Topology& t) {
     const GpuInfo& g = t.gpus[gi];
     out += std::string(gi ? ", " : "") + "{\"index\": " + std::to_string(g.index) + ", \"name\": \"" + g.name +
            "\", \"isa\": \"" + g.isa.name() +
-           (g.isa.is_sdma() ? "\", \"sdma_generation\": \"" + std::string(sdma::gen_name(g.isa.gen)) : std::string()) +
+           (g.isa.is_sdma() ? "\", \"sdma_generation\": \"" + std::string(sdma::gen_name(g.isa.gen())) : std::string()) +
            "\", \"memory_bytes\": " + std::to_string(g.memory_bytes) +
            (g.per_queue_bytes ? ", \"per_queue_bytes\": " + std::to_string(g.per_queue_bytes) : std::string()) +
            ", \"engines\": [";

@@ -4,10 +4,14 @@
 // copy, signal, wait, timestamp, submit - and Linux's amdgpu_buffer_funcs are
 // the models): copy, fill, signal add/set, wait until a 64-bit signal is >= a
 // value, timestamp. A CommandBuffer records it for one instruction set (Isa),
-// lowered to AMD SDMA packets (packets/sdma_*) or to NVIDIA Hopper copy-engine
-// and host methods (packets/hopper_ce). What an engine can do is data (Caps),
-// so that code above the backends never branches on the packet format.
-// See docs/architecture.md.
+// lowered to AMD SDMA packets or to NVIDIA Hopper copy-engine and host
+// methods. What an engine can do is data (Caps), so that code above the
+// backends never branches on the packet format.
+//
+// This header names no packet: commands of one instruction set only (an SDMA
+// FENCE or POLL_REGMEM, a Hopper SET_OBJECT) are appended by that set's
+// encoder, conccl/sdma_packets.hpp or conccl/hopper_methods.hpp, into a
+// CommandBuffer of that set. See docs/architecture.md.
 #pragma once
 
 #include <cstdint>
@@ -16,10 +20,15 @@
 #include <vector>
 
 #include "conccl/status.hpp"
-#include "conccl/packets/generation.hpp"
-#include "conccl/packets/sdma_codec.hpp"
 
 namespace conccl {
+
+namespace sdma {
+enum class Gen : uint8_t;  // an SDMA packet generation (conccl/packets/generation.hpp)
+}
+namespace lower {
+struct Writer;  // the lowerings' and encoders' door into a CommandBuffer (src/commands/lowering.hpp)
+}
 
 // The command set an engine executes.
 enum class IsaKind : uint8_t {
@@ -27,17 +36,31 @@ enum class IsaKind : uint8_t {
   hopper_ce,  // NVIDIA HOPPER_DMA_COPY_A + HOPPER_CHANNEL_GPFIFO_A host methods
 };
 
-struct Isa {
-  IsaKind kind = IsaKind::sdma;
-  sdma::Gen gen = sdma::Gen::v4_4_2;  // meaningful for IsaKind::sdma only
-
-  static constexpr Isa sdma_gen(sdma::Gen g) { return Isa{IsaKind::sdma, g}; }
-  static constexpr Isa hopper() { return Isa{IsaKind::hopper_ce, sdma::Gen::v4_4_2}; }
-  bool is_sdma() const { return kind == IsaKind::sdma; }
+// Which instruction set a buffer or queue speaks: a kind and, for SDMA, the
+// packet generation. Made only by its factories; compared by value.
+class Isa {
+ public:
+  constexpr Isa() = default;  // SDMA 4.4.2 (MI300)
+  static Isa sdma_gen(sdma::Gen g) { return Isa(IsaKind::sdma, g); }
+  static Isa hopper() { return Isa(IsaKind::hopper_ce, kDefaultGen); }
+  constexpr IsaKind kind() const { return kind_; }
+  bool is_sdma() const { return kind_ == IsaKind::sdma; }
+  // The SDMA generation (for kind() == sdma; meaningless otherwise).
+  constexpr sdma::Gen gen() const { return gen_; }
   // "SDMA 4.4.2", "Hopper CE"
   std::string name() const;
-  bool operator==(const Isa& o) const { return kind == o.kind && (kind != IsaKind::sdma || gen == o.gen); }
+  bool operator==(const Isa& o) const { return kind_ == o.kind_ && (kind_ != IsaKind::sdma || gen_ == o.gen_); }
+
+ private:
+  // sdma::Gen::v4_4_2, by number: the enum's values live in
+  // conccl/packets/generation.hpp, which this header does not include
+  // (command_buffer.cpp checks that they agree).
+  static constexpr sdma::Gen kDefaultGen = static_cast<sdma::Gen>(2);
+  constexpr Isa(IsaKind kind, sdma::Gen gen) : kind_(kind), gen_(gen) {}
+  IsaKind kind_ = IsaKind::sdma;
+  sdma::Gen gen_ = kDefaultGen;
 };
+
 // Parses "hopper-ce" (or "Hopper CE") or an SDMA generation ("4.4.2",
 // "SDMA 4.4.2", "5.2", ...).
 Result<Isa> parse_isa(const std::string& name);
@@ -59,9 +82,6 @@ struct Caps {
 };
 const Caps& caps(const Isa& isa);
 
-// POLL_REGMEM compare functions (value & mask) FUNC ref (SDMA only).
-enum class PollFunc : uint8_t { always = 0, lt = 1, le = 2, eq = 3, ne = 4, ge = 5, gt = 6 };
-
 // Records commands for one Isa. Each command appends whole packets (or
 // method headers) or nothing: a failed command leaves the buffer unchanged.
 // A CommandBuffer built over caller storage (the ring space a Queue reserved)
@@ -81,7 +101,7 @@ class CommandBuffer {
   const Isa& isa() const { return isa_; }
   const Caps& caps() const { return *caps_; }
   // The SDMA generation (for SDMA buffers).
-  sdma::Gen gen() const { return isa_.gen; }
+  sdma::Gen gen() const { return isa_.gen(); }
 
   // ---- the vocabulary -----------------------------------------------------
   // Whether a copy waits for the copies recorded before it to finish
@@ -112,22 +132,6 @@ class CommandBuffer {
   // Pre-encoded dwords of this Isa; decoded to find command boundaries and
   // rejected if they do not decode.
   Status raw(std::span<const uint32_t> dwords);
-
-  // ---- SDMA packets (Isa sdma only; Code::invalid_argument elsewhere) ------
-  Status write(uint64_t dst, std::span<const uint32_t> data);
-  Status fence(uint64_t addr, uint32_t value);                 // 32-bit store, after prior work
-  Status fence64(uint64_t addr, uint64_t value);               // two FENCEs: low dword, then high
-  Status atomic_add64(uint64_t addr, int64_t value);
-  Status poll(uint64_t addr, uint32_t ref, uint32_t mask, PollFunc func,
-              uint16_t interval = 4, uint16_t retry = 0xFFF);  // retry 0xFFF = forever
-  Status trap(uint32_t ctx);
-  Status nop(uint32_t body_dwords = 0);
-  // Any packet of packets/, by fields.
-  Status packet(sdma::Pkt pkt, std::span<const sdma::FieldValue> fields,
-                std::span<const uint32_t> data = {});
-  // ---- Hopper methods (Isa hopper_ce only) --------------------------------
-  // Host NON_STALL_INTERRUPT (after a WFI, so it follows the work before it).
-  Status nonstall_interrupt();
 
   // ---- size limit ----------------------------------------------------------
   // The most bytes of commands this buffer holds. A command that would take it
@@ -162,21 +166,20 @@ class CommandBuffer {
   }
   // The commands as text, one per line (the disassembler of the Isa).
   std::string disassemble() const;
-
-  // ---- for lowerings (src/queue/lower_*.cpp) -------------------------------
-  // Space for n more dwords at the end, or null when fixed storage is full.
-  uint32_t* grow(size_t n);
-  // Records that a packet starts at dword offset `at`.
-  void mark(size_t at) { starts_.push_back(static_cast<uint32_t>(at)); }
+  // Dwords recorded: where the next command starts (rewrite_wait_ge's `at`).
   size_t size_dwords() const { return size_; }
-  // Drops everything after a mark taken with size_dwords()/packet_count().
+
+ private:
+  // Lowerings and encoders append through lower::Writer: space for n more
+  // dwords (null when full), where a command starts, and dropping what a
+  // failed command appended.
+  friend struct lower::Writer;
+  uint32_t* grow(size_t n);
+  void mark(size_t at) { starts_.push_back(static_cast<uint32_t>(at)); }
   void truncate(size_t dwords, size_t packets) {
     size_ = dwords;
     starts_.resize(packets);
   }
-
- private:
-  Status need_sdma(const char* what) const;
   Status need_cap(bool have, const char* what) const;
   // Refuses a command of `bytes` (what it moves or fills) that would append
   // `encoded` bytes past max_bytes(), naming the limit and how to split it

@@ -78,7 +78,7 @@ class Queue {
   const Isa& isa() const { return isa_; }
   // What this queue's engine can do (the Isa's caps, narrowed by the backend).
   const Caps& caps() const { return caps_; }
-  sdma::Gen gen() const { return isa_.gen; }
+  sdma::Gen gen() const { return isa_.gen(); }
   virtual size_t ring_bytes() const = 0;
   // The largest command buffer one submit() takes (SDMA: the ring less its
   // end padding; GPFIFO: half the pushbuffer, less the timeline release).

@@ -9,6 +9,7 @@
 #include <atomic>
 #include <cstring>
 
+#include "conccl/hopper_methods.hpp"
 #include "packets/hopper_ce.hpp"
 #include "util/wait.hpp"
 
@@ -51,10 +52,10 @@ uint32_t GpfifoQueue::gp_put() const { return load32(mem_.userd + kUserdGpPutOff
 // again every 200 ms until the channel takes it; ringing twice is harmless
 // (the host re-reads GP_PUT).
 Status GpfifoQueue::bind_copy_object(Deadline deadline) {
-  hopper::CommandList init;
-  init.bind_copy_object();
+  uint32_t init[hopper::kSetObjectDwords];
+  hopper::put_set_object(init);
   uint64_t t = 0;
-  CONCCL_RETURN_IF_ERROR(submit_dwords(init.dwords(), deadline, &t));
+  CONCCL_RETURN_IF_ERROR(submit_dwords(init, deadline, &t));
   while (true) {
     const Deadline step = Deadline::after(std::min<std::chrono::nanoseconds>(std::chrono::milliseconds(200),
                                                                               deadline.remaining()));
@@ -167,7 +168,7 @@ Status GpfifoQueue::check_fault() const {
   return error(f.code(), f.message() + " " + diagnose());
 }
 
-Status GpfifoQueue::record_wake(CommandBuffer& cb) const { return cb.nonstall_interrupt(); }
+Status GpfifoQueue::record_wake(CommandBuffer& cb) const { return HopperMethods(cb).nonstall_interrupt(); }
 
 Status GpfifoQueue::arm_interrupt(Deadline deadline) {
   if (armed_at_.load(std::memory_order_acquire) >= submitted()) return Status();

@@ -1,5 +1,6 @@
 // src/queue/sdma_frame.cpp - the packets around every SDMA submission (see
 // sdma_frame.hpp for why each is there).
+#include "conccl/sdma_packets.hpp"
 #include "queue/sdma_frame.hpp"
 
 #include "conccl/commands.hpp"
@@ -16,7 +17,7 @@ uint64_t bytes_of(const std::vector<std::vector<uint32_t>>& pkts) {
 
 Result<std::vector<uint32_t>> one(sdma::Gen gen, sdma::Pkt pkt, std::span<const sdma::FieldValue> f) {
   CommandBuffer cb(gen);
-  CONCCL_RETURN_IF_ERROR(cb.packet(pkt, f));
+  CONCCL_RETURN_IF_ERROR(SdmaPackets(cb).packet(pkt, f));
   return std::vector<uint32_t>(cb.dwords().begin(), cb.dwords().end());
 }
 
@@ -73,7 +74,7 @@ Result<SubmitFrame> make_frame(sdma::Gen gen, const FramePolicy& policy, uint64_
     f.epilogue.push_back(std::move(b).value());
   }
   CommandBuffer fence(gen);
-  CONCCL_RETURN_IF_ERROR(fence.fence(done_va, 0));
+  CONCCL_RETURN_IF_ERROR(SdmaPackets(fence).fence(done_va, 0));
   f.fence.assign(fence.dwords().begin(), fence.dwords().end());
   if (f.fence.size() <= SubmitFrame::kFenceValueDword)
     return error(Code::internal, "FENCE encodes to " + std::to_string(f.fence.size()) + " dwords; expected 4");

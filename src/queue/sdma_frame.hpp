@@ -36,7 +36,7 @@ namespace conccl {
 // (control 0xC3C0), after it GL2_WB|GLK_WB (0x8040); GL2_RANGE 0 = the whole
 // cache, so base and limit stay 0. Bit names: linux
 // drivers/gpu/drm/amd/amdgpu/navi10_sdma_pkt_open.h SDMA_GCR_*. Used by the
-// frame and, inside a list, by the SDMA lowering (src/queue/lower_sdma.cpp).
+// frame and, inside a list, by the SDMA lowering (src/commands/lower_sdma.cpp).
 inline constexpr uint64_t kGcrInvalidate = 0xC3C0;
 inline constexpr uint64_t kGcrWriteBack = 0x8040;
 // The firmware HDP flush: POLL_REGMEM in register form with dword 2 =

@@ -1,4 +1,5 @@
 // src/signal/signal.cpp - signals, DMA-side waits, HSA interop packets, triggers.
+#include "conccl/sdma_packets.hpp"
 #include "conccl/signal.hpp"
 
 #include <atomic>
@@ -204,12 +205,12 @@ std::string diagnose_hang(const QueueSpan& span, const Signal& signal, uint64_t 
 
 Status enqueue_hsa_signal_decrement(CommandBuffer& cb, const HsaSignalView& s, int64_t delta) {
   if (!s.value_va) return error(Code::invalid_argument, "HSA signal view has no value address");
-  CONCCL_RETURN_IF_ERROR(cb.atomic_add64(s.value_va, -delta));
+  CONCCL_RETURN_IF_ERROR(SdmaPackets(cb).atomic_add64(s.value_va, -delta));
   if (s.mailbox_va) {
     // ROCr's interrupt signals: the waiter sleeps in hsaKmtWaitOnEvent; the
     // event fires when the mailbox holds the event id and TRAP is raised.
-    CONCCL_RETURN_IF_ERROR(cb.fence(s.mailbox_va, s.event_id));
-    CONCCL_RETURN_IF_ERROR(cb.trap(s.event_id));
+    CONCCL_RETURN_IF_ERROR(SdmaPackets(cb).fence(s.mailbox_va, s.event_id));
+    CONCCL_RETURN_IF_ERROR(SdmaPackets(cb).trap(s.event_id));
   }
   return Status();
 }

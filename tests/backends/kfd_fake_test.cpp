@@ -20,6 +20,7 @@
 #include <filesystem>
 #include <random>
 
+#include "conccl/sdma_packets.hpp"
 #include "backends/fake_smi.hpp"
 #include "backends/kfd/kfd_policy.hpp"
 #include "conccl/queue.hpp"
@@ -82,7 +83,7 @@ class KfdFake : public ::testing::Test {
 
   // FENCE + wake-up, submit, sleep on the TRAP event until the fence lands.
   static conccl::Status run(Queue& q, CommandBuffer& cb, const Buffer& sig, uint32_t seq) {
-    CONCCL_RETURN_IF_ERROR(cb.fence(sig.va, seq));
+    CONCCL_RETURN_IF_ERROR(conccl::SdmaPackets(cb).fence(sig.va, seq));
     CONCCL_RETURN_IF_ERROR(q.record_wake(cb));
     const Deadline d = Deadline::after_ms(10000);
     CONCCL_RETURN_IF_ERROR(q.submit(cb, d));
@@ -337,7 +338,7 @@ TEST_F(KfdFake, TrapWithoutMailboxDoesNotWake) {
   auto q = std::move(dev->create_queue(0, 0, conccl::QueueOptions{4096})).value();
   // TRAP alone: KFD (and the fake) only wakes events whose mailbox slot was set.
   CommandBuffer cb = q->command_buffer();
-  ASSERT_TRUE(cb.trap(q->wake_event()->last_context()).ok());  // the event id
+  ASSERT_TRUE(conccl::SdmaPackets(cb).trap(q->wake_event()->last_context()).ok());  // the event id
   ASSERT_TRUE(q->submit(cb, Deadline::after_ms(1000)).ok());
   ASSERT_TRUE(q->wait_done(Deadline::after_ms(2000)).ok());
   conccl::Status st = q->wake_event()->wait(1, Deadline::after_ms(100));

@@ -15,6 +15,7 @@
 #include <thread>
 #include <vector>
 
+#include "conccl/sdma_packets.hpp"
 #include "backends/kfd/kfd_policy.hpp"
 #include "conccl/queue.hpp"
 
@@ -70,7 +71,7 @@ class KfdHw : public ::testing::Test {
   // queue's TRAP event until the signal arrives or 10 s pass.
   Status run(Queue& q, CommandBuffer& cb) {
     const uint32_t seq = ++seq_;
-    CONCCL_RETURN_IF_ERROR(cb.fence(host_sig_.va, seq));
+    CONCCL_RETURN_IF_ERROR(conccl::SdmaPackets(cb).fence(host_sig_.va, seq));
     CONCCL_RETURN_IF_ERROR(q.record_wake(cb));
     const Deadline deadline = Deadline::after_ms(10000);
     CONCCL_RETURN_IF_ERROR(q.submit(cb, deadline));
@@ -158,7 +159,7 @@ TEST_F(KfdHw, QueueOnEveryEngine) {
       ASSERT_NE(q, nullptr);
       EXPECT_EQ(q->isa(), g.isa);
       CommandBuffer cb = q->command_buffer();
-      ASSERT_TRUE(cb.nop().ok());
+      ASSERT_TRUE(conccl::SdmaPackets(cb).nop().ok());
       Status st = run(*q, cb);
       ASSERT_TRUE(st.ok()) << st.to_string();
       EXPECT_EQ(q->completed(), q->submitted());
@@ -236,8 +237,8 @@ TEST_F(KfdHw, TrapWakesTheHost) {
   auto* g = gate.as<uint32_t>();
   std::atomic_ref<uint32_t>(*g).store(0);
   CommandBuffer cb = q->command_buffer();
-  ASSERT_TRUE(cb.poll(gate.va, 1, 0xFFFFFFFF, conccl::PollFunc::eq).ok());
-  ASSERT_TRUE(cb.fence(host_sig_.va, 77).ok());
+  ASSERT_TRUE(conccl::SdmaPackets(cb).poll(gate.va, 1, 0xFFFFFFFF, conccl::PollFunc::eq).ok());
+  ASSERT_TRUE(conccl::SdmaPackets(cb).fence(host_sig_.va, 77).ok());
   ASSERT_TRUE(q->record_wake(cb).ok());
   ASSERT_TRUE(q->submit(cb, Deadline::after_ms(1000)).ok());
   const uint64_t before = q->wake_event()->count();

@@ -7,6 +7,7 @@
 #include <thread>
 #include <vector>
 
+#include "conccl/sdma_packets.hpp"
 #include "emu/emu_test_util.hpp"
 
 namespace conccl {
@@ -31,7 +32,7 @@ class EmuFaults : public ::testing::Test {
   Status write(CommandBuffer& cb, uint64_t off, size_t dwords) {
     const std::vector<uint32_t> d = random_dwords(dwords, rng_);
     std::memcpy(model_.data() + off, d.data(), dwords * 4);
-    return cb.write(mem_.va_at(off), d);
+    return SdmaPackets(cb).write(mem_.va_at(off), d);
   }
   EngineStatus device_status() {
     Result<EngineStatus> es = dev_->engine_status(0, 1);
@@ -86,13 +87,13 @@ TEST_F(EmuFaults, DroppedCompletionsAreSkippedAndCounted) {
   ASSERT_OK_AND_ASSIGN(sig, dev_->alloc(-1, 4096, MemKind::host));
   ASSERT_OK(dev_->inject(0, 1, emu::Injection{.drop_completions = 3}));
   CommandBuffer cb = q_->command_buffer();
-  ASSERT_OK(cb.fence(sig.va_at(0), 0x11));                 // dropped
+  ASSERT_OK(SdmaPackets(cb).fence(sig.va_at(0), 0x11));                 // dropped
   ASSERT_OK(write(cb, 0, 4));                               // not a completion: runs
-  ASSERT_OK(cb.atomic_add64(sig.va_at(8), 5));              // dropped
+  ASSERT_OK(SdmaPackets(cb).atomic_add64(sig.va_at(8), 5));              // dropped
   const FieldValue swap[] = {{Key::op, 39}, {Key::addr, sig.va_at(16)}, {Key::value, 9}};
-  ASSERT_OK(cb.packet(Pkt::atomic, swap));                  // dropped
-  ASSERT_OK(cb.fence(sig.va_at(24), 0x44));                 // runs: the budget is spent
-  ASSERT_OK(cb.atomic_add64(sig.va_at(32), -6));            // runs
+  ASSERT_OK(SdmaPackets(cb).packet(Pkt::atomic, swap));                  // dropped
+  ASSERT_OK(SdmaPackets(cb).fence(sig.va_at(24), 0x44));                 // runs: the budget is spent
+  ASSERT_OK(SdmaPackets(cb).atomic_add64(sig.va_at(32), -6));            // runs
   ASSERT_OK(run(*q_, cb));
   EXPECT_EQ(q_->completed(), q_->submitted());
   const auto* s = sig.as<const uint64_t>();
@@ -108,7 +109,7 @@ TEST_F(EmuFaults, DroppedCompletionsAreSkippedAndCounted) {
   // fence64 is two FENCEs: dropping one leaves a torn 64-bit value.
   CommandBuffer again = q_->command_buffer();
   ASSERT_OK(dev_->inject(0, 1, emu::Injection{.drop_completions = 1}));
-  ASSERT_OK(again.fence64(sig.va_at(40), 0x0000000700000009ull));  // low half dropped, high half lands
+  ASSERT_OK(SdmaPackets(again).fence64(sig.va_at(40), 0x0000000700000009ull));  // low half dropped, high half lands
   ASSERT_OK(run(*q_, again));
   EXPECT_EQ(s[5], 0x0000000700000000ull);
   EXPECT_EQ(stats().dropped_completions, 4u);
@@ -151,9 +152,9 @@ TEST_F(EmuFaults, PageFaultOnUnmappedAddressesHaltsTheEngine) {
       if (as_src)
         ASSERT_OK(cb.copy(mem_.va_at(512), c.va, 64));
       else
-        ASSERT_OK(cb.write(c.va, std::vector<uint32_t>{1, 2, 3}));
+        ASSERT_OK(SdmaPackets(cb).write(c.va, std::vector<uint32_t>{1, 2, 3}));
       CommandBuffer later = q_->command_buffer();
-      ASSERT_OK(later.write(mem_.va_at(1024), random_dwords(4, rng_)));  // never runs
+      ASSERT_OK(SdmaPackets(later).write(mem_.va_at(1024), random_dwords(4, rng_)));  // never runs
       ASSERT_OK(cb.raw(later.dwords()));
       Status st = run(*q_, cb);
       ASSERT_EQ(st.code(), Code::device_fault) << st.to_string();
@@ -191,7 +192,7 @@ TEST_F(EmuFaults, HostPointerUsedAsGpuAddressFaults) {
   ASSERT_EQ(dev_->host_pointer(hp, 64), nullptr) << "a host pointer must not be a valid GPU address";
 
   CommandBuffer cb = q_->command_buffer();
-  ASSERT_OK(cb.write(hp, std::vector<uint32_t>{0xDEAD, 0xBEEF}));
+  ASSERT_OK(SdmaPackets(cb).write(hp, std::vector<uint32_t>{0xDEAD, 0xBEEF}));
   Status st = run(*q_, cb);
   ASSERT_EQ(st.code(), Code::device_fault) << st.to_string();
   EXPECT_TRUE(contains(st.message(), hex(hp))) << st.message();
@@ -233,9 +234,9 @@ TEST_F(EmuFaults, CorruptRingHaltsWithADecodedReason) {
   CommandBuffer cb = q_->command_buffer();
   ASSERT_OK(write(cb, 0, 5));
   const uint64_t bad_at = frame_head_bytes(*q_) + cb.size_bytes();
-  ASSERT_OK(cb.nop(3));  // to be overwritten with an unknown opcode
+  ASSERT_OK(SdmaPackets(cb).nop(3));  // to be overwritten with an unknown opcode
   CommandBuffer tail = q_->command_buffer();
-  ASSERT_OK(tail.write(mem_.va_at(4096), random_dwords(4, rng_)));  // must never run
+  ASSERT_OK(SdmaPackets(tail).write(mem_.va_at(4096), random_dwords(4, rng_)));  // must never run
   ASSERT_OK(cb.raw(tail.dwords()));
   ASSERT_OK(q_->submit(cb, long_deadline()));
   uint32_t* ring = find_ring(*dev_, *q_, frame_head_bytes(*q_), cb.dwords());

@@ -14,6 +14,7 @@
 #include <thread>
 #include <vector>
 
+#include "conccl/sdma_packets.hpp"
 #include "emu/emu_test_util.hpp"
 #include "packets/copy_split.hpp"
 #include "packets/generation.hpp"
@@ -189,7 +190,7 @@ TEST_F(EmuPackets, FillDwordsAndBytes) {
   // A byte fill (fill8) takes any address and size.
   const FieldValue f8[] = {{Key::dst, dst.va_at(13)}, {Key::value, 0xC3}, {Key::bytes, 1001}};
   CommandBuffer cb = q_->command_buffer();
-  ASSERT_OK(cb.packet(Pkt::fill8, f8));
+  ASSERT_OK(SdmaPackets(cb).packet(Pkt::fill8, f8));
   ASSERT_OK(run(*q_, cb));
   std::memset(m.data() + 13, 0xC3, 1001);
   ASSERT_TRUE(bytes_equal(dst.host, m.data(), cap));
@@ -219,7 +220,7 @@ TEST_F(EmuPackets, WritePayloads) {
     SCOPED_TRACE(n);
     const std::vector<uint32_t> data = random_dwords(n, rng_);
     CommandBuffer cb = q_->command_buffer();
-    ASSERT_OK(cb.write(dst.va_at(off), data));
+    ASSERT_OK(SdmaPackets(cb).write(dst.va_at(off), data));
     ASSERT_EQ(cb.packet_count(), 1u);
     ASSERT_OK(run(*q_, cb));
     std::memcpy(m.data() + off, data.data(), n * 4);
@@ -235,9 +236,9 @@ TEST_F(EmuPackets, FenceAndFence64) {
   const uint32_t v32 = static_cast<uint32_t>(rng_());
   const uint64_t v64 = rng_();
   CommandBuffer cb = q_->command_buffer();
-  ASSERT_OK(cb.fence(dst.va_at(12), v32));
-  ASSERT_OK(cb.fence64(dst.va_at(64), v64));
-  ASSERT_OK(cb.fence(dst.va_at(12), v32 + 1));  // later fences win
+  ASSERT_OK(SdmaPackets(cb).fence(dst.va_at(12), v32));
+  ASSERT_OK(SdmaPackets(cb).fence64(dst.va_at(64), v64));
+  ASSERT_OK(SdmaPackets(cb).fence(dst.va_at(12), v32 + 1));  // later fences win
   ASSERT_OK(run(*q_, cb));
   const uint32_t v32b = v32 + 1;
   std::memcpy(m.data() + 12, &v32b, 4);
@@ -256,7 +257,7 @@ TEST_F(EmuPackets, AtomicAdd64WithNegativeValues) {
                           std::numeric_limits<int64_t>::max(), 1, -static_cast<int64_t>(rng_() >> 2)};
   CommandBuffer cb = q_->command_buffer();
   for (int64_t a : adds) {
-    ASSERT_OK(cb.atomic_add64(ctr.va, a));
+    ASSERT_OK(SdmaPackets(cb).atomic_add64(ctr.va, a));
     want += static_cast<uint64_t>(a);
   }
   ASSERT_OK(run(*q_, cb));
@@ -312,7 +313,7 @@ TEST_F(EmuPackets, AtomicOpsOfEveryKind) {
             std::memset(static_cast<uint8_t*>(mem.host) + off, 0, 8);
           }
           const FieldValue f[] = {{Key::op, op}, {Key::addr, mem.va_at(off)}, {Key::value, src}, {Key::cmp, cmp}};
-          ASSERT_OK(cb.packet(Pkt::atomic, f));
+          ASSERT_OK(SdmaPackets(cb).packet(Pkt::atomic, f));
           if (is64) {
             uint64_t o;
             std::memcpy(&o, m.data() + off, 8);
@@ -332,12 +333,12 @@ TEST_F(EmuPackets, AtomicOpsOfEveryKind) {
   // An operation the emulator does not know faults and names the TC_OP.
   cb.clear();
   const FieldValue bad[] = {{Key::op, 0x20 | 3}, {Key::addr, mem.va}, {Key::value, 1}};
-  ASSERT_OK(cb.packet(Pkt::atomic, bad));
+  ASSERT_OK(SdmaPackets(cb).packet(Pkt::atomic, bad));
   ASSERT_NO_FATAL_FAILURE(expect_fault(cb, {"TC_OP 35", "not emulated"}));
   // 64-bit atomics need 8-byte alignment (the field allows 4).
   cb.clear();
   const FieldValue mis[] = {{Key::op, 47}, {Key::addr, mem.va_at(4)}, {Key::value, 1}};
-  ASSERT_OK(cb.packet(Pkt::atomic, mis));
+  ASSERT_OK(SdmaPackets(cb).packet(Pkt::atomic, mis));
   ASSERT_NO_FATAL_FAILURE(expect_fault(cb, {"misaligned", hex(mem.va_at(4))}));
   ASSERT_TRUE(bytes_equal(mem.host, m.data(), m.size()));
 }
@@ -368,8 +369,8 @@ TEST_F(EmuPackets, PollWithEveryCompareFunction) {
     const std::vector<uint32_t> mark = random_dwords(2, rng_);
     host_store32(word.host, (c.fail << 8 & kMask) | kNoise);
     CommandBuffer cb = q_->command_buffer();
-    ASSERT_OK(cb.poll(word.va, c.ref << 8, kMask, c.func));
-    ASSERT_OK(cb.write(marks.va_at(i * 8), mark));
+    ASSERT_OK(SdmaPackets(cb).poll(word.va, c.ref << 8, kMask, c.func));
+    ASSERT_OK(SdmaPackets(cb).write(marks.va_at(i * 8), mark));
     QueueSpan end_span;
     ASSERT_OK(q_->submit(cb, long_deadline(), &end_span));
     const uint64_t end = end_span.end;
@@ -410,7 +411,7 @@ TEST_F(EmuPackets, PollReleasedByAnotherQueuesFence) {
 
   // gpu 0 waits for gpu 1's producer to finish writing src, then pulls it.
   CommandBuffer consumer = q_->command_buffer();
-  ASSERT_OK(consumer.poll(flag.va, token, 0xFFFFFFFF, PollFunc::eq));
+  ASSERT_OK(SdmaPackets(consumer).poll(flag.va, token, 0xFFFFFFFF, PollFunc::eq));
   ASSERT_OK(consumer.copy(dst.va, src.va, 1 << 20));
   QueueSpan end_span;
   ASSERT_OK(q_->submit(consumer, long_deadline(), &end_span));
@@ -419,7 +420,7 @@ TEST_F(EmuPackets, PollReleasedByAnotherQueuesFence) {
 
   CommandBuffer producer = other->command_buffer();
   ASSERT_OK(producer.fill(src.va, 0x5A5AA5A5, 4096));
-  ASSERT_OK(producer.fence(flag.va, token));
+  ASSERT_OK(SdmaPackets(producer).fence(flag.va, token));
   ASSERT_OK(run(*other, producer));
   ASSERT_OK(q_->wait_done(long_deadline(), end));
   for (size_t k = 0; k < 4096; k += 4) std::memcpy(src_m.data() + k, "\xA5\xA5\x5A\x5A", 4);
@@ -432,9 +433,9 @@ TEST_F(EmuPackets, PollWithFiniteRetryGivesUp) {
   ASSERT_OK_AND_ASSIGN(marks, dev_->alloc(0, 256, MemKind::device));
   const std::vector<uint32_t> mark = random_dwords(4, rng_);
   CommandBuffer cb = q_->command_buffer();
-  ASSERT_OK(cb.poll(word.va, 1, 0xFFFFFFFF, PollFunc::eq, /*interval=*/4, /*retry=*/3));
-  ASSERT_OK(cb.poll(word.va, 1, 0xFFFFFFFF, PollFunc::eq, 4, /*retry=*/0));
-  ASSERT_OK(cb.write(marks.va, mark));
+  ASSERT_OK(SdmaPackets(cb).poll(word.va, 1, 0xFFFFFFFF, PollFunc::eq, /*interval=*/4, /*retry=*/3));
+  ASSERT_OK(SdmaPackets(cb).poll(word.va, 1, 0xFFFFFFFF, PollFunc::eq, 4, /*retry=*/0));
+  ASSERT_OK(SdmaPackets(cb).write(marks.va, mark));
   ASSERT_OK(run(*q_, cb));  // never satisfied, yet the queue moves on
   EXPECT_TRUE(bytes_equal(marks.host, mark.data(), 16));
   emu::EngineStats st;
@@ -457,11 +458,11 @@ TEST_F(EmuPackets, TimestampsAreNonzeroMonotonicAndOrdered) {
   ASSERT_OK(cb.copy(dst.va, src.va, 4 << 20));  // real work between two stamps
   ASSERT_OK(cb.timestamp(ts.va_at(8)));
   for (int k = 2; k < 32; ++k) {
-    ASSERT_OK(cb.write(dst.va_at(k * 4), random_dwords(1, rng_)));
+    ASSERT_OK(SdmaPackets(cb).write(dst.va_at(k * 4), random_dwords(1, rng_)));
     ASSERT_OK(cb.timestamp(ts.va_at(k * 8)));
   }
   const FieldValue local[] = {{Key::addr, ts.va_at(32 * 8)}};
-  ASSERT_OK(cb.packet(Pkt::timestamp_local, local));
+  ASSERT_OK(SdmaPackets(cb).packet(Pkt::timestamp_local, local));
   ASSERT_OK(run(*q_, cb));
   const uint64_t host_after = steady_ns();
   const auto* t = ts.as<const uint64_t>();
@@ -479,14 +480,14 @@ TEST_F(EmuPackets, TimestampsAreNonzeroMonotonicAndOrdered) {
   Buffer flag;
   ASSERT_OK_AND_ASSIGN(flag, dev_->alloc(-1, 256, MemKind::host));
   CommandBuffer cbb = b->command_buffer();
-  ASSERT_OK(cbb.poll(flag.va, 7, 0xFFFFFFFF, PollFunc::eq));
+  ASSERT_OK(SdmaPackets(cbb).poll(flag.va, 7, 0xFFFFFFFF, PollFunc::eq));
   ASSERT_OK(cbb.timestamp(ts.va_at(512)));
   QueueSpan bend_span;
   ASSERT_OK(b->submit(cbb, long_deadline(), &bend_span));
   const uint64_t bend = bend_span.end;
   CommandBuffer cba = q_->command_buffer();
   ASSERT_OK(cba.timestamp(ts.va_at(520)));
-  ASSERT_OK(cba.fence(flag.va, 7));
+  ASSERT_OK(SdmaPackets(cba).fence(flag.va, 7));
   ASSERT_OK(run(*q_, cba));
   ASSERT_OK(b->wait_done(long_deadline(), bend));
   EXPECT_GE(t[64], t[65]);
@@ -497,7 +498,7 @@ TEST_F(EmuPackets, TrapRaisesTheQueueEvent) {
   Event& ev = *q_->wake_event();
   const uint64_t c0 = ev.count();
   CommandBuffer cb = q_->command_buffer();
-  ASSERT_OK(cb.trap(0xABC));
+  ASSERT_OK(SdmaPackets(cb).trap(0xABC));
   ASSERT_OK(q_->submit(cb, long_deadline()));
   ASSERT_OK(ev.wait(c0 + 1, long_deadline()));
   EXPECT_EQ(ev.count(), c0 + 1);
@@ -514,12 +515,12 @@ TEST_F(EmuPackets, TrapRaisesTheQueueEvent) {
   std::unique_ptr<Queue> other;
   ASSERT_OK_AND_ASSIGN(other, make_queue(*dev_, 0, 0));
   CommandBuffer ocb = other->command_buffer();
-  ASSERT_OK(ocb.trap(0x999));
+  ASSERT_OK(SdmaPackets(ocb).trap(0x999));
   ASSERT_OK(run(*other, ocb));
   ASSERT_OK(other->wake_event()->wait(1, long_deadline()));
   EXPECT_EQ(ev.count(), c0 + 1);
   cb.clear();
-  for (uint32_t k = 1; k <= 3; ++k) ASSERT_OK(cb.trap(k));
+  for (uint32_t k = 1; k <= 3; ++k) ASSERT_OK(SdmaPackets(cb).trap(k));
   ASSERT_OK(run(*q_, cb));
   ASSERT_OK(ev.wait(c0 + 4, long_deadline()));
   EXPECT_EQ(ev.last_context(), 3u);
@@ -541,13 +542,13 @@ TEST_F(EmuPackets, CondExeSkipsOrExecutes) {
     const std::vector<uint32_t> guarded_a = random_dwords(3, rng_), guarded_b = random_dwords(2, rng_),
                                 after = random_dwords(2, rng_);
     CommandBuffer body = q_->command_buffer();
-    ASSERT_OK(body.write(out.va_at(0), guarded_a));
-    ASSERT_OK(body.write(out.va_at(64), guarded_b));
+    ASSERT_OK(SdmaPackets(body).write(out.va_at(0), guarded_a));
+    ASSERT_OK(SdmaPackets(body).write(out.va_at(64), guarded_b));
     CommandBuffer cb = q_->command_buffer();
     const FieldValue f[] = {{Key::addr, cond.va}, {Key::ref, ref}, {Key::count, body.dwords().size()}};
-    ASSERT_OK(cb.packet(Pkt::cond_exe, f));
+    ASSERT_OK(SdmaPackets(cb).packet(Pkt::cond_exe, f));
     ASSERT_OK(cb.raw(body.dwords()));
-    ASSERT_OK(cb.write(out.va_at(128), after));
+    ASSERT_OK(SdmaPackets(cb).write(out.va_at(128), after));
     ASSERT_OK(run(*q_, cb));
     EXPECT_EQ(q_->completed(), q_->submitted());
     std::vector<uint8_t> want(4096, 0);
@@ -570,16 +571,16 @@ TEST_F(EmuPackets, IndirectBufferInDeviceMemory) {
   const std::vector<uint32_t> data = random_dwords(9, rng_);
   CommandBuffer inner = q_->command_buffer();
   ASSERT_OK(inner.copy(dst.va_at(1), src.va_at(2), 77777));
-  ASSERT_OK(inner.write(dst.va_at(80000), data));
-  ASSERT_OK(inner.atomic_add64(ctr.va, -3));
-  ASSERT_OK(inner.fence(ctr.va_at(8), 0xD0D0));
-  while (inner.dwords().size() % 8) ASSERT_OK(inner.nop());  // IBs end on 8 dwords
+  ASSERT_OK(SdmaPackets(inner).write(dst.va_at(80000), data));
+  ASSERT_OK(SdmaPackets(inner).atomic_add64(ctr.va, -3));
+  ASSERT_OK(SdmaPackets(inner).fence(ctr.va_at(8), 0xD0D0));
+  while (inner.dwords().size() % 8) ASSERT_OK(SdmaPackets(inner).nop());  // IBs end on 8 dwords
   std::memcpy(ib.host, inner.dwords().data(), inner.size_bytes());
 
   CommandBuffer cb = q_->command_buffer();
   const FieldValue f[] = {{Key::addr, ib.va}, {Key::size, inner.dwords().size()}};
-  ASSERT_OK(cb.packet(Pkt::ib, f));
-  ASSERT_OK(cb.fence(ctr.va_at(12), 0xE0E0));
+  ASSERT_OK(SdmaPackets(cb).packet(Pkt::ib, f));
+  ASSERT_OK(SdmaPackets(cb).fence(ctr.va_at(12), 0xE0E0));
   ASSERT_OK(run(*q_, cb));
   std::memcpy(dst_m.data() + 1, src_m.data() + 2, 77777);
   std::memcpy(dst_m.data() + 80000, data.data(), 36);
@@ -591,33 +592,33 @@ TEST_F(EmuPackets, IndirectBufferInDeviceMemory) {
   // What an IB may not do: chain another IB, wait on a poll, live nowhere,
   // or hold something that is not a packet.
   CommandBuffer nested = q_->command_buffer();
-  ASSERT_OK(nested.packet(Pkt::ib, f));
-  while (nested.dwords().size() % 8) ASSERT_OK(nested.nop());
+  ASSERT_OK(SdmaPackets(nested).packet(Pkt::ib, f));
+  while (nested.dwords().size() % 8) ASSERT_OK(SdmaPackets(nested).nop());
   std::memcpy(static_cast<uint8_t*>(ib.host) + 1024, nested.dwords().data(), nested.size_bytes());
   const FieldValue fn[] = {{Key::addr, ib.va_at(1024)}, {Key::size, nested.dwords().size()}};
   cb.clear();
-  ASSERT_OK(cb.packet(Pkt::ib, fn));
+  ASSERT_OK(SdmaPackets(cb).packet(Pkt::ib, fn));
   ASSERT_NO_FATAL_FAILURE(expect_fault(cb, {"may not chain"}));
 
   CommandBuffer polls = q_->command_buffer();
-  ASSERT_OK(polls.poll(ctr.va_at(16), 1, 0xFFFFFFFF, PollFunc::eq));
-  while (polls.dwords().size() % 8) ASSERT_OK(polls.nop());
+  ASSERT_OK(SdmaPackets(polls).poll(ctr.va_at(16), 1, 0xFFFFFFFF, PollFunc::eq));
+  while (polls.dwords().size() % 8) ASSERT_OK(SdmaPackets(polls).nop());
   std::memcpy(static_cast<uint8_t*>(ib.host) + 2048, polls.dwords().data(), polls.size_bytes());
   const FieldValue fp[] = {{Key::addr, ib.va_at(2048)}, {Key::size, polls.dwords().size()}};
   cb.clear();
-  ASSERT_OK(cb.packet(Pkt::ib, fp));
+  ASSERT_OK(SdmaPackets(cb).packet(Pkt::ib, fp));
   ASSERT_NO_FATAL_FAILURE(expect_fault(cb, {"polls inside indirect buffers"}));
 
   const uint64_t nowhere = emu::kGpuVaBase + 5 * emu::kGpuVaStride;
   const FieldValue fu[] = {{Key::addr, nowhere}, {Key::size, 8}};
   cb.clear();
-  ASSERT_OK(cb.packet(Pkt::ib, fu));
+  ASSERT_OK(SdmaPackets(cb).packet(Pkt::ib, fu));
   ASSERT_NO_FATAL_FAILURE(expect_fault(cb, {"page fault", "indirect buffer", hex(nowhere)}));
 
   std::memset(static_cast<uint8_t*>(ib.host) + 3072, 0xFF, 32);
   const FieldValue fg[] = {{Key::addr, ib.va_at(3072)}, {Key::size, 8}};
   cb.clear();
-  ASSERT_OK(cb.packet(Pkt::ib, fg));
+  ASSERT_OK(SdmaPackets(cb).packet(Pkt::ib, fg));
   ASSERT_NO_FATAL_FAILURE(expect_fault(cb, {"in indirect buffer " + hex(ib.va_at(3072)), "dword 0"}));
   ASSERT_TRUE(bytes_equal(dst.host, dst_m.data(), dst_m.size()));
 }
@@ -676,7 +677,7 @@ TEST_F(EmuPackets, CopyWindowRectangles) {
                             {Key::rect_y, c.ry},
                             {Key::rect_z, c.rz}};
     CommandBuffer cb = q_->command_buffer();
-    ASSERT_OK(cb.packet(Pkt::copy_window, f));
+    ASSERT_OK(SdmaPackets(cb).packet(Pkt::copy_window, f));
     ASSERT_OK(run(*q_, cb));
     model_window(dst_m, src_m, es, c.s, c.d, c.rx, c.ry, c.rz);
     ASSERT_TRUE(bytes_equal(dst.host, dst_m.data(), dbytes));
@@ -694,14 +695,14 @@ TEST_F(EmuPackets, SwapExchangesTwoRanges) {
   ASSERT_NO_FATAL_FAILURE(random_buffer(&b, &bm, 1, 8192, MemKind::device));
   const FieldValue f[] = {{Key::a, a.va_at(3)}, {Key::b, b.va_at(100)}, {Key::bytes, 4099}};
   CommandBuffer cb = q_->command_buffer();
-  ASSERT_OK(cb.packet(Pkt::swap, f));
+  ASSERT_OK(SdmaPackets(cb).packet(Pkt::swap, f));
   ASSERT_OK(run(*q_, cb));
   std::swap_ranges(am.begin() + 3, am.begin() + 3 + 4099, bm.begin() + 100);
   EXPECT_TRUE(bytes_equal(a.host, am.data(), 8192));
   EXPECT_TRUE(bytes_equal(b.host, bm.data(), 8192));
   // SWAP_LINEAR exists only on MI300's SDMA 4.4.2.
   CommandBuffer other(Gen::v6);
-  EXPECT_EQ(other.packet(Pkt::swap, f).code(), Code::invalid_argument);
+  EXPECT_EQ(SdmaPackets(other).packet(Pkt::swap, f).code(), Code::invalid_argument);
 }
 
 // ---- the rest of the vocabulary -------------------------------------------
@@ -712,22 +713,22 @@ TEST_F(EmuPackets, CacheAndRegisterPacketsAreHarmlessOrRefused) {
   const std::vector<uint32_t> mark = random_dwords(2, rng_);
   CommandBuffer cb = q_->command_buffer();
   const FieldValue hdp[] = {{Key::done, 0x80}, {Key::req, 0x84}, {Key::ref, 1}, {Key::mask, 1}};
-  ASSERT_OK(cb.packet(Pkt::hdp_flush, hdp));
+  ASSERT_OK(SdmaPackets(cb).packet(Pkt::hdp_flush, hdp));
   const FieldValue preg[] = {{Key::req, 0x80000000u}};
-  ASSERT_OK(cb.packet(Pkt::poll_reg, preg));
+  ASSERT_OK(SdmaPackets(cb).packet(Pkt::poll_reg, preg));
   const FieldValue tset[] = {{Key::value, 1234}};
-  ASSERT_OK(cb.packet(Pkt::timestamp_set, tset));
-  ASSERT_OK(cb.write(out.va, mark));
+  ASSERT_OK(SdmaPackets(cb).packet(Pkt::timestamp_set, tset));
+  ASSERT_OK(SdmaPackets(cb).write(out.va, mark));
   ASSERT_OK(run(*q_, cb));
   EXPECT_TRUE(bytes_equal(out.host, mark.data(), 8));
 
   cb.clear();
   const FieldValue sem[] = {{Key::addr, out.va_at(64)}};
-  ASSERT_OK(cb.packet(Pkt::semaphore, sem));
+  ASSERT_OK(SdmaPackets(cb).packet(Pkt::semaphore, sem));
   ASSERT_NO_FATAL_FAILURE(expect_fault(cb, {"semaphore", "not emulated"}));
   cb.clear();
   const FieldValue reg[] = {{Key::reg, 0x1234}, {Key::value, 1}};
-  ASSERT_OK(cb.packet(Pkt::reg_write, reg));
+  ASSERT_OK(SdmaPackets(cb).packet(Pkt::reg_write, reg));
   ASSERT_NO_FATAL_FAILURE(expect_fault(cb, {"privileged"}));
 }
 
@@ -755,22 +756,22 @@ TEST_P(EveryGeneration, CommonPacketsExecute) {
   CommandBuffer cb = q->command_buffer();
   ASSERT_OK(cb.copy(dst.va_at(1), src.va_at(3), 600001));
   ASSERT_OK(cb.fill(dst.va_at(700000), 0xA1B2C3D4, 4096));
-  ASSERT_OK(cb.write(dst.va_at(800000), data));
+  ASSERT_OK(SdmaPackets(cb).write(dst.va_at(800000), data));
   ASSERT_OK(cb.copy_bcst(dst.va_at(900000), dst.va_at(950000), src.va, 1000));
-  ASSERT_OK(cb.atomic_add64(sig.va, -7));
-  ASSERT_OK(cb.fence64(sig.va_at(8), 0x0123456789ABCDEFull));
-  ASSERT_OK(cb.poll(sig.va_at(8), 0x89ABCDEF, 0xFFFFFFFF, PollFunc::eq));
+  ASSERT_OK(SdmaPackets(cb).atomic_add64(sig.va, -7));
+  ASSERT_OK(SdmaPackets(cb).fence64(sig.va_at(8), 0x0123456789ABCDEFull));
+  ASSERT_OK(SdmaPackets(cb).poll(sig.va_at(8), 0x89ABCDEF, 0xFFFFFFFF, PollFunc::eq));
   ASSERT_OK(cb.timestamp(sig.va_at(16)));
   if (sdma::limits(g).has_mem_incr) {
     const FieldValue inc[] = {{Key::addr, sig.va_at(24)}};
-    ASSERT_OK(cb.packet(Pkt::mem_incr, inc));
-    ASSERT_OK(cb.packet(Pkt::mem_incr, inc));
+    ASSERT_OK(SdmaPackets(cb).packet(Pkt::mem_incr, inc));
+    ASSERT_OK(SdmaPackets(cb).packet(Pkt::mem_incr, inc));
   }
   if (sdma::limits(g).has_gcr) {
     const FieldValue gcr[] = {{Key::base, 0}, {Key::limit, 0}};
-    ASSERT_OK(cb.packet(Pkt::gcr_user, gcr));
+    ASSERT_OK(SdmaPackets(cb).packet(Pkt::gcr_user, gcr));
   }
-  ASSERT_OK(cb.trap(0x77));
+  ASSERT_OK(SdmaPackets(cb).trap(0x77));
   ASSERT_OK(run(*q, cb));
   ASSERT_OK(q->wake_event()->wait(1, long_deadline()));
 

@@ -5,6 +5,7 @@
 #include <set>
 #include <vector>
 
+#include "conccl/sdma_packets.hpp"
 #include "emu/emu_test_util.hpp"
 
 namespace conccl {
@@ -324,7 +325,7 @@ TEST(EmuQueueCreation, BadArgumentsAreRefused) {
   std::unique_ptr<Queue> q;
   ASSERT_OK_AND_ASSIGN(q, make_queue(*dev, 1, 2, 64 << 10));
   CommandBuffer cb = q->command_buffer();
-  ASSERT_OK(cb.nop());
+  ASSERT_OK(SdmaPackets(cb).nop());
   ASSERT_OK(run(*q, cb));
 }
 
@@ -335,7 +336,7 @@ TEST(EmuQueueCreation, QueueMayOutliveItsDevice) {
     ASSERT_OK_AND_ASSIGN(dev, make_small(1, 1));
     ASSERT_OK_AND_ASSIGN(q, make_queue(*dev, 0, 0, 4096));
     CommandBuffer cb = q->command_buffer();
-    ASSERT_OK(cb.nop());
+    ASSERT_OK(SdmaPackets(cb).nop());
     ASSERT_OK(run(*q, cb));
   }
   // The engines are stopped; the queue reports its state without crashing.

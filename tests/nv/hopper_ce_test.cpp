@@ -1,5 +1,6 @@
 // tests/nv/hopper_ce_test.cpp - golden vectors and round trips for the Hopper
-// copy-engine pushbuffer layer (packets/hopper_ce).
+// copy-engine pushbuffer layer (packets/hopper_ce), through the vocabulary
+// and the Hopper encoder.
 //
 // Every expected dword is a literal computed by hand from the public class
 // headers, never by running our encoder:
@@ -25,6 +26,8 @@
 #include <string>
 #include <vector>
 
+#include "conccl/commands.hpp"
+#include "conccl/hopper_methods.hpp"
 #include "packets/hopper_ce.hpp"
 
 namespace conccl::hopper {
@@ -63,19 +66,23 @@ TEST(HopperHeader, Encodings) {
   EXPECT_EQ(encode_header({HdrOp::inc, 0, 0, 0x2000}).status().code(), Code::out_of_range);
 }
 
-TEST(HopperCommandList, CopyVector) {
-  CommandList cl;
-  ASSERT_TRUE(cl.copy(0x0000001000400000ull, 0x0000001000200000ull, 4096).ok());
-  EXPECT_DW(cl.dwords(), {0x20048100, 0x00000010, 0x00200000, 0x00000010, 0x00400000,  //
+// The vocabulary's Hopper lowering (CommandBuffer over Isa::hopper()) and the
+// Hopper encoder (HopperMethods) against hand-computed vectors.
+CommandBuffer hopper_buffer() { return CommandBuffer(Isa::hopper()); }
+
+TEST(HopperCommands, CopyVector) {
+  CommandBuffer cb = hopper_buffer();
+  ASSERT_TRUE(cb.copy(0x0000001000400000ull, 0x0000001000200000ull, 4096).ok());
+  EXPECT_DW(cb.dwords(), {0x20048100, 0x00000010, 0x00200000, 0x00000010, 0x00400000,  //
                           0x20018106, 0x00001000,                                      //
                           0x200180C0, 0x00000182});
-  EXPECT_EQ(cl.header_count(), 3u);
+  EXPECT_EQ(cb.packet_count(), 1u) << "one LAUNCH_DMA group is one command";
 }
 
-TEST(HopperCommandList, CopySplitsAt2GiB) {
-  CommandList cl;
-  ASSERT_TRUE(cl.copy(0x100000000ull, 0x0, 0xC0000000ull).ok());
-  EXPECT_DW(cl.dwords(), {0x20048100, 0x00000000, 0x00000000, 0x00000001, 0x00000000,  //
+TEST(HopperCommands, CopySplitsAt2GiB) {
+  CommandBuffer cb = hopper_buffer();
+  ASSERT_TRUE(cb.copy(0x100000000ull, 0x0, 0xC0000000ull).ok());
+  EXPECT_DW(cb.dwords(), {0x20048100, 0x00000000, 0x00000000, 0x00000001, 0x00000000,  //
                           0x20018106, 0x80000000, 0x200180C0, 0x00000182,              //
                           0x20048100, 0x00000000, 0x80000000, 0x00000001, 0x80000000,  //
                           0x20018106, 0x40000000, 0x200180C0, 0x00000181});
@@ -83,56 +90,64 @@ TEST(HopperCommandList, CopySplitsAt2GiB) {
   EXPECT_EQ(copy_pieces(1ull << 31), 1u);
 }
 
-TEST(HopperCommandList, FillVector) {
-  CommandList cl;
-  ASSERT_TRUE(cl.fill(0x2000, 0xDEADBEEF, 0x100).ok());
-  EXPECT_DW(cl.dwords(), {0x200281C1, 0xDEADBEEF, 0x00030005,  //
+TEST(HopperCommands, CopyAlongsideEarlierIsPipelined) {
+  CommandBuffer cb = hopper_buffer();
+  ASSERT_TRUE(cb.copy(0x2000, 0x1000, 0x100, CommandBuffer::CopyOrder::alongside_earlier).ok());
+  EXPECT_DW(cb.dwords(), {0x20048100, 0x00000000, 0x00001000, 0x00000000, 0x00002000,  //
+                          0x20018106, 0x00000100, 0x200180C0, 0x00000181});
+}
+
+TEST(HopperCommands, FillVector) {
+  CommandBuffer cb = hopper_buffer();
+  ASSERT_TRUE(cb.fill(0x2000, 0xDEADBEEF, 0x100).ok());
+  EXPECT_DW(cb.dwords(), {0x200281C1, 0xDEADBEEF, 0x00030005,  //
                           0x20028102, 0x00000000, 0x00002000,  //
                           0x20018106, 0x00000040,              //
                           0x200180C0, 0x00000582});
 }
 
-TEST(HopperCommandList, SignalWaitBind) {
-  CommandList cl;
-  cl.bind_copy_object();
-  ASSERT_TRUE(cl.signal(0x1000000040ull, 0x0000000300000001ull).ok());
-  ASSERT_TRUE(cl.wait(0x1000000040ull, 0x0000000300000001ull).ok());
-  cl.nonstall_interrupt();
-  EXPECT_DW(cl.dwords(), {0x20018000, 0x0000C8B5,                                      //
+// SET_OBJECT, a release with timestamp (LAUNCH_DMA 0x08000014), the
+// vocabulary's wait (SEM_EXECUTE 0x01001003), and WFI + NON_STALL_INTERRUPT.
+TEST(HopperCommands, BindReleaseWaitInterrupt) {
+  CommandBuffer cb = hopper_buffer();
+  HopperMethods hm(cb);
+  ASSERT_TRUE(hm.bind_copy_object().ok());
+  ASSERT_TRUE(hm.release(0x1000000040ull, 0x0000000300000001ull, /*timestamp=*/true, /*interrupt=*/false).ok());
+  ASSERT_TRUE(cb.wait_ge(0x1000000040ull, 0x0000000300000001ull).ok());
+  ASSERT_TRUE(hm.nonstall_interrupt().ok());
+  EXPECT_DW(cb.dwords(), {0x20018000, 0x0000C8B5,                                      //
                           0x20048090, 0x00000010, 0x00000040, 0x00000001, 0x00000003,  //
                           0x200180C0, 0x08000014,                                      //
                           0x20050017, 0x00000040, 0x00000010, 0x00000001, 0x00000003, 0x01001003,
+                          0x2001001E, 0x00000000,  //
                           0x20010008, 0x00000000});
+  EXPECT_EQ(cb.packet_count(), 4u);
 }
 
-// A release that also asks for a non-stall interrupt: LAUNCH_DMA bits 6:5 = 2
-// (NON_BLOCKING) on top of FLUSH | RELEASE_SEMAPHORE_WITH_TIMESTAMP | TWO_WORD;
-// and the host WFI (0x078) the interrupt waits put before NON_STALL_INTERRUPT.
-TEST(HopperCommandList, SignalWithInterruptAndWfi) {
-  CommandList cl;
-  ASSERT_TRUE(cl.signal(0x1000000040ull, 7, /*interrupt=*/true).ok());
-  const uint32_t scope = 0;
-  ASSERT_TRUE(cl.raw({HdrOp::inc, 0, 0x078, 1}, {&scope, 1}).ok());
-  cl.nonstall_interrupt();
-  EXPECT_DW(cl.dwords(), {0x20048090, 0x00000010, 0x00000040, 0x00000007, 0x00000000,  //
-                          0x200180C0, 0x08000054,                                      //
-                          0x2001001E, 0x00000000,                                      //
-                          0x20010008, 0x00000000});
-  const std::string text = disassemble_text(cl.dwords());
+// The vocabulary's signal_set is a release without timestamp (0x0800000C);
+// with `interrupt` the encoder adds LAUNCH_DMA bits 6:5 = 2 (NON_BLOCKING).
+TEST(HopperCommands, ReleaseForms) {
+  CommandBuffer cb = hopper_buffer();
+  ASSERT_TRUE(cb.signal_set(0x1000000040ull, 7).ok());
+  ASSERT_TRUE(HopperMethods(cb).release(0x1000000040ull, 7, /*timestamp=*/true, /*interrupt=*/true).ok());
+  EXPECT_DW(cb.dwords(), {0x20048090, 0x00000010, 0x00000040, 0x00000007, 0x00000000,  //
+                          0x200180C0, 0x0800000C,                                      //
+                          0x20048090, 0x00000010, 0x00000040, 0x00000007, 0x00000000,  //
+                          0x200180C0, 0x08000054});
+  const std::string text = disassemble_text(cb.dwords());
   EXPECT_NE(text.find("interrupt_type=non_blocking"), std::string::npos) << text;
-  EXPECT_NE(text.find("wfi"), std::string::npos) << text;
 }
 
-TEST(HopperCommandList, Errors) {
-  CommandList cl;
-  EXPECT_EQ(cl.fill(0x2002, 1, 16).code(), Code::invalid_argument);
-  EXPECT_EQ(cl.fill(0x2000, 1, 18).code(), Code::invalid_argument);
-  EXPECT_EQ(cl.signal(0x1008, 1).code(), Code::invalid_argument);
-  EXPECT_EQ(cl.wait(0x1004, 1).code(), Code::invalid_argument);
-  EXPECT_EQ(cl.copy(1ull << 57, 0, 16).code(), Code::out_of_range);
-  EXPECT_TRUE(cl.empty()) << "failed commands must append nothing";
-  EXPECT_TRUE(cl.copy(0, 0, 0).ok());
-  EXPECT_TRUE(cl.empty());
+TEST(HopperCommands, Errors) {
+  CommandBuffer cb = hopper_buffer();
+  EXPECT_EQ(cb.fill(0x2002, 1, 16).code(), Code::invalid_argument);
+  EXPECT_EQ(cb.fill(0x2000, 1, 18).code(), Code::invalid_argument);
+  EXPECT_EQ(HopperMethods(cb).release(0x1008, 1, true, false).code(), Code::invalid_argument) << "16-byte slots";
+  EXPECT_EQ(HopperMethods(cb).release(1ull << 57, 1, true, false).code(), Code::out_of_range);
+  EXPECT_EQ(cb.wait_ge(0x1004, 1).code(), Code::invalid_argument);
+  EXPECT_EQ(cb.copy(1ull << 57, 0, 16).code(), Code::out_of_range);
+  EXPECT_EQ(cb.copy(0, 0x1000, 0).code(), Code::invalid_argument) << "a zero-byte copy is refused";
+  EXPECT_TRUE(cb.empty()) << "failed commands must append nothing";
 }
 
 TEST(HopperGpEntry, Vectors) {
@@ -187,20 +202,20 @@ TEST(HopperAsm, GoldenBothWays) {
   }
 }
 
-TEST(HopperAsm, CommandListRoundTrip) {
-  CommandList cl;
-  cl.bind_copy_object();
-  ASSERT_TRUE(cl.wait(0x1000000040ull, 7).ok());
-  ASSERT_TRUE(cl.fill(0x2000, 0xDEADBEEF, 0x100).ok());
-  ASSERT_TRUE(cl.copy(0x100000000ull, 0x12345, 0xC0000001ull).ok());
-  ASSERT_TRUE(cl.signal(0x1000000040ull, 8).ok());
-  const Disassembly d = disassemble(cl.dwords());
+TEST(HopperAsm, CommandsRoundTrip) {
+  CommandBuffer cb = hopper_buffer();
+  ASSERT_TRUE(HopperMethods(cb).bind_copy_object().ok());
+  ASSERT_TRUE(cb.wait_ge(0x1000000040ull, 7).ok());
+  ASSERT_TRUE(cb.fill(0x2000, 0xDEADBEEF, 0x100).ok());
+  ASSERT_TRUE(cb.copy(0x100000000ull, 0x12345, 0xC0000001ull).ok());
+  ASSERT_TRUE(HopperMethods(cb).release(0x1000000040ull, 8, true, false).ok());
+  const Disassembly d = disassemble(cb.dwords());
   ASSERT_TRUE(d.error.ok()) << d.error.to_string();
   std::string text;
   for (const std::string& l : d.lines) text += l + "\n";
   Result<std::vector<uint32_t>> back = assemble(text);
   ASSERT_TRUE(back.ok()) << back.status().to_string() << "\n" << text;
-  EXPECT_EQ(hexs(*back), hexs(cl.dwords()));
+  EXPECT_EQ(hexs(*back), hexs(cb.dwords()));
   EXPECT_NE(text.find("copy.launch_dma data_transfer_type=pipelined"), std::string::npos) << text;
 }
 

@@ -108,8 +108,10 @@ TEST(NvAdapterHw, TopologyMemoryQueues) {
   EXPECT_EQ(dev.host_pointer(h->va + h->size - 8, 16), nullptr) << "range past the end";
   std::memset(h->host, 0x77, n);
   nv::Channel& ch = nd->channel(0);
-  ASSERT_TRUE(ch.copy(h->va, a->va, n).ok());
-  ASSERT_TRUE(ch.submit(Deadline::after_ms(1000)).ok());
+  CommandBuffer cb = ch.commands();
+  ASSERT_TRUE(cb.copy(h->va, a->va, n).ok());
+  ASSERT_TRUE(ch.submit(cb, Deadline::after_ms(1000)).ok());
+  cb.clear();
   ASSERT_TRUE(ch.wait_done(Deadline::after_ms(5000)).ok()) << ch.diagnose();
   for (size_t i = 0; i < n; ++i) ASSERT_EQ(h->as<uint8_t>()[i], 0) << "device memory not zeroed at " << i;
 

@@ -169,11 +169,13 @@ TEST_F(NvHw, CopyRoundTripEveryChannel) {
     fill_random(h->host, n, 100 + c);
     std::memset(r->host, 0xA5, n);
     Channel& ch = dev_->channel(c);
-    ASSERT_TRUE(ch.copy(a->va, h->va, n).ok());
-    ASSERT_TRUE(ch.copy(b->va, a->va, n).ok());
-    ASSERT_TRUE(ch.copy(r->va, b->va, n).ok());
+    CommandBuffer cb = ch.commands();
+    ASSERT_TRUE(cb.copy(a->va, h->va, n).ok());
+    ASSERT_TRUE(cb.copy(b->va, a->va, n).ok());
+    ASSERT_TRUE(cb.copy(r->va, b->va, n).ok());
     uint64_t f = 0;
-    ASSERT_TRUE(ch.submit(Deadline::after_ms(1000), &f).ok());
+    ASSERT_TRUE(ch.submit(cb, Deadline::after_ms(1000), &f).ok());
+    cb.clear();
     Status st = ch.wait_done(Deadline::after_ms(5000), f);
     ASSERT_TRUE(st.ok()) << st.to_string();
     EXPECT_EQ(std::memcmp(h->host, r->host, n), 0);
@@ -182,8 +184,10 @@ TEST_F(NvHw, CopyRoundTripEveryChannel) {
   fill_random(h->host, n, 7);
   std::memset(r->host, 0, n);
   Channel& ch = dev_->channel(0);
-  ASSERT_TRUE(ch.copy(r->va + 0x300003, h->va + 0x12345, 1000001).ok());
-  ASSERT_TRUE(ch.submit(Deadline::after_ms(1000)).ok());
+  CommandBuffer cb = ch.commands();
+  ASSERT_TRUE(cb.copy(r->va + 0x300003, h->va + 0x12345, 1000001).ok());
+  ASSERT_TRUE(ch.submit(cb, Deadline::after_ms(1000)).ok());
+  cb.clear();
   ASSERT_TRUE(ch.wait_done(Deadline::after_ms(5000)).ok());
   EXPECT_EQ(std::memcmp(r->as<uint8_t>() + 0x300003, h->as<uint8_t>() + 0x12345, 1000001), 0);
   EXPECT_EQ(r->as<uint8_t>()[0x300002], 0);
@@ -198,11 +202,13 @@ TEST_F(NvHw, FillAndTimestamp) {
   Result<uint64_t> t0 = dev_->alloc_slot(), t1 = dev_->alloc_slot();
   ASSERT_TRUE(t0.ok() && t1.ok());
   Channel& ch = dev_->channel(0);
-  ASSERT_TRUE(ch.timestamp(*t0).ok());
-  ASSERT_TRUE(ch.fill(a->va, 0xC0FFEE11u, n).ok());
-  ASSERT_TRUE(ch.copy(r->va, a->va, n).ok());
-  ASSERT_TRUE(ch.timestamp(*t1).ok());
-  ASSERT_TRUE(ch.submit(Deadline::after_ms(1000)).ok());
+  CommandBuffer cb = ch.commands();
+  ASSERT_TRUE(cb.timestamp(*t0).ok());
+  ASSERT_TRUE(cb.fill(a->va, 0xC0FFEE11u, n).ok());
+  ASSERT_TRUE(cb.copy(r->va, a->va, n).ok());
+  ASSERT_TRUE(cb.timestamp(*t1).ok());
+  ASSERT_TRUE(ch.submit(cb, Deadline::after_ms(1000)).ok());
+  cb.clear();
   ASSERT_TRUE(ch.wait_done(Deadline::after_ms(5000)).ok());
   for (size_t i = 0; i < n / 4; ++i) ASSERT_EQ(r->as<uint32_t>()[i], 0xC0FFEE11u) << i;
   const uint64_t a0 = dev_->slot_host(*t0)[1], a1 = dev_->slot_host(*t1)[1];
@@ -220,19 +226,23 @@ TEST_F(NvHw, WaitSignalAcrossChannelsAndHost) {
   h1[0] = 0;
   h2[0] = 0;
   Channel& a = dev_->channel(0);
+  CommandBuffer a_cb = a.commands();
   Channel& b = dev_->channel(dev_->channel_count() > 1 ? 1 : 0);
+  CommandBuffer b_cb = b.commands();
   // b waits for s1 >= 0x300000001 (a 64-bit value), then signals s2.
-  ASSERT_TRUE(b.wait(*s1, 0x300000001ull).ok());
-  ASSERT_TRUE(b.signal(*s2, 0x500000007ull).ok());
-  ASSERT_TRUE(b.submit(Deadline::after_ms(1000)).ok());
+  ASSERT_TRUE(b_cb.wait_ge(*s1, 0x300000001ull).ok());
+  ASSERT_TRUE(b_cb.signal_set(*s2, 0x500000007ull).ok());
+  ASSERT_TRUE(b.submit(b_cb, Deadline::after_ms(1000)).ok());
+  b_cb.clear();
   std::this_thread::sleep_for(std::chrono::milliseconds(20));
   EXPECT_EQ(h2[0], 0u) << "the acquire must hold the channel";
   h1[0] = 0x300000000ull;  // still below
   std::this_thread::sleep_for(std::chrono::milliseconds(20));
   EXPECT_EQ(h2[0], 0u);
   if (&a != &b) {  // a releases s1 from another engine
-    ASSERT_TRUE(a.signal(*s1, 0x300000001ull).ok());
-    ASSERT_TRUE(a.submit(Deadline::after_ms(1000)).ok());
+    ASSERT_TRUE(a_cb.signal_set(*s1, 0x300000001ull).ok());
+    ASSERT_TRUE(a.submit(a_cb, Deadline::after_ms(1000)).ok());
+    a_cb.clear();
   } else {
     h1[0] = 0x300000001ull;
   }
@@ -247,9 +257,11 @@ TEST_F(NvHw, TimeoutReportsChannelState) {
   volatile uint64_t* h = dev_->slot_host(*s);
   h[0] = 0;
   Channel& ch = dev_->channel(0);
-  ASSERT_TRUE(ch.wait(*s, 1).ok());
+  CommandBuffer cb = ch.commands();
+  ASSERT_TRUE(cb.wait_ge(*s, 1).ok());
   uint64_t f = 0;
-  ASSERT_TRUE(ch.submit(Deadline::after_ms(1000), &f).ok());
+  ASSERT_TRUE(ch.submit(cb, Deadline::after_ms(1000), &f).ok());
+  cb.clear();
   Status st = ch.wait_done(Deadline::after_ms(50), f);
   EXPECT_EQ(st.code(), Code::timeout);
   EXPECT_NE(st.message().find("GP_GET="), std::string::npos) << st.message();
@@ -266,14 +278,17 @@ TEST_F(NvHw, StripedCopy) {
   ASSERT_TRUE(h.ok() && a.ok() && b.ok() && r.ok());
   fill_random(h->host, n, 42);
   Channel& ch = dev_->channel(0);
-  ASSERT_TRUE(ch.copy(a->va, h->va, n).ok());
-  ASSERT_TRUE(ch.fill(b->va, 0xDEADBEEF, n).ok());
-  ASSERT_TRUE(ch.submit(Deadline::after_ms(1000)).ok());
+  CommandBuffer cb = ch.commands();
+  ASSERT_TRUE(cb.copy(a->va, h->va, n).ok());
+  ASSERT_TRUE(cb.fill(b->va, 0xDEADBEEF, n).ok());
+  ASSERT_TRUE(ch.submit(cb, Deadline::after_ms(1000)).ok());
+  cb.clear();
   ASSERT_TRUE(ch.wait_done(Deadline::after_ms(5000)).ok());
   Status st = dev_->copy_striped(b->va, a->va, n, Deadline::after_ms(5000));
   ASSERT_TRUE(st.ok()) << st.to_string();
-  ASSERT_TRUE(ch.copy(r->va, b->va, n).ok());
-  ASSERT_TRUE(ch.submit(Deadline::after_ms(1000)).ok());
+  ASSERT_TRUE(cb.copy(r->va, b->va, n).ok());
+  ASSERT_TRUE(ch.submit(cb, Deadline::after_ms(1000)).ok());
+  cb.clear();
   ASSERT_TRUE(ch.wait_done(Deadline::after_ms(5000)).ok());
   EXPECT_EQ(std::memcmp(h->host, r->host, n), 0);
   for (Buffer* x : {&*h, &*a, &*b, &*r}) EXPECT_TRUE(dev_->free(*x).ok());
@@ -319,6 +334,7 @@ TEST_F(NvHw, LongWaitSleeps) {
   Result<Buffer> a = dev_->alloc(n, MemKind::device), b = dev_->alloc(n, MemKind::device);
   ASSERT_TRUE(a.ok() && b.ok());
   Channel* ch = dev_->channels_for_rate(1e9)[0];
+  CommandBuffer cb = ch->commands();
   auto cpu_ns = [] {
     timespec t{};
     clock_gettime(CLOCK_THREAD_CPUTIME_ID, &t);
@@ -326,8 +342,9 @@ TEST_F(NvHw, LongWaitSleeps) {
   };
   double wall_sum = 0, cpu_sum = 0;
   for (int i = 0; i < 3; ++i) {
-    ASSERT_TRUE(ch->copy(b->va, a->va, n).ok());
-    ASSERT_TRUE(ch->submit(Deadline::after_ms(1000)).ok());
+    ASSERT_TRUE(cb.copy(b->va, a->va, n).ok());
+    ASSERT_TRUE(ch->submit(cb, Deadline::after_ms(1000)).ok());
+    cb.clear();
     const int64_t c0 = cpu_ns();
     const auto t0 = std::chrono::steady_clock::now();
     ASSERT_TRUE(ch->wait_done(Deadline::after_ms(10000)).ok()) << ch->diagnose();
@@ -375,6 +392,7 @@ TEST_F(NvHw, InterruptWaits) {
     ASSERT_TRUE(d.ok()) << d.status().to_string();
     Device& dev = **d;
     Channel& ch = dev.channel(0);
+    CommandBuffer cb = ch.commands();
     if (!ch.interrupt_waits()) {
       std::printf("%-27s not available: %s\n", c.name, ch.interrupt_note().c_str());
       continue;
@@ -384,15 +402,17 @@ TEST_F(NvHw, InterruptWaits) {
                    h = dev.alloc(mid, MemKind::host), r = dev.alloc(mid, MemKind::host);
     ASSERT_TRUE(a.ok() && b.ok() && h.ok() && r.ok());
     fill_random(h->host, mid, 11);
-    ASSERT_TRUE(ch.copy(a->va, h->va, mid).ok());
-    ASSERT_TRUE(ch.submit(Deadline::after_ms(1000)).ok());
+    ASSERT_TRUE(cb.copy(a->va, h->va, mid).ok());
+    ASSERT_TRUE(ch.submit(cb, Deadline::after_ms(1000)).ok());
+    cb.clear();
     ASSERT_TRUE(ch.wait_done(Deadline::after_ms(5000)).ok());
     double copy_us = 0;
     std::vector<double> lat;
     const Channel::WaitStats s0 = ch.wait_stats();
     for (int i = 0; i < 30; ++i) {
-      ASSERT_TRUE(ch.copy(b->va, a->va, mid).ok());
-      ASSERT_TRUE(ch.submit(Deadline::after_ms(1000)).ok());
+      ASSERT_TRUE(cb.copy(b->va, a->va, mid).ok());
+      ASSERT_TRUE(ch.submit(cb, Deadline::after_ms(1000)).ok());
+      cb.clear();
       const auto t0 = std::chrono::steady_clock::now();
       Status st = ch.wait_done(Deadline::after_ms(5000));
       lat.push_back(std::chrono::duration<double, std::micro>(std::chrono::steady_clock::now() - t0).count());
@@ -403,15 +423,17 @@ TEST_F(NvHw, InterruptWaits) {
     {
       Result<uint64_t> slot = dev.alloc_slot();
       ASSERT_TRUE(slot.ok());
-      ASSERT_TRUE(ch.timestamp(*slot).ok());
-      ASSERT_TRUE(ch.copy(b->va, a->va, mid).ok());
-      ASSERT_TRUE(ch.submit(Deadline::after_ms(1000)).ok());
+      ASSERT_TRUE(cb.timestamp(*slot).ok());
+      ASSERT_TRUE(cb.copy(b->va, a->va, mid).ok());
+      ASSERT_TRUE(ch.submit(cb, Deadline::after_ms(1000)).ok());
+      cb.clear();
       ASSERT_TRUE(ch.wait_done(Deadline::after_ms(5000)).ok());
       copy_us = double(ch.completed_time_ns() - dev.slot_host(*slot)[1]) / 1e3;
     }
     // The bytes landed: copy back and compare.
-    ASSERT_TRUE(ch.copy(r->va, b->va, mid).ok());
-    ASSERT_TRUE(ch.submit(Deadline::after_ms(1000)).ok());
+    ASSERT_TRUE(cb.copy(r->va, b->va, mid).ok());
+    ASSERT_TRUE(ch.submit(cb, Deadline::after_ms(1000)).ok());
+    cb.clear();
     ASSERT_TRUE(ch.wait_done(Deadline::after_ms(5000)).ok());
     EXPECT_EQ(std::memcmp(h->host, r->host, mid), 0);
     // A long wait: CPU time against wall time.
@@ -419,8 +441,9 @@ TEST_F(NvHw, InterruptWaits) {
     timespec c0{}, c1{};
     clock_gettime(CLOCK_THREAD_CPUTIME_ID, &c0);
     const auto w0 = std::chrono::steady_clock::now();
-    ASSERT_TRUE(ch.copy(b->va, a->va, big).ok());
-    ASSERT_TRUE(ch.submit(Deadline::after_ms(1000)).ok());
+    ASSERT_TRUE(cb.copy(b->va, a->va, big).ok());
+    ASSERT_TRUE(ch.submit(cb, Deadline::after_ms(1000)).ok());
+    cb.clear();
     ASSERT_TRUE(ch.wait_done(Deadline::after_ms(10000)).ok());
     const double wall = std::chrono::duration<double, std::nano>(std::chrono::steady_clock::now() - w0).count();
     clock_gettime(CLOCK_THREAD_CPUTIME_ID, &c1);
@@ -463,10 +486,12 @@ TEST(NvFault, MmuFaultIsReportedNotHung) {
   Result<Buffer> a = (*d)->alloc(1 << 20, MemKind::device);
   ASSERT_TRUE(a.ok());
   Channel& ch = (*d)->channel(0);
+  CommandBuffer cb = ch.commands();
   // Copy into the reserved but unmapped end of the window.
-  ASSERT_TRUE(ch.copy(o.va_base + o.va_size - (1 << 20), a->va, 4096).ok());
+  ASSERT_TRUE(cb.copy(o.va_base + o.va_size - (1 << 20), a->va, 4096).ok());
   uint64_t f = 0;
-  ASSERT_TRUE(ch.submit(Deadline::after_ms(1000), &f).ok());
+  ASSERT_TRUE(ch.submit(cb, Deadline::after_ms(1000), &f).ok());
+  cb.clear();
   Status st = ch.wait_done(Deadline::after_ms(5000), f);
   std::printf("fault report (faults_reported=%d): %s\n", int(ch.faults_reported()), st.to_string().c_str());
   if (!ch.faults_reported()) {

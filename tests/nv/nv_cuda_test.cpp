@@ -70,9 +70,11 @@ class NvCudaHw : public ::testing::Test {
   // Copies [src, src+n) to [dst, dst+n) on channel 0 and waits.
   static Status copy(uint64_t dst, uint64_t src, uint64_t n) {
     Channel& ch = dev_->channel(0);
-    CONCCL_RETURN_IF_ERROR(ch.copy(dst, src, n));
+    CommandBuffer cb = ch.commands();
+    CONCCL_RETURN_IF_ERROR(cb.copy(dst, src, n));
     uint64_t f = 0;
-    CONCCL_RETURN_IF_ERROR(ch.submit(Deadline::after_ms(1000), &f));
+    CONCCL_RETURN_IF_ERROR(ch.submit(cb, Deadline::after_ms(1000), &f));
+    cb.clear();
     return ch.wait_done(Deadline::after_ms(5000), f);
   }
   static constexpr size_t kBytes = 6u << 20;  // three 2 MiB granules
@@ -155,12 +157,16 @@ TEST_F(NvCudaHw, SemaphoreSlotsInDeviceMemory) {
   EXPECT_EQ(r->as<uint64_t>()[2], 0u);
   // One engine releases a 64-bit value into the page; another waits on it.
   Channel& a = dev_->channel(0);
+  CommandBuffer a_cb = a.commands();
   Channel& b = dev_->channel(dev_->channel_count() > 1 ? 1 : 0);
-  ASSERT_TRUE(b.wait(*s1, 0x300000001ull).ok());
-  ASSERT_TRUE(b.signal(*s2, 0x500000007ull).ok());
-  ASSERT_TRUE(b.submit(Deadline::after_ms(1000)).ok());
-  ASSERT_TRUE(a.signal(*s1, 0x300000001ull).ok());
-  ASSERT_TRUE(a.submit(Deadline::after_ms(1000)).ok());
+  CommandBuffer b_cb = b.commands();
+  ASSERT_TRUE(b_cb.wait_ge(*s1, 0x300000001ull).ok());
+  ASSERT_TRUE(b_cb.signal_set(*s2, 0x500000007ull).ok());
+  ASSERT_TRUE(b.submit(b_cb, Deadline::after_ms(1000)).ok());
+  b_cb.clear();
+  ASSERT_TRUE(a_cb.signal_set(*s1, 0x300000001ull).ok());
+  ASSERT_TRUE(a.submit(a_cb, Deadline::after_ms(1000)).ok());
+  a_cb.clear();
   ASSERT_TRUE(b.wait_done(Deadline::after_ms(5000)).ok()) << b.diagnose();
   ASSERT_TRUE(a.wait_done(Deadline::after_ms(5000)).ok()) << a.diagnose();
   ASSERT_TRUE(copy(r->va, *s1, 32).ok());
@@ -196,10 +202,12 @@ TEST_F(NvCudaHw, HostSlotsSharedWithCuda) {
   hout[0] = 0;
   const uint64_t want_in = 0x0000000700000007ull, want_out = 0x0000ABCD00001234ull;
   Channel& ch = dev_->channel(0);
-  ASSERT_TRUE(ch.wait(*in, want_in).ok());
-  ASSERT_TRUE(ch.signal(*out, want_out).ok());
+  CommandBuffer cb = ch.commands();
+  ASSERT_TRUE(cb.wait_ge(*in, want_in).ok());
+  ASSERT_TRUE(cb.signal_set(*out, want_out).ok());
   uint64_t f = 0;
-  ASSERT_TRUE(ch.submit(Deadline::after_ms(1000), &f).ok());
+  ASSERT_TRUE(ch.submit(cb, Deadline::after_ms(1000), &f).ok());
+  cb.clear();
   std::this_thread::sleep_for(std::chrono::milliseconds(20));
   EXPECT_EQ(hout[0], 0u) << "the channel must hold at its acquire";
   // CUDA writes the slot through its device pointer, which is the same VA.

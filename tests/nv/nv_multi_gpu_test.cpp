@@ -37,10 +37,12 @@ std::vector<uint8_t> random_bytes(size_t n, uint64_t seed) {
 
 // One copy on `ch`, waited for.
 Status copy_and_wait(nv::Channel& ch, uint64_t dst, uint64_t src, uint64_t bytes) {
+  CommandBuffer cb = ch.commands();
   const Deadline dl = Deadline::after_ms(10000);
   uint64_t f = 0;
-  CONCCL_RETURN_IF_ERROR(ch.copy(dst, src, bytes));
-  CONCCL_RETURN_IF_ERROR(ch.submit(dl, &f));
+  CONCCL_RETURN_IF_ERROR(cb.copy(dst, src, bytes));
+  CONCCL_RETURN_IF_ERROR(ch.submit(cb, dl, &f));
+  cb.clear();
   return ch.wait_done(dl, f);
 }
 

@@ -8,6 +8,7 @@
 #include <thread>
 #include <vector>
 
+#include "conccl/sdma_packets.hpp"
 #include "emu/emu_test_util.hpp"
 
 namespace conccl {
@@ -38,7 +39,7 @@ class Backpressure : public ::testing::Test {
 
   // Records "write payload i into slot i" into cb.
   Status add_write(CommandBuffer& cb, size_t i) {
-    return cb.write(slots_.va_at(i * kDataDwords * 4), payload_[i]);
+    return SdmaPackets(cb).write(slots_.va_at(i * kDataDwords * 4), payload_[i]);
   }
   ::testing::AssertionResult slot_written(size_t i) {
     return bytes_equal(slots_.as<uint32_t>() + i * kDataDwords, payload_[i].data(), kDataDwords * 4);
@@ -178,18 +179,18 @@ TEST_F(Backpressure, CommandBufferLargerThanTheRingIsRefused) {
 
   // One packet larger than the ring.
   cb.clear();
-  ASSERT_OK(cb.write(slots_.va, random_dwords(1100, rng_)));
+  ASSERT_OK(SdmaPackets(cb).write(slots_.va, random_dwords(1100, rng_)));
   st = q_->submit(cb, long_deadline());
   EXPECT_EQ(st.code(), Code::invalid_argument);
   EXPECT_TRUE(contains(st.message(), "cannot fit")) << st.message();
   cb.clear();
-  ASSERT_OK(cb.nop(1023));  // exactly the ring size
+  ASSERT_OK(SdmaPackets(cb).nop(1023));  // exactly the ring size
   EXPECT_EQ(q_->submit(cb, long_deadline()).code(), Code::invalid_argument);
   EXPECT_EQ(q_->submitted(), 0u);
 
   // ring - 4 bytes is the most a ring holds, frame included; that goes in.
   cb.clear();
-  ASSERT_OK(cb.nop(static_cast<uint32_t>(1022 - frame_bytes(*q_) / 4)));
+  ASSERT_OK(SdmaPackets(cb).nop(static_cast<uint32_t>(1022 - frame_bytes(*q_) / 4)));
   ASSERT_OK(run(*q_, cb));
   EXPECT_EQ(q_->completed(), kRing - 4);
   for (size_t i = 0; i < kSlots; ++i) ASSERT_TRUE(slot_untouched(i));
@@ -203,7 +204,7 @@ TEST_F(Backpressure, CommandBufferLargerThanTheRingIsRefused) {
 TEST_F(Backpressure, FullRingBehindAHaltedEngineIsADeviceFault) {
   CommandBuffer cb = q_->command_buffer();
   const uint64_t unmapped = emu::kGpuVaBase + 7 * emu::kGpuVaStride;  // GPU 7 of a 2-GPU node
-  ASSERT_OK(cb.write(unmapped, std::vector<uint32_t>{1, 2, 3}));
+  ASSERT_OK(SdmaPackets(cb).write(unmapped, std::vector<uint32_t>{1, 2, 3}));
   ASSERT_OK(q_->submit(cb, long_deadline()));
   Status st = q_->wait_done(long_deadline());
   ASSERT_EQ(st.code(), Code::device_fault) << st.to_string();

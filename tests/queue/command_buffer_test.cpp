@@ -6,6 +6,7 @@
 #include <random>
 #include <vector>
 
+#include "conccl/sdma_packets.hpp"
 #include "emu/emu_test_util.hpp"
 #include "packets/copy_split.hpp"
 #include "packets/generation.hpp"
@@ -55,7 +56,7 @@ TEST(CommandBuffer, CopySplitsAtTheGenerationLimit) {
 
 TEST(CommandBuffer, InvalidCommandsAppendNothing) {
   CommandBuffer cb(Gen::v4_4_2);
-  ASSERT_OK(cb.nop(2));
+  ASSERT_OK(SdmaPackets(cb).nop(2));
   const std::vector<uint32_t> before(cb.dwords().begin(), cb.dwords().end());
 
   EXPECT_EQ(cb.copy(kDst, kSrc, 0).code(), Code::invalid_argument);
@@ -66,21 +67,21 @@ TEST(CommandBuffer, InvalidCommandsAppendNothing) {
   EXPECT_EQ(cb.fill(kDst + 2, 0x12345678, 64).code(), Code::invalid_argument);
   EXPECT_EQ(cb.fill(kDst, 0x12345678, 6).code(), Code::invalid_argument);
   EXPECT_EQ(cb.fill(kDst, 0x12345678, 0).code(), Code::invalid_argument);
-  Status f64 = cb.fence64(kDst + 4, 1);
+  Status f64 = SdmaPackets(cb).fence64(kDst + 4, 1);
   EXPECT_EQ(f64.code(), Code::invalid_argument);
   EXPECT_TRUE(contains(f64.message(), "8-byte")) << f64.message();
-  EXPECT_FALSE(cb.fence(kDst + 2, 1).ok());
-  EXPECT_FALSE(cb.atomic_add64(kDst + 4, -1).ok());
+  EXPECT_FALSE(SdmaPackets(cb).fence(kDst + 2, 1).ok());
+  EXPECT_FALSE(SdmaPackets(cb).atomic_add64(kDst + 4, -1).ok());
   EXPECT_FALSE(cb.timestamp(kDst + 4).ok());
-  EXPECT_FALSE(cb.poll(kDst + 1, 0, ~0u, PollFunc::eq).ok());
-  EXPECT_FALSE(cb.write(kDst + 1, std::vector<uint32_t>{1, 2}).ok());
-  EXPECT_FALSE(cb.write(kDst, std::vector<uint32_t>{}).ok());
-  EXPECT_FALSE(cb.nop(0x4000).ok());  // count is 14 bits
+  EXPECT_FALSE(SdmaPackets(cb).poll(kDst + 1, 0, ~0u, PollFunc::eq).ok());
+  EXPECT_FALSE(SdmaPackets(cb).write(kDst + 1, std::vector<uint32_t>{1, 2}).ok());
+  EXPECT_FALSE(SdmaPackets(cb).write(kDst, std::vector<uint32_t>{}).ok());
+  EXPECT_FALSE(SdmaPackets(cb).nop(0x4000).ok());  // count is 14 bits
   const sdma::FieldValue bad_atomic[] = {{Key::op, 200}, {Key::addr, kDst}};  // op is 7 bits
-  EXPECT_FALSE(cb.packet(Pkt::atomic, bad_atomic).ok());
+  EXPECT_FALSE(SdmaPackets(cb).packet(Pkt::atomic, bad_atomic).ok());
   const sdma::FieldValue missing[] = {{Key::addr, kDst}};  // swap needs a, b, bytes
-  EXPECT_FALSE(cb.packet(Pkt::swap, missing).ok());
-  EXPECT_EQ(cb.packet(Pkt::mem_incr, bad_atomic).code(), Code::invalid_argument);  // not on 4.4.2
+  EXPECT_FALSE(SdmaPackets(cb).packet(Pkt::swap, missing).ok());
+  EXPECT_EQ(SdmaPackets(cb).packet(Pkt::mem_incr, bad_atomic).code(), Code::invalid_argument);  // not on 4.4.2
 
   EXPECT_EQ(std::vector<uint32_t>(cb.dwords().begin(), cb.dwords().end()), before);
   EXPECT_EQ(cb.packet_count(), 1u);
@@ -88,13 +89,13 @@ TEST(CommandBuffer, InvalidCommandsAppendNothing) {
 
 TEST(CommandBuffer, RawPacketsAreDecodedOrRejected) {
   CommandBuffer src(Gen::v4_4_2);
-  ASSERT_OK(src.write(kDst, std::vector<uint32_t>{0xA1, 0xB2, 0xC3}));
-  ASSERT_OK(src.nop(5));
-  ASSERT_OK(src.fence(kDst + 64, 0xFEED));
-  ASSERT_OK(src.trap(9));
+  ASSERT_OK(SdmaPackets(src).write(kDst, std::vector<uint32_t>{0xA1, 0xB2, 0xC3}));
+  ASSERT_OK(SdmaPackets(src).nop(5));
+  ASSERT_OK(SdmaPackets(src).fence(kDst + 64, 0xFEED));
+  ASSERT_OK(SdmaPackets(src).trap(9));
 
   CommandBuffer cb(Gen::v4_4_2);
-  ASSERT_OK(cb.fence(kDst, 1));
+  ASSERT_OK(SdmaPackets(cb).fence(kDst, 1));
   ASSERT_OK(cb.raw(src.dwords()));
   EXPECT_EQ(cb.packet_count(), 5u);
   EXPECT_EQ(cb.size_bytes(), 4 * (4 + src.dwords().size()));  // fence is 4 dwords
@@ -122,7 +123,7 @@ TEST(CommandBuffer, RawPacketsAreDecodedOrRejected) {
 
 TEST(CommandBuffer, Fence64WritesLowDwordFirst) {
   CommandBuffer cb(Gen::v4_4_2);
-  ASSERT_OK(cb.fence64(kDst, 0x1122334455667788ull));
+  ASSERT_OK(SdmaPackets(cb).fence64(kDst, 0x1122334455667788ull));
   sdma::StreamDecode d = sdma::decode_stream(cb.gen(), cb.dwords());
   ASSERT_EQ(d.packets.size(), 2u);
   EXPECT_EQ(d.packets[0].get(Key::addr), kDst);
@@ -134,7 +135,7 @@ TEST(CommandBuffer, Fence64WritesLowDwordFirst) {
 TEST(CommandBuffer, FenceIsUncachedWhereTheGenerationNeedsIt) {
   for (Gen g : sdma::kAllGens) {
     CommandBuffer cb(g);
-    ASSERT_OK(cb.fence(kDst, 7));
+    ASSERT_OK(SdmaPackets(cb).fence(kDst, 7));
     Result<sdma::Packet> p = sdma::decode(g, cb.dwords());
     ASSERT_TRUE(p.ok());
     EXPECT_EQ(p->get(Key::mtype), sdma::limits(g).fence_mtype_uc ? 3u : 0u) << sdma::gen_name(g);
@@ -153,7 +154,7 @@ class SubmitChecks : public ::testing::Test {
 
 TEST_F(SubmitChecks, WrongGenerationIsRefused) {
   CommandBuffer cb(Gen::v6);
-  ASSERT_OK(cb.nop());
+  ASSERT_OK(SdmaPackets(cb).nop());
   Status st = q_->submit(cb, Deadline::now());
   EXPECT_EQ(st.code(), Code::invalid_argument);
   EXPECT_TRUE(contains(st.message(), "command_buffer()")) << st.message();
@@ -168,7 +169,7 @@ TEST_F(SubmitChecks, EmptySubmitPublishesNothing) {
   EXPECT_EQ(span.begin, 0u);
   EXPECT_EQ(span.end, 0u);
   EXPECT_EQ(q_->submitted(), 0u);
-  ASSERT_OK(cb.nop());
+  ASSERT_OK(SdmaPackets(cb).nop());
   ASSERT_OK(q_->submit(cb, long_deadline(), &span));
   const uint64_t end = 4 + frame_bytes(*q_);  // the NOP in the queue's frame
   EXPECT_EQ(span.begin, 0u);
@@ -203,10 +204,10 @@ TEST_F(SubmitChecks, QueueReportsItsIdentity) {
 
 // One packet or method group of a copy / fill piece, as the lowerings emit it.
 uint64_t copy_piece_bytes(const Isa& isa) {
-  return isa.is_sdma() ? sdma::packet_dwords(isa.gen, Pkt::copy, {}) * 4 : hopper::kCopyPieceDwords * 4;
+  return isa.is_sdma() ? sdma::packet_dwords(isa.gen(), Pkt::copy, {}) * 4 : hopper::kCopyPieceDwords * 4;
 }
 uint64_t fill_piece_bytes(const Isa& isa) {
-  return isa.is_sdma() ? sdma::packet_dwords(isa.gen, Pkt::fill, {}) * 4 : hopper::kFillPieceDwords * 4;
+  return isa.is_sdma() ? sdma::packet_dwords(isa.gen(), Pkt::fill, {}) * 4 : hopper::kFillPieceDwords * 4;
 }
 uint64_t fill_setup_bytes(const Isa& isa) { return isa.is_sdma() ? 0 : hopper::kFillSetupDwords * 4; }
 
@@ -216,7 +217,7 @@ const Isa kLimitIsas[] = {Isa::sdma_gen(Gen::v4), Isa::sdma_gen(Gen::v4_4), Isa:
 // Something already recorded, so that "unchanged" means more than "empty".
 void record_prefix(CommandBuffer& cb) {
   if (cb.isa().is_sdma())
-    ASSERT_OK(cb.nop(3));
+    ASSERT_OK(SdmaPackets(cb).nop(3));
   else
     ASSERT_OK(cb.signal_set(kDst, 5));
 }
@@ -366,7 +367,7 @@ TEST(CommandBufferLimit, SetLimitHoldsExactlyWhatFits) {
   EXPECT_TRUE(contains(st.message(), "reserved ring space")) << st.message();
   EXPECT_TRUE(fixed.empty());
   // Its copy owns its dwords and is bound by the default limit, not the storage.
-  ASSERT_OK(fixed.nop(1));
+  ASSERT_OK(SdmaPackets(fixed).nop(1));
   CommandBuffer owned = fixed;
   EXPECT_EQ(owned.max_bytes(), CommandBuffer::kMaxBytes);
 }
@@ -419,7 +420,7 @@ TEST(CommandBufferLimit, JustWithinTheLimitRecordsSubmitsAndCopies) {
   EXPECT_TRUE(contains(too_big.message(), std::to_string(q->max_submit_bytes()))) << too_big.message();
   EXPECT_TRUE(cb.empty());
   fill_random(src.host, bytes + 8, rng);
-  ASSERT_OK(cb.nop(1));
+  ASSERT_OK(SdmaPackets(cb).nop(1));
   ASSERT_OK(cb.set_max_bytes(cb.size_bytes() + 3 * per));
   EXPECT_EQ(cb.copy(dst.va, src.va, bytes + 4).code(), Code::resource_exhausted);
   EXPECT_EQ(cb.size_bytes(), 8u) << "all or nothing";

@@ -15,6 +15,7 @@
 #include <thread>
 #include <vector>
 
+#include "conccl/sdma_packets.hpp"
 #include "emu/emu_test_util.hpp"
 
 namespace conccl {
@@ -73,16 +74,16 @@ void produce(Queue& q, Stream& s, uint64_t seed, size_t max_batch) {
         s.kind[seq] = kWrite;
         s.len[seq] = static_cast<uint8_t>(1 + rng() % kSlotDwords);
         for (uint64_t i = 0; i < s.len[seq]; ++i) data[i] = payload(s.tag, seq, i);
-        st = cb.write(slot_va, std::span<const uint32_t>(data, s.len[seq]));
+        st = SdmaPackets(cb).write(slot_va, std::span<const uint32_t>(data, s.len[seq]));
       } else if (r < 70) {
         s.kind[seq] = kAdd;
         const int64_t v = static_cast<int64_t>(rng() % 20001) - 10000;
         s.sum += static_cast<uint64_t>(v);
-        st = cb.atomic_add64(s.ctr.va, v);
+        st = SdmaPackets(cb).atomic_add64(s.ctr.va, v);
       } else if (r < 85) {
         s.kind[seq] = kChain;
         const FieldValue f[] = {{Key::op, 40}, {Key::addr, s.ctr.va_at(8)}, {Key::value, seq + 1}, {Key::cmp, s.chain}};
-        st = cb.packet(Pkt::atomic, f);
+        st = SdmaPackets(cb).packet(Pkt::atomic, f);
         s.chain = seq + 1;
       } else {
         s.kind[seq] = kSnap;
@@ -240,8 +241,8 @@ TEST_F(MultiProducer, APollBlocksOnlyItsOwnQueue) {
   const std::vector<uint32_t> mark = random_dwords(4, rng_);
 
   CommandBuffer ca = a->command_buffer();
-  ASSERT_OK(ca.poll(flag.va, 1, 0xFFFFFFFF, PollFunc::eq));
-  ASSERT_OK(ca.write(marker.va, mark));
+  ASSERT_OK(SdmaPackets(ca).poll(flag.va, 1, 0xFFFFFFFF, PollFunc::eq));
+  ASSERT_OK(SdmaPackets(ca).write(marker.va, mark));
   ASSERT_OK(a->submit(ca, long_deadline()));
   // Wait (with a deadline) until the engine reports A's poll.
   const Deadline d = long_deadline();

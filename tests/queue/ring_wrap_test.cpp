@@ -20,6 +20,7 @@
 #include <random>
 #include <vector>
 
+#include "conccl/sdma_packets.hpp"
 #include "emu/emu_test_util.hpp"
 
 namespace conccl {
@@ -114,7 +115,7 @@ TEST_F(RingWrap, MillionRandomPacketsExecuteExactlyOnceInOrder) {
       const unsigned r = static_cast<unsigned>(rng() % 100);
       Rec rec{};
       if (r < 15) {
-        ASSERT_OK(cb.nop(static_cast<uint32_t>(rng() % 32)));
+        ASSERT_OK(SdmaPackets(cb).nop(static_cast<uint32_t>(rng() % 32)));
         ++packets;
         continue;
       }
@@ -125,22 +126,22 @@ TEST_F(RingWrap, MillionRandomPacketsExecuteExactlyOnceInOrder) {
         rec.dwords = static_cast<uint8_t>(1 + rng() % kSlotDwords);
         data[0] = static_cast<uint32_t>(rec.seq);
         for (uint64_t i = 1; i < rec.dwords; ++i) data[i] = payload(rec.seq, i);
-        ASSERT_OK(cb.write(log_.va_at(slot * kSlotDwords * 4), std::span<const uint32_t>(data, rec.dwords)));
+        ASSERT_OK(SdmaPackets(cb).write(log_.va_at(slot * kSlotDwords * 4), std::span<const uint32_t>(data, rec.dwords)));
       } else if (r < 72) {
         rec.kind = kFence;
-        ASSERT_OK(cb.fence(fence_log_.va_at(slot * 4), fence_value(rec.seq)));
+        ASSERT_OK(SdmaPackets(cb).fence(fence_log_.va_at(slot * 4), fence_value(rec.seq)));
       } else if (r < 82) {
         rec.kind = kAdd;
         const int64_t v = static_cast<int64_t>(rng() % 2000001) - 1000000;
         sum += static_cast<uint64_t>(v);
-        ASSERT_OK(cb.atomic_add64(ctr_.va, v));
+        ASSERT_OK(SdmaPackets(cb).atomic_add64(ctr_.va, v));
       } else if (r < 90) {
         rec.kind = kChain;
         const sdma::FieldValue f[] = {{sdma::Key::op, 40 /* CMPSWAP_RTN_64 */},
                                       {sdma::Key::addr, ctr_.va_at(8)},
                                       {sdma::Key::value, rec.seq},
                                       {sdma::Key::cmp, chain}};
-        ASSERT_OK(cb.packet(sdma::Pkt::atomic, f));
+        ASSERT_OK(SdmaPackets(cb).packet(sdma::Pkt::atomic, f));
         chain = rec.seq;
       } else {
         rec.kind = kSnap;
@@ -210,9 +211,9 @@ TEST_F(RingWrap, EveryTailOffsetIsPaddedWithNops) {
       if (bytes - frame - chunk != 0 && bytes - frame - chunk < frame + 4) chunk /= 2;  // leave room for one more
       cb.clear();
       if (chunk >= 20)
-        CONCCL_RETURN_IF_ERROR(cb.write(scratch.va, random_dwords(chunk / 4 - 4, rng)));
+        CONCCL_RETURN_IF_ERROR(SdmaPackets(cb).write(scratch.va, random_dwords(chunk / 4 - 4, rng)));
       else
-        CONCCL_RETURN_IF_ERROR(cb.nop(static_cast<uint32_t>(chunk / 4 - 1)));
+        CONCCL_RETURN_IF_ERROR(SdmaPackets(cb).nop(static_cast<uint32_t>(chunk / 4 - 1)));
       CONCCL_RETURN_IF_ERROR(run(*q, cb));
       bytes -= chunk + frame;
     }
@@ -227,7 +228,7 @@ TEST_F(RingWrap, EveryTailOffsetIsPaddedWithNops) {
         CONCCL_RETURN_IF_ERROR(fill(left));
       } else {
         cb.clear();
-        CONCCL_RETURN_IF_ERROR(cb.nop(0));
+        CONCCL_RETURN_IF_ERROR(SdmaPackets(cb).nop(0));
         CONCCL_RETURN_IF_ERROR(run(*q, cb));
         CONCCL_RETURN_IF_ERROR(fill(kRing - (q->submitted() & (kRing - 1))));
       }
@@ -258,7 +259,7 @@ TEST_F(RingWrap, EveryTailOffsetIsPaddedWithNops) {
       rec.dwords = kSlotDwords;
       data[0] = static_cast<uint32_t>(rec.seq);
       for (uint64_t i = 1; i < kSlotDwords; ++i) data[i] = payload(rec.seq, i);
-      ASSERT_OK(cb.write(log_.va_at((rec.seq % kLog) * kSlotDwords * 4), data));
+      ASSERT_OK(SdmaPackets(cb).write(log_.va_at((rec.seq % kLog) * kSlotDwords * 4), data));
       b.recs.push_back(rec);
       QueueSpan span;
       ASSERT_OK(q->submit(cb, long_deadline(), &span));

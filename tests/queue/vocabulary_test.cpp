@@ -8,6 +8,8 @@
 
 #include <vector>
 
+#include "conccl/hopper_methods.hpp"
+#include "conccl/sdma_packets.hpp"
 #include "conccl/commands.hpp"
 #include "conccl/emu.hpp"
 #include "conccl/signal.hpp"
@@ -201,14 +203,17 @@ TEST(HopperLowering, WhatCopyEnginesLackIsAClearError) {
   st = cb.swap(0x1000, 0x2000, 64);
   EXPECT_EQ(st.code(), Code::invalid_argument);
   EXPECT_TRUE(contains(st.message(), "swap")) << st.message();
-  for (Status s : {cb.fence(0x1000, 1), cb.poll(0x1000, 1, ~0u, PollFunc::ge), cb.trap(1), cb.atomic_add64(0x1000, 1),
-                   cb.nop(0)}) {
+  for (Status s : {SdmaPackets(cb).fence(0x1000, 1), SdmaPackets(cb).poll(0x1000, 1, ~0u, PollFunc::ge), SdmaPackets(cb).trap(1), SdmaPackets(cb).atomic_add64(0x1000, 1),
+                   SdmaPackets(cb).nop(0)}) {
     EXPECT_EQ(s.code(), Code::invalid_argument);
     EXPECT_TRUE(contains(s.message(), "SDMA packet")) << s.message();
   }
   EXPECT_TRUE(cb.empty()) << "failed commands append nothing";
   CommandBuffer sdma(Isa::sdma_gen(sdma::Gen::v4_4_2));
-  EXPECT_EQ(sdma.nonstall_interrupt().code(), Code::invalid_argument);
+  EXPECT_EQ(HopperMethods(sdma).nonstall_interrupt().code(), Code::invalid_argument);
+  EXPECT_EQ(HopperMethods(sdma).bind_copy_object().code(), Code::invalid_argument);
+  EXPECT_EQ(HopperMethods(sdma).release(0x1000, 1, true, false).code(), Code::invalid_argument);
+  EXPECT_TRUE(sdma.empty()) << "a Hopper method appends nothing to an SDMA buffer";
   EXPECT_EQ(cb.copy(0x1000, 0x1800, 0x1000).code(), Code::invalid_argument) << "overlap";
   EXPECT_EQ(cb.copy(0x1000, 0x9000, 0).code(), Code::invalid_argument);
   EXPECT_EQ(cb.copy(1ull << 57, 0x9000, 16).code(), Code::out_of_range) << "57-bit addresses";

@@ -1,6 +1,7 @@
 // tests/signal/hang_test.cpp - each hang diagnosis, driven by fault injection.
 #include <thread>
 
+#include "conccl/sdma_packets.hpp"
 #include "signal_fixture.hpp"
 
 namespace conccl::testing {
@@ -63,7 +64,7 @@ TEST_F(HangTest, NeverFetchedWhenEngineStalled) {
 TEST_F(HangTest, StuckOnPollNamesThePoll) {
   Buffer gate = alloc(-1, 256);
   CommandBuffer cb = q->command_buffer();
-  ASSERT_TRUE(cb.poll(gate.va, 0x77, 0xFF, PollFunc::eq).ok());
+  ASSERT_TRUE(SdmaPackets(cb).poll(gate.va, 0x77, 0xFF, PollFunc::eq).ok());
   QueueSpan span = submit_copy(std::move(cb));
   // The engine thread reaches the poll on its own time (seconds apart under
   // a sanitizer on a loaded machine): the diagnosis is about a queue that is

@@ -3,6 +3,7 @@
 #include <atomic>
 #include <thread>
 
+#include "conccl/sdma_packets.hpp"
 #include "signal_fixture.hpp"
 
 namespace conccl::testing {
@@ -69,7 +70,7 @@ TEST_P(DmaWaitTest, WaitsForExact64BitTarget) {
   Buffer flag = alloc(-1, 256);
   CommandBuffer cb = waiter->command_buffer();
   ASSERT_TRUE(s->enqueue_wait(cb, target).ok());
-  ASSERT_TRUE(cb.fence(flag.va, 0xC0FFEE).ok());
+  ASSERT_TRUE(SdmaPackets(cb).fence(flag.va, 0xC0FFEE).ok());
   ASSERT_TRUE(waiter->submit(cb, Deadline::after_ms(kMs)).ok());
   auto* f = flag.as<volatile uint32_t>();
   for (int step = 0; step < 2; ++step) {  // target-2, target-1: must not pass
@@ -105,7 +106,7 @@ TEST_F(SignalTest, DmaWaitPassesWhenHighWordAlreadyAbove) {
   for (uint64_t target : {0x1FFFFFFF0ull, 0x480000000ull, 0x4FFFFFFFFull}) {
     CommandBuffer cb = q->command_buffer();
     ASSERT_TRUE(s->enqueue_wait(cb, target).ok());
-    ASSERT_TRUE(cb.fence(flag.va, static_cast<uint32_t>(target)).ok());
+    ASSERT_TRUE(SdmaPackets(cb).fence(flag.va, static_cast<uint32_t>(target)).ok());
     ASSERT_TRUE(q->submit(cb, Deadline::after_ms(kMs)).ok());
     ASSERT_TRUE(q->wait_done(Deadline::after_ms(kMs)).ok()) << q->diagnose();
     EXPECT_EQ(*flag.as<uint32_t>(), static_cast<uint32_t>(target));
@@ -136,7 +137,7 @@ TEST_F(SignalTest, HostWaitWakesOnTrapAfterSleeping) {
   CommandBuffer cb = q->command_buffer();
   ASSERT_TRUE(trig->arm(cb).ok());
   ASSERT_TRUE(s->enqueue_add(cb, 1).ok());
-  ASSERT_TRUE(cb.trap(42).ok());
+  ASSERT_TRUE(SdmaPackets(cb).trap(42).ok());
   QueueSpan span;
   ASSERT_TRUE(q->submit(cb, Deadline::after_ms(kMs), &span).ok());
   std::thread releaser([&] {

@@ -39,6 +39,7 @@
 #include <vector>
 
 #include "conccl/emu.hpp"
+#include "conccl/packets/generation.hpp"
 #include "conccl/queue.hpp"
 
 using namespace conccl;

@@ -16,6 +16,7 @@
 #include <thread>
 #include <vector>
 
+#include "conccl/sdma_packets.hpp"
 #include "conccl/emu.hpp"
 #include "conccl/signal.hpp"
 
@@ -99,7 +100,7 @@ int main(int argc, char** argv) {
     const int n = std::max(20, iters / 10);
     for (int i = -5; i < n; ++i) {
       CommandBuffer cb = (*q)->command_buffer();
-      if (!check(trig->arm(cb), "arm") || !check(cb.timestamp(ts->va), "ts") || !check(cb.trap(7), "trap")) return 4;
+      if (!check(trig->arm(cb), "arm") || !check(cb.timestamp(ts->va), "ts") || !check(SdmaPackets(cb).trap(7), "trap")) return 4;
       const uint64_t before = (*q)->wake_event()->count();
       if (!check((*q)->submit(cb, Deadline::after_ms(1000)), "submit")) return 4;
       uint64_t woke = 0;

@@ -138,8 +138,9 @@ struct Phase {
         uint64_t off = 0;
         for (size_t c = 0; c < dev->channel_count() && st.ok(); ++c) {
           if (!pieces[c]) continue;
-          st = dev->channel(c).copy(b->va + off, a->va + off, pieces[c]);
-          if (st.ok()) st = dev->channel(c).submit(dl);
+          CommandBuffer cb = dev->channel(c).commands();
+          st = cb.copy(b->va + off, a->va + off, pieces[c]);
+          if (st.ok()) st = dev->channel(c).submit(cb, dl);
           off += pieces[c];
         }
       }
@@ -284,8 +285,10 @@ int main(int argc, char** argv) {
   std::memcpy(ohost->host, pattern.data(), copy_bytes);
   {
     cnv::Channel& c = dev->channel(0);
-    Status s = c.copy(osrc->va, ohost->va, copy_bytes);
-    if (s.ok()) s = c.submit(dl);
+    CommandBuffer c_cb = c.commands();
+    Status s = c_cb.copy(osrc->va, ohost->va, copy_bytes);
+    if (s.ok()) s = c.submit(c_cb, dl);
+    c_cb.clear();
     if (s.ok()) s = c.wait_done(dl);
     if (!s.ok()) die(s, "upload own");
   }
@@ -335,8 +338,9 @@ int main(int argc, char** argv) {
       uint64_t off = 0;
       for (size_t c = 0; c < v.chs.size(); ++c) {
         if (!pieces[c]) continue;
-        CONCCL_RETURN_IF_ERROR(v.chs[c]->copy(d + off, s + off, pieces[c]));
-        CONCCL_RETURN_IF_ERROR(v.chs[c]->submit(dl));
+        CommandBuffer cb = v.chs[c]->commands();
+        CONCCL_RETURN_IF_ERROR(cb.copy(d + off, s + off, pieces[c]));
+        CONCCL_RETURN_IF_ERROR(v.chs[c]->submit(cb, dl));
         off += pieces[c];
       }
     }
@@ -529,9 +533,11 @@ int main(int argc, char** argv) {
   sampler.stop();
   if (wanted("ce3own")) {  // own buffers: copy odst back to host and compare
     cnv::Channel& c = dev->channel(0);
+    CommandBuffer c_cb = c.commands();
     std::memset(ohost->host, 0, copy_bytes);
-    Status s = c.copy(ohost->va, odst->va, copy_bytes);
-    if (s.ok()) s = c.submit(dl);
+    Status s = c_cb.copy(ohost->va, odst->va, copy_bytes);
+    if (s.ok()) s = c.submit(c_cb, dl);
+    c_cb.clear();
     if (s.ok()) s = c.wait_done(dl);
     if (!s.ok()) die(s, "verify own");
     const bool ok = std::memcmp(ohost->host, pattern.data(), copy_bytes) == 0;

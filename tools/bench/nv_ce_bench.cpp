@@ -73,6 +73,25 @@ int64_t compare(const void* a, const void* b, size_t n) {
   return -1;
 }
 
+// How --explore cuts a copy: LAUNCH_DMAs of at most piece_bytes (0: as
+// CommandBuffer::copy cuts it, at the engine's largest), the first waiting for
+// earlier work unless `pipelined`.
+struct CopyShape {
+  uint64_t piece_bytes = 0;
+  bool pipelined = false;
+};
+
+Status record_copy(CommandBuffer& cb, uint64_t dst, uint64_t src, uint64_t bytes, const CopyShape& s) {
+  const uint64_t piece = s.piece_bytes ? s.piece_bytes : bytes;
+  for (uint64_t off = 0; off < bytes; off += piece) {
+    const bool alongside = off != 0 || s.pipelined;
+    CONCCL_RETURN_IF_ERROR(cb.copy(dst + off, src + off, std::min(piece, bytes - off),
+                                   alongside ? CommandBuffer::CopyOrder::alongside_earlier
+                                             : CommandBuffer::CopyOrder::after_earlier));
+  }
+  return Status();
+}
+
 struct BwRow {
   std::string name;
   int lce = -1, pces = 0;
@@ -144,13 +163,15 @@ int main(int argc, char** argv) {
   fill_pattern(H->host, size, 0xC0FFEE);
   const Deadline dl = Deadline::after(std::chrono::seconds(60));
   nv::Channel& best = dev.channel(0);
+  CommandBuffer best_cb = best.commands();
 
   // Upload the pattern (host -> device), timed by the engine.
   double h2d_gbps = 0, d2h_gbps = 0;
   {
-    Status st = best.timestamp(*s0);
-    if (st.ok()) st = best.copy(A->va, H->va, size);
-    if (st.ok()) st = best.submit(dl);
+    Status st = best_cb.timestamp(*s0);
+    if (st.ok()) st = best_cb.copy(A->va, H->va, size);
+    if (st.ok()) st = best.submit(best_cb, dl);
+    best_cb.clear();
     if (st.ok()) st = best.wait_done(dl);
     if (!st.ok()) return fail(st, "upload");
     h2d_gbps = double(size) / double(best.completed_time_ns() - dev.slot_host(*s0)[1]);
@@ -159,10 +180,12 @@ int main(int argc, char** argv) {
   std::vector<BwRow> rows;
   bool all_ok = true;
   auto verify_b = [&](nv::Channel& ch, BwRow& row) -> Status {
+    CommandBuffer cb = ch.commands();
     std::memset(R->host, 0x5A, size);
-    CONCCL_RETURN_IF_ERROR(ch.timestamp(*s0));
-    CONCCL_RETURN_IF_ERROR(ch.copy(R->va, B->va, size));
-    CONCCL_RETURN_IF_ERROR(ch.submit(dl));
+    CONCCL_RETURN_IF_ERROR(cb.timestamp(*s0));
+    CONCCL_RETURN_IF_ERROR(cb.copy(R->va, B->va, size));
+    CONCCL_RETURN_IF_ERROR(ch.submit(cb, dl));
+    cb.clear();
     CONCCL_RETURN_IF_ERROR(ch.wait_done(dl));
     const double g = double(size) / double(ch.completed_time_ns() - dev.slot_host(*s0)[1]);
     if (&ch == &best) d2h_gbps = g;
@@ -191,25 +214,29 @@ int main(int argc, char** argv) {
   // (1) per engine.
   for (size_t c = 0; c < dev.channel_count(); ++c) {
     nv::Channel& ch = dev.channel(c);
+    CommandBuffer cb = ch.commands();
     BwRow row;
     row.name = "LCE" + std::to_string(ch.lce());
     row.lce = ch.lce();
     row.pces = ch.pces();
-    Status st = ch.fill(B->va, 0xDEAD0000u + static_cast<uint32_t>(c), size);  // poison
-    if (st.ok()) st = ch.copy(B->va, A->va, size);                             // warm-up
-    if (st.ok()) st = ch.submit(dl);
+    Status st = cb.fill(B->va, 0xDEAD0000u + static_cast<uint32_t>(c), size);  // poison
+    if (st.ok()) st = cb.copy(B->va, A->va, size);                             // warm-up
+    if (st.ok()) st = ch.submit(cb, dl);
+    cb.clear();
     if (st.ok()) st = ch.wait_done(dl);
     if (!st.ok()) return fail(st, row.name.c_str());
-    st = ch.fill(B->va, 0xDEAD0000u + static_cast<uint32_t>(c), size);
-    if (st.ok()) st = ch.submit(dl);
+    st = cb.fill(B->va, 0xDEAD0000u + static_cast<uint32_t>(c), size);
+    if (st.ok()) st = ch.submit(cb, dl);
+    cb.clear();
     if (st.ok()) st = ch.wait_done(dl);
     if (!st.ok()) return fail(st, row.name.c_str());
     std::vector<double> eng, wall;
     for (int it = 0; it < iters; ++it) {
       const auto t0 = Clock::now();
-      st = ch.timestamp(*s0);
-      if (st.ok()) st = ch.copy(B->va, A->va, size);
-      if (st.ok()) st = ch.submit(dl);
+      st = cb.timestamp(*s0);
+      if (st.ok()) st = cb.copy(B->va, A->va, size);
+      if (st.ok()) st = ch.submit(cb, dl);
+      cb.clear();
       if (st.ok()) st = ch.wait_done(dl);
       if (!st.ok()) return fail(st, row.name.c_str());
       const double w = std::chrono::duration<double, std::nano>(Clock::now() - t0).count();
@@ -228,9 +255,11 @@ int main(int argc, char** argv) {
     BwRow row;
     row.name = mode == 0 ? "striped (PCE-weighted)" : "striped (equal split)";
     std::vector<nv::Channel*> chs;
+    std::vector<CommandBuffer> cbs;
     std::vector<int> w;
     for (size_t c = 0; c < dev.channel_count(); ++c) {
       chs.push_back(&dev.channel(c));
+      cbs.push_back(dev.channel(c).commands());
       w.push_back(mode == 0 ? dev.channel(c).pces() : 1);
       row.pces += dev.channel(c).pces();
     }
@@ -241,8 +270,9 @@ int main(int argc, char** argv) {
       if (!s.ok()) return fail(s.status(), "slots");
       ts_slots.push_back(*s);
     }
-    Status st = best.fill(B->va, 0xBAD00000u + mode, size);
-    if (st.ok()) st = best.submit(dl);
+    Status st = best_cb.fill(B->va, 0xBAD00000u + mode, size);
+    if (st.ok()) st = best.submit(best_cb, dl);
+    best_cb.clear();
     if (st.ok()) st = best.wait_done(dl);
     if (!st.ok()) return fail(st, "poison");
     std::vector<double> eng, wall;
@@ -251,9 +281,11 @@ int main(int argc, char** argv) {
       uint64_t off = 0;
       for (size_t c = 0; c < chs.size(); ++c) {
         if (!pieces[c]) continue;
-        st = chs[c]->timestamp(ts_slots[c]);
-        if (st.ok()) st = chs[c]->copy(B->va + off, A->va + off, pieces[c]);
-        if (st.ok()) st = chs[c]->submit(dl);
+        CommandBuffer& cb = cbs[c];
+        cb.clear();
+        st = cb.timestamp(ts_slots[c]);
+        if (st.ok()) st = cb.copy(B->va + off, A->va + off, pieces[c]);
+        if (st.ok()) st = chs[c]->submit(cb, dl);
         if (!st.ok()) return fail(st, row.name.c_str());
         off += pieces[c];
       }
@@ -326,9 +358,11 @@ int main(int argc, char** argv) {
   }
   for (size_t c = 0; c < dev.channel_count(); ++c) {
     nv::Channel& ch = dev.channel(c);
+    CommandBuffer cb = ch.commands();
     for (int kind = 0; kind < 3; ++kind) {
-      Status st = ch.fill(B->va, 0x11110000u + static_cast<uint32_t>(c * 4 + kind), span);
-      if (st.ok()) st = ch.submit(dl);
+      Status st = cb.fill(B->va, 0x11110000u + static_cast<uint32_t>(c * 4 + kind), span);
+      if (st.ok()) st = ch.submit(cb, dl);
+      cb.clear();
       if (st.ok()) st = ch.wait_done(dl);
       if (!st.ok()) return fail(st, "latency poison");
       std::vector<double> host, engine, sub, rec, to_eng, to_host;
@@ -338,11 +372,12 @@ int main(int argc, char** argv) {
         const size_t off = (size_t(it + 100) * kLat) % span;
         const int64_t r0 = kind == 0 ? realtime_ns() : 0;
         const auto t0 = Clock::now();
-        if (kind == 0) st = ch.timestamp(*s1);
-        if (st.ok() && kind < 2) st = ch.copy(B->va + off, A->va + off, kLat);
+        if (kind == 0) st = cb.timestamp(*s1);
+        if (st.ok() && kind < 2) st = cb.copy(B->va + off, A->va + off, kLat);
         const auto tr = Clock::now();
         uint64_t f = 0;
-        if (st.ok()) st = ch.submit(dl, &f);
+        if (st.ok()) st = ch.submit(cb, dl, &f);
+        cb.clear();
         const auto t1 = Clock::now();
         const int64_t r1 = kind == 0 ? realtime_ns() : 0;
         if (st.ok()) st = ch.wait_done(dl, f);
@@ -381,8 +416,9 @@ int main(int argc, char** argv) {
       if (kind < 2) {
         // Verify the copied 4 KiB pieces.
         std::memset(R->host, 0, span);
-        st = ch.copy(R->va, B->va, span);
-        if (st.ok()) st = ch.submit(dl);
+        st = cb.copy(R->va, B->va, span);
+        if (st.ok()) st = ch.submit(cb, dl);
+        cb.clear();
         if (st.ok()) st = ch.wait_done(dl);
         if (!st.ok()) return fail(st, "latency verify");
         lr.verified = compare(H->host, R->host, std::min(span, size_t(lat_iters + 100) * kLat)) < 0;
@@ -402,19 +438,24 @@ int main(int argc, char** argv) {
   };
   std::vector<Variant> variants;
   if (explore) {
-    auto measure = [&](nv::Channel& ch, uint64_t dst, uint64_t src, uint64_t bytes,
-                       hopper::CommandList::CopyOptions co, int in_flight) -> Result<double> {
+    auto measure = [&](nv::Channel& ch, uint64_t dst, uint64_t src, uint64_t bytes, CopyShape co,
+                       int in_flight) -> Result<double> {
+      CommandBuffer cb = ch.commands();
       std::vector<double> v;
       for (int it = -1; it < 5; ++it) {
-        CONCCL_RETURN_IF_ERROR(ch.timestamp(*s0));
+        CONCCL_RETURN_IF_ERROR(cb.timestamp(*s0));
         const uint64_t per = bytes / in_flight;
         for (int k = 0; k < in_flight; ++k) {  // k > 0: separate submissions, PIPELINED
-          hopper::CommandList::CopyOptions c2 = co;
+          CopyShape c2 = co;
           if (k > 0) c2.pipelined = true;
-          CONCCL_RETURN_IF_ERROR(ch.pending().copy(dst + k * per, src + k * per, per, c2));
-          if (in_flight > 1) CONCCL_RETURN_IF_ERROR(ch.submit(dl));
+          CONCCL_RETURN_IF_ERROR(record_copy(cb, dst + k * per, src + k * per, per, c2));
+          if (in_flight > 1) {
+            CONCCL_RETURN_IF_ERROR(ch.submit(cb, dl));
+            cb.clear();
+          }
         }
-        if (in_flight == 1) CONCCL_RETURN_IF_ERROR(ch.submit(dl));
+        if (in_flight == 1) CONCCL_RETURN_IF_ERROR(ch.submit(cb, dl));
+        cb.clear();
         CONCCL_RETURN_IF_ERROR(ch.wait_done(dl));
         if (it >= 0) v.push_back(double(bytes) / double(ch.completed_time_ns() - dev.slot_host(*s0)[1]));
       }
@@ -427,7 +468,7 @@ int main(int argc, char** argv) {
       }
       variants.push_back({name, *r});
     };
-    hopper::CommandList::CopyOptions co;
+    CopyShape co;
     add("1 launch, whole buffer", measure(best, B->va, A->va, size, co, 1));
     for (uint64_t piece : {256ull << 20, 64ull << 20, 16ull << 20, 4ull << 20, 1ull << 20, 256ull << 10}) {
       co.piece_bytes = piece;

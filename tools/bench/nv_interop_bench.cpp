@@ -30,6 +30,7 @@
 #include <tuple>
 #include <vector>
 
+#include "conccl/hopper_methods.hpp"
 #include "backends/nv/nv_device.hpp"
 #include "tools/bench/cuda_check.hpp"
 #include "tools/bench/cuda_stamp.hpp"
@@ -146,6 +147,7 @@ int main(int argc, char** argv) {
   CUdeviceptr out;
   CU_CHECK(cuMemAlloc(&out, size_t(iters) * 2 * 32));
   cnv::Channel& ch = dev->channel(0);
+  CommandBuffer cb = ch.commands();
   struct Handoff {
     const char* kind;
     bench::Stats ce_to_cuda, cuda_to_ce, host;
@@ -169,8 +171,9 @@ int main(int argc, char** argv) {
       spin_us(200);
       if (cuStreamQuery(stream) != CUDA_ERROR_NOT_READY) ++r.early;
       const auto h0 = Clock::now();
-      CONCCL_RETURN_IF_ERROR(ch.signal(sem, target));
-      CONCCL_RETURN_IF_ERROR(ch.submit(dl));
+      CONCCL_RETURN_IF_ERROR(HopperMethods(cb).release(sem, target, true, false));
+      CONCCL_RETURN_IF_ERROR(ch.submit(cb, dl));
+      cb.clear();
       CU_CHECK(cuStreamSynchronize(stream));
       host_ce_to_cuda.push_back(std::chrono::duration<double, std::micro>(Clock::now() - h0).count());
       CONCCL_RETURN_IF_ERROR(ch.wait_done(dl));
@@ -187,10 +190,11 @@ int main(int argc, char** argv) {
     // CUDA -> CE.
     for (int i = 0; i < iters; ++i) {
       const uint64_t target = base_value + 1 + i;
-      CONCCL_RETURN_IF_ERROR(ch.wait(flag, target));
-      CONCCL_RETURN_IF_ERROR(ch.signal(*host_ts, target));
+      CONCCL_RETURN_IF_ERROR(cb.wait_ge(flag, target));
+      CONCCL_RETURN_IF_ERROR(HopperMethods(cb).release(*host_ts, target, true, false));
       uint64_t f = 0;
-      CONCCL_RETURN_IF_ERROR(ch.submit(dl, &f));
+      CONCCL_RETURN_IF_ERROR(ch.submit(cb, dl, &f));
+      cb.clear();
       spin_us(200);
       if (hts[0] >= target) ++r.early2;
       CUdeviceptr o = out + CUdeviceptr(iters + i) * 32;

@@ -9,6 +9,7 @@
 #include <cstdio>
 #include <map>
 
+#include "conccl/sdma_packets.hpp"
 #include "backends/emu/node.hpp"
 #include "backends/emu/presets.hpp"
 #include "conccl/emu.hpp"
@@ -34,7 +35,7 @@ class EmuQueueBackend final : public SdmaRingBackend {
   void ring_doorbell(uint64_t) override { engine_->doorbell(); }
   Event* wake_event() override { return &q_.event; }
   // The emulator's TRAP raises the executing queue's own event (no mailbox).
-  Status record_wake(CommandBuffer& cb) const override { return cb.trap(static_cast<uint32_t>(q_.id)); }
+  Status record_wake(CommandBuffer& cb) const override { return SdmaPackets(cb).trap(static_cast<uint32_t>(q_.id)); }
   EngineStatus engine_status() const override {
     EngineStatus s = engine_->status();
     // Poll details belong to whichever queue is blocked; say if it is not us.
@@ -195,7 +196,7 @@ class EmuDeviceImpl final : public EmuDevice {
     if (size < 4096 || (size & (size - 1)) || size > SdmaQueue::kMaxRingBytes)
       return error(Code::invalid_argument, "ring size " + std::to_string(size) +
                                                " must be a power of two from 4096 bytes to 1 GiB");
-    if (g.isa.kind == IsaKind::hopper_ce) return create_channel(gpu, engine, e, size);
+    if (g.isa.kind() == IsaKind::hopper_ce) return create_channel(gpu, engine, e, size);
     Result<Buffer> ring = alloc(-1, size, MemKind::host);
     if (!ring.ok()) return ring.status();
     Result<Buffer> ptrs = alloc(-1, 256, MemKind::host);
@@ -216,7 +217,7 @@ class EmuDeviceImpl final : public EmuDevice {
     RingMemory rm{q.ring, size, q.rptr, q.wptr, q.done, ptrs->va + 128};
     // The emulated GPUs reach the host over PCIe: frames carry the HDP flush
     // where the generation has it (counted by EngineStats).
-    Result<SubmitFrame> frame = make_frame(g.isa.gen, frame_policy(g.isa.gen, false), rm.done_va);
+    Result<SubmitFrame> frame = make_frame(g.isa.gen(), frame_policy(g.isa.gen(), false), rm.done_va);
     if (!frame.ok()) return frame.status();
     e->add_queue(&q);
     return std::unique_ptr<Queue>(

@@ -231,7 +231,7 @@ Engine::Step Engine::run_queue(EmuQueue& q) {
     if (stall_.load(std::memory_order_acquire) || stop_.load(std::memory_order_acquire)) break;
     const uint64_t off = r & (q.size - 1);
     const uint64_t avail = std::min<uint64_t>(w - r, q.size - off) / 4;
-    Result<sdma::Packet> p = sdma::decode(isa_.gen, std::span<const uint32_t>(q.ring + off / 4, avail));
+    Result<sdma::Packet> p = sdma::decode(isa_.gen(), std::span<const uint32_t>(q.ring + off / 4, avail));
     if (!p.ok()) {
       halt(q, r, "invalid packet: " + p.status().message());
       return Step::halted;
@@ -251,7 +251,7 @@ Engine::Step Engine::run_queue(EmuQueue& q) {
     }
     const int64_t delay_us = delay_us_.load(std::memory_order_acquire);
     if (delay_us > 0) std::this_thread::sleep_for(std::chrono::microseconds(delay_us));
-    ExecOutcome o = execute_packet(ctx, isa_.gen, *p);
+    ExecOutcome o = execute_packet(ctx, isa_.gen(), *p);
     if (is_hdp_flush(*p)) hdp_flushes_.fetch_add(1, std::memory_order_relaxed);
     if (p->pkt == sdma::Pkt::gcr || p->pkt == sdma::Pkt::gcr_user) cache_ops_.fetch_add(1, std::memory_order_relaxed);
     if (o.result == ExecResult::fault) {

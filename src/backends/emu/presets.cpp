@@ -1,4 +1,5 @@
 // src/backends/emu/presets.cpp - emulated topologies, with the facts behind them.
+#include "packets/generation.hpp"
 #include "backends/emu/presets.hpp"
 
 #include "conccl/emu.hpp"

@@ -19,6 +19,7 @@
 #include <string>
 #include <vector>
 
+#include "packets/generation.hpp"
 #include "conccl/commands.hpp"
 #include "conccl/kfd.hpp"
 #include "conccl/status.hpp"

@@ -10,6 +10,8 @@
 #include <cerrno>
 #include <cstring>
 
+#include "commands/lowering.hpp"
+#include "conccl/sdma_packets.hpp"
 #include "backends/kfd/kfd_policy.hpp"
 #include "queue/sdma_frame.hpp"
 
@@ -429,18 +431,17 @@ uint32_t wait_slice_ms(std::chrono::nanoseconds remaining, uint32_t max_ms) {
 }
 
 Status record_wake(CommandBuffer& cb, uint32_t event_id, uint64_t mailbox_va) {
-  const size_t dw = cb.size_dwords(), n = cb.packet_count();
-  Status st;
-  // GL2 written back before the mailbox FENCE (uncached) that wakes the host,
-  // as before any signal (src/queue/lower_sdma.cpp; ROCr amd_blit_sdma.cpp).
-  if (cb.isa().is_sdma() && sdma::limits(cb.gen()).has_gcr) {
-    const sdma::FieldValue f[] = {{sdma::Key::control, kGcrWriteBack}};
-    st = cb.packet(sdma::Pkt::gcr_user, f);
-  }
-  if (st.ok() && mailbox_va != 0) st = cb.fence(mailbox_va, event_id);
-  if (st.ok()) st = cb.trap(event_id);
-  if (!st.ok()) cb.truncate(dw, n);
-  return st;
+  SdmaPackets pk(cb);
+  return lower::all_or_nothing(cb, [&]() -> Status {
+    // GL2 written back before the mailbox FENCE (uncached) that wakes the host,
+    // as before any signal (src/commands/lower_sdma.cpp; ROCr amd_blit_sdma.cpp).
+    if (cb.isa().is_sdma() && sdma::limits(cb.gen()).has_gcr) {
+      const sdma::FieldValue f[] = {{sdma::Key::control, kGcrWriteBack}};
+      CONCCL_RETURN_IF_ERROR(pk.packet(sdma::Pkt::gcr_user, f));
+    }
+    if (mailbox_va != 0) CONCCL_RETURN_IF_ERROR(pk.fence(mailbox_va, event_id));
+    return pk.trap(event_id);
+  });
 }
 
 // ---------------------------------------------------------------------------

@@ -20,6 +20,7 @@
 #include <set>
 #include <sstream>
 
+#include "packets/generation.hpp"
 #include "backends/kfd/kfd_policy.hpp"
 
 namespace conccl::kfd {

@@ -338,10 +338,9 @@ Result<uint64_t> Device::alloc_cuda_slot() {
     Status st = register_cuda(c->ptr, c->size);
     if (st.ok() && !channels_.empty()) {  // zero it with a fill on our first channel
       Channel& ch = *channels_[0];
-      uint64_t f = 0;
-      st = ch.fill(c->ptr, 0, c->size);
-      if (st.ok()) st = ch.submit(Deadline::after_ms(2000), &f);
-      if (st.ok()) st = ch.wait_done(Deadline::after_ms(5000), f);
+      CommandBuffer cb = ch.commands();
+      st = cb.fill(c->ptr, 0, c->size);
+      if (st.ok()) st = ch.run(cb, Deadline::after_ms(5000));
     }
     if (!st.ok()) {
       if (is_registered(c->ptr, c->size)) (void)unregister_cuda(c->ptr, c->size);

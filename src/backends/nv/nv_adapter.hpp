@@ -169,11 +169,9 @@ class GenericDevice final : public conccl::Device {
     if (dev) {
       // conccl::Device promises zeroed memory: clear it with the first channel.
       Channel& ch = d.channel(0);
-      uint64_t f = 0;
-      const Deadline dl = Deadline::after_ms(10000);
-      Status st = ch.fill(b->va, 0, b->size);
-      if (st.ok()) st = ch.submit(dl, &f);
-      if (st.ok()) st = ch.wait_done(dl, f);
+      CommandBuffer cb = ch.commands();
+      Status st = cb.fill(b->va, 0, b->size);
+      if (st.ok()) st = ch.run(cb, Deadline::after_ms(10000));
       if (!st.ok()) {
         (void)release(a);
         return st.prefix("zeroing " + std::to_string(bytes) + " bytes of device memory");

@@ -130,14 +130,20 @@ Channel::Channel(std::unique_ptr<GpfifoQueue> q)
 
 Channel::~Channel() = default;
 
-Status Channel::submit(Deadline deadline, uint64_t* fence) {
-  Status st = submit(pending_, deadline, fence);
-  if (st.ok()) pending_.clear();
-  return st;
+CommandBuffer Channel::commands() const { return q_->command_buffer(); }
+
+Status Channel::submit(const CommandBuffer& cb, Deadline deadline, uint64_t* fence) {
+  if (!(cb.isa() == q_->isa()))
+    return error(Code::invalid_argument, "command buffer was recorded for " + cb.isa().name() +
+                                             " but a channel takes Hopper CE methods; record it with "
+                                             "Channel::commands()");
+  return q_->submit_dwords(cb.dwords(), deadline, fence);
 }
 
-Status Channel::submit(const hopper::CommandList& cl, Deadline deadline, uint64_t* fence) {
-  return q_->submit_dwords(cl.dwords(), deadline, fence);
+Status Channel::run(const CommandBuffer& cb, Deadline deadline) {
+  uint64_t fence = 0;
+  CONCCL_RETURN_IF_ERROR(submit(cb, deadline, &fence));
+  return wait_done(deadline, fence);
 }
 
 Status Channel::wait_done(Deadline deadline, uint64_t fence) { return q_->wait_done(deadline, fence); }

@@ -583,8 +583,9 @@ Status Device::copy_striped(uint64_t dst, uint64_t src, uint64_t bytes, Deadline
   uint64_t off = 0;
   for (size_t i = 0; i < chs.size(); ++i) {
     if (!pieces[i]) continue;
-    CONCCL_RETURN_IF_ERROR(chs[i]->copy(dst + off, src + off, pieces[i]));
-    CONCCL_RETURN_IF_ERROR(chs[i]->submit(deadline, &fences[i]));
+    CommandBuffer cb = chs[i]->commands();
+    CONCCL_RETURN_IF_ERROR(cb.copy(dst + off, src + off, pieces[i]));
+    CONCCL_RETURN_IF_ERROR(chs[i]->submit(cb, deadline, &fences[i]));
     off += pieces[i];
   }
   for (size_t i = 0; i < chs.size(); ++i)

@@ -118,10 +118,10 @@ class NvChannel final : public GpfifoBackend {
 };
 
 // One GPFIFO channel on one asynchronous copy engine, for the nv backend's
-// own tools (benchmarks, tests): commands recorded with copy/fill/signal/
-// wait/timestamp go to a pending list; submit() hands them to the channel's
-// GpfifoQueue (the generic conccl::Queue, also reachable as queue()). Not
-// thread-safe for recording: one thread per channel (or external locking).
+// own tools (benchmarks, tests): work is recorded in a CommandBuffer of
+// Isa::hopper() (commands(): the vocabulary, plus conccl/hopper_methods.hpp
+// for Hopper-only methods) and submitted to the channel's GpfifoQueue (the
+// generic conccl::Queue, also reachable as queue()).
 class Channel {
  public:
   explicit Channel(std::unique_ptr<GpfifoQueue> q);
@@ -136,21 +136,16 @@ class Channel {
   // (which wait_done reports as Code::timeout with the channel state).
   bool faults_reported() const { return be_->uvm_registered; }
 
-  // Recording (packets/hopper_ce.hpp CommandList semantics).
-  Status copy(uint64_t dst, uint64_t src, uint64_t bytes) { return pending_.copy(dst, src, bytes); }
-  Status fill(uint64_t dst, uint32_t value, uint64_t bytes) { return pending_.fill(dst, value, bytes); }
-  // 64-bit release of `value` at addr (16-byte slot) with the GPU ns time at addr+8.
-  Status signal(uint64_t addr, uint64_t value) { return pending_.signal(addr, value); }
-  // The channel waits until *addr >= value (64 bit).
-  Status wait(uint64_t addr, uint64_t value) { return pending_.wait(addr, value); }
-  Status timestamp(uint64_t addr) { return pending_.timestamp(addr); }
-  hopper::CommandList& pending() { return pending_; }
-
-  // Submits the pending commands (or `cl`) followed by a release of the
-  // channel timeline; *fence gets the timeline value that marks their end.
-  // Waits for pushbuffer/GPFIFO space until `deadline`.
-  Status submit(Deadline deadline, uint64_t* fence = nullptr);
-  Status submit(const hopper::CommandList& cl, Deadline deadline, uint64_t* fence = nullptr);
+  // An empty command buffer for this channel (its Isa, at most what one
+  // submission takes).
+  CommandBuffer commands() const;
+  // Submits `cb` followed by a release of the channel timeline; *fence gets
+  // the timeline value that marks its end. An empty `cb` still releases the
+  // timeline (what a latency benchmark times). Waits for pushbuffer/GPFIFO
+  // space until `deadline`.
+  Status submit(const CommandBuffer& cb, Deadline deadline, uint64_t* fence = nullptr);
+  // submit(), then wait_done() for it: both by `deadline`.
+  Status run(const CommandBuffer& cb, Deadline deadline);
 
   // Host wait until the timeline reaches `fence` (default: everything
   // submitted): polls, then sleeps (Options::wait_spin_us, wait_max_sleep_us,
@@ -176,7 +171,6 @@ class Channel {
  private:
   std::unique_ptr<GpfifoQueue> q_;
   NvChannel* be_;  // owned by q_
-  hopper::CommandList pending_;
 };
 
 class Device {

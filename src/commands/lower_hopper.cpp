@@ -1,4 +1,4 @@
-// src/queue/lower_hopper.cpp - the vocabulary as NVIDIA Hopper copy-engine
+// src/commands/lower_hopper.cpp - the vocabulary as NVIDIA Hopper copy-engine
 // (HOPPER_DMA_COPY_A, clc8b5.h) and host (HOPPER_CHANNEL_GPFIFO_A, clc86f.h /
 // clc56f.h) methods, encoded by packets/hopper_ce's emitters.
 //
@@ -28,7 +28,7 @@
 #include <string>
 
 #include "packets/hopper_ce.hpp"
-#include "queue/lowering.hpp"
+#include "commands/lowering.hpp"
 
 namespace conccl::lower {
 
@@ -40,10 +40,10 @@ using namespace conccl::hopper;
 template <typename Put>
 Status emit(CommandBuffer& cb, size_t n, Put&& put) {
   const size_t at = cb.size_dwords();
-  uint32_t* p = cb.grow(n);
-  if (!p) return error(Code::resource_exhausted, "the reserved ring space is full");
+  uint32_t* p = Writer::grow(cb, n);
+  if (!p) return Writer::full(cb, n);
   put(p);
-  cb.mark(at);
+  Writer::mark(cb, at);
   return Status();
 }
 

@@ -1,8 +1,8 @@
-// src/queue/command_buffer.cpp - recording the vocabulary for one instruction set.
+// src/commands/command_buffer.cpp - recording the vocabulary for one instruction set.
 //
 // What every instruction set shares is checked here (zero sizes, overlapping
 // copies, capabilities, all-or-nothing appends); the encoding is the lowering's
-// (src/queue/lower_sdma.cpp, lower_hopper.cpp).
+// (src/commands/lower_sdma.cpp, lower_hopper.cpp).
 #include <algorithm>
 #include <cstdlib>
 #include <cstring>
@@ -12,24 +12,17 @@
 #include "conccl/commands.hpp"
 #include "packets/hopper_ce.hpp"
 #include "packets/sdma_codec.hpp"
-#include "queue/lowering.hpp"
+#include "commands/lowering.hpp"
 #include "queue/sdma_queue.hpp"
 
 namespace conccl {
 
 namespace {
 
-const lower::Ops& ops_for(const Isa& isa) {
-  return isa.kind == IsaKind::hopper_ce ? lower::hopper_ops() : lower::sdma_ops();
-}
+using lower::all_or_nothing;
 
-// Runs one command; on error drops whatever it appended.
-template <typename Fn>
-Status all_or_nothing(CommandBuffer& cb, Fn&& fn) {
-  const size_t dw = cb.size_dwords(), n = cb.packet_count();
-  Status st = fn();
-  if (!st.ok()) cb.truncate(dw, n);
-  return st;
+const lower::Ops& ops_for(const Isa& isa) {
+  return isa.kind() == IsaKind::hopper_ce ? lower::hopper_ops() : lower::sdma_ops();
 }
 
 // The default limit of a buffer not bound to storage is the largest ring a
@@ -63,9 +56,11 @@ uint64_t sdma_copy_pieces(sdma::Gen g, uint64_t dst, uint64_t src, uint64_t byte
 
 }  // namespace
 
+static_assert(Isa().gen() == sdma::Gen::v4_4_2, "the default Isa is SDMA 4.4.2 (conccl/commands.hpp)");
+
 std::string Isa::name() const {
-  if (kind == IsaKind::hopper_ce) return "Hopper CE";
-  return "SDMA " + std::string(sdma::gen_name(gen));
+  if (kind_ == IsaKind::hopper_ce) return "Hopper CE";
+  return "SDMA " + std::string(sdma::gen_name(gen_));
 }
 
 Result<Isa> parse_isa(const std::string& name) {
@@ -77,7 +72,7 @@ Result<Isa> parse_isa(const std::string& name) {
 }
 
 const Caps& caps(const Isa& isa) {
-  return isa.kind == IsaKind::hopper_ce ? lower::hopper_caps() : lower::sdma_caps(isa.gen);
+  return isa.kind() == IsaKind::hopper_ce ? lower::hopper_caps() : lower::sdma_caps(isa.gen());
 }
 
 CommandBuffer::CommandBuffer(Isa isa) : isa_(isa), caps_(&conccl::caps(isa)) {}
@@ -158,13 +153,6 @@ uint32_t* CommandBuffer::grow(size_t n) {
   return at;
 }
 
-Status CommandBuffer::need_sdma(const char* what) const {
-  if (isa_.is_sdma()) return Status();
-  return error(Code::invalid_argument, std::string(what) + " is an SDMA packet, but this command buffer is for " +
-                                           isa_.name() + "; use the vocabulary (copy, fill, signal_add, signal_set, "
-                                           "wait_ge, timestamp) that every engine speaks");
-}
-
 Status CommandBuffer::need_cap(bool have, const char* what) const {
   if (have) return Status();
   return error(Code::invalid_argument, std::string(what) + " is not available on " + isa_.name() +
@@ -190,15 +178,15 @@ Status CommandBuffer::set_max_bytes(size_t bytes) {
 
 uint64_t CommandBuffer::copy_encoded_bytes(uint64_t dst, uint64_t src, uint64_t bytes) const {
   if (bytes == 0) return 0;
-  if (isa_.kind == IsaKind::hopper_ce) return mul_sat(pieces(bytes, hopper::kMaxCopyBytes), hopper::kCopyPieceDwords * 4);
-  return mul_sat(sdma_copy_pieces(isa_.gen, dst, src, bytes), sdma_packet_bytes(isa_.gen, sdma::Pkt::copy));
+  if (isa_.kind() == IsaKind::hopper_ce) return mul_sat(pieces(bytes, hopper::kMaxCopyBytes), hopper::kCopyPieceDwords * 4);
+  return mul_sat(sdma_copy_pieces(isa_.gen(), dst, src, bytes), sdma_packet_bytes(isa_.gen(), sdma::Pkt::copy));
 }
 
 uint64_t CommandBuffer::fill_encoded_bytes(uint64_t bytes) const {
   if (bytes == 0 || (bytes & 3)) return 0;
-  if (isa_.kind == IsaKind::hopper_ce)
+  if (isa_.kind() == IsaKind::hopper_ce)
     return add_sat(hopper::kFillSetupDwords * 4, mul_sat(pieces(bytes, hopper::kMaxFillBytes), hopper::kFillPieceDwords * 4));
-  return mul_sat(pieces(bytes, sdma::limits(isa_.gen).fill_split_bytes), sdma_packet_bytes(isa_.gen, sdma::Pkt::fill));
+  return mul_sat(pieces(bytes, sdma::limits(isa_.gen()).fill_split_bytes), sdma_packet_bytes(isa_.gen(), sdma::Pkt::fill));
 }
 
 Status CommandBuffer::check_room(const char* what, uint64_t bytes, uint64_t encoded, uint64_t fixed, uint64_t piece,
@@ -244,9 +232,9 @@ Status CommandBuffer::copy(uint64_t dst, uint64_t src, uint64_t bytes, CopyOrder
     return error(Code::invalid_argument, "copy source [" + hex(src) + ", +" + std::to_string(bytes) +
                                              ") overlaps its destination " + hex(dst) +
                                              "; DMA copies are not memmove: use disjoint buffers");
-  const bool hopper = isa_.kind == IsaKind::hopper_ce;
-  const uint64_t piece = hopper ? hopper::kMaxCopyBytes : sdma::limits(isa_.gen).max_copy_bytes;
-  const uint64_t piece_encoded = hopper ? hopper::kCopyPieceDwords * 4 : sdma_packet_bytes(isa_.gen, sdma::Pkt::copy);
+  const bool hopper = isa_.kind() == IsaKind::hopper_ce;
+  const uint64_t piece = hopper ? hopper::kMaxCopyBytes : sdma::limits(isa_.gen()).max_copy_bytes;
+  const uint64_t piece_encoded = hopper ? hopper::kCopyPieceDwords * 4 : sdma_packet_bytes(isa_.gen(), sdma::Pkt::copy);
   CONCCL_RETURN_IF_ERROR(check_room("copy", bytes, copy_encoded_bytes(dst, src, bytes), 0, piece, piece_encoded));
   return all_or_nothing(*this, [&] { return ops_for(isa_).copy(*this, dst, src, bytes, order == CopyOrder::alongside_earlier);
   });
@@ -255,8 +243,8 @@ Status CommandBuffer::copy(uint64_t dst, uint64_t src, uint64_t bytes, CopyOrder
 Status CommandBuffer::copy_bcst(uint64_t dst0, uint64_t dst1, uint64_t src, uint64_t bytes) {
   CONCCL_RETURN_IF_ERROR(need_cap(caps_->broadcast_copy, "a broadcast copy (copy_bcst)"));
   if (bytes == 0) return error(Code::invalid_argument, "broadcast copy of 0 bytes");
-  const uint64_t piece = sdma::limits(isa_.gen).max_copy_bytes;
-  const uint64_t piece_encoded = sdma_packet_bytes(isa_.gen, sdma::Pkt::copy_bcst);
+  const uint64_t piece = sdma::limits(isa_.gen()).max_copy_bytes;
+  const uint64_t piece_encoded = sdma_packet_bytes(isa_.gen(), sdma::Pkt::copy_bcst);
   CONCCL_RETURN_IF_ERROR(check_room("broadcast copy", bytes, mul_sat(pieces(bytes, piece), piece_encoded), 0, piece,
                                     piece_encoded));
   return all_or_nothing(*this, [&] { return ops_for(isa_).copy_bcst(*this, dst0, dst1, src, bytes); });
@@ -268,8 +256,8 @@ Status CommandBuffer::swap(uint64_t a, uint64_t b, uint64_t bytes) {
   if (a < b + bytes && b < a + bytes)
     return error(Code::invalid_argument, "swap ranges [" + hex(a) + ", +" + std::to_string(bytes) + ") and " +
                                              hex(b) + " overlap");
-  const uint64_t piece = sdma::limits(isa_.gen).max_copy_bytes;
-  const uint64_t piece_encoded = sdma_packet_bytes(isa_.gen, sdma::Pkt::swap);
+  const uint64_t piece = sdma::limits(isa_.gen()).max_copy_bytes;
+  const uint64_t piece_encoded = sdma_packet_bytes(isa_.gen(), sdma::Pkt::swap);
   CONCCL_RETURN_IF_ERROR(check_room("swap", bytes, mul_sat(pieces(bytes, piece), piece_encoded), 0, piece,
                                     piece_encoded));
   return all_or_nothing(*this, [&] { return ops_for(isa_).swap(*this, a, b, bytes); });
@@ -280,9 +268,9 @@ Status CommandBuffer::fill(uint64_t dst, uint32_t value, uint64_t bytes) {
   if ((dst | bytes) & 3)
     return error(Code::invalid_argument, "fill of " + std::to_string(bytes) + " bytes at " + hex(dst) +
                                              ": a 32-bit fill needs a 4-byte aligned address and size");
-  const bool hopper = isa_.kind == IsaKind::hopper_ce;
-  const uint64_t piece = hopper ? hopper::kMaxFillBytes : sdma::limits(isa_.gen).fill_split_bytes;
-  const uint64_t piece_encoded = hopper ? hopper::kFillPieceDwords * 4 : sdma_packet_bytes(isa_.gen, sdma::Pkt::fill);
+  const bool hopper = isa_.kind() == IsaKind::hopper_ce;
+  const uint64_t piece = hopper ? hopper::kMaxFillBytes : sdma::limits(isa_.gen()).fill_split_bytes;
+  const uint64_t piece_encoded = hopper ? hopper::kFillPieceDwords * 4 : sdma_packet_bytes(isa_.gen(), sdma::Pkt::fill);
   const uint64_t fixed = hopper ? hopper::kFillSetupDwords * 4 : 0;
   CONCCL_RETURN_IF_ERROR(check_room("fill", bytes, fill_encoded_bytes(bytes), fixed, piece, piece_encoded));
   return all_or_nothing(*this, [&] { return ops_for(isa_).fill(*this, dst, value, bytes); });
@@ -341,94 +329,12 @@ Status CommandBuffer::raw(std::span<const uint32_t> dwords) {
 
 std::string CommandBuffer::disassemble() const { return ops_for(isa_).disassemble(*this); }
 
-// ---- SDMA packets ------------------------------------------------------------
-
-Status CommandBuffer::packet(sdma::Pkt pkt, std::span<const sdma::FieldValue> fields,
-                             std::span<const uint32_t> data) {
-  CONCCL_RETURN_IF_ERROR(need_sdma(std::string(sdma::packet_def(pkt).name).c_str()));
-  // Fast path (copies, fences, atomics): a packet without a payload fits a
-  // small stack buffer, so its length need not be computed first.
-  if (data.empty() && pkt != sdma::Pkt::nop) {
-    uint32_t tmp[32];
-    Result<size_t> wrote = sdma::encode(isa_.gen, pkt, fields, std::span<uint32_t>(tmp));
-    if (wrote.ok()) return lower::append(*this, tmp, *wrote);
-    if (wrote.status().code() != Code::resource_exhausted) return wrote.status();
-  }
-  const size_t n = sdma::packet_dwords(isa_.gen, pkt, fields, data.size());
-  const size_t at = size_, packets = starts_.size();
-  uint32_t* p = grow(n ? n : 1);
-  if (!p)
-    return error(Code::resource_exhausted,
-                 limit_ == Limit::storage ? std::string("the reserved ring space is full")
-                                          : "a " + std::to_string((n ? n : 1) * 4) + "-byte packet does not fit: " +
-                                                std::to_string(size_bytes()) + " of the buffer's max_bytes() " +
-                                                std::to_string(max_bytes_) + " are recorded; submit them first");
-  Result<size_t> wrote = sdma::encode(isa_.gen, pkt, fields, std::span<uint32_t>(p, n ? n : 1), data);
-  if (!wrote.ok()) {
-    truncate(at, packets);
-    return wrote.status();
-  }
-  size_ = at + *wrote;
-  mark(at);
-  return Status();
-}
-
-Status CommandBuffer::write(uint64_t dst, std::span<const uint32_t> data) {
-  const sdma::FieldValue f[] = {{sdma::Key::dst, dst}};
-  return packet(sdma::Pkt::write, f, data);
-}
-
-Status CommandBuffer::fence(uint64_t addr, uint32_t value) {
-  CONCCL_RETURN_IF_ERROR(need_sdma("fence"));
-  // 5.x/6.x: MTYPE=3 (uncached) so the write reaches memory the host polls
-  // (Linux sdma_v5_0.c / sdma_v6_0.c, ROCr, Mesa all set it).
-  const sdma::FieldValue f[] = {{sdma::Key::addr, addr}, {sdma::Key::value, value}, {sdma::Key::mtype, 3}};
-  return packet(sdma::Pkt::fence, std::span(f, sdma::limits(isa_.gen).fence_mtype_uc ? 3 : 2));
-}
-
-Status CommandBuffer::fence64(uint64_t addr, uint64_t value) {
-  CONCCL_RETURN_IF_ERROR(need_sdma("fence64"));
-  if (addr & 7) return error(Code::invalid_argument, "fence64 address " + hex(addr) + " is not 8-byte aligned");
-  // Low dword first: a reader of a counter that only grows never sees a value
-  // above the new one mid-update (old_hi:new_lo <= new).
-  return all_or_nothing(*this, [&] {
-    CONCCL_RETURN_IF_ERROR(fence(addr, static_cast<uint32_t>(value)));
-    return fence(addr + 4, static_cast<uint32_t>(value >> 32));
-  });
-}
-
-Status CommandBuffer::atomic_add64(uint64_t addr, int64_t value) {
-  const sdma::FieldValue f[] = {{sdma::Key::addr, addr}, {sdma::Key::value, static_cast<uint64_t>(value)}};
-  return packet(sdma::Pkt::atomic_add64, f);
-}
-
-Status CommandBuffer::poll(uint64_t addr, uint32_t ref, uint32_t mask, PollFunc func, uint16_t interval,
-                           uint16_t retry) {
-  const sdma::FieldValue f[] = {{sdma::Key::addr, addr},   {sdma::Key::ref, ref},
-                                {sdma::Key::mask, mask},   {sdma::Key::func, static_cast<uint64_t>(func)},
-                                {sdma::Key::interval, interval}, {sdma::Key::retry, retry}};
-  return packet(sdma::Pkt::poll, f);
-}
-
-Status CommandBuffer::trap(uint32_t ctx) {
-  const sdma::FieldValue f[] = {{sdma::Key::ctx, ctx}};
-  return packet(sdma::Pkt::trap, f);
-}
-
-Status CommandBuffer::nop(uint32_t body_dwords) {
-  const sdma::FieldValue f[] = {{sdma::Key::count, body_dwords}};
-  return packet(sdma::Pkt::nop, f);
-}
-
-// ---- Hopper methods ------------------------------------------------------------
-
-Status CommandBuffer::nonstall_interrupt() {
-  if (isa_.kind != IsaKind::hopper_ce)
-    return error(Code::invalid_argument, "nonstall_interrupt is a Hopper host method, but this command buffer is for " +
-                                             isa_.name() + " (SDMA wakes the host with trap())");
-  uint32_t tmp[hopper::kInterruptDwords];
-  hopper::put_interrupt(tmp);
-  return lower::append(*this, tmp, hopper::kInterruptDwords);
+Status lower::Writer::full(const CommandBuffer& cb, size_t dwords) {
+  if (cb.limit_ == CommandBuffer::Limit::storage)
+    return error(Code::resource_exhausted, "the reserved ring space is full");
+  return error(Code::resource_exhausted, "a " + std::to_string(dwords * 4) + "-byte command does not fit: " +
+                                             std::to_string(cb.size_bytes()) + " of the buffer's max_bytes() " +
+                                             std::to_string(cb.max_bytes_) + " are recorded; submit them first");
 }
 
 }  // namespace conccl

@@ -1,10 +1,11 @@
-// src/queue/lowering.hpp - how the vocabulary becomes packets or methods.
+// src/commands/lowering.hpp - how the vocabulary becomes packets or methods.
 //
 // One table of entry points per instruction set (lower_sdma.cpp,
 // lower_hopper.cpp). CommandBuffer checks what is common (zero sizes,
 // overlaps, capabilities) and calls the table; each entry appends whole
-// commands through CommandBuffer::grow()/mark() or returns an error (the
-// caller truncates what a failed entry appended).
+// commands through lower::Writer or returns an error (the caller truncates
+// what a failed entry appended). The per-ISA encoders (sdma_packets.cpp,
+// hopper_methods.cpp) append through the same door.
 #pragma once
 
 #include <cstdint>
@@ -14,6 +15,29 @@
 #include "conccl/commands.hpp"
 
 namespace conccl::lower {
+
+// The only way to append dwords to a CommandBuffer: CommandBuffer keeps
+// grow/mark/truncate private and befriends this, so that users record
+// through the vocabulary or an encoder, never by hand.
+struct Writer {
+  // Space for n more dwords at the end, or null when the buffer is full.
+  static uint32_t* grow(CommandBuffer& cb, size_t n) { return cb.grow(n); }
+  // Records that a command starts at dword offset `at`.
+  static void mark(CommandBuffer& cb, size_t at) { cb.mark(at); }
+  // Drops everything after a mark taken with size_dwords()/packet_count().
+  static void truncate(CommandBuffer& cb, size_t dwords, size_t packets) { cb.truncate(dwords, packets); }
+  // Why `dwords` more do not fit (ring space full, or max_bytes()).
+  static Status full(const CommandBuffer& cb, size_t dwords);
+};
+
+// Runs one command; on error drops whatever it appended.
+template <typename Fn>
+Status all_or_nothing(CommandBuffer& cb, Fn&& fn) {
+  const size_t dw = cb.size_dwords(), n = cb.packet_count();
+  Status st = fn();
+  if (!st.ok()) Writer::truncate(cb, dw, n);
+  return st;
+}
 
 struct Ops {
   // alongside: the copy need not wait for earlier copies (CommandBuffer::CopyOrder).
@@ -48,10 +72,10 @@ Status for_each_piece(uint64_t bytes, uint64_t max, Fn&& fn) {
 // Appends `n` dwords from `src` as one command starting at the current end.
 inline Status append(CommandBuffer& cb, const uint32_t* src, size_t n) {
   const size_t at = cb.size_dwords();
-  uint32_t* p = cb.grow(n);
-  if (!p) return error(Code::resource_exhausted, "the reserved ring space is full");
+  uint32_t* p = Writer::grow(cb, n);
+  if (!p) return Writer::full(cb, n);
   for (size_t i = 0; i < n; ++i) p[i] = src[i];
-  cb.mark(at);
+  Writer::mark(cb, at);
   return Status();
 }
 

@@ -1,4 +1,4 @@
-// src/queue/lower_sdma.cpp - the vocabulary as AMD SDMA packets.
+// src/commands/lower_sdma.cpp - the vocabulary as AMD SDMA packets.
 //
 // Signals (16 bytes): the value at +0 and value + 2^31 at +8 (the "twin"),
 // advanced by the same packets, so that a 64-bit ">= v" wait can be made of
@@ -27,7 +27,8 @@
 #include "packets/copy_split.hpp"
 #include "packets/sdma_asm.hpp"
 #include "packets/sdma_codec.hpp"
-#include "queue/lowering.hpp"
+#include "commands/lowering.hpp"
+#include "conccl/sdma_packets.hpp"
 #include "queue/sdma_frame.hpp"
 
 namespace conccl::lower {
@@ -66,15 +67,15 @@ Status put(CommandBuffer& cb, const sdma::PreparedPacket& pp, Pkt pkt, std::span
            std::initializer_list<uint64_t> values) {
   const size_t at = cb.size_dwords();
   if (pp.dwords()) {
-    uint32_t* p = cb.grow(pp.dwords());
-    if (!p) return error(Code::resource_exhausted, "the reserved ring space is full");
+    uint32_t* p = Writer::grow(cb, pp.dwords());
+    if (!p) return Writer::full(cb, pp.dwords());
     if (pp.put(p, std::span<const uint64_t>(values.begin(), values.size()))) {
-      cb.mark(at);
+      Writer::mark(cb, at);
       return Status();
     }
-    cb.truncate(at, cb.packet_count());
+    Writer::truncate(cb, at, cb.packet_count());
   }
-  return cb.packet(pkt, fields);
+  return SdmaPackets(cb).packet(pkt, fields);
 }
 
 // `alongside` changes nothing: an SDMA engine runs its packets in order.
@@ -97,21 +98,21 @@ Status add64(CommandBuffer& cb, uint64_t addr, uint64_t delta) {
 Status copy_bcst(CommandBuffer& cb, uint64_t dst0, uint64_t dst1, uint64_t src, uint64_t bytes) {
   return for_each_piece(bytes, sdma::limits(cb.gen()).max_copy_bytes, [&](uint64_t off, uint64_t len) {
     const FieldValue f[] = {{Key::src, src + off}, {Key::dst0, dst0 + off}, {Key::dst1, dst1 + off}, {Key::bytes, len}};
-    return cb.packet(Pkt::copy_bcst, f);
+    return SdmaPackets(cb).packet(Pkt::copy_bcst, f);
   });
 }
 
 Status swap(CommandBuffer& cb, uint64_t a, uint64_t b, uint64_t bytes) {
   return for_each_piece(bytes, sdma::limits(cb.gen()).max_copy_bytes, [&](uint64_t off, uint64_t len) {
     const FieldValue f[] = {{Key::a, a + off}, {Key::b, b + off}, {Key::bytes, len}};
-    return cb.packet(Pkt::swap, f);
+    return SdmaPackets(cb).packet(Pkt::swap, f);
   });
 }
 
 Status fill(CommandBuffer& cb, uint64_t dst, uint32_t value, uint64_t bytes) {
   return for_each_piece(bytes, sdma::limits(cb.gen()).fill_split_bytes, [&](uint64_t off, uint64_t len) {
     const FieldValue f[] = {{Key::dst, dst + off}, {Key::value, value}, {Key::bytes, len}};
-    return cb.packet(Pkt::fill, f);
+    return SdmaPackets(cb).packet(Pkt::fill, f);
   });
 }
 
@@ -119,18 +120,18 @@ Status fill(CommandBuffer& cb, uint64_t dst, uint32_t value, uint64_t bytes) {
 Status write_back_before_signal(CommandBuffer& cb) {
   if (!sdma::limits(cb.gen()).has_gcr) return Status();
   const FieldValue f[] = {{Key::control, kGcrWriteBack}};
-  return cb.packet(Pkt::gcr_user, f);
+  return SdmaPackets(cb).packet(Pkt::gcr_user, f);
 }
 
 Status flush_and_invalidate_after_wait(CommandBuffer& cb) {
   const sdma::Limits& l = sdma::limits(cb.gen());
   if (l.user_hdp_flush) {
     const FieldValue f[] = {{Key::req, kHdpFlushReq}};
-    CONCCL_RETURN_IF_ERROR(cb.packet(Pkt::poll_reg, f));
+    CONCCL_RETURN_IF_ERROR(SdmaPackets(cb).packet(Pkt::poll_reg, f));
   }
   if (!l.has_gcr) return Status();
   const FieldValue f[] = {{Key::control, kGcrInvalidate}};
-  return cb.packet(Pkt::gcr_user, f);
+  return SdmaPackets(cb).packet(Pkt::gcr_user, f);
 }
 
 Status signal_add(CommandBuffer& cb, uint64_t va, uint64_t delta) {
@@ -141,8 +142,8 @@ Status signal_add(CommandBuffer& cb, uint64_t va, uint64_t delta) {
 
 Status signal_set(CommandBuffer& cb, uint64_t va, uint64_t v) {
   CONCCL_RETURN_IF_ERROR(write_back_before_signal(cb));
-  CONCCL_RETURN_IF_ERROR(cb.fence64(va + 8, v + kTwin));  // twin first, value last
-  return cb.fence64(va, v);
+  CONCCL_RETURN_IF_ERROR(SdmaPackets(cb).fence64(va + 8, v + kTwin));  // twin first, value last
+  return SdmaPackets(cb).fence64(va, v);
 }
 
 // POLL on the high dword, then (only if it equals the target's) COND_EXE +
@@ -156,19 +157,19 @@ Status wait_ge(CommandBuffer& cb, uint64_t va, uint64_t v) {
     t = v + kTwin;
   }
   const uint32_t hi = static_cast<uint32_t>(t >> 32), lo = static_cast<uint32_t>(t);
-  CONCCL_RETURN_IF_ERROR(cb.poll(base + 4, hi, 0xFFFFFFFF, PollFunc::ge));
+  CONCCL_RETURN_IF_ERROR(SdmaPackets(cb).poll(base + 4, hi, 0xFFFFFFFF, PollFunc::ge));
   // If the high dword already passed the target's, the value is above it:
   // skip the low-dword poll.
   constexpr uint64_t kPollDwords = 6;
   const FieldValue f[] = {{Key::addr, base + 4}, {Key::ref, hi}, {Key::count, kPollDwords}};
-  CONCCL_RETURN_IF_ERROR(cb.packet(Pkt::cond_exe, f));
-  CONCCL_RETURN_IF_ERROR(cb.poll(base, lo, 0xFFFFFFFF, PollFunc::ge));
+  CONCCL_RETURN_IF_ERROR(SdmaPackets(cb).packet(Pkt::cond_exe, f));
+  CONCCL_RETURN_IF_ERROR(SdmaPackets(cb).poll(base, lo, 0xFFFFFFFF, PollFunc::ge));
   return flush_and_invalidate_after_wait(cb);
 }
 
 Status timestamp(CommandBuffer& cb, uint64_t slot) {
   const FieldValue f[] = {{Key::addr, slot}};
-  return cb.packet(Pkt::timestamp, f);
+  return SdmaPackets(cb).packet(Pkt::timestamp, f);
 }
 
 Status raw(CommandBuffer& cb, std::span<const uint32_t> dw) {
