@@ -12,7 +12,6 @@
 #include <set>
 #include <thread>
 
-#include "conccl/hopper_methods.hpp"
 #include "collectives/coll_fixture.hpp"
 #include "collectives/builder.hpp"
 #include "packets/hopper_ce.hpp"
