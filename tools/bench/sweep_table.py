@@ -4,7 +4,7 @@ tools/bench/nv_coll_run.sh collects (one `sdma-probe <op> --json` document per
 line): per op, variant and rank count, the time and bus bandwidth at chosen
 sizes, and whether every row was verified.
 
-    python3 tools/bench/sweep_table.py docs/perf/h200-runs/run14/sweeps.jsonl [--sizes 1K,64K,1M,64M,1G]
+    python3 tools/bench/sweep_table.py tools/bench/results/h200-runs/run14/sweeps.jsonl [--sizes 1K,64K,1M,64M,1G]
 """
 import json
 import sys
