@@ -198,7 +198,10 @@ conccl_status conccl_queue_copy(conccl_queue_t queue, uint64_t dst, uint64_t src
 conccl_status conccl_queue_fill(conccl_queue_t queue, uint64_t dst, uint32_t value, uint64_t bytes);
 /* The signal must be of the queue's device (else CONCCL_ERR_INVALID_ARGUMENT). */
 conccl_status conccl_queue_signal_add(conccl_queue_t queue, conccl_signal_t signal, uint64_t delta);
-/* The engine waits until the signal's value >= v. */
+/* The engine waits until the signal's value >= v (C++ CommandBuffer::wait_ge,
+ * Signal::wait_ge; Python Queue.wait_ge). */
+conccl_status conccl_queue_wait_ge(conccl_queue_t queue, conccl_signal_t signal, uint64_t v);
+/* conccl_queue_wait_ge under its first name. */
 conccl_status conccl_queue_wait_signal(conccl_queue_t queue, conccl_signal_t signal, uint64_t v);
 /* Hands the pending commands to the engine; *ticket (may be NULL) is done
  * when conccl_queue_completed() >= it. */

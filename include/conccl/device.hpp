@@ -24,6 +24,9 @@ namespace conccl {
 enum class MemKind : uint8_t {
   device,  // the GPU's own memory (HBM)
   host,    // system memory every GPU's engines can reach (GTT)
+  cuda,    // the GPU's memory, allocated by CUDA and mapped for the engines
+           // (nv backend): va is CUDA's own pointer, so kernels, CUDA copies
+           // and the engines use one address (C: CONCCL_MEM_CUDA)
 };
 
 // A piece of memory engines can address. `va` is what goes into packets;
@@ -79,8 +82,10 @@ class Device {
   }
   int gpu_count() const { return static_cast<int>(topology().gpus.size()); }
 
-  // Allocates memory engines can reach. MemKind::device memory belongs to
-  // `gpu`; MemKind::host ignores `gpu`. Contents are zero.
+  // Allocates memory engines can reach. MemKind::device and MemKind::cuda
+  // memory belongs to `gpu`; MemKind::host ignores `gpu`. Contents are zero.
+  // MemKind::cuda needs CUDA (the nv backend); other backends refuse it with
+  // Code::unavailable. free() gives every kind back the way it came.
   virtual Result<Buffer> alloc(int gpu, size_t bytes, MemKind kind) = 0;
   virtual Status free(const Buffer& buffer) = 0;
 

@@ -71,13 +71,19 @@ class Signal {
   // --- DMA side: commands appended to a command buffer (the vocabulary's
   // signal_add / signal_set / wait_ge; the lowering encodes the layout) ---
   // Advance by delta (after all prior commands' writes).
-  Status enqueue_add(CommandBuffer& cb, uint64_t delta = 1) const;
+  Status signal_add(CommandBuffer& cb, uint64_t delta = 1) const;
   // Store an absolute value.
-  Status enqueue_write(CommandBuffer& cb, uint64_t v) const;
+  Status signal_set(CommandBuffer& cb, uint64_t v) const;
   // Make the queue wait until value >= v (exact for 64-bit values: SDMA polls
   // the high dword, then the low dword of whichever word keeps its target
   // below 2^31; Hopper acquires natively).
-  Status enqueue_wait(CommandBuffer& cb, uint64_t v) const;
+  Status wait_ge(CommandBuffer& cb, uint64_t v) const;
+  // The names these had before the vocabulary's were used for them.
+  [[deprecated("use signal_add")]] Status enqueue_add(CommandBuffer& cb, uint64_t delta = 1) const {
+    return signal_add(cb, delta);
+  }
+  [[deprecated("use signal_set")]] Status enqueue_write(CommandBuffer& cb, uint64_t v) const { return signal_set(cb, v); }
+  [[deprecated("use wait_ge")]] Status enqueue_wait(CommandBuffer& cb, uint64_t v) const { return wait_ge(cb, v); }
 
   // --- Host side ---
   // Waits until value >= v or the deadline. Spins briefly, then sleeps on

@@ -171,7 +171,7 @@ _q_destroy = _sig("conccl_queue_destroy", _status, _vp)
 _q_copy = _sig("conccl_queue_copy", _status, _vp, _u64, _u64, _u64)
 _q_fill = _sig("conccl_queue_fill", _status, _vp, _u64, ctypes.c_uint32, _u64)
 _q_sadd = _sig("conccl_queue_signal_add", _status, _vp, _vp, _u64)
-_q_swait = _sig("conccl_queue_wait_signal", _status, _vp, _vp, _u64)
+_q_swait = _sig("conccl_queue_wait_ge", _status, _vp, _vp, _u64)
 _q_submit = _sig("conccl_queue_submit", _status, _vp, ctypes.c_uint32, _P(_u64))
 _q_wait = _sig("conccl_queue_wait", _status, _vp, _u64, ctypes.c_uint32)
 _q_completed = _sig("conccl_queue_completed", _u64, _vp)
@@ -888,10 +888,13 @@ class Queue(_Child):
         s = _signal_arg(signal, self._device)
         _check(_q_sadd(h, s, _integer("delta", delta, "uint64")))
 
-    def wait_signal(self, signal, value):
+    def wait_ge(self, signal, value):
+        """The engine waits until the signal's value >= value."""
         h = self._handle()
         s = _signal_arg(signal, self._device)
         _check(_q_swait(h, s, _integer("value", value, "uint64")))
+
+    wait_signal = wait_ge  # its first name
 
     def submit(self, timeout_ms=1000):
         timeout_ms = _integer("timeout_ms", timeout_ms, "uint32")

@@ -32,4 +32,11 @@ Result<std::unique_ptr<Device>> open_device(const DeviceOptions& options) {
   return error(Code::invalid_argument, "unknown backend '" + name + "' (" + names + ")");
 }
 
+Status no_cuda_memory(const char* backend) {
+  return error(Code::unavailable, std::string("MemKind::cuda is memory CUDA allocates: it needs the nv backend, and this "
+                                              "is the ") + backend +
+                                      " backend; use MemKind::device (Device::alloc_for_compute gives the memory "
+                                      "this backend's compute uses)");
+}
+
 }  // namespace conccl

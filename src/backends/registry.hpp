@@ -17,4 +17,7 @@ Result<std::unique_ptr<Device>> open_emu_backend(const DeviceOptions& options);
 Result<std::unique_ptr<Device>> open_kfd_backend(const DeviceOptions& options);
 Result<std::unique_ptr<Device>> open_nv_backend(const DeviceOptions& options);
 
+// What Device::alloc(MemKind::cuda) answers on a backend without CUDA.
+Status no_cuda_memory(const char* backend);
+
 }  // namespace conccl

@@ -26,9 +26,8 @@ static_assert(CONCCL_OK == num(Code::ok) && CONCCL_ERR_INVALID_ARGUMENT == num(C
               CONCCL_ERR_RESOURCE_EXHAUSTED == num(Code::resource_exhausted) && CONCCL_ERR_BUSY == num(Code::busy) &&
               CONCCL_ERR_VERIFY_FAILED == num(Code::verify_failed) && CONCCL_ERR_INTERNAL == num(Code::internal),
               "conccl_status and conccl::Code disagree");
-// CONCCL_MEM_CUDA has no MemKind: CUDA memory is device memory that CUDA
-// allocated (the C API keeps which, to free it the right way).
-static_assert(CONCCL_MEM_DEVICE == num(MemKind::device) && CONCCL_MEM_HOST == num(MemKind::host),
+static_assert(CONCCL_MEM_DEVICE == num(MemKind::device) && CONCCL_MEM_HOST == num(MemKind::host) &&
+                  CONCCL_MEM_CUDA == num(MemKind::cuda),
               "conccl_mem_kind and conccl::MemKind disagree");
 static_assert(CONCCL_P2P == num(CollOp::p2p) && CONCCL_BROADCAST == num(CollOp::broadcast) &&
               CONCCL_GATHER == num(CollOp::gather) && CONCCL_SCATTER == num(CollOp::scatter) &&

@@ -136,17 +136,21 @@ conccl_status conccl_queue_signal_add(conccl_queue_t qh, conccl_signal_t sh, uin
     CONCCL_C_FIND(QueueTable, q, qh, "queue");
     CONCCL_C_FIND(SignalTable, s, sh, "signal");
     if (conccl_status st = same_device(q.device.get(), s.device.get(), "the signal"); st != CONCCL_OK) return st;
-    return report(s.sig.enqueue_add(q.pending, delta));
+    return report(s.sig.signal_add(q.pending, delta));
   });
 }
 
-conccl_status conccl_queue_wait_signal(conccl_queue_t qh, conccl_signal_t sh, uint64_t v) {
+conccl_status conccl_queue_wait_ge(conccl_queue_t qh, conccl_signal_t sh, uint64_t v) {
   return guard(__func__, [&] {
     CONCCL_C_FIND(QueueTable, q, qh, "queue");
     CONCCL_C_FIND(SignalTable, s, sh, "signal");
     if (conccl_status st = same_device(q.device.get(), s.device.get(), "the signal"); st != CONCCL_OK) return st;
-    return report(s.sig.enqueue_wait(q.pending, v));
+    return report(s.sig.wait_ge(q.pending, v));
   });
+}
+
+conccl_status conccl_queue_wait_signal(conccl_queue_t qh, conccl_signal_t sh, uint64_t v) {
+  return conccl_queue_wait_ge(qh, sh, v);
 }
 
 conccl_status conccl_queue_submit(conccl_queue_t qh, uint32_t timeout_ms, uint64_t* ticket) {

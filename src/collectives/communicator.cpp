@@ -269,7 +269,7 @@ Result<std::unique_ptr<Plan>> Communicator::compile(const CollectiveArgs& args, 
   for (PlanList& l : plan->lists_) {
     Signal& s = plan->sent_[static_cast<size_t>(l.rank)];
     if (!s.valid()) continue;
-    CONCCL_RETURN_IF_ERROR(s.enqueue_add(l.cb, 1));
+    CONCCL_RETURN_IF_ERROR(s.signal_add(l.cb, 1));
     plan->sent_expected_[static_cast<size_t>(l.rank)]++;
   }
   // On a shared queue a list runs only after the lists queued before it, so
@@ -372,7 +372,7 @@ Result<PlanList*> PlanBuilder::list(int rank, int engine) {
   // Gated: in one process on the plan's trigger; across processes on every
   // rank's, so that no list writes into a rank before it has released.
   // (Window calls: every rank's "posted" counter, which reaches k at call k.)
-  if (plan_.args_.prelaunch && plan_.triggers_.empty()) CONCCL_RETURN_IF_ERROR(plan_.trigger_.enqueue_wait(l.cb, 1));
+  if (plan_.args_.prelaunch && plan_.triggers_.empty()) CONCCL_RETURN_IF_ERROR(plan_.trigger_.wait_ge(l.cb, 1));
   if (plan_.args_.prelaunch)
     for (size_t r = 0; r < plan_.triggers_.size(); ++r)
       CONCCL_RETURN_IF_ERROR(wait_on(l, plan_.triggers_[r], kCounterPosted, static_cast<int>(r), 1));
@@ -386,7 +386,7 @@ Status PlanBuilder::wait_on(PlanList& l, const Signal& s, uint8_t counter, int r
   // the list it waits for may be waiting for these arrivals.
   CONCCL_RETURN_IF_ERROR(record_held(l));
   const size_t at = l.cb.size_dwords();
-  CONCCL_RETURN_IF_ERROR(s.enqueue_wait(l.cb, rel));
+  CONCCL_RETURN_IF_ERROR(s.wait_ge(l.cb, rel));
   if (plan_.monotonic_)
     l.patches.push_back(PlanList::WaitPatch{static_cast<uint32_t>(at), static_cast<uint32_t>(l.cb.size_dwords() - at),
                                             s.va(), counter, rank, rel});
@@ -407,7 +407,7 @@ Status PlanBuilder::copy(PlanList& l, uint64_t dst_va, uint64_t src_va, uint64_t
 Status PlanBuilder::arrive(PlanList& l, int dst) {
   plan_.expected_[static_cast<size_t>(dst)]++;
   if (std::find(l.writes_to.begin(), l.writes_to.end(), dst) == l.writes_to.end()) l.writes_to.push_back(dst);
-  if (!batch_arrivals_) return plan_.arrive_[static_cast<size_t>(dst)].enqueue_add(l.cb, 1);
+  if (!batch_arrivals_) return plan_.arrive_[static_cast<size_t>(dst)].signal_add(l.cb, 1);
   std::vector<std::pair<int, uint64_t>>& held = held_[&l];
   for (auto& [d, count] : held)
     if (d == dst) {
@@ -422,7 +422,7 @@ Status PlanBuilder::record_held(PlanList& l) {
   auto it = held_.find(&l);
   if (it == held_.end()) return Status();
   for (const auto& [d, count] : it->second)
-    CONCCL_RETURN_IF_ERROR(plan_.arrive_[static_cast<size_t>(d)].enqueue_add(l.cb, count));
+    CONCCL_RETURN_IF_ERROR(plan_.arrive_[static_cast<size_t>(d)].signal_add(l.cb, count));
   held_.erase(it);
   return Status();
 }
@@ -439,7 +439,7 @@ Status PlanBuilder::wait_arrivals(PlanList& l, int r, uint64_t n) {
 
 Status PlanBuilder::ready(PlanList& l, int r) {
   CONCCL_RETURN_IF_ERROR(record_held(l));  // a phase is over only once its arrivals are out
-  CONCCL_RETURN_IF_ERROR(plan_.ready_[static_cast<size_t>(r)].enqueue_add(l.cb, 1));
+  CONCCL_RETURN_IF_ERROR(plan_.ready_[static_cast<size_t>(r)].signal_add(l.cb, 1));
   plan_.ready_adds_[static_cast<size_t>(r)]++;
   return Status();
 }

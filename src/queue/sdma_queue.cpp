@@ -162,7 +162,7 @@ static Status check_atomics(const Caps& caps, const CommandBuffer& cb, int gpu) 
                    "gpu " + std::to_string(gpu) +
                        " reaches the CPU over a link without 64-bit PCIe AtomicOps (KFD io_link flag NO_ATOMICS_64), "
                        "so an SDMA ATOMIC (signal_add, atomic_add64) on host memory would not be atomic; use "
-                       "single-writer signals (Signal::enqueue_write), one signal per writer, or enable AtomicOps on "
+                       "single-writer signals (Signal::signal_set), one signal per writer, or enable AtomicOps on "
                        "the PCIe path (BIOS, switches)");
   return Status();
 }

@@ -104,17 +104,17 @@ Status Signal::check_layout(const CommandBuffer& cb) const {
                                            "; create signals on the device whose engines use them");
 }
 
-Status Signal::enqueue_add(CommandBuffer& cb, uint64_t delta) const {
+Status Signal::signal_add(CommandBuffer& cb, uint64_t delta) const {
   CONCCL_RETURN_IF_ERROR(check_layout(cb));
   return cb.signal_add(va_, delta);
 }
 
-Status Signal::enqueue_write(CommandBuffer& cb, uint64_t v) const {
+Status Signal::signal_set(CommandBuffer& cb, uint64_t v) const {
   CONCCL_RETURN_IF_ERROR(check_layout(cb));
   return cb.signal_set(va_, v);
 }
 
-Status Signal::enqueue_wait(CommandBuffer& cb, uint64_t v) const {
+Status Signal::wait_ge(CommandBuffer& cb, uint64_t v) const {
   CONCCL_RETURN_IF_ERROR(check_layout(cb));
   return cb.wait_ge(va_, v);
 }
@@ -223,12 +223,12 @@ Result<Trigger> Trigger::create(Device& device, int gpu) {
   return t;
 }
 
-Status Trigger::arm(CommandBuffer& cb) { return signal_.enqueue_wait(cb, next_); }
+Status Trigger::arm(CommandBuffer& cb) { return signal_.wait_ge(cb, next_); }
 
 void Trigger::release() { signal_.set(next_++); }
 
 Status Trigger::enqueue_release(CommandBuffer& cb) {
-  CONCCL_RETURN_IF_ERROR(signal_.enqueue_write(cb, next_));
+  CONCCL_RETURN_IF_ERROR(signal_.signal_set(cb, next_));
   ++next_;
   return Status();
 }

@@ -192,6 +192,7 @@ TEST(CApiMisuse, SignalOfAnotherDeviceIsRefused) {
   EXPECT_EQ(conccl_queue_signal_add(q, theirs, 1), CONCCL_ERR_INVALID_ARGUMENT);
   EXPECT_NE(last().find("belongs to another device"), std::string::npos) << last();
   EXPECT_EQ(conccl_queue_wait_signal(q, theirs, 1), CONCCL_ERR_INVALID_ARGUMENT);
+  EXPECT_EQ(conccl_queue_wait_ge(q, theirs, 1), CONCCL_ERR_INVALID_ARGUMENT) << "the same call under its vocabulary name";
   EXPECT_EQ(conccl_queue_pending_bytes(q), 0u) << "nothing recorded";
   ASSERT_EQ(conccl_queue_signal_add(q, mine, 5), CONCCL_OK);
   uint64_t t = 0;

@@ -151,7 +151,7 @@ TEST(CApi, DeviceBuffersQueuesSignals) {
   EXPECT_EQ(back, data);
 
   // The engine waits on a signal the host then advances.
-  ASSERT_EQ(conccl_queue_wait_signal(q, s, 8), CONCCL_OK);
+  ASSERT_EQ(conccl_queue_wait_ge(q, s, 8), CONCCL_OK);
   ASSERT_EQ(conccl_queue_fill(q, b.va, 0xA5A5A5A5u, 4096), CONCCL_OK);
   ASSERT_EQ(conccl_queue_submit(q, 1000, &ticket), CONCCL_OK);
   EXPECT_EQ(conccl_queue_wait(q, ticket, 20), CONCCL_ERR_TIMEOUT) << "held by the signal";

@@ -311,7 +311,7 @@ inline void make_buffers(Mem& mem, const Communicator& comm, CollectiveArgs& a, 
 // Plan::wait() and then until every list of the launch was consumed by its
 // engine. wait() returns once the arrival signals' values are reached, but a
 // list's last packet (the atomic on the signal's twin word, which
-// Signal::enqueue_add issues after the value's) can still be queued then:
+// Signal::signal_add issues after the value's) can still be queued then:
 // destroying the plan at that point frees memory the engine is about to
 // write (TSan reports it; see collectives_bugs_test.cpp,
 // DISABLED_WaitCoversEveryPacketOfTheLaunch). The tests wait it out.

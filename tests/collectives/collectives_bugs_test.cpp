@@ -38,7 +38,7 @@ TEST(CollBugs, SwapWithAliasedBuffersIsRejected) {
 }
 
 // Plan::wait() returns (and running() turns false) as soon as every arrival
-// signal's value word is reached, but Signal::enqueue_add advances the value
+// signal's value word is reached, but Signal::signal_add advances the value
 // first and the twin (+8) second: the list's last packet, the twin's atomic,
 // may still be queued. Destroying the plan then frees signal memory an engine
 // is about to write (here it lands in the next Signal allocated there, whose
@@ -46,7 +46,7 @@ TEST(CollBugs, SwapWithAliasedBuffersIsRejected) {
 // the late add lands.
 // Fix: Plan::wait() also waits for every list's queue to consume its span
 // (l.queue->wait_done(deadline, l.span.end)) and running() checks
-// l.queue->completed() < l.span.end; or Signal::enqueue_add advances the twin
+// l.queue->completed() < l.span.end; or Signal::signal_add advances the twin
 // first and the value last.
 TEST(CollBugs, WaitCoversEveryPacketOfTheLaunch) {
   Node node;

@@ -56,7 +56,7 @@ Status queues_record_and_submit(Queue* queue, Signal& signal, uint64_t dst_va, u
   conccl::CommandBuffer cb = queue->command_buffer();            // for the queue's Isa
   CONCCL_RETURN_IF_ERROR(cb.copy(dst_va, src_va, bytes));        // split into legal commands
   CONCCL_RETURN_IF_ERROR(cb.fill(fill_va, 0xdeadbeef, bytes));   // 32-bit fill (4-byte aligned address and size)
-  CONCCL_RETURN_IF_ERROR(signal.enqueue_add(cb));                // completion (docs/signals.md)
+  CONCCL_RETURN_IF_ERROR(signal.signal_add(cb));                // completion (docs/signals.md)
   CONCCL_RETURN_IF_ERROR(queue->record_wake(cb));                // wake host sleepers (SDMA TRAP / Hopper interrupt)
   conccl::QueueSpan span;
   CONCCL_RETURN_IF_ERROR(queue->submit(cb, conccl::Deadline::after_ms(100), &span));     // one doorbell for all
@@ -68,7 +68,7 @@ Status queues_record_and_submit(Queue* queue, Signal& signal, uint64_t dst_va, u
 Status queues_reserve(Queue* queue, Signal& signal, uint64_t dst, uint64_t src, uint64_t bytes, Deadline deadline) {
   auto r = queue->reserve(256, deadline).value();                 // holds the producer lock
   CONCCL_RETURN_IF_ERROR(r.commands().copy(dst, src, bytes));     // encoded in place
-  CONCCL_RETURN_IF_ERROR(signal.enqueue_add(r.commands()));
+  CONCCL_RETURN_IF_ERROR(signal.signal_add(r.commands()));
   conccl::QueueSpan done;
   CONCCL_RETURN_IF_ERROR(r.commit(&done));                        // publishes with one doorbell
   return queue->wait_done(deadline, done.end);

@@ -475,7 +475,7 @@ class ArgumentTest(unittest.TestCase):
             self.assert_error(bad, ["send", "list of conccl.Buffer"], comm.plan, "all_gather", chunk, 7, recv)
             self.assert_error(bad, ["data", "bytes-like", "float"], send[0].upload, 1.5)
             self.assert_error(bad, ["signal", "conccl.Signal", "NoneType"], q.signal_add, None)
-            self.assert_error(bad, ["signal", "conccl.Signal", "Buffer"], q.wait_signal, send[0], 1)
+            self.assert_error(bad, ["signal", "conccl.Signal", "Buffer"], q.wait_ge, send[0], 1)
             self.assert_error(bad, ["nbytes", "integer", "float"], q.copy, recv[0].va, send[0].va, 4096.0)
             self.assert_error(bad, ["dst", "integer", "str"], q.copy, "0x1000", send[0].va, 16)
             self.assert_error(bad, ["timeout_ms", "integer", "float"], sig.wait, 0, timeout_ms=1.5)

@@ -80,8 +80,8 @@ TEST_F(Gpfifo, EveryCommandDoesWhatItSays) {
   ASSERT_OK(cb.copy(dst.va + 1, src.va + 3, kBytes - 3));
   ASSERT_OK(cb.fill(fill.va + 16, 0x5EEDF00Du, 4096 - 32));
   ASSERT_OK(cb.timestamp(slot.va));
-  ASSERT_OK(sig.enqueue_add(cb, 7));
-  ASSERT_OK(sig.enqueue_add(cb, 0x100000000ull));  // carries into the high word: 64-bit adds
+  ASSERT_OK(sig.signal_add(cb, 7));
+  ASSERT_OK(sig.signal_add(cb, 0x100000000ull));  // carries into the high word: 64-bit adds
   const uint64_t before = q->submitted();
   QueueSpan end_span;
   ASSERT_OK(q->submit(cb, long_deadline(), &end_span));
@@ -97,7 +97,7 @@ TEST_F(Gpfifo, EveryCommandDoesWhatItSays) {
   EXPECT_GT(host_load64(slot.as<uint8_t>() + caps(Isa::hopper()).timestamp_offset), 0u) << "engine time at +8";
   // Store an absolute value, then wait for it on another queue.
   cb.clear();
-  ASSERT_OK(sig.enqueue_write(cb, 5));
+  ASSERT_OK(sig.signal_set(cb, 5));
   ASSERT_OK(run(*q, cb));
   EXPECT_EQ(sig.value(), 5u);
 }
@@ -109,7 +109,7 @@ TEST_F(Gpfifo, WaitGeHoldsTheQueueUntilTheSignalArrives) {
   Buffer src = alloc(0, 4096), dst = alloc(1, 4096);
   fill_random(src.host, 4096, rng_);
   CommandBuffer wb = b->command_buffer();
-  ASSERT_OK(s.enqueue_wait(wb, 0x200000000ull));  // only the high word decides: 64-bit compare
+  ASSERT_OK(s.wait_ge(wb, 0x200000000ull));  // only the high word decides: 64-bit compare
   ASSERT_OK(wb.copy(dst.va, src.va, 4096));
   QueueSpan end_span;
   ASSERT_OK(b->submit(wb, long_deadline(), &end_span));
@@ -124,7 +124,7 @@ TEST_F(Gpfifo, WaitGeHoldsTheQueueUntilTheSignalArrives) {
   s.set(0x1FFFFFFFFull);
   EXPECT_EQ(b->wait_done(Deadline::after_ms(20), end).code(), Code::timeout) << "one below the target";
   CommandBuffer sb = a->command_buffer();
-  ASSERT_OK(s.enqueue_add(sb, 1));
+  ASSERT_OK(s.signal_add(sb, 1));
   ASSERT_OK(run(*a, sb));
   ASSERT_OK(b->wait_done(long_deadline(), end));
   EXPECT_TRUE(bytes_equal(dst.host, src.host, 4096));
@@ -141,7 +141,7 @@ TEST_F(Gpfifo, PushbufferAndGpEntriesAreReusedForever) {
     CommandBuffer cb = q->command_buffer();
     const uint64_t off = static_cast<uint64_t>(i % 64) * 1024;
     ASSERT_OK(cb.copy(dst.va + off, src.va + off, 1024));
-    ASSERT_OK(s.enqueue_add(cb, 1));
+    ASSERT_OK(s.signal_add(cb, 1));
     ASSERT_OK(q->submit(cb, long_deadline()));
   }
   ASSERT_OK(s.wait(kRounds, long_deadline()));
@@ -166,7 +166,7 @@ TEST_F(Gpfifo, ReserveWritesStraightIntoThePushbuffer) {
     // 60 bytes: a copy (9 dwords) and a signal add (6 dwords), nothing more.
     ASSERT_OK_AND_ASSIGN(Queue::Reservation r, q->reserve(60, long_deadline()));
     ASSERT_OK(r.commands().copy(dst.va + round * 64, src.va + round * 64, 64));
-    ASSERT_OK(s.enqueue_add(r.commands(), 1));
+    ASSERT_OK(s.signal_add(r.commands(), 1));
     EXPECT_EQ(r.commands().copy(dst.va, src.va, 64).code(), Code::resource_exhausted) << "past the reservation";
     QueueSpan span;
     ASSERT_OK(r.commit(&span));
@@ -201,7 +201,7 @@ TEST_F(Gpfifo, SeveralProducersOnOneChannel) {
       for (int i = 0; i < kPer; ++i) {
         const uint64_t off = static_cast<uint64_t>(t * kPer + i) * 16;
         CommandBuffer cb = q->command_buffer();
-        if (!cb.copy(dst.va + off, src.va + off, 16).ok() || !s.enqueue_add(cb, 1).ok() ||
+        if (!cb.copy(dst.va + off, src.va + off, 16).ok() || !s.signal_add(cb, 1).ok() ||
             !q->submit(cb, long_deadline()).ok())
           bad.fetch_add(1);
       }
@@ -277,7 +277,7 @@ TEST_F(Gpfifo, DroppedCompletionIsDiagnosed) {
   inj.drop_completions = 1;
   ASSERT_OK(dev_->inject(0, 4, inj));
   CommandBuffer cb = q->command_buffer();
-  ASSERT_OK(s.enqueue_add(cb, 1));
+  ASSERT_OK(s.signal_add(cb, 1));
   QueueSpan span;
   ASSERT_OK(q->submit(cb, long_deadline(), &span));
   ASSERT_OK(q->wait_done(long_deadline(), span.end));  // the timeline release after it still lands

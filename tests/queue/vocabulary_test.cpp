@@ -378,11 +378,11 @@ TEST(Vocabulary, SignalsRefuseCommandBuffersOfAnotherLayout) {
   EXPECT_TRUE(s_amd.has_twin());
   EXPECT_FALSE(s_nv.has_twin());
   CommandBuffer hop(Isa::hopper());
-  Status st = s_amd.enqueue_add(hop);
+  Status st = s_amd.signal_add(hop);
   EXPECT_EQ(st.code(), Code::invalid_argument);
   EXPECT_TRUE(contains(st.message(), "layout")) << st.message();
-  ASSERT_OK(s_nv.enqueue_add(hop));
-  ASSERT_OK(s_nv.enqueue_wait(hop, 3));
+  ASSERT_OK(s_nv.signal_add(hop));
+  ASSERT_OK(s_nv.wait_ge(hop, 3));
   // The host side follows the layout: no twin written on Hopper signals.
   s_nv.set(41);
   EXPECT_EQ(s_nv.add(1), 42u);

@@ -26,7 +26,7 @@ class HangTest : public SignalTest {
   // copy + signal add, submitted; returns the span.
   QueueSpan submit_copy(CommandBuffer cb) {
     EXPECT_TRUE(cb.copy(dst.va, src.va, 4096).ok());
-    EXPECT_TRUE(sig.enqueue_add(cb, 1).ok());
+    EXPECT_TRUE(sig.signal_add(cb, 1).ok());
     QueueSpan span;
     EXPECT_TRUE(q->submit(cb, Deadline::after_ms(1000), &span).ok());
     return span;

@@ -50,7 +50,7 @@ TEST_F(SignalTest, OrderingBytesVisibleWhenSignalSeen) {
     dev->wake_pollers();
     CommandBuffer cb = q->command_buffer();
     ASSERT_TRUE(cb.copy(dst.va, src.va, kBytes).ok());
-    ASSERT_TRUE(s->enqueue_add(cb, 1).ok());
+    ASSERT_TRUE(s->signal_add(cb, 1).ok());
     QueueSpan span;
     ASSERT_TRUE(q->submit(cb, Deadline::after_ms(kMs), &span).ok());
     ASSERT_TRUE(s->wait(round, Deadline::after_ms(kMs), &span).ok());
@@ -69,20 +69,20 @@ TEST_P(DmaWaitTest, WaitsForExact64BitTarget) {
   ASSERT_TRUE(waiter && producer && s.ok());
   Buffer flag = alloc(-1, 256);
   CommandBuffer cb = waiter->command_buffer();
-  ASSERT_TRUE(s->enqueue_wait(cb, target).ok());
+  ASSERT_TRUE(s->wait_ge(cb, target).ok());
   ASSERT_TRUE(SdmaPackets(cb).fence(flag.va, 0xC0FFEE).ok());
   ASSERT_TRUE(waiter->submit(cb, Deadline::after_ms(kMs)).ok());
   auto* f = flag.as<volatile uint32_t>();
   for (int step = 0; step < 2; ++step) {  // target-2, target-1: must not pass
     CommandBuffer p = producer->command_buffer();
-    ASSERT_TRUE(s->enqueue_add(p, 1).ok());
+    ASSERT_TRUE(s->signal_add(p, 1).ok());
     ASSERT_TRUE(producer->submit(p, Deadline::after_ms(kMs)).ok());
     ASSERT_TRUE(producer->wait_done(Deadline::after_ms(kMs)).ok());
     std::this_thread::sleep_for(std::chrono::milliseconds(2));
     EXPECT_EQ(*f, 0u) << "passed early at value " << s->value();
   }
   CommandBuffer p = producer->command_buffer();
-  ASSERT_TRUE(s->enqueue_add(p, 1).ok());
+  ASSERT_TRUE(s->signal_add(p, 1).ok());
   ASSERT_TRUE(producer->submit(p, Deadline::after_ms(kMs)).ok());
   ASSERT_TRUE(waiter->wait_done(Deadline::after_ms(kMs)).ok()) << waiter->diagnose();
   EXPECT_EQ(*f, 0xC0FFEEu);
@@ -105,7 +105,7 @@ TEST_F(SignalTest, DmaWaitPassesWhenHighWordAlreadyAbove) {
   Buffer flag = alloc(-1, 256);
   for (uint64_t target : {0x1FFFFFFF0ull, 0x480000000ull, 0x4FFFFFFFFull}) {
     CommandBuffer cb = q->command_buffer();
-    ASSERT_TRUE(s->enqueue_wait(cb, target).ok());
+    ASSERT_TRUE(s->wait_ge(cb, target).ok());
     ASSERT_TRUE(SdmaPackets(cb).fence(flag.va, static_cast<uint32_t>(target)).ok());
     ASSERT_TRUE(q->submit(cb, Deadline::after_ms(kMs)).ok());
     ASSERT_TRUE(q->wait_done(Deadline::after_ms(kMs)).ok()) << q->diagnose();
@@ -118,7 +118,7 @@ TEST_F(SignalTest, EnqueueWriteStoresAbsoluteValue) {
   auto s = Signal::create(*dev);
   ASSERT_TRUE(q && s.ok());
   CommandBuffer cb = q->command_buffer();
-  ASSERT_TRUE(s->enqueue_write(cb, 0x123456789ABCull).ok());
+  ASSERT_TRUE(s->signal_set(cb, 0x123456789ABCull).ok());
   ASSERT_TRUE(q->submit(cb, Deadline::after_ms(kMs)).ok());
   ASSERT_TRUE(s->wait(0x123456789ABCull, Deadline::after_ms(kMs)).ok());
   // The value is written by two 32-bit FENCEs; finish the queue before
@@ -136,7 +136,7 @@ TEST_F(SignalTest, HostWaitWakesOnTrapAfterSleeping) {
   ASSERT_TRUE(q && s.ok() && trig.ok());
   CommandBuffer cb = q->command_buffer();
   ASSERT_TRUE(trig->arm(cb).ok());
-  ASSERT_TRUE(s->enqueue_add(cb, 1).ok());
+  ASSERT_TRUE(s->signal_add(cb, 1).ok());
   ASSERT_TRUE(SdmaPackets(cb).trap(42).ok());
   QueueSpan span;
   ASSERT_TRUE(q->submit(cb, Deadline::after_ms(kMs), &span).ok());
@@ -236,7 +236,7 @@ TEST_F(SignalTest, ManyQueuesAddToOneSignal) {
     threads.emplace_back([&s, q = q.get()] {
       for (int i = 0; i < 50; ++i) {
         CommandBuffer cb = q->command_buffer();
-        EXPECT_TRUE(s->enqueue_add(cb, 3).ok());
+        EXPECT_TRUE(s->signal_add(cb, 3).ok());
         EXPECT_TRUE(q->submit(cb, Deadline::after_ms(kMs)).ok());
       }
     });

@@ -77,7 +77,7 @@ int main(int argc, char** argv) {
     for (int i = -50; i < iters; ++i) {  // 50 warm-up rounds
       CommandBuffer cb = (*q)->command_buffer();
       if (with_copy && !check(cb.copy(dst->va, src->va, 4096), "copy")) return false;
-      if (!check(sig->enqueue_add(cb, 1), "signal")) return false;
+      if (!check(sig->signal_add(cb, 1), "signal")) return false;
       ++target;
       const auto t0 = std::chrono::steady_clock::now();
       QueueSpan span;

@@ -11,6 +11,7 @@
 
 #include "conccl/sdma_packets.hpp"
 #include "backends/emu/node.hpp"
+#include "backends/registry.hpp"
 #include "backends/emu/presets.hpp"
 #include "conccl/emu.hpp"
 #include "conccl/queue.hpp"
@@ -141,6 +142,7 @@ class EmuDeviceImpl final : public EmuDevice {
   const Topology& topology() const override { return node_->topology(); }
 
   Result<Buffer> alloc(int gpu, size_t bytes, MemKind kind) override {
+    if (kind == MemKind::cuda) return no_cuda_memory("emu");
     Arena* arena = nullptr;
     if (kind == MemKind::host) {
       arena = node_->host_arena();

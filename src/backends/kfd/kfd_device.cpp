@@ -35,6 +35,7 @@
 #include <set>
 #include <thread>
 
+#include "backends/registry.hpp"
 #include "backends/kfd/kfd_context.hpp"
 #include "backends/kfd/kfd_queue_backend.hpp"
 #include "backends/kfd/kfd_policy.hpp"
@@ -107,6 +108,7 @@ class KfdDeviceImpl final : public KfdDevice, public KfdInternals {
   Capabilities capabilities() const override { return ctx_->caps; }
 
   Result<Buffer> alloc(int gpu, size_t bytes, MemKind kind) override {
+    if (kind == MemKind::cuda) return no_cuda_memory("kfd");
     if (bytes == 0) return error(Code::invalid_argument, "alloc of 0 bytes: give a size of at least 1");
     if (bytes > SIZE_MAX - kPage)  // round_up would wrap to 0
       return error(Code::resource_exhausted, "alloc of " + std::to_string(bytes) + " bytes: larger than any memory");

@@ -47,6 +47,8 @@ class GenericDevice final : public conccl::Device {
   // ---- reductions' compute (reduce_kernel.hpp) ----
   // Staging is CUDA memory (the kernel reads it) registered for the engines.
   Result<conccl::Buffer> alloc_for_compute(int gpu, size_t bytes) override;
+  // alloc(MemKind::cuda): alloc_for_compute's memory, zeroed by a CE fill.
+  Result<conccl::Buffer> alloc_cuda_memory(int gpu, size_t bytes);
   Status free_for_compute(const conccl::Buffer& b) override;
   uint64_t compute_address(uint64_t va) const override {
     const Alloc* a = find_alloc(va, 1);
@@ -155,6 +157,7 @@ class GenericDevice final : public conccl::Device {
   const Topology& topology() const override { return topo_; }
 
   Result<conccl::Buffer> alloc(int gpu, size_t bytes, conccl::MemKind kind) override {
+    if (kind == conccl::MemKind::cuda) return alloc_cuda_memory(gpu, bytes);
     const bool dev = kind == conccl::MemKind::device;
     if (dev && (gpu < 0 || static_cast<size_t>(gpu) >= devs_.size()))
       return error(Code::not_found, "GPU " + std::to_string(gpu) + " requested; this nv device has " +
@@ -193,6 +196,7 @@ class GenericDevice final : public conccl::Device {
   }
 
   Status free(const conccl::Buffer& buffer) override {
+    if (compute_allocs_.count(buffer.va)) return free_for_compute(buffer);
     if (auto c = cells_.find(buffer.va); c != cells_.end()) {
       cells_.erase(c);
       free_cells_.push_back(buffer.va);

@@ -58,16 +58,36 @@ Result<int> cuda_ordinal(conccl::Device& device, int gpu) {
 
 Result<conccl::Buffer> GenericDevice::alloc_for_compute(int gpu, size_t bytes) {
   Result<int> ordinal = cuda_ordinal(*this, gpu);
-  if (!ordinal.ok()) return ordinal.status().prefix("staging for reductions");
+  if (!ordinal.ok()) return ordinal.status().prefix("CUDA memory for compute (alloc_for_compute)");
   Result<CudaAlloc> a = cuda_alloc(bytes, *ordinal);
-  if (!a.ok()) return a.status().prefix("staging for reductions");
+  if (!a.ok()) return a.status().prefix("CUDA memory for compute (alloc_for_compute)");
   Result<conccl::Buffer> b = nv::register_cuda(*this, a->ptr, bytes, gpu);
   if (!b.ok()) {
     CudaAlloc undo = *a;
     (void)cuda_free(undo);
-    return b.status().prefix("staging for reductions");
+    return b.status().prefix("CUDA memory for compute (alloc_for_compute)");
   }
   compute_allocs_[b->va] = *a;
+  return b;
+}
+
+Result<conccl::Buffer> GenericDevice::alloc_cuda_memory(int gpu, size_t bytes) {
+  if (gpu < 0 || static_cast<size_t>(gpu) >= devs_.size())
+    return error(Code::not_found, "CUDA memory on GPU " + std::to_string(gpu) + " requested; this nv device has " +
+                                      std::to_string(devs_.size()));
+  if (bytes == 0) return error(Code::invalid_argument, "cannot allocate 0 bytes");
+  Result<conccl::Buffer> b = alloc_for_compute(gpu, bytes);
+  if (!b.ok()) return b.status();
+  // conccl::Device promises zeroed memory: clear it with the GPU's first channel.
+  Channel& ch = devs_[static_cast<size_t>(gpu)]->channel(0);
+  CommandBuffer cb = ch.commands();
+  Status st = cb.fill(b->va, 0, (bytes + 3) & ~size_t(3));
+  if (st.ok()) st = ch.run(cb, Deadline::after_ms(10000));
+  if (!st.ok()) {
+    (void)free_for_compute(*b);
+    return st.prefix("zeroing " + std::to_string(bytes) + " bytes of CUDA memory");
+  }
+  b->kind = conccl::MemKind::cuda;
   return b;
 }
 

@@ -132,21 +132,21 @@ Channel::~Channel() = default;
 
 CommandBuffer Channel::commands() const { return q_->command_buffer(); }
 
-Status Channel::submit(const CommandBuffer& cb, Deadline deadline, uint64_t* fence) {
+Status Channel::submit(const CommandBuffer& cb, Deadline deadline, uint64_t* ticket) {
   if (!(cb.isa() == q_->isa()))
     return error(Code::invalid_argument, "command buffer was recorded for " + cb.isa().name() +
                                              " but a channel takes Hopper CE methods; record it with "
                                              "Channel::commands()");
-  return q_->submit_dwords(cb.dwords(), deadline, fence);
+  return q_->submit_dwords(cb.dwords(), deadline, ticket);
 }
 
 Status Channel::run(const CommandBuffer& cb, Deadline deadline) {
-  uint64_t fence = 0;
-  CONCCL_RETURN_IF_ERROR(submit(cb, deadline, &fence));
-  return wait_done(deadline, fence);
+  uint64_t ticket = 0;
+  CONCCL_RETURN_IF_ERROR(submit(cb, deadline, &ticket));
+  return wait_done(deadline, ticket);
 }
 
-Status Channel::wait_done(Deadline deadline, uint64_t fence) { return q_->wait_done(deadline, fence); }
+Status Channel::wait_done(Deadline deadline, uint64_t ticket) { return q_->wait_done(deadline, ticket); }
 uint64_t Channel::completed() const { return q_->completed(); }
 uint64_t Channel::submitted() const { return q_->submitted(); }
 uint64_t Channel::completed_time_ns() const { return q_->completed_time_ns(); }

@@ -139,19 +139,19 @@ class Channel {
   // An empty command buffer for this channel (its Isa, at most what one
   // submission takes).
   CommandBuffer commands() const;
-  // Submits `cb` followed by a release of the channel timeline; *fence gets
+  // Submits `cb` followed by a release of the channel timeline; *ticket gets
   // the timeline value that marks its end. An empty `cb` still releases the
   // timeline (what a latency benchmark times). Waits for pushbuffer/GPFIFO
   // space until `deadline`.
-  Status submit(const CommandBuffer& cb, Deadline deadline, uint64_t* fence = nullptr);
+  Status submit(const CommandBuffer& cb, Deadline deadline, uint64_t* ticket = nullptr);
   // submit(), then wait_done() for it: both by `deadline`.
   Status run(const CommandBuffer& cb, Deadline deadline);
 
-  // Host wait until the timeline reaches `fence` (default: everything
+  // Host wait until the timeline reaches `ticket` (default: everything
   // submitted): polls, then sleeps (Options::wait_spin_us, wait_max_sleep_us,
   // interrupt_waits). Code::device_fault when the error notifier reports an
   // RC error (MMU fault, ...); Code::timeout with the channel state.
-  Status wait_done(Deadline deadline, uint64_t fence = ~uint64_t(0));
+  Status wait_done(Deadline deadline, uint64_t ticket = ~uint64_t(0));
   uint64_t completed() const;
   uint64_t submitted() const;
   // GPU ns timestamp of the last timeline release.

@@ -89,7 +89,7 @@ int run_copy(const Args& args, Context& ctx) {
 
   conccl::CommandBuffer cb = (*q)->command_buffer();
   Status st = cb.copy(b->va, a->va, n);
-  if (st.ok()) st = sig->enqueue_add(cb, 1);
+  if (st.ok()) st = sig->signal_add(cb, 1);
   // The host wake-up in the queue's own terms (SDMA TRAP, KFD mailbox + TRAP,
   // Hopper non-stall interrupt): never a packet of one ISA on another.
   if (st.ok()) st = (*q)->record_wake(cb);

@@ -118,7 +118,7 @@ uint64_t EngineRun::read64(uint64_t va) const {
 
 Outcome EngineRun::submit(CommandBuffer& cb, Deadline deadline, uint64_t* value, QueueSpan* span) {
   const uint64_t v = next_ + 1;
-  if (Status st = done_.enqueue_write(cb, v); !st.ok()) return from_status(st);
+  if (Status st = done_.signal_set(cb, v); !st.ok()) return from_status(st);
   next_ = v;
   *value = v;
   // Data the CPU wrote through a write-combined BAR mapping must have left
@@ -210,7 +210,7 @@ Outcome EngineRun::check_fill() {
 Outcome EngineRun::check_signal() {
   const uint64_t v = (rng_() >> 4) | 0x80000001ull;  // a low dword >= 2^31 and a high dword
   CommandBuffer cb = q_->command_buffer();
-  if (Status st = sig_.enqueue_write(cb, v); !st.ok()) return from_status(st);
+  if (Status st = sig_.signal_set(cb, v); !st.ok()) return from_status(st);
   if (Outcome o = finish(cb); o.cell != Cell::ok) return o;
   if (sig_.value() != v)
     return failed("signal_set(" + conccl::hex(v) + ") left the signal at " + conccl::hex(sig_.value()));
@@ -232,7 +232,7 @@ Outcome EngineRun::check_wake() {
   const uint64_t v = sig_.value() + 1;
   const uint64_t before = ev ? ev->count() : 0;
   CommandBuffer cb = q_->command_buffer();
-  Status st = sig_.enqueue_write(cb, v);
+  Status st = sig_.signal_set(cb, v);
   if (st.ok()) st = q_->record_wake(cb);
   if (!st.ok()) return from_status(st);
   const Deadline deadline = Deadline::after_ms(static_cast<int64_t>(s_.timeout_ms));
@@ -261,7 +261,7 @@ Outcome EngineRun::check_wake() {
 Outcome EngineRun::check_poll() {
   const uint64_t target = gate_.value() + 1;
   CommandBuffer cb = q_->command_buffer();
-  if (Status st = gate_.enqueue_wait(cb, target); !st.ok()) return from_status(st);
+  if (Status st = gate_.wait_ge(cb, target); !st.ok()) return from_status(st);
   const Deadline deadline = Deadline::after_ms(static_cast<int64_t>(s_.timeout_ms));
   uint64_t v = 0;
   QueueSpan span;
@@ -282,8 +282,8 @@ Outcome EngineRun::check_atomic() {
                    "(caps().atomic64 false: see the topology notes)");
   const uint64_t base = atom_.value();
   CommandBuffer cb = q_->command_buffer();
-  Status st = atom_.enqueue_add(cb, 5);
-  if (st.ok()) st = atom_.enqueue_add(cb, 7);
+  Status st = atom_.signal_add(cb, 5);
+  if (st.ok()) st = atom_.signal_add(cb, 7);
   if (!st.ok()) return from_status(st);
   if (Outcome o = finish(cb); o.cell != Cell::ok) return o;
   if (atom_.value() != base + 12)
