@@ -101,6 +101,23 @@ struct PreparedCall {
 // How a captured call reaches its communicator's state: cut (state null)
 // when the communicator goes, so that a replay after that does nothing but
 // release its stream.
+// The first failure of a one-process communicator's graph replays
+// (captured_calls.cpp: a replay that could not start, or whose lists did not
+// end by the call timeout): what Communicator::async_error() reports. Shared
+// by the communicator and its captures, which may outlive it.
+struct LocalReplayFailure {
+  std::mutex mu;
+  Status failed;
+  void set(const Status& why) {
+    std::lock_guard<std::mutex> lk(mu);
+    if (failed.ok()) failed = why;
+  }
+  Status get() {
+    std::lock_guard<std::mutex> lk(mu);
+    return failed;
+  }
+};
+
 struct CaptureLink {
   std::recursive_mutex mu;  // held by a replay's start (which may drop the last reference to its capture)
   CallState* state = nullptr;

@@ -57,13 +57,15 @@ namespace {
 void replay_entry(void* arg);
 
 // The closing list of a replay: it waits until every (counter, value) of
-// `until` is reached, then adds 1 to `done`, reset to 0 first.
-Status close_replay(Queue& q, const std::vector<std::pair<uint64_t, uint64_t>>& until, Signal& done, Deadline dl) {
+// `until` is reached, then adds 1 to `done`, reset to 0 first. *span says
+// where it sits in `q`.
+Status close_replay(Queue& q, const std::vector<std::pair<uint64_t, uint64_t>>& until, Signal& done, Deadline dl,
+                    QueueSpan* span = nullptr) {
   CommandBuffer close(q.isa());
   for (const auto& [va, value] : until) CONCCL_RETURN_IF_ERROR(close.wait_ge(va, value));
   CONCCL_RETURN_IF_ERROR(close.signal_add(done.va(), 1));
   done.set(0);
-  return q.submit(close, dl);
+  return q.submit(close, dl, span);
 }
 
 }  // namespace
@@ -281,8 +283,11 @@ void CallState::cut_captures() {
 // The same two stream steps; the counters are the capture's own signals
 // (no other process reads them), the replays its own count, and the host
 // function submits every rank's lists and posts every rank's "posted".
-// No other process can hold a replay up, so no watchdog: the stream's wait
-// ends when this process's engines are done.
+// No other process can hold a replay up, but an engine can (a fault, a
+// stall): a watchdog thread gives each replay's closing list the
+// communicator's call timeout, then records why (async_error()) and
+// releases the stream, which would otherwise wait forever. After a failure
+// replays submit nothing and only release their stream.
 struct LocalCapture {
   std::string name;
   std::map<std::pair<int, int>, std::unique_ptr<Queue>> queues;
@@ -292,13 +297,78 @@ struct LocalCapture {
   std::vector<uint64_t> base[kCounters];            // per rank: each counter after the replays so far
   uint64_t replays = 0;
   Signal done;
-  ~LocalCapture() { plan.reset(); }  // before its queues
+  std::shared_ptr<LocalReplayFailure> failure;
+  int64_t timeout_ms = 60000;  // the communicator's call timeout
+
+  ~LocalCapture() {
+    {
+      std::lock_guard<std::mutex> lk(watch_mu);
+      stop = true;
+    }
+    watch_cv.notify_all();
+    if (watcher.joinable()) watcher.join();
+    plan.reset();  // before its queues
+  }
+
+  // Replay r's closing list, ending at `ticket` of `closer`, is watched
+  // until `deadline`.
+  void watch(uint64_t r, uint64_t ticket, Deadline deadline) {
+    std::lock_guard<std::mutex> lk(watch_mu);
+    watched.push_back(Watched{r, ticket, deadline});
+    if (!watcher.joinable()) watcher = std::thread([this] { run_watchdog(); });
+    watch_cv.notify_one();
+  }
+  // Records a failure of replay r and lets its stream go on.
+  void fail(uint64_t r, Status why) {
+    failure->set(why.prefix(name + " replay " + std::to_string(r)));
+    done.set(1);
+  }
 
   // Replay r's lists, their waits rewritten, submitted; the phase counters'
   // bases moved past it.
   void submit(uint64_t r, Deadline dl, Status* st) {
     *st = CallState::submit_lists(*plan, r - 1, base, dl, name + " replay " + std::to_string(r));
     for (size_t q = 0; q < base[kCounterPhase].size(); ++q) base[kCounterPhase][q] += plan->ready_adds_[q];
+  }
+
+ private:
+  struct Watched {
+    uint64_t replay;
+    uint64_t ticket;
+    Deadline deadline;
+  };
+  std::mutex watch_mu;
+  std::condition_variable watch_cv;
+  std::deque<Watched> watched;
+  bool stop = false;
+  std::thread watcher;
+
+  // Waits for each watched closing list in turn, in steps of 250 ms: short
+  // enough that the destructor need not wait out a stalled engine's deadline,
+  // long enough that a hung replay's wait_done diagnoses it rarely.
+  void run_watchdog() {
+    std::unique_lock<std::mutex> lk(watch_mu);
+    while (true) {
+      watch_cv.wait(lk, [&] { return stop || !watched.empty(); });
+      if (stop) return;
+      const Watched w = watched.front();
+      lk.unlock();
+      Status st;
+      do {
+        {
+          std::lock_guard<std::mutex> s(watch_mu);
+          if (stop) return;
+        }
+        const Deadline step = Deadline::after(
+            std::min<std::chrono::nanoseconds>(std::chrono::milliseconds(250), w.deadline.remaining()));
+        st = closer->wait_done(step, w.ticket);
+      } while (st.code() == Code::timeout && !w.deadline.expired());
+      if (!st.ok())
+        fail(w.replay, st.prefix("its lists did not end within the call timeout (" + std::to_string(timeout_ms) +
+                                 " ms)"));
+      lk.lock();
+      watched.pop_front();
+    }
   }
 };
 
@@ -311,7 +381,11 @@ void local_replay(void* arg) {
     return;
   }
   const uint64_t r = ++c->replays;
-  const Deadline dl = Deadline::after_ms(60000);
+  if (!c->failure->get().ok()) {  // an earlier replay failed: async_error() says why
+    c->done.set(1);
+    return;
+  }
+  const Deadline dl = Deadline::after_ms(c->timeout_ms);
   const size_t n = c->posted.size();
   Status st;
   c->submit(r, dl, &st);
@@ -324,15 +398,15 @@ void local_replay(void* arg) {
     c->base[kCounterArrive][q] = a;
     c->base[kCounterSent][q] = s;
   }
-  if (st.ok()) st = close_replay(*c->closer, until, c->done, dl);
+  QueueSpan span;
+  if (st.ok()) st = close_replay(*c->closer, until, c->done, dl, &span);
   if (!st.ok()) {
-    // Nothing can report from here (a host node returns nothing): the
-    // stream goes on, and the data is not what the call promised.
-    std::fprintf(stderr, "conccl: %s replay %llu could not start: %s\n", c->name.c_str(),
-                 static_cast<unsigned long long>(r), st.to_string().c_str());
-    c->done.set(1);
+    // A host node returns nothing: the stream goes on, the data is not what
+    // the call promised, and async_error() says why.
+    c->fail(r, st.prefix("could not start"));
     return;
   }
+  c->watch(r, span.end, dl);
   for (Signal& p : c->posted) p.set(r);
 }
 
@@ -354,6 +428,9 @@ Status Communicator::capture_local(const CollectiveArgs& given, StreamOps& strea
   CONCCL_RETURN_IF_ERROR(validate_args(*this, args).prefix("capturing " + what));
   auto cap = std::make_shared<LocalCapture>();
   cap->name = what;
+  if (!local_failure_) local_failure_ = std::make_shared<LocalReplayFailure>();
+  cap->failure = local_failure_;
+  cap->timeout_ms = options_.call_timeout_ms;
   RankSignals sig;
   for (auto* v : {&cap->posted, &cap->arrive, &cap->phase, &cap->sent})
     for (int r = 0; r < n; ++r) {

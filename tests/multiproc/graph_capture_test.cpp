@@ -17,6 +17,7 @@
 #include <gtest/gtest.h>
 
 #include <atomic>
+#include <chrono>
 #include <cstring>
 
 #include "conccl/bootstrap.hpp"
@@ -379,6 +380,74 @@ TEST(CaptureOneProcess, ReplaysOfEveryRankBesideOrdinaryCalls) {
     ASSERT_TRUE((*g)->launch(*stream).ok());
     EXPECT_TRUE(stream->synchronize(Deadline::after_ms(20000)).ok());
   }
+}
+
+// An engine that stops (a fault, a stall) under a replay of a one-process
+// capture: the watchdog gives the replay the call timeout, then records why
+// (async_error(), naming the replay) and releases the stream, which would
+// otherwise wait forever; later replays submit nothing and only release it.
+TEST(CaptureOneProcess, AStalledEngineFailsTheReplayAndReleasesTheStream) {
+  const int n = 2;
+  DeviceOptions o;
+  o.preset = "mi300x";
+  Result<std::unique_ptr<emu::EmuDevice>> dev = emu::create(o);
+  ASSERT_TRUE(dev.ok());
+  Communicator::Options co;
+  co.loopback = true;
+  co.call_timeout_ms = 1500;
+  std::unique_ptr<Communicator> c = std::move(Communicator::create(**dev, {0, 0}, co).value());
+  std::unique_ptr<HostStream> stream = std::move(HostStream::create(**dev, 30000).value());
+  const uint64_t bytes = 4099;
+  std::vector<UniqueBuffer> send, recv;
+  CollectiveArgs a;
+  a.op = CollOp::all_gather;
+  a.bytes = bytes;
+  for (int r = 0; r < n; ++r) {
+    send.push_back(std::move(UniqueBuffer::alloc(**dev, 0, bytes, MemKind::device).value()));
+    recv.push_back(std::move(UniqueBuffer::alloc(**dev, 0, n * bytes, MemKind::device).value()));
+    for (uint64_t i = 0; i < bytes; ++i) send.back().get().as<uint8_t>()[i] = value(r, 1, i);
+    a.send.push_back(send.back().get());
+    a.recv.push_back(recv.back().get());
+  }
+  ASSERT_TRUE(stream->begin_capture().ok());
+  ASSERT_TRUE(c->call(a, stream.get()).ok());
+  Result<std::unique_ptr<HostStream::Recording>> g = stream->end_capture();
+  ASSERT_TRUE(g.ok());
+  ASSERT_TRUE((*g)->launch(*stream).ok());
+  ASSERT_TRUE(stream->synchronize(Deadline::after_ms(20000)).ok());
+  ASSERT_TRUE(c->async_error().ok()) << c->async_error().to_string();
+  for (int d = 0; d < n; ++d)
+    for (int q = 0; q < n; ++q)
+      for (uint64_t i = 0; i < bytes; ++i)
+        ASSERT_EQ(recv[size_t(d)].get().as<uint8_t>()[q * bytes + i], value(q, 1, i)) << d << " " << q << " " << i;
+
+  const std::vector<EngineInfo>& engines = (*dev)->topology().gpus[0].engines;
+  emu::Injection stall;
+  stall.stall = true;
+  for (const EngineInfo& e : engines) ASSERT_TRUE((*dev)->inject(0, e.id, stall).ok());
+  const auto t0 = std::chrono::steady_clock::now();
+  ASSERT_TRUE((*g)->launch(*stream).ok());
+  const Status released = stream->synchronize(Deadline::after_ms(20000));
+  const double waited_ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
+  EXPECT_TRUE(released.ok()) << "the stream must not wait forever: " << released.to_string();
+  EXPECT_GE(waited_ms, 1000.0) << "the replay gets the call timeout first";
+  const Status why = c->async_error();
+  EXPECT_EQ(why.code(), Code::timeout) << why.to_string();
+  EXPECT_NE(why.message().find("replay 2"), std::string::npos) << why.to_string();
+  EXPECT_NE(why.message().find("call timeout"), std::string::npos) << why.to_string();
+
+  // Later replays only release the stream; the first failure stays.
+  const auto t1 = std::chrono::steady_clock::now();
+  ASSERT_TRUE((*g)->launch(*stream).ok());
+  EXPECT_TRUE(stream->synchronize(Deadline::after_ms(5000)).ok());
+  const double later_ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t1).count();
+  EXPECT_LT(later_ms, 1000.0) << "a replay after the failure submits nothing";
+  EXPECT_NE(c->async_error().message().find("replay 2"), std::string::npos) << c->async_error().to_string();
+
+  emu::Injection none;
+  for (const EngineInfo& e : engines) ASSERT_TRUE((*dev)->inject(0, e.id, none).ok());
+  g->reset();  // the capture and its watchdog go with the recording
+  c.reset();
 }
 
 }  // namespace
