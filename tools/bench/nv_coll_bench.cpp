@@ -329,198 +329,224 @@ struct C3Row {
   double sm_mhz_alone = 0, sm_mhz_both = 0, power_w_alone = 0, power_w_both = 0;
 };
 
-std::vector<C3Row> run_c3(Device& dev, int ranks, int n, int gemms, uint64_t chunk, int reps, double budget_frac,
-                          double copy_frac, bool zeros, const std::string& variants, int soak_ms, uint64_t piece_kib) {
-  auto wanted = [&](const char* key) { return ("," + variants + ",").find("," + std::string(key) + ",") != std::string::npos; };
-  Ranks r = make_ranks(dev, ranks, chunk);
-  Gemm g = make_gemm(n, zeros);
-  g.run(20);  // warm up cuBLAS and the clocks
-  (void)g.gpu_ms();
-  // --soak-ms: GEMMs for that long before every timed phase, so that each
-  // starts from the same power and thermal state (run 24: the GEMMs alone
-  // took 482 or 508 ms depending on what ran before them).
-  auto soak = [&] {
-    const auto s = Clock::now();
-    while (soak_ms > 0 && ms_since(s) < soak_ms) {
-      g.run(10);
-      (void)g.gpu_ms();
-    }
-  };
-  const uint64_t bytes_per = chunk * uint64_t(ranks) * uint64_t(ranks);
+// What the command line sets.
+struct Args {
+  int ranks = 4, n = 8192, gemms = 300, reps = 3, lat_iters = 300, soak_ms = 0;
+  uint64_t chunk_mib = 64, piece_kib = 2048;
+  double budget_frac = 0.25, copy_frac = 1.0;
+  bool zeros = false;
+  std::string json_path, only, variants = "ce,sm,budget";
+};
+
+// Whether the comma-separated `list` names `key`.
+bool wanted(const std::string& list, const char* key) {
+  return ("," + list + ",").find("," + std::string(key) + ",") != std::string::npos;
+}
+
+// What the C3 measurement shares: the device, the arguments, the ranks'
+// buffers, the GEMM, the copy paths and the NVML sampler.
+struct C3 {
+  Device& dev;
+  const Args& o;
+  Ranks r;
+  Gemm g;
+  uint64_t bytes_per;                 // what one all-gather moves
+  std::vector<int> all_ids, weights;  // GPU 0's engines and their weights
   std::vector<Path> paths;
-  // shared: one queue per engine for all ranks; in_flight: plans launched
-  // round robin, so the next launch is queued before the last one ends.
-  auto ce_path = [&](const std::string& key, const std::string& name, std::vector<int> engines, bool shared,
-                     int in_flight) {
-    Path p;
-    p.key = key;
-    p.name = name;
-    Communicator::Options o;
-    o.loopback = true;
-    o.queues = shared ? Communicator::Options::QueueSharing::per_engine : Communicator::Options::QueueSharing::per_rank;
-    o.engines = std::move(engines);
-    Result<std::unique_ptr<Communicator>> c = Communicator::create(dev, std::vector<int>(ranks, 0), o);
-    check(c.status(), "communicator");
-    p.comm = std::move(c).value();
-    for (int i = 0; i < in_flight; ++i) {
-      Result<std::unique_ptr<Plan>> pl = p.comm->plan(all_gather_args(r));
-      check(pl.status(), "plan");
-      p.plans.push_back(std::move(pl).value());
-    }
-    return p;
-  };
-  // The all-gather's bytes per launch as one plain copy per engine (src ->
-  // dst on each), no collective: what the engines cost the GEMM without a
-  // collective's many copies and signals.
-  auto cp_path = [&](const std::string& key, const std::string& name, const std::vector<int>& ids) {
-    Path b;
-    b.key = key;
-    b.name = name;
-    b.copy_bytes = bytes_per / ids.size() / 4096 * 4096;
-    std::vector<uint8_t> pattern(b.copy_bytes);
-    for (int id : ids) {
-      QueueOptions qo;
-      Result<std::unique_ptr<Queue>> q = dev.create_queue(0, id, qo);
-      check(q.status(), "queue");
-      b.queues.push_back(std::move(q).value());
-      Result<cnv::CudaAlloc> s = cnv::cuda_alloc(b.copy_bytes), d = cnv::cuda_alloc(b.copy_bytes);
-      check(s.status(), "cuda_alloc");
-      check(d.status(), "cuda_alloc");
-      check(cnv::register_cuda(dev, s->ptr, b.copy_bytes).status(), "register");
-      check(cnv::register_cuda(dev, d->ptr, b.copy_bytes).status(), "register");
-      fill_pattern(pattern, 100 + id);
-      CUDA_CHECK(cudaMemcpy(reinterpret_cast<void*>(s->ptr), pattern.data(), b.copy_bytes, cudaMemcpyHostToDevice));
-      b.src.push_back(*s);
-      b.dst.push_back(*d);
-    }
-    return b;
-  };
-  std::vector<int> all_ids, weights;
-  for (const EngineInfo& e : dev.topology().gpus[0].engines) {
-    all_ids.push_back(e.id);
-    weights.push_back(static_cast<int>(e.weight));
+  Sampler sampler;
+};
+
+// One phase's times and NVML averages.
+struct C3Phase {
+  double wall_ms = 0, gemm_ms = 0, copy_ms = 0;
+  Sampler::Avg avg;
+};
+
+// --soak-ms: GEMMs for that long before every timed phase, so that each
+// starts from the same power and thermal state (run 24: the GEMMs alone
+// took 482 or 508 ms depending on what ran before them).
+void soak(C3& x) {
+  const auto s = Clock::now();
+  while (x.o.soak_ms > 0 && ms_since(s) < x.o.soak_ms) {
+    x.g.run(10);
+    (void)x.g.gpu_ms();
   }
-  auto gather_path = [&](const std::string& key, const std::string& name, bool piece_major) {
-    Path b;
-    b.key = key;
-    b.name = name;
-    b.gather = true;
-    b.piece_major = piece_major;
-    b.piece = piece_kib << 10;
-    b.stripe = cnv::stripe(chunk, weights, 4096);
-    for (int id : all_ids) {
-      Result<std::unique_ptr<Queue>> q = dev.create_queue(0, id, QueueOptions{});
-      check(q.status(), "queue");
-      b.queues.push_back(std::move(q).value());
-    }
-    return b;
-  };
-  if (wanted("agdest")) paths.push_back(gather_path("agdest", "all-gather by hand, dest-major", false));
-  if (wanted("agpiece")) paths.push_back(gather_path("agpiece", "all-gather by hand, piece-major (L2 reuse)", true));
-  if (wanted("ce1")) paths.push_back(ce_path("ce1", "all-gather, one queue per engine, 2 plans in flight", {}, true, 2));
-  if (wanted("ceq")) paths.push_back(ce_path("ceq", "all-gather, one queue per engine", {}, true, 1));
-  if (wanted("cecp")) paths.push_back(cp_path("cecp", "all-gather bytes as one copy per engine", all_ids));
-  if (wanted("sm")) {
+}
+
+// An all-gather path on a communicator of its own. shared: one queue per
+// engine for all ranks; in_flight: plans launched round robin, so the next
+// launch is queued before the last one ends.
+Path ce_path(C3& x, const std::string& key, const std::string& name, std::vector<int> engines, bool shared,
+             int in_flight) {
+  Path p;
+  p.key = key;
+  p.name = name;
+  Communicator::Options o;
+  o.loopback = true;
+  o.queues = shared ? Communicator::Options::QueueSharing::per_engine : Communicator::Options::QueueSharing::per_rank;
+  o.engines = std::move(engines);
+  Result<std::unique_ptr<Communicator>> c = Communicator::create(x.dev, std::vector<int>(x.o.ranks, 0), o);
+  check(c.status(), "communicator");
+  p.comm = std::move(c).value();
+  for (int i = 0; i < in_flight; ++i) {
+    Result<std::unique_ptr<Plan>> pl = p.comm->plan(all_gather_args(x.r));
+    check(pl.status(), "plan");
+    p.plans.push_back(std::move(pl).value());
+  }
+  return p;
+}
+
+// The all-gather's bytes per launch as one plain copy per engine (src ->
+// dst on each), no collective: what the engines cost the GEMM without a
+// collective's many copies and signals.
+Path cp_path(C3& x, const std::string& key, const std::string& name, const std::vector<int>& ids) {
+  Path b;
+  b.key = key;
+  b.name = name;
+  b.copy_bytes = x.bytes_per / ids.size() / 4096 * 4096;
+  std::vector<uint8_t> pattern(b.copy_bytes);
+  for (int id : ids) {
+    QueueOptions qo;
+    Result<std::unique_ptr<Queue>> q = x.dev.create_queue(0, id, qo);
+    check(q.status(), "queue");
+    b.queues.push_back(std::move(q).value());
+    Result<cnv::CudaAlloc> s = cnv::cuda_alloc(b.copy_bytes), d = cnv::cuda_alloc(b.copy_bytes);
+    check(s.status(), "cuda_alloc");
+    check(d.status(), "cuda_alloc");
+    check(cnv::register_cuda(x.dev, s->ptr, b.copy_bytes).status(), "register");
+    check(cnv::register_cuda(x.dev, d->ptr, b.copy_bytes).status(), "register");
+    fill_pattern(pattern, 100 + id);
+    CUDA_CHECK(cudaMemcpy(reinterpret_cast<void*>(s->ptr), pattern.data(), b.copy_bytes, cudaMemcpyHostToDevice));
+    b.src.push_back(*s);
+    b.dst.push_back(*d);
+  }
+  return b;
+}
+
+// The all-gather written by hand on one queue per engine (agdest, agpiece).
+Path gather_path(C3& x, const std::string& key, const std::string& name, bool piece_major) {
+  Path b;
+  b.key = key;
+  b.name = name;
+  b.gather = true;
+  b.piece_major = piece_major;
+  b.piece = x.o.piece_kib << 10;
+  b.stripe = cnv::stripe(x.r.chunk, x.weights, 4096);
+  for (int id : x.all_ids) {
+    Result<std::unique_ptr<Queue>> q = x.dev.create_queue(0, id, QueueOptions{});
+    check(q.status(), "queue");
+    b.queues.push_back(std::move(q).value());
+  }
+  return b;
+}
+
+// The --variants paths that do not depend on the calibration.
+void add_extra_paths(C3& x) {
+  const std::string& v = x.o.variants;
+  if (wanted(v, "agdest")) x.paths.push_back(gather_path(x, "agdest", "all-gather by hand, dest-major", false));
+  if (wanted(v, "agpiece"))
+    x.paths.push_back(gather_path(x, "agpiece", "all-gather by hand, piece-major (L2 reuse)", true));
+  if (wanted(v, "ce1"))
+    x.paths.push_back(ce_path(x, "ce1", "all-gather, one queue per engine, 2 plans in flight", {}, true, 2));
+  if (wanted(v, "ceq")) x.paths.push_back(ce_path(x, "ceq", "all-gather, one queue per engine", {}, true, 1));
+  if (wanted(v, "cecp")) x.paths.push_back(cp_path(x, "cecp", "all-gather bytes as one copy per engine", x.all_ids));
+  if (wanted(v, "sm")) {
     Path sm;
     sm.key = "sm";
     sm.name = "all-gather by cudaMemcpyAsync (SM)";
     CUDA_CHECK(cudaStreamCreateWithFlags(&sm.stream, cudaStreamNonBlocking));
-    paths.push_back(std::move(sm));
+    x.paths.push_back(std::move(sm));
   }
+}
 
-  Sampler sampler;
-  if (!sampler.start()) std::fprintf(stderr, "NVML not available: no clock/power samples\n");
-  struct Phase {
-    double wall_ms = 0, gemm_ms = 0, copy_ms = 0;
-    Sampler::Avg avg;
-  };
-  // One phase from one host instant: GEMMs (with_gemm) and `count` runs of
-  // path p (if any); the copy time is the host's, the GEMM's CUDA events'.
-  auto phase = [&](bool with_gemm, Path* p, int count) {
-    soak();
-    CUDA_CHECK(cudaDeviceSynchronize());
-    Phase ph;
-    const double s0 = bench::sampler_now_ms();
-    const auto t0 = Clock::now();
-    if (with_gemm) g.run(gemms);
-    if (p) {
-      run_path(*p, r, count);
-      ph.copy_ms = ms_since(t0);
-    }
-    if (with_gemm) ph.gemm_ms = g.gpu_ms();
-    ph.wall_ms = ms_since(t0);
-    ph.avg = sampler.average(s0, bench::sampler_now_ms());
-    return ph;
-  };
+// One phase from one host instant: GEMMs (with_gemm) and `count` runs of
+// path p (if any); the copy time is the host's, the GEMM's CUDA events'.
+C3Phase phase(C3& x, bool with_gemm, Path* p, int count) {
+  soak(x);
+  CUDA_CHECK(cudaDeviceSynchronize());
+  C3Phase ph;
+  const double s0 = bench::sampler_now_ms();
+  const auto t0 = Clock::now();
+  if (with_gemm) x.g.run(x.o.gemms);
+  if (p) {
+    run_path(*p, x.r, count);
+    ph.copy_ms = ms_since(t0);
+  }
+  if (with_gemm) ph.gemm_ms = x.g.gpu_ms();
+  ph.wall_ms = ms_since(t0);
+  ph.avg = x.sampler.average(s0, bench::sampler_now_ms());
+  return ph;
+}
 
-  // Calibrate: GEMM alone, then each path alone, sized to the GEMM phase.
-  const double gemm_ms = phase(true, nullptr, 0).gemm_ms;
-  // The full-rate count (the budget's reference) comes from the "ce" path,
-  // which is calibrated even when it is not measured.
-  Path ref = ce_path("ce", "all-gather on copy engines (LCE2+3+4)", {}, false, 1);
-  paths.insert(paths.begin(), std::move(ref));
-  for (Path& p : paths) {
-    run_path(p, r, 2);  // warm-up
+// Sizes every path to copy_frac of the GEMM phase (gemm_ms). Returns the
+// full-rate count (the budget's reference), which comes from the "ce" path,
+// calibrated even when it is not measured.
+int calibrate(C3& x, double gemm_ms) {
+  Path ref = ce_path(x, "ce", "all-gather on copy engines (LCE2+3+4)", {}, false, 1);
+  x.paths.insert(x.paths.begin(), std::move(ref));
+  for (Path& p : x.paths) {
+    run_path(p, x.r, 2);  // warm-up
     const auto t0 = Clock::now();
-    run_path(p, r, 10);
+    run_path(p, x.r, 10);
     const double one = ms_since(t0) / 10;
-    p.count = std::max(1, static_cast<int>(copy_frac * gemm_ms / one + 0.5));
+    p.count = std::max(1, static_cast<int>(x.o.copy_frac * gemm_ms / one + 0.5));
   }
-  const int full_count = paths[0].count;
-  if (!wanted("ce")) paths.erase(paths.begin());
-  // The budget: budget_frac of the full-rate path's bytes, on the fewest
-  // engines that move them within the GEMM phase (nv::pick_for_rate with the
-  // PCE rate measured beside a GEMM).
-  {
-    const Topology& t = dev.topology();
-    std::vector<cnv::RateCandidate> cand;
-    for (const EngineInfo& e : t.gpus[0].engines) {
-      bool shared = false;  // shares PCEs with a graphics CE (CUDA's copies use those too)
-      for (const cnv::Engine& ne : cnv::native(dev)->engines())
-        if (ne.lce == e.id) shared = ne.shared;
-      cand.push_back({static_cast<int>(e.weight), shared});
-    }
-    const int count = std::max(1, static_cast<int>(full_count * budget_frac + 0.5));
-    const double need = double(bytes_per) * count / (gemm_ms * 1e-3);
-    std::vector<int> ids;
-    for (size_t i : cnv::pick_for_rate(cand, need, cnv::Options{}.pce_bytes_per_s)) ids.push_back(t.gpus[0].engines[i].id);
-    std::string names;
-    for (int id : ids) names += (names.empty() ? "LCE" : "+LCE") + std::to_string(id);
-    auto add = [&](Path b) {
-      b.count = count;
-      paths.push_back(std::move(b));
-    };
-    if (wanted("budget")) add(ce_path("budget", "all-gather on a bandwidth budget (" + names + ")", ids, false, 1));
-    if (wanted("budget1"))
-      add(ce_path("budget1", "budget, one queue per engine (" + names + ")", ids, true, 1));
-    if (wanted("budget2"))
-      add(ce_path("budget2", "budget, one queue per engine, 2 plans in flight (" + names + ")", ids, true, 2));
-    if (wanted("budgetpace")) {
-      // The budget's launches spread evenly over copy_frac of the GEMM's
-      // time instead of back to back: the same bytes at a lower rate.
-      Path b = ce_path("budgetpace", "budget, launches paced over the GEMM (" + names + ")", ids, true, 1);
-      b.pace_ms = copy_frac * gemm_ms / count;
-      add(std::move(b));
-    }
-    if (wanted("budgetcp")) add(cp_path("budgetcp", "budget bytes as one copy per engine (" + names + ")", ids));
-  }
+  const int full_count = x.paths[0].count;
+  if (!wanted(x.o.variants, "ce")) x.paths.erase(x.paths.begin());
+  return full_count;
+}
 
-  // Each path alone, then each concurrent phase between two GEMM-alone
-  // phases (nv_c3_bench's protocol): its GEMM slowdown is its GEMM time over
-  // the mean of the two neighbours', and % of ideal takes their mean wall
-  // time as the GEMM's, so drift in clock and power between phases cancels.
-  // The order of the paths rotates from one repetition to the next.
-  std::vector<C3Row> rows(paths.size());
-  for (size_t i = 0; i < paths.size(); ++i) {
-    Path& p = paths[i];
+// The budget: budget_frac of the full-rate path's bytes, on the fewest
+// engines that move them within the GEMM phase (nv::pick_for_rate with the
+// PCE rate measured beside a GEMM).
+void add_budget_paths(C3& x, int full_count, double gemm_ms) {
+  const std::string& v = x.o.variants;
+  const Topology& t = x.dev.topology();
+  std::vector<cnv::RateCandidate> cand;
+  for (const EngineInfo& e : t.gpus[0].engines) {
+    bool shared = false;  // shares PCEs with a graphics CE (CUDA's copies use those too)
+    for (const cnv::Engine& ne : cnv::native(x.dev)->engines())
+      if (ne.lce == e.id) shared = ne.shared;
+    cand.push_back({static_cast<int>(e.weight), shared});
+  }
+  const int count = std::max(1, static_cast<int>(full_count * x.o.budget_frac + 0.5));
+  const double need = double(x.bytes_per) * count / (gemm_ms * 1e-3);
+  std::vector<int> ids;
+  for (size_t i : cnv::pick_for_rate(cand, need, cnv::Options{}.pce_bytes_per_s)) ids.push_back(t.gpus[0].engines[i].id);
+  std::string names;
+  for (int id : ids) names += (names.empty() ? "LCE" : "+LCE") + std::to_string(id);
+  auto add = [&](Path b) {
+    b.count = count;
+    x.paths.push_back(std::move(b));
+  };
+  if (wanted(v, "budget")) add(ce_path(x, "budget", "all-gather on a bandwidth budget (" + names + ")", ids, false, 1));
+  if (wanted(v, "budget1"))
+    add(ce_path(x, "budget1", "budget, one queue per engine (" + names + ")", ids, true, 1));
+  if (wanted(v, "budget2"))
+    add(ce_path(x, "budget2", "budget, one queue per engine, 2 plans in flight (" + names + ")", ids, true, 2));
+  if (wanted(v, "budgetpace")) {
+    // The budget's launches spread evenly over copy_frac of the GEMM's
+    // time instead of back to back: the same bytes at a lower rate.
+    Path b = ce_path(x, "budgetpace", "budget, launches paced over the GEMM (" + names + ")", ids, true, 1);
+    b.pace_ms = x.o.copy_frac * gemm_ms / count;
+    add(std::move(b));
+  }
+  if (wanted(v, "budgetcp")) add(cp_path(x, "budgetcp", "budget bytes as one copy per engine (" + names + ")", ids));
+}
+
+// Each path alone: its row's copy time, bytes, engines and a first check.
+std::vector<C3Row> measure_alone(C3& x) {
+  std::vector<C3Row> rows(x.paths.size());
+  for (size_t i = 0; i < x.paths.size(); ++i) {
+    Path& p = x.paths[i];
     C3Row& row = rows[i];
     row.key = p.key;
     row.name = p.name;
     row.launches = p.count;
-    row.gbytes = 1e-9 * double(p.queues.empty() || p.gather ? bytes_per : p.copy_bytes * p.queues.size()) * p.count;
-    poison(r);
-    row.copy_ms = phase(false, &p, p.count).copy_ms;
-    row.wrong += path_wrong(p, r);
+    row.gbytes = 1e-9 * double(p.queues.empty() || p.gather ? x.bytes_per : p.copy_bytes * p.queues.size()) * p.count;
+    poison(x.r);
+    row.copy_ms = phase(x, false, &p, p.count).copy_ms;
+    row.wrong += path_wrong(p, x.r);
     for (const auto& plan : p.plans)
       for (const PlanList& l : plan->lists())
         if (row.engines.find("LCE" + std::to_string(l.engine)) == std::string::npos)
@@ -530,20 +556,27 @@ std::vector<C3Row> run_c3(Device& dev, int ranks, int n, int gemms, uint64_t chu
       row.engines += (row.engines.empty() ? "" : "+") + e;
     }
   }
-  std::vector<std::vector<double>> gemm_alone(paths.size()), both(paths.size()), gemm_beside(paths.size());
-  poison(r);
-  Phase before = phase(true, nullptr, 0);
+  return rows;
+}
+
+// Each concurrent phase between two GEMM-alone phases, the paths' order
+// rotating per repetition; then the medians into the rows. Stops the sampler.
+void measure_concurrent(C3& x, std::vector<C3Row>& rows) {
+  const int reps = x.o.reps;
+  std::vector<std::vector<double>> gemm_alone(x.paths.size()), both(x.paths.size()), gemm_beside(x.paths.size());
+  poison(x.r);
+  C3Phase before = phase(x, true, nullptr, 0);
   for (int rep = 0; rep < reps; ++rep) {
-    for (size_t k = 0; k < paths.size(); ++k) {
-      const size_t vi = (k + static_cast<size_t>(rep)) % paths.size();
-      Path& p = paths[vi];
+    for (size_t k = 0; k < x.paths.size(); ++k) {
+      const size_t vi = (k + static_cast<size_t>(rep)) % x.paths.size();
+      Path& p = x.paths[vi];
       C3Row& row = rows[vi];
-      const Phase c = phase(true, &p, p.count);
-      const Phase after = phase(true, nullptr, 0);
+      const C3Phase c = phase(x, true, &p, p.count);
+      const C3Phase after = phase(x, true, nullptr, 0);
       // Verified after the GEMM-alone phase, so the check's idle time on the
       // GPU precedes a phase that has its own neighbours.
-      row.wrong += path_wrong(p, r);
-      poison(r);
+      row.wrong += path_wrong(p, x.r);
+      poison(x.r);
       const double tg = (before.wall_ms + after.wall_ms) / 2, ga = (before.gemm_ms + after.gemm_ms) / 2;
       const double tc = row.copy_ms;
       const double s_ideal = (tg + tc) / std::max(tg, tc), s_real = (tg + tc) / c.wall_ms;
@@ -560,8 +593,8 @@ std::vector<C3Row> run_c3(Device& dev, int ranks, int n, int gemms, uint64_t chu
       before = after;
     }
   }
-  sampler.stop();
-  for (size_t i = 0; i < paths.size(); ++i) {
+  x.sampler.stop();
+  for (size_t i = 0; i < x.paths.size(); ++i) {
     C3Row& row = rows[i];
     row.gemm_ms = bench::stats(gemm_alone[i]).median;
     row.both_ms = bench::stats(both[i]).median;
@@ -571,9 +604,38 @@ std::vector<C3Row> run_c3(Device& dev, int ranks, int n, int gemms, uint64_t chu
     std::fprintf(stderr, "c3 %s: copy %.1f ms, gemm %.1f ms, both %.1f ms -> %.1f%% of ideal, gemm +%.1f%%\n",
                  row.key.c_str(), row.copy_ms, row.gemm_ms, row.both_ms, row.ideal_pct, row.slowdown_pct);
   }
-  for (int i = 0; i < ranks; ++i) {
-    (void)cnv::unregister_cuda(dev, r.send_b[i]);
-    (void)cnv::unregister_cuda(dev, r.recv_b[i]);
+}
+
+// The C3 measurement (see the file comment): one row per path.
+std::vector<C3Row> run_c3(Device& dev, const Args& o) {
+  const uint64_t chunk = o.chunk_mib << 20;
+  C3 x{dev, o, make_ranks(dev, o.ranks, chunk), make_gemm(o.n, o.zeros), 0, {}, {}, {}, {}};
+  x.g.run(20);  // warm up cuBLAS and the clocks
+  (void)x.g.gpu_ms();
+  x.bytes_per = chunk * uint64_t(o.ranks) * uint64_t(o.ranks);
+  for (const EngineInfo& e : dev.topology().gpus[0].engines) {
+    x.all_ids.push_back(e.id);
+    x.weights.push_back(static_cast<int>(e.weight));
+  }
+  add_extra_paths(x);
+
+  if (!x.sampler.start()) std::fprintf(stderr, "NVML not available: no clock/power samples\n");
+
+  // Calibrate: GEMM alone, then each path alone, sized to the GEMM phase.
+  const double gemm_ms = phase(x, true, nullptr, 0).gemm_ms;
+  const int full_count = calibrate(x, gemm_ms);
+  add_budget_paths(x, full_count, gemm_ms);
+
+  // Each path alone, then each concurrent phase between two GEMM-alone
+  // phases (nv_c3_bench's protocol): its GEMM slowdown is its GEMM time over
+  // the mean of the two neighbours', and % of ideal takes their mean wall
+  // time as the GEMM's, so drift in clock and power between phases cancels.
+  // The order of the paths rotates from one repetition to the next.
+  std::vector<C3Row> rows = measure_alone(x);
+  measure_concurrent(x, rows);
+  for (int i = 0; i < o.ranks; ++i) {
+    (void)cnv::unregister_cuda(dev, x.r.send_b[i]);
+    (void)cnv::unregister_cuda(dev, x.r.recv_b[i]);
   }
   return rows;
 }
@@ -674,37 +736,32 @@ HostCost run_hostcost(Device& dev) {
   return {cb_ns, res_ns};
 }
 
-}  // namespace
-
-int main(int argc, char** argv) {
-  int ranks = 4, n = 8192, gemms = 300, reps = 3, lat_iters = 300, soak_ms = 0;
-  uint64_t chunk_mib = 64, piece_kib = 2048;
-  double budget_frac = 0.25, copy_frac = 1.0;
-  bool zeros = false;
-  std::string json_path, only, variants = "ce,sm,budget";
+// Parses the command line into *o; false on a usage or range error (exit
+// code 2). A flag without its value exits with 2 at once.
+bool parse_args(int argc, char** argv, Args* o) {
   for (int i = 1; i < argc; ++i) {
     const std::string a = argv[i];
     auto v = [&] { return i + 1 < argc ? argv[++i] : (std::exit(2), argv[0]); };
-    if (a == "--ranks") ranks = std::atoi(v());
-    else if (a == "--n") n = std::atoi(v());
-    else if (a == "--gemms") gemms = std::atoi(v());
-    else if (a == "--chunk-mib") chunk_mib = std::strtoull(v(), nullptr, 10);
-    else if (a == "--reps") reps = std::atoi(v());
-    else if (a == "--soak-ms") soak_ms = std::atoi(v());
-    else if (a == "--piece-kib") piece_kib = std::strtoull(v(), nullptr, 10);
-    else if (a == "--budget-frac") budget_frac = std::atof(v());
-    else if (a == "--copy-frac") copy_frac = std::atof(v());
+    if (a == "--ranks") o->ranks = std::atoi(v());
+    else if (a == "--n") o->n = std::atoi(v());
+    else if (a == "--gemms") o->gemms = std::atoi(v());
+    else if (a == "--chunk-mib") o->chunk_mib = std::strtoull(v(), nullptr, 10);
+    else if (a == "--reps") o->reps = std::atoi(v());
+    else if (a == "--soak-ms") o->soak_ms = std::atoi(v());
+    else if (a == "--piece-kib") o->piece_kib = std::strtoull(v(), nullptr, 10);
+    else if (a == "--budget-frac") o->budget_frac = std::atof(v());
+    else if (a == "--copy-frac") o->copy_frac = std::atof(v());
     else if (a == "--gemm-data") {
       const std::string d = v();
       if (d != "random" && d != "zeros") {
         std::fprintf(stderr, "nv_coll_bench: --gemm-data is random or zeros\n");
-        return 2;
+        return false;
       }
-      zeros = d == "zeros";
-    } else if (a == "--lat-iters") lat_iters = std::atoi(v());
-    else if (a == "--json") json_path = v();
-    else if (a == "--only") only = v();
-    else if (a == "--variants") variants = v();
+      o->zeros = d == "zeros";
+    } else if (a == "--lat-iters") o->lat_iters = std::atoi(v());
+    else if (a == "--json") o->json_path = v();
+    else if (a == "--only") o->only = v();
+    else if (a == "--variants") o->variants = v();
     else {
       std::fprintf(stderr,
                    "usage: nv_coll_bench [--ranks 4] [--n 8192] [--gemms 300] [--chunk-mib 64] [--reps 3] [--soak-ms 0]\n"
@@ -712,63 +769,98 @@ int main(int argc, char** argv) {
                    "                     [--lat-iters 300] [--json PATH] [--only c3|latency|hostcost]\n"
                    "                     [--variants ce,sm,budget (also ce1,ceq,cecp,agdest,agpiece,budget1,budget2,budgetpace,budgetcp)]\n"
                    "                     [--piece-kib 2048]\n");
-      return 2;
+      return false;
     }
   }
-  if (ranks < 2 || ranks > 16 || !(budget_frac > 0 && budget_frac <= 1) || !(copy_frac > 0 && copy_frac <= 4)) {
+  if (o->ranks < 2 || o->ranks > 16 || !(o->budget_frac > 0 && o->budget_frac <= 1) ||
+      !(o->copy_frac > 0 && o->copy_frac <= 4)) {
     std::fprintf(stderr, "nv_coll_bench: --ranks must be 2..16, --budget-frac in (0, 1] and --copy-frac in (0, 4]\n");
-    return 2;
+    return false;
   }
+  return true;
+}
+
+// The JSON member "c3" (with its leading ", ") for the rows of run_c3.
+std::string c3_json(const Args& o, const std::vector<C3Row>& c3) {
+  std::string json = ", \"c3\": {\"n\": " + std::to_string(o.n) + ", \"gemms\": " + std::to_string(o.gemms) +
+                     ", \"gemm_data\": \"" + (o.zeros ? "zeros" : "random") + "\", \"soak_ms\": " + std::to_string(o.soak_ms) + ", \"copy_frac\": " + std::to_string(o.copy_frac) +
+                     ", \"budget_frac\": " + std::to_string(o.budget_frac) +
+                     ", \"chunk_bytes\": " + std::to_string(o.chunk_mib << 20) + ", \"rows\": [";
+  for (size_t i = 0; i < c3.size(); ++i) {
+    auto list = [](const std::vector<double>& v) {
+      std::string out = "[";
+      for (size_t k = 0; k < v.size(); ++k) out += (k ? ", " : "") + std::to_string(v[k]);
+      return out + "]";
+    };
+    char b[768];
+    std::snprintf(b, sizeof b,
+                  "%s{\"variant\": \"%s\", \"engines\": \"%s\", \"copy_ms\": %.3f, \"gemm_ms\": %.3f, \"both_ms\": "
+                  "%.3f, \"gemm_beside_ms\": %.3f, \"ideal_pct\": %.2f, \"gemm_slowdown_pct\": %.2f, "
+                  "\"wrong_bytes\": %llu, \"launches\": %d, \"gbytes\": %.3f, \"sm_mhz_alone\": %.0f, "
+                  "\"sm_mhz_both\": %.0f, \"power_w_alone\": %.1f, \"power_w_both\": %.1f, ",
+                  i ? ", " : "", c3[i].key.c_str(), c3[i].engines.c_str(), c3[i].copy_ms, c3[i].gemm_ms,
+                  c3[i].both_ms, c3[i].gemm_both_ms, c3[i].ideal_pct, c3[i].slowdown_pct,
+                  static_cast<unsigned long long>(c3[i].wrong), c3[i].launches, c3[i].gbytes, c3[i].sm_mhz_alone,
+                  c3[i].sm_mhz_both, c3[i].power_w_alone, c3[i].power_w_both);
+    json += b;
+    json += "\"ideal_pct_reps\": " + list(c3[i].ideal_reps) + ", \"gemm_slowdown_pct_reps\": " +
+            list(c3[i].slowdown_reps) + "}";
+  }
+  json += "]}";
+  return json;
+}
+
+// Prints the C3 table; false if any path got a byte wrong.
+bool print_c3(const Args& o, const std::vector<C3Row>& c3) {
+  bool ok = true;
+  std::printf("C3: bf16 GEMM %d^3 x %d (%s data) beside all-gathers of %d loopback ranks x %llu MiB sized to %.2f x "
+              "the GEMM, budget %.2f\n",
+              o.n, o.gemms, o.zeros ? "zero" : "random", o.ranks, static_cast<unsigned long long>(o.chunk_mib),
+              o.copy_frac, o.budget_frac);
+  std::printf("%-10s %-14s %7s %8s %8s %8s %7s %7s %-16s %11s %11s %6s\n", "variant", "engines", "GB", "copy_ms",
+              "gemm_ms", "both_ms", "ideal%", "gemm+%", "ideal% per rep", "SM MHz a/c", "power W a/c", "wrong");
+  for (const C3Row& r : c3) {
+    std::string per;
+    for (double x : r.ideal_reps) per += (per.empty() ? "" : " ") + std::to_string(static_cast<int>(x + 0.5));
+    std::printf("%-10s %-14s %7.1f %8.1f %8.1f %8.1f %7.1f %7.1f %-16s %5.0f/%-5.0f %5.0f/%-5.0f %6llu\n",
+                r.key.c_str(), r.engines.c_str(), r.gbytes, r.copy_ms, r.gemm_ms, r.both_ms, r.ideal_pct,
+                r.slowdown_pct, per.c_str(), r.sm_mhz_alone, r.sm_mhz_both, r.power_w_alone, r.power_w_both,
+                static_cast<unsigned long long>(r.wrong));
+    ok &= r.wrong == 0;
+  }
+  return ok;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  Args o;
+  if (!parse_args(argc, argv, &o)) return 2;
   // CUDA first: its address reservations are in place before ours.
   CUDA_CHECK(cudaSetDevice(0));
   CUDA_CHECK(cudaFree(nullptr));
   CU_CHECK(cuInit(0));
-  DeviceOptions o;
-  o.backend = "nv";
-  Result<std::unique_ptr<Device>> d = open_device(o);
+  DeviceOptions dopt;
+  dopt.backend = "nv";
+  Result<std::unique_ptr<Device>> d = open_device(dopt);
   check(d.status(), "open_device(nv)");
   Device& dev = **d;
 
-  std::string json = "{\"ranks\": " + std::to_string(ranks);
+  std::string json = "{\"ranks\": " + std::to_string(o.ranks);
   std::vector<C3Row> c3;
-  if (only.empty() || only == "c3") {
-    c3 = run_c3(dev, ranks, n, gemms, chunk_mib << 20, reps, budget_frac, copy_frac, zeros, variants, soak_ms,
-                piece_kib);
-    json += ", \"c3\": {\"n\": " + std::to_string(n) + ", \"gemms\": " + std::to_string(gemms) +
-            ", \"gemm_data\": \"" + (zeros ? "zeros" : "random") + "\", \"soak_ms\": " + std::to_string(soak_ms) + ", \"copy_frac\": " + std::to_string(copy_frac) +
-            ", \"budget_frac\": " + std::to_string(budget_frac) +
-            ", \"chunk_bytes\": " + std::to_string(chunk_mib << 20) + ", \"rows\": [";
-    for (size_t i = 0; i < c3.size(); ++i) {
-      auto list = [](const std::vector<double>& v) {
-        std::string out = "[";
-        for (size_t k = 0; k < v.size(); ++k) out += (k ? ", " : "") + std::to_string(v[k]);
-        return out + "]";
-      };
-      char b[768];
-      std::snprintf(b, sizeof b,
-                    "%s{\"variant\": \"%s\", \"engines\": \"%s\", \"copy_ms\": %.3f, \"gemm_ms\": %.3f, \"both_ms\": "
-                    "%.3f, \"gemm_beside_ms\": %.3f, \"ideal_pct\": %.2f, \"gemm_slowdown_pct\": %.2f, "
-                    "\"wrong_bytes\": %llu, \"launches\": %d, \"gbytes\": %.3f, \"sm_mhz_alone\": %.0f, "
-                    "\"sm_mhz_both\": %.0f, \"power_w_alone\": %.1f, \"power_w_both\": %.1f, ",
-                    i ? ", " : "", c3[i].key.c_str(), c3[i].engines.c_str(), c3[i].copy_ms, c3[i].gemm_ms,
-                    c3[i].both_ms, c3[i].gemm_both_ms, c3[i].ideal_pct, c3[i].slowdown_pct,
-                    static_cast<unsigned long long>(c3[i].wrong), c3[i].launches, c3[i].gbytes, c3[i].sm_mhz_alone,
-                    c3[i].sm_mhz_both, c3[i].power_w_alone, c3[i].power_w_both);
-      json += b;
-      json += "\"ideal_pct_reps\": " + list(c3[i].ideal_reps) + ", \"gemm_slowdown_pct_reps\": " +
-              list(c3[i].slowdown_reps) + "}";
-    }
-    json += "]}";
+  if (o.only.empty() || o.only == "c3") {
+    c3 = run_c3(dev, o);
+    json += c3_json(o, c3);
   }
   bench::Stats lat;
   uint64_t lat_wrong = 0;
-  if (only.empty() || only == "latency") {
-    lat = run_latency(dev, ranks, lat_iters, &lat_wrong);
+  if (o.only.empty() || o.only == "latency") {
+    lat = run_latency(dev, o.ranks, o.lat_iters, &lat_wrong);
     json += ", \"plan_to_kernel_us\": " + bench::stats_json(lat) + ", \"latency_wrong_bytes\": " +
             std::to_string(lat_wrong);
   }
   HostCost hc{0, 0};
-  if (only.empty() || only == "hostcost") {
+  if (o.only.empty() || o.only == "hostcost") {
     hc = run_hostcost(dev);
     char b[160];
     std::snprintf(b, sizeof b, ", \"host_ns_per_copy\": {\"command_buffer\": %.1f, \"reserve_commit\": %.1f}", hc.cb_ns,
@@ -776,31 +868,15 @@ int main(int argc, char** argv) {
     json += b;
   }
   json += "}\n";
-  if (!json_path.empty()) {
-    FILE* f = std::fopen(json_path.c_str(), "w");
+  if (!o.json_path.empty()) {
+    FILE* f = std::fopen(o.json_path.c_str(), "w");
     if (f) {
       std::fputs(json.c_str(), f);
       std::fclose(f);
     }
   }
   bool ok = true;
-  if (!c3.empty()) {
-    std::printf("C3: bf16 GEMM %d^3 x %d (%s data) beside all-gathers of %d loopback ranks x %llu MiB sized to %.2f x "
-                "the GEMM, budget %.2f\n",
-                n, gemms, zeros ? "zero" : "random", ranks, static_cast<unsigned long long>(chunk_mib), copy_frac,
-                budget_frac);
-    std::printf("%-10s %-14s %7s %8s %8s %8s %7s %7s %-16s %11s %11s %6s\n", "variant", "engines", "GB", "copy_ms",
-                "gemm_ms", "both_ms", "ideal%", "gemm+%", "ideal% per rep", "SM MHz a/c", "power W a/c", "wrong");
-    for (const C3Row& r : c3) {
-      std::string per;
-      for (double x : r.ideal_reps) per += (per.empty() ? "" : " ") + std::to_string(static_cast<int>(x + 0.5));
-      std::printf("%-10s %-14s %7.1f %8.1f %8.1f %8.1f %7.1f %7.1f %-16s %5.0f/%-5.0f %5.0f/%-5.0f %6llu\n",
-                  r.key.c_str(), r.engines.c_str(), r.gbytes, r.copy_ms, r.gemm_ms, r.both_ms, r.ideal_pct,
-                  r.slowdown_pct, per.c_str(), r.sm_mhz_alone, r.sm_mhz_both, r.power_w_alone, r.power_w_both,
-                  static_cast<unsigned long long>(r.wrong));
-      ok &= r.wrong == 0;
-    }
-  }
+  if (!c3.empty()) ok &= print_c3(o, c3);
   if (lat.n)
     std::printf("plan completion -> CUDA kernel (cuStreamWaitValue64): median %.2f us, p99 %.2f us (n=%zu, wrong %llu)\n",
                 lat.median, lat.p99, lat.n, static_cast<unsigned long long>(lat_wrong));

@@ -76,6 +76,121 @@ struct Row {
     }                                                                             \
   } while (0)
 
+// What one size's measurement needs from run_rank's setup: the rank, its
+// communicator and window, the CUDA stream and the host staging buffers.
+struct RankCtx {
+  const Opts& o;
+  int me;
+  Communicator& c;
+  const Window& w;
+  CUstream stream;
+  StreamOps* s;  // null: host-ordered calls
+  uint64_t base;  // the window's memory: send region, then recv region
+  uint64_t send_region;
+  std::vector<uint8_t>& up;
+  std::vector<uint8_t>& down;
+};
+
+// One size: a verified call, warm-up, then `iters` timed calls back to back.
+// Returns 0, or the rank's exit code on a CUDA (4) or ConCCL (5) error.
+int measure_size(RankCtx& x, uint64_t bytes, Row* out) {
+  const Opts& o = x.o;
+  const int me = x.me, n = o.procs;
+  const uint64_t nn = static_cast<uint64_t>(n);
+  Communicator& c = x.c;
+  StreamOps* s = x.s;
+  const uint64_t sb = o.op == CollOp::all_to_all ? bytes * nn : bytes, rb = bytes * nn;
+  CollectiveArgs a;
+  a.op = o.op;
+  a.bytes = bytes;
+  a.send = {x.w.at(0, sb)};
+  a.recv = {x.w.at(x.send_region, rb)};
+  // One verified call.
+  for (uint64_t i = 0; i < sb; ++i) x.up[i] = pattern(me, bytes, i);
+  CHECK_CU(cuMemcpyHtoDAsync(x.base, x.up.data(), sb, x.stream));
+  CHECK_CU(cuMemsetD8Async(x.base + x.send_region, 0xA5, rb, x.stream));
+  if (!s) CHECK_CU(cuStreamSynchronize(x.stream));  // host-ordered: the data must be there first
+  CHECK_OK(c.call(a, s), "verified call");
+  CHECK_CU(cuMemcpyDtoHAsync(x.down.data(), x.base + x.send_region, rb, x.stream));
+  CHECK_CU(cuStreamSynchronize(x.stream));
+  CHECK_OK(c.async_error(), "verified call (async)");
+  Row row;
+  row.bytes = bytes;
+  for (int r = 0; r < n; ++r)
+    for (uint64_t i = 0; i < bytes; ++i) {
+      const uint64_t src = o.op == CollOp::all_to_all ? uint64_t(me) * bytes + i : i;
+      row.wrong += x.down[uint64_t(r) * bytes + i] != pattern(r, bytes, src);
+    }
+  const int iters = static_cast<int>(std::max<uint64_t>(
+      5, std::min<uint64_t>(static_cast<uint64_t>(o.iters), (8ull << 30) / std::max<uint64_t>(rb, 1))));
+  for (int i = 0; i < 3; ++i) CHECK_OK(c.call(a, s), "warm-up call");
+  CHECK_CU(cuStreamSynchronize(x.stream));
+  CHECK_OK(c.bootstrap()->barrier("size " + std::to_string(bytes), Deadline::after_ms(60000)), "barrier");
+  const CommStats before = c.stats();
+  double host = 0;
+  const auto t0 = std::chrono::steady_clock::now();
+  for (int i = 0; i < iters; ++i) {
+    const auto h0 = std::chrono::steady_clock::now();
+    CHECK_OK(c.call(a, s), "timed call");
+    host += std::chrono::duration<double, std::micro>(std::chrono::steady_clock::now() - h0).count();
+  }
+  CHECK_CU(cuStreamSynchronize(x.stream));
+  const double us = std::chrono::duration<double, std::micro>(std::chrono::steady_clock::now() - t0).count() / iters;
+  const CommStats after = c.stats();
+  CHECK_OK(c.async_error(), "timed calls (async)");
+  row.us = us;
+  row.host_us = host / iters;
+  row.msgs = double(after.bootstrap_messages_sent - before.bootstrap_messages_sent + after.bootstrap_messages_received -
+                    before.bootstrap_messages_received) / iters;
+  *out = row;
+  return 0;
+}
+
+// Rank 0: folds every other rank's rows into its own (slowest time, summed
+// wrong bytes), prints the table and writes the JSON. Returns 1 if any byte
+// was wrong, else 0.
+int report(const Opts& o, std::vector<Row>& rows, const std::vector<Bootstrap::Message>& all) {
+  const int n = o.procs;
+  const uint64_t nn = static_cast<uint64_t>(n);
+  int rc = 0;
+  for (int r = 1; r < n; ++r) {
+    const std::string& m = all[size_t(r)].data;
+    for (size_t i = 0; i < rows.size() && (i + 1) * sizeof(Row) <= m.size(); ++i) {
+      Row x;
+      std::memcpy(&x, m.data() + i * sizeof(Row), sizeof(Row));
+      rows[i].us = std::max(rows[i].us, x.us);
+      rows[i].host_us = std::max(rows[i].host_us, x.host_us);
+      rows[i].msgs = std::max(rows[i].msgs, x.msgs);
+      rows[i].wrong += x.wrong;
+    }
+  }
+  std::printf("# nv_window_bench %s, %d processes, windows, %s-ordered\n", coll_op_name(o.op), n,
+              o.host ? "host" : "stream");
+  std::printf("%12s %12s %12s %10s %10s %8s\n", "bytes", "us/call", "host us", "algbw GB/s", "msgs/call", "#wrong");
+  std::string js = "{\"op\":\"" + std::string(coll_op_name(o.op)) + "\",\"procs\":" + std::to_string(n) +
+                   ",\"ordered\":\"" + (o.host ? "host" : "stream") + "\",\"rows\":[";
+  for (size_t i = 0; i < rows.size(); ++i) {
+    const Row& x = rows[i];
+    const double gbs = double(x.bytes) * nn / (x.us * 1e3);
+    std::printf("%12llu %12.2f %12.2f %10.2f %10.2f %8llu\n", (unsigned long long)x.bytes, x.us, x.host_us, gbs,
+                x.msgs, (unsigned long long)x.wrong);
+    js += std::string(i ? "," : "") + "{\"bytes\":" + std::to_string(x.bytes) + ",\"us_per_call\":" +
+          std::to_string(x.us) + ",\"host_us_per_call\":" + std::to_string(x.host_us) +
+          ",\"algbw_gbs\":" + std::to_string(gbs) + ",\"bootstrap_messages_per_call\":" + std::to_string(x.msgs) +
+          ",\"wrong\":" + std::to_string(x.wrong) + "}";
+    if (x.wrong) rc = 1;
+  }
+  js += "]}\n";
+  if (!o.json.empty())
+    if (FILE* f = std::fopen(o.json.c_str(), "w")) {
+      std::fputs(js.c_str(), f);
+      std::fclose(f);
+    }
+  return rc;
+}
+
+// One rank (a forked process): CUDA context and stream, device, communicator
+// and window, then every size; rank 0 reports. Returns the rank's exit code.
 int run_rank(const Opts& o, const UniqueId& id, int me) {
   const int n = o.procs;
   CHECK_CU(cuInit(0));
@@ -112,50 +227,10 @@ int run_rank(const Opts& o, const UniqueId& id, int me) {
   StreamOps* s = o.host ? nullptr : ops->get();
   std::vector<uint8_t> up(send_region), down(o.max * nn);
   std::vector<Row> rows;
+  RankCtx x{o, me, c, *w, stream, s, mem->ptr, send_region, up, down};
   for (uint64_t bytes = o.min; bytes <= o.max; bytes *= 2) {
-    const uint64_t sb = o.op == CollOp::all_to_all ? bytes * nn : bytes, rb = bytes * nn;
-    CollectiveArgs a;
-    a.op = o.op;
-    a.bytes = bytes;
-    a.send = {w->at(0, sb)};
-    a.recv = {w->at(send_region, rb)};
-    // One verified call.
-    for (uint64_t i = 0; i < sb; ++i) up[i] = pattern(me, bytes, i);
-    CHECK_CU(cuMemcpyHtoDAsync(mem->ptr, up.data(), sb, stream));
-    CHECK_CU(cuMemsetD8Async(mem->ptr + send_region, 0xA5, rb, stream));
-    if (!s) CHECK_CU(cuStreamSynchronize(stream));  // host-ordered: the data must be there first
-    CHECK_OK(c.call(a, s), "verified call");
-    CHECK_CU(cuMemcpyDtoHAsync(down.data(), mem->ptr + send_region, rb, stream));
-    CHECK_CU(cuStreamSynchronize(stream));
-    CHECK_OK(c.async_error(), "verified call (async)");
     Row row;
-    row.bytes = bytes;
-    for (int r = 0; r < n; ++r)
-      for (uint64_t i = 0; i < bytes; ++i) {
-        const uint64_t src = o.op == CollOp::all_to_all ? uint64_t(me) * bytes + i : i;
-        row.wrong += down[uint64_t(r) * bytes + i] != pattern(r, bytes, src);
-      }
-    const int iters = static_cast<int>(std::max<uint64_t>(
-        5, std::min<uint64_t>(static_cast<uint64_t>(o.iters), (8ull << 30) / std::max<uint64_t>(rb, 1))));
-    for (int i = 0; i < 3; ++i) CHECK_OK(c.call(a, s), "warm-up call");
-    CHECK_CU(cuStreamSynchronize(stream));
-    CHECK_OK(c.bootstrap()->barrier("size " + std::to_string(bytes), Deadline::after_ms(60000)), "barrier");
-    const CommStats before = c.stats();
-    double host = 0;
-    const auto t0 = std::chrono::steady_clock::now();
-    for (int i = 0; i < iters; ++i) {
-      const auto h0 = std::chrono::steady_clock::now();
-      CHECK_OK(c.call(a, s), "timed call");
-      host += std::chrono::duration<double, std::micro>(std::chrono::steady_clock::now() - h0).count();
-    }
-    CHECK_CU(cuStreamSynchronize(stream));
-    const double us = std::chrono::duration<double, std::micro>(std::chrono::steady_clock::now() - t0).count() / iters;
-    const CommStats after = c.stats();
-    CHECK_OK(c.async_error(), "timed calls (async)");
-    row.us = us;
-    row.host_us = host / iters;
-    row.msgs = double(after.bootstrap_messages_sent - before.bootstrap_messages_sent + after.bootstrap_messages_received -
-                      before.bootstrap_messages_received) / iters;
+    if (int rc = measure_size(x, bytes, &row)) return rc;
     rows.push_back(row);
   }
   // Rank 0 gets every rank's rows (outside the timed loops) and reports the slowest.
@@ -163,41 +238,7 @@ int run_rank(const Opts& o, const UniqueId& id, int me) {
   Result<std::vector<Bootstrap::Message>> all = c.bootstrap()->exchange("results", mine, {}, Deadline::after_ms(60000));
   CHECK_OK(all.status(), "results");
   int rc = 0;
-  if (me == 0) {
-    for (int r = 1; r < n; ++r) {
-      const std::string& m = (*all)[size_t(r)].data;
-      for (size_t i = 0; i < rows.size() && (i + 1) * sizeof(Row) <= m.size(); ++i) {
-        Row x;
-        std::memcpy(&x, m.data() + i * sizeof(Row), sizeof(Row));
-        rows[i].us = std::max(rows[i].us, x.us);
-        rows[i].host_us = std::max(rows[i].host_us, x.host_us);
-        rows[i].msgs = std::max(rows[i].msgs, x.msgs);
-        rows[i].wrong += x.wrong;
-      }
-    }
-    std::printf("# nv_window_bench %s, %d processes, windows, %s-ordered\n", coll_op_name(o.op), n,
-                o.host ? "host" : "stream");
-    std::printf("%12s %12s %12s %10s %10s %8s\n", "bytes", "us/call", "host us", "algbw GB/s", "msgs/call", "#wrong");
-    std::string js = "{\"op\":\"" + std::string(coll_op_name(o.op)) + "\",\"procs\":" + std::to_string(n) +
-                     ",\"ordered\":\"" + (o.host ? "host" : "stream") + "\",\"rows\":[";
-    for (size_t i = 0; i < rows.size(); ++i) {
-      const Row& x = rows[i];
-      const double gbs = double(x.bytes) * nn / (x.us * 1e3);
-      std::printf("%12llu %12.2f %12.2f %10.2f %10.2f %8llu\n", (unsigned long long)x.bytes, x.us, x.host_us, gbs,
-                  x.msgs, (unsigned long long)x.wrong);
-      js += std::string(i ? "," : "") + "{\"bytes\":" + std::to_string(x.bytes) + ",\"us_per_call\":" +
-            std::to_string(x.us) + ",\"host_us_per_call\":" + std::to_string(x.host_us) +
-            ",\"algbw_gbs\":" + std::to_string(gbs) + ",\"bootstrap_messages_per_call\":" + std::to_string(x.msgs) +
-            ",\"wrong\":" + std::to_string(x.wrong) + "}";
-      if (x.wrong) rc = 1;
-    }
-    js += "]}\n";
-    if (!o.json.empty())
-      if (FILE* f = std::fopen(o.json.c_str(), "w")) {
-        std::fputs(js.c_str(), f);
-        std::fclose(f);
-      }
-  }
+  if (me == 0) rc = report(o, rows, *all);
   CHECK_OK(c.deregister_window(*w), "deregister_window");
   return rc;
 }
