@@ -17,6 +17,7 @@
 #include <thread>
 #include <vector>
 
+#include "conccl/hopper_methods.hpp"
 #include "backends/nv/nv_device.hpp"
 
 namespace conccl::nv {
@@ -231,7 +232,7 @@ TEST_F(NvHw, WaitSignalAcrossChannelsAndHost) {
   CommandBuffer b_cb = b.commands();
   // b waits for s1 >= 0x300000001 (a 64-bit value), then signals s2.
   ASSERT_TRUE(b_cb.wait_ge(*s1, 0x300000001ull).ok());
-  ASSERT_TRUE(b_cb.signal_set(*s2, 0x500000007ull).ok());
+  ASSERT_TRUE(HopperMethods(b_cb).release(*s2, 0x500000007ull, /*timestamp=*/true, /*interrupt=*/false).ok());
   ASSERT_TRUE(b.submit(b_cb, Deadline::after_ms(1000)).ok());
   b_cb.clear();
   std::this_thread::sleep_for(std::chrono::milliseconds(20));
@@ -240,7 +241,7 @@ TEST_F(NvHw, WaitSignalAcrossChannelsAndHost) {
   std::this_thread::sleep_for(std::chrono::milliseconds(20));
   EXPECT_EQ(h2[0], 0u);
   if (&a != &b) {  // a releases s1 from another engine
-    ASSERT_TRUE(a_cb.signal_set(*s1, 0x300000001ull).ok());
+    ASSERT_TRUE(HopperMethods(a_cb).release(*s1, 0x300000001ull, /*timestamp=*/true, /*interrupt=*/false).ok());
     ASSERT_TRUE(a.submit(a_cb, Deadline::after_ms(1000)).ok());
     a_cb.clear();
   } else {

@@ -15,6 +15,7 @@
 #include <random>
 #include <thread>
 
+#include "conccl/hopper_methods.hpp"
 #include "backends/nv/nv_device.hpp"
 
 namespace conccl::nv {
@@ -161,10 +162,10 @@ TEST_F(NvCudaHw, SemaphoreSlotsInDeviceMemory) {
   Channel& b = dev_->channel(dev_->channel_count() > 1 ? 1 : 0);
   CommandBuffer b_cb = b.commands();
   ASSERT_TRUE(b_cb.wait_ge(*s1, 0x300000001ull).ok());
-  ASSERT_TRUE(b_cb.signal_set(*s2, 0x500000007ull).ok());
+  ASSERT_TRUE(HopperMethods(b_cb).release(*s2, 0x500000007ull, /*timestamp=*/true, /*interrupt=*/false).ok());
   ASSERT_TRUE(b.submit(b_cb, Deadline::after_ms(1000)).ok());
   b_cb.clear();
-  ASSERT_TRUE(a_cb.signal_set(*s1, 0x300000001ull).ok());
+  ASSERT_TRUE(HopperMethods(a_cb).release(*s1, 0x300000001ull, /*timestamp=*/true, /*interrupt=*/false).ok());
   ASSERT_TRUE(a.submit(a_cb, Deadline::after_ms(1000)).ok());
   a_cb.clear();
   ASSERT_TRUE(b.wait_done(Deadline::after_ms(5000)).ok()) << b.diagnose();
@@ -204,7 +205,7 @@ TEST_F(NvCudaHw, HostSlotsSharedWithCuda) {
   Channel& ch = dev_->channel(0);
   CommandBuffer cb = ch.commands();
   ASSERT_TRUE(cb.wait_ge(*in, want_in).ok());
-  ASSERT_TRUE(cb.signal_set(*out, want_out).ok());
+  ASSERT_TRUE(HopperMethods(cb).release(*out, want_out, /*timestamp=*/true, /*interrupt=*/false).ok());
   uint64_t f = 0;
   ASSERT_TRUE(ch.submit(cb, Deadline::after_ms(1000), &f).ok());
   cb.clear();
