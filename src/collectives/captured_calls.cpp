@@ -307,7 +307,12 @@ struct LocalCapture {
     }
     watch_cv.notify_all();
     if (watcher.joinable()) watcher.join();
-    plan.reset();  // before its queues
+    // The plan before its queues, and the queues before the signals their
+    // lists write: after a failed replay lists may still be queued, and an
+    // engine that comes back must not run them into freed memory.
+    plan.reset();
+    closer.reset();
+    queues.clear();
   }
 
   // Replay r's closing list, ending at `ticket` of `closer`, is watched
