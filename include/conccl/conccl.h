@@ -134,7 +134,8 @@ typedef struct conccl_buffer {
   uint64_t id; /* this allocation's serial: unique in the process, never reused */
 } conccl_buffer;
 
-/* Zeroed memory on `gpu` (device) or host memory every GPU reaches (gpu ignored). */
+/* Zeroed memory on `gpu` (device) or host memory every GPU reaches (gpu ignored);
+ * CONCCL_MEM_CUDA: as conccl_buffer_alloc_cuda (backend "nv"). */
 conccl_status conccl_buffer_alloc(conccl_device_t device, int gpu, size_t bytes, conccl_mem_kind kind,
                                   conccl_buffer* buffer);
 /* The buffer as allocated (not a sub-range). Plans that name it can no

@@ -724,6 +724,8 @@ class Device:
         return json.loads(buf.value.decode())
 
     def alloc(self, gpu, nbytes, kind=DEVICE):
+        if kind == CUDA:
+            return self.alloc_cuda(gpu, nbytes)
         args = _integer("gpu", gpu, "int"), _integer("nbytes", nbytes, "size_t"), _integer("kind", kind, "int")
         raw = _Buffer()
         _check(_buf_alloc(self._handle(), *args, ctypes.byref(raw)))

@@ -17,12 +17,13 @@ extern "C" {
 // ---- buffers -------------------------------------------------------------------
 
 conccl_status conccl_buffer_alloc(conccl_device_t dh, int gpu, size_t bytes, conccl_mem_kind kind, conccl_buffer* b) {
+  if (enum_bits(kind) == CONCCL_MEM_CUDA) return conccl_buffer_alloc_cuda(dh, gpu, bytes, b);
   return guard(__func__, [&] {
     CONCCL_C_REQUIRE(b, "buffer is NULL");
     CONCCL_C_FIND(DeviceTable, d, dh, "device");
     const int k = enum_bits(kind);
     CONCCL_C_REQUIRE(k == CONCCL_MEM_DEVICE || k == CONCCL_MEM_HOST,
-                     "kind must be CONCCL_MEM_DEVICE or CONCCL_MEM_HOST (CUDA memory: conccl_buffer_alloc_cuda)");
+                     "kind must be CONCCL_MEM_DEVICE, CONCCL_MEM_HOST or CONCCL_MEM_CUDA");
     Result<Buffer> r = d.dev->alloc(gpu, bytes, k == CONCCL_MEM_HOST ? MemKind::host : MemKind::device);
     if (!r.ok()) return report(r.status());
     *b = record_buffer(d, *r, conccl_buffer_record::Origin::alloc);

@@ -386,6 +386,10 @@ TEST(CApi, ReleaseByStoresAndCudaCallsElsewhere) {
   EXPECT_EQ(conccl_all_gather(send.data(), recv.data(), chunk, comm, &stream), CONCCL_ERR_UNAVAILABLE);
   EXPECT_EQ(conccl_buffer_alloc_cuda(dev.d, 0, 4096, &b), CONCCL_ERR_UNAVAILABLE);
   EXPECT_NE(last().find("nv backend"), std::string::npos) << last();
+  EXPECT_EQ(conccl_buffer_alloc(dev.d, 0, 4096, CONCCL_MEM_CUDA, &b), CONCCL_ERR_UNAVAILABLE) << "the same call by kind";
+  EXPECT_NE(last().find("nv backend"), std::string::npos) << last();
+  EXPECT_EQ(conccl_buffer_alloc(dev.d, 0, 4096, static_cast<conccl_mem_kind>(7), &b), CONCCL_ERR_INVALID_ARGUMENT);
+  EXPECT_NE(last().find("CONCCL_MEM_CUDA"), std::string::npos) << last();
   EXPECT_EQ(conccl_buffer_register_cuda(dev.d, 0, 0x7f0000000000ull, 4096, &b), CONCCL_ERR_UNAVAILABLE);
   EXPECT_EQ(conccl_device_cuda_ordinal(dev.d, 0, &ordinal), CONCCL_ERR_UNAVAILABLE);
   uint64_t cuda_ptr = 0;

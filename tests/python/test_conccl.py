@@ -348,6 +348,9 @@ print("ok", r)
                 dev.alloc_cuda(0, 4096)
             self.assertEqual(cm.exception.status, "unavailable")
             self.assertIn("nv backend", cm.exception.message)
+            with self.assertRaises(conccl.Error) as cm:
+                dev.alloc(0, 4096, conccl.CUDA)  # the same, by kind
+            self.assertEqual(cm.exception.status, "unavailable")
             comm = conccl.Communicator(dev, [0, 0], loopback=True)
             with self.assertRaises(conccl.Error) as cm:
                 comm.all_gather_into_tensor([b"x", b"y"], [b"x", b"y"])
