@@ -61,7 +61,7 @@ struct Options {
   // uses. -1: va_base as given (or where the kernel puts it).
   int process_slot = -1;
   // open_generic: the GPUs of the conccl::Device, in order (GPU i of the
-  // Device is driver GPU gpus[i]); empty = every GPU the driver lists. Each
+  // Gpu is driver GPU gpus[i]); empty = every GPU the driver lists. Each
   // gets its own RM client, channels and VA windows; device memory of one is
   // mapped into every other's GPU VA space at the same address (a peer
   // mapping, NV50_P2P), host memory into all. An index may repeat: that GPU
@@ -89,7 +89,7 @@ struct Options {
   // Refuse the proprietary module (its RM interface faults with our layouts,
   // tinygrad issue #6947). Set false only to experiment.
   bool require_open_module = true;
-  // Device-to-device bytes per second one PCE moves while compute runs
+  // Gpu-to-device bytes per second one PCE moves while compute runs
   // beside it, for channels_for_rate (which plans transfers that overlap
   // compute). An H200 measured 32-40 GB/s per PCE under a bf16 GEMM (47 GB/s
   // alone: copy engines slow with the GPU clock that the GEMM's power draw
@@ -136,7 +136,7 @@ struct DriverInfo {
 // handle type), rounded up to the recommended granularity (2 MiB on H200),
 // a VA reservation, cuMemMap and read/write access for its device. `ptr`
 // works in CUDA kernels and stream operations and, after
-// Device::register_cuda, in channel commands. Contents are undefined.
+// Gpu::register_cuda, in channel commands. Contents are undefined.
 struct CudaAlloc {
   uint64_t ptr = 0;
   size_t size = 0;
@@ -159,17 +159,17 @@ Result<int> cuda_device_for_uuid(const uint8_t (&uuid)[16]);
 // hopper-ce, and the links between GPUs ("nvlink", "pcie", or "same-gpu" for
 // a GPU opened twice); alloc/free/host_pointer map to our RM memory (device
 // memory is zeroed by a copy-engine fill, not CPU-visible, and mapped into
-// every GPU of the Device at the same address; host memory is CPU-visible
+// every GPU of the Gpu at the same address; host memory is CPU-visible
 // and mapped into all); create_queue(gpu, lce) opens a new GPFIFO channel on
 // that GPU's LCE. GPUs without peer access to each other: open fails and
 // says which pair.
 Result<std::unique_ptr<conccl::Device>> open_generic(const Options& options = {});
 // How many GPUs the driver lists (no RM client is opened), or unavailable.
 Result<int> gpu_count(const Options& options = {});
-class Device;  // src/backends/nv/nv_device.hpp (internal)
-// The nv::Device of `gpu` behind an adapter from open_generic, or null for
+class Gpu;  // src/backends/nv/nv_device.hpp (internal)
+// The nv::Gpu of `gpu` behind an adapter from open_generic, or null for
 // other backends or a GPU out of range.
-Device* native(conccl::Device& device, int gpu = 0);
+Gpu* native(conccl::Device& device, int gpu = 0);
 
 // CUDA memory as a conccl::Buffer of an nv conccl::Device: registers every
 // CUDA VMM allocation [ptr, ptr+bytes) touches (cuMemCreate with the POSIX-fd
@@ -177,7 +177,7 @@ Device* native(conccl::Device& device, int gpu = 0);
 // engines use CUDA's own pointer. Unregister before CUDA frees the memory.
 // On a device opened with a process slot (one process per rank), the one
 // allocation holding [ptr, ptr+bytes) is mapped into the slot's window
-// instead, where other processes can map it too: the Buffer's va is then
+// instead, where other processes can map it too: the Allocation's va is then
 // that address, not ptr (docs/multiprocess.md).
 // Errors: invalid_argument for plain cudaMalloc memory, unavailable for
 // other backends or without libcuda.

@@ -76,7 +76,7 @@ Status queues_reserve(Queue* queue, Signal& signal, uint64_t dst, uint64_t src, 
 
 // ---- docs/nv-backend.md (compiled only: needs an NVIDIA GPU) ---------------
 
-[[maybe_unused]] Status nv_budget(conccl::nv::Device& dev, uint64_t dst, uint64_t src, uint64_t bytes, double window,
+[[maybe_unused]] Status nv_budget(conccl::nv::Gpu& dev, uint64_t dst, uint64_t src, uint64_t bytes, double window,
                                   Deadline deadline) {
   namespace nv = conccl::nv;
   // bytes to move while a GEMM of about `window` seconds runs

@@ -1,5 +1,5 @@
 // tests/nv/nv_adapter_test.cpp - open_device({backend = "nv"}): the
-// conccl::Device adapter over nv::Device (src/backends/nv/nv_adapter.cpp).
+// conccl::Device adapter over nv::Gpu (src/backends/nv/nv_adapter.cpp).
 //
 // Without /dev/nvidiactl only the refusal and the topology printing run; on an
 // H100/H200 with the open 580 module the adapter is opened and exercised.
@@ -137,7 +137,7 @@ TEST(NvAdapterHw, TopologyMemoryQueues) {
   Result<std::unique_ptr<Device>> d = open_device(o);
   ASSERT_TRUE(d.ok()) << d.status().to_string();
   Device& dev = **d;
-  nv::Device* nd = nv::native(dev);
+  nv::Gpu* nd = nv::native(dev);
   ASSERT_NE(nd, nullptr);
   const Topology& t = dev.topology();
   std::printf("%s", topology_table(t).c_str());

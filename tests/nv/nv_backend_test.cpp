@@ -27,11 +27,11 @@ bool have_driver() { return access("/dev/nvidiactl", F_OK) == 0; }
 
 TEST(NvBackend, UnavailableWithoutDriver) {
   if (have_driver()) GTEST_SKIP() << "/dev/nvidiactl exists here";
-  Status p = Device::probe();
+  Status p = Gpu::probe();
   EXPECT_EQ(p.code(), Code::unavailable);
   EXPECT_NE(p.message().find("/dev/nvidiactl"), std::string::npos) << p.message();
   EXPECT_NE(p.message().find("--backend emu"), std::string::npos) << p.message();
-  Result<std::unique_ptr<Device>> d = Device::open();
+  Result<std::unique_ptr<Gpu>> d = Gpu::open();
   ASSERT_FALSE(d.ok());
   EXPECT_EQ(d.status().code(), Code::unavailable);
   EXPECT_NE(d.status().message().find("/dev/nvidiactl"), std::string::npos);
@@ -40,21 +40,21 @@ TEST(NvBackend, UnavailableWithoutDriver) {
 TEST(NvBackend, BadOptions) {
   Options o;
   o.gpfifo_entries = 1000;
-  EXPECT_EQ(Device::open(o).status().code(), Code::invalid_argument);
+  EXPECT_EQ(Gpu::open(o).status().code(), Code::invalid_argument);
   o = Options{};
   o.ring_window_bytes = 3u << 20;  // not a multiple of 2 MiB
-  EXPECT_EQ(Device::open(o).status().code(), Code::invalid_argument);
+  EXPECT_EQ(Gpu::open(o).status().code(), Code::invalid_argument);
   o = Options{};
   o.va_base = 0x10'0000'1000ull;  // not 2 MiB aligned
-  EXPECT_EQ(Device::open(o).status().code(), Code::invalid_argument);
+  EXPECT_EQ(Gpu::open(o).status().code(), Code::invalid_argument);
   o = Options{};
   o.pce_bytes_per_s = 0;
-  Status st = Device::open(o).status();
+  Status st = Gpu::open(o).status();
   EXPECT_EQ(st.code(), Code::invalid_argument);
   EXPECT_NE(st.message().find("pce_bytes_per_s"), std::string::npos) << st.to_string();
   o = Options{};
   o.wait_max_sleep_us = 2000000;
-  st = Device::open(o).status();
+  st = Gpu::open(o).status();
   EXPECT_EQ(st.code(), Code::invalid_argument);
   EXPECT_NE(st.message().find("wait_max_sleep_us"), std::string::npos) << st.to_string();
 }
@@ -119,7 +119,7 @@ class NvHw : public ::testing::Test {
  protected:
   static void SetUpTestSuite() {
     if (!have_driver()) return;
-    Result<std::unique_ptr<Device>> d = Device::open();
+    Result<std::unique_ptr<Gpu>> d = Gpu::open();
     if (!d.ok()) {
       open_error_ = d.status().to_string();
       return;
@@ -131,10 +131,10 @@ class NvHw : public ::testing::Test {
     if (!have_driver()) GTEST_SKIP() << "no /dev/nvidiactl";
     ASSERT_TRUE(dev_) << open_error_;
   }
-  static std::unique_ptr<Device> dev_;
+  static std::unique_ptr<Gpu> dev_;
   static std::string open_error_;
 };
-std::unique_ptr<Device> NvHw::dev_;
+std::unique_ptr<Gpu> NvHw::dev_;
 std::string NvHw::open_error_;
 
 void fill_random(void* p, size_t n, uint64_t seed) {
@@ -162,8 +162,8 @@ TEST_F(NvHw, EnginesAndInfo) {
 
 TEST_F(NvHw, CopyRoundTripEveryChannel) {
   const size_t n = 8u << 20;
-  Result<Buffer> h = dev_->alloc(n, MemKind::host), a = dev_->alloc(n, MemKind::device),
-                 b = dev_->alloc(n, MemKind::device), r = dev_->alloc(n, MemKind::host);
+  Result<Allocation> h = dev_->alloc(n, Placement::host), a = dev_->alloc(n, Placement::device),
+                 b = dev_->alloc(n, Placement::device), r = dev_->alloc(n, Placement::host);
   ASSERT_TRUE(h.ok() && a.ok() && b.ok() && r.ok()) << h.status().to_string() << a.status().to_string();
   for (size_t c = 0; c < dev_->channel_count(); ++c) {
     SCOPED_TRACE("LCE" + std::to_string(dev_->channel(c).lce()));
@@ -193,12 +193,12 @@ TEST_F(NvHw, CopyRoundTripEveryChannel) {
   EXPECT_EQ(std::memcmp(r->as<uint8_t>() + 0x300003, h->as<uint8_t>() + 0x12345, 1000001), 0);
   EXPECT_EQ(r->as<uint8_t>()[0x300002], 0);
   EXPECT_EQ(r->as<uint8_t>()[0x300003 + 1000001], 0);
-  for (Buffer* x : {&*h, &*a, &*b, &*r}) EXPECT_TRUE(dev_->free(*x).ok());
+  for (Allocation* x : {&*h, &*a, &*b, &*r}) EXPECT_TRUE(dev_->free(*x).ok());
 }
 
 TEST_F(NvHw, FillAndTimestamp) {
   const size_t n = 4u << 20;
-  Result<Buffer> a = dev_->alloc(n, MemKind::device), r = dev_->alloc(n, MemKind::host);
+  Result<Allocation> a = dev_->alloc(n, Placement::device), r = dev_->alloc(n, Placement::host);
   ASSERT_TRUE(a.ok() && r.ok());
   Result<uint64_t> t0 = dev_->alloc_slot(), t1 = dev_->alloc_slot();
   ASSERT_TRUE(t0.ok() && t1.ok());
@@ -274,8 +274,8 @@ TEST_F(NvHw, TimeoutReportsChannelState) {
 
 TEST_F(NvHw, StripedCopy) {
   const size_t n = 64u << 20;
-  Result<Buffer> h = dev_->alloc(n, MemKind::host), a = dev_->alloc(n, MemKind::device),
-                 b = dev_->alloc(n, MemKind::device), r = dev_->alloc(n, MemKind::host);
+  Result<Allocation> h = dev_->alloc(n, Placement::host), a = dev_->alloc(n, Placement::device),
+                 b = dev_->alloc(n, Placement::device), r = dev_->alloc(n, Placement::host);
   ASSERT_TRUE(h.ok() && a.ok() && b.ok() && r.ok());
   fill_random(h->host, n, 42);
   Channel& ch = dev_->channel(0);
@@ -292,7 +292,7 @@ TEST_F(NvHw, StripedCopy) {
   cb.clear();
   ASSERT_TRUE(ch.wait_done(Deadline::after_ms(5000)).ok());
   EXPECT_EQ(std::memcmp(h->host, r->host, n), 0);
-  for (Buffer* x : {&*h, &*a, &*b, &*r}) EXPECT_TRUE(dev_->free(*x).ok());
+  for (Allocation* x : {&*h, &*a, &*b, &*r}) EXPECT_TRUE(dev_->free(*x).ok());
 }
 
 // The bandwidth-budget set: the fewest PCEs that reach the rate, and a
@@ -315,8 +315,8 @@ TEST_F(NvHw, ChannelsForRate) {
   EXPECT_GE(dev_->estimated_rate(mid), std::min(need, all_pces * pce));
 
   const size_t n = 48u << 20;
-  Result<Buffer> h = dev_->alloc(n, MemKind::host), d = dev_->alloc(n, MemKind::device),
-                 r = dev_->alloc(n, MemKind::host);
+  Result<Allocation> h = dev_->alloc(n, Placement::host), d = dev_->alloc(n, Placement::device),
+                 r = dev_->alloc(n, Placement::host);
   ASSERT_TRUE(h.ok() && d.ok() && r.ok());
   fill_random(h->host, n, 7);
   std::memset(r->host, 0x5A, n);
@@ -325,14 +325,14 @@ TEST_F(NvHw, ChannelsForRate) {
   st = dev_->copy_striped(r->va, d->va, n, Deadline::after_ms(5000), slow);
   ASSERT_TRUE(st.ok()) << st.to_string();
   EXPECT_EQ(std::memcmp(h->host, r->host, n), 0);
-  for (Buffer* x : {&*h, &*d, &*r}) EXPECT_TRUE(dev_->free(*x).ok());
+  for (Allocation* x : {&*h, &*d, &*r}) EXPECT_TRUE(dev_->free(*x).ok());
 }
 
 // A long wait sleeps instead of holding a core: the waiting thread's CPU time
 // stays well below the wall time of a ~10 ms copy on the smallest engine.
 TEST_F(NvHw, LongWaitSleeps) {
   const size_t n = 1u << 30;
-  Result<Buffer> a = dev_->alloc(n, MemKind::device), b = dev_->alloc(n, MemKind::device);
+  Result<Allocation> a = dev_->alloc(n, Placement::device), b = dev_->alloc(n, Placement::device);
   ASSERT_TRUE(a.ok() && b.ok());
   Channel* ch = dev_->channels_for_rate(1e9)[0];
   CommandBuffer cb = ch->commands();
@@ -356,7 +356,7 @@ TEST_F(NvHw, LongWaitSleeps) {
               cpu_sum / 3e6);
   EXPECT_GT(wall_sum / 3, 2e6) << "the copy was expected to take milliseconds";
   EXPECT_LT(cpu_sum, 0.3 * wall_sum);
-  for (Buffer* x : {&*a, &*b}) EXPECT_TRUE(dev_->free(*x).ok());
+  for (Allocation* x : {&*a, &*b}) EXPECT_TRUE(dev_->free(*x).ok());
 }
 
 // Interrupt-driven waits, for every way of raising and routing the
@@ -389,9 +389,9 @@ TEST_F(NvHw, InterruptWaits) {
     o.wait_max_sleep_us = 1000;  // safety timeout 10 ms
     o.irq_source = c.src;
     o.irq_notifier = c.ntf;
-    Result<std::unique_ptr<Device>> d = Device::open(o);
+    Result<std::unique_ptr<Gpu>> d = Gpu::open(o);
     ASSERT_TRUE(d.ok()) << d.status().to_string();
-    Device& dev = **d;
+    Gpu& dev = **d;
     Channel& ch = dev.channel(0);
     CommandBuffer cb = ch.commands();
     if (!ch.interrupt_waits()) {
@@ -399,8 +399,8 @@ TEST_F(NvHw, InterruptWaits) {
       continue;
     }
     const size_t mid = 64u << 20, big = 1u << 30;
-    Result<Buffer> a = dev.alloc(big, MemKind::device), b = dev.alloc(big, MemKind::device),
-                   h = dev.alloc(mid, MemKind::host), r = dev.alloc(mid, MemKind::host);
+    Result<Allocation> a = dev.alloc(big, Placement::device), b = dev.alloc(big, Placement::device),
+                   h = dev.alloc(mid, Placement::host), r = dev.alloc(mid, Placement::host);
     ASSERT_TRUE(a.ok() && b.ok() && h.ok() && r.ok());
     fill_random(h->host, mid, 11);
     ASSERT_TRUE(cb.copy(a->va, h->va, mid).ok());
@@ -462,14 +462,14 @@ TEST_F(NvHw, InterruptWaits) {
     const bool works = wakes > 0 && tmo == 0 && med < copy_us + 1000;
     working += works ? 1 : 0;
     if (c.src == defaults.irq_source && c.ntf == defaults.irq_notifier) default_works = works;
-    for (Buffer* x : {&*a, &*b, &*h, &*r}) EXPECT_TRUE(dev.free(*x).ok());
+    for (Allocation* x : {&*a, &*b, &*h, &*r}) EXPECT_TRUE(dev.free(*x).ok());
   }
   EXPECT_GT(working, 0) << "no combination woke on the interrupt";
   EXPECT_TRUE(default_works) << "the default irq_source/irq_notifier did not wake on the interrupt";
 }
 
 TEST_F(NvHw, FreeUnknownBuffer) {
-  Buffer bogus;
+  Allocation bogus;
   bogus.va = 0x1234000;
   bogus.handle = 77;
   EXPECT_EQ(dev_->free(bogus).code(), Code::not_found);
@@ -482,9 +482,9 @@ TEST(NvFault, MmuFaultIsReportedNotHung) {
   Options o;
   o.va_base = 0x80'0000'0000ull;  // its own window, clear of the suite's device
   o.va_size = 16ull << 30;
-  Result<std::unique_ptr<Device>> d = Device::open(o);
+  Result<std::unique_ptr<Gpu>> d = Gpu::open(o);
   ASSERT_TRUE(d.ok()) << d.status().to_string();
-  Result<Buffer> a = (*d)->alloc(1 << 20, MemKind::device);
+  Result<Allocation> a = (*d)->alloc(1 << 20, Placement::device);
   ASSERT_TRUE(a.ok());
   Channel& ch = (*d)->channel(0);
   CommandBuffer cb = ch.commands();

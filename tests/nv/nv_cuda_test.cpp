@@ -4,7 +4,7 @@
 //
 // libcuda is loaded with dlopen, here too: without it (this project's build
 // machines) only the unavailable path runs. On a GPU machine CUDA is set up
-// first and our nv::Device second, as the library recommends
+// first and our nv::Gpu second, as the library recommends
 // (docs/nv-backend.md), and every byte is checked through our own channels.
 #include <dlfcn.h>
 #include <gtest/gtest.h>
@@ -54,7 +54,7 @@ class NvCudaHw : public ::testing::Test {
     // The device places its windows where nothing (CUDA, ASan) is mapped.
     Options o;
     o.va_size = 32ull << 30;
-    Result<std::unique_ptr<Device>> d = Device::open(o);
+    Result<std::unique_ptr<Gpu>> d = Gpu::open(o);
     if (d.ok()) dev_ = std::move(d).value();
     else error_ = d.status().to_string();
   }
@@ -80,11 +80,11 @@ class NvCudaHw : public ::testing::Test {
   }
   static constexpr size_t kBytes = 6u << 20;  // three 2 MiB granules
   static CudaAlloc a_, b_;
-  static std::unique_ptr<Device> dev_;
+  static std::unique_ptr<Gpu> dev_;
   static std::string error_;
 };
 CudaAlloc NvCudaHw::a_, NvCudaHw::b_;
-std::unique_ptr<Device> NvCudaHw::dev_;
+std::unique_ptr<Gpu> NvCudaHw::dev_;
 std::string NvCudaHw::error_;
 
 TEST_F(NvCudaHw, RegisterCopyAndCache) {
@@ -98,7 +98,7 @@ TEST_F(NvCudaHw, RegisterCopyAndCache) {
   ASSERT_TRUE(dev_->register_cuda(a_.ptr + 0x1234, 5000).ok());
   EXPECT_EQ(dev_->registered_allocations(), before + 2);
 
-  Result<Buffer> h = dev_->alloc(kBytes, MemKind::host), r = dev_->alloc(kBytes, MemKind::host);
+  Result<Allocation> h = dev_->alloc(kBytes, Placement::host), r = dev_->alloc(kBytes, Placement::host);
   ASSERT_TRUE(h.ok() && r.ok());
   std::mt19937_64 rng(77);
   for (size_t i = 0; i < kBytes / 8; ++i) h->as<uint64_t>()[i] = rng();
@@ -149,7 +149,7 @@ TEST_F(NvCudaHw, SemaphoreSlotsInDeviceMemory) {
   ASSERT_TRUE(s2.ok());
   EXPECT_EQ(*s2, *s1 + 16);
   EXPECT_TRUE(dev_->is_registered(*s1, 16));
-  Result<Buffer> r = dev_->alloc(4096, MemKind::host);
+  Result<Allocation> r = dev_->alloc(4096, Placement::host);
   ASSERT_TRUE(r.ok());
   std::memset(r->host, 0xFF, 64);
   // Zeroed at creation.

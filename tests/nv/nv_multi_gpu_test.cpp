@@ -48,17 +48,17 @@ Status copy_and_wait(nv::Channel& ch, uint64_t dst, uint64_t src, uint64_t bytes
 
 TEST(NvMultiGpu, ExportImportBetweenTwoClients) {
   if (!have_driver()) GTEST_SKIP() << "no /dev/nvidiactl";
-  Result<std::unique_ptr<nv::Device>> a = nv::Device::open();
+  Result<std::unique_ptr<nv::Gpu>> a = nv::Gpu::open();
   ASSERT_TRUE(a.ok()) << a.status().to_string();
-  Result<std::unique_ptr<nv::Device>> b = nv::Device::open();
+  Result<std::unique_ptr<nv::Gpu>> b = nv::Gpu::open();
   ASSERT_TRUE(b.ok()) << b.status().to_string();
-  nv::Device& A = **a;
-  nv::Device& B = **b;
+  nv::Gpu& A = **a;
+  nv::Gpu& B = **b;
 
   const size_t n = 4u << 20;
-  Result<nv::Buffer> dev_a = A.alloc(n, nv::MemKind::device);
-  Result<nv::Buffer> host_a = A.alloc(n, nv::MemKind::host);
-  Result<nv::Buffer> host_b = B.alloc(n, nv::MemKind::host);
+  Result<nv::Allocation> dev_a = A.alloc(n, nv::Placement::device);
+  Result<nv::Allocation> host_a = A.alloc(n, nv::Placement::host);
+  Result<nv::Allocation> host_b = B.alloc(n, nv::Placement::host);
   ASSERT_TRUE(dev_a.ok() && host_a.ok() && host_b.ok());
   const std::vector<uint8_t> data = random_bytes(n, 17);
   std::memcpy(host_a->host, data.data(), n);
@@ -67,7 +67,7 @@ TEST(NvMultiGpu, ExportImportBetweenTwoClients) {
   // A's device memory in B's client, at A's address.
   Result<int> fd = A.export_fd(*dev_a);
   ASSERT_TRUE(fd.ok()) << fd.status().to_string();
-  Result<nv::Buffer> view = B.import_fd(*fd, dev_a->va, dev_a->size);
+  Result<nv::Allocation> view = B.import_fd(*fd, dev_a->va, dev_a->size);
   ASSERT_TRUE(view.ok()) << view.status().to_string();
   ::close(*fd);
   EXPECT_TRUE(view->imported);
@@ -84,7 +84,7 @@ TEST(NvMultiGpu, ExportImportBetweenTwoClients) {
   EXPECT_EQ(std::memcmp(host_a->host, data2.data(), n), 0) << "A sees B's writes";
 
   // A's host pages in B's GPU VA space, at their own address.
-  Result<nv::Buffer> hview = B.map_host(host_a->host, host_a->size);
+  Result<nv::Allocation> hview = B.map_host(host_a->host, host_a->size);
   ASSERT_TRUE(hview.ok()) << hview.status().to_string();
   std::memset(host_a->host, 0, n);
   ASSERT_TRUE(copy_and_wait(B.channel(0), hview->va, view->va, n).ok());
@@ -92,7 +92,7 @@ TEST(NvMultiGpu, ExportImportBetweenTwoClients) {
 
   // The import holds its own reference: freeing the exporter's handle first
   // leaves B's view working.
-  nv::Buffer v = *view, hv = *hview;
+  nv::Allocation v = *view, hv = *hview;
   EXPECT_TRUE(B.free(hv).ok());
   EXPECT_TRUE(B.free(v).ok());
 
@@ -101,7 +101,7 @@ TEST(NvMultiGpu, ExportImportBetweenTwoClients) {
   EXPECT_EQ(B.export_fd(*dev_a).status().code(), Code::not_found) << "not B's buffer";
   int p[2];
   ASSERT_EQ(pipe(p), 0);
-  Result<nv::Buffer> bad = B.import_fd(p[0], 0x7f0000000000ull, 2u << 20);
+  Result<nv::Allocation> bad = B.import_fd(p[0], 0x7f0000000000ull, 2u << 20);
   EXPECT_FALSE(bad.ok());
   EXPECT_NE(bad.status().message().find("not an RM export fd"), std::string::npos) << bad.status().to_string();
   ::close(p[0]);

@@ -144,7 +144,7 @@ Cu NvReduceHw::cu_;
 void* NvReduceHw::stream_ = nullptr;
 std::string NvReduceHw::skip_;
 
-// Device memory freed at scope exit.
+// Gpu memory freed at scope exit.
 struct DevBuf {
   Cu* cu = nullptr;
   uint64_t ptr = 0;

@@ -47,12 +47,12 @@ inline std::string stats_json(const Stats& s) {
   return b;
 }
 
-// Opens an nv::Device in a process where CUDA already holds part of the
+// Opens an nv::Gpu in a process where CUDA already holds part of the
 // address space: the device places its windows where nothing is mapped (the
 // ring window in a free range below 1 TiB, the data window where the kernel
 // puts it; nv::Options), so the defaults work. Null with *why set on failure.
-inline std::unique_ptr<nv::Device> open_beside_cuda(Status* why) {
-  Result<std::unique_ptr<nv::Device>> d = nv::Device::open(nv::Options{});
+inline std::unique_ptr<nv::Gpu> open_beside_cuda(Status* why) {
+  Result<std::unique_ptr<nv::Gpu>> d = nv::Gpu::open(nv::Options{});
   if (d.ok()) return std::move(d).value();
   if (why) *why = d.status();
   return nullptr;

@@ -102,7 +102,7 @@ struct Phase {
   Sampler::Avg avg;
 };
 
-// The second process of the ce3proc variant: its own nv::Device and 1 GiB
+// The second process of the ce3proc variant: its own nv::Gpu and 1 GiB
 // buffers; for each int N read from `in` it runs N striped copies (all
 // submitted, then waited for) and writes the elapsed ms (a double) to `out`;
 // N < 0 ends it. Started with fork() before the parent touches CUDA.
@@ -110,13 +110,13 @@ struct Phase {
   double reply = -1;
   cnv::Options o;
   o.va_size = 16ull << 30;
-  Result<std::unique_ptr<cnv::Device>> d = cnv::Device::open(o);
-  std::unique_ptr<cnv::Device> dev;
-  Result<cnv::Buffer> a = Status(), b = Status();
+  Result<std::unique_ptr<cnv::Gpu>> d = cnv::Gpu::open(o);
+  std::unique_ptr<cnv::Gpu> dev;
+  Result<cnv::Allocation> a = Status(), b = Status();
   if (d.ok()) {
     dev = std::move(d).value();
-    a = dev->alloc(bytes, cnv::MemKind::device);
-    b = dev->alloc(bytes, cnv::MemKind::device);
+    a = dev->alloc(bytes, cnv::Placement::device);
+    b = dev->alloc(bytes, cnv::Placement::device);
   }
   const bool ready = dev && a.ok() && b.ok();
   if (!ready)
@@ -249,8 +249,8 @@ struct C3 {
   cudaEvent_t g0 = nullptr, g1 = nullptr;  // brackets of a phase's GEMMs
   cnv::CudaAlloc src = {}, dst = {};       // copy buffers (CUDA VMM, registered)
   std::vector<uint8_t> pattern = {}, back = {};
-  std::unique_ptr<cnv::Device> dev = nullptr;
-  cnv::Buffer osrc = {}, odst = {}, ohost = {};  // our own buffers (ce3own)
+  std::unique_ptr<cnv::Gpu> dev = nullptr;
+  cnv::Allocation osrc = {}, odst = {}, ohost = {};  // our own buffers (ce3own)
   Deadline dl = Deadline::now();
   std::vector<Variant> vars = {};
   std::vector<Phase> phases = {};
@@ -357,9 +357,9 @@ int setup_device(C3& x) {
   if (Status s = x.dev->register_cuda(x.src.ptr, x.src.size); !s.ok()) die(s, "register src");
   if (Status s = x.dev->register_cuda(x.dst.ptr, x.dst.size); !s.ok()) die(s, "register dst");
   // Our own device memory for the ce3own variant, filled with the pattern.
-  Result<cnv::Buffer> osrc = x.dev->alloc(copy_bytes, cnv::MemKind::device),
-                      odst = x.dev->alloc(copy_bytes, cnv::MemKind::device),
-                      ohost = x.dev->alloc(copy_bytes, cnv::MemKind::host);
+  Result<cnv::Allocation> osrc = x.dev->alloc(copy_bytes, cnv::Placement::device),
+                      odst = x.dev->alloc(copy_bytes, cnv::Placement::device),
+                      ohost = x.dev->alloc(copy_bytes, cnv::Placement::host);
   if (!osrc.ok() || !odst.ok() || !ohost.ok()) die(osrc.status(), "own buffers");
   x.osrc = *osrc;
   x.odst = *odst;

@@ -125,13 +125,13 @@ struct Args {
 
 // The device, buffers and results that every phase of the bench shares.
 struct Bench {
-  nv::Device& dev;
+  nv::Gpu& dev;
   size_t size;
   int iters, lat_iters;
-  nv::Buffer& H;  // host: the pattern
-  nv::Buffer& A;  // device: the copies' source
-  nv::Buffer& B;  // device: the copies' destination
-  nv::Buffer& R;  // host: read-backs
+  nv::Allocation& H;  // host: the pattern
+  nv::Allocation& A;  // device: the copies' source
+  nv::Allocation& B;  // device: the copies' destination
+  nv::Allocation& R;  // host: read-backs
   uint64_t s0, s1;  // slots for the engines' start timestamps
   const Deadline& dl;
   nv::Channel& best;  // channel 0: uploads, read-backs, --explore
@@ -548,7 +548,7 @@ void write_json(const Bench& b, const std::string& path, double open_ms) {
     std::fprintf(stderr, "cannot write %s\n", path.c_str());
     return;
   }
-  const nv::Device& dev = b.dev;
+  const nv::Gpu& dev = b.dev;
   std::fprintf(f, "{\n  \"bench\": \"nv_ce_bench\",\n  \"gpu\": \"%s\",\n  \"driver\": \"%s\",\n  \"proc_version\": \"%s\",\n",
                dev.info().uuid_string().c_str(), dev.info().driver_version.c_str(),
                dev.info().proc_version.c_str());
@@ -596,7 +596,7 @@ void write_json(const Bench& b, const std::string& path, double open_ms) {
 
 // Table last.
 void print_table(const Bench& b, size_t size_mib) {
-  const nv::Device& dev = b.dev;
+  const nv::Gpu& dev = b.dev;
   std::printf("\nnv_ce_bench: %s, driver %s, %zu MiB copies, %d iterations (GB/s = bytes copied / time; HBM traffic is 2x)\n",
               dev.info().uuid_string().c_str(), dev.info().driver_version.c_str(), size_mib, b.iters);
   std::printf("host->device %.1f GB/s, device->host %.1f GB/s (LCE%d, engine timestamps); first striped D2D on the "
@@ -632,13 +632,13 @@ int main(int argc, char** argv) {
   nv::Options opt;
   if (o.verbose) opt.log = [](const std::string& s) { std::fprintf(stderr, "[nv] %s\n", s.c_str()); };
   const auto t_open = Clock::now();
-  Result<std::unique_ptr<nv::Device>> dr = nv::Device::open(opt);
+  Result<std::unique_ptr<nv::Gpu>> dr = nv::Gpu::open(opt);
   if (!dr.ok()) {
     std::fprintf(stderr, "nv_ce_bench: %s\n", dr.status().to_string().c_str());
     return exit_code(dr.status());
   }
   const double open_ms = std::chrono::duration<double, std::milli>(Clock::now() - t_open).count();
-  nv::Device& dev = **dr;
+  nv::Gpu& dev = **dr;
   std::fprintf(stderr, "opened %s, driver %s, %zu channels in %.1f ms\n", dev.info().uuid_string().c_str(),
                dev.info().driver_version.c_str(), dev.channel_count(), open_ms);
   for (const nv::Engine& e : dev.engines())
@@ -646,8 +646,8 @@ int main(int argc, char** argv) {
                  e.caps[1], e.grce ? " GRCE" : "", e.shared ? " shared" : "",
                  e.has_channel ? "channel" : e.note.c_str());
 
-  Result<nv::Buffer> H = dev.alloc(size, nv::MemKind::host), A = dev.alloc(size, nv::MemKind::device),
-                     B = dev.alloc(size, nv::MemKind::device), R = dev.alloc(size, nv::MemKind::host);
+  Result<nv::Allocation> H = dev.alloc(size, nv::Placement::host), A = dev.alloc(size, nv::Placement::device),
+                     B = dev.alloc(size, nv::Placement::device), R = dev.alloc(size, nv::Placement::host);
   for (auto* r : {&H, &A, &B, &R})
     if (!r->ok()) return fail(r->status(), "allocating buffers");
   Result<uint64_t> s0 = dev.alloc_slot(), s1 = dev.alloc_slot();

@@ -101,7 +101,7 @@ struct HandoffCtx {
 
 // (1) Registration: cost, cache hit, CE copy between the buffers, read back
 // by CUDA. Returns 0, or 4 when registration or the copy fails.
-int measure_registration(cnv::Device& dev, const cnv::CudaAlloc& A, const cnv::CudaAlloc& B, size_t bytes,
+int measure_registration(cnv::Gpu& dev, const cnv::CudaAlloc& A, const cnv::CudaAlloc& B, size_t bytes,
                          const std::vector<uint8_t>& pattern, std::vector<uint8_t>& back, const Deadline& dl,
                          Results* res) {
   auto t0 = Clock::now();
@@ -133,7 +133,7 @@ int measure_registration(cnv::Device& dev, const cnv::CudaAlloc& A, const cnv::C
 
 // (2) Plain cuMemAlloc (= cudaMalloc) memory: register_cuda must refuse it
 // and say what to use instead.
-void check_cudamalloc_refused(cnv::Device& dev, Results* res) {
+void check_cudamalloc_refused(cnv::Gpu& dev, Results* res) {
   CUdeviceptr plain = 0;
   CU_CHECK(cuMemAlloc(&plain, 1 << 20));
   res->refused = dev.register_cuda(plain, 1 << 20);
@@ -223,7 +223,7 @@ Result<Handoff> handoffs(HandoffCtx& x, const char* kind, uint64_t sem, uint64_t
 // (alloc_cuda_slot: a registered cuMemCreate page) and host memory
 // (alloc_slot after share_slots_with_cuda: our page registered with CUDA).
 // Returns 0, or 4 on a failure.
-int measure_handoffs(cnv::Device& dev, CUstream stream, CUfunction stamp, int iters, const Deadline& dl,
+int measure_handoffs(cnv::Gpu& dev, CUstream stream, CUfunction stamp, int iters, const Deadline& dl,
                      Results* res) {
   Status st = dev.share_slots_with_cuda();
   if (!st.ok()) {
@@ -336,7 +336,7 @@ int main(int argc, char** argv) {
   CU_CHECK(cuMemsetD8(B->ptr, 0x5A, bytes));
 
   Status last;
-  std::unique_ptr<cnv::Device> dev = bench::open_beside_cuda(&last);
+  std::unique_ptr<cnv::Gpu> dev = bench::open_beside_cuda(&last);
   if (!dev) {
     std::fprintf(stderr, "nv_interop_bench: %s\n", last.to_string().c_str());
     return last.code() == Code::unavailable ? 5 : 4;

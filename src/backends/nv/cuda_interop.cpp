@@ -145,15 +145,15 @@ Status cuda_free(CudaAlloc& c) {
 
 // ---- registration -----------------------------------------------------------------
 
-const Device::Registration* Device::find_registration(uint64_t va) const {
+const Gpu::Registration* Gpu::find_registration(uint64_t va) const {
   auto it = registered_.upper_bound(va);
   if (it == registered_.begin()) return nullptr;
   --it;
-  const Buffer& b = it->second.buffer;
+  const Allocation& b = it->second.buffer;
   return va >= b.va && va < b.va + b.size ? &it->second : nullptr;
 }
 
-bool Device::is_registered(uint64_t va, size_t bytes) const {
+bool Gpu::is_registered(uint64_t va, size_t bytes) const {
   uint64_t p = va;
   const uint64_t end = va + bytes;
   do {
@@ -164,7 +164,7 @@ bool Device::is_registered(uint64_t va, size_t bytes) const {
   return true;
 }
 
-Status Device::register_cuda(uint64_t ptr, size_t bytes) {
+Status Gpu::register_cuda(uint64_t ptr, size_t bytes) {
   const RelaxedCaptureMode relaxed;  // also while a stream captures (cuda_api.hpp)
   if (fd_ctl_ < 0) return error(Code::unavailable, "the nv device is closed");
   if (ptr == 0 || bytes == 0)
@@ -206,7 +206,7 @@ Status Device::register_cuda(uint64_t ptr, size_t bytes) {
     const uint64_t base = ca->base;
     const size_t size = ca->size;
     const int fd = ca->fd;
-    Result<Buffer> b = import_fd(fd, base, size);
+    Result<Allocation> b = import_fd(fd, base, size);
     ::close(fd);
     if (!b.ok()) return rollback(b.status().prefix("registering CUDA memory at " + hex(base)));
     // The import is the whole physical allocation; a mapping of only part of
@@ -218,7 +218,7 @@ Status Device::register_cuda(uint64_t ptr, size_t bytes) {
     if (rm_control(b->handle, abi::kCtrlGetSurfaceInfo, &q, sizeof q, "GET_SURFACE_INFO (physical size)").ok()) {
       const uint64_t phys = (uint64_t(e[1].data) << 32) | e[0].data;
       if (phys && phys != size) {
-        Buffer tmp = *b;
+        Allocation tmp = *b;
         (void)free(tmp);
         return rollback(error(Code::invalid_argument,
                               "the CUDA mapping at " + hex(base) + " covers " + std::to_string(size) +
@@ -235,7 +235,7 @@ Status Device::register_cuda(uint64_t ptr, size_t bytes) {
   return Status();
 }
 
-Result<Device::CudaAllocation> Device::export_cuda(uint64_t p) {
+Result<Gpu::CudaAllocation> Gpu::export_cuda(uint64_t p) {
   const RelaxedCaptureMode relaxed;  // also while a stream captures (cuda_api.hpp)
   const CudaApi& a = api();
   CONCCL_RETURN_IF_ERROR(a.status);
@@ -264,15 +264,15 @@ Result<Device::CudaAllocation> Device::export_cuda(uint64_t p) {
   return CudaAllocation{static_cast<uint64_t>(base), size, fd};
 }
 
-Result<Buffer> Device::import_in_window(int fd, size_t bytes) {
-  Result<std::vector<Buffer>> b = import_span_in_window({CudaAllocation{0, bytes, fd}});
+Result<Allocation> Gpu::import_in_window(int fd, size_t bytes) {
+  Result<std::vector<Allocation>> b = import_span_in_window({CudaAllocation{0, bytes, fd}});
   if (!b.ok()) return b.status();
   return b->front();
 }
 
-Result<std::vector<Buffer>> Device::import_span_in_window(const std::vector<CudaAllocation>& pieces) {
+Result<std::vector<Allocation>> Gpu::import_span_in_window(const std::vector<CudaAllocation>& pieces) {
   if (fd_ctl_ < 0) return error(Code::unavailable, "the nv device is closed");
-  if (pieces.empty()) return std::vector<Buffer>{};
+  if (pieces.empty()) return std::vector<Allocation>{};
   const uint64_t first = pieces.front().base;
   for (size_t k = 1; k < pieces.size(); ++k)
     if (pieces[k].base != pieces[k - 1].base + pieces[k - 1].size)
@@ -281,16 +281,16 @@ Result<std::vector<Buffer>> Device::import_span_in_window(const std::vector<Cuda
   const uint64_t span = pieces.back().base + pieces.back().size - first;
   Result<uint64_t> va = reserve_va(span, 2u << 20);
   if (!va.ok()) return va.status().prefix("an address for imported memory");
-  std::vector<Buffer> out;
+  std::vector<Allocation> out;
   Status st;
   size_t k = 0;
   for (; k < pieces.size() && st.ok(); ++k) {
-    Result<Buffer> b = import_fd(pieces[k].fd, *va + (pieces[k].base - first), pieces[k].size);
+    Result<Allocation> b = import_fd(pieces[k].fd, *va + (pieces[k].base - first), pieces[k].size);
     if (!b.ok()) {
       st = b.status();
       break;
     }
-    for (Buffer& x : buffers_)
+    for (Allocation& x : buffers_)
       if (x.handle == b->handle && x.va == b->va) x.windowed = true;
     b->windowed = true;
     out.push_back(*b);
@@ -298,12 +298,12 @@ Result<std::vector<Buffer>> Device::import_span_in_window(const std::vector<Cuda
   if (st.ok()) return out;
   // Undo: the pieces imported give their addresses back when freed; the
   // rest of the span is given back here.
-  for (Buffer& b : out) (void)free(b);
+  for (Allocation& b : out) (void)free(b);
   for (size_t j = out.size(); j < pieces.size(); ++j) release_va(*va + (pieces[j].base - first), pieces[j].size);
   return st;
 }
 
-Status Device::unregister_cuda(uint64_t ptr, size_t bytes) {
+Status Gpu::unregister_cuda(uint64_t ptr, size_t bytes) {
   const RelaxedCaptureMode relaxed;  // also while a stream captures (cuda_api.hpp)
   if (fd_ctl_ < 0) return error(Code::unavailable, "the nv device is closed");
   if (bytes == 0) return error(Code::invalid_argument, "unregister_cuda of 0 bytes");
@@ -327,7 +327,7 @@ Status Device::unregister_cuda(uint64_t ptr, size_t bytes) {
   return out;
 }
 
-Result<uint64_t> Device::alloc_cuda_slot() {
+Result<uint64_t> Gpu::alloc_cuda_slot() {
   const RelaxedCaptureMode relaxed;  // also while a stream captures (cuda_api.hpp)
   if (fd_ctl_ < 0) return error(Code::unavailable, "the nv device is closed");
   if (!cuda_slot_ptr_) {
@@ -366,7 +366,7 @@ Result<uint64_t> Device::alloc_cuda_slot() {
 // CUDA; with unified addressing CUDA's device pointer for them is that VA, so
 // one address serves the CPU, CUDA streams and our channels
 // (measured on the H200 in both directions: docs/perf/h200.md, run 9).
-Status Device::cuda_host_register(void* host, size_t bytes) {
+Status Gpu::cuda_host_register(void* host, size_t bytes) {
   const RelaxedCaptureMode relaxed;  // also while a stream captures (cuda_api.hpp)
   if (fd_ctl_ < 0) return error(Code::unavailable, "the nv device is closed");
   const CudaApi& a = api();
@@ -391,14 +391,14 @@ Status Device::cuda_host_register(void* host, size_t bytes) {
   return st;
 }
 
-Status Device::cuda_host_unregister(void* host) {
+Status Gpu::cuda_host_unregister(void* host) {
   const RelaxedCaptureMode relaxed;  // also while a stream captures (cuda_api.hpp)
   const CudaApi& a = api();
   if (!a.cuMemHostUnregister) return error(Code::unavailable, "libcuda lacks cuMemHostUnregister");
   return cu_check(a.cuMemHostUnregister(host), "cuMemHostUnregister");
 }
 
-Status Device::share_slots_with_cuda() {
+Status Gpu::share_slots_with_cuda() {
   const RelaxedCaptureMode relaxed;  // also while a stream captures (cuda_api.hpp)
   if (fd_ctl_ < 0 || !slots_.host) return error(Code::unavailable, "the nv device is closed");
   if (slots_shared_) return Status();
@@ -496,7 +496,7 @@ Status stream_host_sync(void* stream, Deadline deadline) {
   }
 }
 
-void Device::release_cuda() {
+void Gpu::release_cuda() {
   const RelaxedCaptureMode relaxed;  // also while a stream captures (cuda_api.hpp)
   for (auto& [base, r] : registered_) {
     Status s = free(r.buffer);

@@ -1,11 +1,11 @@
-// src/backends/nv/nv_adapter.cpp - conccl::Device over nv::Device: what
+// src/backends/nv/nv_adapter.cpp - conccl::Device over nv::Gpu: what
 // open_device({backend = "nv"}) returns.
 //
-// One nv::Device (RM client) per GPU. topology(): the GPUs (GpuInfo::name =
+// One nv::Gpu (RM client) per GPU. topology(): the GPUs (GpuInfo::name =
 // the GPU's name, "hopper" if RM does not say) speaking Isa hopper-ce, their
 // asynchronous copy engines with channels as EngineKind::copy (id = LCE,
 // weight = PCE count), the engines without a channel as notes, and a link
-// between every two GPUs. alloc/free/host_pointer: nv::Device memory (device
+// between every two GPUs. alloc/free/host_pointer: nv::Gpu memory (device
 // memory is zeroed by a copy-engine fill and not CPU-mapped; host memory
 // is), mapped into every GPU's VA space at one address: device memory
 // through an export fd imported by the other clients (a peer mapping when
@@ -21,7 +21,7 @@ namespace conccl::nv {
 Status GenericDevice::build_topology() {
   topo_.backend = "nv";
   for (size_t gi = 0; gi < devs_.size(); ++gi) {
-    nv::Device& d = *devs_[gi];
+    nv::Gpu& d = *devs_[gi];
     GpuInfo g;
     g.index = static_cast<int>(gi);
     g.name = d.info().gpu_name.empty() ? "hopper" : d.info().gpu_name;
@@ -37,7 +37,7 @@ Status GenericDevice::build_topology() {
     }
     for (size_t pi = 0; pi < devs_.size(); ++pi) {
       if (pi == gi) continue;
-      const nv::Device& p = *devs_[pi];
+      const nv::Gpu& p = *devs_[pi];
       LinkInfo l;
       l.peer = static_cast<int>(pi);
       if (p.info().gpu_id == d.info().gpu_id) {
@@ -94,14 +94,14 @@ Result<std::unique_ptr<conccl::Device>> open_generic(const Options& options) {
     return error(Code::invalid_argument, std::to_string(list.size()) + " data windows of " +
                                              std::to_string(options.va_size >> 30) + " GiB do not fit a process slot (" +
                                              std::to_string(kSlotWindowBytes >> 40) + " TiB): lower Options::va_size");
-  std::vector<std::unique_ptr<nv::Device>> devs;
+  std::vector<std::unique_ptr<nv::Gpu>> devs;
   for (size_t i = 0; i < list.size(); ++i) {
     Options o = options;
     o.gpu = list[i];
     o.gpus.clear();
     if (options.process_slot >= 0)
       o.va_base = kSlotWindowBase + uint64_t(options.process_slot) * kSlotWindowBytes + i * options.va_size;
-    Result<std::unique_ptr<nv::Device>> d = nv::Device::open(o);
+    Result<std::unique_ptr<nv::Gpu>> d = nv::Gpu::open(o);
     if (!d.ok()) return list.size() > 1 ? d.status().prefix("GPU " + std::to_string(i) + " (driver GPU " +
                                                                 std::to_string(list[i]) + ")")
                                         : d.status();

@@ -1,5 +1,5 @@
 // src/backends/nv/nv_adapter.hpp - GenericDevice, the conccl::Device over
-// one nv::Device per GPU (nv_adapter.cpp says what it does); its CUDA side
+// one nv::Gpu per GPU (nv_adapter.cpp says what it does); its CUDA side
 // (CUDA memory, the reduce kernel) is in nv_adapter_cuda.cpp. Internal to
 // the nv backend.
 #pragma once
@@ -31,7 +31,7 @@ constexpr size_t kPoolPage = 64 << 10;  // cells come from pages of this size
 
 class GenericDevice final : public conccl::Device {
  public:
-  GenericDevice(std::vector<std::unique_ptr<nv::Device>> devs, int slot) : devs_(std::move(devs)), slot_(slot) {}
+  GenericDevice(std::vector<std::unique_ptr<nv::Gpu>> devs, int slot) : devs_(std::move(devs)), slot_(slot) {}
   ~GenericDevice() override {
     for (auto& [va, a] : buffers_) (void)release(a);
     for (auto& [va, a] : pool_pages_) (void)release(a);
@@ -39,7 +39,7 @@ class GenericDevice final : public conccl::Device {
   }
 
   // ---- memory across processes (docs/multiprocess.md) ----
-  // Device memory crosses as an RM export fd, imported by every client of
+  // Gpu memory crosses as an RM export fd, imported by every client of
   // the other process at the owner's address (nv_peer.cpp); host memory as
   // the memfd behind it, mapped there at the same address and registered
   // with every client (map_host). Process slots keep the addresses apart.
@@ -47,7 +47,7 @@ class GenericDevice final : public conccl::Device {
   // ---- reductions' compute (reduce_kernel.hpp) ----
   // Staging is CUDA memory (the kernel reads it) registered for the engines.
   Result<conccl::Buffer> alloc_for_compute(int gpu, size_t bytes) override;
-  // alloc(MemKind::cuda): alloc_for_compute's memory, zeroed by a CE fill.
+  // alloc(Placement::cuda): alloc_for_compute's memory, zeroed by a CE fill.
   Result<conccl::Buffer> alloc_cuda_memory(int gpu, size_t bytes);
   Status free_for_compute(const conccl::Buffer& b) override;
   uint64_t compute_address(uint64_t va) const override {
@@ -79,12 +79,12 @@ class GenericDevice final : public conccl::Device {
     r.size = a->own.size;
     r.serial = a->serial;
     if (a->cuda_base) {  // CUDA memory: CUDA's export fd again
-      Result<nv::Device::CudaAllocation> ca = devs_[static_cast<size_t>(a->owner)]->export_cuda(a->cuda_base);
+      Result<nv::Gpu::CudaAllocation> ca = devs_[static_cast<size_t>(a->owner)]->export_cuda(a->cuda_base);
       if (!ca.ok()) return ca.status().prefix("share");
       *fd = ca->fd;
       r.kind = conccl::MemKind::device;
       r.gpu = a->owner;
-    } else if (a->own.kind == nv::MemKind::device) {
+    } else if (a->own.kind == nv::Placement::device) {
       Result<int> f = devs_[static_cast<size_t>(a->owner)]->export_fd(a->own);
       if (!f.ok()) return f.status().prefix("share");
       *fd = *f;
@@ -137,7 +137,7 @@ class GenericDevice final : public conccl::Device {
     im.host = host ? p : nullptr;
     Status st;
     for (size_t g = 0; g < devs_.size() && st.ok(); ++g) {
-      Result<nv::Buffer> v = host ? devs_[g]->map_host(p, r.size) : devs_[g]->import_fd(fd, r.va, r.size);
+      Result<nv::Allocation> v = host ? devs_[g]->map_host(p, r.size) : devs_[g]->import_fd(fd, r.va, r.size);
       if (v.ok()) im.views.push_back({g, *v});
       else st = v.status().prefix("mapping another process's " + std::string(host ? "host" : "device") + " memory " +
                                   hex(r.va) + " into GPU " + std::to_string(g));
@@ -165,8 +165,8 @@ class GenericDevice final : public conccl::Device {
     if (bytes == 0) return error(Code::invalid_argument, "cannot allocate 0 bytes");
     if (!dev && bytes <= kCell) return alloc_cell();
     const int owner = dev ? gpu : 0;
-    nv::Device& d = *devs_[static_cast<size_t>(owner)];
-    Result<nv::Buffer> b = d.alloc(bytes, dev ? nv::MemKind::device : nv::MemKind::host);
+    nv::Gpu& d = *devs_[static_cast<size_t>(owner)];
+    Result<nv::Allocation> b = d.alloc(bytes, dev ? nv::Placement::device : nv::Placement::host);
     if (!b.ok()) return b.status();
     Alloc a{owner, *b, {}};
     if (dev) {
@@ -208,7 +208,7 @@ class GenericDevice final : public conccl::Device {
                                         " was not allocated by this nv device or is already freed");
     Alloc a = it->second;
     buffers_.erase(it);
-    if (cuda_shared_ && a.own.kind == nv::MemKind::host) (void)devs_[0]->cuda_host_unregister(a.own.host);
+    if (cuda_shared_ && a.own.kind == nv::Placement::host) (void)devs_[0]->cuda_host_unregister(a.own.host);
     return release(a);
   }
 
@@ -222,9 +222,9 @@ class GenericDevice final : public conccl::Device {
   }
 
   void* host_pointer(uint64_t va, size_t bytes) override {
-    if (const nv::Buffer* page = find(pool_pages_, va, bytes)) return static_cast<uint8_t*>(page->host) + (va - page->va);
+    if (const nv::Allocation* page = find(pool_pages_, va, bytes)) return static_cast<uint8_t*>(page->host) + (va - page->va);
     if (const Import* im = find_import(va, bytes)) return im->host ? static_cast<uint8_t*>(im->host) + (va - im->va) : nullptr;
-    const nv::Buffer* b = find(buffers_, va, bytes);
+    const nv::Allocation* b = find(buffers_, va, bytes);
     if (!b || !b->host) return nullptr;
     return static_cast<uint8_t*>(b->host) + (va - b->va);
   }
@@ -247,7 +247,7 @@ class GenericDevice final : public conccl::Device {
   }
 
   size_t gpus() const { return devs_.size(); }
-  nv::Device& native(size_t gpu) { return *devs_[gpu]; }
+  nv::Gpu& native(size_t gpu) { return *devs_[gpu]; }
 
   // Ranks in separate processes: CUDA's addresses often coincide between
   // processes, so one process could not map another's CUDA memory at its
@@ -260,17 +260,17 @@ class GenericDevice final : public conccl::Device {
     if (gpu < 0 || static_cast<size_t>(gpu) >= devs_.size())
       return error(Code::invalid_argument, "register_cuda for GPU " + std::to_string(gpu));
     if (bytes == 0) return error(Code::invalid_argument, "register_cuda of 0 bytes");
-    nv::Device& owner = *devs_[static_cast<size_t>(gpu)];
+    nv::Gpu& owner = *devs_[static_cast<size_t>(gpu)];
     // The CUDA allocations under [ptr, ptr+bytes), in order.
-    std::vector<nv::Device::CudaAllocation> pieces;
+    std::vector<nv::Gpu::CudaAllocation> pieces;
     struct CloseAll {
-      std::vector<nv::Device::CudaAllocation>* p;
+      std::vector<nv::Gpu::CudaAllocation>* p;
       ~CloseAll() {
         for (const auto& c : *p) ::close(c.fd);
       }
     } close_all{&pieces};
     for (uint64_t p = ptr; p < ptr + bytes;) {
-      Result<nv::Device::CudaAllocation> ca = owner.export_cuda(p);
+      Result<nv::Gpu::CudaAllocation> ca = owner.export_cuda(p);
       if (!ca.ok()) return ca.status();
       pieces.push_back(*ca);
       p = ca->base + ca->size;
@@ -289,7 +289,7 @@ class GenericDevice final : public conccl::Device {
       for (Alloc* a : same) ++a->cuda_refs;
       return a0.own.va + (ptr - first);
     }
-    Result<std::vector<nv::Buffer>> own = owner.import_span_in_window(pieces);
+    Result<std::vector<nv::Allocation>> own = owner.import_span_in_window(pieces);
     if (!own.ok()) return own.status().prefix("registering CUDA memory at " + hex(ptr));
     std::vector<Alloc> made;
     Status st;
@@ -299,7 +299,7 @@ class GenericDevice final : public conccl::Device {
       a.cuda_refs = 1;
       for (size_t g = 0; g < devs_.size() && st.ok(); ++g) {
         if (static_cast<int>(g) == gpu) continue;
-        Result<nv::Buffer> v = devs_[g]->import_fd(pieces[k].fd, a.own.va, a.own.size);
+        Result<nv::Allocation> v = devs_[g]->import_fd(pieces[k].fd, a.own.va, a.own.size);
         if (v.ok()) a.views.push_back({g, *v});
         else st = v.status().prefix("mapping CUDA memory " + hex(ptr) + " into the other GPUs");
       }
@@ -338,7 +338,7 @@ class GenericDevice final : public conccl::Device {
   }
 
   // CUDA memory is imported into every GPU's client: its own GPU maps it
-  // locally, the others with a peer mapping (nv::Device::import_fd).
+  // locally, the others with a peer mapping (nv::Gpu::import_fd).
   Status register_cuda(uint64_t ptr, size_t bytes) {
     for (size_t i = 0; i < devs_.size(); ++i) {
       Status st = devs_[i]->register_cuda(ptr, bytes);
@@ -367,7 +367,7 @@ class GenericDevice final : public conccl::Device {
     };
     for (auto* m : {&pool_pages_, &buffers_})
       for (auto& [va, a] : *m)
-        if (a.own.kind == nv::MemKind::host) {
+        if (a.own.kind == nv::Placement::host) {
           Status st = devs_[0]->cuda_host_register(a.own.host, a.own.size);
           if (!st.ok()) {
             undo();
@@ -385,11 +385,11 @@ class GenericDevice final : public conccl::Device {
   // pages registered there).
   struct View {
     size_t gpu;
-    nv::Buffer buffer;
+    nv::Allocation buffer;
   };
   struct Alloc {
     int owner = 0;
-    nv::Buffer own;
+    nv::Allocation own;
     std::vector<View> views;
     uint64_t cuda_base = 0;  // CUDA memory imported into the window: CUDA's address of it
     int cuda_refs = 0;
@@ -400,7 +400,7 @@ class GenericDevice final : public conccl::Device {
   Status map_everywhere(Alloc& a) {
     if (devs_.size() == 1) return Status();
     int fd = -1;
-    if (a.own.kind == nv::MemKind::device) {
+    if (a.own.kind == nv::Placement::device) {
       Result<int> f = devs_[static_cast<size_t>(a.owner)]->export_fd(a.own);
       if (!f.ok()) return f.status();
       fd = *f;
@@ -408,7 +408,7 @@ class GenericDevice final : public conccl::Device {
     Status st;
     for (size_t g = 0; g < devs_.size() && st.ok(); ++g) {
       if (static_cast<int>(g) == a.owner) continue;
-      Result<nv::Buffer> v = fd >= 0 ? devs_[g]->import_fd(fd, a.own.va, a.own.size)
+      Result<nv::Allocation> v = fd >= 0 ? devs_[g]->import_fd(fd, a.own.va, a.own.size)
                                      : devs_[g]->map_host(a.own.host, a.own.size);
       if (v.ok()) a.views.push_back({g, *v});
       else st = v.status().prefix("mapping GPU " + std::to_string(a.owner) + "'s " +
@@ -433,7 +433,7 @@ class GenericDevice final : public conccl::Device {
     return first;
   }
 
-  static conccl::Buffer to_generic(const nv::Buffer& b, int gpu, conccl::MemKind kind, size_t bytes) {
+  static conccl::Buffer to_generic(const nv::Allocation& b, int gpu, conccl::MemKind kind, size_t bytes) {
     conccl::Buffer out;
     out.va = b.va;
     out.host = b.host;
@@ -446,7 +446,7 @@ class GenericDevice final : public conccl::Device {
 
   Result<conccl::Buffer> alloc_cell() {
     if (free_cells_.empty()) {
-      Result<nv::Buffer> page = devs_[0]->alloc(kPoolPage, nv::MemKind::host);
+      Result<nv::Allocation> page = devs_[0]->alloc(kPoolPage, nv::Placement::host);
       if (!page.ok()) return page.status();
       Alloc a{0, *page, {}};
       Status st = cuda_shared_ ? devs_[0]->cuda_host_register(page->host, page->size) : Status();
@@ -474,11 +474,11 @@ class GenericDevice final : public conccl::Device {
     return out;
   }
 
-  static const nv::Buffer* find(const std::map<uint64_t, Alloc>& m, uint64_t va, size_t bytes) {
+  static const nv::Allocation* find(const std::map<uint64_t, Alloc>& m, uint64_t va, size_t bytes) {
     auto it = m.upper_bound(va);
     if (it == m.begin()) return nullptr;
     --it;
-    const nv::Buffer& b = it->second.own;
+    const nv::Allocation& b = it->second.own;
     return va >= b.va && va + bytes <= b.va + b.size ? &b : nullptr;
   }
 
@@ -488,7 +488,7 @@ class GenericDevice final : public conccl::Device {
     return b;
   }
 
-  std::vector<std::unique_ptr<nv::Device>> devs_;
+  std::vector<std::unique_ptr<nv::Gpu>> devs_;
   Topology topo_;
   std::map<uint64_t, Alloc> buffers_;     // by va
   std::map<uint64_t, Alloc> pool_pages_;  // by va
@@ -513,7 +513,7 @@ class GenericDevice final : public conccl::Device {
       auto it = m->upper_bound(va);
       if (it == m->begin()) continue;
       --it;
-      const nv::Buffer& b = it->second.own;
+      const nv::Allocation& b = it->second.own;
       if (va >= b.va && va + bytes <= b.va + b.size) return &it->second;
     }
     return nullptr;

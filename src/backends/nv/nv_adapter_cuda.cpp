@@ -6,7 +6,7 @@
 
 namespace conccl::nv {
 
-nv::Device* native(conccl::Device& device, int gpu) {
+nv::Gpu* native(conccl::Device& device, int gpu) {
   GenericDevice* g = generic(device);
   if (!g || gpu < 0 || static_cast<size_t>(gpu) >= g->gpus()) return nullptr;
   return &g->native(static_cast<size_t>(gpu));

@@ -19,13 +19,13 @@
 
 namespace conccl::nv {
 
-NvChannel::NvChannel(Device* d, int l, int p) : dev(d), lce(l), pces(p) {}
+NvChannel::NvChannel(Gpu* d, int l, int p) : dev(d), lce(l), pces(p) {}
 
 NvChannel::~NvChannel() { release(); }
 
 void NvChannel::release() {
   if (!dev) return;
-  Device& d = *dev;
+  Gpu& d = *dev;
   d.teardown_wakeup(*this);
   if (uvm_registered) {
     abi::UvmUnregisterChannel u{};
@@ -42,9 +42,9 @@ void NvChannel::release() {
   // Freeing the group stops and frees its channel and copy object.
   if (h_group) (void)d.rm_free(d.h_device_, h_group, "channel group");
   h_group = h_channel = h_copy = 0;
-  for (Buffer* b : {&ring, &pushbuffer, &notifier})
+  for (Allocation* b : {&ring, &pushbuffer, &notifier})
     if (b->handle) (void)d.free(*b);
-  // The timeline slot stays with the slot page (freed with the Device); a
+  // The timeline slot stays with the slot page (freed with the Gpu); a
   // closed channel reads it no more.
   d.live_.erase(this);
   dev = nullptr;

@@ -64,7 +64,7 @@ std::string DriverInfo::uuid_string() const {
 
 // ---- probe / open -------------------------------------------------------------
 
-Status Device::probe(const Options& o) {
+Status Gpu::probe(const Options& o) {
   if (access("/dev/nvidiactl", F_OK) != 0)
     return error(Code::unavailable,
                  "no /dev/nvidiactl here: the NVIDIA kernel driver is not loaded or not visible to this process "
@@ -95,7 +95,7 @@ Status Device::probe(const Options& o) {
 }
 
 Result<int> gpu_count(const Options& o) {
-  CONCCL_RETURN_IF_ERROR(Device::probe(o));
+  CONCCL_RETURN_IF_ERROR(Gpu::probe(o));
   const int fd = ::open("/dev/nvidiactl", O_RDWR | O_CLOEXEC);
   if (fd < 0) return error(Code::unavailable, std::string("cannot open /dev/nvidiactl: ") + std::strerror(errno));
   std::vector<abi::CardInfo> cards(abi::kMaxCards);
@@ -108,8 +108,8 @@ Result<int> gpu_count(const Options& o) {
   return n;
 }
 
-Result<std::unique_ptr<Device>> Device::open(const Options& o) {
-  std::unique_ptr<Device> d(new Device());
+Result<std::unique_ptr<Gpu>> Gpu::open(const Options& o) {
+  std::unique_ptr<Gpu> d(new Gpu());
   Status st = d->open_impl(o);
   if (!st.ok()) {
     d->teardown();
@@ -118,7 +118,7 @@ Result<std::unique_ptr<Device>> Device::open(const Options& o) {
   return d;
 }
 
-Status Device::open_impl(const Options& o) {
+Status Gpu::open_impl(const Options& o) {
   opt_ = o;
   CONCCL_RETURN_IF_ERROR(check_options());
   CONCCL_RETURN_IF_ERROR(open_control());          // steps 1-2
@@ -128,14 +128,14 @@ Status Device::open_impl(const Options& o) {
   CONCCL_RETURN_IF_ERROR(register_vaspace());      // step 6
   CONCCL_RETURN_IF_ERROR(reserve_windows());
   // Semaphore slots (host memory, CPU-cached, one VA for CPU and GPU).
-  Result<Buffer> s = alloc(64 << 10, MemKind::host);
+  Result<Allocation> s = alloc(64 << 10, Placement::host);
   if (!s.ok()) return s.status().prefix("allocating semaphore slots");
   slots_ = *s;
   return open_engines();  // step 8
 }
 
 // Options that no driver call needs to refuse.
-Status Device::check_options() {
+Status Gpu::check_options() {
   if (opt_.gpfifo_entries < 16 || (opt_.gpfifo_entries & (opt_.gpfifo_entries - 1)) || opt_.gpfifo_entries > (1u << 16))
     return error(Code::invalid_argument, "gpfifo_entries must be a power of two in 16..65536");
   if (opt_.pushbuffer_bytes < 4096 || opt_.pushbuffer_bytes % 4096)
@@ -157,7 +157,7 @@ Status Device::check_options() {
 }
 
 // Steps 1-2: the module's version, the control fd, the root client, the driver's build.
-Status Device::open_control() {
+Status Gpu::open_control() {
   CONCCL_RETURN_IF_ERROR(probe(opt_));
   {
     std::ifstream f("/proc/driver/nvidia/version");
@@ -188,7 +188,7 @@ Status Device::open_control() {
 }
 
 // Step 3: UVM, the GPU among the driver's cards, its device file.
-Status Device::open_gpu() {
+Status Gpu::open_gpu() {
   // Step 3: UVM, then the GPU list.
   fd_uvm_ = ::open("/dev/nvidia-uvm", O_RDWR | O_CLOEXEC);
   fd_uvm2_ = ::open("/dev/nvidia-uvm", O_RDWR | O_CLOEXEC);
@@ -236,7 +236,7 @@ Status Device::open_gpu() {
 }
 
 // Step 4: device, subdevice, virtual memory object, class list.
-Status Device::alloc_device_objects() {
+Status Gpu::alloc_device_objects() {
   // Step 4: device, subdevice, virtual memory object, class list.
   abi::DeviceAllocParams dp{};
   dp.deviceId = info_.device_instance;
@@ -268,7 +268,7 @@ Status Device::alloc_device_objects() {
 }
 
 // Step 5: the usermode doorbell page.
-Status Device::map_usermode() {
+Status Gpu::map_usermode() {
   // Step 5: usermode doorbell page.
   CONCCL_RETURN_IF_ERROR(rm_alloc(h_subdevice_, hopper::kHopperUsermodeA, nullptr, 0, &h_usermode_, "HOPPER_USERMODE_A"));
   {
@@ -305,7 +305,7 @@ Status Device::map_usermode() {
 }
 
 // Step 6: our VA space, registered with UVM.
-Status Device::register_vaspace() {
+Status Gpu::register_vaspace() {
   // Step 6: our VA space, registered with UVM.
   abi::VaspaceParams vs{};
   vs.vaBase = 0x1000;
@@ -335,7 +335,7 @@ Status Device::register_vaspace() {
 }
 
 // Step 8: the copy engines, and a channel on each asynchronous one with PCEs.
-Status Device::open_engines() {
+Status Gpu::open_engines() {
   // Step 8: copy engines.
   {
     abi::CeAllCaps all{};
@@ -411,7 +411,7 @@ Status Device::open_engines() {
   return Status();
 }
 
-Status Device::query_identity() {
+Status Gpu::query_identity() {
   auto n = std::make_unique<abi::GpuNameString>();
   std::memset(n.get(), 0, sizeof *n);
   Status s = rm_control(h_subdevice_, abi::kCtrlGpuGetNameString, n.get(), sizeof *n, "GPU_GET_NAME_STRING");
@@ -438,7 +438,7 @@ Status Device::query_identity() {
 // Register the channel with UVM so that its MMU faults are reported (see
 // rm_abi.hpp UvmRegisterChannel). UVM maps the channel's context buffers in
 // [base, base+length); copy engines have none, but the range must be free.
-void Device::register_channel_faults(NvChannel& c, int lce) {
+void Gpu::register_channel_faults(NvChannel& c, int lce) {
   const uint64_t bytes = 64ull << 20;
   Result<uint64_t> va = reserve_va(bytes, 2u << 20);
   if (va.ok()) {
@@ -462,7 +462,7 @@ void Device::register_channel_faults(NvChannel& c, int lce) {
   }
 }
 
-Result<std::unique_ptr<GpfifoQueue>> Device::create_queue(int lce, size_t pushbuffer_bytes, int gpu) {
+Result<std::unique_ptr<GpfifoQueue>> Gpu::create_queue(int lce, size_t pushbuffer_bytes, int gpu) {
   const Engine* eng = nullptr;
   std::string ids;
   for (const Engine& e : engines_) {
@@ -495,14 +495,14 @@ Result<std::unique_ptr<GpfifoQueue>> Device::create_queue(int lce, size_t pushbu
   // GP ring with USERD right after it, and the pushbuffer: device memory,
   // CPU write-combined, in the ring window below 2^40.
   const size_t ring_bytes = size_t(c.entries) * 8 + 4096;
-  Result<Buffer> ring = alloc(ring_bytes, MemKind::device, true, true);
+  Result<Allocation> ring = alloc(ring_bytes, Placement::device, true, true);
   if (!ring.ok()) return ring.status();
   c.ring = *ring;
   std::memset(c.ring.host, 0, c.ring.size);
-  Result<Buffer> pb = alloc(pushbuffer_bytes, MemKind::device, true, true);
+  Result<Allocation> pb = alloc(pushbuffer_bytes, Placement::device, true, true);
   if (!pb.ok()) return pb.status();
   c.pushbuffer = *pb;
-  Result<Buffer> nt = alloc_rm_sysmem(4096);
+  Result<Allocation> nt = alloc_rm_sysmem(4096);
   if (!nt.ok()) return nt.status();
   c.notifier = *nt;
   Result<uint64_t> tl = alloc_slot();
@@ -564,13 +564,13 @@ Result<std::unique_ptr<GpfifoQueue>> Device::create_queue(int lce, size_t pushbu
   return q;
 }
 
-Channel* Device::channel_for_lce(int lce) {
+Channel* Gpu::channel_for_lce(int lce) {
   for (auto& c : channels_)
     if (c->lce() == lce) return c.get();
   return nullptr;
 }
 
-Status Device::copy_striped(uint64_t dst, uint64_t src, uint64_t bytes, Deadline deadline,
+Status Gpu::copy_striped(uint64_t dst, uint64_t src, uint64_t bytes, Deadline deadline,
                             std::span<Channel* const> channels, uint64_t align) {
   std::vector<Channel*> chs(channels.begin(), channels.end());
   if (chs.empty())
@@ -593,7 +593,7 @@ Status Device::copy_striped(uint64_t dst, uint64_t src, uint64_t bytes, Deadline
   return Status();
 }
 
-std::vector<Channel*> Device::channels_for_rate(double bytes_per_s) {
+std::vector<Channel*> Gpu::channels_for_rate(double bytes_per_s) {
   std::vector<RateCandidate> cand;
   for (auto& c : channels_) {
     RateCandidate r;
@@ -607,7 +607,7 @@ std::vector<Channel*> Device::channels_for_rate(double bytes_per_s) {
   return out;
 }
 
-double Device::estimated_rate(std::span<Channel* const> channels) const {
+double Gpu::estimated_rate(std::span<Channel* const> channels) const {
   double pces = 0;
   for (const Channel* c : channels) pces += c->pces();
   return pces * opt_.pce_bytes_per_s;
@@ -615,24 +615,24 @@ double Device::estimated_rate(std::span<Channel* const> channels) const {
 
 // ---- teardown (step 13) -----------------------------------------------------------
 
-Device::~Device() { teardown(); }
+Gpu::~Gpu() { teardown(); }
 
-void Device::teardown() {
+void Gpu::teardown() {
   // Channels first: freeing a group stops and frees its channel and copy
-  // object. Queues handed out by create_queue that outlive the Device are
+  // object. Queues handed out by create_queue that outlive the Gpu are
   // released here and report the channel closed from then on.
   channels_.clear();
   for (NvChannel* c : std::vector<NvChannel*>(live_.begin(), live_.end())) c->release();
   release_cuda();
   while (!buffers_.empty()) {
-    Buffer b = buffers_.back();
+    Allocation b = buffers_.back();
     Status s = free(b);
     if (!s.ok()) {
       log("teardown: " + s.to_string());
       if (!buffers_.empty() && buffers_.back().va == b.va) buffers_.pop_back();
     }
   }
-  slots_ = Buffer{};
+  slots_ = Allocation{};
   release_peers();
   if (uvm_vaspace_registered_) {
     abi::UvmUnregisterGpuVaspace u{};

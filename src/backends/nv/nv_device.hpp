@@ -28,17 +28,17 @@
 
 namespace conccl::nv {
 
-enum class MemKind : uint8_t {
+enum class Placement : uint8_t {
   device,  // HBM (NV01_MEMORY_LOCAL_USER); CPU mapping through BAR1 on request
   host,    // anonymous host pages registered as an OS descriptor; always CPU-mapped
 };
 
 // GPU VA == CPU VA for every CPU-mapped buffer.
-struct Buffer {
+struct Allocation {
   uint64_t va = 0;
   void* host = nullptr;  // CPU mapping or null
   size_t size = 0;
-  MemKind kind = MemKind::device;
+  Placement kind = Placement::device;
   uint32_t handle = 0;     // RM memory handle
   uint32_t parent = 0;     // its RM parent when not our device (another GPU's memory: our handle of that GPU)
   bool imported = false;   // import_fd()/map_host(): at an address outside our windows
@@ -70,7 +70,7 @@ struct ChannelState {
   bool faulted() const { return notifier_status != 0; }
 };
 
-class Device;
+class Gpu;
 
 // The RM objects behind one GPFIFO channel on an asynchronous copy engine,
 // and what the shared GPFIFO protocol (src/queue/gpfifo_queue.cpp) needs from
@@ -78,7 +78,7 @@ class Device;
 // and sleeping on the engine's non-stall interrupt (nv_wakeup.cpp).
 class NvChannel final : public GpfifoBackend {
  public:
-  NvChannel(Device* dev, int lce, int pces);
+  NvChannel(Gpu* dev, int lce, int pces);
   ~NvChannel() override;
   NvChannel(const NvChannel&) = delete;
   NvChannel& operator=(const NvChannel&) = delete;
@@ -93,20 +93,20 @@ class NvChannel final : public GpfifoBackend {
   Event* wake_event() override { return nullptr; }
 
   ChannelState state() const;
-  // Frees the RM objects (at the channel's end, or when the Device closes
+  // Frees the RM objects (at the channel's end, or when the Gpu closes
   // first); afterwards every call reports the channel closed.
   void release();
 
-  // Set up by Device::create_queue.
-  Device* dev = nullptr;
+  // Set up by Gpu::create_queue.
+  Gpu* dev = nullptr;
   int lce = -1, pces = 0, id_ = 0;
   uint32_t h_group = 0, h_channel = 0, h_copy = 0;
   uint32_t token = 0;
   bool uvm_registered = false;  // UVM_REGISTER_CHANNEL succeeded: MMU faults reach the notifier
   uint64_t uvm_range_va = 0, uvm_range_bytes = 0;
-  Buffer ring;         // GP entries, USERD after them (device memory, WC CPU mapping)
-  Buffer pushbuffer;   // device memory, WC CPU mapping
-  Buffer notifier;     // NV01_MEMORY_SYSTEM, error notifier
+  Allocation ring;         // GP entries, USERD after them (device memory, WC CPU mapping)
+  Allocation pushbuffer;   // device memory, WC CPU mapping
+  Allocation notifier;     // NV01_MEMORY_SYSTEM, error notifier
   uint64_t timeline_va = 0;
   volatile uint64_t* timeline = nullptr;  // [0] value, [1] GPU ns
   uint32_t entries = 0;
@@ -173,25 +173,25 @@ class Channel {
   NvChannel* be_;  // owned by q_
 };
 
-class Device {
+class Gpu {
  public:
   // Opens the GPU in the order tinygrad's runtime/ops_nv.py does (root client, version checks,
   // UVM, device, subdevice, usermode doorbell, VA space, engines, channels).
-  static Result<std::unique_ptr<Device>> open(const Options& options = {});
+  static Result<std::unique_ptr<Gpu>> open(const Options& options = {});
   // Quick check without opening anything: ok, or Code::unavailable with why
   // (no /dev/nvidiactl, proprietary module, other branch).
   static Status probe(const Options& options = {});
-  ~Device();
-  Device(const Device&) = delete;
-  Device& operator=(const Device&) = delete;
+  ~Gpu();
+  Gpu(const Gpu&) = delete;
+  Gpu& operator=(const Gpu&) = delete;
 
   const DriverInfo& info() const { return info_; }
   // Every copy engine RM reports, with why some have no channel.
   std::span<const Engine> engines() const { return engines_; }
   // A new GPFIFO channel on asynchronous copy engine `lce` (its own channel
   // group, channel, copy object and token), as a conccl::Queue; `gpu` is the
-  // index it reports. The queue must be destroyed before this Device (if it
-  // is not, closing the Device releases the channel and the queue reports it
+  // index it reports. The queue must be destroyed before this Gpu (if it
+  // is not, closing the Gpu releases the channel and the queue reports it
   // closed).
   Result<std::unique_ptr<GpfifoQueue>> create_queue(int lce, size_t pushbuffer_bytes, int gpu = 0);
 
@@ -200,32 +200,32 @@ class Device {
   Channel& channel(size_t i) { return *channels_[i]; }
   Channel* channel_for_lce(int lce);
 
-  // Memory. Device memory is CPU-mapped only when cpu_map (BAR1, write-combined).
+  // Memory. Gpu memory is CPU-mapped only when cpu_map (BAR1, write-combined).
   // `low`: in the ring window below 2^40 (GP rings and pushbuffers).
-  Result<Buffer> alloc(size_t bytes, MemKind kind, bool cpu_map = false, bool low = false);
-  Status free(Buffer& buffer);
+  Result<Allocation> alloc(size_t bytes, Placement kind, bool cpu_map = false, bool low = false);
+  Status free(Allocation& buffer);
   // Imports a CUDA VMM allocation (cuMemCreate with a POSIX fd handle type,
   // exported with cuMemExportToShareableHandle) and maps it at `va` (CUDA's
   // own address works: identity mapping). The fd may be closed afterwards.
-  Result<Buffer> import_fd(int fd, uint64_t va, size_t bytes);
+  Result<Allocation> import_fd(int fd, uint64_t va, size_t bytes);
 
   // ---- memory of other RM clients and other GPUs (nv_peer.cpp) ---------------
   // Exports a buffer of ours (device memory) as an RM export fd: a fresh
   // /dev/nvidiactl fd holding its own reference to the memory until it is
-  // closed. import_fd of another Device - of this GPU or of another, in this
+  // closed. import_fd of another Gpu - of this GPU or of another, in this
   // process or, passed with SCM_RIGHTS, in another - maps it. The caller
   // closes the fd.
-  Result<int> export_fd(const Buffer& buffer);
+  Result<int> export_fd(const Allocation& buffer);
   // import_fd (above) takes memory of any GPU: the fd says which device
   // instance owns it. Another GPU's memory is imported under our handle of
   // that GPU and mapped with a peer PTE (NV50_P2P between the two GPUs, UVM
   // peer access); without peer access between them (p2p_caps), the error
   // says so.
   //
-  // Host memory CPU-mapped by someone else (another Device's host buffer) at
+  // Host memory CPU-mapped by someone else (another Gpu's host buffer) at
   // its own address, registered with this GPU (OS descriptor) and mapped at
   // that address in our GPU VA space. free() unmaps it; the pages stay.
-  Result<Buffer> map_host(void* host, size_t bytes);
+  Result<Allocation> map_host(void* host, size_t bytes);
   // NV0000_CTRL_SYSTEM_GET_P2P_CAPS bits between this GPU and `gpu_id`
   // (abi::kP2p*: reads, writes, NVLink, PCI, ...), as RM reports them.
   Result<uint32_t> p2p_caps(uint32_t gpu_id);
@@ -264,12 +264,12 @@ class Device {
   Result<CudaAllocation> export_cuda(uint64_t ptr);
   // import_fd at an address of this device's data window instead of one the
   // caller gives; freed (and the address given back) by free().
-  Result<Buffer> import_in_window(int fd, size_t bytes);
+  Result<Allocation> import_in_window(int fd, size_t bytes);
   // Several CUDA allocations that are adjacent in CUDA's address space (one
   // tensor of PyTorch's expandable segments spans several), imported at one
   // contiguous range of the data window with the same layout: piece k at
   // start + (pieces[k].base - pieces[0].base). Each is freed on its own.
-  Result<std::vector<Buffer>> import_span_in_window(const std::vector<CudaAllocation>& pieces);
+  Result<std::vector<Allocation>> import_span_in_window(const std::vector<CudaAllocation>& pieces);
   // Whether [va, va+bytes) lies in registered CUDA memory.
   bool is_registered(uint64_t va, size_t bytes) const;
   size_t registered_allocations() const { return registered_.size(); }
@@ -311,7 +311,7 @@ class Device {
  private:
   friend class Channel;
   friend class NvChannel;
-  Device() = default;
+  Gpu() = default;
   Status open_impl(const Options& o);
   // open_impl's steps, in order (nv_device.cpp).
   Status check_options();
@@ -340,7 +340,7 @@ class Device {
   Status map_gpu(uint32_t handle, uint64_t va, size_t bytes, uint32_t extra_flags = 0);
   Result<uint64_t> reserve_va(size_t bytes, size_t align, bool low = false);
   void release_va(uint64_t va, size_t bytes);
-  Result<Buffer> alloc_rm_sysmem(size_t bytes);  // NV01_MEMORY_SYSTEM, CPU-mapped
+  Result<Allocation> alloc_rm_sysmem(size_t bytes);  // NV01_MEMORY_SYSTEM, CPU-mapped
   // Host pages at `va` (CPU-mapped already) as an OS-descriptor memory object; its handle.
   Result<uint32_t> register_host_pages(uint64_t va, size_t bytes);
 
@@ -362,12 +362,12 @@ class Device {
   std::vector<std::unique_ptr<Channel>> channels_;
   std::set<NvChannel*> live_;  // every channel not yet released (channels_ and create_queue's)
   int next_channel_id_ = 0;
-  std::vector<Buffer> buffers_;  // every live allocation, for teardown
-  Buffer slots_;
+  std::vector<Allocation> buffers_;  // every live allocation, for teardown
+  Allocation slots_;
   bool slots_shared_ = false;  // slots_ registered with cuMemHostRegister
   uint64_t next_slot_ = 0;
   struct Registration {
-    Buffer buffer;  // import_fd at CUDA's address
+    Allocation buffer;  // import_fd at CUDA's address
     uint64_t refs = 0;
   };
   std::map<uint64_t, Registration> registered_;  // by allocation base VA

@@ -58,13 +58,13 @@ std::string caps_text(uint32_t caps) {
 
 }  // namespace
 
-Result<int> Device::export_fd(const Buffer& buffer) {
+Result<int> Gpu::export_fd(const Allocation& buffer) {
   if (fd_ctl_ < 0) return error(Code::unavailable, "the nv device is closed");
   bool ours = false;
-  for (const Buffer& b : buffers_) ours |= b.handle == buffer.handle && b.va == buffer.va;
+  for (const Allocation& b : buffers_) ours |= b.handle == buffer.handle && b.va == buffer.va;
   if (!ours)
     return error(Code::not_found, "export of buffer " + hex(buffer.va) + ": not allocated by this device");
-  if (buffer.kind != MemKind::device)
+  if (buffer.kind != Placement::device)
     return error(Code::invalid_argument, "export of buffer " + hex(buffer.va) +
                                              ": only device memory is exported; host pages are shared by address "
                                              "(map_host)");
@@ -85,7 +85,7 @@ Result<int> Device::export_fd(const Buffer& buffer) {
   return fd;
 }
 
-Result<Buffer> Device::map_host(void* host, size_t bytes) {
+Result<Allocation> Gpu::map_host(void* host, size_t bytes) {
   if (fd_ctl_ < 0) return error(Code::unavailable, "the nv device is closed");
   const uint64_t va = reinterpret_cast<uint64_t>(host);
   if (!host || bytes == 0 || (va | bytes) & 0xFFF)
@@ -96,11 +96,11 @@ Result<Buffer> Device::map_host(void* host, size_t bytes) {
                                              "its own host buffers are mapped already");
   Result<uint32_t> h = register_host_pages(va, bytes);
   if (!h.ok()) return h.status().prefix("sharing host pages");
-  Buffer b;
+  Allocation b;
   b.va = va;
   b.host = host;
   b.size = bytes;
-  b.kind = MemKind::host;
+  b.kind = Placement::host;
   b.handle = *h;
   b.imported = true;
   Status st = map_gpu(b.handle, va, bytes);
@@ -112,7 +112,7 @@ Result<Buffer> Device::map_host(void* host, size_t bytes) {
   return b;
 }
 
-Result<uint32_t> Device::p2p_caps(uint32_t gpu_id) {
+Result<uint32_t> Gpu::p2p_caps(uint32_t gpu_id) {
   if (fd_ctl_ < 0) return error(Code::unavailable, "the nv device is closed");
   auto p = std::make_unique<abi::P2pCapsV2>();
   std::memset(p.get(), 0, sizeof *p);
@@ -123,7 +123,7 @@ Result<uint32_t> Device::p2p_caps(uint32_t gpu_id) {
   return p->p2pCaps;
 }
 
-Result<Device::Peer*> Device::peer_for_instance(uint32_t device_instance) {
+Result<Gpu::Peer*> Gpu::peer_for_instance(uint32_t device_instance) {
   for (Peer& p : peers_)
     if (p.device_instance == device_instance) return &p;
   Peer peer;
@@ -217,7 +217,7 @@ Result<Device::Peer*> Device::peer_for_instance(uint32_t device_instance) {
   return &peers_.back();
 }
 
-void Device::release_peers() {
+void Gpu::release_peers() {
   for (Peer& p : peers_) {
     if (p.uvm_peer) {
       abi::UvmPeerAccess pa{};

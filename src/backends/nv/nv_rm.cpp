@@ -126,13 +126,13 @@ std::string rc_error_name(uint32_t info32) {
   }
 }
 
-void Device::log(const std::string& s) const {
+void Gpu::log(const std::string& s) const {
   if (opt_.log) opt_.log(s);
 }
 
 // ---- primitives ---------------------------------------------------------------
 
-Status Device::rm_alloc(uint32_t parent, uint32_t cls, void* params, uint32_t size, uint32_t* handle,
+Status Gpu::rm_alloc(uint32_t parent, uint32_t cls, void* params, uint32_t size, uint32_t* handle,
                         const char* what, uint32_t want_handle) {
   abi::Nvos21 p{};
   p.hRoot = h_client_;
@@ -153,7 +153,7 @@ Status Device::rm_alloc(uint32_t parent, uint32_t cls, void* params, uint32_t si
   return Status();
 }
 
-Status Device::rm_control(uint32_t object, uint32_t cmd, void* params, uint32_t size, const char* what) {
+Status Gpu::rm_control(uint32_t object, uint32_t cmd, void* params, uint32_t size, const char* what) {
   abi::Nvos54 p{};
   p.hClient = h_client_;
   p.hObject = object;
@@ -170,7 +170,7 @@ Status Device::rm_control(uint32_t object, uint32_t cmd, void* params, uint32_t 
   return Status();
 }
 
-Status Device::rm_free(uint32_t parent, uint32_t object, const char* what) {
+Status Gpu::rm_free(uint32_t parent, uint32_t object, const char* what) {
   if (!object || fd_ctl_ < 0) return Status();
   abi::Nvos00 p{};
   p.hRoot = h_client_;
@@ -185,7 +185,7 @@ Status Device::rm_free(uint32_t parent, uint32_t object, const char* what) {
   return Status();
 }
 
-Status Device::uvm_ioctl(int fd, unsigned long cmd, void* params, uint32_t* rm_status, const char* what) {
+Status Gpu::uvm_ioctl(int fd, unsigned long cmd, void* params, uint32_t* rm_status, const char* what) {
   if (ioctl(fd, cmd, params) != 0) return errno_status(what, errno);
   log(std::string(what) + " -> " + rm_status_name(*rm_status));
   if (*rm_status != 0)
@@ -244,7 +244,7 @@ bool reserve_at(uint64_t base, uint64_t bytes) {
 // range below 2 GiB is left - which is why the window is small and is not
 // where the data lives. The data window goes where asked (va_base) or where
 // the kernel puts it.
-Status Device::reserve_windows() {
+Status Gpu::reserve_windows() {
   constexpr uint64_t kAlign = 2ull << 20, kLimit = 1ull << 40;
   const uint64_t low = opt_.ring_window_bytes;
   std::vector<uint64_t> candidates = {0x10'0000'0000ull};
@@ -293,7 +293,7 @@ Status Device::reserve_windows() {
   return Status();
 }
 
-Result<uint64_t> Device::reserve_va(size_t bytes, size_t align, bool low) {
+Result<uint64_t> Gpu::reserve_va(size_t bytes, size_t align, bool low) {
   auto& list = low ? free_low_ : free_va_;
   for (size_t i = 0; i < list.size(); ++i) {
     auto [base, len] = list[i];
@@ -317,7 +317,7 @@ Result<uint64_t> Device::reserve_va(size_t bytes, size_t align, bool low) {
                                              " GiB VA window; free buffers or raise nv::Options::va_size");
 }
 
-void Device::release_va(uint64_t va, size_t bytes) {
+void Gpu::release_va(uint64_t va, size_t bytes) {
   // Put the PROT_NONE reservation back (replaces any CPU mapping there).
   void* p = mmap(reinterpret_cast<void*>(va), bytes, PROT_NONE,
                  MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE | MAP_FIXED, -1, 0);
@@ -335,7 +335,7 @@ void Device::release_va(uint64_t va, size_t bytes) {
 
 // ---- mappings -----------------------------------------------------------------
 
-Status Device::map_cpu(uint32_t handle, uint64_t va, size_t bytes, bool sysmem, uint32_t flags) {
+Status Gpu::map_cpu(uint32_t handle, uint64_t va, size_t bytes, bool sysmem, uint32_t flags) {
   // A fresh fd carries the mmap context: /dev/nvidiactl for system memory,
   // /dev/nvidia<minor> (registered with the ctl fd) for device memory.
   int mfd = -1;
@@ -378,7 +378,7 @@ Status Device::map_cpu(uint32_t handle, uint64_t va, size_t bytes, bool sysmem, 
   return Status();
 }
 
-Status Device::map_gpu(uint32_t handle, uint64_t va, size_t bytes, uint32_t extra_flags) {
+Status Gpu::map_gpu(uint32_t handle, uint64_t va, size_t bytes, uint32_t extra_flags) {
   abi::UvmCreateExternalRange r{};
   r.base = va;
   r.length = bytes;
@@ -425,7 +425,7 @@ Status Device::map_gpu(uint32_t handle, uint64_t va, size_t bytes, uint32_t extr
 
 // ---- memory -------------------------------------------------------------------
 
-Result<uint32_t> Device::register_host_pages(uint64_t va, size_t bytes) {
+Result<uint32_t> Gpu::register_host_pages(uint64_t va, size_t bytes) {
   abi::Nvos02WithFd p{};
   p.hRoot = h_client_;
   p.hObjectParent = h_device_;
@@ -444,14 +444,14 @@ Result<uint32_t> Device::register_host_pages(uint64_t va, size_t bytes) {
   return p.hObjectNew;
 }
 
-Result<Buffer> Device::alloc(size_t bytes, MemKind kind, bool cpu_map, bool low) {
+Result<Allocation> Gpu::alloc(size_t bytes, Placement kind, bool cpu_map, bool low) {
   if (fd_ctl_ < 0) return error(Code::unavailable, "the nv device is closed");
   if (bytes == 0) return error(Code::invalid_argument, "cannot allocate 0 bytes");
   if (bytes > SIZE_MAX - (2u << 20))  // round_up would wrap to 0
     return error(Code::resource_exhausted, "cannot allocate " + std::to_string(bytes) + " bytes: larger than any memory");
-  Buffer b;
+  Allocation b;
   b.kind = kind;
-  if (kind == MemKind::device) {
+  if (kind == Placement::device) {
     const bool huge = bytes >= (8u << 20);
     const uint64_t page = huge ? (2u << 20) : 4096;
     b.size = round_up(bytes, page);
@@ -532,9 +532,9 @@ Result<Buffer> Device::alloc(size_t bytes, MemKind kind, bool cpu_map, bool low)
   return b;
 }
 
-Result<Buffer> Device::alloc_rm_sysmem(size_t bytes) {
-  Buffer b;
-  b.kind = MemKind::host;
+Result<Allocation> Gpu::alloc_rm_sysmem(size_t bytes) {
+  Allocation b;
+  b.kind = Placement::host;
   b.size = round_up(bytes, 4096);
   Result<uint64_t> va = reserve_va(b.size, 4096);
   if (!va.ok()) return va.status();
@@ -566,10 +566,10 @@ Result<Buffer> Device::alloc_rm_sysmem(size_t bytes) {
   return b;
 }
 
-Status Device::free(Buffer& b) {
+Status Gpu::free(Allocation& b) {
   if (fd_ctl_ < 0) return error(Code::unavailable, "the nv device is closed");
   auto it = std::find_if(buffers_.begin(), buffers_.end(),
-                         [&](const Buffer& x) { return x.handle == b.handle && x.va == b.va; });
+                         [&](const Allocation& x) { return x.handle == b.handle && x.va == b.va; });
   if (it == buffers_.end())
     return error(Code::not_found, "buffer " + hex(b.va) + " (handle " + hex(b.handle) +
                                       ") was not allocated by this device or is already freed");
@@ -581,11 +581,11 @@ Status Device::free(Buffer& b) {
   if (!b.imported || it->windowed) release_va(b.va, b.size);
   if (it->fd >= 0) ::close(it->fd);
   buffers_.erase(it);
-  b = Buffer{};
+  b = Allocation{};
   return st.ok() ? st2 : st;
 }
 
-Result<Buffer> Device::import_fd(int fd, uint64_t va, size_t bytes) {
+Result<Allocation> Gpu::import_fd(int fd, uint64_t va, size_t bytes) {
   if (fd_ctl_ < 0) return error(Code::unavailable, "the nv device is closed");
   if ((va | bytes) & 0xFFF || bytes == 0)
     return error(Code::invalid_argument, "import at " + hex(va) + " of " + std::to_string(bytes) +
@@ -618,10 +618,10 @@ Result<Buffer> Device::import_fd(int fd, uint64_t va, size_t bytes) {
   imp.index = 0;
   CONCCL_RETURN_IF_ERROR(
       rm_control(h_client_, abi::kCtrlImportObjectsFromFd, &imp, sizeof imp, "OS_UNIX_IMPORT_OBJECTS_FROM_FD"));
-  Buffer b;
+  Allocation b;
   b.va = va;
   b.size = bytes;
-  b.kind = MemKind::device;
+  b.kind = Placement::device;
   b.handle = imp.objects[0];
   b.parent = parent == h_device_ ? 0 : parent;
   b.imported = true;
@@ -634,7 +634,7 @@ Result<Buffer> Device::import_fd(int fd, uint64_t va, size_t bytes) {
   return b;
 }
 
-Result<uint64_t> Device::alloc_slot() {
+Result<uint64_t> Gpu::alloc_slot() {
   if (!slots_.host) return error(Code::unavailable, "the nv device is closed");
   if (next_slot_ + hopper::kSemaphoreSlotBytes > slots_.size)
     return error(Code::resource_exhausted, "all " + std::to_string(slots_.size / 16) + " semaphore slots are in use");
@@ -643,7 +643,7 @@ Result<uint64_t> Device::alloc_slot() {
   return va;
 }
 
-volatile uint64_t* Device::slot_host(uint64_t va) {
+volatile uint64_t* Gpu::slot_host(uint64_t va) {
   if (va < slots_.va || va + 16 > slots_.va + slots_.size) return nullptr;
   return reinterpret_cast<volatile uint64_t*>(va);
 }

@@ -39,7 +39,7 @@
 
 namespace conccl::nv {
 
-void Device::setup_wakeup(NvChannel& ch) {
+void Gpu::setup_wakeup(NvChannel& ch) {
   const std::string lce = "LCE" + std::to_string(ch.lce);
   if (!opt_.interrupt_waits) {
     ch.irq_note = "off (nv::Options::interrupt_waits = false)";
@@ -87,7 +87,7 @@ void Device::setup_wakeup(NvChannel& ch) {
   log(lce + ": interrupt waits on event file " + std::to_string(fd));
 }
 
-void Device::teardown_wakeup(NvChannel& ch) {
+void Gpu::teardown_wakeup(NvChannel& ch) {
   for (uint32_t& h : ch.h_wake)
     if (h) {
       (void)rm_free(h_subdevice_, h, "wake event");
