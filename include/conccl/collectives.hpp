@@ -639,6 +639,10 @@ class Plan {
   static const Signal& at_or_invalid(const std::vector<Signal>& v, int i);
   static uint64_t at_or_zero(const std::vector<uint64_t>& v, int i);
   Status submit_all(Deadline deadline);
+  // Submits this process's lists: those for one queue as one submission
+  // (one doorbell, and on SDMA one frame, per queue per launch), in list
+  // order within the queue. `what` names the launch in errors.
+  Status submit_lists(Deadline deadline, const std::string& what);
   void reset_local_signals();
   // Waits for fn() in slices, checking between them that no rank's process
   // has gone (ranks in separate processes).
@@ -665,6 +669,14 @@ class Plan {
   // much each rank's phase counter (ready_) advances per launch.
   bool monotonic_ = false;
   std::vector<uint64_t> ready_adds_;
+  // The lists of each queue (indices into lists_, in order) and a buffer
+  // they are joined in at each launch; made at the first launch.
+  struct QueueGroup {
+    Queue* queue = nullptr;
+    std::vector<size_t> lists;
+    CommandBuffer joined;
+  };
+  std::vector<QueueGroup> groups_;
   bool launched_ = false;
   bool waiting_release_ = false;
   bool synced_ = true;  // across processes: every rank finished the last launch (wait()'s barrier)

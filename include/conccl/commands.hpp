@@ -132,6 +132,9 @@ class CommandBuffer {
   // Pre-encoded dwords of this Isa; decoded to find command boundaries and
   // rejected if they do not decode.
   Status raw(std::span<const uint32_t> dwords);
+  // Every command of `other` (a buffer of the same Isa), after this
+  // buffer's: how several lists for one queue become one submission.
+  Status append(const CommandBuffer& other);
 
   // ---- size limit ----------------------------------------------------------
   // The most bytes of commands this buffer holds. A command that would take it

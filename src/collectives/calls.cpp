@@ -385,11 +385,8 @@ Status CallState::submit_lists(Plan& plan, uint64_t posted_before, const std::ve
       const uint64_t b = p.counter == kCounterPosted ? posted_before : bases[p.counter][static_cast<size_t>(p.rank)];
       CONCCL_RETURN_IF_ERROR(l.cb.rewrite_wait_ge(p.at, p.dwords, p.va, b + p.rel).prefix(name));
     }
-    CONCCL_RETURN_IF_ERROR(l.queue->submit(l.cb, dl, &l.span).prefix(name + ": submitting rank " +
-                                                                      std::to_string(l.rank) + " engine " +
-                                                                      std::to_string(l.engine)));
   }
-  return Status();
+  return plan.submit_lists(dl, name);
 }
 
 Status CallState::run(const CollectiveArgs& a, StreamOps* stream, std::vector<StreamOps::Op>* deferred) {

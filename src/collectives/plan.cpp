@@ -1,4 +1,7 @@
 // src/collectives/plan.cpp - launching and waiting for compiled collectives.
+#include <algorithm>
+#include <cstdlib>
+#include <string>
 #include <atomic>
 
 #include "collectives/builder.hpp"
@@ -133,14 +136,56 @@ Status Plan::submit_all(Deadline deadline) {
   if (comm_->boot_)
     CONCCL_RETURN_IF_ERROR(comm_->boot_->barrier(step + ": signals reset", deadline).prefix("launching " + std::string(coll_op_name(args_.op))));
   launched_ = true;
-  for (size_t i = 0; i < lists_.size(); ++i) {
-    PlanList& l = lists_[i];
-    if (!l.queue) continue;  // another process's rank
-    Status st = l.queue->submit(l.cb, deadline, &l.span);
-    if (!st.ok())
-      return st.prefix("launch stopped after " + std::to_string(i) + " of " + std::to_string(lists_.size()) +
-                       " command lists were submitted (rank " + std::to_string(l.rank) + " engine " +
-                       std::to_string(l.engine) + "); the plan is running partially: wait() or destroy it");
+  return submit_lists(deadline, "launch");
+}
+
+namespace {
+// CONCCL_JOIN_LISTS=0: one submission per list, as before (an A/B knob, read once).
+bool join_lists() {
+  static const bool on = [] {
+    const char* e = std::getenv("CONCCL_JOIN_LISTS");
+    return !(e && std::string(e) == "0");
+  }();
+  return on;
+}
+}  // namespace
+
+Status Plan::submit_lists(Deadline deadline, const std::string& what) {
+  if (groups_.empty()) {
+    for (size_t i = 0; i < lists_.size(); ++i) {
+      Queue* q = lists_[i].queue;
+      if (!q) continue;  // another process's rank
+      auto g = std::find_if(groups_.begin(), groups_.end(), [&](const QueueGroup& x) { return x.queue == q; });
+      if (g == groups_.end()) g = groups_.insert(groups_.end(), QueueGroup{q, {}, q->command_buffer()});
+      g->lists.push_back(i);
+    }
+  }
+  size_t submitted = 0;
+  auto stopped = [&](Status st, const PlanList& l) {
+    return st.prefix(what + " stopped after " + std::to_string(submitted) + " of " + std::to_string(lists_.size()) +
+                     " command lists were submitted (rank " + std::to_string(l.rank) + " engine " +
+                     std::to_string(l.engine) + "); the plan is running partially: wait() or destroy it");
+  };
+  for (QueueGroup& g : groups_) {
+    // Joined when there is more than one and they fit one submission;
+    // otherwise one by one.
+    bool joined = g.lists.size() > 1 && join_lists();
+    if (joined) {
+      g.joined.clear();
+      for (size_t i : g.lists) joined = joined && g.joined.append(lists_[i].cb).ok();
+    }
+    if (joined) {
+      QueueSpan span;
+      if (Status st = g.queue->submit(g.joined, deadline, &span); !st.ok()) return stopped(st, lists_[g.lists[0]]);
+      for (size_t i : g.lists) lists_[i].span = span;
+      submitted += g.lists.size();
+      continue;
+    }
+    for (size_t i : g.lists) {
+      PlanList& l = lists_[i];
+      if (Status st = l.queue->submit(l.cb, deadline, &l.span); !st.ok()) return stopped(st, l);
+      ++submitted;
+    }
   }
   return Status();
 }

@@ -327,6 +327,20 @@ Status CommandBuffer::raw(std::span<const uint32_t> dwords) {
   return all_or_nothing(*this, [&] { return ops_for(isa_).raw(*this, dwords); });
 }
 
+Status CommandBuffer::append(const CommandBuffer& other) {
+  if (!(other.isa_ == isa_))
+    return error(Code::invalid_argument, "append: the other buffer was recorded for " + other.isa_.name() +
+                                             ", this one for " + isa_.name());
+  if (other.empty()) return Status();
+  const size_t at = size_;
+  uint32_t* p = grow(other.size_);
+  if (!p) return lower::Writer::full(*this, other.size_);
+  std::memcpy(p, other.data_, other.size_ * 4);
+  starts_.reserve(starts_.size() + other.starts_.size());
+  for (uint32_t s : other.starts_) starts_.push_back(static_cast<uint32_t>(at + s));
+  return Status();
+}
+
 std::string CommandBuffer::disassemble() const { return ops_for(isa_).disassemble(*this); }
 
 Status lower::Writer::full(const CommandBuffer& cb, size_t dwords) {

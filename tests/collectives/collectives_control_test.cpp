@@ -1393,6 +1393,17 @@ TEST(CollEngines, SharedQueuesRunEveryRankOnOneQueuePerEngine) {
         ASSERT_OK(plan->wait(Deadline::after(std::chrono::seconds(10))));
       }
       launch_and_verify(mem, *plan, comm->size(), 2);
+      // The lists of one queue went in as one submission: one span each.
+      std::map<const Queue*, std::pair<uint64_t, uint64_t>> span_of;
+      for (const PlanList& l : plan->lists()) {
+        const auto span = std::make_pair(l.span.begin, l.span.end);
+        EXPECT_LT(span.first, span.second) << "rank " << l.rank << " engine " << l.engine << " was submitted";
+        if (span_of.count(l.queue)) {
+          EXPECT_EQ(span_of[l.queue], span) << "rank " << l.rank << " engine " << l.engine
+                                            << ": another submission than its queue's other lists";
+        }
+        span_of[l.queue] = span;
+      }
     }
     // Lists that wait on each other could deadlock on one queue: refused.
     std::vector<std::pair<CollOp, Variant>> refused = {{CollOp::broadcast, Variant::chain}};

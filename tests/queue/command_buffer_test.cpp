@@ -54,6 +54,40 @@ TEST(CommandBuffer, CopySplitsAtTheGenerationLimit) {
   }
 }
 
+// append(): another buffer's commands after this one's, boundaries kept;
+// another Isa or too little room is refused with nothing appended.
+TEST(CommandBuffer, AppendJoinsBuffersOfOneIsa) {
+  for (Isa isa : {Isa::sdma_gen(Gen::v4_4_2), Isa::sdma_gen(Gen::v6), Isa::hopper()}) {
+    SCOPED_TRACE(isa.name());
+    CommandBuffer a(isa), b(isa);
+    ASSERT_OK(a.copy(0x10000, 0x20000, 4096));
+    ASSERT_OK(a.signal_add(0x30000, 1));
+    ASSERT_OK(b.wait_ge(0x30010, 5));
+    ASSERT_OK(b.copy(0x40000, 0x50000, 8192));
+    std::vector<uint32_t> want(a.dwords().begin(), a.dwords().end());
+    want.insert(want.end(), b.dwords().begin(), b.dwords().end());
+    std::vector<uint32_t> starts(a.packet_starts().begin(), a.packet_starts().end());
+    for (uint32_t s : b.packet_starts()) starts.push_back(static_cast<uint32_t>(a.size_dwords() + s));
+    CommandBuffer joined(isa);
+    ASSERT_OK(joined.append(a));
+    ASSERT_OK(joined.append(CommandBuffer(isa)));  // an empty one adds nothing
+    ASSERT_OK(joined.append(b));
+    EXPECT_EQ(std::vector<uint32_t>(joined.dwords().begin(), joined.dwords().end()), want);
+    EXPECT_EQ(std::vector<uint32_t>(joined.packet_starts().begin(), joined.packet_starts().end()), starts);
+    EXPECT_EQ(joined.disassemble(), a.disassemble() + b.disassemble());
+
+    CommandBuffer other(isa.is_sdma() ? Isa::hopper() : Isa::sdma_gen(Gen::v4_4_2));
+    ASSERT_OK(other.signal_add(0x30000, 1));
+    EXPECT_EQ(joined.append(other).code(), Code::invalid_argument);
+    CommandBuffer small(isa);
+    ASSERT_OK(small.set_max_bytes(a.size_bytes() + 4));
+    ASSERT_OK(small.append(a));
+    EXPECT_EQ(small.append(b).code(), Code::resource_exhausted);
+    EXPECT_EQ(small.size_bytes(), a.size_bytes()) << "a refused append leaves the buffer as it was";
+    EXPECT_EQ(small.packet_count(), a.packet_count());
+  }
+}
+
 TEST(CommandBuffer, InvalidCommandsAppendNothing) {
   CommandBuffer cb(Gen::v4_4_2);
   ASSERT_OK(SdmaPackets(cb).nop(2));

@@ -12,7 +12,9 @@
 #            waiting for the one before: the lists before run 36)
 #   batch    arrivals after the copies only
 #   spread   and small plans spread over the engines
-#   now      and a list's copies alongside each other (the default)
+#   separate and a list's copies alongside each other, every list its own
+#            submission (the default until the lists of a queue were joined)
+#   now      and the lists of one queue joined into one submission (the default)
 # Prints one table (µs per call by chunk per rank, the best of REPS runs)
 # and packs the JSON and logs of every run into $OUT/small_ab.tgz. RANKS,
 # PROCS, FORMS, MAX, REPS override the defaults.
@@ -28,16 +30,17 @@ P=$B/tools/sdma-probe/sdma-probe; W=$B/tools/bench/nv_window_bench
 MAX=${MAX:-1M}
 form_env() {
   case $1 in
-    before) echo "CONCCL_BATCH_ARRIVALS=0 CONCCL_SPREAD_SMALL=0 CONCCL_OVERLAP_COPIES=0" ;;
-    batch) echo "CONCCL_BATCH_ARRIVALS=1 CONCCL_SPREAD_SMALL=0 CONCCL_OVERLAP_COPIES=0" ;;
-    spread) echo "CONCCL_BATCH_ARRIVALS=1 CONCCL_SPREAD_SMALL=1 CONCCL_OVERLAP_COPIES=0" ;;
-    now) echo "CONCCL_BATCH_ARRIVALS=1 CONCCL_SPREAD_SMALL=1 CONCCL_OVERLAP_COPIES=1" ;;
+    before) echo "CONCCL_BATCH_ARRIVALS=0 CONCCL_SPREAD_SMALL=0 CONCCL_OVERLAP_COPIES=0 CONCCL_JOIN_LISTS=0" ;;
+    batch) echo "CONCCL_BATCH_ARRIVALS=1 CONCCL_SPREAD_SMALL=0 CONCCL_OVERLAP_COPIES=0 CONCCL_JOIN_LISTS=0" ;;
+    spread) echo "CONCCL_BATCH_ARRIVALS=1 CONCCL_SPREAD_SMALL=1 CONCCL_OVERLAP_COPIES=0 CONCCL_JOIN_LISTS=0" ;;
+    separate) echo "CONCCL_BATCH_ARRIVALS=1 CONCCL_SPREAD_SMALL=1 CONCCL_OVERLAP_COPIES=1 CONCCL_JOIN_LISTS=0" ;;
+    now) echo "CONCCL_BATCH_ARRIVALS=1 CONCCL_SPREAD_SMALL=1 CONCCL_OVERLAP_COPIES=1 CONCCL_JOIN_LISTS=1" ;;
   esac
 }
 k() { echo $(( $(numfmt --from=iec $1) * $2 / 1024 ))K; }
 L=/tmp/small_ab; rm -rf $L; mkdir -p $L
 for rep in $(seq 1 ${REPS:-2}); do
-  for f in ${FORMS:-before batch spread now}; do
+  for f in ${FORMS:-before batch spread separate now}; do
     for n in ${RANKS:-2 4 8}; do
       env $(form_env $f) timeout 120 $P allgather --backend nv --ranks $n --min $(k 1K $n) --max $(k $MAX $n) \
         --step-factor 4 --json-file $L/probe_${f}_${n}_$rep.json > $L/probe_${f}_${n}_$rep.log 2>&1 \
@@ -64,7 +67,7 @@ for f in glob.glob(os.path.join(out, "*.json")):
         else:
             if r.get("wrong"): print("WRONG", f, r["bytes"])
             t[("procs", int(n), r["bytes"], form)].append(r["us_per_call"])
-forms = [f for f in ["before", "batch", "spread", "now"] if any(k[3] == f for k in t)]
+forms = [f for f in ["before", "batch", "spread", "separate", "now"] if any(k[3] == f for k in t)]
 print("%-7s %2s %9s " % ("path", "n", "chunk") + " ".join("%14s" % f for f in forms) + "   (us per call, min of reps)")
 for key in sorted({k[:3] for k in t}):
     cells = []
