@@ -1,4 +1,4 @@
-// src/topology.cpp - printing topologies (sdma-probe list).
+// src/backends/topology.cpp - printing topologies (sdma-probe list).
 #include <algorithm>
 #include <cstdio>
 

@@ -1,4 +1,4 @@
-// src/staging.cpp - host <-> device-memory transfers through a staging buffer.
+// src/queue/staging.cpp - host <-> device-memory transfers through a staging buffer.
 #include "conccl/staging.hpp"
 
 #include <algorithm>

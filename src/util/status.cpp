@@ -1,4 +1,4 @@
-// src/status.cpp
+// src/util/status.cpp - Status and Code: names, messages, hex().
 #include "conccl/status.hpp"
 
 #include <cinttypes>
