@@ -29,7 +29,8 @@ using Argv = std::vector<std::string>;
 // Columns of a reduction row: size count type redop root variant eng iters
 // time min max stddev algbw busbw #wrong | time algbw busbw #wrong.
 constexpr size_t kColumns = 19;
-constexpr size_t kAlgbw = 12, kBusbw = 13, kWrong = 14, kIpAlgbw = 16, kIpBusbw = 17, kIpWrong = 18;
+constexpr size_t kTime = 8, kAlgbw = 12, kBusbw = 13, kWrong = 14, kIpTime = 15, kIpAlgbw = 16, kIpBusbw = 17,
+                 kIpWrong = 18;
 
 size_t count_of(const std::string& hay, const std::string& needle) {
   size_t n = 0;
@@ -105,8 +106,12 @@ TEST(CliReductions, EveryOpOnTwoAndFourRanksVerifies) {
         EXPECT_EQ(f[kWrong], "0") << rows[i];
         EXPECT_EQ(f[kIpWrong], "0") << rows[i];
         for (size_t a : {kAlgbw, kIpAlgbw}) {
+          // algbw is the size over the time (GB/s, printed to 3 decimals: a
+          // slow 1 KiB call on a loaded machine prints 0.000).
+          const double time_us = std::stod(f[a == kAlgbw ? kTime : kIpTime]);
           const double algbw = std::stod(f[a]), busbw = std::stod(f[a + 1]);
-          EXPECT_GT(algbw, 0) << rows[i];
+          EXPECT_GT(time_us, 0) << rows[i];
+          EXPECT_NEAR(algbw, double(size) / time_us / 1e3, 0.0006 + algbw * 0.002) << rows[i];
           EXPECT_NEAR(busbw, algbw * busbw_factor(c.op, n), 0.0015 + algbw * 0.002) << rows[i];
         }
       }
