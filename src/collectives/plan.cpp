@@ -57,6 +57,7 @@ void Plan::detach() {
   trigger_ = Signal();
   consumed_ = Signal();
   lists_.clear();
+  groups_.clear();  // their queues are the communicator's
   expected_.clear();
   sent_expected_.clear();
   stamp_va_.clear();
