@@ -25,8 +25,9 @@ enum class MemKind : uint8_t {
   device,  // the GPU's own memory (HBM)
   host,    // system memory every GPU's engines can reach (GTT)
   cuda,    // the GPU's memory, allocated by CUDA and mapped for the engines
-           // (nv backend): va is CUDA's own pointer, so kernels, CUDA copies
-           // and the engines use one address (C: CONCCL_MEM_CUDA)
+           // (nv backend; C: CONCCL_MEM_CUDA): kernels and CUDA copies use
+           // compute_address(va), which is va itself unless the device has a
+           // process slot (DeviceOptions::process_slot)
 };
 
 // A piece of memory engines can address. `va` is what goes into packets;
