@@ -4,7 +4,7 @@
 // Method offsets and fields: open-gpu-doc classes/dma-copy/clc8b5.h
 // (HOPPER_DMA_COPY_A) and open-gpu-kernel-modules
 // src/common/sdk/nvidia/inc/class/clc86f.h / clc56f.h (host methods), as
-// tabled in packets/hopper_ce.cpp. Semaphore rules from open-gpu-doc
+// tabled in packets/hopper_layout_table.cpp. Semaphore rules from open-gpu-doc
 // manuals/ampere/ga100/dev_pbdma.ref.txt (SEM_EXECUTE): 64-bit operations
 // need 8-byte aligned addresses and timestamps 16-byte ones; a 64-bit
 // reduction may only be an unsigned IADD (signed IADD and 64-bit INC/DEC trap
