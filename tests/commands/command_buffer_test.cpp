@@ -1,4 +1,4 @@
-// tests/queue/command_buffer_test.cpp - recording commands: splitting, validation,
+// tests/commands/command_buffer_test.cpp - recording commands: splitting, validation,
 // all-or-nothing errors, raw packets; and the submit checks that need no engine.
 #include <gtest/gtest.h>
 

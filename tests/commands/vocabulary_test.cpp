@@ -1,4 +1,4 @@
-// tests/queue/vocabulary_test.cpp - the command vocabulary and its two
+// tests/commands/vocabulary_test.cpp - the command vocabulary and its two
 // lowerings: exact Hopper method dwords (computed here from the bit positions
 // of clc8b5.h / clc56f.h, independently of packets/hopper_ce's emitters),
 // the SDMA lowering of the signal commands, capabilities as data, errors for
