@@ -33,7 +33,7 @@ rm -rf $S; mkdir -p $S  # no summaries left from an earlier run on a warm machin
   echo "== configure + build"
   cmake -S . -B $B -G Ninja -DCMAKE_BUILD_TYPE=Release -DCMAKE_PREFIX_PATH=/tmp/gtest -DGTEST_ROOT=/tmp/gtest \
     -DCONCCL_BUILD_BENCHMARKS=ON > $OUT/configure.log 2>&1 || { echo "configure failed"; tail -30 $OUT/configure.log; }
-  T="test_nv_packets test_nv_backend test_nv_cuda test_nv_adapter nv_ce_bench"
+  T="test_nv_packets test_nv_backend test_nv_cuda test_nv_adapter test_nv_local_capture nv_ce_bench"
   [ "${INTEROP:-0}" = 1 ] && T="$T nv_interop_bench"
   [ "${C3:-0}" = 1 ] && T="$T nv_c3_bench"
   t0=$(date +%s)
@@ -50,6 +50,8 @@ rm -rf $S; mkdir -p $S  # no summaries left from an earlier run on a warm machin
   timeout 120 $B/tests/nv/test_nv_adapter 2>&1 | grep -vE "^\[ +(RUN|OK) " | tail -14
   echo "== test_nv_cuda"
   timeout 120 $B/tests/nv/test_nv_cuda 2>&1 | grep -vE "^\[ +(RUN|OK) " | tail -12
+  echo "== test_nv_local_capture (every rank in one process, captured into a CUDA graph)"
+  timeout 150 $B/tests/nv/test_nv_local_capture 2>&1 | grep -vE "^\[ +(RUN|OK) " | tail -8
   echo "== nv_ce_bench"
   timeout 300 $B/tools/bench/nv_ce_bench --verbose --json $OUT/nv_ce_bench.json ${BENCH_ARGS:-} \
     2> $OUT/bench_stderr.log | tee $S/ce.txt
