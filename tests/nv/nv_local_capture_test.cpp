@@ -8,9 +8,7 @@
 // upload of new random inputs and followed by a download of every rank's
 // output, all on the same stream, so every replay's bytes are checked and
 // each differs from the last. Skipped without an NVIDIA driver and libcuda.
-#include <dlfcn.h>
 #include <gtest/gtest.h>
-#include <unistd.h>
 
 #include <cstring>
 #include <memory>
@@ -21,61 +19,19 @@
 #include "conccl/collectives.hpp"
 #include "conccl/device.hpp"
 #include "conccl/nv.hpp"
+#include "nv/cuda_driver.hpp"
 
 namespace conccl {
 namespace {
 
-// The CUDA driver calls this test makes itself (cuda.h names and types).
-struct Cu {
-  void* lib = nullptr;
-  int (*cuInit)(unsigned) = nullptr;
-  int (*cuDeviceGet)(int*, int) = nullptr;
-  int (*cuDevicePrimaryCtxRetain)(void**, int) = nullptr;
-  int (*cuCtxSetCurrent)(void*) = nullptr;
-  int (*cuStreamCreate)(void**, unsigned) = nullptr;
-  int (*cuStreamSynchronize)(void*) = nullptr;
-  int (*cuStreamDestroy)(void*) = nullptr;
-  int (*cuStreamBeginCapture)(void*, int) = nullptr;
-  int (*cuStreamEndCapture)(void*, void**) = nullptr;
-  int (*cuGraphInstantiateWithFlags)(void**, void*, unsigned long long) = nullptr;
-  int (*cuGraphLaunch)(void*, void*) = nullptr;
-  int (*cuGraphExecDestroy)(void*) = nullptr;
-  int (*cuGraphDestroy)(void*) = nullptr;
-  int (*cuMemHostAlloc)(void**, size_t, unsigned) = nullptr;
-  int (*cuMemFreeHost)(void*) = nullptr;
-  int (*cuMemcpyHtoDAsync)(uint64_t, const void*, size_t, void*) = nullptr;
-  int (*cuMemcpyDtoHAsync)(void*, uint64_t, size_t, void*) = nullptr;
-  template <typename F>
-  bool get(F& f, const char* name) {
-    f = reinterpret_cast<F>(dlsym(lib, name));
-    return f != nullptr;
-  }
-  bool load() {
-    lib = dlopen("libcuda.so.1", RTLD_NOW | RTLD_LOCAL);
-    return lib && get(cuInit, "cuInit") && get(cuDeviceGet, "cuDeviceGet") &&
-           get(cuDevicePrimaryCtxRetain, "cuDevicePrimaryCtxRetain") && get(cuCtxSetCurrent, "cuCtxSetCurrent") &&
-           get(cuStreamCreate, "cuStreamCreate") && get(cuStreamSynchronize, "cuStreamSynchronize") &&
-           get(cuStreamDestroy, "cuStreamDestroy_v2") && get(cuStreamBeginCapture, "cuStreamBeginCapture_v2") &&
-           get(cuStreamEndCapture, "cuStreamEndCapture") &&
-           get(cuGraphInstantiateWithFlags, "cuGraphInstantiateWithFlags") && get(cuGraphLaunch, "cuGraphLaunch") &&
-           get(cuGraphExecDestroy, "cuGraphExecDestroy") && get(cuGraphDestroy, "cuGraphDestroy") &&
-           get(cuMemHostAlloc, "cuMemHostAlloc") && get(cuMemFreeHost, "cuMemFreeHost") &&
-           get(cuMemcpyHtoDAsync, "cuMemcpyHtoDAsync_v2") && get(cuMemcpyDtoHAsync, "cuMemcpyDtoHAsync_v2");
-  }
-};
-
-bool have_gpu() {
-  if (access("/dev/nvidiactl", F_OK) != 0) return false;
-  void* l = dlopen("libcuda.so.1", RTLD_NOW | RTLD_LOCAL);
-  if (l) dlclose(l);
-  return l != nullptr;
-}
+using test::CudaDriver;
+using test::have_nv_gpu;
 
 constexpr int kCaptureModeThreadLocal = 1;  // CU_STREAM_CAPTURE_MODE_THREAD_LOCAL
 
 void one_process_replays(int n, int replays) {
   SCOPED_TRACE(std::to_string(n) + " loopback ranks");
-  Cu cu;
+  CudaDriver cu;
   ASSERT_TRUE(cu.load());
   int cdev = 0;
   void* ctx = nullptr;
@@ -166,7 +122,7 @@ void one_process_replays(int n, int replays) {
 }
 
 TEST(NvLocalCapture, EveryReplayOfACapturedAllGatherIsRight) {
-  if (!have_gpu()) GTEST_SKIP() << "no NVIDIA driver or libcuda";
+  if (!have_nv_gpu()) GTEST_SKIP() << "no NVIDIA driver or libcuda";
   for (int n : {2, 4}) {
     one_process_replays(n, 200);
     if (HasFatalFailure()) return;

@@ -16,9 +16,7 @@
 //
 // Its own test program: the ranks are forked before anything starts CUDA.
 // Skips without /dev/nvidiactl or libcuda.
-#include <dlfcn.h>
 #include <gtest/gtest.h>
-#include <unistd.h>
 
 #include <cstring>
 #include <random>
@@ -27,45 +25,12 @@
 
 #include "conccl/conccl.h"
 #include "multiproc/fork_ranks.hpp"
+#include "nv/cuda_driver.hpp"
 
 namespace {
 
-// The CUDA driver calls this test makes itself (cuda.h names and types).
-struct Cu {
-  void* lib = nullptr;
-  int (*cuInit)(unsigned) = nullptr;
-  int (*cuDeviceGet)(int*, int) = nullptr;
-  int (*cuDevicePrimaryCtxRetain)(void**, int) = nullptr;
-  int (*cuCtxSetCurrent)(void*) = nullptr;
-  int (*cuStreamCreate)(void**, unsigned) = nullptr;
-  int (*cuStreamSynchronize)(void*) = nullptr;
-  int (*cuStreamDestroy)(void*) = nullptr;
-  int (*cuMemHostAlloc)(void**, size_t, unsigned) = nullptr;
-  int (*cuMemFreeHost)(void*) = nullptr;
-  int (*cuMemcpyHtoDAsync)(uint64_t, const void*, size_t, void*) = nullptr;
-  int (*cuMemcpyDtoHAsync)(void*, uint64_t, size_t, void*) = nullptr;
-  template <typename F>
-  bool get(F& f, const char* name) {
-    f = reinterpret_cast<F>(dlsym(lib, name));
-    return f != nullptr;
-  }
-  bool load() {
-    lib = dlopen("libcuda.so.1", RTLD_NOW | RTLD_LOCAL);
-    return lib && get(cuInit, "cuInit") && get(cuDeviceGet, "cuDeviceGet") &&
-           get(cuDevicePrimaryCtxRetain, "cuDevicePrimaryCtxRetain") && get(cuCtxSetCurrent, "cuCtxSetCurrent") &&
-           get(cuStreamCreate, "cuStreamCreate") && get(cuStreamSynchronize, "cuStreamSynchronize") &&
-           get(cuStreamDestroy, "cuStreamDestroy_v2") && get(cuMemHostAlloc, "cuMemHostAlloc") &&
-           get(cuMemFreeHost, "cuMemFreeHost") && get(cuMemcpyHtoDAsync, "cuMemcpyHtoDAsync_v2") &&
-           get(cuMemcpyDtoHAsync, "cuMemcpyDtoHAsync_v2");
-  }
-};
-
-bool have_gpu() {
-  if (access("/dev/nvidiactl", F_OK) != 0) return false;
-  void* l = dlopen("libcuda.so.1", RTLD_NOW | RTLD_LOCAL);
-  if (l) dlclose(l);
-  return l != nullptr;
-}
+using conccl::test::CudaDriver;
+using conccl::test::have_nv_gpu;
 
 std::string last() { return conccl_last_error(); }
 
@@ -80,7 +45,7 @@ std::vector<uint8_t> round_data(int r, int k, size_t n) {
 
 // One rank's whole run; 0, or an exit code with *out saying why.
 int run_rank(int r, int n, const conccl_unique_id& id, size_t chunk, int rounds, std::string* out) {
-  Cu cu;
+  CudaDriver cu;
   if (!cu.load()) return *out = "libcuda", 2;
   int cdev = 0;
   void* ctx = nullptr;
@@ -176,11 +141,11 @@ void run(int n, size_t chunk, int rounds) {
 }  // namespace
 
 TEST(NvMpStream, TwoRanksManyRoundsInFlight) {
-  if (!have_gpu()) GTEST_SKIP() << "no NVIDIA GPU with libcuda here";
+  if (!have_nv_gpu()) GTEST_SKIP() << "no NVIDIA GPU with libcuda here";
   run(2, (3u << 20) + 4096, 14);
 }
 
 TEST(NvMpStream, FourRanksSmallChunks) {
-  if (!have_gpu()) GTEST_SKIP() << "no NVIDIA GPU with libcuda here";
+  if (!have_nv_gpu()) GTEST_SKIP() << "no NVIDIA GPU with libcuda here";
   run(4, 12288 + 256, 12);
 }
