@@ -336,12 +336,7 @@ Result<uint64_t> Gpu::alloc_cuda_slot() {
     Result<CudaAlloc> c = cuda_alloc(2u << 20, *dev);
     if (!c.ok()) return c.status().prefix("allocating the CUDA semaphore page");
     Status st = register_cuda(c->ptr, c->size);
-    if (st.ok() && !channels_.empty()) {  // zero it with a fill on our first channel
-      Channel& ch = *channels_[0];
-      CommandBuffer cb = ch.commands();
-      st = cb.fill(c->ptr, 0, c->size);
-      if (st.ok()) st = ch.run(cb, Deadline::after_ms(5000));
-    }
+    if (st.ok() && !channels_.empty()) st = zero(c->ptr, c->size, Deadline::after_ms(5000));
     if (!st.ok()) {
       if (is_registered(c->ptr, c->size)) (void)unregister_cuda(c->ptr, c->size);
       (void)cuda_free(*c);

@@ -170,11 +170,8 @@ class GenericDevice final : public conccl::Device {
     if (!b.ok()) return b.status();
     Alloc a{owner, *b, {}};
     if (dev) {
-      // conccl::Device promises zeroed memory: clear it with the first channel.
-      Channel& ch = d.channel(0);
-      CommandBuffer cb = ch.commands();
-      Status st = cb.fill(b->va, 0, b->size);
-      if (st.ok()) st = ch.run(cb, Deadline::after_ms(10000));
+      // conccl::Device promises zeroed memory.
+      Status st = d.zero(b->va, b->size, Deadline::after_ms(10000));
       if (!st.ok()) {
         (void)release(a);
         return st.prefix("zeroing " + std::to_string(bytes) + " bytes of device memory");

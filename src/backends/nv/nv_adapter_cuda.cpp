@@ -78,11 +78,8 @@ Result<conccl::Buffer> GenericDevice::alloc_cuda_memory(int gpu, size_t bytes) {
   if (bytes == 0) return error(Code::invalid_argument, "cannot allocate 0 bytes");
   Result<conccl::Buffer> b = alloc_for_compute(gpu, bytes);
   if (!b.ok()) return b.status();
-  // conccl::Device promises zeroed memory: clear it with the GPU's first channel.
-  Channel& ch = devs_[static_cast<size_t>(gpu)]->channel(0);
-  CommandBuffer cb = ch.commands();
-  Status st = cb.fill(b->va, 0, (bytes + 3) & ~size_t(3));
-  if (st.ok()) st = ch.run(cb, Deadline::after_ms(10000));
+  // conccl::Device promises zeroed memory.
+  Status st = devs_[static_cast<size_t>(gpu)]->zero(b->va, (bytes + 3) & ~size_t(3), Deadline::after_ms(10000));
   if (!st.ok()) {
     (void)free_for_compute(*b);
     return st.prefix("zeroing " + std::to_string(bytes) + " bytes of CUDA memory");

@@ -570,6 +570,14 @@ Channel* Gpu::channel_for_lce(int lce) {
   return nullptr;
 }
 
+Status Gpu::zero(uint64_t va, uint64_t bytes, Deadline deadline) {
+  if (channels_.empty()) return error(Code::unavailable, "no copy-engine channel is open to zero memory with");
+  Channel& ch = *channels_[0];
+  CommandBuffer cb = ch.commands();
+  CONCCL_RETURN_IF_ERROR(cb.fill(va, 0, bytes));
+  return ch.run(cb, deadline);
+}
+
 Status Gpu::copy_striped(uint64_t dst, uint64_t src, uint64_t bytes, Deadline deadline,
                             std::span<Channel* const> channels, uint64_t align) {
   std::vector<Channel*> chs(channels.begin(), channels.end());

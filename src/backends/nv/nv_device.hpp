@@ -291,6 +291,10 @@ class Gpu {
   Status cuda_host_unregister(void* host);
   bool slots_shared_with_cuda() const { return slots_shared_; }
 
+  // Fills [va, va+bytes) with zeros on the first channel and waits, by
+  // `deadline` (bytes a multiple of 4): how new memory is zeroed.
+  Status zero(uint64_t va, uint64_t bytes, Deadline deadline);
+
   // Splits a copy over `channels` (default: all) in proportion to their PCE
   // counts, pieces aligned to `align` bytes, submits and waits.
   Status copy_striped(uint64_t dst, uint64_t src, uint64_t bytes, Deadline deadline,
