@@ -60,18 +60,24 @@ constexpr GenName kGenNames[] = {
 //    by the SDMA firmware): ROCR-Runtime src/core/runtime/amd_blit_sdma.cpp
 //    emits it on gfx9 and newer except gfx101x (SDMA 5.0), whose firmware
 //    lacks it (hdp_flush_support_); core/inc/sdma_registers.h SDMA_PKT_HDP_FLUSH.
+//  - double poll: ROCr emits every dependency POLL_REGMEM twice on gfx9.0.x
+//    other than gfx90a (rocr-runtime core/runtime/amd_blit_sdma.cpp
+//    SubmitCommand: "Workaround for rare-issue on gfx908 where
+//    SDMA_OP_POLL_REGMEM returns before polled memory is cleared", on major 9,
+//    minor 0, stepping != 10). Those targets are exactly generation 4 here
+//    (gfx900/904/906/908/90c); the lowering's wait_ge does the same there.
 //  - SWAP_LINEAR (COPY sub-op 9): used on gfx942 by AMD DMA-Latte
 //    (include/sdma_pkt_struct.h); not in the Linux headers, so only 4.4.2.
 constexpr uint32_t kMtypeUc = 3u << 16;
 constexpr Limits kLimits[kGenCount] = {
-    // bits max_copy  fbits max_fill    fill split  write     nop     fen at8 ts ib  ring mtype    gcr    hdp    incr   swap
-    {22, 0x3FFF00,   22, 0x3FFFE0,    0x3FFFE0,    1u << 20, 0x3FFF, 4, 8, 8, 32, 256, 0,        false, true,  false, false},  // 4
-    {30, 0x3FFFFF00, 30, 0x3FFFFFE0,  0x3FFFE0,    1u << 20, 0x3FFF, 4, 8, 8, 32, 256, 0,        false, true,  false, false},  // 4.4
-    {22, 0x3FFF00,   22, 0x3FFFE0,    0x3FFFE0,    1u << 20, 0x3FFF, 4, 8, 8, 32, 256, 0,        false, true,  false, true},   // 4.4.2
-    {22, 0x3FFF00,   22, 0x3FFFE0,    0x3FFFE0,    1u << 20, 0x3FFF, 4, 8, 8, 32, 256, kMtypeUc, true,  false, true,  false},  // 5
-    {30, 0x3FFFFF00, 22, 0x3FFFE0,    0x3FFFE0,    1u << 20, 0x3FFF, 4, 8, 8, 32, 256, kMtypeUc, true,  true,  true,  false},  // 5.2
-    {30, 0x3FFFFF00, 30, 0x3FFFFFE0,  0x3FFFFFE0,  1u << 20, 0x3FFF, 4, 8, 8, 32, 256, kMtypeUc, true,  true,  true,  false},  // 6
-    {30, 0x3FFFFF00, 30, 0x3FFFFFE0,  0x3FFFFFE0,  1u << 20, 0x3FFF, 4, 8, 8, 32, 256, kMtypeUc, true,  true,  true,  false},  // 7
+    // bits max_copy  fbits max_fill    fill split  write     nop     fen at8 ts ib  ring mtype    gcr    hdp    incr   swap   2poll
+    {22, 0x3FFF00,   22, 0x3FFFE0,    0x3FFFE0,    1u << 20, 0x3FFF, 4, 8, 8, 32, 256, 0,        false, true,  false, false, true},  // 4
+    {30, 0x3FFFFF00, 30, 0x3FFFFFE0,  0x3FFFE0,    1u << 20, 0x3FFF, 4, 8, 8, 32, 256, 0,        false, true,  false, false, false},  // 4.4
+    {22, 0x3FFF00,   22, 0x3FFFE0,    0x3FFFE0,    1u << 20, 0x3FFF, 4, 8, 8, 32, 256, 0,        false, true,  false, true,  false},  // 4.4.2
+    {22, 0x3FFF00,   22, 0x3FFFE0,    0x3FFFE0,    1u << 20, 0x3FFF, 4, 8, 8, 32, 256, kMtypeUc, true,  false, true,  false, false},  // 5
+    {30, 0x3FFFFF00, 22, 0x3FFFE0,    0x3FFFE0,    1u << 20, 0x3FFF, 4, 8, 8, 32, 256, kMtypeUc, true,  true,  true,  false, false},  // 5.2
+    {30, 0x3FFFFF00, 30, 0x3FFFFFE0,  0x3FFFFFE0,  1u << 20, 0x3FFF, 4, 8, 8, 32, 256, kMtypeUc, true,  true,  true,  false, false},  // 6
+    {30, 0x3FFFFF00, 30, 0x3FFFFFE0,  0x3FFFFFE0,  1u << 20, 0x3FFF, 4, 8, 8, 32, 256, kMtypeUc, true,  true,  true,  false, false},  // 7
 };
 
 // gfx target -> SDMA IP. The SDMA IP version of each ASIC comes from IP

@@ -58,6 +58,7 @@ struct Limits {
   bool user_hdp_flush;           // the firmware HDP flush a user queue may emit (ROCr hdp_flush_cmd)
   bool has_mem_incr;             // SEM sub-op MEM_INCR (5+)
   bool has_swap_linear;          // COPY sub-op 9 SWAP_LINEAR (only seen on MI300)
+  bool double_poll;              // every memory POLL_REGMEM emitted twice (gfx9.0.x below gfx90a)
 };
 
 const Limits& limits(Gen g);

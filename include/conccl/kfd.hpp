@@ -62,6 +62,18 @@ struct Options {
   // process, not the faulting address).
   enum class Trap : uint8_t { auto_, on, off };
   Trap trap_wakeups = Trap::auto_;
+  // Pinning queues to engines (HSA_QUEUE_SDMA_BY_ENG_ID, where KFD and the
+  // thunk have it). Each pinned queue costs the thunk a CWSR area (tens of MiB
+  // of VRAM on RDNA) and an EOP buffer. auto: as ROCr decides
+  // (rocr-runtime core/runtime/amd_gpu_agent.cpp, where it picks rec_eng):
+  // pinned on GPUs with xGMI engines (MI200, MI300), not on GPUs without them
+  // (Radeon/RDNA: "resources are limited"), where KFD places each queue on the
+  // next free engine of its pool. on: pinned wherever KFD allows (exact engine
+  // placement on RDNA too, at that memory cost). off: never. gfx9 below gfx90a
+  // is never pinned (ROCr saw "strange behavior" there). require_engine_ids
+  // with auto means on.
+  enum class Pin : uint8_t { auto_, on, off };
+  Pin pin_engines = Pin::auto_;
   // DeviceOptions::process_slot (0..15, -1: none): this process's memory
   // then lives in the slot's address window and can be shared with other
   // processes, which map it at the same address (docs/multiprocess.md).

@@ -304,10 +304,15 @@ Status CommandBuffer::rewrite_wait_ge(size_t at, size_t dwords, uint64_t va, uin
                                              std::to_string(size_) + " recorded");
   // Encoded afresh into scratch storage, then copied over the old wait: the
   // lowerings encode a wait in a size that does not depend on the value
-  // (Hopper: one SEM_EXECUTE; SDMA: POLL_REGMEM, COND_EXE, POLL_REGMEM).
-  uint32_t scratch[32];
-  if (dwords > 32) return error(Code::invalid_argument, "rewrite_wait_ge: a wait is at most 32 dwords");
-  CommandBuffer tmp(isa_, std::span<uint32_t>(scratch, 32));
+  // (Hopper: one SEM_EXECUTE; SDMA: POLL_REGMEM, COND_EXE, POLL_REGMEM, each
+  // POLL twice on generation 4, then the cache maintenance after a wait: 35
+  // dwords at most today).
+  constexpr size_t kMaxWaitDwords = 64;
+  uint32_t scratch[kMaxWaitDwords];
+  if (dwords > kMaxWaitDwords)
+    return error(Code::invalid_argument,
+                 "rewrite_wait_ge: a wait is at most " + std::to_string(kMaxWaitDwords) + " dwords");
+  CommandBuffer tmp(isa_, std::span<uint32_t>(scratch, kMaxWaitDwords));
   CONCCL_RETURN_IF_ERROR(tmp.wait_ge(va, value));
   if (tmp.size_dwords() != dwords)
     return error(Code::internal, "rewrite_wait_ge: the wait encodes in " + std::to_string(tmp.size_dwords()) +

@@ -149,7 +149,9 @@ Status signal_set(CommandBuffer& cb, uint64_t va, uint64_t v) {
 // POLL on the high dword, then (only if it equals the target's) COND_EXE +
 // POLL on the low dword - on whichever word keeps the low-dword target below
 // 2^31, so the low dword would have to cross more than 2^31 values between
-// two polls to wrap past the target unseen.
+// two polls to wrap past the target unseen. Generations with double_poll
+// (gfx9.0.x below gfx90a; packets/generation.cpp says whose workaround) emit
+// each POLL twice, and the COND_EXE skips both low-dword ones.
 Status wait_ge(CommandBuffer& cb, uint64_t va, uint64_t v) {
   uint64_t base = va, t = v;
   if (static_cast<uint32_t>(v) >= kTwin) {
@@ -157,13 +159,16 @@ Status wait_ge(CommandBuffer& cb, uint64_t va, uint64_t v) {
     t = v + kTwin;
   }
   const uint32_t hi = static_cast<uint32_t>(t >> 32), lo = static_cast<uint32_t>(t);
-  CONCCL_RETURN_IF_ERROR(SdmaPackets(cb).poll(base + 4, hi, 0xFFFFFFFF, PollFunc::ge));
+  const int polls = sdma::limits(cb.gen()).double_poll ? 2 : 1;
+  for (int i = 0; i < polls; ++i)
+    CONCCL_RETURN_IF_ERROR(SdmaPackets(cb).poll(base + 4, hi, 0xFFFFFFFF, PollFunc::ge));
   // If the high dword already passed the target's, the value is above it:
-  // skip the low-dword poll.
+  // skip the low-dword polls.
   constexpr uint64_t kPollDwords = 6;
-  const FieldValue f[] = {{Key::addr, base + 4}, {Key::ref, hi}, {Key::count, kPollDwords}};
+  const FieldValue f[] = {{Key::addr, base + 4}, {Key::ref, hi}, {Key::count, kPollDwords * polls}};
   CONCCL_RETURN_IF_ERROR(SdmaPackets(cb).packet(Pkt::cond_exe, f));
-  CONCCL_RETURN_IF_ERROR(SdmaPackets(cb).poll(base, lo, 0xFFFFFFFF, PollFunc::ge));
+  for (int i = 0; i < polls; ++i)
+    CONCCL_RETURN_IF_ERROR(SdmaPackets(cb).poll(base, lo, 0xFFFFFFFF, PollFunc::ge));
   return flush_and_invalidate_after_wait(cb);
 }
 

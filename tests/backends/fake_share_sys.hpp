@@ -43,6 +43,9 @@ class FakeShareSys final : public conccl::kfd::ShareSys {
   bool unavailable = false;  // available() says no (as without libdrm_amdgpu)
   // bo_alloc_export refuses CPU-visible VRAM (small BAR).
   bool small_bar = false;
+  // bo_alloc_export refuses the COHERENT/UNCACHED GEM flags (EINVAL), as a
+  // kernel that does not know them does.
+  bool no_coherence_flags = false;
 
   std::vector<Call> calls() const {
     std::lock_guard<std::mutex> l(mu_);
@@ -140,6 +143,8 @@ class FakeShareSys final : public conccl::kfd::ShareSys {
     if (int e = take_failure("bo_alloc_export"); e) return record(c, e);
     if (small_bar && domain == conccl::kfd::kGemDomainVram && (flags & conccl::kfd::kGemCreateCpuAccessRequired))
       return record(c, ENOMEM);
+    if (no_coherence_flags && (flags & (conccl::kfd::kGemCreateCoherent | conccl::kfd::kGemCreateUncached)))
+      return record(c, EINVAL);
     const int fd = memfd_create("fake-dmabuf", MFD_CLOEXEC);
     if (fd < 0) return record(c, errno);
     if (ftruncate(fd, static_cast<off_t>(bytes)) != 0) {

@@ -166,6 +166,13 @@ TEST_F(KfdFake, OpenFailuresAreMapped) {
   EXPECT_TRUE(contains(d.status().message(), "ROCm >= 6.3")) << d.status().message();
 #endif
   EXPECT_EQ(fakekmt::stats().open_count, 0) << "every failed open closes what it opened";
+
+  o.pin_engines = conccl::kfd::Options::Pin::off;  // required and turned off: refused before anything opens
+  d = conccl::kfd::open(o);
+  ASSERT_FALSE(d.ok());
+  EXPECT_EQ(d.status().code(), Code::invalid_argument);
+  EXPECT_TRUE(contains(d.status().message(), "require_engine_ids=1 with pin_engines=off")) << d.status().message();
+  EXPECT_EQ(fakekmt::stats().open_count, 0);
 }
 
 TEST_F(KfdFake, AllocationsUseThePolicysFlagsAndMappings) {

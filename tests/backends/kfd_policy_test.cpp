@@ -113,6 +113,43 @@ TEST(KfdQueuePlan, Gfx908IsNeverPinned) {
   }
 }
 
+// ROCr leaves the engine to KFD on GPUs without xGMI engines ("resources are
+// limited": each pinned queue costs a CWSR area and an EOP buffer;
+// amd_gpu_agent.cpp), so by default so do we; pin_engines=on pins them anyway,
+// pin_engines=off pins nothing, and gfx9 below gfx90a stays unpinned whatever.
+TEST(KfdQueuePlan, GpusWithoutXgmiEnginesArePinnedOnlyWhenAskedTo) {
+  using Pin = conccl::kfd::Options::Pin;
+  const GpuNode rdna = navi31_gpu(), mi300 = mi300x_gpu();
+  GpuNode mi100 = mi300x_gpu();
+  mi100.gfx_target_version = 90008;
+  mi100.gfx = "gfx908";
+  struct Case {
+    const GpuNode* g;
+    Pin pin;
+    bool pinned;
+    const char* why;  // in the placement text
+  };
+  const Case cases[] = {
+      {&rdna, Pin::auto_, false, "has no xGMI engines, so its queues are not pinned, as ROCr does not pin them"},
+      {&rdna, Pin::on, true, "pinned with HSA_QUEUE_SDMA_BY_ENG_ID"},
+      {&rdna, Pin::off, false, "not pinned (pin_engines=off)"},
+      {&mi300, Pin::auto_, true, "pinned with HSA_QUEUE_SDMA_BY_ENG_ID"},
+      {&mi300, Pin::on, true, "pinned with HSA_QUEUE_SDMA_BY_ENG_ID"},
+      {&mi300, Pin::off, false, "not pinned (pin_engines=off)"},
+      {&mi100, Pin::on, false, "not pinned, as ROCr does not pin it"},
+  };
+  for (const Case& c : cases) {
+    conccl::Result<conccl::kfd::QueuePlan> p = conccl::kfd::plan_queue(QueueMode::by_engine_id, *c.g, 1, c.pin);
+    ASSERT_TRUE(p.ok()) << p.status().to_string();
+    SCOPED_TRACE(c.g->gfx + " pin " + std::to_string(static_cast<int>(c.pin)));
+    EXPECT_EQ(p->pinned, c.pinned);
+    EXPECT_EQ(p->type, c.pinned ? ThunkQueueType::sdma_by_eng_id : ThunkQueueType::sdma);
+    EXPECT_TRUE(contains(p->placement, c.why)) << p->placement;
+  }
+  // Without by-engine-id support nothing is pinned, whatever pin_engines says.
+  EXPECT_FALSE(conccl::kfd::plan_queue(QueueMode::kernel_chooses, rdna, 1, Pin::on)->pinned);
+}
+
 TEST(KfdQueuePlan, KernelChoosesPicksThePoolByEngineKind) {
   const GpuNode g = mi300x_gpu();
   for (int e = 0; e < 16; ++e) {

@@ -169,7 +169,8 @@ TEST(KfdShareCalls, AllocShareAndFreeOfHostMemory) {
   EXPECT_EQ(c[0].render_minor, kMinor0) << "host memory is made on GPU 0's render node";
   EXPECT_EQ(c[0].size, 8192u);
   EXPECT_EQ(c[0].domain, k::kGemDomainGtt);
-  EXPECT_EQ(c[0].gem_flags, k::kGemCreateCpuAccessRequired);
+  EXPECT_EQ(c[0].gem_flags, k::kGemCreateCpuAccessRequired | k::kGemCreateCoherent | k::kGemCreateUncached)
+      << "host memory is fine-grained: compute kernels polling signals there see the stores";
   const int dmabuf = c[0].fd;
   const uint64_t bo = c[0].bo;
   EXPECT_EQ(c[1].op, "import_dmabuf");
@@ -277,6 +278,36 @@ TEST(KfdShareCalls, DeviceMemoryIsVramOnItsGpuAlignedAndMappedOwnerFirst) {
   EXPECT_EQ(r->kind, MemKind::device);
   EXPECT_EQ(r->gpu, 1);
   EXPECT_EQ(r->size, 4 * kMiB);
+}
+
+// A kernel that does not know AMDGPU_GEM_CREATE_COHERENT/_UNCACHED refuses
+// them (EINVAL): host memory is then made without them, and works as before.
+TEST(KfdShareCalls, HostMemoryWithoutCoherenceFlagsOnKernelsWithoutThem) {
+  CONCCL_SKIP_WITHOUT_SLOT_WINDOWS();
+  auto sys = std::make_shared<FakeShareSys>();
+  sys->no_coherence_flags = true;
+  std::unique_ptr<SharedMemory> m = open_slot(sys, 0);
+  ASSERT_TRUE(m);
+  sys->clear();
+  conccl::Result<Buffer> b = m->alloc(-1, 4096, MemKind::host, {0});
+  ASSERT_TRUE(b.ok()) << b.status().to_string();
+  ASSERT_NE(b->host, nullptr);
+  std::vector<Call> c = sys->calls_of({"bo_alloc_export"});
+  ASSERT_EQ(c.size(), 2u) << "one try with the flags, one without";
+  EXPECT_EQ(c[0].gem_flags, k::kGemCreateCpuAccessRequired | k::kGemCreateCoherent | k::kGemCreateUncached);
+  EXPECT_EQ(c[1].gem_flags, k::kGemCreateCpuAccessRequired);
+  std::memset(b->host, 0xA5, 4096);
+  EXPECT_EQ(static_cast<uint8_t*>(b->host)[4095], 0xA5);
+  // Device memory never asks for them (VRAM is coherent for its own GPU; peers
+  // reach it through their own mappings).
+  sys->clear();
+  conccl::Result<Buffer> d = m->alloc(0, 4096, MemKind::device, {0});
+  ASSERT_TRUE(d.ok()) << d.status().to_string();
+  c = sys->calls_of({"bo_alloc_export"});
+  ASSERT_EQ(c.size(), 1u);
+  EXPECT_EQ(c[0].gem_flags & (k::kGemCreateCoherent | k::kGemCreateUncached), 0u);
+  EXPECT_TRUE(m->free(d->va).ok());
+  EXPECT_TRUE(m->free(b->va).ok());
 }
 
 TEST(KfdShareCalls, SmallBarVramHasNoCpuView) {

@@ -6,6 +6,8 @@
 // into fixed (reserved) storage.
 #include <gtest/gtest.h>
 
+#include <chrono>
+#include <thread>
 #include <vector>
 
 #include "conccl/hopper_methods.hpp"
@@ -256,7 +258,7 @@ TEST(SdmaLowering, SignalCommandsKeepTheTwin) {
   EXPECT_EQ(d.packets[4].get(sdma::Key::addr), va + 4);
   EXPECT_EQ(d.packets[4].get(sdma::Key::value), 1u);
 
-  CommandBuffer wait(Isa::sdma_gen(sdma::Gen::v4));
+  CommandBuffer wait(Isa::sdma_gen(sdma::Gen::v4_4));  // one poll per dword (4.0 doubles them)
   ASSERT_OK(wait.wait_ge(va, 0x80000001ull));  // low dword >= 2^31: waits on the twin
   d = sdma::decode_stream(wait.gen(), wait.dwords());
   ASSERT_EQ(d.packets.size(), 4u);  // POLL, COND_EXE, POLL, then the HDP flush
@@ -286,6 +288,7 @@ TEST(SdmaLowering, ListsKeepCachesInOrderAroundWaitsAndSignals) {
     sdma::StreamDecode d = sdma::decode_stream(g, cb.dwords());
     ASSERT_TRUE(d.error.ok()) << d.error.message();
     std::vector<sdma::Pkt> want = {sdma::Pkt::poll, sdma::Pkt::cond_exe, sdma::Pkt::poll};
+    if (l.double_poll) want = {sdma::Pkt::poll, sdma::Pkt::poll, sdma::Pkt::cond_exe, sdma::Pkt::poll, sdma::Pkt::poll};
     if (l.user_hdp_flush) want.push_back(sdma::Pkt::poll_reg);
     if (l.has_gcr) want.push_back(sdma::Pkt::gcr_user);
     want.push_back(sdma::Pkt::copy);
@@ -296,7 +299,7 @@ TEST(SdmaLowering, ListsKeepCachesInOrderAroundWaitsAndSignals) {
     std::vector<sdma::Pkt> got;
     for (const sdma::Packet& p : d.packets) got.push_back(p.pkt);
     ASSERT_EQ(got, want) << cb.disassemble();
-    size_t i = 3;
+    size_t i = l.double_poll ? 5 : 3;
     if (l.user_hdp_flush) {
       EXPECT_EQ(d.packets[i++].get(sdma::Key::req), 0x80000000u) << "the firmware HDP flush";
     }
@@ -314,6 +317,69 @@ TEST(SdmaLowering, ListsKeepCachesInOrderAroundWaitsAndSignals) {
     ASSERT_OK(other.signal_set(0x30000, 9));
     EXPECT_EQ(other.size_dwords(), dwords);
   }
+}
+
+// ROCr polls every dependency twice on gfx9.0.x below gfx90a ("rare-issue on
+// gfx908 where SDMA_OP_POLL_REGMEM returns before polled memory is cleared":
+// rocr-runtime core/runtime/amd_blit_sdma.cpp SubmitCommand). Generation 4 is
+// exactly those targets; its waits poll each dword twice and the COND_EXE skips
+// both low-dword polls. Every other generation polls once. On the emulator the
+// doubled wait still waits and still lets a value above the target through.
+TEST(SdmaLowering, Gfx908PollsEveryDwordTwiceAsROCrDoes) {
+  for (uint32_t version : {90000u, 90006u, 90008u, 90012u, 90010u, 90402u, 110000u}) {
+    const std::optional<sdma::GfxTarget> t = sdma::gfx_target_version_to_target(version);
+    ASSERT_TRUE(t) << version;
+    SCOPED_TRACE(std::string(t->gfx));
+    const bool twice = t->gfx.substr(0, 5) == "gfx90" && t->gfx != "gfx90a";
+    EXPECT_EQ(sdma::limits(t->gen).double_poll, twice);
+    CommandBuffer cb(Isa::sdma_gen(t->gen));
+    ASSERT_OK(cb.wait_ge(0x10000, 0x2'0000'0005ull));
+    sdma::StreamDecode d = sdma::decode_stream(t->gen, cb.dwords());
+    ASSERT_TRUE(d.error.ok()) << d.error.message();
+    std::vector<uint64_t> hi_lo;  // the polled addresses, in order
+    uint64_t skip = 0;
+    for (const sdma::Packet& p : d.packets) {
+      if (p.pkt == sdma::Pkt::poll) hi_lo.push_back(p.get(sdma::Key::addr));
+      if (p.pkt == sdma::Pkt::cond_exe) skip = p.get(sdma::Key::count);
+    }
+    const std::vector<uint64_t> want =
+        twice ? std::vector<uint64_t>{0x10004, 0x10004, 0x10000, 0x10000} : std::vector<uint64_t>{0x10004, 0x10000};
+    EXPECT_EQ(hi_lo, want) << cb.disassemble();
+    EXPECT_EQ(skip, twice ? 12u : 6u) << "COND_EXE skips every low-dword poll";
+    // Prelaunched lists rewrite a wait's value in place: the doubled wait too.
+    const size_t dwords = cb.size_dwords();
+    ASSERT_OK(cb.signal_add(0x20000, 1));
+    ASSERT_OK(cb.rewrite_wait_ge(0, dwords, 0x10000, 0x3'0000'0009ull));
+    CommandBuffer fresh(Isa::sdma_gen(t->gen));
+    ASSERT_OK(fresh.wait_ge(0x10000, 0x3'0000'0009ull));
+    ASSERT_OK(fresh.signal_add(0x20000, 1));
+    EXPECT_EQ(std::vector<uint32_t>(cb.dwords().begin(), cb.dwords().end()),
+              std::vector<uint32_t>(fresh.dwords().begin(), fresh.dwords().end()));
+  }
+
+  // Run on an emulated gfx908 node: the doubled wait holds until the signal
+  // reaches the target, and passes at once for a value whose high dword is above.
+  ASSERT_OK_AND_ASSIGN(std::unique_ptr<emu::EmuDevice> dev, emu::create(options("small", 0, 0, "4")));
+  ASSERT_OK_AND_ASSIGN(std::unique_ptr<Queue> q, dev->create_queue(0, 0));
+  ASSERT_OK_AND_ASSIGN(Signal gate, Signal::create(*dev));
+  ASSERT_OK_AND_ASSIGN(Signal done, Signal::create(*dev));
+  CommandBuffer cb = q->command_buffer();
+  ASSERT_OK(gate.wait_ge(cb, 7));
+  ASSERT_OK(done.signal_set(cb, 1));
+  ASSERT_OK(q->submit(cb, Deadline::after_ms(5000)));
+  std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  EXPECT_EQ(done.value(), 0u) << "the doubled wait did not wait";
+  gate.set(6);
+  std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  EXPECT_EQ(done.value(), 0u) << "6 < 7";
+  gate.set(7);
+  ASSERT_OK(done.wait(1, Deadline::after_ms(5000)));
+  gate.set(0x1'0000'0000ull);
+  CommandBuffer above = q->command_buffer();
+  ASSERT_OK(gate.wait_ge(above, 9));  // the high dword is above the target's: COND_EXE skips both low polls
+  ASSERT_OK(done.signal_set(above, 2));
+  ASSERT_OK(q->submit(above, Deadline::after_ms(5000)));
+  ASSERT_OK(done.wait(2, Deadline::after_ms(5000)));
 }
 
 // gfx90a (SDMA 4.4.0) takes 30-bit COPY_LINEAR counts (Linux sdma_v4_0.c:

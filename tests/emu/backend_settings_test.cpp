@@ -74,6 +74,8 @@ TEST(BackendSettings, MalformedValuesNameTheKeyAndWhatToGive) {
   EXPECT_NE(open_error("emu", "memory_per_gpu=12Q").find("a non-negative integer"), std::string::npos);
   EXPECT_NE(open_error("kfd", "trap=maybe").find("trap='maybe': give one of auto, on, off"), std::string::npos);
   EXPECT_NE(open_error("kfd", "require_engine_ids=yes").find("give 0 or 1"), std::string::npos);
+  EXPECT_NE(open_error("kfd", "pin_engines=always").find("pin_engines='always': give one of auto, on, off"),
+            std::string::npos);
   EXPECT_NE(open_error("nv", "gpus=0,x").find("a list of indices like 0,1,1"), std::string::npos);
   EXPECT_NE(open_error("nv", "gpfifo_entries=8G").find("an integer below 2^32"), std::string::npos);
 }

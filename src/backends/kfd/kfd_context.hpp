@@ -97,6 +97,7 @@ class Context {
   KfdTopology topo;
   Capabilities caps;
   QueueModeDecision mode;
+  Options::Pin pin = Options::Pin::auto_;  // which GPUs' queues by_engine_id pins (plan_queue)
   TrapDecision trap;  // whether queues get KFD signal events (TRAP wake-ups)
   std::atomic<int> next_queue_id{0};
   std::atomic<uint64_t> leaked{0};  // resources kept because teardown failed

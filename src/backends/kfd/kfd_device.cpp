@@ -363,7 +363,7 @@ class KfdDeviceImpl final : public KfdDevice, public KfdInternals {
   Result<std::unique_ptr<Queue>> create_queue(int gpu, int engine, const QueueOptions& opt) override {
     CONCCL_RETURN_IF_ERROR(check_gpu(gpu, "create_queue"));
     const GpuNode& g = ctx_->topo.gpus[static_cast<size_t>(gpu)];
-    Result<QueuePlan> plan = plan_queue(ctx_->mode.mode, g, engine);
+    Result<QueuePlan> plan = plan_queue(ctx_->mode.mode, g, engine, ctx_->pin);
     if (!plan.ok()) return plan.status();
     CONCCL_RETURN_IF_ERROR(check_ring_bytes(opt.ring_bytes));
     if (Status st = pending_fault(gpu); !st.ok()) return st;
@@ -614,6 +614,9 @@ class KfdDeviceImpl final : public KfdDevice, public KfdInternals {
 }  // namespace
 
 Result<std::unique_ptr<KfdDevice>> open(const Options& opt) {
+  if (opt.require_engine_ids && opt.pin_engines == Options::Pin::off)
+    return error(Code::invalid_argument,
+                 "require_engine_ids=1 with pin_engines=off: pinning is both required and turned off; give one");
   // Our own check first, for a precise message (the thunk only says
   // KERNEL_IO_CHANNEL_NOT_OPENED).
   CONCCL_RETURN_IF_ERROR(probe_device_node(opt.device_path));
@@ -639,6 +642,7 @@ Result<std::unique_ptr<KfdDevice>> open(const Options& opt) {
   if (opt.require_engine_ids && ctx->mode.mode != QueueMode::by_engine_id)
     return error(Code::unavailable, "queues cannot be pinned to engines here, and pinning was required: " +
                                         ctx->mode.reason);
+  ctx->pin = opt.require_engine_ids ? Options::Pin::on : opt.pin_engines;
 
   ctx->topo = std::move(topo).value();
   CONCCL_RETURN_IF_ERROR(match_thunk_nodes(*sys, access, ctx->topo, kDefaultDevicePath));

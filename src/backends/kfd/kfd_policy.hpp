@@ -227,7 +227,8 @@ struct QueuePlan {
   std::string placement;        // human-readable: where the queue will land
 };
 // Errors: Code::invalid_argument when engine is outside 0..num_sdma+num_xgmi-1.
-Result<QueuePlan> plan_queue(QueueMode mode, const GpuNode& gpu, int engine);
+// `pin` narrows by_engine_id per GPU (Options::pin_engines says how).
+Result<QueuePlan> plan_queue(QueueMode mode, const GpuNode& gpu, int engine, Options::Pin pin = Options::Pin::auto_);
 
 // Ring sizes KFD accepts and the shared Queue needs: a power of two, at least
 // 4 KiB (one page: each ring is its own GPUVM mapping of exactly its size).

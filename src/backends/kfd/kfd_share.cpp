@@ -273,7 +273,20 @@ Result<Buffer> SharedMemory::alloc(int gpu, size_t bytes, MemKind kind, const st
   // (AMDGPU_GEM_CREATE_VRAM_CLEARED, include/uapi/drm/amdgpu_drm.h).
   const uint32_t domain = kind == MemKind::device ? kGemDomainVram : kGemDomainGtt;
   uint64_t flags = kGemCreateCpuAccessRequired | (kind == MemKind::device ? kGemCreateVramCleared : 0);
+  // Host memory is fine-grained, as the non-shared path's (policy.cpp:
+  // KFD's COHERENT | UNCACHED): GPUs map it uncached (MTYPE UC on gfx9, by
+  // amdgpu_amdkfd_gpuvm.c / amdgpu_vm's coherence flags), so a compute
+  // kernel polling a signal here never spins on a stale L2 line. The GEM
+  // flags are include/uapi/drm/amdgpu_drm.h AMDGPU_GEM_CREATE_COHERENT and
+  // _UNCACHED; a kernel that does not know them refuses them (EINVAL from
+  // amdgpu_gem_create_ioctl's flag check), and the buffer is then made
+  // without them, coarse-grained, as before (the DMA engines do not mind).
+  if (kind == MemKind::host) flags |= kGemCreateCoherent | kGemCreateUncached;
   int e = sys_->bo_alloc_export(rg.render_minor, size, domain, flags, &m.bo, &m.dmabuf_fd);
+  if (e == EINVAL && kind == MemKind::host) {
+    flags &= ~(kGemCreateCoherent | kGemCreateUncached);
+    e = sys_->bo_alloc_export(rg.render_minor, size, domain, flags, &m.bo, &m.dmabuf_fd);
+  }
   if (e != 0 && kind == MemKind::device) {
     // Small BAR: no CPU-visible VRAM left. VRAM without a CPU view.
     flags = kGemCreateVramCleared;

@@ -64,6 +64,8 @@ inline constexpr uint32_t kGemDomainGtt = 0x2;                 // AMDGPU_GEM_DOM
 inline constexpr uint32_t kGemDomainVram = 0x4;                // AMDGPU_GEM_DOMAIN_VRAM
 inline constexpr uint64_t kGemCreateCpuAccessRequired = 1u << 0;  // AMDGPU_GEM_CREATE_CPU_ACCESS_REQUIRED
 inline constexpr uint64_t kGemCreateVramCleared = 1u << 3;        // AMDGPU_GEM_CREATE_VRAM_CLEARED
+inline constexpr uint64_t kGemCreateCoherent = 1u << 13;          // AMDGPU_GEM_CREATE_COHERENT
+inline constexpr uint64_t kGemCreateUncached = 1u << 14;          // AMDGPU_GEM_CREATE_UNCACHED
 
 // The seam: every OS and kernel call the shared memory makes. Calls return 0
 // or a positive errno (mmap: the address, or nullopt with *err set), never

@@ -78,18 +78,31 @@ QueueModeDecision decide_queue_mode(const Capabilities& c) {
   return d;
 }
 
-Result<QueuePlan> plan_queue(QueueMode mode, const GpuNode& g, int engine) {
+Result<QueuePlan> plan_queue(QueueMode mode, const GpuNode& g, int engine, Options::Pin pin) {
   if (engine < 0 || engine >= g.engine_count())
     return error(Code::invalid_argument, "engine " + std::to_string(engine) + " is out of range: gpu " +
                                              std::to_string(g.index) + " (" + g.gfx + ") has " + engine_ranges(g));
   QueuePlan p;
-  // ROCr does not target recommended SDMA engines on gfx9 below gfx90a
-  // (MI25/MI50/MI100: ROCR-Runtime src/core/runtime/amd_gpu_agent.cpp turns
-  // rec_eng off there), so neither do we: KFD places those queues.
-  const bool pinnable = !(g.gfx_target_version >= 90000 && g.gfx_target_version < 90010);
-  if (mode == QueueMode::by_engine_id && !pinnable) {
-    mode = QueueMode::kernel_chooses;
-    p.placement = g.gfx + " (gfx9 below gfx90a) is not pinned, as ROCr does not pin it: ";
+  // Where ROCr leaves the engine to KFD (rocr-runtime
+  // core/runtime/amd_gpu_agent.cpp, where it sets rec_eng = -1), so do we:
+  //  - gfx9 below gfx90a (MI25/MI50/MI100): "strange behavior" when fixing
+  //    engines there - never pinned, whatever `pin` says;
+  //  - GPUs without xGMI engines (Radeon/RDNA): "resources are limited" (each
+  //    pinned queue costs the thunk a CWSR area and an EOP buffer) - unless
+  //    pinning is asked for (Options::pin_engines = on).
+  const bool old_gfx9 = g.gfx_target_version >= 90000 && g.gfx_target_version < 90010;
+  if (mode == QueueMode::by_engine_id) {
+    if (old_gfx9) {
+      mode = QueueMode::kernel_chooses;
+      p.placement = g.gfx + " (gfx9 below gfx90a) is not pinned, as ROCr does not pin it: ";
+    } else if (pin == Options::Pin::off) {
+      mode = QueueMode::kernel_chooses;
+      p.placement = "not pinned (pin_engines=off): ";
+    } else if (pin == Options::Pin::auto_ && g.num_xgmi == 0) {
+      mode = QueueMode::kernel_chooses;
+      p.placement = g.gfx + " has no xGMI engines, so its queues are not pinned, as ROCr does not pin them "
+                    "(pin_engines=on pins them, at a CWSR area per queue): ";
+    }
   }
   if (mode == QueueMode::by_engine_id) {
     p.type = ThunkQueueType::sdma_by_eng_id;
