@@ -3,7 +3,8 @@
  * NCCL-shaped call, then the same all-gather as a plan whose per-rank
  * completion (address, value) a compute stream could wait on.
  *
- *   allgather [backend] [preset]     (default: emu mi300x - no GPU needed)
+ *   allgather [backend] [settings]   (default: emu, its mi300x preset - no GPU needed)
+ *   allgather emu "preset=small"     (the backend's settings, docs/backends.md)
  */
 #include <conccl/conccl.h>
 
@@ -27,7 +28,7 @@ int main(int argc, char** argv) {
   conccl_device_options o;
   conccl_device_options_init(&o);
   o.backend = argc > 1 ? argv[1] : "emu";
-  o.preset = argc > 2 ? argv[2] : NULL;
+  o.settings = argc > 2 ? argv[2] : NULL;
   conccl_device_t dev;
   CHECK(conccl_device_open(&o, &dev));
   int n = 0;

@@ -229,8 +229,7 @@ static int rank_main(int rank, int nodes, int L, const conccl_unique_id* ids, co
   conccl_device_options o;
   conccl_device_options_init(&o);
   o.backend = "emu";
-  o.preset = "mi300x";
-  o.memory_per_gpu = 256u << 20;
+  o.settings = "preset=mi300x memory_per_gpu=256M";
   o.process_slot = rank;
   conccl_device_t dev;
   CHECK(conccl_device_open(&o, &dev));

@@ -2,6 +2,7 @@
 """examples/python/allgather.py - an all-gather across the emulated node from Python.
 
     PYTHONPATH=python CONCCL_LIBRARY=build/src/libconccl.so python3 examples/python/allgather.py
+    ... allgather.py emu "preset=small"    (a backend and its settings, docs/backends.md)
 """
 import os
 import sys
@@ -9,9 +10,9 @@ import sys
 import conccl
 
 backend = sys.argv[1] if len(sys.argv) > 1 else "emu"
-preset = sys.argv[2] if len(sys.argv) > 2 else None
+settings = sys.argv[2] if len(sys.argv) > 2 else None
 chunk = 1 << 20
-with conccl.Device(backend, preset=preset) as dev:
+with conccl.Device(backend, settings=settings) as dev:
     n = dev.gpu_count
     comm = conccl.Communicator(dev, range(n))
     data = [os.urandom(chunk) for _ in range(n)]

@@ -2,7 +2,8 @@
  * queue layer: one DMA queue, a copy between two GPUs, a completion signal
  * the host waits on, every byte checked.
  *
- *   transport [backend] [preset]     (default: emu mi300x - no GPU needed)
+ *   transport [backend] [settings]   (default: emu, its mi300x preset - no GPU needed)
+ *   transport emu "preset=small"     (the backend's settings, docs/backends.md)
  */
 #include <conccl/conccl.h>
 
@@ -24,7 +25,7 @@ int main(int argc, char** argv) {
   conccl_device_options o;
   conccl_device_options_init(&o);
   o.backend = argc > 1 ? argv[1] : "emu";
-  o.preset = argc > 2 ? argv[2] : NULL;
+  o.settings = argc > 2 ? argv[2] : NULL;
   conccl_device_t dev;
   CHECK(conccl_device_open(&o, &dev));
   int gpus = 0;

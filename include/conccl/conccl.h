@@ -91,16 +91,23 @@ typedef struct conccl_plan* conccl_plan_t;
 typedef struct conccl_device_options {
   size_t struct_size;
   const char* backend;    /* "emu" (NULL = "emu"), "kfd", "nv" */
-  const char* preset;     /* emu: "mi300x", "small", "h200", ... (NULL = default) */
-  int gpus;               /* emu custom topology: GPUs (0 = the preset's) */
-  int engines;            /* emu custom topology: engines per GPU (0 = the preset's) */
-  const char* gen;        /* emu: SDMA generation ("4.4.2", ...; NULL = the preset's) */
-  size_t memory_per_gpu;  /* emu: bytes of HBM per GPU (0 = default) */
+  /* DEPRECATED (#30): the emulator's shape as fields. Give the same keys in
+   * `settings` instead - settings = "preset=small gpus=4 engines=2 gen=6.0
+   * memory_per_gpu=64M" - and leave these as conccl_device_options_init
+   * sets them (NULL/0). They still work (a field and its setting may both be
+   * given when they agree) and stay where they are: the layout is the ABI.
+   * No deprecated attribute: Clang would warn wherever C++ code merely copies
+   * the struct (its implicit copy constructor names every member). */
+  const char* preset;     /* deprecated: settings "preset=..." ("mi300x", "small", "h200"; NULL = default) */
+  int gpus;               /* deprecated: settings "gpus=N" (0 = the preset's) */
+  int engines;            /* deprecated: settings "engines=K" (0 = the preset's) */
+  const char* gen;        /* deprecated: settings "gen=..." (SDMA generation, "4.4.2", ...; NULL = the preset's) */
+  size_t memory_per_gpu;  /* deprecated: settings "memory_per_gpu=..." (bytes, K/M/G suffixes; 0 = default) */
   int process_slot;       /* one process per rank: 0..15, distinct per process (the rank); -1 (init) = none */
   /* The backend's own settings, "key=value" words separated by spaces (NULL =
    * none); each backend refuses keys it does not know (docs/backends.md), e.g.
-   * "interrupt_waits=0 gpus=0,0" for nv, "trap=off" for kfd, "preset=small
-   * gpus=4" for emu. */
+   * "preset=small gpus=4" for emu, "interrupt_waits=0 gpus=0,0" for nv,
+   * "trap=off" for kfd. */
   const char* settings;
 } conccl_device_options;
 void conccl_device_options_init(conccl_device_options* options);

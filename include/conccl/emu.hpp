@@ -71,8 +71,12 @@ class EmuDevice : public Device {
   virtual void wake_pollers() = 0;
 };
 
-// Creates an emulated node. options.backend is ignored. Presets: "mi300x"
-// (default), "small"; options.gpus / options.engines / options.gen override.
+// Creates an emulated node, as open_device does for backend "emu" (whose
+// name options.backend need not hold): options.settings gives its shape -
+// "preset=small gpus=4 engines=2 gen=6.0 memory_per_gpu=64M", every key
+// optional (docs/emulator.md); presets "mi300x" (the default), "small",
+// "h200" - and options.process_slot its address windows. An unknown key is
+// an error.
 Result<std::unique_ptr<EmuDevice>> create(const DeviceOptions& options);
 
 // Preset names and one-line descriptions.

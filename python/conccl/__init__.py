@@ -6,7 +6,7 @@ $CONCCL_LIBRARY (a path), else as libconccl.so.0 on the loader's path
 LD_LIBRARY_PATH=P/lib when P is not a system prefix).
 
     import conccl
-    with conccl.Device("emu", preset="mi300x") as dev:
+    with conccl.Device("emu", settings="preset=mi300x") as dev:
         comm = conccl.Communicator(dev, range(dev.gpu_count))
         send = [dev.alloc(r, 1 << 20) for r in range(dev.gpu_count)]
         recv = [dev.alloc(r, (1 << 20) * dev.gpu_count) for r in range(dev.gpu_count)]
@@ -637,9 +637,13 @@ class Device:
 
     settings: the backend's own options, a str "key=value key=value" or a dict (each
     backend refuses keys it does not know and names those it does; docs/backends.md),
-    e.g. settings={"interrupt_waits": 0, "gpus": [0, 0]} for "nv", {"trap": "off"} for
-    "kfd", {"preset": "small", "gpus": 4} for "emu" (the same as the keyword arguments
-    preset/gpus/engines/gen/memory_per_gpu)."""
+    e.g. settings="preset=small gpus=4" or {"preset": "small", "gpus": 4} for "emu",
+    {"interrupt_waits": 0, "gpus": [0, 0]} for "nv", {"trap": "off"} for "kfd".
+
+    preset, gpus, engines, gen, memory_per_gpu: the older form of the emulator's
+    settings of the same names (the C API's deprecated conccl_device_options fields),
+    kept so that existing callers work; give them in settings instead. Each may also
+    appear in settings if the two agree."""
     _h = None
     _closed = False
 

@@ -85,7 +85,7 @@ def _device(slot):
             kind = _backend_kind()
             _DEVICE_KIND = kind
             if kind == "emu":
-                _DEVICE = conccl.Device("emu", preset="mi300x", memory_per_gpu=1 << 30, process_slot=slot)
+                _DEVICE = conccl.Device("emu", settings="preset=mi300x memory_per_gpu=1G", process_slot=slot)
             else:
                 _DEVICE = conccl.Device("nv", process_slot=slot)
         return _DEVICE, _DEVICE_KIND

@@ -19,6 +19,7 @@
 #include <string>
 #include <vector>
 
+#include "backends/emu/presets.hpp"
 #include "c_api/c_objects.hpp"
 #include "conccl/bootstrap.hpp"
 
@@ -256,11 +257,15 @@ conccl_status conccl_device_open(const conccl_device_options* o, conccl_device_t
                        "options->struct_size is " + std::to_string(o->struct_size) +
                            ": call conccl_device_options_init first");
       if (o->backend) opt.backend = o->backend;
-      if (o->preset) opt.preset = o->preset;
-      opt.gpus = o->gpus;
-      opt.engines = o->engines;
-      if (o->gen) opt.gen = o->gen;
-      opt.memory_per_gpu = o->memory_per_gpu;
+      // The emulator's fields (deprecated, #30: settings gives the same keys)
+      // still work: the emulator merges them with settings, as from C++.
+      emu::NodeOptions fields;
+      if (o->preset) fields.preset = o->preset;
+      fields.gpus = o->gpus;
+      fields.engines = o->engines;
+      if (o->gen) fields.gen = o->gen;
+      fields.memory_per_gpu = o->memory_per_gpu;
+      emu::set_deprecated_fields(&opt, fields);
       // Added after the first version: callers built against it lack the field.
       if (o->struct_size >= offsetof(conccl_device_options, process_slot) + sizeof(int))
         opt.process_slot = o->process_slot;

@@ -22,7 +22,8 @@ std::string last() { return conccl_last_error(); }
 conccl_device_t open_emu(const char* preset = "mi300x") {
   conccl_device_options o;
   conccl_device_options_init(&o);
-  o.preset = preset;
+  const std::string settings = std::string("preset=") + preset;
+  o.settings = settings.c_str();
   conccl_device_t d = nullptr;
   EXPECT_EQ(conccl_device_open(&o, &d), CONCCL_OK) << last();
   return d;

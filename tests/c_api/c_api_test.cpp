@@ -23,7 +23,7 @@ struct Dev {
   Dev() {
     conccl_device_options o;
     conccl_device_options_init(&o);
-    o.preset = "mi300x";
+    o.settings = "preset=mi300x";
     EXPECT_EQ(conccl_device_open(&o, &d), CONCCL_OK) << last();
   }
   ~Dev() { conccl_device_close(d); }
@@ -93,14 +93,28 @@ TEST(CApi, DeviceSettings) {
   o.settings = "interrupt_waits=maybe";
   EXPECT_EQ(conccl_device_open(&o, &d), CONCCL_ERR_INVALID_ARGUMENT);
   EXPECT_NE(last().find("interrupt_waits='maybe': give 0 or 1"), std::string::npos) << last();
-  // A caller built before the field existed: its struct ends at process_slot, so the field is not read.
+  // A caller built before the field existed: its struct ends at process_slot, so the field is not read;
+  // it gives the emulator's shape by the fields that came first (deprecated since #30, still honoured).
   conccl_device_options old;
   conccl_device_options_init(&old);
   old.struct_size = offsetof(conccl_device_options, settings);
   old.settings = "not read=";
   old.preset = "small";
+  old.gpus = 3;
   ASSERT_EQ(conccl_device_open(&old, &d), CONCCL_OK) << last();
+  EXPECT_EQ(conccl_device_gpu_count(d, &n), CONCCL_OK);
+  EXPECT_EQ(n, 3);
   EXPECT_EQ(conccl_device_close(d), CONCCL_OK);
+  // A deprecated field beside its setting: the same value is one request, another is refused.
+  conccl_device_options both;
+  conccl_device_options_init(&both);
+  both.settings = "preset=small gpus=2";
+  both.gpus = 2;
+  ASSERT_EQ(conccl_device_open(&both, &d), CONCCL_OK) << last();
+  EXPECT_EQ(conccl_device_close(d), CONCCL_OK);
+  both.gpus = 4;
+  EXPECT_EQ(conccl_device_open(&both, &d), CONCCL_ERR_INVALID_ARGUMENT);
+  EXPECT_NE(last().find("gpus is given twice"), std::string::npos) << last();
 }
 
 TEST(CApi, DeviceBuffersQueuesSignals) {

@@ -62,7 +62,7 @@ struct OneProcess {
   OneProcess() {
     conccl_device_options o;
     conccl_device_options_init(&o);
-    o.preset = "mi300x";
+    o.settings = "preset=mi300x";
     EXPECT_EQ(conccl_device_open(&o, &d), CONCCL_OK) << last();
     const int gpus[n] = {0, 1, 2, 3};
     EXPECT_EQ(conccl_comm_create(d, gpus, n, nullptr, &comm), CONCCL_OK) << last();

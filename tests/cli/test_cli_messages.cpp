@@ -1,6 +1,7 @@
 // tests/cli/test_cli_messages.cpp - issue #24, item 15: the library's errors
-// name an option by the API's field (DeviceOptions::gpus, with the C API's
-// conccl_device_options.gpus), not by an sdma-probe flag - the library is
+// name an option by the API's name for it - the emulator's settings key
+// (DeviceOptions::settings, with the C API's conccl_device_options.settings;
+// #30 made settings the one way) - not by an sdma-probe flag - the library is
 // used from C, Python and C++ - and sdma-probe adds its flag where it
 // reports them.
 #include <string>
@@ -30,26 +31,23 @@ bool quotes_a_flag(const std::string& m) {
   return false;
 }
 
-TEST(LibraryMessages, DeviceOptionsAreNamedByTheirFields) {
+TEST(LibraryMessages, DeviceOptionsAreNamedByTheirSettings) {
   struct Case {
-    conccl::DeviceOptions o;
-    std::string field, c_field, value;
+    std::string settings;
+    std::string setting, where, value;
   };
-  conccl::DeviceOptions gpus, engines, h200_gpus, h200_engines, h200_gen;
-  gpus.gpus = 70;
-  engines.engines = 40;
-  h200_gpus.preset = h200_engines.preset = h200_gen.preset = "h200";
-  h200_gpus.gpus = 65;
-  h200_engines.engines = 2;
-  h200_gen.gen = "5";
-  for (const Case& c : {Case{gpus, "DeviceOptions::gpus", "conccl_device_options.gpus", "not 70"},
-                        Case{engines, "DeviceOptions::engines", "conccl_device_options.engines", "not 40"},
-                        Case{h200_gpus, "DeviceOptions::gpus", "conccl_device_options.gpus", "not 65"},
-                        Case{h200_engines, "DeviceOptions::engines", "conccl_device_options.engines", "leave it 0"},
-                        Case{h200_gen, "DeviceOptions::gen", "conccl_device_options.gen", "leave it empty"}}) {
-    const std::string m = open_error(c.o);
-    EXPECT_TRUE(contains(m, c.field)) << m;
-    EXPECT_TRUE(contains(m, c.c_field)) << m;
+  for (const Case& c :
+       {Case{"gpus=70", "setting gpus", "DeviceOptions::settings \"gpus=N\"", "not 70"},
+        Case{"engines=40", "setting engines", "DeviceOptions::settings \"engines=K\"", "not 40"},
+        Case{"preset=h200 gpus=65", "setting gpus", "DeviceOptions::settings \"gpus=N\"", "not 65"},
+        Case{"preset=h200 engines=2", "setting engines", "DeviceOptions::settings \"engines=K\"", "leave it out"},
+        Case{"preset=h200 gen=5", "setting gen", "DeviceOptions::settings \"gen=GEN\"", "leave it out"}}) {
+    conccl::DeviceOptions o;
+    o.settings = c.settings;
+    const std::string m = open_error(o);
+    EXPECT_TRUE(contains(m, c.setting)) << m;
+    EXPECT_TRUE(contains(m, c.where)) << m;
+    EXPECT_TRUE(contains(m, "conccl_device_options.settings")) << m;
     EXPECT_TRUE(contains(m, c.value)) << m;
     EXPECT_FALSE(quotes_a_flag(m)) << m;
   }
@@ -59,17 +57,17 @@ TEST(LibraryMessages, PresetDescriptionsNameNoFlags) {
   for (const auto& [name, text] : conccl::emu::presets()) EXPECT_FALSE(quotes_a_flag(text)) << name << ": " << text;
 }
 
-// sdma-probe adds the flag that set the field.
+// sdma-probe adds the flag that set the setting.
 TEST(LibraryMessages, TheCliNamesItsFlag) {
   probe_test::Outcome e = probe_test::probe({"list", "--preset", "h200", "--engines", "2"});
   EXPECT_EQ(e.rc, 2) << e.err;
   EXPECT_TRUE(contains(e.err, "sdma-probe list: --engines: ")) << e.err;
-  EXPECT_TRUE(contains(e.err, "DeviceOptions::engines")) << e.err;
+  EXPECT_TRUE(contains(e.err, "setting engines")) << e.err;
   for (const char* flag : {"--gen", "--sdma-gen"}) {
     probe_test::Outcome g = probe_test::probe({"list", "--preset", "h200", flag, "5"});
     EXPECT_EQ(g.rc, 2) << g.err;
     EXPECT_TRUE(contains(g.err, std::string("sdma-probe list: ") + flag + ": ")) << g.err;
-    EXPECT_TRUE(contains(g.err, "DeviceOptions::gen")) << g.err;
+    EXPECT_TRUE(contains(g.err, "setting gen")) << g.err;
   }
 }
 

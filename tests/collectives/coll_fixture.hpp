@@ -64,20 +64,15 @@ struct Node {
 
 inline Result<std::unique_ptr<emu::EmuDevice>> make_device(Topo t, std::string gen = "") {
   DeviceOptions o;
-  o.gen = std::move(gen);
-  if (t == Topo::small3) {
-    o.preset = "small";
-    o.gpus = 3;
-    o.engines = 4;
-    o.memory_per_gpu = 256u << 20;
-  } else if (t == Topo::h200loop4 || t == Topo::h200x3) {
-    o.preset = "h200";
-    o.gpus = t == Topo::h200x3 ? 3 : 0;
-    o.memory_per_gpu = 384u << 20;
-  } else {
-    o.preset = "mi300x";
-    o.memory_per_gpu = 384u << 20;
-  }
+  if (t == Topo::small3)
+    o.settings = "preset=small gpus=3 engines=4 memory_per_gpu=256M";
+  else if (t == Topo::h200x3)
+    o.settings = "preset=h200 gpus=3 memory_per_gpu=384M";
+  else if (t == Topo::h200loop4)
+    o.settings = "preset=h200 memory_per_gpu=384M";
+  else
+    o.settings = "preset=mi300x memory_per_gpu=384M";
+  if (!gen.empty()) o.settings += " gen=" + gen;
   return emu::create(o);
 }
 

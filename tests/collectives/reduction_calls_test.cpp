@@ -29,8 +29,7 @@ struct Node {
 
 Node make_node(int n, uint64_t staging) {
   DeviceOptions o;
-  o.preset = "mi300x";
-  o.memory_per_gpu = 1ull << 30;
+  o.settings = "preset=mi300x memory_per_gpu=1G";
   Node node;
   node.dev = std::move(emu::create(o).value());
   Communicator::Options co;

@@ -85,6 +85,16 @@ Status queues_reserve(Queue* queue, Signal& signal, uint64_t dst, uint64_t src, 
   return Status();
 }
 
+// ---- docs/emulator.md ----------------------------------------------------
+
+// GPUs x 100 + engines of GPU 0 of the node the example opens.
+int emulator_open() {
+  conccl::DeviceOptions o;  // backend "emu" is the default
+  o.settings = "preset=small gpus=4 engines=2 memory_per_gpu=1G";
+  auto dev = conccl::open_device(o).value();
+  return dev->gpu_count() * 100 + static_cast<int>(dev->topology().gpus[0].engines.size());
+}
+
 // ---- docs/multiprocess.md (run below as one rank of one) ----------------
 
 Status multiprocess_rank(int r, int n, const conccl::UniqueId& id, uint64_t bytes) {
@@ -181,6 +191,8 @@ TEST(DocsExamples, EveryBlockIsHere) {
   EXPECT_GE(blocks, 5);
 }
 
+TEST(DocsExamples, EmulatorOpensFromItsSettings) { EXPECT_EQ(emulator_open(), 402); }
+
 TEST(DocsExamples, MultiprocessRunsAsOneRank) {
   ASSERT_OK(multiprocess_rank(0, 1, make_unique_id().value(), 4096));
 }
@@ -227,7 +239,7 @@ TEST(DocsExamples, ReductionRunsAsOneRankOnAHostStream) {
 
 TEST(DocsExamples, CollectivesRunOnTheEmulator) {
   DeviceOptions o;
-  o.preset = "mi300x";
+  o.settings = "preset=mi300x";
   ASSERT_OK_AND_ASSIGN(std::unique_ptr<Device> dev, open_device(o));
   const uint64_t chunk = 8192 + 64;
   std::vector<Buffer> send, recv;
@@ -248,7 +260,7 @@ TEST(DocsExamples, CollectivesRunOnTheEmulator) {
 
 TEST(DocsExamples, QueuesRunOnTheEmulator) {
   DeviceOptions o;
-  o.preset = "mi300x";
+  o.settings = "preset=mi300x";
   ASSERT_OK_AND_ASSIGN(std::unique_ptr<Device> dev, open_device(o));
   const uint64_t n = 4096;
   ASSERT_OK_AND_ASSIGN(Buffer src, dev->alloc(0, n, MemKind::device));

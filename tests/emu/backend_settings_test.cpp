@@ -1,6 +1,6 @@
 // tests/emu/backend_settings_test.cpp - the backend registry and the one
 // pattern for backend extras (DeviceOptions::settings): emu's settings shape
-// the node as its fields do, every backend refuses keys it does not know and
+// the node (as its deprecated fields still do), every backend refuses keys it does not know and
 // names those it does, and malformed settings fail before any driver is
 // touched.
 #include <gtest/gtest.h>
@@ -31,7 +31,7 @@ TEST(BackendRegistry, NamesAndUnknownBackend) {
       << d.status().to_string();
 }
 
-TEST(BackendSettings, EmuSettingsShapeTheNodeLikeItsFields) {
+TEST(BackendSettings, EmuSettingsShapeTheNode) {
   DeviceOptions o;
   o.settings = "preset=small  gpus=3 engines=2 memory_per_gpu=64M";
   Result<std::unique_ptr<Device>> d = open_device(o);
@@ -43,14 +43,47 @@ TEST(BackendSettings, EmuSettingsShapeTheNodeLikeItsFields) {
     EXPECT_EQ(g.engines.size(), 2u);
     EXPECT_EQ(g.memory_bytes, 64ull << 20);
   }
+  // emu::create reads the same settings as open_device.
+  Result<std::unique_ptr<emu::EmuDevice>> e = emu::create(o);
+  ASSERT_TRUE(e.ok()) << e.status().to_string();
+  EXPECT_EQ((*e)->topology().preset, "small(custom)");
+  EXPECT_EQ((*e)->gpu_count(), 3);
+  o.settings += " gpu=2";
+  EXPECT_EQ(emu::create(o).status().code(), Code::invalid_argument) << "emu::create refuses unknown keys too";
+}
+
+// DeviceOptions' emulator fields are deprecated (#30) but keep working: alone
+// they shape the node as the settings of the same names do, and beside a
+// setting they must agree with it. This test names them on purpose.
+#pragma GCC diagnostic push
+#pragma GCC diagnostic ignored "-Wdeprecated-declarations"
+TEST(BackendSettings, DeprecatedEmuFieldsStillShapeTheNode) {
+  DeviceOptions f;
+  f.preset = "small";
+  f.gpus = 3;
+  f.engines = 2;
+  f.memory_per_gpu = 64ull << 20;
+  DeviceOptions s;
+  s.settings = "preset=small gpus=3 engines=2 memory_per_gpu=64M";
+  Result<std::unique_ptr<Device>> by_fields = open_device(f), by_settings = open_device(s);
+  ASSERT_TRUE(by_fields.ok()) << by_fields.status().to_string();
+  ASSERT_TRUE(by_settings.ok()) << by_settings.status().to_string();
+  EXPECT_EQ(topology_json((*by_fields)->topology()), topology_json((*by_settings)->topology()));
+  DeviceOptions g;
+  g.preset = "small";
+  g.gen = "5.2";
+  Result<std::unique_ptr<emu::EmuDevice>> gen = emu::create(g);
+  ASSERT_TRUE(gen.ok()) << gen.status().to_string();
+  EXPECT_EQ((*gen)->topology().gpus[0].isa.gen(), sdma::Gen::v5_2);
   // The same value as a field and a setting is one request; different ones are refused.
-  o.gpus = 3;
-  EXPECT_TRUE(open_device(o).ok());
-  o.gpus = 4;
-  Result<std::unique_ptr<Device>> clash = open_device(o);
+  s.gpus = 3;
+  EXPECT_TRUE(open_device(s).ok());
+  s.gpus = 4;
+  Result<std::unique_ptr<Device>> clash = open_device(s);
   ASSERT_FALSE(clash.ok());
   EXPECT_NE(clash.status().message().find("gpus is given twice"), std::string::npos) << clash.status().to_string();
 }
+#pragma GCC diagnostic pop
 
 TEST(BackendSettings, UnknownKeysAreRefusedNamingTheKnownOnes) {
   const std::string emu = open_error("emu", "preset=small gpu=2");

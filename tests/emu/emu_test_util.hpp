@@ -108,16 +108,21 @@ inline ::testing::AssertionResult bytes_equal(const void* got, const void* want,
                                        << ": got " << hex(g[first]) << ", want " << hex(w[first]);
 }
 
-// DeviceOptions by fields (designated initializers would warn about the rest).
-inline DeviceOptions options(std::string preset, int gpus = 0, int engines = 0, std::string gen = "",
+// DeviceOptions for the emulator, its shape given in settings as users give
+// it (docs/emulator.md): "preset=small gpus=3 ..."; an empty or 0 argument
+// leaves its key out (the preset's own).
+inline DeviceOptions options(const std::string& preset, int gpus = 0, int engines = 0, const std::string& gen = "",
                              size_t memory_per_gpu = 0, std::string backend = "emu") {
   DeviceOptions o;
   o.backend = std::move(backend);
-  o.preset = std::move(preset);
-  o.gpus = gpus;
-  o.engines = engines;
-  o.gen = std::move(gen);
-  o.memory_per_gpu = memory_per_gpu;
+  auto add = [&o](const char* key, const std::string& value) {
+    if (!value.empty()) o.settings += (o.settings.empty() ? "" : " ") + std::string(key) + "=" + value;
+  };
+  add("preset", preset);
+  if (gpus) add("gpus", std::to_string(gpus));
+  if (engines) add("engines", std::to_string(engines));
+  add("gen", gen);
+  if (memory_per_gpu) add("memory_per_gpu", std::to_string(memory_per_gpu));
   return o;
 }
 

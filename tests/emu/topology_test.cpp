@@ -153,10 +153,10 @@ TEST(EmuTopology, BadOptionsAreRefused) {
   };
   const Case cases[] = {
       {options("mi999"), "mi300x"},
-      {options("", 65), "DeviceOptions::gpus"},
-      {options("", -1), "DeviceOptions::gpus"},
-      {options("", 0, 33), "DeviceOptions::engines"},
-      {options("", 0, -2), "DeviceOptions::engines"},
+      {options("", 65), "setting gpus"},
+      {options("", -1), "gpus='-1'"},
+      {options("", 0, 33), "setting engines"},
+      {options("", 0, -2), "engines='-2'"},
       {options("", 0, 0, "8"), "4.4.2"},
       {options("", 0, 0, "", 4096 + 1), "4 KiB"},
   };
@@ -349,7 +349,7 @@ TEST(EmuQueueCreation, QueueMayOutliveItsDevice) {
 // and release() hands the plain Buffer back.
 TEST(UniqueBuffer, OwnsAndFreesItsMemory) {
   DeviceOptions o;
-  o.preset = "small";
+  o.settings = "preset=small";
   ASSERT_OK_AND_ASSIGN(std::unique_ptr<Device> dev, open_device(o));
   Buffer seen{};
   {

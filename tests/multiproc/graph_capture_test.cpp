@@ -41,8 +41,7 @@ constexpr uint64_t kMem = 8ull << 20;
 
 std::string make_env(RankEnv& e, int me, int n, const UniqueId& id, int64_t call_timeout_ms = 60000) {
   DeviceOptions o;
-  o.preset = "mi300x";
-  o.memory_per_gpu = 256ull << 20;
+  o.settings = "preset=mi300x memory_per_gpu=256M";
   o.process_slot = me;
   Result<std::unique_ptr<emu::EmuDevice>> dev = emu::create(o);
   if (!dev.ok()) return dev.status().to_string();
@@ -319,7 +318,7 @@ TEST(CaptureOneProcess, ReplaysOfEveryRankBesideOrdinaryCalls) {
     SCOPED_TRACE(loopback ? "4 loopback ranks on one GPU" : "4 ranks on 4 GPUs");
     const int n = 4;
     DeviceOptions o;
-    o.preset = "mi300x";
+    o.settings = "preset=mi300x";
     Result<std::unique_ptr<emu::EmuDevice>> dev = emu::create(o);
     ASSERT_TRUE(dev.ok());
     Communicator::Options co;
@@ -389,7 +388,7 @@ TEST(CaptureOneProcess, ReplaysOfEveryRankBesideOrdinaryCalls) {
 TEST(CaptureOneProcess, AStalledEngineFailsTheReplayAndReleasesTheStream) {
   const int n = 2;
   DeviceOptions o;
-  o.preset = "mi300x";
+  o.settings = "preset=mi300x";
   Result<std::unique_ptr<emu::EmuDevice>> dev = emu::create(o);
   ASSERT_TRUE(dev.ok());
   Communicator::Options co;

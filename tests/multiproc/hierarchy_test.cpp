@@ -303,8 +303,7 @@ std::string run_ops(Rank& rk, HierCommunicator& h, SocketInterNode& inter, HostS
 int rank_main(const Layout& g, const std::vector<UniqueId>& ids, Mesh& mesh, int me, std::string* out) {
   Rank rk{g, me, me / g.local, me % g.local, nullptr, nullptr, {}, nullptr, out};
   DeviceOptions o;
-  o.preset = "mi300x";
-  o.memory_per_gpu = 512ull << 20;
+  o.settings = "preset=mi300x memory_per_gpu=512M";
   o.process_slot = me;
   Result<std::unique_ptr<emu::EmuDevice>> dev = emu::create(o);
   if (!dev.ok()) return *out += dev.status().to_string(), 2;
@@ -438,8 +437,7 @@ int c_rank_main(const std::vector<conccl_unique_id>& ids, Mesh& mesh, int me, st
   const int node = me / 2, local = me % 2, n = 4;
   conccl_device_options o;
   conccl_device_options_init(&o);
-  o.preset = "mi300x";
-  o.memory_per_gpu = 512ull << 20;
+  o.settings = "preset=mi300x memory_per_gpu=512M";
   o.process_slot = me;
   conccl_device_t dev;
   C_OK(conccl_device_open(&o, &dev));
@@ -549,7 +547,7 @@ TEST(HierarchyCApi, CallbacksCarryTheInterNodeSteps) {
 TEST(HierarchyCApi, AOneProcessCommunicatorIsRefused) {
   conccl_device_options o;
   conccl_device_options_init(&o);
-  o.preset = "mi300x";
+  o.settings = "preset=mi300x";
   conccl_device_t dev;
   ASSERT_EQ(conccl_device_open(&o, &dev), CONCCL_OK);
   const int gpus[] = {0, 1};

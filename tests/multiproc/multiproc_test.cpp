@@ -121,8 +121,7 @@ struct Layout {
 
 DeviceOptions device_options(const Layout& l, int slot) {
   DeviceOptions o;
-  o.preset = l.preset;
-  o.memory_per_gpu = 4ull << 30;  // loopback ranks share one GPU's memory
+  o.settings = std::string("preset=") + l.preset + " memory_per_gpu=4G";  // loopback ranks share one GPU's memory
   o.process_slot = slot;
   return o;
 }
@@ -601,8 +600,7 @@ TEST(MultiProcessFaults, ARankThatSeesFewerGpusIsToldToSeeThemAll) {
   const Layout l{"mi300x", false, 2};
   std::vector<RankOutcome> res = fork_ranks(all_ranks(2), [&](int r, std::string* out) {
     DeviceOptions o = device_options(l, r);
-    o.gpus = r == 0 ? 2 : 1;  // rank 1 sees one GPU
-    o.memory_per_gpu = 256ull << 20;
+    o.settings = std::string("preset=") + l.preset + " memory_per_gpu=256M gpus=" + (r == 0 ? "2" : "1");  // rank 1 sees one GPU
     Result<std::unique_ptr<emu::EmuDevice>> dev = emu::create(o);
     if (!dev.ok()) {
       *out = dev.status().to_string();

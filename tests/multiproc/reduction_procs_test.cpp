@@ -84,8 +84,7 @@ std::string one(Communicator& c, Device& dev, const Buffer& mem, HostStream* str
 
 int rank_main(const ProcsSetup& s, const UniqueId& id, int me, std::string* out) {
   DeviceOptions o;
-  o.preset = "mi300x";
-  o.memory_per_gpu = 1ull << 30;
+  o.settings = "preset=mi300x memory_per_gpu=1G";
   o.process_slot = me;
   Result<std::unique_ptr<emu::EmuDevice>> dev = emu::create(o);
   if (!dev.ok()) return *out += dev.status().to_string(), 2;

@@ -36,8 +36,7 @@ struct NodeSetup {
 
 DeviceOptions dev_opts(const NodeSetup& s, int rank) {
   DeviceOptions o;
-  o.preset = s.preset;
-  o.memory_per_gpu = 2ull << 30;
+  o.settings = std::string("preset=") + s.preset + " memory_per_gpu=2G";
   o.process_slot = rank;
   return o;
 }

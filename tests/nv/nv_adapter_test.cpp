@@ -67,7 +67,7 @@ TEST(NvAdapter, CopyEngineKindPrints) {
 TEST(NvAdapter, NativeIsNullForOtherBackends) {
   DeviceOptions o;
   o.backend = "emu";
-  o.preset = "small";
+  o.settings = "preset=small";
   Result<std::unique_ptr<Device>> d = open_device(o);
   if (!d.ok()) GTEST_SKIP() << d.status().to_string();
   EXPECT_EQ(nv::native(**d), nullptr);
@@ -77,7 +77,7 @@ TEST(NvAdapter, NativeIsNullForOtherBackends) {
 TEST(NvAdapter, CudaMemoryNeedsTheNvBackend) {
   DeviceOptions o;
   o.backend = "emu";
-  o.preset = "small";
+  o.settings = "preset=small";
   Result<std::unique_ptr<Device>> d = open_device(o);
   ASSERT_TRUE(d.ok()) << d.status().to_string();
   Result<Buffer> b = (*d)->alloc(0, 4096, MemKind::cuda);

@@ -34,8 +34,20 @@ class DeviceTest(unittest.TestCase):
         with self.assertRaises(conccl.Error):
             conccl.Device("emu", settings=["gpus=2"])
 
+    def test_emu_keywords_are_the_older_form_of_settings(self):
+        # preset=, gpus=, ... (the C API's deprecated fields) shape the node as the settings of those names.
+        with conccl.Device("emu", preset="small", gpus=3, engines=2) as dev:
+            self.assertEqual(dev.gpu_count, 3)
+            self.assertEqual(len(dev.engines(0)), 2)
+            self.assertEqual(dev.topology()["preset"], "small(custom)")
+        with conccl.Device("emu", gpus=3, settings="preset=small gpus=3") as dev:  # both ways, agreeing
+            self.assertEqual(dev.gpu_count, 3)
+        with self.assertRaises(conccl.Error) as cm:
+            conccl.Device("emu", gpus=4, settings="preset=small gpus=3")
+        self.assertIn("gpus is given twice", cm.exception.message)
+
     def test_topology_and_engines(self):
-        with conccl.Device("emu", preset="mi300x") as dev:
+        with conccl.Device("emu", settings="preset=mi300x") as dev:
             self.assertEqual(dev.gpu_count, 8)
             topo = dev.topology()
             self.assertEqual(topo["backend"], "emu")
@@ -46,7 +58,7 @@ class DeviceTest(unittest.TestCase):
             self.assertEqual(cm.exception.status, "not_found")
 
     def test_queue_copy_signal_and_zero_copy_views(self):
-        with conccl.Device("emu", preset="mi300x") as dev:
+        with conccl.Device("emu", settings="preset=mi300x") as dev:
             n = 3 * 4096 + 512
             src, dst = dev.alloc(0, n), dev.alloc(1, n)
             data = os.urandom(n)
@@ -99,7 +111,7 @@ class DeviceTest(unittest.TestCase):
 
 class CollectiveTest(unittest.TestCase):
     def test_all_to_all_broadcast_and_plans(self):
-        with conccl.Device("emu", preset="mi300x") as dev:
+        with conccl.Device("emu", settings="preset=mi300x") as dev:
             n, chunk = 4, 65536 + 64
             comm = conccl.Communicator(dev, range(n))
             self.assertEqual(comm.size, n)
@@ -147,7 +159,7 @@ class CollectiveTest(unittest.TestCase):
 import hashlib, sys, conccl
 r, n, uid, chunk = int(sys.argv[1]), int(sys.argv[2]), sys.argv[3], 5000
 data = lambda s: (hashlib.sha256(bytes([s % 256])).digest() * (chunk // 32 + 1))[:chunk]
-with conccl.Device("emu", preset="mi300x", process_slot=r) as dev:
+with conccl.Device("emu", settings="preset=mi300x", process_slot=r) as dev:
     comm = conccl.Communicator(dev, rank=r, nranks=n, unique_id=uid, gpu=r, timeout_ms=20000)
     mem = dev.alloc(r, 4 * chunk * n)
     with comm.register_window(mem) as win:
@@ -245,7 +257,7 @@ print("ok", r)
     def test_windows_need_one_process_per_rank(self):
         # A communicator of every rank in one process: no windows, no
         # bootstrap, no asynchronous error.
-        with conccl.Device("emu", preset="mi300x") as dev:
+        with conccl.Device("emu", settings="preset=mi300x") as dev:
             comm = conccl.Communicator(dev, range(2))
             with self.assertRaises(conccl.Error) as cm:
                 comm.register_window(dev.alloc(0, 4096))
@@ -267,7 +279,7 @@ print("ok", r)
 import hashlib, sys, conccl
 r, n, uid, chunk = int(sys.argv[1]), int(sys.argv[2]), sys.argv[3], 70000
 data = lambda s: hashlib.sha256(bytes([s])).digest() * (chunk // 32) + bytes(chunk % 32)
-with conccl.Device("emu", preset="mi300x", process_slot=r) as dev:
+with conccl.Device("emu", settings="preset=mi300x", process_slot=r) as dev:
     comm = conccl.Communicator(dev, rank=r, nranks=n, unique_id=uid, gpu=r, timeout_ms=20000)
     assert comm.rank == r and comm.size == n
     send, recv = dev.alloc(r, chunk * n), dev.alloc(r, chunk * n)
@@ -317,7 +329,7 @@ print("ok", r)
     def test_per_engine_queues_and_release_by_stores(self):
         # Another writer releases a prelaunched plan with the stores it names:
         # here an engine (a queue's dword fills), as a compute stream would.
-        with conccl.Device("emu", preset="h200") as dev:
+        with conccl.Device("emu", settings="preset=h200") as dev:
             n, chunk = 3, 40960 + 8
             comm = conccl.Communicator(dev, [0] * n, loopback=True, queues="per_engine")
             data = [os.urandom(chunk) for _ in range(n)]
@@ -343,7 +355,7 @@ print("ok", r)
                 self.assertEqual(recv[r].download(), b"".join(data))
 
     def test_cuda_calls_need_the_nv_backend(self):
-        with conccl.Device("emu", preset="h200") as dev:
+        with conccl.Device("emu", settings="preset=h200") as dev:
             with self.assertRaises(conccl.Error) as cm:
                 dev.alloc_cuda(0, 4096)
             self.assertEqual(cm.exception.status, "unavailable")
@@ -411,7 +423,7 @@ class ArgumentTest(unittest.TestCase):
         self.assert_error("out_of_range", ["gpus", str(2**32 + 2), int_range], conccl.Device, "emu", gpus=2**32 + 2)
         self.assert_error("out_of_range", ["process_slot", int_range], conccl.Device, "emu", process_slot=-2**31 - 1)
         self.assert_error("out_of_range", ["memory_per_gpu", "-1"], conccl.Device, "emu", memory_per_gpu=-1)
-        with conccl.Device("emu", preset="mi300x") as dev:
+        with conccl.Device("emu", settings="preset=mi300x") as dev:
             n, chunk = 4, 4096 + 8
             comm = conccl.Communicator(dev, range(n))
             send = [dev.alloc(r, chunk) for r in range(n)]
@@ -462,7 +474,7 @@ class ArgumentTest(unittest.TestCase):
             self.assertEqual(recv[3].download(chunk), data)
 
     def test_wrong_types_name_the_argument(self):
-        with conccl.Device("emu", preset="mi300x") as dev:
+        with conccl.Device("emu", settings="preset=mi300x") as dev:
             n, chunk = 2, 4096
             comm = conccl.Communicator(dev, range(n))
             send = [dev.alloc(r, chunk) for r in range(n)]
@@ -491,7 +503,7 @@ class ArgumentTest(unittest.TestCase):
             self.assert_error(bad, ["device", "conccl.Device", "str"], conccl.Signal, "emu")
             self.assert_error(bad, ["device", "conccl.Device"], conccl.Queue, None, 0, 0)
             # A buffer or signal of another device.
-            with conccl.Device("emu", preset="mi300x") as other:
+            with conccl.Device("emu", settings="preset=mi300x") as other:
                 theirs = other.alloc(0, chunk)
                 self.assert_error(bad, ["send[0]", "another device"], comm.all_gather, [theirs, send[1]], recv, chunk)
                 self.assert_error(bad, ["signal", "another device"], q.signal_add, conccl.Signal(other))
@@ -500,7 +512,7 @@ class ArgumentTest(unittest.TestCase):
             self.assert_error(bad, ["recv", "2 ranks", "3"], comm.broadcast, send[0], recv + recv[:1], chunk)
 
     def test_memoryview_is_plain_bytes(self):
-        with conccl.Device("emu", preset="mi300x") as dev:
+        with conccl.Device("emu", settings="preset=mi300x") as dev:
             n = 4096 + 100
             buf = dev.alloc(2, n)
             data = os.urandom(n)
@@ -522,7 +534,7 @@ class ArgumentTest(unittest.TestCase):
 
 class CloseTest(unittest.TestCase):
     def test_everything_made_from_a_closed_device_refuses_use(self):
-        dev = conccl.Device("emu", preset="mi300x")
+        dev = conccl.Device("emu", settings="preset=mi300x")
         n, chunk = 2, 8192
         comm = conccl.Communicator(dev, range(n))
         send = [dev.alloc(r, chunk) for r in range(n)]
@@ -559,7 +571,7 @@ class CloseTest(unittest.TestCase):
         # Since the C API's version 2 these calls return a status. A handle
         # destroyed behind the package's back (through the raw C call) makes
         # each of them fail, and the failure reaches Python.
-        dev = conccl.Device("emu", preset="mi300x")
+        dev = conccl.Device("emu", settings="preset=mi300x")
         sig = conccl.Signal(dev, 5)
         self.assertEqual(conccl._sig_destroy(sig._h), 0)
         with self.assertRaises(conccl.Error) as cm:
@@ -583,7 +595,7 @@ class DLPackTest(unittest.TestCase):
             self.skipTest("numpy is not installed")
         if not hasattr(np, "from_dlpack"):
             self.skipTest("this numpy has no from_dlpack")
-        with conccl.Device("emu", preset="mi300x") as dev:
+        with conccl.Device("emu", settings="preset=mi300x") as dev:
             n = 8192 + 24
             buf = dev.alloc(1, n)
             data = os.urandom(n)
@@ -632,7 +644,7 @@ class TorchShapesTest(unittest.TestCase):
 
     def test_all_to_all_single_equal_sizes(self):
         torch = self.torch
-        with conccl.Device("emu", preset="mi300x") as dev:
+        with conccl.Device("emu", settings="preset=mi300x") as dev:
             n, k, m = 4, 3, 1111  # chunk r: rows [r*k, (r+1)*k) of an (n*k, m) int32 tensor
             comm = conccl.Communicator(dev, range(n))
             inputs = [self.tensor(dev, r, (n * k, m), torch.int32) for r in range(n)]
@@ -665,7 +677,7 @@ class TorchShapesTest(unittest.TestCase):
 
     def test_all_gather_into_tensor_output_is_world_size_times_input(self):
         torch = self.torch
-        with conccl.Device("emu", preset="mi300x") as dev:
+        with conccl.Device("emu", settings="preset=mi300x") as dev:
             n, shape = 3, (5, 777)
             comm = conccl.Communicator(dev, range(n))
             inputs = [self.tensor(dev, r, shape, torch.float16) for r in range(n)]
@@ -696,7 +708,7 @@ class TorchShapesTest(unittest.TestCase):
 
     def test_broadcast_tensor_src(self):
         torch = self.torch
-        with conccl.Device("emu", preset="mi300x") as dev:
+        with conccl.Device("emu", settings="preset=mi300x") as dev:
             n, shape = 4, (7, 333)
             comm = conccl.Communicator(dev, range(n))
             tensors = [self.tensor(dev, r, shape, torch.int32) for r in range(n)]
@@ -727,7 +739,7 @@ def tensor(dev, shape, seed):
     t = torch.from_dlpack(buf).view(torch.int64).view(shape)
     t.copy_(torch.randint(-2**62, 2**62, shape, dtype=torch.int64, generator=torch.Generator().manual_seed(seed)))
     return t
-with conccl.Device("emu", preset="mi300x", process_slot=r) as dev:
+with conccl.Device("emu", settings="preset=mi300x", process_slot=r) as dev:
     comm = conccl.Communicator(dev, rank=r, nranks=n, unique_id=uid, gpu=r, timeout_ms=20000)
     inp, out = tensor(dev, (n * k, m), 100 + r), tensor(dev, (n * k, m), 200 + r)
     comm.all_to_all_single(out, inp)

@@ -92,7 +92,7 @@ class BufferReductionTest(unittest.TestCase):
     n = 4
 
     def setUp(self):
-        self.dev = conccl.Device("emu", preset="mi300x")
+        self.dev = conccl.Device("emu", settings="preset=mi300x")
         self.comm = conccl.Communicator(self.dev, range(self.n))
 
     def tearDown(self):
@@ -212,7 +212,7 @@ class TensorReductionTest(unittest.TestCase):
         self.torch, self.dist = _torch()
         if self.torch is None:
             self.skipTest("PyTorch is not installed (Debian: apt-get install python3-torch)")
-        self.dev = conccl.Device("emu", preset="mi300x")
+        self.dev = conccl.Device("emu", settings="preset=mi300x")
         self.comm = conccl.Communicator(self.dev, range(self.n))
         self.gen = self.torch.Generator().manual_seed(5)
 
@@ -352,7 +352,7 @@ import sys, numpy as np, torch, torch.distributed as dist, conccl
 sys.path.insert(0, sys.argv[4])
 from test_reductions import random_elements, reference
 r, n, uid = int(sys.argv[1]), int(sys.argv[2]), sys.argv[3]
-with conccl.Device("emu", preset="mi300x", process_slot=r) as dev:
+with conccl.Device("emu", settings="preset=mi300x", process_slot=r) as dev:
     comm = conccl.Communicator(dev, rank=r, nranks=n, unique_id=uid, gpu=r, timeout_ms=30000)
     count = 1001
     for k, (call, dtype, op) in enumerate([("all_reduce", "bfloat16", "sum"), ("reduce_scatter", "float32", "avg"),

@@ -52,7 +52,7 @@ def refused(fn, says, status="invalid_argument"):
     raise AssertionError("not refused: " + says)
 
 
-with conccl.Device("emu", preset="mi300x", process_slot=r) as dev:
+with conccl.Device("emu", settings="preset=mi300x", process_slot=r) as dev:
     comm = conccl.Communicator(dev, rank=r, nranks=n, unique_id=uid, gpu=r, timeout_ms=20000)
     refused(lambda: ct.SymmetricPool(comm, -1), "nbytes", "out_of_range")
     pool = ct.SymmetricPool(comm, (4 << 20) + 3)
@@ -183,7 +183,7 @@ class SymmetricPoolTest(unittest.TestCase):
             ct.SymmetricPool("comm", 4096)
         self.assertEqual(cm.exception.status, "invalid_argument")
         self.assertIn("conccl.Communicator", cm.exception.message)
-        with conccl.Device("emu", preset="mi300x") as dev:
+        with conccl.Device("emu", settings="preset=mi300x") as dev:
             comm = conccl.Communicator(dev, [0, 1])
             with self.assertRaises(conccl.Error) as cm:
                 ct.SymmetricPool(comm, 4096)

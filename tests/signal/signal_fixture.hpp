@@ -15,8 +15,7 @@ class SignalTest : public ::testing::Test {
  protected:
   void SetUp() override {
     DeviceOptions o;
-    o.preset = "small";
-    o.memory_per_gpu = 256u << 20;
+    o.settings = "preset=small memory_per_gpu=256M";
     auto d = emu::create(o);
     ASSERT_TRUE(d.ok()) << d.status().to_string();
     dev = std::move(d).value();

@@ -81,9 +81,7 @@ struct Node {
 Node& node() {
   static Node n([] {
     DeviceOptions o;
-    o.preset = "small";
-    o.gpus = 2;
-    o.engines = 8;
+    o.settings = "preset=small gpus=2 engines=8";
     return o;
   }());
   return n;
@@ -92,7 +90,7 @@ Node& node() {
 Node& hopper_node() {
   static Node n([] {
     DeviceOptions o;
-    o.preset = "h200";
+    o.settings = "preset=h200";
     return o;
   }());
   return n;

@@ -59,7 +59,7 @@ int main(int argc, char** argv) {
     }
   }
   DeviceOptions o;
-  o.preset = "small";
+  o.settings = "preset=small";
   auto devr = emu::create(o);
   if (!devr.ok() || !check(devr.status(), "create")) return 5;
   Device& dev = **devr;

@@ -20,27 +20,36 @@ conccl::Result<std::unique_ptr<conccl::Device>> open_device_from_args(const Args
   conccl::DeviceOptions o;
   o.process_slot = process_slot;
   o.backend = std::string(backend_name(args.common().backend));
-  o.preset = args.common().preset;
   conccl::Result<int64_t> gpus = args.get_int_in_range("gpus", 1, kMaxGpus, 0);
   if (!gpus.ok()) return gpus.status();
   conccl::Result<int64_t> engines = args.get_int_in_range("engines", 1, kMaxEngines, 0);
   if (!engines.ok()) return engines.status();
-  o.gpus = static_cast<int>(*gpus);  // 0: the preset's
-  o.engines = static_cast<int>(*engines);
   if (args.has("gen") && args.has("sdma-gen"))
     return conccl::error(conccl::Code::invalid_argument, "--gen and --sdma-gen are the same flag: give one");
-  o.gen = args.value("gen").value_or(args.value("sdma-gen").value_or(""));
+  const std::string gen = args.value("gen").value_or(args.value("sdma-gen").value_or(""));
+  // The emulator's shape goes in its settings (docs/emulator.md); the other
+  // backends have no preset and read "gpus"/"engines" settings of their own,
+  // so these flags say nothing to them.
+  if (o.backend == "emu") {
+    auto add = [&](const char* key, const std::string& value) {
+      if (!value.empty()) o.settings += (o.settings.empty() ? "" : " ") + std::string(key) + "=" + value;
+    };
+    add("preset", args.common().preset);
+    add("gpus", *gpus ? std::to_string(*gpus) : "");  // 0: the preset's
+    add("engines", *engines ? std::to_string(*engines) : "");
+    add("gen", gen);
+  }
   conccl::Result<std::unique_ptr<conccl::Device>> dev = conccl::open_device(o);
   if (dev.ok()) return dev;
-  // The library names the option by its field (DeviceOptions::engines):
-  // say which flag set it.
+  // The library names the option by its setting ("the emulator setting
+  // engines"): say which flag set it.
   conccl::Status st = dev.status();
   const std::string gen_flag = args.has("sdma-gen") ? "--sdma-gen" : "--gen";
-  for (const auto& [field, flag, given] :
-       {std::tuple{"DeviceOptions::gpus", std::string("--gpus"), args.has("gpus")},
-        std::tuple{"DeviceOptions::engines", std::string("--engines"), args.has("engines")},
-        std::tuple{"DeviceOptions::gen", gen_flag, !o.gen.empty()}})
-    if (given && st.message().find(field) != std::string::npos) return st.prefix(flag);
+  for (const auto& [setting, flag, given] :
+       {std::tuple{"setting gpus ", std::string("--gpus"), args.has("gpus")},
+        std::tuple{"setting engines ", std::string("--engines"), args.has("engines")},
+        std::tuple{"setting gen ", gen_flag, !gen.empty()}})
+    if (given && st.message().find(setting) != std::string::npos) return st.prefix(flag);
   return st;
 }
 

@@ -336,7 +336,7 @@ class EmuDeviceImpl final : public EmuDevice {
 
 }  // namespace
 
-Result<std::unique_ptr<EmuDevice>> create(const DeviceOptions& options) {
+Result<std::unique_ptr<EmuDevice>> create_node(const NodeOptions& options) {
   Result<Topology> topo = build_topology(options);
   if (!topo.ok()) return topo.status();
   const size_t gpu_bytes = topo->gpus.empty() ? 0 : topo->gpus[0].memory_bytes;

@@ -26,7 +26,8 @@ Status Node::init() {
         Arena::create("gpu" + std::to_string(g.index) + slot_suffix(),
                       kGpuVaBase + slot_base() + uint64_t(g.index) * kGpuVaStride, gpu_bytes_,
                       "free buffers, allocate less, or open the emulator with more memory per GPU "
-                      "(DeviceOptions::memory_per_gpu; conccl_device_options.memory_per_gpu in C)");
+                      "(the emulator setting memory_per_gpu, e.g. DeviceOptions::settings \"memory_per_gpu=8G\"; "
+                      "conccl_device_options.settings in C)");
     if (!a.ok()) return a.status();
     gpus_.push_back(std::move(a).value());
     std::vector<std::unique_ptr<Engine>> engines;

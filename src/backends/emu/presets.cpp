@@ -46,28 +46,32 @@ std::vector<std::pair<std::string, std::string>> presets() {
       {"mi300x", "8x MI300X (gfx942, SDMA 4.4.2): 16 engines each (0-1 PCIe, 2-15 xGMI), fully connected, "
                  "kernel's recommended engine per peer"},
       {"small", "2 GPUs (gfx942, SDMA 4.4.2) with 4 engines each (0-1 PCIe, 2-3 xGMI); "
-                "DeviceOptions::gpus and ::engines reshape it"},
+                "the gpus and engines settings reshape it"},
       {"h200", "1x NVIDIA H200 (Hopper CE methods on GPFIFO channels): async copy engines LCE2, LCE3 "
-               "(2 PCEs each) and LCE4 (12 PCEs); the GRCEs LCE0/1 are refused; DeviceOptions::gpus = N for N GPUs "
+               "(2 PCEs each) and LCE4 (12 PCEs); the GRCEs LCE0/1 are refused; the setting gpus=N gives N GPUs "
                "linked by NVLink"},
   };
 }
 
 namespace {
 
-Result<Topology> h200_topology(const DeviceOptions& o) {
+// How messages name a setting: by its key, where it is given (the library is
+// used from C++, C and Python; sdma-probe adds the flag that set it).
+std::string setting(const char* key, const char* example) {
+  return std::string("the emulator setting ") + key + " (DeviceOptions::settings \"" + example +
+         "\"; conccl_device_options.settings in C)";
+}
+
+Result<Topology> h200_topology(const NodeOptions& o) {
   if (o.engines)
-    return error(Code::invalid_argument, "the h200 preset has the H200's copy engines (LCE2, LCE3, LCE4); "
-                                         "DeviceOptions::engines (conccl_device_options.engines) does not apply to "
-                                         "it: leave it 0");
+    return error(Code::invalid_argument, "the h200 preset has the H200's copy engines (LCE2, LCE3, LCE4); " +
+                                             setting("engines", "engines=K") + " does not apply to it: leave it out");
   if (!o.gen.empty())
-    return error(Code::invalid_argument, "the h200 preset's engines execute Hopper CE methods; an SDMA "
-                                         "generation (DeviceOptions::gen, conccl_device_options.gen) does not apply "
-                                         "to it: leave it empty");
+    return error(Code::invalid_argument, "the h200 preset's engines execute Hopper CE methods; an SDMA generation, " +
+                                             setting("gen", "gen=GEN") + ", does not apply to it: leave it out");
   const int gpus = o.gpus ? o.gpus : 1;
   if (gpus < 1 || gpus > 64)
-    return error(Code::invalid_argument,
-                 "DeviceOptions::gpus (conccl_device_options.gpus) must be 1..64, not " + std::to_string(gpus));
+    return error(Code::invalid_argument, setting("gpus", "gpus=N") + " must be 1..64, not " + std::to_string(gpus));
   Topology t;
   t.backend = "emu";
   t.preset = gpus == 1 ? "h200" : "h200(custom)";
@@ -96,7 +100,7 @@ bool is_grce(const Topology& t, int lce) {
   return false;
 }
 
-Result<Topology> build_topology(const DeviceOptions& o) {
+Result<Topology> build_topology(const NodeOptions& o) {
   std::string preset = o.preset.empty() ? (o.gpus || o.engines ? "small" : "mi300x") : o.preset;
   if (preset == "h200") return h200_topology(o);
   int gpus = 0, engines = 0;
@@ -115,11 +119,10 @@ Result<Topology> build_topology(const DeviceOptions& o) {
   if (o.gpus) gpus = o.gpus;
   if (o.engines) engines = o.engines;
   if (gpus < 1 || gpus > 64)
-    return error(Code::invalid_argument,
-                 "DeviceOptions::gpus (conccl_device_options.gpus) must be 1..64, not " + std::to_string(gpus));
+    return error(Code::invalid_argument, setting("gpus", "gpus=N") + " must be 1..64, not " + std::to_string(gpus));
   if (engines < 1 || engines > 32)
     return error(Code::invalid_argument,
-                 "DeviceOptions::engines (conccl_device_options.engines) must be 1..32, not " + std::to_string(engines));
+                 setting("engines", "engines=K") + " must be 1..32, not " + std::to_string(engines));
   sdma::Gen gen = sdma::Gen::v4_4_2;
   std::string name = "gfx942";
   if (!o.gen.empty()) {

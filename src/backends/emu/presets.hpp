@@ -1,12 +1,40 @@
 // src/backends/emu/presets.hpp - topologies the emulated node can take.
 #pragma once
 
+#include <cstddef>
+#include <memory>
+#include <string>
+
 #include "conccl/device.hpp"
 
 namespace conccl::emu {
 
+class EmuDevice;
+
+// The emulator's own options: DeviceOptions::settings' keys (docs/emulator.md)
+// once parsed (open_emu.cpp), and the process slot.
+struct NodeOptions {
+  std::string preset;         // "mi300x", "small", "h200" ("" = mi300x, or small when reshaped)
+  int gpus = 0;               // GPUs (0 = the preset's)
+  int engines = 0;            // engines per GPU (0 = the preset's)
+  std::string gen;            // SDMA generation of the emulated GPUs ("" = the preset's)
+  size_t memory_per_gpu = 0;  // HBM arena per GPU in bytes (0 = default)
+  int process_slot = -1;      // DeviceOptions::process_slot
+};
+
+// DeviceOptions' settings (and its deprecated emulator fields) into
+// NodeOptions; errors name a bad, unknown or contradicting key (open_emu.cpp).
+Result<NodeOptions> node_options(const DeviceOptions& options);
+// The C API's conccl_device_options fields of the same names (deprecated,
+// #30) into DeviceOptions' deprecated fields: open_emu.cpp is the one place
+// that names those fields.
+void set_deprecated_fields(DeviceOptions* options, const NodeOptions& fields);
+
+// Creates the emulated node (device.cpp).
+Result<std::unique_ptr<EmuDevice>> create_node(const NodeOptions& options);
+
 // Builds the topology for options (preset + overrides).
-Result<Topology> build_topology(const DeviceOptions& options);
+Result<Topology> build_topology(const NodeOptions& options);
 // Whether engine `lce` of an h200-preset topology is a graphics CE (refused).
 bool is_grce(const Topology& t, int lce);
 
