@@ -128,7 +128,7 @@ class Plan;
 struct CallState;
 struct ReduceState;
 struct CachedCalls;
-struct LocalReplayFailure;
+struct LocalReplays;
 
 // Symmetric windows (docs/multiprocess.md, "Windows"): one buffer per rank,
 // registered once by every rank together, after which every rank knows every
@@ -486,9 +486,10 @@ class Communicator {
   std::mutex plans_mu_;
   // Captured calls with every rank in this process (captured_calls.cpp).
   Status capture_local(const CollectiveArgs& args, StreamOps& stream);
-  // Why a replay of such a call failed (async_error()); shared with the
-  // captures, which may outlive the communicator.
-  std::shared_ptr<LocalReplayFailure> local_failure_;
+  // Why a replay of such a call failed (async_error()), and the watchdog of
+  // their replays; shared with the captures, which may outlive the
+  // communicator.
+  std::shared_ptr<LocalReplays> local_replays_;
   // calls.cpp: windows and one-call collectives (call(), its counters, plan
   // cache and watchdog); made on first use.
   friend struct CallState;

@@ -155,8 +155,8 @@ CallState& Communicator::calls() {
 }
 
 Status Communicator::async_error() const {
-  if (local_failure_)
-    if (Status s = local_failure_->get(); !s.ok()) return s;
+  if (local_replays_)
+    if (Status s = local_replays_->get(); !s.ok()) return s;
   if (!calls_) return Status();
   std::lock_guard<std::mutex> lk(calls_->mu);
   return calls_->failed;

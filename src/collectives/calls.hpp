@@ -34,6 +34,7 @@
 #include <thread>
 #include <vector>
 
+#include "collectives/replay_watchdog.hpp"
 #include "collectives/builder.hpp"
 
 namespace conccl {
@@ -101,13 +102,16 @@ struct PreparedCall {
 // How a captured call reaches its communicator's state: cut (state null)
 // when the communicator goes, so that a replay after that does nothing but
 // release its stream.
-// The first failure of a one-process communicator's graph replays
-// (captured_calls.cpp: a replay that could not start, or whose lists did not
-// end by the call timeout): what Communicator::async_error() reports. Shared
-// by the communicator and its captures, which may outlive it.
-struct LocalReplayFailure {
+// What a one-process communicator's graph replays share (captured_calls.cpp),
+// with the communicator and with each other; captures may outlive the
+// communicator. `failed`: the first failure (a replay that could not start,
+// or whose lists did not end by the call timeout), what
+// Communicator::async_error() reports. `watchdog`: the one thread that
+// watches every capture's replays.
+struct LocalReplays {
   std::mutex mu;
   Status failed;
+  ReplayWatchdog watchdog;
   void set(const Status& why) {
     std::lock_guard<std::mutex> lk(mu);
     if (failed.ok()) failed = why;

@@ -284,10 +284,10 @@ void CallState::cut_captures() {
 // (no other process reads them), the replays its own count, and the host
 // function submits every rank's lists and posts every rank's "posted".
 // No other process can hold a replay up, but an engine can (a fault, a
-// stall): a watchdog thread gives each replay's closing list the
-// communicator's call timeout, then records why (async_error()) and
-// releases the stream, which would otherwise wait forever. After a failure
-// replays submit nothing and only release their stream.
+// stall): the communicator's replay watchdog (replay_watchdog.hpp) gives each
+// replay's closing list the call timeout, then records why (async_error())
+// and releases the stream, which would otherwise wait forever. After a
+// failure replays submit nothing and only release their stream.
 struct LocalCapture {
   std::string name;
   std::map<std::pair<int, int>, std::unique_ptr<Queue>> queues;
@@ -297,16 +297,11 @@ struct LocalCapture {
   std::vector<uint64_t> base[kCounters];            // per rank: each counter after the replays so far
   uint64_t replays = 0;
   Signal done;
-  std::shared_ptr<LocalReplayFailure> failure;
-  int64_t timeout_ms = 60000;  // the communicator's call timeout
+  std::shared_ptr<LocalReplays> shared;  // the communicator's failure and watchdog
+  int64_t timeout_ms = 60000;            // the communicator's call timeout
 
   ~LocalCapture() {
-    {
-      std::lock_guard<std::mutex> lk(watch_mu);
-      stop = true;
-    }
-    watch_cv.notify_all();
-    if (watcher.joinable()) watcher.join();
+    if (shared) shared->watchdog.forget(this);
     // The plan before its queues, and the queues before the signals their
     // lists write: after a failed replay lists may still be queued, and an
     // engine that comes back must not run them into freed memory.
@@ -318,14 +313,15 @@ struct LocalCapture {
   // Replay r's closing list, ending at `ticket` of `closer`, is watched
   // until `deadline`.
   void watch(uint64_t r, uint64_t ticket, Deadline deadline) {
-    std::lock_guard<std::mutex> lk(watch_mu);
-    watched.push_back(Watched{r, ticket, deadline});
-    if (!watcher.joinable()) watcher = std::thread([this] { run_watchdog(); });
-    watch_cv.notify_one();
+    ReplayWatchdog::Watched w{this, closer.get(), ticket, deadline, nullptr};
+    w.fail = [this, r](Status st) {
+      fail(r, st.prefix("its lists did not end within the call timeout (" + std::to_string(timeout_ms) + " ms)"));
+    };
+    shared->watchdog.watch(std::move(w));
   }
   // Records a failure of replay r and lets its stream go on.
   void fail(uint64_t r, Status why) {
-    failure->set(why.prefix(name + " replay " + std::to_string(r)));
+    shared->set(why.prefix(name + " replay " + std::to_string(r)));
     done.set(1);
   }
 
@@ -334,46 +330,6 @@ struct LocalCapture {
   void submit(uint64_t r, Deadline dl, Status* st) {
     *st = CallState::submit_lists(*plan, r - 1, base, dl, name + " replay " + std::to_string(r));
     for (size_t q = 0; q < base[kCounterPhase].size(); ++q) base[kCounterPhase][q] += plan->ready_adds_[q];
-  }
-
- private:
-  struct Watched {
-    uint64_t replay;
-    uint64_t ticket;
-    Deadline deadline;
-  };
-  std::mutex watch_mu;
-  std::condition_variable watch_cv;
-  std::deque<Watched> watched;
-  bool stop = false;
-  std::thread watcher;
-
-  // Waits for each watched closing list in turn, in steps of 250 ms: short
-  // enough that the destructor need not wait out a stalled engine's deadline,
-  // long enough that a hung replay's wait_done diagnoses it rarely.
-  void run_watchdog() {
-    std::unique_lock<std::mutex> lk(watch_mu);
-    while (true) {
-      watch_cv.wait(lk, [&] { return stop || !watched.empty(); });
-      if (stop) return;
-      const Watched w = watched.front();
-      lk.unlock();
-      Status st;
-      do {
-        {
-          std::lock_guard<std::mutex> s(watch_mu);
-          if (stop) return;
-        }
-        const Deadline step = Deadline::after(
-            std::min<std::chrono::nanoseconds>(std::chrono::milliseconds(250), w.deadline.remaining()));
-        st = closer->wait_done(step, w.ticket);
-      } while (st.code() == Code::timeout && !w.deadline.expired());
-      if (!st.ok())
-        fail(w.replay, st.prefix("its lists did not end within the call timeout (" + std::to_string(timeout_ms) +
-                                 " ms)"));
-      lk.lock();
-      watched.pop_front();
-    }
   }
 };
 
@@ -386,7 +342,7 @@ void local_replay(void* arg) {
     return;
   }
   const uint64_t r = ++c->replays;
-  if (!c->failure->get().ok()) {  // an earlier replay failed: async_error() says why
+  if (!c->shared->get().ok()) {  // an earlier replay failed: async_error() says why
     c->done.set(1);
     return;
   }
@@ -433,8 +389,8 @@ Status Communicator::capture_local(const CollectiveArgs& given, StreamOps& strea
   CONCCL_RETURN_IF_ERROR(validate_args(*this, args).prefix("capturing " + what));
   auto cap = std::make_shared<LocalCapture>();
   cap->name = what;
-  if (!local_failure_) local_failure_ = std::make_shared<LocalReplayFailure>();
-  cap->failure = local_failure_;
+  if (!local_replays_) local_replays_ = std::make_shared<LocalReplays>();
+  cap->shared = local_replays_;
   cap->timeout_ms = options_.call_timeout_ms;
   RankSignals sig;
   for (auto* v : {&cap->posted, &cap->arrive, &cap->phase, &cap->sent})

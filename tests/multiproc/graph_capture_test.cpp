@@ -17,6 +17,7 @@
 #include <gtest/gtest.h>
 
 #include <atomic>
+#include <filesystem>
 #include <chrono>
 #include <cstring>
 
@@ -447,6 +448,86 @@ TEST(CaptureOneProcess, AStalledEngineFailsTheReplayAndReleasesTheStream) {
   for (const EngineInfo& e : engines) ASSERT_TRUE((*dev)->inject(0, e.id, none).ok());
   g->reset();  // the capture and its watchdog go with the recording
   c.reset();
+}
+
+// Programs capture many calls (a graph per batch size, several calls per
+// layer). Their replays share one watchdog thread per communicator: 40
+// captured calls, each replayed, add one thread, not 40; a capture can go
+// while the others go on; the thread ends with the last of them.
+TEST(CaptureOneProcess, ManyCapturesShareOneWatchdogThread) {
+  auto threads = [] {
+    size_t n = 0;
+    for ([[maybe_unused]] const auto& e : std::filesystem::directory_iterator("/proc/self/task")) ++n;
+    return n;
+  };
+  const int n = 2;
+  DeviceOptions o;
+  o.settings = "preset=small";
+  Result<std::unique_ptr<emu::EmuDevice>> dev = emu::create(o);
+  ASSERT_TRUE(dev.ok());
+  Communicator::Options co;
+  co.loopback = true;
+  std::unique_ptr<Communicator> c = std::move(Communicator::create(**dev, {0, 0}, co).value());
+  std::unique_ptr<HostStream> stream = std::move(HostStream::create(**dev, 30000).value());
+  const uint64_t bytes = 515;
+  const int calls = 40;
+  std::vector<UniqueBuffer> send, recv;
+  std::vector<CollectiveArgs> args(calls);
+  for (int k = 0; k < calls; ++k) {
+    args[size_t(k)].op = CollOp::all_gather;
+    args[size_t(k)].bytes = bytes;
+    for (int r = 0; r < n; ++r) {
+      send.push_back(std::move(UniqueBuffer::alloc(**dev, 0, bytes, MemKind::device).value()));
+      recv.push_back(std::move(UniqueBuffer::alloc(**dev, 0, n * bytes, MemKind::device).value()));
+      args[size_t(k)].send.push_back(send.back().get());
+      args[size_t(k)].recv.push_back(recv.back().get());
+    }
+  }
+  // Fresh inputs per round: call k, rank r, round t.
+  auto fill = [&](uint64_t t) {
+    for (int k = 0; k < calls; ++k)
+      for (int r = 0; r < n; ++r) {
+        for (uint64_t i = 0; i < bytes; ++i) args[size_t(k)].send[size_t(r)].as<uint8_t>()[i] = value(k * n + r, t, i);
+        std::memset(args[size_t(k)].recv[size_t(r)].host, 0xEE, n * bytes);
+      }
+  };
+  auto wrong = [&](uint64_t t, int from) {
+    uint64_t bad = 0;
+    for (int k = from; k < calls; ++k)
+      for (int d = 0; d < n; ++d)
+        for (int q = 0; q < n; ++q)
+          for (uint64_t i = 0; i < bytes; ++i)
+            bad += args[size_t(k)].recv[size_t(d)].as<uint8_t>()[q * bytes + i] != value(k * n + q, t, i);
+    return bad;
+  };
+  std::vector<std::unique_ptr<HostStream::Recording>> graphs;
+  for (int k = 0; k < calls; ++k) {
+    ASSERT_TRUE(stream->begin_capture().ok());
+    ASSERT_TRUE(c->call(args[size_t(k)], stream.get()).ok());
+    Result<std::unique_ptr<HostStream::Recording>> g = stream->end_capture();
+    ASSERT_TRUE(g.ok());
+    graphs.push_back(std::move(g).value());
+  }
+  const size_t before = threads();
+  for (uint64_t t = 1; t <= 3; ++t) {
+    fill(t);
+    for (auto& g : graphs) ASSERT_TRUE(g->launch(*stream).ok());
+    ASSERT_TRUE(stream->synchronize(Deadline::after_ms(60000)).ok());
+    EXPECT_EQ(wrong(t, 0), 0u) << "round " << t;
+  }
+  const size_t during = threads();
+  EXPECT_LE(during, before + 1) << calls << " replayed captures, " << during - before << " more threads";
+  // Half the captures go; the rest replay on, watched by the same thread.
+  graphs.erase(graphs.begin(), graphs.begin() + calls / 2);
+  fill(4);
+  for (auto& g : graphs) ASSERT_TRUE(g->launch(*stream).ok());
+  ASSERT_TRUE(stream->synchronize(Deadline::after_ms(60000)).ok());
+  EXPECT_EQ(wrong(4, calls / 2), 0u);
+  EXPECT_TRUE(c->async_error().ok()) << c->async_error().to_string();
+  EXPECT_EQ(threads(), during);
+  graphs.clear();
+  c.reset();  // the last owner of the watchdog: its thread ends
+  EXPECT_LE(threads(), before) << "the watchdog thread ends with the communicator and the last capture";
 }
 
 }  // namespace
