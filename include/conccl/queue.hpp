@@ -27,19 +27,31 @@ namespace conccl {
 // NVIDIA channels.
 struct EngineStatus {
   enum class State : uint8_t { idle, running, polling, stalled, halted, unknown };
+  // How a wait compares the word it reads (masked) with its target: it holds
+  // the engine while `seen & mask <compare> target` is false.
+  enum class Compare : uint8_t { always, lt, le, eq, ne, ge, gt };
+  // A wait on memory, whatever command the engine's instruction set has for
+  // it (SDMA: POLL_REGMEM; NVIDIA: a semaphore acquire). The backend that
+  // fills it translates its command's fields.
+  struct Wait {
+    uint64_t addr = 0;           // the word polled
+    uint64_t target = 0;         // what it is compared with
+    uint64_t seen = 0;           // what the engine read last (unmasked)
+    uint64_t mask = ~0ull;       // the bits compared
+    Compare compare = Compare::ge;
+    uint8_t bits = 32;           // the word's width: 32 or 64
+    int queue = -1;              // which queue (backend's queue id) waits
+    const char* command = "";    // the command, as the backend names it ("POLL_REGMEM"; static text)
+  };
   State state = State::unknown;
-  // When polling: the wait the engine is stuck on (SDMA: a POLL_REGMEM;
-  // NVIDIA: a semaphore acquire - poll_func 5 (>=) with the 64-bit target).
-  uint64_t poll_addr = 0;
-  uint64_t poll_ref = 0, poll_value = 0;
-  uint32_t poll_mask = 0, poll_func = 0;
-  uint8_t poll_bits = 32;    // 32: SDMA POLL_REGMEM (masked); 64: semaphore acquire
-  int poll_queue = -1;       // which queue (backend's queue id) is polling
+  Wait wait;                 // meaningful when state == polling
   std::string fault;         // when halted: what faulted
   uint64_t fault_pos = 0;    // ring position (SDMA: byte offset) of the faulting command
   std::string detail() const;
 };
 const char* engine_state_name(EngineStatus::State s);
+// "<", ">=", ... ("always" for Compare::always).
+const char* compare_name(EngineStatus::Compare c);
 
 // A counter the backend bumps when an engine raises the host wake-up on a
 // queue (SDMA TRAP, NVIDIA non-stall interrupt); the host sleeps on it.

@@ -28,20 +28,37 @@ const char* engine_state_name(EngineStatus::State s) {
   return "?";
 }
 
+const char* compare_name(EngineStatus::Compare c) {
+  switch (c) {
+    case EngineStatus::Compare::always: return "always";
+    case EngineStatus::Compare::lt: return "<";
+    case EngineStatus::Compare::le: return "<=";
+    case EngineStatus::Compare::eq: return "==";
+    case EngineStatus::Compare::ne: return "!=";
+    case EngineStatus::Compare::ge: return ">=";
+    case EngineStatus::Compare::gt: return ">";
+  }
+  return "?";
+}
+
 std::string EngineStatus::detail() const {
   std::string out = engine_state_name(state);
-  char buf[200];
   if (state == State::polling) {
-    static const char* kFunc[] = {"always", "<", "<=", "==", "!=", ">=", ">", "reserved"};
-    if (poll_bits == 64)
-      std::snprintf(buf, sizeof buf, " (queue %d waits on a semaphore acquire: *(u64*)0x%llx %s 0x%llx; it reads 0x%llx)",
-                    poll_queue, static_cast<unsigned long long>(poll_addr), kFunc[poll_func & 7],
-                    static_cast<unsigned long long>(poll_ref), static_cast<unsigned long long>(poll_value));
-    else
-      std::snprintf(buf, sizeof buf,
-                    " (queue %d waits on POLL_REGMEM: *0x%llx & 0x%x %s 0x%llx; it reads 0x%llx)", poll_queue,
-                    static_cast<unsigned long long>(poll_addr), poll_mask, kFunc[poll_func & 7],
-                    static_cast<unsigned long long>(poll_ref), static_cast<unsigned long long>(poll_value));
+    // " (queue 3 waits on POLL_REGMEM: *0x1000 & 0xffffffff == 0x1; it reads 0x0)": a 32-bit
+    // word shows its mask always (as POLL_REGMEM's text did); a 64-bit one reads *(u64*)addr,
+    // with its mask only where it leaves bits out.
+    const uint64_t width = wait.bits >= 64 ? ~0ull : (1ull << wait.bits) - 1;
+    char buf[240];
+    std::snprintf(buf, sizeof buf, " (queue %d waits on %s: *%s0x%llx", wait.queue,
+                  wait.command && *wait.command ? wait.command : "memory", wait.bits >= 64 ? "(u64*)" : "",
+                  static_cast<unsigned long long>(wait.addr));
+    out += buf;
+    if (wait.bits < 64 || wait.mask != ~0ull) {
+      std::snprintf(buf, sizeof buf, " & 0x%llx", static_cast<unsigned long long>(wait.mask & width));
+      out += buf;
+    }
+    std::snprintf(buf, sizeof buf, " %s 0x%llx; it reads 0x%llx)", compare_name(wait.compare),
+                  static_cast<unsigned long long>(wait.target), static_cast<unsigned long long>(wait.seen));
     out += buf;
   }
   if (state == State::halted) out += " (fault: " + fault + ")";

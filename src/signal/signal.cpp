@@ -156,7 +156,7 @@ HangKind classify_hang(const QueueSpan& span, const Signal& signal, uint64_t exp
   const EngineStatus es = span.queue->engine_status();
   const uint64_t r = span.queue->completed();
   if (es.state == EngineStatus::State::halted) return HangKind::halted;
-  if (es.state == EngineStatus::State::polling && es.poll_queue == span.queue->id()) return HangKind::stuck_on_poll;
+  if (es.state == EngineStatus::State::polling && es.wait.queue == span.queue->id()) return HangKind::stuck_on_poll;
   if (r >= span.end && signal.value() < expected) return HangKind::completion_lost;
   if (r <= span.begin) return HangKind::never_fetched;
   return HangKind::still_running;

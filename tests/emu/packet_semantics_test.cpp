@@ -7,6 +7,7 @@
 
 #include <algorithm>
 #include <chrono>
+#include <cstdio>
 #include <cstring>
 #include <limits>
 #include <ostream>
@@ -350,18 +351,20 @@ TEST_F(EmuPackets, PollWithEveryCompareFunction) {
   ASSERT_OK_AND_ASSIGN(word, dev_->alloc(-1, 256, MemKind::host));
   ASSERT_OK_AND_ASSIGN(marks, dev_->alloc(0, 4096, MemKind::device));
   constexpr uint32_t kMask = 0x00FFFF00, kNoise = 0xAB0000CD;  // noise lies outside the mask
+  using Compare = EngineStatus::Compare;
   struct Case {
     PollFunc func;
+    Compare compare;  // how the engine status reports the function
     uint32_t ref, fail, fail2, pass;
   };
   const Case cases[] = {
-      {PollFunc::always, 0x4000, 0, 0, 0},
-      {PollFunc::lt, 0x4000, 0x4000, 0x5000, 0x3F00},
-      {PollFunc::le, 0x4000, 0x4100, 0x7700, 0x4000},
-      {PollFunc::eq, 0x4200, 0x4300, 0x4100, 0x4200},
-      {PollFunc::ne, 0x4400, 0x4400, 0x4400, 0x4500},
-      {PollFunc::ge, 0x4600, 0x4500, 0x0100, 0x4600},
-      {PollFunc::gt, 0x4800, 0x4800, 0x4700, 0x4900},
+      {PollFunc::always, Compare::always, 0x4000, 0, 0, 0},
+      {PollFunc::lt, Compare::lt, 0x4000, 0x4000, 0x5000, 0x3F00},
+      {PollFunc::le, Compare::le, 0x4000, 0x4100, 0x7700, 0x4000},
+      {PollFunc::eq, Compare::eq, 0x4200, 0x4300, 0x4100, 0x4200},
+      {PollFunc::ne, Compare::ne, 0x4400, 0x4400, 0x4400, 0x4500},
+      {PollFunc::ge, Compare::ge, 0x4600, 0x4500, 0x0100, 0x4600},
+      {PollFunc::gt, Compare::gt, 0x4800, 0x4800, 0x4700, 0x4900},
   };
   int i = 0;
   for (const Case& c : cases) {
@@ -377,11 +380,20 @@ TEST_F(EmuPackets, PollWithEveryCompareFunction) {
     if (c.func != PollFunc::always) {
       ASSERT_NO_FATAL_FAILURE(wait_polling(*q_));
       EngineStatus es = q_->engine_status();
-      EXPECT_EQ(es.poll_addr, word.va);
-      EXPECT_EQ(es.poll_func, static_cast<uint32_t>(c.func));
-      EXPECT_EQ(es.poll_mask, kMask);
-      EXPECT_EQ(es.poll_ref, c.ref << 8);
-      EXPECT_EQ(es.poll_value, (c.fail << 8 & kMask) | kNoise);
+      EXPECT_EQ(es.wait.addr, word.va);
+      EXPECT_EQ(es.wait.compare, c.compare);
+      EXPECT_EQ(es.wait.mask, kMask);
+      EXPECT_EQ(es.wait.target, c.ref << 8);
+      EXPECT_EQ(es.wait.seen, (c.fail << 8 & kMask) | kNoise);
+      EXPECT_EQ(es.wait.bits, 32);
+      EXPECT_EQ(es.wait.queue, q_->id());
+      EXPECT_STREQ(es.wait.command, "POLL_REGMEM");
+      // The text says the same: the word, its mask, the compare, the target and what it reads.
+      char want[160];
+      std::snprintf(want, sizeof want, "waits on POLL_REGMEM: *0x%llx & 0x%x %s 0x%x; it reads 0x%x)",
+                    static_cast<unsigned long long>(word.va), kMask, compare_name(c.compare), c.ref << 8,
+                    (c.fail << 8 & kMask) | kNoise);
+      EXPECT_TRUE(contains(es.detail(), want)) << es.detail() << "\nwant: " << want;
       // Another value that still fails keeps it waiting.
       host_store32(word.host, (c.fail2 << 8 & kMask) | kNoise);
       dev_->wake_pollers();

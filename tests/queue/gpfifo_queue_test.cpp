@@ -7,6 +7,7 @@
 // dropped completions and hang diagnosis, GRCEs refused.
 #include <gtest/gtest.h>
 
+#include <cstdio>
 #include <random>
 #include <thread>
 
@@ -117,10 +118,18 @@ TEST_F(Gpfifo, WaitGeHoldsTheQueueUntilTheSignalArrives) {
   EXPECT_EQ(b->wait_done(Deadline::after_ms(20), end).code(), Code::timeout);
   EngineStatus es = b->engine_status();
   EXPECT_EQ(es.state, EngineStatus::State::polling);
-  EXPECT_EQ(es.poll_bits, 64);
-  EXPECT_EQ(es.poll_addr, s.va());
-  EXPECT_EQ(es.poll_ref, 0x200000000ull);
+  EXPECT_EQ(es.wait.bits, 64);
+  EXPECT_EQ(es.wait.addr, s.va());
+  EXPECT_EQ(es.wait.target, 0x200000000ull);
+  EXPECT_EQ(es.wait.seen, 0u);
+  EXPECT_EQ(es.wait.mask, ~0ull);
+  EXPECT_EQ(es.wait.compare, EngineStatus::Compare::ge);  // wait_ge: ACQ_STRICT_GEQ
+  EXPECT_EQ(es.wait.queue, b->id());
   EXPECT_TRUE(contains(es.detail(), "semaphore acquire")) << es.detail();
+  char want[96];
+  std::snprintf(want, sizeof want, ": *(u64*)0x%llx >= 0x200000000; it reads 0x0)",
+                static_cast<unsigned long long>(s.va()));
+  EXPECT_TRUE(contains(es.detail(), want)) << es.detail() << "\nwant: " << want;
   s.set(0x1FFFFFFFFull);
   EXPECT_EQ(b->wait_done(Deadline::after_ms(20), end).code(), Code::timeout) << "one below the target";
   CommandBuffer sb = a->command_buffer();

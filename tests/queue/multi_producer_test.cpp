@@ -250,11 +250,11 @@ TEST_F(MultiProducer, APollBlocksOnlyItsOwnQueue) {
     std::this_thread::sleep_for(std::chrono::milliseconds(1));
   EngineStatus es = a->engine_status();
   ASSERT_EQ(es.state, EngineStatus::State::polling) << a->diagnose();
-  EXPECT_EQ(es.poll_queue, a->id());
-  EXPECT_EQ(es.poll_addr, flag.va);
-  EXPECT_EQ(es.poll_ref, 1u);
-  EXPECT_EQ(es.poll_value, 0u);
-  EXPECT_EQ(es.poll_func, static_cast<uint32_t>(PollFunc::eq));
+  EXPECT_EQ(es.wait.queue, a->id());
+  EXPECT_EQ(es.wait.addr, flag.va);
+  EXPECT_EQ(es.wait.target, 1u);
+  EXPECT_EQ(es.wait.seen, 0u);
+  EXPECT_EQ(es.wait.compare, EngineStatus::Compare::eq);  // PollFunc::eq
 
   // B, on the same engine, runs thousands of packets meanwhile; a monitor
   // asks for B's engine status all along: it must never call B the poller.

@@ -40,7 +40,7 @@ class EmuQueueBackend final : public SdmaRingBackend {
   EngineStatus engine_status() const override {
     EngineStatus s = engine_->status();
     // Poll details belong to whichever queue is blocked; say if it is not us.
-    if (s.state == EngineStatus::State::polling && s.poll_queue != q_.id &&
+    if (s.state == EngineStatus::State::polling && s.wait.queue != q_.id &&
         q_.poll_evals.load(std::memory_order_relaxed) == 0)
       s.state = EngineStatus::State::running;
     return s;
@@ -95,7 +95,7 @@ class EmuGpfifoBackend final : public GpfifoBackend {
     if (ch_.faulted.load(std::memory_order_acquire)) {
       s.state = EngineStatus::State::halted;
       s.fault = fault_text();
-    } else if (s.state == EngineStatus::State::polling && s.poll_queue != ch_.id &&
+    } else if (s.state == EngineStatus::State::polling && s.wait.queue != ch_.id &&
                ch_.poll_evals.load(std::memory_order_relaxed) == 0) {
       s.state = EngineStatus::State::running;
     } else if (s.state == EngineStatus::State::halted) {

@@ -92,7 +92,7 @@ void Engine::remove_channel(EmuChannel* c) {
   std::lock_guard<std::mutex> run(run_mu_);
   std::lock_guard<std::mutex> lock(mu_);
   channels_.erase(std::remove(channels_.begin(), channels_.end(), c), channels_.end());
-  if (detail_.poll_queue == c->id) detail_.poll_queue = -1;
+  if (detail_.wait.queue == c->id) detail_.wait.queue = -1;
 }
 
 void Engine::fault_channel(EmuChannel& c, const std::string& why) {
@@ -204,7 +204,7 @@ void Engine::run() {
       state_.store(static_cast<uint8_t>(blocked ? EngineStatus::State::polling : EngineStatus::State::idle));
       if (!blocked) {
         std::lock_guard<std::mutex> lock(mu_);
-        detail_.poll_queue = -1;
+        detail_.wait.queue = -1;
       }
     }
     set_polling(blocked);
@@ -262,13 +262,8 @@ Engine::Step Engine::run_queue(EmuQueue& q) {
       const uint64_t retry = p->get(sdma::Key::retry);
       if (retry == 0xFFF || q.poll_evals.fetch_add(1, std::memory_order_relaxed) + 1 <= retry) {
         std::lock_guard<std::mutex> lock(mu_);
-        detail_.poll_addr = o.poll_addr;
-        detail_.poll_ref = o.poll_ref;
-        detail_.poll_bits = 32;
-        detail_.poll_mask = o.poll_mask;
-        detail_.poll_func = o.poll_func;
-        detail_.poll_value = o.poll_value;
-        detail_.poll_queue = q.id;
+        detail_.wait = o.wait;
+        detail_.wait.queue = q.id;
         if (unannounced) q.progress.bump();
         return result == Step::advanced ? Step::advanced : Step::blocked;
       }
@@ -370,13 +365,8 @@ Engine::Step Engine::run_channel(EmuChannel& c) {
       if (o.result == ExecResult::blocked) {
         c.poll_evals.fetch_add(1, std::memory_order_relaxed);
         std::lock_guard<std::mutex> lock(mu_);
-        detail_.poll_addr = o.poll_addr;
-        detail_.poll_ref = o.poll_ref;
-        detail_.poll_value = o.poll_value;
-        detail_.poll_mask = 0;
-        detail_.poll_func = o.poll_func;
-        detail_.poll_bits = 64;
-        detail_.poll_queue = c.id;
+        detail_.wait = o.wait;
+        detail_.wait.queue = c.id;
         return result == Step::advanced ? Step::advanced : Step::blocked;
       }
       c.poll_evals.store(0, std::memory_order_relaxed);

@@ -108,10 +108,15 @@ ExecOutcome sem_execute(MethodContext& ctx, uint32_t data) {
       ExecOutcome out;
       if (ok) return out;
       out.result = ExecResult::blocked;
-      out.poll_addr = addr;
-      out.poll_ref = want;
-      out.poll_value = v;
-      out.poll_func = op == 0 ? 3 : 5;
+      out.wait.addr = addr;
+      out.wait.target = want;
+      out.wait.seen = v;
+      out.wait.mask = is64 ? ~0ull : 0xFFFFFFFFull;
+      // ACQUIRE waits for ==; ACQ_STRICT_GEQ for >=, and ACQ_CIRC_GEQ for >=
+      // modulo wrap-around, which the status shows as >=.
+      out.wait.compare = op == 0 ? EngineStatus::Compare::eq : EngineStatus::Compare::ge;
+      out.wait.bits = is64 ? 64 : 32;
+      out.wait.command = "semaphore acquire";
       return out;
     }
     case 1:  // RELEASE

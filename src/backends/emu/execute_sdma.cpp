@@ -41,6 +41,21 @@ bool compare(uint32_t func, uint32_t v, uint32_t ref) {
   }
 }
 
+// POLL_REGMEM's function code (0..6: always, <, <=, ==, !=, >=, >) as the
+// engine status' generic compare.
+EngineStatus::Compare compare_of(uint32_t func) {
+  using C = EngineStatus::Compare;
+  switch (func) {
+    case 0: return C::always;
+    case 1: return C::lt;
+    case 2: return C::le;
+    case 3: return C::eq;
+    case 4: return C::ne;
+    case 5: return C::ge;
+    default: return C::gt;  // 6 (7 is reserved and faults before a wait)
+  }
+}
+
 // ATOMIC op = TC_OP: bits[4:0] operation, bit 5 = 64-bit, bit 6 = no return
 // (tinygrad extra/hip_gpu_driver/soc21_enum.h; Linux sdma_v4_4_2.c sdma_v4_4_2_ring_emit_* uses).
 template <typename T>
@@ -235,11 +250,13 @@ ExecOutcome exec_poll(ExecContext& ctx, const sdma::Packet& p) {
   const uint32_t mask = static_cast<uint32_t>(p.get(Key::mask)), ref = static_cast<uint32_t>(p.get(Key::ref));
   if (compare(func, v & mask, ref)) return out;
   out.result = ExecResult::blocked;
-  out.poll_addr = addr;
-  out.poll_ref = ref;
-  out.poll_mask = mask;
-  out.poll_func = func;
-  out.poll_value = v;
+  out.wait.addr = addr;
+  out.wait.target = ref;
+  out.wait.seen = v;
+  out.wait.mask = mask;
+  out.wait.compare = compare_of(func);
+  out.wait.bits = 32;
+  out.wait.command = "POLL_REGMEM";
   return out;
 }
 

@@ -201,10 +201,7 @@ struct ExecOutcome {
   uint64_t bytes = 0;       // bytes moved (stats)
   bool wrote_memory = false;
   bool dropped = false;     // a completion write was dropped by injection
-  // When blocked on a poll:
-  uint64_t poll_addr = 0;
-  uint64_t poll_ref = 0, poll_value = 0;  // 64-bit for semaphore acquires
-  uint32_t poll_mask = 0, poll_func = 0;
+  EngineStatus::Wait wait;  // when blocked: what it waits for (the queue is the engine's to fill)
 };
 inline ExecOutcome exec_fault(std::string why) {
   ExecOutcome o;
