@@ -366,7 +366,7 @@ TEST(KfdWakeup, FenceToMailboxThenTrap) {
 
 TEST(KfdWakeup, WakesAnEmulatedHost) {
   conccl::DeviceOptions o;
-  o.preset = "small";
+  o.settings = "preset=small";
   conccl::Result<std::unique_ptr<conccl::emu::EmuDevice>> dev = conccl::emu::create(o);
   ASSERT_TRUE(dev.ok()) << dev.status().to_string();
   conccl::Result<std::unique_ptr<conccl::Queue>> q = (*dev)->create_queue(0, 0, conccl::QueueOptions{1 << 16});

@@ -610,6 +610,18 @@ TEST(List, EmuTableAndJson) {
   EXPECT_TRUE(contains(c.out, "\"index\": 2"));
   EXPECT_FALSE(contains(c.out, "\"index\": 3"));
   EXPECT_EQ(probe({"list", "--preset", "nope"}).rc, 2);
+  // --settings: the backend's own settings, beside the emulator's flags.
+  Outcome s = probe({"list", "--gpus", "2", "--settings", "memory_per_gpu=64M engines=3", "--json"});
+  EXPECT_EQ(s.rc, 0) << s.err;
+  EXPECT_TRUE(contains(s.out, "\"index\": 1")) << s.out;
+  EXPECT_FALSE(contains(s.out, "\"index\": 2")) << s.out;
+  EXPECT_TRUE(contains(s.out, "\"memory_bytes\": 67108864")) << s.out;
+  Outcome bad = probe({"list", "--settings", "pin_engines=on"});
+  EXPECT_EQ(bad.rc, 2) << bad.out << bad.err;
+  EXPECT_TRUE(contains(bad.err, "--settings: backend emu has no setting 'pin_engines'")) << bad.err;
+  Outcome twice = probe({"list", "--gpus", "2", "--settings", "gpus=3"});
+  EXPECT_EQ(twice.rc, 2) << twice.out << twice.err;
+  EXPECT_TRUE(contains(twice.err, "'gpus' is given twice")) << twice.err;
 }
 
 TEST(List, UnavailableBackendsExitFive) {

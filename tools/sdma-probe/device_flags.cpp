@@ -13,6 +13,10 @@ std::vector<FlagSpec> device_flag_specs() {
       // --gen, as asm/dis/demo spell the generation; --sdma-gen is its old name.
       {.name = "gen", .value = "GEN", .help = "emu: SDMA generation of the emulated GPUs (default: the preset's)"},
       {.name = "sdma-gen", .value = "GEN", .help = "the old name of --gen"},
+      {.name = "settings",
+       .value = "\"K=V ...\"",
+       .help = "the backend's own settings (docs/backends.md), e.g. \"pin_engines=on\" (kfd), "
+               "\"interrupt_waits=0\" (nv), \"memory_per_gpu=1G\" (emu)"},
   };
 }
 
@@ -39,6 +43,8 @@ conccl::Result<std::unique_ptr<conccl::Device>> open_device_from_args(const Args
     add("engines", *engines ? std::to_string(*engines) : "");
     add("gen", gen);
   }
+  const std::string extra = args.value("settings").value_or("");
+  if (!extra.empty()) o.settings += (o.settings.empty() ? "" : " ") + extra;
   conccl::Result<std::unique_ptr<conccl::Device>> dev = conccl::open_device(o);
   if (dev.ok()) return dev;
   // The library names the option by its setting ("the emulator setting
@@ -50,6 +56,7 @@ conccl::Result<std::unique_ptr<conccl::Device>> open_device_from_args(const Args
         std::tuple{"setting engines ", std::string("--engines"), args.has("engines")},
         std::tuple{"setting gen ", gen_flag, !gen.empty()}})
     if (given && st.message().find(setting) != std::string::npos) return st.prefix(flag);
+  if (!extra.empty() && st.message().find("setting") != std::string::npos) return st.prefix("--settings");
   return st;
 }
 
