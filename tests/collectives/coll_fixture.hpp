@@ -20,7 +20,7 @@
 
 #include "conccl/collectives.hpp"
 #include "conccl/emu.hpp"
-#include "emu/emu_test_util.hpp"
+#include "backends/emu/emu_test_util.hpp"
 #include "util/sanitizers.hpp"
 
 namespace conccl::coltest {

@@ -7,7 +7,7 @@
 #include <vector>
 
 #include "conccl/sdma_packets.hpp"
-#include "emu/emu_test_util.hpp"
+#include "backends/emu/emu_test_util.hpp"
 #include "packets/copy_split.hpp"
 #include "packets/generation.hpp"
 #include "packets/hopper_ce.hpp"

@@ -15,7 +15,7 @@
 #include "conccl/commands.hpp"
 #include "conccl/emu.hpp"
 #include "conccl/signal.hpp"
-#include "emu/emu_test_util.hpp"
+#include "backends/emu/emu_test_util.hpp"
 #include "packets/hopper_ce.hpp"
 #include "packets/sdma_asm.hpp"
 

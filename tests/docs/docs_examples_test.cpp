@@ -17,7 +17,7 @@
 #include "conccl/collectives.hpp"
 #include "conccl/emu.hpp"
 #include "conccl/signal.hpp"
-#include "emu/emu_test_util.hpp"
+#include "backends/emu/emu_test_util.hpp"
 
 namespace conccl {
 namespace {

@@ -9,7 +9,7 @@
 #include <vector>
 
 #include "conccl/sdma_packets.hpp"
-#include "emu/emu_test_util.hpp"
+#include "backends/emu/emu_test_util.hpp"
 
 namespace conccl {
 namespace {

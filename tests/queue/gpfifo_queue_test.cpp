@@ -13,7 +13,7 @@
 
 #include "conccl/emu.hpp"
 #include "conccl/signal.hpp"
-#include "emu/emu_test_util.hpp"
+#include "backends/emu/emu_test_util.hpp"
 #include "packets/hopper_ce.hpp"
 #include "queue/gpfifo_queue.hpp"
 

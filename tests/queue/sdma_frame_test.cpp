@@ -6,7 +6,7 @@
 
 #include <vector>
 
-#include "emu/emu_test_util.hpp"
+#include "backends/emu/emu_test_util.hpp"
 #include "queue/sdma_frame.hpp"
 
 namespace conccl {

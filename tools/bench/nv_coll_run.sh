@@ -51,7 +51,7 @@ B=/tmp/nvb
   if [ "${TESTS:-1}" = 1 ]; then
     echo "== nv tests"
     for t in test_nv_packets test_nv_backend test_nv_adapter test_nv_cuda; do
-      timeout 240 $B/tests/nv/$t --gtest_filter=-NvFault.* > $OUT/tests_$t.log 2>&1
+      timeout 240 $B/tests/backends/nv/$t --gtest_filter=-NvFault.* > $OUT/tests_$t.log 2>&1
       echo "$t rc=$? $(grep -E '^\[  (PASSED|FAILED) ' $OUT/tests_$t.log | tr '\n' ' ')"
       grep -E "^\[  FAILED  \]|Failure" $OUT/tests_$t.log | head -6
     done

@@ -43,15 +43,15 @@ rm -rf $S; mkdir -p $S  # no summaries left from an earlier run on a warm machin
     > $OUT/clocks.csv 2>&1 &
   SMI=$!
   echo "== test_nv_packets"
-  timeout 60 $B/tests/nv/test_nv_packets --gtest_brief=1 2>&1 | tail -3
+  timeout 60 $B/tests/backends/nv/test_nv_packets --gtest_brief=1 2>&1 | tail -3
   echo "== test_nv_backend"
-  timeout 180 $B/tests/nv/test_nv_backend --gtest_filter=-NvFault.* --gtest_brief=1 2>&1 | tail -12
+  timeout 180 $B/tests/backends/nv/test_nv_backend --gtest_filter=-NvFault.* --gtest_brief=1 2>&1 | tail -12
   echo "== test_nv_adapter"
-  timeout 120 $B/tests/nv/test_nv_adapter 2>&1 | grep -vE "^\[ +(RUN|OK) " | tail -14
+  timeout 120 $B/tests/backends/nv/test_nv_adapter 2>&1 | grep -vE "^\[ +(RUN|OK) " | tail -14
   echo "== test_nv_cuda"
-  timeout 120 $B/tests/nv/test_nv_cuda 2>&1 | grep -vE "^\[ +(RUN|OK) " | tail -12
+  timeout 120 $B/tests/backends/nv/test_nv_cuda 2>&1 | grep -vE "^\[ +(RUN|OK) " | tail -12
   echo "== test_nv_local_capture (every rank in one process, captured into a CUDA graph)"
-  timeout 150 $B/tests/nv/test_nv_local_capture 2>&1 | grep -vE "^\[ +(RUN|OK) " | tail -8
+  timeout 150 $B/tests/backends/nv/test_nv_local_capture 2>&1 | grep -vE "^\[ +(RUN|OK) " | tail -8
   echo "== nv_ce_bench"
   timeout 300 $B/tools/bench/nv_ce_bench --verbose --json $OUT/nv_ce_bench.json ${BENCH_ARGS:-} \
     2> $OUT/bench_stderr.log | tee $S/ce.txt
@@ -76,7 +76,7 @@ rm -rf $S; mkdir -p $S  # no summaries left from an earlier run on a warm machin
   tail -8 $OUT/cuda_stderr.log 2>/dev/null
   if [ "${FAULT:-0}" = 1 ]; then
     echo "== fault test"
-    CONCCL_NV_FAULT_TEST=1 timeout 60 $B/tests/nv/test_nv_backend --gtest_filter=NvFault.* 2>&1 | tail -8
+    CONCCL_NV_FAULT_TEST=1 timeout 60 $B/tests/backends/nv/test_nv_backend --gtest_filter=NvFault.* 2>&1 | tail -8
   fi
   kill $SMI 2>/dev/null
   echo "== clocks (pstate, sm MHz, mem MHz) seen"; cut -d, -f2-4 $OUT/clocks.csv | sort | uniq -c | sort -rn | head -6

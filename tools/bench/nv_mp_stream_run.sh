@@ -2,7 +2,7 @@
 # tools/bench/nv_mp_stream_run.sh - on the GPU machine (device tool, carry
 # .nvdev): the NCCL-shaped calls with one process per rank ordered on CUDA
 # streams. Builds in /tmp/nvb (Release, tests on), runs the forked stream
-# test (tests/nv/nv_mp_stream_test.cpp) and the C API tests, then
+# test (tests/backends/nv/nv_mp_stream_test.cpp) and the C API tests, then
 # examples/python/torch_allgather_procs.py for each "ranks:MiB:iters" in
 # TORCH_RUNS; ASAN=1 also builds and runs the stream test with
 # -DCONCCL_SANITIZE=address in /tmp/nva. Logs in $OUT; a summary last.
@@ -18,7 +18,7 @@ cmake -S . -B $B -G Ninja -DCMAKE_BUILD_TYPE=Release -DCMAKE_PREFIX_PATH=/tmp/gt
 ninja -C $B conccl_shared test_nv_mp_stream test_c_api test_nv_cuda 2>&1 | grep -E "error|warning: " | head
 echo "build: $(( $(date +%s) - t0 )) s"
 summary=""
-for t in nv/test_nv_mp_stream nv/test_nv_cuda c_api/test_c_api; do
+for t in backends/nv/test_nv_mp_stream backends/nv/test_nv_cuda c_api/test_c_api; do
   timeout 300 $B/tests/$t > $OUT/$(basename $t).log 2>&1; rc=$?
   line="$(basename $t): rc=$rc $(grep -E '^\[  (PASSED|FAILED|SKIPPED) ' $OUT/$(basename $t).log | tr '\n' ' ')"
   echo "$line"; summary+="$line"$'\n'
@@ -38,7 +38,7 @@ if [ "${ASAN:-0}" = 1 ]; then
   cmake -S . -B /tmp/nva -G Ninja -DCMAKE_BUILD_TYPE=Debug -DCONCCL_SANITIZE=address -DCMAKE_PREFIX_PATH=/tmp/gtest \
     -DGTEST_ROOT=/tmp/gtest > $OUT/cfg_asan.log 2>&1
   ninja -C /tmp/nva test_nv_mp_stream 2>&1 | grep -E "error|warning: " | head
-  timeout 300 /tmp/nva/tests/nv/test_nv_mp_stream > $OUT/asan_mp_stream.log 2>&1; rc=$?
+  timeout 300 /tmp/nva/tests/backends/nv/test_nv_mp_stream > $OUT/asan_mp_stream.log 2>&1; rc=$?
   line="ASan test_nv_mp_stream: rc=$rc ($(( $(date +%s) - t0 )) s) $(grep -cE 'ERROR: (Address|Leak)Sanitizer|runtime error' $OUT/asan_mp_stream.log) sanitizer reports"
   echo "$line"; summary+="$line"$'\n'
 fi

@@ -19,7 +19,7 @@ fi
 t0=$(date +%s)
 cmake -S . -B $B -G Ninja -DCMAKE_BUILD_TYPE=Release -DCMAKE_PREFIX_PATH=/tmp/gtest -DGTEST_ROOT=/tmp/gtest \
   > $OUT/cfg.log 2>&1
-TESTS=${TESTS-nv/test_nv_reduction nv/test_nv_reduce nv/test_nv_mp_stream c_api/test_c_api}
+TESTS=${TESTS-backends/nv/test_nv_reduction backends/nv/test_nv_reduce backends/nv/test_nv_mp_stream c_api/test_c_api}
 ninja -C $B conccl_shared $(for t in $TESTS; do basename $t; done) 2>&1 | grep -E "error|warning: " | head
 [ "${PROBE:-1}" = 1 ] && ninja -C $B sdma-probe 2>&1 | grep -E "error|warning: " | head
 echo "build: $(( $(date +%s) - t0 )) s"

@@ -21,7 +21,7 @@ cmake -S . -B $B -G Ninja -DCMAKE_BUILD_TYPE=Release -DCMAKE_PREFIX_PATH=/tmp/gt
 ninja -C $B conccl_shared sdma-probe nv_window_bench test_nv_mp_stream test_c_api 2>&1 | grep -E "error|warning: " | head
 echo "build: $(( $(date +%s) - t0 )) s"
 summary=""
-for t in nv/test_nv_mp_stream c_api/test_c_api; do
+for t in backends/nv/test_nv_mp_stream c_api/test_c_api; do
   timeout 200 $B/tests/$t > $OUT/$(basename $t).log 2>&1; rc=$?
   line="$(basename $t): rc=$rc $(grep -E '^\[  (PASSED|FAILED|SKIPPED) ' $OUT/$(basename $t).log | tr '\n' ' ')"
   echo "$line"; summary+="$line"$'\n'

@@ -13,7 +13,7 @@ if [ ! -f /tmp/gtest/lib/libgtest.a ]; then
 fi
 cmake -S . -B $B -G Ninja -DCMAKE_BUILD_TYPE=Release -DCMAKE_PREFIX_PATH=/tmp/gtest -DGTEST_ROOT=/tmp/gtest > /tmp/cfg.log 2>&1
 ninja -C $B conccl_shared sdma-probe test_nv_mp_stream test_c_api 2>&1 | grep -E "error|warning: " | head
-for t in nv/test_nv_mp_stream c_api/test_c_api; do
+for t in backends/nv/test_nv_mp_stream c_api/test_c_api; do
   timeout 200 $B/tests/$t > /tmp/t.log 2>&1
   echo "$(basename $t): rc=$? $(grep -E '^\[  (PASSED|FAILED|SKIPPED) ' /tmp/t.log | tr '\n' ' ')"
 done

@@ -55,7 +55,7 @@ class Out {
 };
 
 // MemFlags::bits() packs the fields in hsakmttypes.h's order; the ABI test
-// (tests/backends/kfd_abi_test.cpp) checks it against the header's bitfields.
+// (tests/backends/kfd/kfd_abi_test.cpp) checks it against the header's bitfields.
 inline HsaMemFlags to_hsa(const MemFlags& f) {
   HsaMemFlags m;
   m.Value = f.bits();

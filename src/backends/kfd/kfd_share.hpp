@@ -6,7 +6,7 @@
 // header is included here: every OS and kernel call goes through ShareSys,
 // whose real implementation (kfd_share_sys.cpp) uses
 // include/uapi/linux/kfd_ioctl.h and libdrm's amdgpu.h, and whose test
-// implementation runs on any machine (tests/backends/fake_share_sys.hpp).
+// implementation runs on any machine (tests/backends/kfd/fake_share_sys.hpp).
 //
 // Why this route. Debian's libhsakmt 5.2.3 cannot export a dma-buf, and its
 // hsaKmtShareMemory / hsaKmtRegisterSharedHandle choose the importer's

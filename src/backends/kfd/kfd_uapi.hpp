@@ -6,7 +6,7 @@
 // install where the header expects it (linux-libc-dev ships linux/, libdrm-dev
 // puts drm.h under libdrm/), so it cannot be included as it stands; libhsakmt
 // carries its own copy for the same reason. The layouts are stable kernel
-// ABI; tests/backends/kfd_uapi_test.cpp checks every size, offset and ioctl
+// ABI; tests/backends/kfd/kfd_uapi_test.cpp checks every size, offset and ioctl
 // number below against the real header.
 #pragma once
 

@@ -190,7 +190,7 @@ constexpr Header kHeaders[] = {{"7.0", "sm_70"}, {"7.5", "sm_75"}};
 // Loads in flight per element before they are combined: one group of the
 // inputs. 64 inputs are 8 groups.
 constexpr unsigned kGroup = 8;
-// The grid's cap. Measured on an H200 (132 SMs; tests/nv/reduce_kernel_hw_test.cpp),
+// The grid's cap. Measured on an H200 (132 SMs; tests/backends/nv/reduce_kernel_hw_test.cpp),
 // a 64 MiB float32 sum of 8 inputs: 32 blocks 0.227 ms (2.66 TB/s counting 8
 // reads and 1 write), 64 blocks 0.160 ms, 132 blocks 0.146 ms (4.13 TB/s,
 // the copy ceiling): a quarter of the SMs already gets about two thirds of
