@@ -7,6 +7,8 @@
 #include <gtest/gtest.h>
 
 #include <cstring>
+#include <filesystem>
+#include <functional>
 #include <fstream>
 #include <random>
 #include <sstream>
@@ -16,6 +18,7 @@
 #include "backends/nv/nv_device.hpp"
 #include "conccl/collectives.hpp"
 #include "conccl/emu.hpp"
+#include "conccl/hierarchy.hpp"
 #include "conccl/signal.hpp"
 #include "backends/emu/emu_test_util.hpp"
 
@@ -82,6 +85,52 @@ Status queues_reserve(Queue* queue, Signal& signal, uint64_t dst, uint64_t src, 
   // bytes to move while a GEMM of about `window` seconds runs
   std::vector<nv::Channel*> chs = dev.channels_for_rate(double(bytes) / window);
   CONCCL_RETURN_IF_ERROR(dev.copy_striped(dst, src, bytes, deadline, chs));
+  return Status();
+}
+
+// ---- docs/backends.md (compiled only: opens the nv backend) ---------------
+
+[[maybe_unused]] bool backend_settings_example() {
+  conccl::DeviceOptions o;
+  o.backend = "nv";
+  o.settings = "gpus=0,0 interrupt_waits=0";
+  auto dev = conccl::open_device(o);
+  return dev.ok();
+}
+
+// ---- docs/graphs.md (run below on the emulator) ---------------------------
+
+Status graphs_capture(Communicator* comm, std::unique_ptr<HostStream>& stream, const CollectiveArgs& all_gather_args,
+                      const std::function<void(std::unique_ptr<HostStream>&)>& produce,
+                      const std::function<void(std::unique_ptr<HostStream>&)>& consume) {
+  CONCCL_RETURN_IF_ERROR(stream->begin_capture());
+  produce(stream);                                                   // the step's work before the call
+  CONCCL_RETURN_IF_ERROR(comm->call(all_gather_args, stream.get()));  // recorded, not run
+  consume(stream);
+  Result<std::unique_ptr<HostStream::Recording>> graph = stream->end_capture();
+  if (!graph.ok()) return graph.status();
+  for (int i = 0; i < 1000; ++i) CONCCL_RETURN_IF_ERROR((*graph)->launch(*stream));  // each launch: one replay
+  return stream->synchronize(Deadline::after_ms(60000));
+}
+
+// ---- docs/multinode.md (compiled only: the inter-node engine is the user's) -
+
+struct MyNcclInterNode final : InterNode {
+  Status all_gather(const Buffer&, const Buffer&, uint64_t, StreamOps*) override { return unavailable(); }
+  Status all_to_all(const Buffer&, const Buffer&, uint64_t, StreamOps*) override { return unavailable(); }
+  Status broadcast(const Buffer&, const Buffer&, uint64_t, int, StreamOps*) override { return unavailable(); }
+  static Status unavailable() { return error(Code::unavailable, "a sketch: no inter-node engine here"); }
+};
+
+[[maybe_unused]] Status multinode_example(Device& dev, int local_rank, int L, const UniqueId& node_id, int node,
+                                          int nodes, const Buffer& send, const Buffer& recv, uint64_t count,
+                                          StreamOps* stream) {
+  auto local = Communicator::create(dev, local_rank, L, node_id);  // one process per rank
+  if (!local.ok()) return local.status();
+  MyNcclInterNode inter{/* your ncclComm over the ranks of this local rank */};
+  auto h = HierCommunicator::create(**local, node, nodes, inter);
+  if (!h.ok()) return h.status();
+  CONCCL_RETURN_IF_ERROR((*h)->all_reduce(send, recv, count, DataType::bf16, ReduceOp::sum, stream));
   return Status();
 }
 
@@ -171,15 +220,23 @@ TEST(DocsExamples, EveryBlockIsHere) {
   const std::string here = unindent(read(DOCS_EXAMPLES_FILE));
   ASSERT_FALSE(here.empty());
   int blocks = 0;
-  for (const char* doc : {"README.md", "docs/collectives.md", "docs/queues.md", "docs/nv-backend.md",
-                          "docs/signals.md", "docs/architecture.md", "docs/getting-started.md", "docs/emulator.md",
-                          "docs/hardware.md", "docs/asm.md", "docs/sdma-probe.md", "docs/multiprocess.md",
-                          "docs/reductions.md"}) {
+  // README.md and every page of docs/ (a new page is checked without being listed).
+  std::vector<std::string> docs = {"README.md"};
+  for (const auto& e : std::filesystem::directory_iterator(std::string(CONCCL_SOURCE_DIR) + "/docs"))
+    if (e.path().extension() == ".md") docs.push_back("docs/" + e.path().filename().string());
+  for (const std::string& doc : docs) {
     const std::string text = read(std::string(CONCCL_SOURCE_DIR) + "/" + doc);
     size_t at = 0;
-    while ((at = text.find("```cpp\n", at)) != std::string::npos) {
-      const size_t begin = at + 7, end = text.find("```", begin);
-      ASSERT_NE(end, std::string::npos) << doc << ": unterminated ```cpp block";
+    while ((at = text.find("```c", at)) != std::string::npos) {
+      size_t begin;
+      if (text.compare(at, 7, "```cpp\n") == 0) begin = at + 7;
+      else if (text.compare(at, 7, "```c++\n") == 0) begin = at + 7;
+      else {  // ```c, ```console, ...: not C++
+        at += 4;
+        continue;
+      }
+      const size_t end = text.find("```", begin);
+      ASSERT_NE(end, std::string::npos) << doc << ": unterminated C++ block";
       const std::string block = unindent(text.substr(begin, end - begin));
       EXPECT_NE(here.find(block), std::string::npos)
           << doc << ": this C++ example is not compiled by tests/docs/docs_examples_test.cpp; add it there:\n"
@@ -192,6 +249,53 @@ TEST(DocsExamples, EveryBlockIsHere) {
 }
 
 TEST(DocsExamples, EmulatorOpensFromItsSettings) { EXPECT_EQ(emulator_open(), 402); }
+
+// docs/graphs.md's capture, replayed 1000 times with a new input each time.
+TEST(DocsExamples, GraphsCaptureReplaysOnAHostStream) {
+  DeviceOptions o;
+  o.settings = "preset=small";
+  ASSERT_OK_AND_ASSIGN(std::unique_ptr<emu::EmuDevice> dev, emu::create(o));
+  Communicator::Options co;
+  co.loopback = true;
+  ASSERT_OK_AND_ASSIGN(std::unique_ptr<Communicator> comm, Communicator::create(*dev, {0, 0}, co));
+  ASSERT_OK_AND_ASSIGN(std::unique_ptr<HostStream> stream, HostStream::create(*dev));
+  const uint64_t bytes = 1000;
+  CollectiveArgs a;
+  a.op = CollOp::all_gather;
+  a.bytes = bytes;
+  std::vector<Buffer> mem;
+  for (int r = 0; r < 2; ++r) {
+    ASSERT_OK_AND_ASSIGN(Buffer s, dev->alloc(0, bytes, MemKind::device));
+    ASSERT_OK_AND_ASSIGN(Buffer d, dev->alloc(0, 2 * bytes, MemKind::device));
+    a.send.push_back(s);
+    a.recv.push_back(d);
+  }
+  uint64_t round = 0, wrong = 0;
+  auto byte = [](uint64_t round, int rank, uint64_t i) { return uint8_t(1 + (round * 131 + rank * 17 + i * 7) % 251); };
+  auto produce = [&](std::unique_ptr<HostStream>& s) {
+    ASSERT_OK(s->enqueue([&] {
+      ++round;
+      for (int r = 0; r < 2; ++r)
+        for (uint64_t i = 0; i < bytes; ++i) a.send[size_t(r)].as<uint8_t>()[i] = byte(round, r, i);
+    }));
+  };
+  auto consume = [&](std::unique_ptr<HostStream>& s) {
+    ASSERT_OK(s->enqueue([&] {
+      for (int d = 0; d < 2; ++d)
+        for (int q = 0; q < 2; ++q)
+          for (uint64_t i = 0; i < bytes; ++i) wrong += a.recv[size_t(d)].as<uint8_t>()[q * bytes + i] != byte(round, q, i);
+    }));
+  };
+  ASSERT_OK(graphs_capture(comm.get(), stream, a, produce, consume));
+  EXPECT_EQ(round, 1000u);
+  EXPECT_EQ(wrong, 0u);
+  ASSERT_OK(comm->async_error());
+  comm.reset();
+  for (int r = 0; r < 2; ++r) {
+    ASSERT_OK(dev->free(a.send[size_t(r)]));
+    ASSERT_OK(dev->free(a.recv[size_t(r)]));
+  }
+}
 
 TEST(DocsExamples, MultiprocessRunsAsOneRank) {
   ASSERT_OK(multiprocess_rank(0, 1, make_unique_id().value(), 4096));
