@@ -267,6 +267,11 @@ struct CommStats {
   uint64_t window_calls = 0;   // of them, through windows: no message between the ranks
   uint64_t window_plans = 0;   // plans compiled for window calls (once per distinct call)
   uint64_t cached_plans = 0;   // plans kept now for calls outside windows
+  // Gated submission (CONCCL_GATED_SUBMIT=1, docs/collectives.md): stream-
+  // ordered window calls whose lists were held until every rank posted the
+  // call, and of them those published before that (the gate's spin ran out).
+  uint64_t gated_calls = 0;
+  uint64_t gates_opened_early = 0;
 };
 
 class Communicator {
@@ -642,8 +647,11 @@ class Plan {
   Status submit_all(Deadline deadline);
   // Submits this process's lists: those for one queue as one submission
   // (one doorbell, and on SDMA one frame, per queue per launch), in list
-  // order within the queue. `what` names the launch in errors.
-  Status submit_lists(Deadline deadline, const std::string& what);
+  // order within the queue. `what` names the launch in errors. With `held`,
+  // the submissions are held (Queue::submit_held) and *held gets each
+  // queue and the ticket that releases its part.
+  Status submit_lists(Deadline deadline, const std::string& what,
+                      std::vector<std::pair<Queue*, uint64_t>>* held = nullptr);
   void reset_local_signals();
   // Waits for fn() in slices, checking between them that no rank's process
   // has gone (ranks in separate processes).

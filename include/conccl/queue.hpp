@@ -109,6 +109,20 @@ class Queue {
   // *span gets where the work sits: it is done once completed() >= span->end.
   Status submit(const CommandBuffer& cb, Deadline deadline, QueueSpan* span = nullptr);
 
+  // Two-step publication, for work whose start someone else decides (a
+  // collective's lists that would otherwise wait on the engine for other
+  // ranks, docs/collectives.md "Gated submission"). submit_held() writes cb
+  // into the ring as submit() does, but the engine does not see it until
+  // release(span->end), or until a later submit() or reservation commit,
+  // which publishes everything before it in ring order. Held work is never
+  // lost: waiting for it (wait_done) or for ring space releases it first.
+  // Queues whose protocol cannot hold work publish at once.
+  Status submit_held(const CommandBuffer& cb, Deadline deadline, QueueSpan* span = nullptr);
+  // Publishes held work up to ticket `end` (no-op for work already visible).
+  void release(uint64_t end);
+  // Tickets written but not yet visible to the engine (0: none).
+  uint64_t held() const { return held_to_.load(std::memory_order_acquire); }
+
   // Direct recording: ring space for up to `bytes` of commands, encoded in
   // place through commands(); commit() publishes them with one doorbell. The
   // producer lock is held from reserve() until commit() or destruction (which
@@ -171,6 +185,13 @@ class Queue {
   virtual bool engine_halted() const = 0;
   // Publishes nothing, but NOPs out what a failed reservation left (optional).
   virtual void ring_abandon() {}
+  // Held publication (submit_held): while hold_ is set, ring_submit writes
+  // but does not publish, and the protocol keeps where each held ticket
+  // ends; ring_release publishes up to a ticket. Protocols that cannot hold
+  // ignore hold_ (their work is visible at once) and keep the default.
+  virtual void ring_release(uint64_t /*end*/) {}
+  bool hold_ = false;                  // written under submit_mu_
+  std::atomic<uint64_t> held_to_{0};   // last held ticket not yet published (0: none); under submit_mu_
 
   std::mutex submit_mu_;                // serialises producers: reserve + copy + publish
   std::atomic<uint64_t> last_ticket_{0};  // written under submit_mu_

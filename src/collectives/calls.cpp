@@ -131,6 +131,7 @@ CallState::~CallState() {
   }
   cv.notify_all();
   if (watchdog.joinable()) watchdog.join();
+  stop_gates();
   plans.clear();
 }
 
@@ -165,8 +166,12 @@ Status Communicator::async_error() const {
 CommStats Communicator::stats() const {
   CommStats s;
   if (calls_) {
-    std::lock_guard<std::mutex> lk(calls_->mu);
-    s = calls_->counts;
+    {
+      std::lock_guard<std::mutex> lk(calls_->mu);
+      s = calls_->counts;
+    }
+    std::lock_guard<std::mutex> lk(calls_->gate_mu);
+    s.gates_opened_early = calls_->gates_early;
   }
   if (cached_) {
     s.calls += cached_->calls;
@@ -378,7 +383,7 @@ Result<std::unique_ptr<Plan>> CallState::compile_plan(const PreparedCall& pc, co
 }
 
 Status CallState::submit_lists(Plan& plan, uint64_t posted_before, const std::vector<uint64_t> (&bases)[kCounters],
-                               Deadline dl, const std::string& name) {
+                               Deadline dl, const std::string& name, std::vector<std::pair<Queue*, uint64_t>>* held) {
   for (PlanList& l : plan.lists_) {
     if (!l.queue) continue;
     for (const PlanList::WaitPatch& p : l.patches) {
@@ -386,7 +391,7 @@ Status CallState::submit_lists(Plan& plan, uint64_t posted_before, const std::ve
       CONCCL_RETURN_IF_ERROR(l.cb.rewrite_wait_ge(p.at, p.dwords, p.va, b + p.rel).prefix(name));
     }
   }
-  return plan.submit_lists(dl, name);
+  return plan.submit_lists(dl, name, held);
 }
 
 Status CallState::run(const CollectiveArgs& a, StreamOps* stream, std::vector<StreamOps::Op>* deferred) {
@@ -411,9 +416,17 @@ Status CallState::run(const CollectiveArgs& a, StreamOps* stream, std::vector<St
   // This rank's lists, their waits rewritten for call k, queued behind every
   // rank's "posted k".
   const Deadline dl = Deadline::after_ms(comm.options_.call_timeout_ms);
-  if (Status st = submit_lists(**plan, call - 1, base, dl, name); !st.ok()) {
+  Gate gate{call, {}};
+  const bool gated = stream && gated_submit();
+  if (Status st = submit_lists(**plan, call - 1, base, dl, name, gated ? &gate.held : nullptr); !st.ok()) {
+    for (auto& [q, t] : gate.held) q->release(t);
     fail(st);
     return st;
+  }
+  if (gated) {
+    hold_gate(std::move(gate));
+    std::lock_guard<std::mutex> lk(mu);
+    counts.gated_calls++;
   }
   const size_t mi = static_cast<size_t>(me);
   const uint64_t arrive_target = base[kCounterArrive][mi] + (*plan)->expected_[mi];

@@ -24,6 +24,7 @@
 #pragma once
 
 #include <atomic>
+#include <chrono>
 #include <condition_variable>
 #include <cstdint>
 #include <deque>
@@ -193,7 +194,8 @@ struct CallState {
   // call, the other counters to bases[counter][rank] + it. Errors name the
   // list that could not be submitted.
   static Status submit_lists(Plan& plan, uint64_t posted_before, const std::vector<uint64_t> (&bases)[kCounters],
-                             Deadline dl, const std::string& name);
+                             Deadline dl, const std::string& name,
+                             std::vector<std::pair<Queue*, uint64_t>>* held = nullptr);
 
   // ---- captured calls (captured_calls.cpp) ----
   // Records call `a` on a capturing stream: its plan on a slot's counters
@@ -265,6 +267,31 @@ struct CallState {
                    Deadline deadline);
   void watch();
   void start_watchdog();
+
+  // ---- gated submission (call_gate.cpp, docs/collectives.md) ----
+  // A stream-ordered call's lists are written held (Queue::submit_held); the
+  // gate thread publishes them once every rank has posted the call, so that
+  // no engine meets a wait on "posted" that fails (on Hopper a failed
+  // acquire switches the channel's TSG out until the scheduler comes back to
+  // it). When a rank has not posted within gate_spin of the gate reaching
+  // the front, the lists are published anyway and their own waits gate them
+  // on the engine, as without gating.
+  struct Gate {
+    uint64_t call = 0;
+    std::vector<std::pair<Queue*, uint64_t>> held;  // queue, ticket to release
+  };
+  static bool gated_submit();                     // CONCCL_GATED_SUBMIT (default: off)
+  static std::chrono::microseconds gate_spin();   // CONCCL_GATE_SPIN_US (default 100)
+  void hold_gate(Gate g);                         // hands it to the gate thread
+  void gate_loop();
+  void stop_gates();                              // publishes what is held, ends the thread
+  bool all_posted(uint64_t call) const;
+  std::mutex gate_mu;
+  std::condition_variable gate_cv;
+  std::deque<Gate> gates;  // under gate_mu, oldest first; popped by the gate thread alone
+  bool gates_stop = false;
+  std::thread gate_thread;
+  uint64_t gates_early = 0;  // gates published before every rank had posted (gate_spin ran out); gate_mu
 };
 
 }  // namespace conccl

@@ -151,7 +151,7 @@ bool join_lists() {
 }
 }  // namespace
 
-Status Plan::submit_lists(Deadline deadline, const std::string& what) {
+Status Plan::submit_lists(Deadline deadline, const std::string& what, std::vector<std::pair<Queue*, uint64_t>>* held) {
   if (groups_.empty()) {
     for (size_t i = 0; i < lists_.size(); ++i) {
       Queue* q = lists_[i].queue;
@@ -175,16 +175,22 @@ Status Plan::submit_lists(Deadline deadline, const std::string& what) {
       g.joined.clear();
       for (size_t i : g.lists) joined = joined && g.joined.append(lists_[i].cb).ok();
     }
+    auto put = [&](const CommandBuffer& cb, QueueSpan* span) {
+      if (!held) return g.queue->submit(cb, deadline, span);
+      Status st = g.queue->submit_held(cb, deadline, span);
+      if (st.ok()) held->emplace_back(g.queue, span->end);
+      return st;
+    };
     if (joined) {
       QueueSpan span;
-      if (Status st = g.queue->submit(g.joined, deadline, &span); !st.ok()) return stopped(st, lists_[g.lists[0]]);
+      if (Status st = put(g.joined, &span); !st.ok()) return stopped(st, lists_[g.lists[0]]);
       for (size_t i : g.lists) lists_[i].span = span;
       submitted += g.lists.size();
       continue;
     }
     for (size_t i : g.lists) {
       PlanList& l = lists_[i];
-      if (Status st = l.queue->submit(l.cb, deadline, &l.span); !st.ok()) return stopped(st, l);
+      if (Status st = put(l.cb, &l.span); !st.ok()) return stopped(st, l);
       ++submitted;
     }
   }

@@ -88,6 +88,7 @@ Status GpfifoQueue::reclaim(uint64_t need, Deadline deadline, uint64_t* start_ou
       *start_out = start;
       return Status();
     }
+    if (!held_.empty()) expose(put_);  // space comes only from work the engine can see
     if ((++spins & 1023) == 0) {
       CONCCL_RETURN_IF_ERROR(check_fault());
       if (deadline.expired())
@@ -117,17 +118,37 @@ uint64_t GpfifoQueue::publish(uint64_t start, uint64_t bytes, bool interrupt) {
   const uint64_t raw = hopper::encode_gp_entry(e).value();
   mem_.gp[put_ % mem_.entries] = raw;
   ++put_;
-  CONCCL_SFENCE();  // pushbuffer and GP entry before GP_PUT
-  std::atomic_ref<uint32_t>(mem_.userd[kUserdGpPutOffset / 4])
-      .store(static_cast<uint32_t>(put_ % mem_.entries), std::memory_order_release);
-  CONCCL_SFENCE();  // GP_PUT before the doorbell
-  backend_->ring_doorbell();
+  if (hold_) {  // written, not yet visible: ring_release publishes it
+    held_.push_back({value, put_});
+    held_to_.store(value, std::memory_order_release);
+  } else {
+    expose(put_);  // and every held entry before it
+  }
   {
     std::lock_guard<std::mutex> lock(inflight_mu_);
     inflight_.push_back({value, start, bytes});
   }
   pb_head_ = start + bytes;
   return value;
+}
+
+// GP_PUT to `put` (every entry before it becomes the engine's), then the
+// doorbell. Held entries at or before it are published with it.
+void GpfifoQueue::expose(uint64_t put) {
+  CONCCL_SFENCE();  // pushbuffer and GP entries before GP_PUT
+  std::atomic_ref<uint32_t>(mem_.userd[kUserdGpPutOffset / 4])
+      .store(static_cast<uint32_t>(put % mem_.entries), std::memory_order_release);
+  CONCCL_SFENCE();  // GP_PUT before the doorbell
+  backend_->ring_doorbell();
+  while (!held_.empty() && held_.front().put <= put) held_.pop_front();
+  held_to_.store(held_.empty() ? 0 : held_.back().ticket, std::memory_order_release);
+}
+
+void GpfifoQueue::ring_release(uint64_t end) {
+  uint64_t put = 0;
+  for (const Held& h : held_)
+    if (h.ticket <= end) put = h.put;
+  if (put) expose(put);
 }
 
 uint32_t* GpfifoQueue::ring_reserve(size_t bytes, Deadline deadline, Status* why) {
@@ -207,6 +228,7 @@ void GpfifoQueue::wait_for_progress(uint64_t seen, Deadline deadline) const {
 Status GpfifoQueue::wait_done(Deadline deadline, uint64_t end) {
   const uint64_t published = submitted();
   const uint64_t target = end > published ? published : end;
+  release(target);  // held work the caller waits for
   const GpfifoBackend::WaitPolicy pol = backend_->wait_policy();
   const auto spin_until = std::chrono::steady_clock::now() + std::chrono::microseconds(pol.spin_us);
   uint32_t spins = 0, nap_us = 2;
@@ -264,8 +286,9 @@ std::string GpfifoQueue::diagnose(size_t max_commands) const {
                     "): GP_GET=" + std::to_string(get) + " GP_PUT=" + std::to_string(put) + " of " +
                     std::to_string(mem_.entries) + " entries, timeline completed " + std::to_string(done) + " of " +
                     std::to_string(sub) + " submitted; engine " + es.detail();
+  if (const uint64_t h = held(); h) out += "; written but held (submit_held) up to timeline value " + std::to_string(h);
   if (done < sub) {
-    if (get == put) out += " (every entry fetched: the engine is waiting on a semaphore acquire or still copying)";
+    if (get == put && !held()) out += " (every entry fetched: the engine is waiting on a semaphore acquire or still copying)";
     else out += " (entries not yet fetched: the channel is not being scheduled, or is blocked earlier)";
   }
   // The commands of the first submission not yet completed.

@@ -26,6 +26,28 @@ Status Queue::submit(const CommandBuffer& cb, Deadline deadline, QueueSpan* span
   return Status();
 }
 
+Status Queue::submit_held(const CommandBuffer& cb, Deadline deadline, QueueSpan* span) {
+  if (!(cb.isa() == isa_)) return submit(cb, deadline, span);  // the same refusal
+  std::lock_guard<std::mutex> lock(submit_mu_);
+  const uint64_t before = last_ticket_.load(std::memory_order_relaxed);
+  if (span) *span = QueueSpan{this, before, before};
+  if (cb.empty()) return Status();
+  hold_ = true;
+  Result<uint64_t> t = ring_submit(cb, deadline);
+  hold_ = false;
+  if (!t.ok()) return t.status();
+  last_ticket_.store(*t, std::memory_order_release);
+  if (span) span->end = *t;
+  return Status();
+}
+
+void Queue::release(uint64_t end) {
+  const uint64_t h = held_to_.load(std::memory_order_acquire);
+  if (h == 0) return;  // nothing held (the common case costs no lock)
+  std::lock_guard<std::mutex> lock(submit_mu_);
+  ring_release(end);
+}
+
 Result<Queue::Reservation> Queue::reserve(size_t bytes, Deadline deadline) {
   if (bytes == 0 || (bytes & 3))
     return error(Code::invalid_argument, "reserve(" + std::to_string(bytes) +
@@ -80,6 +102,7 @@ Status Queue::Reservation::commit(QueueSpan* span) {
 Status Queue::wait_done(Deadline deadline, uint64_t end) {
   const uint64_t published = submitted();
   const uint64_t target = end > published ? published : end;
+  release(target);  // held work the caller waits for
   for (int i = 0; i < 256; ++i) {
     if (completed() >= target) return Status();
     util::cpu_relax();

@@ -7,6 +7,7 @@
 #include <gtest/gtest.h>
 #include <signal.h>
 
+#include <cstdlib>
 #include <cstring>
 #include <random>
 #include <thread>
@@ -196,6 +197,13 @@ int matrix_rank(const NodeSetup& s, const UniqueId& id, int me, std::string* out
       after.bootstrap_messages_received != before.bootstrap_messages_received)
     return 7;
   if (after.window_calls - before.window_calls != static_cast<uint64_t>(calls)) return 8;
+  // Under CONCCL_GATED_SUBMIT=1 (the test_window_calls_gated run) every
+  // stream-ordered call is gated; otherwise none is.
+  const char* g = std::getenv("CONCCL_GATED_SUBMIT");
+  const bool gated = g && std::string(g) == "1";
+  *out += "gated " + std::to_string(after.gated_calls - before.gated_calls) + " early " +
+          std::to_string(after.gates_opened_early) + "\n";
+  if (gated ? after.gated_calls == before.gated_calls : after.gated_calls != 0) return 10;
   Status d = c.deregister_window(*w);
   if (!d.ok()) return *out += "deregister: " + d.to_string(), 9;
   return 0;

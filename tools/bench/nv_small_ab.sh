@@ -15,6 +15,9 @@
 #   separate and a list's copies alongside each other, every list its own
 #            submission (the default until the lists of a queue were joined)
 #   now      and the lists of one queue joined into one submission (the default)
+#   gated    and a stream-ordered window call's lists held until every rank
+#            has posted it (CONCCL_GATED_SUBMIT=1; one process per rank only:
+#            the one-process rows repeat "now")
 # Prints one table (µs per call by chunk per rank, the best of REPS runs)
 # and packs the JSON and logs of every run into $OUT/small_ab.tgz. RANKS,
 # PROCS, FORMS, MAX, REPS override the defaults.
@@ -34,7 +37,8 @@ form_env() {
     batch) echo "CONCCL_BATCH_ARRIVALS=1 CONCCL_SPREAD_SMALL=0 CONCCL_OVERLAP_COPIES=0 CONCCL_JOIN_LISTS=0" ;;
     spread) echo "CONCCL_BATCH_ARRIVALS=1 CONCCL_SPREAD_SMALL=1 CONCCL_OVERLAP_COPIES=0 CONCCL_JOIN_LISTS=0" ;;
     separate) echo "CONCCL_BATCH_ARRIVALS=1 CONCCL_SPREAD_SMALL=1 CONCCL_OVERLAP_COPIES=1 CONCCL_JOIN_LISTS=0" ;;
-    now) echo "CONCCL_BATCH_ARRIVALS=1 CONCCL_SPREAD_SMALL=1 CONCCL_OVERLAP_COPIES=1 CONCCL_JOIN_LISTS=1" ;;
+    now) echo "CONCCL_BATCH_ARRIVALS=1 CONCCL_SPREAD_SMALL=1 CONCCL_OVERLAP_COPIES=1 CONCCL_JOIN_LISTS=1 CONCCL_GATED_SUBMIT=0" ;;
+    gated) echo "CONCCL_BATCH_ARRIVALS=1 CONCCL_SPREAD_SMALL=1 CONCCL_OVERLAP_COPIES=1 CONCCL_JOIN_LISTS=1 CONCCL_GATED_SUBMIT=1" ;;
   esac
 }
 k() { echo $(( $(numfmt --from=iec $1) * $2 / 1024 ))K; }
@@ -67,7 +71,7 @@ for f in glob.glob(os.path.join(out, "*.json")):
         else:
             if r.get("wrong"): print("WRONG", f, r["bytes"])
             t[("procs", int(n), r["bytes"], form)].append(r["us_per_call"])
-forms = [f for f in ["before", "batch", "spread", "separate", "now"] if any(k[3] == f for k in t)]
+forms = [f for f in ["before", "batch", "spread", "separate", "now", "gated"] if any(k[3] == f for k in t)]
 print("%-7s %2s %9s " % ("path", "n", "chunk") + " ".join("%14s" % f for f in forms) + "   (us per call, min of reps)")
 for key in sorted({k[:3] for k in t}):
     cells = []
