@@ -56,6 +56,7 @@ uint8_t pattern(int rank, uint64_t size, uint64_t i) {
 struct Row {
   uint64_t bytes = 0;
   double us = 0, host_us = 0, msgs = 0;
+  double early = 0;  // gated submission: fraction of timed calls whose gate opened before every rank posted
   uint64_t wrong = 0;
 };
 
@@ -142,6 +143,7 @@ int measure_size(RankCtx& x, uint64_t bytes, Row* out) {
   row.host_us = host / iters;
   row.msgs = double(after.bootstrap_messages_sent - before.bootstrap_messages_sent + after.bootstrap_messages_received -
                     before.bootstrap_messages_received) / iters;
+  row.early = double(after.gates_opened_early - before.gates_opened_early) / iters;
   *out = row;
   return 0;
 }
@@ -161,6 +163,7 @@ int report(const Opts& o, std::vector<Row>& rows, const std::vector<Bootstrap::M
       rows[i].us = std::max(rows[i].us, x.us);
       rows[i].host_us = std::max(rows[i].host_us, x.host_us);
       rows[i].msgs = std::max(rows[i].msgs, x.msgs);
+      rows[i].early = std::max(rows[i].early, x.early);
       rows[i].wrong += x.wrong;
     }
   }
@@ -177,6 +180,7 @@ int report(const Opts& o, std::vector<Row>& rows, const std::vector<Bootstrap::M
     js += std::string(i ? "," : "") + "{\"bytes\":" + std::to_string(x.bytes) + ",\"us_per_call\":" +
           std::to_string(x.us) + ",\"host_us_per_call\":" + std::to_string(x.host_us) +
           ",\"algbw_gbs\":" + std::to_string(gbs) + ",\"bootstrap_messages_per_call\":" + std::to_string(x.msgs) +
+          ",\"gates_opened_early_per_call\":" + std::to_string(x.early) +
           ",\"wrong\":" + std::to_string(x.wrong) + "}";
     if (x.wrong) rc = 1;
   }
