@@ -72,6 +72,16 @@ const CudaApi& api() {
     (void)load(a.lib, a.cuUserObjectCreate, "cuUserObjectCreate");
     (void)load(a.lib, a.cuGraphRetainUserObject, "cuGraphRetainUserObject");
     (void)load(a.lib, a.cuThreadExchangeStreamCaptureMode, "cuThreadExchangeStreamCaptureMode");
+    // The reduce kernel's; cuda.h maps cuCtxPushCurrent/cuCtxPopCurrent to _v2.
+    (void)load(a.lib, a.cuStreamGetCtx, "cuStreamGetCtx");
+    (void)load(a.lib, a.cuCtxPushCurrent, "cuCtxPushCurrent_v2");
+    (void)load(a.lib, a.cuCtxPopCurrent, "cuCtxPopCurrent_v2");
+    (void)load(a.lib, a.cuCtxGetDevice, "cuCtxGetDevice");
+    (void)load(a.lib, a.cuCtxGetId, "cuCtxGetId");
+    (void)load(a.lib, a.cuDeviceGetAttribute, "cuDeviceGetAttribute");
+    (void)load(a.lib, a.cuModuleLoadDataEx, "cuModuleLoadDataEx");
+    (void)load(a.lib, a.cuModuleGetFunction, "cuModuleGetFunction");
+    (void)load(a.lib, a.cuLaunchKernel, "cuLaunchKernel");
     if (!missing.empty())
       a.status = error(Code::unavailable, "libcuda.so.1 lacks " + missing +
                                               " (the VMM API needs a CUDA 11.x or newer driver)");

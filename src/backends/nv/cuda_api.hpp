@@ -2,7 +2,8 @@
 // (dlopen of libcuda.so.1, no CUDA toolkit at build time): the project's own
 // definitions of the public cuda.h types and values it uses, pinned by
 // static_asserts, and the table of entry points (cuda_api.cpp). Shared by
-// the interop (cuda_interop.cpp) and graph capture (cuda_graphs.cpp).
+// the interop (cuda_interop.cpp), graph capture (cuda_graphs.cpp) and the
+// reduce kernel (reduce_kernel.cpp).
 #pragma once
 
 #include <cstddef>
@@ -17,6 +18,9 @@ namespace conccl::nv::cuda_driver {
 using CUresult = int;  // enum cudaError_enum; CUDA_SUCCESS 0
 using CUdevice = int;
 using CUcontext = void*;
+using CUmodule = void*;
+using CUfunction = void*;
+using CUstream = void*;
 using CUdeviceptr = unsigned long long;
 using CUmemGenericAllocationHandle = unsigned long long;
 constexpr CUresult kCudaSuccess = 0;
@@ -93,6 +97,17 @@ struct CudaApi {
   CUresult (*cuGraphRetainUserObject)(void*, void*, unsigned, unsigned) = nullptr;
   // CUstreamCaptureMode* (cuda.h: GLOBAL 0, THREAD_LOCAL 1, RELAXED 2); optional.
   CUresult (*cuThreadExchangeStreamCaptureMode)(int*) = nullptr;
+  // The reduce kernel's (reduce_kernel.cpp checks them before its first use).
+  CUresult (*cuStreamGetCtx)(CUstream, CUcontext*) = nullptr;
+  CUresult (*cuCtxPushCurrent)(CUcontext) = nullptr;
+  CUresult (*cuCtxPopCurrent)(CUcontext*) = nullptr;
+  CUresult (*cuCtxGetDevice)(CUdevice*) = nullptr;
+  CUresult (*cuCtxGetId)(CUcontext, unsigned long long*) = nullptr;  // CUDA 12.0+
+  CUresult (*cuDeviceGetAttribute)(int*, int, CUdevice) = nullptr;
+  CUresult (*cuModuleLoadDataEx)(CUmodule*, const void*, unsigned, int*, void**) = nullptr;
+  CUresult (*cuModuleGetFunction)(CUfunction*, CUmodule, const char*) = nullptr;
+  CUresult (*cuLaunchKernel)(CUfunction, unsigned, unsigned, unsigned, unsigned, unsigned, unsigned, unsigned,
+                             CUstream, void**, void**) = nullptr;
 };
 
 // The entry points, loaded once; status says what is missing.

@@ -3,8 +3,8 @@
 //
 // Why PTX text: the DMA engines cannot add, so every reduction needs one
 // elementwise pass on the SMs; carrying that kernel as PTX keeps ConCCL
-// buildable without the CUDA toolkit (libcuda is dlopen'd, as in
-// cuda_interop.cpp) and lets the driver JIT it for whatever GPU it finds.
+// buildable without the CUDA toolkit (libcuda is dlopen'd once, through
+// cuda_api.cpp's table) and lets the driver JIT it for whatever GPU it finds.
 //
 // The generator. Every kernel has the same skeleton (reduce_ptx): a
 // grid-stride loop over 16-byte vectors, then one over single elements (the
@@ -35,7 +35,6 @@
 #include "backends/nv/reduce_kernel.hpp"
 #include "backends/nv/cuda_api.hpp"
 
-#include <dlfcn.h>
 
 #include <algorithm>
 #include <cstdint>
@@ -388,13 +387,9 @@ std::string generate(const TypeRow& t, ReduceOp op, const Header& h) {
 // -------------------------------------------------------------- the driver
 
 // cuda.h (CUDA 11/12/13 driver API): the types and values used here.
-using CUresult = int;  // CUDA_SUCCESS 0
-using CUdevice = int;
-using CUcontext = void*;
-using CUmodule = void*;
-using CUfunction = void*;
-using CUstream = void*;
-constexpr CUresult kSuccess = 0;
+using cuda_driver::CUcontext, cuda_driver::CUdevice, cuda_driver::CUfunction, cuda_driver::CUmodule,
+    cuda_driver::CUresult, cuda_driver::CUstream;  // cuda_api.hpp
+constexpr CUresult kSuccess = cuda_driver::kCudaSuccess;
 constexpr CUresult kErrOutOfMemory = 2;            // CUDA_ERROR_OUT_OF_MEMORY
 constexpr CUresult kErrJitNotFound = 221;          // CUDA_ERROR_JIT_COMPILER_NOT_FOUND
 constexpr CUresult kErrJitDisabled = 223;          // CUDA_ERROR_JIT_COMPILATION_DISABLED
@@ -402,78 +397,50 @@ constexpr int kJitErrorLogBuffer = 5;              // CU_JIT_ERROR_LOG_BUFFER
 constexpr int kJitErrorLogBufferSizeBytes = 6;     // CU_JIT_ERROR_LOG_BUFFER_SIZE_BYTES
 constexpr int kAttrMultiprocessorCount = 16;       // CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT
 
-struct Driver {
-  void* lib = nullptr;
-  Status status;
-  CUresult (*cuInit)(unsigned) = nullptr;
-  CUresult (*cuGetErrorName)(CUresult, const char**) = nullptr;
-  CUresult (*cuStreamGetCtx)(CUstream, CUcontext*) = nullptr;
-  CUresult (*cuCtxGetCurrent)(CUcontext*) = nullptr;
-  CUresult (*cuCtxPushCurrent)(CUcontext) = nullptr;
-  CUresult (*cuCtxPopCurrent)(CUcontext*) = nullptr;
-  CUresult (*cuCtxGetDevice)(CUdevice*) = nullptr;
-  CUresult (*cuCtxGetId)(CUcontext, unsigned long long*) = nullptr;  // CUDA 12.0+; optional
-  CUresult (*cuDeviceGetAttribute)(int*, int, CUdevice) = nullptr;
-  CUresult (*cuModuleLoadDataEx)(CUmodule*, const void*, unsigned, int*, void**) = nullptr;
-  CUresult (*cuModuleGetFunction)(CUfunction*, CUmodule, const char*) = nullptr;
-  CUresult (*cuLaunchKernel)(CUfunction, unsigned, unsigned, unsigned, unsigned, unsigned, unsigned, unsigned,
-                             CUstream, void**, void**) = nullptr;
-};
+// libcuda's entry points come from the one table (cuda_api.cpp); what the
+// kernel needs is checked, and cuInit made, once per process.
+const cuda_driver::CudaApi& driver() { return cuda_driver::api(); }
 
-template <typename F>
-bool sym(void* lib, F*& f, const char* name) {
-  f = reinterpret_cast<F*>(dlsym(lib, name));
-  return f != nullptr;
-}
-
-// libcuda once per process, as cuda_interop.cpp does (its table is private to
-// that file; this one holds the entry points the kernel launch needs).
-const Driver& driver() {
-  static Driver d;
+Status driver_status() {
+  static Status st;
   static std::once_flag once;
   std::call_once(once, [] {
-    d.lib = dlopen("libcuda.so.1", RTLD_NOW | RTLD_LOCAL);
-    if (!d.lib) {
-      const char* e = dlerror();
-      d.status = error(Code::unavailable,
-                       std::string("libcuda.so.1 cannot be loaded (") + (e ? e : "?") +
-                           "): the reduce kernel runs through the NVIDIA driver's CUDA library; install the "
-                           "driver or put its directory on LD_LIBRARY_PATH, or reduce on the host "
-                           "(conccl::reduce_on_host)");
+    const cuda_driver::CudaApi& d = driver();
+    if (!d.status.ok() && !d.lib) {
+      st = Status(d.status).prefix("the reduce kernel runs through the NVIDIA driver's CUDA library (install the driver or "
+                           "put its directory on LD_LIBRARY_PATH, or reduce on the host: conccl::reduce_on_host)");
       return;
     }
     std::string missing;
-    auto need = [&](bool ok, const char* n) {
-      if (!ok) missing += std::string(missing.empty() ? "" : ", ") + n;
+    auto need = [&](const void* f, const char* n) {
+      if (!f) missing += std::string(missing.empty() ? "" : ", ") + n;
     };
-    // cuda.h maps cuCtxPushCurrent/cuCtxPopCurrent to their _v2 ABI names.
-    need(sym(d.lib, d.cuInit, "cuInit"), "cuInit");
-    need(sym(d.lib, d.cuGetErrorName, "cuGetErrorName"), "cuGetErrorName");
-    need(sym(d.lib, d.cuStreamGetCtx, "cuStreamGetCtx"), "cuStreamGetCtx");
-    need(sym(d.lib, d.cuCtxGetCurrent, "cuCtxGetCurrent"), "cuCtxGetCurrent");
-    need(sym(d.lib, d.cuCtxPushCurrent, "cuCtxPushCurrent_v2"), "cuCtxPushCurrent_v2");
-    need(sym(d.lib, d.cuCtxPopCurrent, "cuCtxPopCurrent_v2"), "cuCtxPopCurrent_v2");
-    need(sym(d.lib, d.cuCtxGetDevice, "cuCtxGetDevice"), "cuCtxGetDevice");
-    need(sym(d.lib, d.cuDeviceGetAttribute, "cuDeviceGetAttribute"), "cuDeviceGetAttribute");
-    need(sym(d.lib, d.cuModuleLoadDataEx, "cuModuleLoadDataEx"), "cuModuleLoadDataEx");
-    need(sym(d.lib, d.cuModuleGetFunction, "cuModuleGetFunction"), "cuModuleGetFunction");
-    need(sym(d.lib, d.cuLaunchKernel, "cuLaunchKernel"), "cuLaunchKernel");
-    (void)sym(d.lib, d.cuCtxGetId, "cuCtxGetId");
+    need(reinterpret_cast<const void*>(d.cuInit), "cuInit");
+    need(reinterpret_cast<const void*>(d.cuGetErrorName), "cuGetErrorName");
+    need(reinterpret_cast<const void*>(d.cuStreamGetCtx), "cuStreamGetCtx");
+    need(reinterpret_cast<const void*>(d.cuCtxGetCurrent), "cuCtxGetCurrent");
+    need(reinterpret_cast<const void*>(d.cuCtxPushCurrent), "cuCtxPushCurrent_v2");
+    need(reinterpret_cast<const void*>(d.cuCtxPopCurrent), "cuCtxPopCurrent_v2");
+    need(reinterpret_cast<const void*>(d.cuCtxGetDevice), "cuCtxGetDevice");
+    need(reinterpret_cast<const void*>(d.cuDeviceGetAttribute), "cuDeviceGetAttribute");
+    need(reinterpret_cast<const void*>(d.cuModuleLoadDataEx), "cuModuleLoadDataEx");
+    need(reinterpret_cast<const void*>(d.cuModuleGetFunction), "cuModuleGetFunction");
+    need(reinterpret_cast<const void*>(d.cuLaunchKernel), "cuLaunchKernel");
     if (!missing.empty()) {
-      d.status = error(Code::unavailable, "libcuda.so.1 lacks " + missing +
-                                              ": the reduce kernel needs a CUDA 11.0 or newer driver");
+      st = error(Code::unavailable, "libcuda.so.1 lacks " + missing +
+                                        ": the reduce kernel needs a CUDA 11.0 or newer driver");
       return;
     }
     if (CUresult r = d.cuInit(0); r != kSuccess) {
       const char* n = nullptr;
-      d.status = error(Code::unavailable,
-                       std::string("cuInit failed (") +
-                           (d.cuGetErrorName(r, &n) == kSuccess && n ? n : std::to_string(r).c_str()) +
-                           "): no usable CUDA device for the reduce kernel; check nvidia-smi and "
-                           "CUDA_VISIBLE_DEVICES, or reduce on the host (conccl::reduce_on_host)");
+      st = error(Code::unavailable,
+                 std::string("cuInit failed (") +
+                     (d.cuGetErrorName(r, &n) == kSuccess && n ? n : std::to_string(r).c_str()) +
+                     "): no usable CUDA device for the reduce kernel; check nvidia-smi and "
+                     "CUDA_VISIBLE_DEVICES, or reduce on the host (conccl::reduce_on_host)");
     }
   });
-  return d;
+  return st;
 }
 
 std::string cu_name(CUresult r) {
@@ -502,7 +469,7 @@ std::map<std::tuple<uint64_t, int, int>, Loaded> g_cache;
 // JITs one module into the current context, trying kHeaders in order.
 Result<Loaded> load_kernel(const TypeRow& t, ReduceOp op) {
   const cuda_driver::RelaxedCaptureMode relaxed;  // a module load while a stream captures (cuda_api.hpp)
-  const Driver& d = driver();
+  const cuda_driver::CudaApi& d = driver();
   const std::string entry = entry_name(t, op);
   std::string failures;
   for (const Header& h : kHeaders) {
@@ -541,7 +508,7 @@ Result<Loaded> load_kernel(const TypeRow& t, ReduceOp op) {
 }
 
 Result<Loaded> kernel_for(CUcontext ctx, const TypeRow& t, ReduceOp op) {
-  const Driver& d = driver();
+  const cuda_driver::CudaApi& d = driver();
   // cuCtxGetId is unique over the process's life, where a context's handle
   // can be reused after cuCtxDestroy (and then name a stale module).
   unsigned long long id = reinterpret_cast<uintptr_t>(ctx);
@@ -647,8 +614,8 @@ Status launch_reduce(void* cu_stream, const DeviceReduceStep& step, ReduceLaunch
   }
   const uint64_t singles = step.count - nvec * lanes;
 
-  const Driver& d = driver();
-  CONCCL_RETURN_IF_ERROR(d.status);
+  CONCCL_RETURN_IF_ERROR(driver_status());
+  const cuda_driver::CudaApi& d = driver();
   CUcontext ctx = nullptr, cur = nullptr;
   CONCCL_RETURN_IF_ERROR(cu_check(d.cuStreamGetCtx(cu_stream, &ctx), "cuStreamGetCtx",
                                   "pass a live CUstream (for the default stream, make its context current first: "
