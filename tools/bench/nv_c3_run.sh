@@ -10,12 +10,9 @@
 #   TORCH="4 64"      also tools/bench/nv_c3_factors.py with these arguments (the
 #                     PyTorch C3; its SOAK_MS, REPS, BRACKET, MM, CONFIGS pass through)
 set -uo pipefail
-OUT=${OUT:-/tmp/nv_out}
-mkdir -p "$OUT"
-B=/tmp/nvb
+. "$(dirname "$0")/nv_build_common.sh"  # OUT, B and the nv_* steps
 {
-  echo "== machine"
-  uname -r; head -1 /proc/driver/nvidia/version
+  nv_machine
   nvidia-smi --query-gpu=name,power.limit,clocks.max.sm,temperature.gpu --format=csv,noheader 2>&1 | head -2
   echo "== configure + build"
   cmake -S . -B $B -G Ninja -DCMAKE_BUILD_TYPE=Release -DCONCCL_BUILD_TESTS=OFF > $OUT/configure.log 2>&1 \

@@ -13,12 +13,9 @@
 #   COLL_ARGS2="..."        a second nv_coll_bench run (coll2.json), e.g. --gemm-data zeros
 #   SAN=address|thread    instead: a sanitizer build of everything and ctest
 set -uo pipefail
-OUT=${OUT:-/tmp/nv_out}
-mkdir -p "$OUT"
-B=/tmp/nvb
+. "$(dirname "$0")/nv_build_common.sh"  # OUT, B and the nv_* steps
 {
-  echo "== machine"
-  uname -r; head -1 /proc/driver/nvidia/version
+  nv_machine
   nvidia-smi -L 2>&1 | head -2
   nproc
   if [ -d .nvdev/googletest ] && [ ! -f /tmp/gtest/lib/libgtest.a ]; then

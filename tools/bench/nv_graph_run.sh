@@ -5,12 +5,11 @@
 # all-gather per replay against per uncaptured call), then the same with CUDA MPS.
 # PROCS="2 4", REPLAYS=1000. Logs in $OUT; the summary last.
 set -uo pipefail
-OUT=${OUT:-/tmp/nv_out}; mkdir -p "$OUT"; B=/tmp/nvb
-t0=$(date +%s)
-cmake -S . -B $B -G Ninja -DCMAKE_BUILD_TYPE=Release -DCONCCL_BUILD_TESTS=OFF > $OUT/cfg.log 2>&1
-ninja -C $B conccl_shared 2>&1 | grep -E "error|warning: " | head
-echo "build: $(( $(date +%s) - t0 )) s"
-export PYTHONPATH=$PWD/python CONCCL_LIBRARY=$(find $B -name "libconccl.so" | head -1)
+. "$(dirname "$0")/nv_build_common.sh"  # OUT, B and the nv_* steps
+nv_configure_lib $OUT/cfg.log
+nv_build conccl_shared
+nv_build_time
+nv_python_env $PWD/python
 summary=""
 for mps in 0 ${MPS:-1}; do
   [ "$mps" = 1 ] && { export CUDA_MPS_PIPE_DIRECTORY=/tmp/mps_pipe CUDA_MPS_LOG_DIRECTORY=/tmp/mps_log

@@ -7,24 +7,15 @@
 # TORCH_RUNS; ASAN=1 also builds and runs the stream test with
 # -DCONCCL_SANITIZE=address in /tmp/nva. Logs in $OUT; a summary last.
 set -uo pipefail
-OUT=${OUT:-/tmp/nv_out}; mkdir -p "$OUT"; B=/tmp/nvb
-if [ ! -f /tmp/gtest/lib/libgtest.a ]; then
-  cmake -S .nvdev/googletest -B /tmp/gt -G Ninja -DCMAKE_BUILD_TYPE=Release -DBUILD_GMOCK=OFF \
-    -DCMAKE_INSTALL_PREFIX=/tmp/gtest > /tmp/gt.log 2>&1 && ninja -C /tmp/gt install > /tmp/gt.log 2>&1
-fi
-t0=$(date +%s)
-cmake -S . -B $B -G Ninja -DCMAKE_BUILD_TYPE=Release -DCMAKE_PREFIX_PATH=/tmp/gtest -DGTEST_ROOT=/tmp/gtest \
-  > $OUT/cfg.log 2>&1
-ninja -C $B conccl_shared test_nv_mp_stream test_c_api test_nv_cuda 2>&1 | grep -E "error|warning: " | head
-echo "build: $(( $(date +%s) - t0 )) s"
+. "$(dirname "$0")/nv_build_common.sh"  # OUT, B and the nv_* steps
+nv_configure_tests $OUT/cfg.log
+nv_build conccl_shared test_nv_mp_stream test_c_api test_nv_cuda
+nv_build_time
 summary=""
 for t in backends/nv/test_nv_mp_stream backends/nv/test_nv_cuda c_api/test_c_api; do
-  timeout 300 $B/tests/$t > $OUT/$(basename $t).log 2>&1; rc=$?
-  line="$(basename $t): rc=$rc $(grep -E '^\[  (PASSED|FAILED|SKIPPED) ' $OUT/$(basename $t).log | tr '\n' ' ')"
-  echo "$line"; summary+="$line"$'\n'
-  grep -B2 -A6 "Failure" $OUT/$(basename $t).log | head -30
+  nv_run_test $t 300 30
 done
-export PYTHONPATH=python CONCCL_LIBRARY=$(find $B -name "libconccl.so" | head -1)
+nv_python_env
 for run in ${TORCH_RUNS:-2:1:200 2:256:20 4:16:50 4:256:10}; do
   IFS=: read -r n mib iters <<< "$run"
   TORCH_WATCHDOG_S=150 timeout 170 python3 examples/python/torch_allgather_procs.py $n $mib $iters \

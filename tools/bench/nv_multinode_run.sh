@@ -9,12 +9,11 @@
 #   torch_multinode_bench.py, 4 processes: one node vs 2 nodes, per-call times
 # Logs and JSON in $OUT; the summary last.
 set -uo pipefail
-OUT=${OUT:-/tmp/nv_out}; mkdir -p "$OUT"; B=/tmp/nvb
-t0=$(date +%s)
-cmake -S . -B $B -G Ninja -DCMAKE_BUILD_TYPE=Release -DCONCCL_BUILD_TESTS=OFF > $OUT/cfg.log 2>&1
-ninja -C $B conccl_shared 2>&1 | grep -E "error|warning: " | head
-echo "build: $(( $(date +%s) - t0 )) s"
-export PYTHONPATH=$PWD/python CONCCL_LIBRARY=$(find $B -name "libconccl.so" | head -1) CONCCL_BACKEND=nv
+. "$(dirname "$0")/nv_build_common.sh"  # OUT, B and the nv_* steps
+nv_configure_lib $OUT/cfg.log
+nv_build conccl_shared
+nv_build_time
+nv_python_env $PWD/python; export CONCCL_BACKEND=nv
 export CONCCL_INTER_NODE_BACKEND=gloo GLOO_SOCKET_IFNAME=lo
 summary=""
 for pn in 2:4 1:2; do

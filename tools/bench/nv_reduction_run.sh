@@ -11,18 +11,12 @@
 # TESTS="..." (empty: none), VOTE_PROCS="..." (empty: none), RANKS, MAX, PROBE=0.
 # Logs in $OUT; the summary last.
 set -uo pipefail
-OUT=${OUT:-/tmp/nv_out}; mkdir -p "$OUT"; B=/tmp/nvb
-if [ ! -f /tmp/gtest/lib/libgtest.a ]; then
-  cmake -S .nvdev/googletest -B /tmp/gt -G Ninja -DCMAKE_BUILD_TYPE=Release -DBUILD_GMOCK=OFF \
-    -DCMAKE_INSTALL_PREFIX=/tmp/gtest > /tmp/gt.log 2>&1 && ninja -C /tmp/gt install > /tmp/gt.log 2>&1
-fi
-t0=$(date +%s)
-cmake -S . -B $B -G Ninja -DCMAKE_BUILD_TYPE=Release -DCMAKE_PREFIX_PATH=/tmp/gtest -DGTEST_ROOT=/tmp/gtest \
-  > $OUT/cfg.log 2>&1
+. "$(dirname "$0")/nv_build_common.sh"  # OUT, B and the nv_* steps
+nv_configure_tests $OUT/cfg.log
 TESTS=${TESTS-backends/nv/test_nv_reduction backends/nv/test_nv_reduce backends/nv/test_nv_mp_stream c_api/test_c_api}
-ninja -C $B conccl_shared $(for t in $TESTS; do basename $t; done) 2>&1 | grep -E "error|warning: " | head
-[ "${PROBE:-1}" = 1 ] && ninja -C $B sdma-probe 2>&1 | grep -E "error|warning: " | head
-echo "build: $(( $(date +%s) - t0 )) s"
+nv_build conccl_shared $(for t in $TESTS; do basename $t; done)
+[ "${PROBE:-1}" = 1 ] && nv_build sdma-probe
+nv_build_time
 summary=""
 for t in $TESTS; do
   s0=$(date +%s)
@@ -31,7 +25,7 @@ for t in $TESTS; do
   echo "$line"; summary+="$line"$'\n'
   grep -B2 -A8 "Failure" $OUT/$(basename $t).log | head -24
 done
-export PYTHONPATH=python CONCCL_LIBRARY=$(find $B -name "libconccl.so" | head -1)
+nv_python_env
 for n in ${VOTE_PROCS-2 3}; do
   TORCH_WATCHDOG_S=60 timeout 80 python3 examples/python/torch_allgather_procs.py $n 1 200 > $OUT/vote_$n.log 2>&1
   line="torch_allgather_procs $n procs 1 MiB: rc=$? $(grep -E '^rank 0:' $OUT/vote_$n.log | cut -c1-160)"

@@ -6,14 +6,10 @@
 # (tools/bench/nv_window_bench) stream-ordered for 2/4/8 processes, host-
 # ordered for 2, without the bit for 2, and under CUDA MPS for 2 and 4.
 set -uo pipefail
-OUT=${OUT:-/tmp/nv_out}; mkdir -p "$OUT"; B=/tmp/nvb
-if [ ! -f /tmp/gtest/lib/libgtest.a ]; then
-  cmake -S .nvdev/googletest -B /tmp/gt -G Ninja -DCMAKE_BUILD_TYPE=Release -DBUILD_GMOCK=OFF \
-    -DCMAKE_INSTALL_PREFIX=/tmp/gtest > /tmp/gt.log 2>&1 && ninja -C /tmp/gt install > /tmp/gt.log 2>&1
-fi
-cmake -S . -B $B -G Ninja -DCMAKE_BUILD_TYPE=Release -DCMAKE_PREFIX_PATH=/tmp/gtest -DGTEST_ROOT=/tmp/gtest > /tmp/cfg.log 2>&1
-ninja -C $B conccl_shared sdma-probe nv_window_bench ${EXTRA_TARGETS:-} 2>&1 | grep -E "error|warning: " | head
-export PYTHONPATH=python CONCCL_LIBRARY=$(find $B -name "libconccl.so" | head -1)
+. "$(dirname "$0")/nv_build_common.sh"  # OUT, B and the nv_* steps
+nv_configure_tests /tmp/cfg.log
+nv_build conccl_shared sdma-probe nv_window_bench ${EXTRA_TARGETS:-}
+nv_python_env
 W=$B/tools/bench/nv_window_bench
 for n in ${VOTE_PROCS:-2 3 4}; do
   for tsg in 1 0; do
@@ -28,9 +24,7 @@ echo "== window host-ordered 2 procs"; timeout 60 $W --procs 2 --min 1K --max 1M
 echo "== window stream 2 procs, CONCCL_NV_ACQUIRE_SWITCH_TSG=0"
 CONCCL_NV_ACQUIRE_SWITCH_TSG=0 timeout 60 $W --procs 2 --min 1K --max 1M 2>&1 | tail -12
 if [ "${MPS:-1}" = 1 ]; then
-  export CUDA_MPS_PIPE_DIRECTORY=/tmp/mps_pipe CUDA_MPS_LOG_DIRECTORY=/tmp/mps_log
-  mkdir -p $CUDA_MPS_PIPE_DIRECTORY $CUDA_MPS_LOG_DIRECTORY
-  nvidia-cuda-mps-control -d && echo "MPS on"
+  nv_mps_on
   for n in 2 4; do echo "== window stream $n procs, MPS"; timeout 90 $W --procs $n --min 1K --max ${MAX:-256M} 2>&1 | tail -20; done
-  echo quit | nvidia-cuda-mps-control; echo "MPS off"
+  nv_mps_off
 fi

@@ -10,24 +10,15 @@
 #   PROCS="2 4 8"   MAX=256M   MPS=1 (0: skip the MPS pass)
 # Logs in $OUT; the tables last.
 set -uo pipefail
-OUT=${OUT:-/tmp/nv_out}; mkdir -p "$OUT"; B=/tmp/nvb
-if [ ! -f /tmp/gtest/lib/libgtest.a ]; then
-  cmake -S .nvdev/googletest -B /tmp/gt -G Ninja -DCMAKE_BUILD_TYPE=Release -DBUILD_GMOCK=OFF \
-    -DCMAKE_INSTALL_PREFIX=/tmp/gtest > /tmp/gt.log 2>&1 && ninja -C /tmp/gt install > /tmp/gt.log 2>&1
-fi
-t0=$(date +%s)
-cmake -S . -B $B -G Ninja -DCMAKE_BUILD_TYPE=Release -DCMAKE_PREFIX_PATH=/tmp/gtest -DGTEST_ROOT=/tmp/gtest \
-  > $OUT/cfg.log 2>&1
-ninja -C $B conccl_shared sdma-probe nv_window_bench test_nv_mp_stream test_c_api 2>&1 | grep -E "error|warning: " | head
-echo "build: $(( $(date +%s) - t0 )) s"
+. "$(dirname "$0")/nv_build_common.sh"  # OUT, B and the nv_* steps
+nv_configure_tests $OUT/cfg.log
+nv_build conccl_shared sdma-probe nv_window_bench test_nv_mp_stream test_c_api
+nv_build_time
 summary=""
 for t in backends/nv/test_nv_mp_stream c_api/test_c_api; do
-  timeout 200 $B/tests/$t > $OUT/$(basename $t).log 2>&1; rc=$?
-  line="$(basename $t): rc=$rc $(grep -E '^\[  (PASSED|FAILED|SKIPPED) ' $OUT/$(basename $t).log | tr '\n' ' ')"
-  echo "$line"; summary+="$line"$'\n'
-  grep -B2 -A6 "Failure" $OUT/$(basename $t).log | head -20
+  nv_run_test $t 200 20
 done
-export PYTHONPATH=python CONCCL_LIBRARY=$(find $B -name "libconccl.so" | head -1)
+nv_python_env
 pass() {  # $1: tag
   local tag=$1
   for n in ${PROCS:-2 4 8}; do
@@ -50,10 +41,8 @@ for n in ${PROCS:-2 4 8}; do
   echo "one process, $n loopback ranks: rc=$?"; grep -vE '^\s*$' $OUT/oneproc_$n.txt | head -30
 done
 if [ "${MPS:-1}" = 1 ]; then
-  export CUDA_MPS_PIPE_DIRECTORY=/tmp/mps_pipe CUDA_MPS_LOG_DIRECTORY=/tmp/mps_log
-  mkdir -p $CUDA_MPS_PIPE_DIRECTORY $CUDA_MPS_LOG_DIRECTORY
-  nvidia-cuda-mps-control -d && echo "MPS on"
+  nv_mps_on
   PROCS="${MPS_PROCS:-2 4}" VOTE_PROCS="4" pass mps
-  echo quit | nvidia-cuda-mps-control; echo "MPS off"
+  nv_mps_off
 fi
 echo "== summary"; echo "$summary"

@@ -6,18 +6,14 @@
 # sdma-probe allgather --backend nv --procs N through windows and through
 # plans (--no-windows), and the stream tests. Logs in $OUT; lines last.
 set -uo pipefail
-OUT=${OUT:-/tmp/nv_out}; mkdir -p "$OUT"; B=/tmp/nvb
-if [ ! -f /tmp/gtest/lib/libgtest.a ]; then
-  cmake -S .nvdev/googletest -B /tmp/gt -G Ninja -DCMAKE_BUILD_TYPE=Release -DBUILD_GMOCK=OFF \
-    -DCMAKE_INSTALL_PREFIX=/tmp/gtest > /tmp/gt.log 2>&1 && ninja -C /tmp/gt install > /tmp/gt.log 2>&1
-fi
-cmake -S . -B $B -G Ninja -DCMAKE_BUILD_TYPE=Release -DCMAKE_PREFIX_PATH=/tmp/gtest -DGTEST_ROOT=/tmp/gtest > /tmp/cfg.log 2>&1
-ninja -C $B conccl_shared sdma-probe test_nv_mp_stream test_c_api 2>&1 | grep -E "error|warning: " | head
+. "$(dirname "$0")/nv_build_common.sh"  # OUT, B and the nv_* steps
+nv_configure_tests /tmp/cfg.log
+nv_build conccl_shared sdma-probe test_nv_mp_stream test_c_api
 for t in backends/nv/test_nv_mp_stream c_api/test_c_api; do
   timeout 200 $B/tests/$t > /tmp/t.log 2>&1
   echo "$(basename $t): rc=$? $(grep -E '^\[  (PASSED|FAILED|SKIPPED) ' /tmp/t.log | tr '\n' ' ')"
 done
-export PYTHONPATH=python CONCCL_LIBRARY=$(find $B -name "libconccl.so" | head -1)
+nv_python_env
 for n in ${PROCS:-2 3 4}; do
   for mode in "" --default-allocator; do
     TORCH_WATCHDOG_S=100 timeout 120 python3 examples/python/torch_window_allgather.py $n ${ROUNDS:-100} $mode > /tmp/w.log 2>&1
