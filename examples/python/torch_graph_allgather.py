@@ -15,32 +15,26 @@ captured 1 KiB all-gather per replay against the same call uncaptured.
 
 Run on the H200 (docs/perf/h200-graphs.md): 1000 replays on 2 and 4 processes,
 every word right, with and without CUDA MPS.
+
+What the one-process-per-rank examples share (starting the ranks, the
+watchdog, the communicator, the GEMM rounds, timing calls) is in _rank_procs.py.
 """
 import os
-import subprocess
 import sys
 import time
+
+from _rank_procs import launch, pool_rank, pool_tensors, rank_uid, start_watchdog, time_calls
 
 M = 256  # the input: an M x M int32 matrix, 256 KiB
 
 
 def rank_main(r, n, uid, replays):
-    import faulthandler
-    faulthandler.dump_traceback_later(int(os.environ.get("TORCH_WATCHDOG_S", "240")), exit=True)
+    start_watchdog()
     import torch
 
-    import conccl
-    import conccl.torch
-    torch.cuda.set_device(0)
     chunk = M * M * 4
-    with conccl.Device("nv", process_slot=r) as dev:
-        comm = conccl.Communicator(dev, rank=r, nranks=n, unique_id=uid, gpu=0, loopback=True, timeout_ms=60000)
-        pool = conccl.torch.SymmetricPool(comm, 64 << 20)
-        with torch.cuda.use_mem_pool(pool.mempool):  # every rank, the same allocations in the same order
-            inp = torch.empty(chunk, dtype=torch.uint8, device="cuda")
-            out = torch.empty(n * chunk, dtype=torch.uint8, device="cuda")
-            small_in = torch.empty(1024, dtype=torch.uint8, device="cuda")
-            small_out = torch.empty(n * 1024, dtype=torch.uint8, device="cuda")
+    with pool_rank(r, n, uid) as (comm, pool):
+        inp, out, small_in, small_out = pool_tensors(pool, chunk, n * chunk, 1024, n * 1024)
         a = torch.empty(n, M, M, device="cuda")  # every rank's operands (the check recomputes them)
         b = torch.empty(n, M, M, device="cuda")
         bad = torch.zeros((), dtype=torch.int64, device="cuda")
@@ -83,14 +77,7 @@ def rank_main(r, n, uid, replays):
         # A 1 KiB all-gather: per call uncaptured, per replay captured.
         iters = 500
         with torch.cuda.stream(s):
-            for _ in range(10):
-                comm.all_gather_into_tensor(small_out, small_in)
-            torch.cuda.synchronize()
-            t0 = time.perf_counter()
-            for _ in range(iters):
-                comm.all_gather_into_tensor(small_out, small_in)
-            torch.cuda.synchronize()
-            plain_us = (time.perf_counter() - t0) / iters * 1e6
+            plain_us = time_calls(comm, small_out, small_in, iters, warmup=10)
         g2 = torch.cuda.CUDAGraph()
         with torch.cuda.graph(g2, stream=s, capture_error_mode="thread_local"):
             comm.all_gather_into_tensor(small_out, small_in)
@@ -117,21 +104,11 @@ def rank_main(r, n, uid, replays):
 def main():
     if len(sys.argv) > 1 and sys.argv[1] == "--rank":
         r, n, replays = int(sys.argv[2]), int(sys.argv[3]), int(sys.argv[4])
-        sys.exit(rank_main(r, n, os.environ["CONCCL_EXAMPLE_UID"], replays))
+        sys.exit(rank_main(r, n, rank_uid(), replays))
     args = [a for a in sys.argv[1:] if not a.startswith("--")]
     n = int(args[0]) if args else 2
     replays = int(args[1]) if len(args) > 1 else 1000
-    here = os.path.dirname(os.path.abspath(__file__))
-    sys.path.insert(0, os.path.join(here, "..", "..", "python"))
-    import conccl
-    uid = conccl.unique_id()
-    env = dict(os.environ, CONCCL_EXAMPLE_UID=uid,
-               PYTHONPATH=os.pathsep.join(p for p in [os.environ.get("PYTHONPATH", ""),
-                                                      os.path.join(here, "..", "..", "python")] if p))
-    procs = [subprocess.Popen([sys.executable, os.path.abspath(__file__), "--rank", str(r), str(n), str(replays)],
-                              env=env) for r in range(n)]
-    rcs = [p.wait() for p in procs]
-    sys.exit(0 if all(rc == 0 for rc in rcs) else 1)
+    launch(__file__, n, [str(replays)])
 
 
 if __name__ == "__main__":
