@@ -79,11 +79,15 @@ TEST(VariantTable, NamesBuildersAndCapabilitiesAgree) {
 
 // ---------------------------------------------------------------- prelaunch
 
-class CollPrelaunch : public ::testing::Test {
+// The node of the prelaunch and hang-diagnosis tests: three ranks on GPUs
+// 5, 1 and 6 of the MI300X-like preset.
+class Mapped3Node : public ::testing::Test {
  protected:
   void SetUp() override { ASSERT_OK(make_node(Topo::mapped3, &node_)); }
   Node node_;
 };
+
+using CollPrelaunch = Mapped3Node;
 
 // Every op and variant compiled with prelaunch: prelaunch() queues every list
 // behind the trigger and nothing moves until release(); launch() of such a
@@ -145,11 +149,7 @@ TEST_F(CollPrelaunch, NothingMovesUntilRelease) {
 TEST_F(CollPrelaunch, ReleaseWithoutPrelaunchAndPrelaunchOfAPlainPlanAreErrors) {
   Communicator& comm = *node_.comm;
   Mem mem(*node_.dev, 5);
-  CollectiveArgs a;
-  a.op = CollOp::all_gather;
-  a.variant = Variant::pcpy;
-  a.bytes = 999;
-  make_buffers(mem, comm, a, Form::separate);
+  CollectiveArgs a = separate_args(mem, comm, CollOp::all_gather, Variant::pcpy, 999);
 
   // A prelaunch plan never launched: release() is an error, nothing moves.
   a.prelaunch = true;
@@ -419,11 +419,7 @@ TEST(CollErrorsGen6, SwapNeedsSwapLinear) {
   ASSERT_EQ(node.comm->isa(0), Isa::sdma_gen(sdma::Gen::v6));
   ASSERT_FALSE(sdma::limits(sdma::Gen::v6).has_swap_linear);
   Mem mem(*node.dev, 6);
-  CollectiveArgs a;
-  a.op = CollOp::all_to_all;
-  a.variant = Variant::swap;
-  a.bytes = 1000;
-  make_buffers(mem, *node.comm, a, Form::separate);
+  CollectiveArgs a = separate_args(mem, *node.comm, CollOp::all_to_all, Variant::swap, 1000);
   const Mem::Image before = mem.snapshot();
   Result<std::unique_ptr<Plan>> p = node.comm->plan(a);
   ASSERT_FALSE(p.ok());
@@ -439,11 +435,8 @@ TEST(CollErrorsGen6, SwapNeedsSwapLinear) {
   for (Variant v : {Variant::automatic, Variant::pcpy, Variant::b2b}) {
     SCOPED_TRACE(variant_name(v));
     Mem m2(*node.dev, 60 + static_cast<uint64_t>(v));
-    CollectiveArgs b;
-    b.op = CollOp::all_to_all;
-    b.variant = v;
-    b.bytes = 100003;  // total 300009: swap territory on 4.4.2
-    make_buffers(m2, *node.comm, b, Form::separate);
+    // 100003 bytes a rank, total 300009: swap territory on 4.4.2
+    CollectiveArgs b = separate_args(m2, *node.comm, CollOp::all_to_all, v, 100003);
     std::unique_ptr<Plan> plan = must_plan(*node.comm, b);
     ASSERT_TRUE(plan);
     EXPECT_NE(plan->variant(), Variant::swap);
@@ -454,11 +447,7 @@ TEST(CollErrorsGen6, SwapNeedsSwapLinear) {
   }
   // all_gather bcst (COPY broadcast exists on every generation) runs too.
   Mem m3(*node.dev, 66);
-  CollectiveArgs c;
-  c.op = CollOp::all_gather;
-  c.variant = Variant::bcst;
-  c.bytes = 4093;
-  make_buffers(m3, *node.comm, c, Form::separate);
+  CollectiveArgs c = separate_args(m3, *node.comm, CollOp::all_gather, Variant::bcst, 4093);
   std::unique_ptr<Plan> plan = must_plan(*node.comm, c);
   ASSERT_TRUE(plan);
   launch_and_verify(m3, *plan, node.comm->size(), 2);
@@ -503,12 +492,8 @@ TEST(CollBusy, LaunchWhileThePreviousLaunchRunsIsRefused) {
   Mem mem(*node.dev, 0xB05);
   for (bool prelaunch : {false, true}) {
     SCOPED_TRACE(prelaunch ? "prelaunch plan" : "plain plan");
-    CollectiveArgs a;
-    a.op = CollOp::all_gather;
-    a.variant = Variant::pcpy;
-    a.bytes = 4093;
+    CollectiveArgs a = separate_args(mem, comm, CollOp::all_gather, Variant::pcpy, 4093);
     a.prelaunch = prelaunch;
-    make_buffers(mem, comm, a, Form::separate);
     std::unique_ptr<Plan> plan = must_plan(comm, a);
     ASSERT_TRUE(plan);
     // Stall the engine of rank 0's copy to rank 2.
@@ -639,11 +624,8 @@ TEST(CollChooseVariant, PlansFollowTheRule) {
     SCOPED_TRACE(std::string(coll_op_name(c.op)) + " " + std::to_string(c.bytes) + (c.pre ? " prelaunch" : ""));
     ASSERT_EQ(choose_variant(c.op, c.bytes, 3, comm.caps(), c.pre), c.want);
     Mem mem(*node.dev, c.bytes);
-    CollectiveArgs a;
-    a.op = c.op;
-    a.bytes = c.bytes;
+    CollectiveArgs a = separate_args(mem, comm, c.op, Variant::automatic, c.bytes);
     a.prelaunch = c.pre;
-    make_buffers(mem, comm, a, Form::separate);
     std::unique_ptr<Plan> plan = must_plan(comm, a);
     ASSERT_TRUE(plan);
     EXPECT_EQ(plan->variant(), c.want);
@@ -654,20 +636,12 @@ TEST(CollChooseVariant, PlansFollowTheRule) {
 
 // --------------------------------------------------------- hang diagnosis
 
-class CollDiagnosis : public ::testing::Test {
- protected:
-  void SetUp() override { ASSERT_OK(make_node(Topo::mapped3, &node_)); }
-  Node node_;
-};
+using CollDiagnosis = Mapped3Node;
 
 TEST_F(CollDiagnosis, WaitTimeoutNamesTheStuckListAndItsPackets) {
   Communicator& comm = *node_.comm;
   Mem mem(*node_.dev, 0xD1A6);
-  CollectiveArgs a;
-  a.op = CollOp::all_gather;
-  a.variant = Variant::pcpy;
-  a.bytes = 4093;
-  make_buffers(mem, comm, a, Form::separate);
+  CollectiveArgs a = separate_args(mem, comm, CollOp::all_gather, Variant::pcpy, 4093);
   std::unique_ptr<Plan> plan = must_plan(comm, a);
   ASSERT_TRUE(plan);
   const Mem::Image want = expected_after(mem, mem.snapshot(), a, comm.size());
@@ -778,11 +752,7 @@ TEST(CollEngines, Mi300xFollowsTheKernelTable) {
   // pcpy all-gather: exactly the (rank, recommended engine) lists plus one
   // local-copy list per rank.
   Mem mem(*node.dev, 0xE6);
-  CollectiveArgs a;
-  a.op = CollOp::all_gather;
-  a.variant = Variant::pcpy;
-  a.bytes = 333;
-  make_buffers(mem, comm, a, Form::separate);
+  CollectiveArgs a = separate_args(mem, comm, CollOp::all_gather, Variant::pcpy, 333);
   std::unique_ptr<Plan> plan = must_plan(comm, a);
   ASSERT_TRUE(plan);
   std::set<std::pair<int, int>> want, got;
@@ -815,11 +785,7 @@ TEST(CollEngines, MappedRanksUseTheirGpusTable) {
         EXPECT_EQ(comm.engine_for(s, d), kMi300xRec[g[s]][g[d]]) << s << " -> " << d;
       }
   Mem mem(*node.dev, 0x5A);
-  CollectiveArgs a;
-  a.op = CollOp::all_gather;
-  a.variant = Variant::pcpy;
-  a.bytes = 4093;
-  make_buffers(mem, comm, a, Form::separate);
+  CollectiveArgs a = separate_args(mem, comm, CollOp::all_gather, Variant::pcpy, 4093);
   std::unique_ptr<Plan> plan = must_plan(comm, a);
   ASSERT_TRUE(plan);
   std::set<std::pair<int, int>> want, got;
@@ -949,12 +915,8 @@ TEST(CollOptions, WaysEnginesAndChunks) {
     for (int ways : {1, 2, 3, 7, 9}) {
       SCOPED_TRACE(std::string(coll_op_name(op)) + " b2b_ways=" + std::to_string(ways));
       Mem mem(*node.dev, 0xB2B + static_cast<uint64_t>(ways));
-      CollectiveArgs a;
-      a.op = op;
-      a.variant = Variant::b2b;
-      a.bytes = 2049;
+      CollectiveArgs a = separate_args(mem, comm, op, Variant::b2b, 2049);
       a.b2b_ways = ways;
-      make_buffers(mem, comm, a, Form::separate);
       ASSERT_OK_AND_ASSIGN(std::unique_ptr<Plan> plan, comm.plan(a));
       // Per rank: one local list plus ceil(7 / ways) peer lists (fewer only
       // if two groups' first peers share an engine).
@@ -1004,11 +966,7 @@ TEST(CollOptions, WaysEnginesAndChunks) {
 TEST_F(CollDiagnosis, LostCompletion) {
   Communicator& comm = *node_.comm;
   Mem mem(*node_.dev, 0x10C7);
-  CollectiveArgs a;
-  a.op = CollOp::all_gather;
-  a.variant = Variant::pcpy;
-  a.bytes = 100;
-  make_buffers(mem, comm, a, Form::separate);
+  CollectiveArgs a = separate_args(mem, comm, CollOp::all_gather, Variant::pcpy, 100);
   ASSERT_OK_AND_ASSIGN(std::unique_ptr<Plan> plan, comm.plan(a));
   const int eng = comm.engine_for(0, 2);
   ASSERT_OK(node_.dev->inject(comm.gpu(0), eng, emu::Injection{.drop_completions = 2}));  // both words of the signal add
@@ -1041,11 +999,7 @@ TEST(CollHopper, VariantsNeedTheirCapability) {
   for (auto [op, v] : {std::pair{CollOp::all_gather, Variant::bcst}, std::pair{CollOp::broadcast, Variant::bcst},
                        std::pair{CollOp::all_to_all, Variant::swap}}) {
     SCOPED_TRACE(op_variant(op, v));
-    CollectiveArgs a;
-    a.op = op;
-    a.variant = v;
-    a.bytes = 4096;
-    make_buffers(mem, *node.comm, a, Form::separate);
+    CollectiveArgs a = separate_args(mem, *node.comm, op, v, 4096);
     Result<std::unique_ptr<Plan>> p = node.comm->plan(a);
     ASSERT_FALSE(p.ok());
     EXPECT_EQ(p.status().code(), Code::invalid_argument);
@@ -1069,11 +1023,8 @@ TEST(CollHopper, PlansAreHopperMethods) {
   Node node;
   ASSERT_OK(make_node(Topo::h200loop4, &node));
   Mem mem(*node.dev, 6);
-  CollectiveArgs a;
-  a.op = CollOp::all_gather;
-  a.variant = Variant::pcpy;
-  a.bytes = kSpreadMaxBytes + 1000;  // engines by weight (smaller plans spread: the next test)
-  make_buffers(mem, *node.comm, a, Form::separate);
+  // kSpreadMaxBytes + 1000: engines by weight (smaller plans spread: the next test)
+  CollectiveArgs a = separate_args(mem, *node.comm, CollOp::all_gather, Variant::pcpy, kSpreadMaxBytes + 1000);
   ASSERT_OK_AND_ASSIGN(std::unique_ptr<Plan> plan, node.comm->plan(a));
   const std::string text = plan->describe();
   EXPECT_TRUE(contains(text, "copy.launch_dma")) << text;
@@ -1231,12 +1182,8 @@ TEST(CollHopper, ArrivalsFollowTheCopiesWithOneWaitForIdlePerList) {
     launch_and_verify(mem, *plan, node.comm->size(), 2);
   }
   Mem mem(*node.dev, 6);
-  CollectiveArgs a;
-  a.op = CollOp::broadcast;
-  a.variant = Variant::chain;
-  a.bytes = 4096;
+  CollectiveArgs a = separate_args(mem, *node.comm, CollOp::broadcast, Variant::chain, 4096);
   a.chain_chunks = 4;
-  make_buffers(mem, *node.comm, a, Form::separate);
   Communicator::Options o;
   o.loopback = true;
   o.queues = Communicator::Options::QueueSharing::per_rank;
@@ -1295,10 +1242,7 @@ TEST(CollArgs, RootOpsTakeTheRootsSendBufferAlone) {
       EXPECT_EQ(plan->args().send[2].va, a.send[0].va);
       launch_and_verify(mem, *plan, comm->size(), 1);
     }
-    CollectiveArgs bad;
-    bad.op = CollOp::all_gather;
-    bad.bytes = 64;
-    make_buffers(mem, *comm, bad, Form::separate);
+    CollectiveArgs bad = separate_args(mem, *comm, CollOp::all_gather, Variant::automatic, 64);
     bad.send.resize(1);
     Result<std::unique_ptr<Plan>> r = comm->plan(bad);
     EXPECT_EQ(r.status().code(), Code::invalid_argument);
@@ -1315,10 +1259,7 @@ TEST(CollEngines, OptionsEnginesRestrictThePlans) {
   Mem mem(*dev, 8);
   for (CollOp op : {CollOp::all_gather, CollOp::all_to_all, CollOp::p2p, CollOp::broadcast}) {
     SCOPED_TRACE(coll_op_name(op));
-    CollectiveArgs a;
-    a.op = op;
-    a.bytes = 3000;
-    make_buffers(mem, *comm, a, Form::separate);
+    CollectiveArgs a = separate_args(mem, *comm, op, Variant::automatic, 3000);
     ASSERT_OK_AND_ASSIGN(std::unique_ptr<Plan> plan, comm->plan(a));
     for (const PlanList& l : plan->lists()) EXPECT_TRUE(l.engine == 2 || l.engine == 3) << l.engine;
     launch_and_verify(mem, *plan, comm->size(), 1);
@@ -1341,11 +1282,7 @@ TEST(CollEngines, LoopbackIsAnOption) {
   Mem mem(*dev, 9);
   for (Variant v : {Variant::pcpy, Variant::bcst, Variant::b2b}) {
     SCOPED_TRACE(variant_name(v));
-    CollectiveArgs a;
-    a.op = CollOp::all_gather;
-    a.variant = v;
-    a.bytes = 5001;
-    make_buffers(mem, *comm, a, Form::separate);
+    CollectiveArgs a = separate_args(mem, *comm, CollOp::all_gather, v, 5001);
     ASSERT_OK_AND_ASSIGN(std::unique_ptr<Plan> plan, comm->plan(a));
     launch_and_verify(mem, *plan, comm->size(), 2);
   }
@@ -1370,12 +1307,9 @@ TEST(CollEngines, SharedQueuesRunEveryRankOnOneQueuePerEngine) {
         {CollOp::all_to_all, Variant::automatic}};
     for (const auto& [op, v] : cases) {
       SCOPED_TRACE(std::string(coll_op_name(op)) + "/" + variant_name(v));
-      CollectiveArgs a;
-      a.op = op;
-      a.variant = v;
-      a.bytes = op == CollOp::p2p ? (3u << 20) + 7 : 70001;  // big enough for automatic to pick chain/swap
+      // Sizes big enough for automatic to pick chain/swap.
+      CollectiveArgs a = separate_args(mem, *comm, op, v, op == CollOp::p2p ? (3u << 20) + 7 : 70001);
       a.prelaunch = op == CollOp::all_gather;
-      make_buffers(mem, *comm, a, Form::separate);
       ASSERT_OK_AND_ASSIGN(std::unique_ptr<Plan> plan, comm->plan(a));
       EXPECT_NE(plan->variant(), Variant::chain);
       // Every rank's list on an engine goes to the one queue of (GPU, engine).
@@ -1410,11 +1344,7 @@ TEST(CollEngines, SharedQueuesRunEveryRankOnOneQueuePerEngine) {
     if (comm->caps().swap) refused.push_back({CollOp::all_to_all, Variant::swap});
     for (const auto& [op, v] : refused) {
       SCOPED_TRACE(variant_name(v));
-      CollectiveArgs a;
-      a.op = op;
-      a.variant = v;
-      a.bytes = 70001;
-      make_buffers(mem, *comm, a, Form::separate);
+      CollectiveArgs a = separate_args(mem, *comm, op, v, 70001);
       Result<std::unique_ptr<Plan>> bad = comm->plan(a);
       EXPECT_EQ(bad.status().code(), Code::invalid_argument);
       EXPECT_TRUE(contains(bad.status().message(), "per_rank")) << bad.status().message();
@@ -1436,11 +1366,7 @@ TEST(CollEngines, AutomaticQueueSharingFollowsThePlan) {
     Mem mem(*dev, 31);
     for (Variant v : {Variant::pcpy, Variant::chain}) {
       SCOPED_TRACE(variant_name(v));
-      CollectiveArgs a;
-      a.op = v == Variant::chain ? CollOp::broadcast : CollOp::all_gather;
-      a.variant = v;
-      a.bytes = 300000;
-      make_buffers(mem, *comm, a, Form::separate);
+      CollectiveArgs a = separate_args(mem, *comm, v == Variant::chain ? CollOp::broadcast : CollOp::all_gather, v, 300000);
       ASSERT_OK_AND_ASSIGN(std::unique_ptr<Plan> plan, comm->plan(a));
       const bool want_shared = qs == QS::automatic && v != Variant::chain;
       std::map<int, std::set<const Queue*>> queues_per_engine;
@@ -1471,11 +1397,7 @@ TEST(CollHandoff, ReleaseByStoresFromAnotherWriter) {
     o.loopback = true;
     ASSERT_OK_AND_ASSIGN(std::unique_ptr<Communicator> comm, Communicator::create(*dev, {0, 0, 0}, o));
     Mem mem(*dev, 23);
-    CollectiveArgs a;
-    a.op = CollOp::all_gather;
-    a.variant = Variant::pcpy;
-    a.bytes = 40000;
-    make_buffers(mem, *comm, a, Form::separate);
+    CollectiveArgs a = separate_args(mem, *comm, CollOp::all_gather, Variant::pcpy, 40000);
     ASSERT_OK_AND_ASSIGN(std::unique_ptr<Plan> unprelaunched, comm->plan(a));
     EXPECT_EQ(unprelaunched->release_by_stores().status().code(), Code::invalid_argument);
     a.prelaunch = true;
@@ -1526,12 +1448,8 @@ TEST(CollHandoff, DestroyingAPrelaunchedPlanFreesItsQueues) {
   o.loopback = true;
   ASSERT_OK_AND_ASSIGN(std::unique_ptr<Communicator> comm, Communicator::create(*dev, {0, 0}, o));
   Mem mem(*dev, 29);
-  CollectiveArgs a;
-  a.op = CollOp::all_to_all;
-  a.variant = Variant::pcpy;
-  a.bytes = 5000;
+  CollectiveArgs a = separate_args(mem, *comm, CollOp::all_to_all, Variant::pcpy, 5000);
   a.prelaunch = true;
-  make_buffers(mem, *comm, a, Form::separate);
   {
     ASSERT_OK_AND_ASSIGN(std::unique_ptr<Plan> abandoned, comm->plan(a));
     ASSERT_OK(abandoned->prelaunch(long_deadline()));
