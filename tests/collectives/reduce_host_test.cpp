@@ -238,13 +238,7 @@ std::string describe(DataType t, ReduceOp op, size_t n) {
 }
 
 Status run(DataType t, ReduceOp op, const std::vector<const void*>& ptrs, void* out, size_t count) {
-  ReduceStep s;
-  s.dtype = t;
-  s.op = op;
-  s.count = count;
-  s.inputs = ptrs;
-  s.out = out;
-  return reduce_on_host(s);
+  return reduce_on_host(ReduceStep{.dtype = t, .op = op, .count = count, .inputs = ptrs, .out = out});
 }
 
 std::vector<const void*> pointers(const std::vector<Bytes>& in) {

@@ -51,12 +51,7 @@ std::string run_one(Node& node, ReduceColl coll, DataType t, ReduceOp op, uint64
   const uint64_t send_elems = coll == ReduceColl::reduce_scatter ? count * n : count;
   std::vector<std::vector<uint8_t>> inputs;
   std::vector<UniqueBuffer> sends, recvs;
-  ReductionArgs a;
-  a.coll = coll;
-  a.dtype = t;
-  a.op = op;
-  a.count = count;
-  a.root = root;
+  ReductionArgs a = redtest::reduction_args(coll, t, op, count, root);
   for (int r = 0; r < n; ++r) {
     inputs.push_back(random_elements(t, send_elems, seed * 131 + r));
     Result<UniqueBuffer> s = UniqueBuffer::alloc(*node.dev, r, send_elems * es, MemKind::device);

@@ -1,9 +1,9 @@
 // tests/collectives/reduction_test_data.hpp - inputs for the reduction
-// tests and the reference they are checked against: random values of each
-// element type (never all zeros; floats small enough that products stay
-// finite), and the reduction over ranks in rank order by the host
-// reduction (conccl/reduce.hpp), itself tested bit by bit in
-// reduce_host_test.cpp.
+// tests, the arguments of a call, and the reference they are checked
+// against: random values of each element type (never all zeros; floats
+// small enough that products stay finite), and the reduction over ranks in
+// rank order by the host reduction (conccl/reduce.hpp), itself tested bit
+// by bit in reduce_host_test.cpp.
 #pragma once
 
 #include <cstdint>
@@ -11,6 +11,7 @@
 #include <random>
 #include <vector>
 
+#include "conccl/collectives.hpp"
 #include "conccl/reduce.hpp"
 
 namespace conccl::redtest {
@@ -69,6 +70,12 @@ inline std::vector<uint8_t> reference(DataType t, ReduceOp op, const std::vector
   s.out = out.data();
   (void)reduce_on_host(s);
   return out;
+}
+
+// The arguments of one reduction call, its buffers (send, recv) still to
+// be given.
+inline ReductionArgs reduction_args(ReduceColl coll, DataType t, ReduceOp op, uint64_t count, int root) {
+  return {.coll = coll, .dtype = t, .op = op, .count = count, .root = root, .send = {}, .recv = {}};
 }
 
 inline constexpr DataType kTypes[] = {DataType::f32, DataType::bf16, DataType::f16,

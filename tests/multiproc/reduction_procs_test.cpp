@@ -48,12 +48,7 @@ std::string one(Communicator& c, Device& dev, const Buffer& mem, HostStream* str
     std::memcpy(send.host, inputs[size_t(me)].data(), send_elems * es);
     std::memset(recv.host, 0x5A, count * es);
   };
-  ReductionArgs a;
-  a.coll = coll;
-  a.dtype = t;
-  a.op = op;
-  a.count = count;
-  a.root = root;
+  ReductionArgs a = redtest::reduction_args(coll, t, op, count, root);
   a.send = {send};
   a.recv = {recv};
   Status st;

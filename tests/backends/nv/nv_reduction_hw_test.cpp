@@ -65,12 +65,7 @@ std::string run_one(NvNode& node, ReduceColl coll, DataType t, ReduceOp op, uint
   const Deadline dl = Deadline::after_ms(60000);
   std::vector<std::vector<uint8_t>> inputs;
   std::vector<Buffer> owned;
-  ReductionArgs a;
-  a.coll = coll;
-  a.dtype = t;
-  a.op = op;
-  a.count = count;
-  a.root = root;
+  ReductionArgs a = redtest::reduction_args(coll, t, op, count, root);
   const std::vector<uint8_t> stale(count * es, 0xA5);
   std::string bad;
   for (int r = 0; r < n && bad.empty(); ++r) {
