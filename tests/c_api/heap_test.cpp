@@ -13,6 +13,7 @@
 #include <string>
 #include <vector>
 
+#include "c_api/c_api_ranks.hpp"
 #include "conccl/conccl.h"
 #include "multiproc/fork_ranks.hpp"
 
@@ -29,19 +30,11 @@ std::string torch_error() {
   return s;
 }
 
-// Rank r of n in a forked process: its device at process slot r and its
-// communicator; 0, or an exit code with *out saying why.
+// Rank r of n in a forked process (c_api_ranks.hpp), its communicator's
+// calls' deadline 20 s.
 int open_heap_rank(int r, int n, const conccl_unique_id& id, conccl_device_t* d, conccl_comm_t* comm,
                    std::string* out) {
-  conccl_device_options o;
-  conccl_device_options_init(&o);
-  o.process_slot = r;
-  if (conccl_device_open(&o, d) != CONCCL_OK) return *out = last(), 3;
-  conccl_comm_options co;
-  conccl_comm_options_init(&co);
-  co.timeout_ms = 20000;
-  if (conccl_comm_create_rank(*d, r, n, &id, r, &co, comm) != CONCCL_OK) return *out = last(), 4;
-  return 0;
+  return capitest::open_rank(r, n, id, d, comm, out, 20000);
 }
 
 // Whether the status is `want` and the message starts with `fn` and holds

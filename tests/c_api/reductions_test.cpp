@@ -13,6 +13,7 @@
 #include <vector>
 
 #include "collectives/reduction_test_data.hpp"
+#include "c_api/c_api_ranks.hpp"
 #include "conccl/conccl.h"
 #include "multiproc/fork_ranks.hpp"
 
@@ -236,18 +237,10 @@ TEST(CApiReductions, ArgumentErrorsNameTheFunctionAndTheFix) {
           "conccl_reduce", "comm");
 }
 
-// Rank r of n in a forked process: its device at process slot r, and its
-// communicator from id; 0, or a non-zero exit code with *out saying why.
+// Rank r of n in a forked process (c_api_ranks.hpp), its communicator's
+// calls' deadline 30 s.
 int open_rank(int r, int n, const conccl_unique_id& id, conccl_device_t* d, conccl_comm_t* comm, std::string* out) {
-  conccl_device_options o;
-  conccl_device_options_init(&o);
-  o.process_slot = r;
-  if (conccl_device_open(&o, d) != CONCCL_OK) return *out = last(), 3;
-  conccl_comm_options co;
-  conccl_comm_options_init(&co);
-  co.timeout_ms = 30000;
-  if (conccl_comm_create_rank(*d, r, n, &id, r, &co, comm) != CONCCL_OK) return *out = last(), 4;
-  return 0;
+  return capitest::open_rank(r, n, id, d, comm, out, 30000);
 }
 
 // One process per rank: this rank's buffers alone. Each rank makes every
