@@ -1,7 +1,8 @@
-// src/collectives/call_gate.cpp - gated submission of stream-ordered window
-// calls (calls.hpp, docs/collectives.md "Gated submission"): the lists of
-// call k are written into their queues held, and one thread per
-// communicator publishes them when every rank's stream has posted k.
+// src/collectives/call_gate.cpp - gated submission of window calls
+// (calls.hpp, docs/collectives.md "Gated submission"): the lists of call k
+// are written into their queues held and published when every rank has
+// posted k: by one thread per communicator for stream-ordered calls, by the
+// calling thread (which posts, then waits) for host-ordered ones.
 //
 // Why: each list starts with a wait for every rank's "posted >= k". The
 // host queues a call long before the streams get there, so on an engine
@@ -61,20 +62,32 @@ void CallState::gate_loop() {
     const Gate& g = gates.front();  // stays put: only this thread pops, push_back keeps references
     const bool stopping = gates_stop;
     lk.unlock();
-    bool open = all_posted(g.call);
-    if (!open && !stopping) {
-      const auto until = std::chrono::steady_clock::now() + gate_spin();
-      uint32_t spins = 0;
-      while (!(open = all_posted(g.call))) {
-        util::cpu_relax();
-        if ((++spins & 63) == 0 && std::chrono::steady_clock::now() >= until) break;
-      }
+    if (stopping) {
+      for (const auto& [q, t] : g.held) q->release(t);
+    } else {
+      (void)open_gate_here(g);
     }
-    for (const auto& [q, t] : g.held) q->release(t);
     lk.lock();
-    if (!open) ++gates_early;
     gates.pop_front();
   }
+}
+
+bool CallState::open_gate_here(const Gate& g) {
+  bool open = all_posted(g.call);
+  if (!open) {
+    const auto until = std::chrono::steady_clock::now() + gate_spin();
+    uint32_t spins = 0;
+    while (!(open = all_posted(g.call))) {
+      util::cpu_relax();
+      if ((++spins & 63) == 0 && std::chrono::steady_clock::now() >= until) break;
+    }
+  }
+  for (const auto& [q, t] : g.held) q->release(t);
+  if (!open) {
+    std::lock_guard<std::mutex> lk(gate_mu);
+    ++gates_early;
+  }
+  return open;
 }
 
 void CallState::stop_gates() {

@@ -417,17 +417,17 @@ Status CallState::run(const CollectiveArgs& a, StreamOps* stream, std::vector<St
   // rank's "posted k".
   const Deadline dl = Deadline::after_ms(comm.options_.call_timeout_ms);
   Gate gate{call, {}};
-  const bool gated = stream && gated_submit();
+  const bool gated = gated_submit();
   if (Status st = submit_lists(**plan, call - 1, base, dl, name, gated ? &gate.held : nullptr); !st.ok()) {
     for (auto& [q, t] : gate.held) q->release(t);
     fail(st);
     return st;
   }
   if (gated) {
-    hold_gate(std::move(gate));
     std::lock_guard<std::mutex> lk(mu);
     counts.gated_calls++;
   }
+  if (gated && stream) hold_gate(std::move(gate));
   const size_t mi = static_cast<size_t>(me);
   const uint64_t arrive_target = base[kCounterArrive][mi] + (*plan)->expected_[mi];
   const uint64_t sent_target = base[kCounterSent][mi] + (*plan)->sent_expected_[mi];
@@ -443,7 +443,7 @@ Status CallState::run(const CollectiveArgs& a, StreamOps* stream, std::vector<St
     counts.window_calls++;
   }
   return stream ? end_on_stream(*stream, call, arrive_target, sent_target, dl, name, deferred)
-                : end_on_host(call, arrive_target, sent_target, dl, name);
+                : end_on_host(call, arrive_target, sent_target, dl, name, gated ? &gate : nullptr);
 }
 
 // The plan: compiled once per distinct call, with no exchange (every rank
@@ -500,10 +500,11 @@ Status CallState::publish(const CallDesc& d, const std::string& name) {
 
 // A host-ordered call: post it, then wait here for this rank's part.
 Status CallState::end_on_host(uint64_t call, uint64_t arrive_target, uint64_t sent_target, Deadline dl,
-                              const std::string& name) {
+                              const std::string& name, const Gate* gate) {
   const size_t mi = static_cast<size_t>(me);
   last_stream = nullptr;
   posted[mi].set(call);
+  if (gate) open_gate_here(*gate);  // this thread waits anyway: it is the gate
   Status st = wait_here(call, arrive_target, sent_target, base[kCounterSent], dl);
   if (!st.ok()) {
     // Lists of this call may stay queued behind a rank that never posts:

@@ -178,8 +178,9 @@ struct CallState {
   Result<Plan*> plan_of(const PreparedCall& prepared);
   Status drain_stream_calls(const std::string& name);
   Status publish(const CallDesc& d, const std::string& name);
+  struct Gate;
   Status end_on_host(uint64_t call, uint64_t arrive_target, uint64_t sent_target, Deadline dl,
-                     const std::string& name);
+                     const std::string& name, const Gate* gate = nullptr);
   Status end_on_stream(StreamOps& stream, uint64_t call, uint64_t arrive_target, uint64_t sent_target, Deadline dl,
                        const std::string& name, std::vector<StreamOps::Op>* deferred);
   // The checks and placement every window call makes, and its plan on the
@@ -269,8 +270,9 @@ struct CallState {
   void start_watchdog();
 
   // ---- gated submission (call_gate.cpp, docs/collectives.md) ----
-  // A stream-ordered call's lists are written held (Queue::submit_held); the
-  // gate thread publishes them once every rank has posted the call, so that
+  // A window call's lists are written held (Queue::submit_held) and
+  // published once every rank has posted the call (stream-ordered: by the
+  // gate thread; host-ordered: by the calling thread, which posts), so that
   // no engine meets a wait on "posted" that fails (on Hopper a failed
   // acquire switches the channel's TSG out until the scheduler comes back to
   // it). When a rank has not posted within gate_spin of the gate reaching
@@ -282,7 +284,10 @@ struct CallState {
   };
   static bool gated_submit();                     // CONCCL_GATED_SUBMIT (default: off)
   static std::chrono::microseconds gate_spin();   // CONCCL_GATE_SPIN_US (default 100)
-  void hold_gate(Gate g);                         // hands it to the gate thread
+  void hold_gate(Gate g);                         // hands it to the gate thread (stream-ordered calls)
+  // Publishes g once every rank has posted (or after gate_spin); true if
+  // they all had. Host-ordered calls run it on the calling thread.
+  bool open_gate_here(const Gate& g);
   void gate_loop();
   void stop_gates();                              // publishes what is held, ends the thread
   bool all_posted(uint64_t call) const;
