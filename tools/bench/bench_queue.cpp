@@ -77,22 +77,19 @@ struct Node {
     else status = d.status();
   }
 };
+DeviceOptions with_settings(const char* settings) {
+  DeviceOptions o;
+  o.settings = settings;
+  return o;
+}
 // 2 GPUs x 8 SDMA engines.
 Node& node() {
-  static Node n([] {
-    DeviceOptions o;
-    o.settings = "preset=small gpus=2 engines=8";
-    return o;
-  }());
+  static Node n(with_settings("preset=small gpus=2 engines=8"));
   return n;
 }
 // One emulated H200 (Hopper CE methods on GPFIFO channels).
 Node& hopper_node() {
-  static Node n([] {
-    DeviceOptions o;
-    o.settings = "preset=h200";
-    return o;
-  }());
+  static Node n(with_settings("preset=h200"));
   return n;
 }
 
@@ -126,44 +123,67 @@ struct SmallCopies {
 // Time and CPU are per iteration = per 64 copies; items are copies.
 void per_copy_counter(benchmark::State& state) { state.SetItemsProcessed(state.iterations() * kCopiesPerSubmit); }
 
-void BM_EnqueueCopy(benchmark::State& state) {
-  Node& n = node();
-  if (!check(state, n.status, "emu::create")) return;
-  emu::EmuDevice& dev = *n.dev;
-  QueueOptions qo;
-  qo.ring_bytes = 16u << 20;
-  Result<std::unique_ptr<Queue>> q = dev.create_queue(0, 0, qo);
-  if (!check(state, q.status(), "create_queue")) return;
+// What the queue benchmarks of (a) share: one queue on an engine of gpu0 with
+// the 64 small copies allocated and recorded once into cb; stall() and drain()
+// hold the engine back and let it empty the ring (untimed); finish() waits for
+// the rest, checks the data, counts and frees.
+struct SmallCopyQueue {
+  emu::EmuDevice* dev = nullptr;
+  int engine = 0;
+  std::unique_ptr<Queue> queue;
   SmallCopies c;
-  if (!check(state, c.init(dev), "alloc")) return;
-  Queue& queue = **q;
-  CommandBuffer cb = queue.command_buffer();
-  c.record(cb);
-  const uint64_t batch = cb.size_bytes();
-  if (!check(state, dev.inject(0, 0, emu::Injection{.stall = true}), "inject")) return;
-  for (auto _ : state) {
-    if (queue.submitted() - queue.completed() + batch > queue.ring_bytes() - 4) {
-      state.PauseTiming();  // drain, untimed
-      Status st = dev.inject(0, 0, emu::Injection{});
-      if (st.ok()) st = queue.wait_done(Deadline::after_ms(60000));
-      if (st.ok()) st = dev.inject(0, 0, emu::Injection{.stall = true});
-      if (!check(state, st, "drain")) return;
-      state.ResumeTiming();
-    }
-    cb.clear();
-    c.record(cb);
-    Status st = queue.submit(cb, Deadline::after_ms(1000));
-    if (!st.ok()) {
-      check(state, st, "submit");
-      return;
-    }
+  CommandBuffer cb;
+
+  bool open(benchmark::State& state, Node& n, int eng, uint64_t ring_bytes, bool record = true) {
+    if (!check(state, n.status, "emu::create")) return false;
+    dev = n.dev.get();
+    engine = eng;
+    QueueOptions qo;
+    qo.ring_bytes = ring_bytes;
+    Result<std::unique_ptr<Queue>> q = dev->create_queue(0, engine, qo);
+    if (!check(state, q.status(), "create_queue")) return false;
+    queue = std::move(q).value();
+    if (!check(state, c.init(*dev), "alloc")) return false;
+    cb = queue->command_buffer();
+    if (record) c.record(cb);
+    return true;
   }
-  Status st = dev.inject(0, 0, emu::Injection{});
-  if (st.ok()) st = queue.wait_done(Deadline::after_ms(60000));
-  if (!check(state, st, "final drain")) return;
-  if (!c.verified()) state.SkipWithError("copied data does not match the source");
-  per_copy_counter(state);
-  c.release(dev);
+  bool stall(benchmark::State& state) {
+    return check(state, dev->inject(0, engine, emu::Injection{.stall = true}), "inject");
+  }
+  bool drain(benchmark::State& state) {
+    state.PauseTiming();
+    Status st = dev->inject(0, engine, emu::Injection{});
+    if (st.ok()) st = queue->wait_done(Deadline::after_ms(60000));
+    if (st.ok()) st = dev->inject(0, engine, emu::Injection{.stall = true});
+    if (!check(state, st, "drain")) return false;
+    state.ResumeTiming();
+    return true;
+  }
+  void finish(benchmark::State& state, bool stalled = true) {
+    Status st = stalled ? dev->inject(0, engine, emu::Injection{}) : Status();
+    if (st.ok()) st = queue->wait_done(Deadline::after_ms(60000));
+    if (!check(state, st, "final drain")) return;
+    if (!c.verified()) state.SkipWithError("copied data does not match the source");
+    per_copy_counter(state);
+    c.release(*dev);
+  }
+};
+
+void BM_EnqueueCopy(benchmark::State& state) {
+  SmallCopyQueue s;
+  if (!s.open(state, node(), 0, 16u << 20)) return;
+  Queue& queue = *s.queue;
+  const uint64_t batch = s.cb.size_bytes();
+  if (!s.stall(state)) return;
+  for (auto _ : state) {
+    // drain, untimed
+    if (queue.submitted() - queue.completed() + batch > queue.ring_bytes() - 4 && !s.drain(state)) return;
+    s.cb.clear();
+    s.c.record(s.cb);
+    if (!check(state, queue.submit(s.cb, Deadline::after_ms(1000)), "submit")) return;
+  }
+  s.finish(state);
 }
 // CPU time (the producer thread's) is the host cost; Time also counts being
 // descheduled, which on a shared 2-core machine is noise.
@@ -173,50 +193,32 @@ BENCHMARK(BM_EnqueueCopy);
 // reserve + in-place encoding + commit, on either instruction set.
 void BM_Vocabulary(benchmark::State& state) {
   const bool hopper = state.range(0) == 1, reserve = state.range(1) == 1;
-  emu::EmuDevice* dev = hopper ? hopper_node().dev.get() : node().dev.get();
-  if (!check(state, hopper ? hopper_node().status : node().status, "emu::create")) return;
-  const int engine = hopper ? 4 : 0;
-  QueueOptions qo;
-  qo.ring_bytes = 16u << 20;
-  Result<std::unique_ptr<Queue>> q = dev->create_queue(0, engine, qo);
-  if (!check(state, q.status(), "create_queue")) return;
-  SmallCopies c;
-  if (!check(state, c.init(*dev), "alloc")) return;
-  Queue& queue = **q;
-  CommandBuffer cb = queue.command_buffer();
-  c.record(cb);
-  const uint64_t batch = cb.size_bytes();
+  SmallCopyQueue s;
+  if (!s.open(state, hopper ? hopper_node() : node(), hopper ? 4 : 0, 16u << 20)) return;
+  Queue& queue = *s.queue;
+  const uint64_t batch = s.cb.size_bytes();
   if (!check(state, queue.wait_done(Deadline::after_ms(10000)), "idle")) return;
-  if (!check(state, dev->inject(0, engine, emu::Injection{.stall = true}), "inject")) return;
+  if (!s.stall(state)) return;
   uint64_t since_drain = 0;
   for (auto _ : state) {
     if (since_drain + batch + 256 > queue.max_submit_bytes() || queue.submitted() - queue.completed() > 900) {
-      state.PauseTiming();  // drain, untimed (ring bytes or GPFIFO entries)
-      Status st = dev->inject(0, engine, emu::Injection{});
-      if (st.ok()) st = queue.wait_done(Deadline::after_ms(60000));
-      if (st.ok()) st = dev->inject(0, engine, emu::Injection{.stall = true});
-      if (!check(state, st, "drain")) return;
+      // drain, untimed (ring bytes or GPFIFO entries)
+      if (!s.drain(state)) return;
       since_drain = 0;
-      state.ResumeTiming();
     }
     if (reserve) {
       Result<Queue::Reservation> r = queue.reserve(batch, Deadline::after_ms(1000));
       if (!check(state, r.status(), "reserve")) return;
-      c.record(r->commands());
+      s.c.record(r->commands());
       if (!check(state, r->commit(), "commit")) return;
     } else {
-      cb.clear();
-      c.record(cb);
-      if (!check(state, queue.submit(cb, Deadline::after_ms(1000)), "submit")) return;
+      s.cb.clear();
+      s.c.record(s.cb);
+      if (!check(state, queue.submit(s.cb, Deadline::after_ms(1000)), "submit")) return;
     }
     since_drain += batch;
   }
-  Status st = dev->inject(0, engine, emu::Injection{});
-  if (st.ok()) st = queue.wait_done(Deadline::after_ms(60000));
-  if (!check(state, st, "final drain")) return;
-  if (!c.verified()) state.SkipWithError("copied data does not match the source");
-  per_copy_counter(state);
-  c.release(*dev);
+  s.finish(state);
 }
 BENCHMARK(BM_Vocabulary)->ArgNames({"isa", "path"})->Args({0, 0})->Args({0, 1})->Args({1, 0})->Args({1, 1});
 
@@ -235,69 +237,27 @@ void BM_EncodeCopy(benchmark::State& state) {
 BENCHMARK(BM_EncodeCopy);
 
 void BM_SubmitEncoded(benchmark::State& state) {
-  Node& n = node();
-  if (!check(state, n.status, "emu::create")) return;
-  emu::EmuDevice& dev = *n.dev;
-  QueueOptions qo;
-  qo.ring_bytes = 16u << 20;
-  Result<std::unique_ptr<Queue>> q = dev.create_queue(0, 1, qo);
-  if (!check(state, q.status(), "create_queue")) return;
-  SmallCopies c;
-  if (!check(state, c.init(dev), "alloc")) return;
-  Queue& queue = **q;
-  CommandBuffer cb = queue.command_buffer();
-  c.record(cb);
-  if (!check(state, dev.inject(0, 1, emu::Injection{.stall = true}), "inject")) return;
+  SmallCopyQueue s;
+  if (!s.open(state, node(), 1, 16u << 20)) return;
+  Queue& queue = *s.queue;
+  if (!s.stall(state)) return;
   for (auto _ : state) {
-    if (queue.submitted() - queue.completed() + cb.size_bytes() > queue.ring_bytes() - 4) {
-      state.PauseTiming();
-      Status st = dev.inject(0, 1, emu::Injection{});
-      if (st.ok()) st = queue.wait_done(Deadline::after_ms(60000));
-      if (st.ok()) st = dev.inject(0, 1, emu::Injection{.stall = true});
-      if (!check(state, st, "drain")) return;
-      state.ResumeTiming();
-    }
-    Status st = queue.submit(cb, Deadline::after_ms(1000));
-    if (!st.ok()) {
-      check(state, st, "submit");
-      return;
-    }
+    if (queue.submitted() - queue.completed() + s.cb.size_bytes() > queue.ring_bytes() - 4 && !s.drain(state)) return;
+    if (!check(state, queue.submit(s.cb, Deadline::after_ms(1000)), "submit")) return;
   }
-  Status st = dev.inject(0, 1, emu::Injection{});
-  if (st.ok()) st = queue.wait_done(Deadline::after_ms(60000));
-  if (!check(state, st, "final drain")) return;
-  if (!c.verified()) state.SkipWithError("copied data does not match the source");
-  per_copy_counter(state);
-  c.release(dev);
+  s.finish(state);
 }
 BENCHMARK(BM_SubmitEncoded);
 
 void BM_EnqueueCopyRunning(benchmark::State& state) {
-  Node& n = node();
-  if (!check(state, n.status, "emu::create")) return;
-  emu::EmuDevice& dev = *n.dev;
-  QueueOptions qo;
-  qo.ring_bytes = 1u << 20;
-  Result<std::unique_ptr<Queue>> q = dev.create_queue(0, 2, qo);
-  if (!check(state, q.status(), "create_queue")) return;
-  SmallCopies c;
-  if (!check(state, c.init(dev), "alloc")) return;
-  Queue& queue = **q;
-  CommandBuffer cb = queue.command_buffer();
+  SmallCopyQueue s;
+  if (!s.open(state, node(), 2, 1u << 20, /*record=*/false)) return;
   for (auto _ : state) {
-    cb.clear();
-    c.record(cb);
-    Status st = queue.submit(cb, Deadline::after_ms(10000));
-    if (!st.ok()) {
-      check(state, st, "submit");
-      return;
-    }
+    s.cb.clear();
+    s.c.record(s.cb);
+    if (!check(state, s.queue->submit(s.cb, Deadline::after_ms(10000)), "submit")) return;
   }
-  Status st = queue.wait_done(Deadline::after_ms(60000));
-  if (!check(state, st, "final drain")) return;
-  if (!c.verified()) state.SkipWithError("copied data does not match the source");
-  per_copy_counter(state);
-  c.release(dev);
+  s.finish(state, /*stalled=*/false);
 }
 BENCHMARK(BM_EnqueueCopyRunning)->UseRealTime();
 
