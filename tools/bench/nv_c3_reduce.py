@@ -1,0 +1,159 @@
+#!/usr/bin/env python3
+"""tools/bench/nv_c3_reduce.py - issue #26's comparison on the GPU machine: how
+much a bf16 GEMM slows beside a reduce-scatter whose moves run on the copy
+engines (ConCCL: Communicator.reduce_scatter_tensor, the reduce step one PTX
+kernel on few SMs), against the same reduce-scatter done on the SMs (torch by
+hand: copy kernels gather each destination's slices, one sum kernel reduces
+them in float32), measured in one run by one protocol (the C3 protocol of
+nv_c3_factors.py / nv_c3_bench: the ConCCL paper's metric).
+
+    PYTHONPATH=python CONCCL_LIBRARY=<build>/src/libconccl.so.0 \\
+        python3 tools/bench/nv_c3_reduce.py [ranks 4] [MiB per rank's input 64] [json-out]
+
+Every rank of the reduce-scatter is a loopback rank on GPU 0 in this one
+process, as nv_c3_factors.py's all-gather. Inputs are small integers in
+bfloat16, so every sum is exact in any order: both variants' outputs are
+compared bit for bit with a float64 reference before anything is timed.
+
+Per variant, REPS rounds (medians): MM matmuls (N x N bf16) alone on one
+stream; K reduce-scatters alone on another, K chosen so that they take about
+as long; then both at once. t_mm, t_rs and t_both are wall times of those
+phases; the GEMM's own time inside the overlapped phase comes from CUDA events
+on its stream, and its slowdown is that over t_mm. % of ideal = 100 x (S_real
+- 1) / (S_ideal - 1), S_ideal = (t_mm + t_rs) / max(t_mm, t_rs), S_real =
+(t_mm + t_rs) / t_both. MM (200), N (8192), REPS (3) come from the environment.
+"""
+import faulthandler
+import json
+import os
+import statistics
+import sys
+import time
+
+os.environ.setdefault("PYTORCH_CUDA_ALLOC_CONF", "expandable_segments:True")
+faulthandler.dump_traceback_later(int(os.environ.get("TORCH_WATCHDOG_S", "500")), exit=True)
+import torch  # noqa: E402
+
+import conccl  # noqa: E402
+
+n = int(sys.argv[1]) if len(sys.argv) > 1 else 4
+mib = int(sys.argv[2]) if len(sys.argv) > 2 else 64
+json_out = sys.argv[3] if len(sys.argv) > 3 else None
+MM = int(os.environ.get("MM", "200"))
+N = int(os.environ.get("N", "8192"))
+REPS = int(os.environ.get("REPS", "3"))
+
+torch.cuda.init()
+dev = conccl.Device("nv")
+comm = conccl.Communicator(dev, [0] * n, loopback=True)
+count = (mib << 20) // 2 // n  # output elements per rank; a rank's input is n x count bf16
+gen = torch.Generator(device="cuda").manual_seed(26)
+inputs = [torch.randint(-8, 9, (n * count,), device="cuda", generator=gen).to(torch.bfloat16) for _ in range(n)]
+outputs = [torch.empty(count, dtype=torch.bfloat16, device="cuda") for _ in range(n)]
+sm_outputs = [torch.empty(count, dtype=torch.bfloat16, device="cuda") for _ in range(n)]
+staging = torch.empty((n, count), dtype=torch.bfloat16, device="cuda")
+mm_stream, rs_stream = torch.cuda.Stream(), torch.cuda.Stream()
+a = torch.randn(N, N, device="cuda", dtype=torch.bfloat16, generator=gen)
+b = torch.randn(N, N, device="cuda", dtype=torch.bfloat16, generator=gen)
+c = torch.empty(N, N, device="cuda", dtype=torch.bfloat16)
+
+
+def rs_engines():
+    comm.reduce_scatter_tensor(outputs, inputs, op="sum", stream=rs_stream)
+
+
+def rs_sm():
+    # Destination r's slices of every rank's input gathered by copy kernels,
+    # then reduced in float32 by one sum kernel: what the engines and the
+    # reduce kernel do, all on the SMs.
+    with torch.cuda.stream(rs_stream):
+        for r in range(n):
+            for q in range(n):
+                staging[q].copy_(inputs[q][r * count:(r + 1) * count])
+            sm_outputs[r].copy_(torch.sum(staging, dim=0, dtype=torch.float32))
+
+
+VARIANTS = {"engines": (rs_engines, outputs), "sm": (rs_sm, sm_outputs)}
+
+
+def check(name):
+    fn, outs = VARIANTS[name]
+    for o in outs:
+        o.fill_(float("nan"))
+    fn()
+    torch.cuda.synchronize()
+    err = comm.async_error()
+    if err is not None:
+        raise err
+    wrong = 0
+    for r in range(n):
+        want = sum(inputs[q][r * count:(r + 1) * count].double() for q in range(n))
+        wrong += int((outs[r].double() != want).sum())
+    return wrong
+
+
+def matmuls():
+    with torch.cuda.stream(mm_stream):
+        for _ in range(MM):
+            torch.matmul(a, b, out=c)
+
+
+def timed(*phases):
+    torch.cuda.synchronize()
+    t0 = time.perf_counter()
+    for p in phases:
+        p()
+    torch.cuda.synchronize()
+    return (time.perf_counter() - t0) * 1e3
+
+
+def mm_event_time(*phases):
+    """Wall time of the phases run together, and the matmul stream's own time in it (ms)."""
+    start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+    torch.cuda.synchronize()
+    t0 = time.perf_counter()
+    start.record(mm_stream)
+    for p in phases:
+        p()
+    end.record(mm_stream)
+    torch.cuda.synchronize()
+    return (time.perf_counter() - t0) * 1e3, start.elapsed_time(end)
+
+
+rows = []
+for name in VARIANTS:
+    wrong = check(name)
+    fn = VARIANTS[name][0]
+    timed(matmuls)  # warm-up: clocks, cuBLAS heuristics
+    one = timed(fn, fn, fn) / 3
+    t_mm0 = timed(matmuls)
+    k = max(1, round(t_mm0 / one))
+    reps = []
+    for _ in range(REPS):
+        t_mm = timed(matmuls)
+        t_rs = timed(lambda: [fn() for _ in range(k)])
+        t_both, mm_in_both = mm_event_time(lambda: [fn() for _ in range(k)], matmuls)
+        s_ideal = (t_mm + t_rs) / max(t_mm, t_rs)
+        s_real = (t_mm + t_rs) / t_both
+        reps.append({"t_mm_ms": t_mm, "t_rs_ms": t_rs, "t_both_ms": t_both, "mm_in_both_ms": mm_in_both,
+                     "gemm_slowdown_pct": 100 * (mm_in_both / t_mm - 1),
+                     "pct_of_ideal": 100 * (s_real - 1) / (s_ideal - 1) if s_ideal > 1 else float("nan")})
+    med = {key: statistics.median(r[key] for r in reps) for key in reps[0]}
+    bytes_moved = (n - 1) * count * 2 * n  # every rank receives (n-1) slices of count bf16
+    rows.append(dict(variant=name, ranks=n, mib_per_rank_input=mib, reduce_scatters=k, wrong_elements=wrong,
+                     rs_alone_ms_each=med["t_rs_ms"] / k, rs_busbw_gbs=bytes_moved / n / (med["t_rs_ms"] / k) / 1e6,
+                     reps=reps, **med))
+    comm.async_error()
+
+print(f"# nv_c3_reduce: {n} loopback ranks, {mib} MiB bf16 input per rank, sum; {MM} matmuls {N}x{N} bf16; "
+      f"medians of {REPS}")
+print("%-8s %6s %9s %9s %9s %11s %12s %10s %8s" % ("variant", "RSs", "t_mm ms", "t_rs ms", "t_both", "mm in both",
+                                                  "GEMM slower", "% ideal", "#wrong"))
+for r in rows:
+    print("%-8s %6d %9.1f %9.1f %9.1f %11.1f %11.1f%% %10.1f %8d" % (
+        r["variant"], r["reduce_scatters"], r["t_mm_ms"], r["t_rs_ms"], r["t_both_ms"], r["mm_in_both_ms"],
+        r["gemm_slowdown_pct"], r["pct_of_ideal"], r["wrong_elements"]))
+if json_out:
+    with open(json_out, "w") as f:
+        json.dump({"bench": "nv_c3_reduce", "rows": rows}, f, indent=1)
+sys.exit(1 if any(r["wrong_elements"] for r in rows) else 0)
