@@ -21,6 +21,7 @@
 #include "device_flags.hpp"
 #include "mem_budget.hpp"
 #include "procs.hpp"
+#include "sweep/sweep_command.hpp"
 #include "sweep/sweep_device.hpp"
 #include "sweep/sweep_dtype.hpp"
 #include "sweep/sweep_flags.hpp"
@@ -304,23 +305,15 @@ struct FormMeasured : Measured {
 
 // One copy collective's sweep from the device on. The members are made in
 // the order they are declared, and go in reverse.
-class CollectiveSweep {
+// --procs: calls through windows (Communicator::call, no message between
+// the ranks per call) unless --no-windows.
+class CollectiveSweep final : public SizeSweep {
  public:
-  CollectiveSweep(const Args& args, const CollFlags& f)
-      : args_(args),
-        f_(f),
-        op_(*f.op),
-        me_(f.procs.me()),
-        // --procs: calls through windows (Communicator::call, no message
-        // between the ranks per call) unless --no-windows.
-        windows_(me_ >= 0 && !args.has("no-windows")),
-        emulated_(args.common().backend == Backend::emu),
-        deadline_ms_(static_cast<int64_t>(args.common().timeout_ms)) {}
+  CollectiveSweep(const Args& args, const CollFlags& f) : SizeSweep(args, f.sweep, f.procs), f_(f), op_(*f.op) {}
 
   // The device and its ranks, their communicator, stagers and buffers, and
   // the sources' data.
   Status set_up();
-  int run(Context& ctx, std::optional<JsonFile>& json_out);
 
  private:
   Status open();
@@ -331,10 +324,12 @@ class CollectiveSweep {
   Status upload_sources();
   conccl::Result<Buffer> alloc_buffer(int gpu, uint64_t bytes);
   void free_buffer(const Buffer& b);
-  void release();
-  SweepSetup sweep_setup() const;
+  void release() override;
+  SweepSetup sweep_setup() const override;
+  uint64_t unit_of(uint64_t size) const override { return chunk_of(size); }
+  std::string plot_name(const SweepSetup&) const override { return op_.name; }
 
-  Status measure_size(size_t si, uint64_t asked, SweepRow* row);
+  Status measure_size(size_t si, uint64_t asked, SweepRow* row) override;
   void in_place_in_window(InPlace* ip) const;
   Status measure(const conccl::CollectiveArgs& a, const std::vector<bool>& poison,
                  const std::vector<InPlaceSource>& sources, uint32_t poison_value, uint64_t n_iters,
@@ -353,23 +348,13 @@ class CollectiveSweep {
     return std::max<uint64_t>(f_.dtype->bytes, c / f_.dtype->bytes * f_.dtype->bytes);
   }
   uint64_t size_of(uint64_t chunk) const { return op_.size_is_total ? chunk * static_cast<uint64_t>(d_.n) : chunk; }
-  conccl::Deadline deadline() const { return conccl::Deadline::after_ms(deadline_ms_); }
-  bool local(int r) const { return me_ < 0 || r == me_; }  // its buffers are this process's
   conccl::Stager& stager_of(int r) const { return *stager_of_rank_[static_cast<size_t>(r)]; }
 
-  const Args& args_;
   const CollFlags& f_;
   const OpInfo& op_;
-  const int me_;  // this process's rank; -1: all ranks here
-  const bool windows_;
-  const bool emulated_;
-  const int64_t deadline_ms_;
-  SweepDevice d_;
   uint64_t max_chunk_ = 0;
   MemBudget need_;
   std::string queues_;
-  std::unique_ptr<conccl::Communicator> comm_;
-  std::vector<std::unique_ptr<conccl::Stager>> stagers_;
   std::vector<conccl::Stager*> stager_of_rank_;
   conccl::CollectiveArgs base_;
   std::vector<conccl::nv::CudaAlloc> cuda_allocs_;
@@ -380,7 +365,6 @@ class CollectiveSweep {
   WindowLayout layout_;
   Buffer window_mem_{};
   conccl::Window window_;
-  std::optional<RankSync> sync_;
 };
 
 Status CollectiveSweep::set_up() {
@@ -401,14 +385,7 @@ Status CollectiveSweep::open() {
   max_chunk_ = chunk_of(max);
   need_ = sweep_budget(op_.op, static_cast<int>(f_.sweep.root), static_cast<int>(f_.peer), d_.gpu_of, d_.gpus,
                        max_chunk_, windows_);
-  if (Status st = check_budget(need_, d_.dev->topology(), emulated_,
-                               "lower --max (now " + format_size(max) + ") or --ranks (now " + std::to_string(d_.n) +
-                                   ")",
-                               mem_available());
-      !st.ok())
-    return st.prefix(std::string(op_.name) + " up to --max " + format_size(max) + " on " + std::to_string(d_.n) +
-                     " ranks");
-  return Status();
+  return check_fits(need_, op_.name, "");
 }
 
 // The ranks' communicator, and one stager per GPU for the patterns in and
@@ -529,24 +506,6 @@ SweepSetup CollectiveSweep::sweep_setup() const {
   return setup;
 }
 
-int CollectiveSweep::run(Context& ctx, std::optional<JsonFile>& json_out) {
-  sync_.emplace(me_, comm_.get(), deadline_ms_);
-  const SweepSetup setup = sweep_setup();
-  SweepLoop loop;
-  loop.setup = &setup;
-  loop.sizes = sweep_sizes(f_.sweep.min, f_.sweep.max, static_cast<uint64_t>(f_.sweep.step));
-  // Sizes that round to the same whole elements per rank run once.
-  loop.unit_of = [this](uint64_t size) { return chunk_of(size); };
-  loop.measure = [this](size_t si, uint64_t asked, SweepRow* row) { return measure_size(si, asked, row); };
-  loop.release = [this] { release(); };
-  loop.plot_title = std::string("sdma-probe ") + op_.name + ": " + std::to_string(d_.n) + " ranks, " +
-                    std::string(backend_name(args_.common().backend));
-  loop.printer = me_ <= 0;
-  loop.json_stdout = f_.sweep.json.to_stdout;
-  return run_sweep(args_, ctx, *sync_, loop, json_out);
-}
-
-// Both forms of one size (in place where the op has one) into the row.
 Status CollectiveSweep::measure_size(size_t si, uint64_t asked, SweepRow* row) {
   const int n = d_.n;
   conccl::CollectiveArgs a = base_;
@@ -717,18 +676,8 @@ Status CollectiveSweep::verify(const conccl::CollectiveArgs& a, conccl::Plan* pl
 int run_collective(const Args& args, Context& ctx) {
   CollFlags f;
   if (Status st = read_collective_flags(args, &f); !st.ok()) return fail(args, ctx, st);
-  if (f.procs.launcher()) {
-    if (Status st = check_ranks(f, f.procs.procs); !st.ok()) return fail(args, ctx, st);
-    return launch_sweep_ranks(args, ctx, f.sweep.json, f.procs.procs);
-  }
-  if (f.procs.rank)
-    if (Status st = follow_launcher(); !st.ok()) return fail(args, ctx, st);
-  if (Status st = read_buffers(args, &f.buffers); !st.ok()) return fail(args, ctx, st);
-  std::optional<JsonFile> json_out;
-  if (Status st = open_json_out(f.sweep.json, f.procs.me() <= 0, &json_out); !st.ok()) return fail(args, ctx, st);
-  CollectiveSweep sweep(args, f);
-  if (Status st = sweep.set_up(); !st.ok()) return fail(args, ctx, st);
-  return sweep.run(ctx, json_out);
+  return run_sweep_command<CollectiveSweep>(
+      args, ctx, f, [&f](int n) { return check_ranks(f, n); }, [&] { return read_buffers(args, &f.buffers); });
 }
 
 std::vector<FlagSpec> collective_flags() {
@@ -760,13 +709,7 @@ std::vector<FlagSpec> collective_flags() {
   f.push_back({.name = "json-file", .value = "FILE", .help = "also write the rows as JSON to FILE"});
   f.push_back({.name = "buffers", .value = "device|cuda",
                .help = "the ranks' buffers: the device's own (default), or CUDA VMM allocations registered with it (nv)"});
-  f.push_back({.name = "procs", .value = "N",
-               .help = "N ranks, one process each, 1..16 (started by this one; ranks on GPUs as --ranks places "
-                       "them; SIGINT/SIGTERM reach every rank)"});
-  f.push_back({.name = "rank", .value = "R", .help = "set by --procs for the ranks it starts"});
-  f.push_back({.name = "unique-id", .value = "ID", .help = "set by --procs for the ranks it starts"});
-  f.push_back({.name = "ranks", .value = "N",
-               .help = "ranks, 1..64 (default: one per GPU); more ranks than GPUs places several on each (loopback)"});
+  add_rank_flags(f);
   return f;
 }
 
@@ -828,18 +771,11 @@ constexpr const char* kDetails =
     "instead (plan, launch, wait: messages every launch), to compare the two.\n"
     "Variants: docs/collectives.md.\n";
 
-#define CONCCL_COLLECTIVE_COMMAND(NAME, ORDER, SUMMARY)                                                  \
-  const Registration reg_##ORDER({                                                                       \
-      .name = NAME,                                                                                      \
-      .summary = SUMMARY,                                                                                \
-      .usage = "sdma-probe " NAME " [--backend B] [--preset P] [--gpus N] [--ranks N | --procs N]\n"     \
-               "       [--min SIZE] [--max SIZE] [--step-factor F] [--dtype TYPE] [--variant NAME]\n"          \
-               "       [--prelaunch] [--no-windows] [--json FILE]",                                          \
-      .details = kDetails,                                                                               \
-      .flags = collective_flags(),                                                                       \
-      .run = run_collective,                                                                             \
-      .order = ORDER,                                                                                    \
-  });
+#define CONCCL_COLLECTIVE_COMMAND(NAME, ORDER, SUMMARY)                                        \
+  CONCCL_SWEEP_COMMAND(NAME, ORDER, SUMMARY,                                                     \
+                       "       [--min SIZE] [--max SIZE] [--step-factor F] [--dtype TYPE] [--variant NAME]\n" \
+                       "       [--prelaunch] [--no-windows] [--json FILE]",                                     \
+                       kDetails, collective_flags(), run_collective)
 
 CONCCL_COLLECTIVE_COMMAND("allgather", 50, "all-gather size sweep on DMA engines (pcpy, bcst, b2b)")
 CONCCL_COLLECTIVE_COMMAND("alltoall", 51, "all-to-all size sweep on DMA engines (pcpy, b2b, swap)")

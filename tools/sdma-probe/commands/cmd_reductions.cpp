@@ -24,6 +24,7 @@
 #include "device_flags.hpp"
 #include "mem_budget.hpp"
 #include "procs.hpp"
+#include "sweep/sweep_command.hpp"
 #include "sweep/sweep_device.hpp"
 #include "sweep/sweep_flags.hpp"
 #include "sweep/sweep_inplace.hpp"
@@ -335,25 +336,17 @@ Status check_ranks(const RedFlags& f, int n) {
 
 // One reduction's sweep from the device on. The members are made in the
 // order they are declared, and go in reverse.
-class ReductionSweep {
+// --procs: send and receive buffers in one window per rank, registered once
+// (the moves from and into them need no message between the ranks), unless
+// --no-windows.
+class ReductionSweep final : public SizeSweep {
  public:
   ReductionSweep(const Args& args, const RedFlags& f)
-      : args_(args),
-        f_(f),
-        coll_(f.op->coll),
-        es_(f.es()),
-        me_(f.procs.me()),
-        // --procs: both in one window per rank, registered once (the moves
-        // from and into them need no message between the ranks), unless
-        // --no-windows.
-        windows_(me_ >= 0 && !args.has("no-windows")),
-        emulated_(args.common().backend == Backend::emu),
-        deadline_ms_(static_cast<int64_t>(args.common().timeout_ms)) {}
+      : SizeSweep(args, f.sweep, f.procs), f_(f), coll_(f.op->coll), es_(f.es()) {}
 
   // The device and its ranks, their communicator, stagers and buffers, the
   // inputs, and the stream the calls are ordered on.
   Status set_up();
-  int run(Context& ctx, std::optional<JsonFile>& json_out);
 
  private:
   Status open();
@@ -362,11 +355,15 @@ class ReductionSweep {
   Status alloc_failed(int r, Status st);
   Status upload_all_inputs();
   Status choose_ordering();
-  void release();
+  void release() override;
   Status synchronize();
-  SweepSetup sweep_setup() const;
+  SweepSetup sweep_setup() const override;
+  uint64_t unit_of(uint64_t size) const override { return count_of(size); }
+  std::string plot_name(const SweepSetup& setup) const override {
+    return std::string(f_.op->name) + " " + setup.dtype + " " + setup.redop;
+  }
 
-  Status measure_size(size_t si, uint64_t asked, SweepRow* row);
+  Status measure_size(size_t si, uint64_t asked, SweepRow* row) override;
   Status measure(uint64_t count, bool in_place, uint32_t poison_value, uint64_t n_iters, Measured* m);
   conccl::ReductionArgs call_args(uint64_t count, bool in_place) const;
   Buffer result_of(int r, uint64_t count, bool in_place) const;
@@ -382,26 +379,16 @@ class ReductionSweep {
   uint64_t send_elems(uint64_t count) const {
     return coll_ == ReduceColl::reduce_scatter ? count * static_cast<uint64_t>(d_.n) : count;
   }
-  conccl::Deadline deadline() const { return conccl::Deadline::after_ms(deadline_ms_); }
-  bool local(int r) const { return me_ < 0 || r == me_; }  // its buffers are this process's
   conccl::Stager& stager_of(int r) const {
     return *stagers_[static_cast<size_t>(d_.gpu_of[static_cast<size_t>(r)])];
   }
 
-  const Args& args_;
   const RedFlags& f_;
   const ReduceColl coll_;
   const uint64_t es_;
-  const int me_;  // this process's rank; -1: all ranks here
-  const bool windows_;
-  const bool emulated_;
-  const int64_t deadline_ms_;
-  SweepDevice d_;
   uint64_t unit_ = 1;            // bytes of a size per element of a count
   uint64_t send_elems_max_ = 0;  // what a rank sends at --max
   uint64_t region_ = 0;          // each of a rank's send and receive regions
-  std::unique_ptr<conccl::Communicator> comm_;
-  std::vector<std::unique_ptr<conccl::Stager>> stagers_;
   // Buffers: memory the GPU's compute reaches (the reduce step writes the
   // results: NVIDIA needs CUDA memory, Device::alloc_for_compute).
   std::vector<Buffer> send_, recv_;
@@ -415,7 +402,6 @@ class ReductionSweep {
   conccl::StreamOps* stream_ = nullptr;
   std::string ordering_ = "host", ordering_note_;
   Inputs inputs_;
-  std::optional<RankSync> sync_;
 };
 
 Status ReductionSweep::set_up() {
@@ -446,14 +432,7 @@ Status ReductionSweep::open() {
     g = add_sat(g, add_sat(mul_sat(region_, 2), staging));
   }
   need.host = add_sat(mul_sat(staging_bytes(d_.gpus), static_cast<uint64_t>(d_.gpus)), kVerifyBytes);
-  if (Status st = check_budget(need, d_.dev->topology(), emulated_,
-                               "lower --max (now " + format_size(max) + "), --staging (now " + format_size(staging) +
-                                   ") or --ranks (now " + std::to_string(n) + ")",
-                               mem_available());
-      !st.ok())
-    return st.prefix(std::string(f_.op->name) + " up to --max " + format_size(max) + " on " + std::to_string(n) +
-                     " ranks");
-  return Status();
+  return check_fits(need, f_.op->name, ", --staging (now " + format_size(staging) + ")");
 }
 
 // The ranks' communicator, and one stager per GPU for the inputs in and the
@@ -608,28 +587,6 @@ SweepSetup ReductionSweep::sweep_setup() const {
   return setup;
 }
 
-int ReductionSweep::run(Context& ctx, std::optional<JsonFile>& json_out) {
-  // Ranks in separate processes stop together (as the copy collectives'
-  // sweeps do): each tells the others the signal it received at every
-  // exchange - each warm-up call, every 32nd timed call, after each form -
-  // and all stop at the first where any rank has one.
-  sync_.emplace(me_, comm_.get(), deadline_ms_);
-  const SweepSetup setup = sweep_setup();
-  SweepLoop loop;
-  loop.setup = &setup;
-  loop.sizes = sweep_sizes(f_.sweep.min, f_.sweep.max, static_cast<uint64_t>(f_.sweep.step));
-  // Sizes that round to the same count run once.
-  loop.unit_of = [this](uint64_t size) { return count_of(size); };
-  loop.measure = [this](size_t si, uint64_t asked, SweepRow* row) { return measure_size(si, asked, row); };
-  loop.release = [this] { release(); };
-  loop.plot_title = std::string("sdma-probe ") + f_.op->name + " " + setup.dtype + " " + setup.redop + ": " +
-                    std::to_string(d_.n) + " ranks, " + std::string(backend_name(args_.common().backend));
-  loop.printer = me_ <= 0;
-  loop.json_stdout = f_.sweep.json.to_stdout;
-  return run_sweep(args_, ctx, *sync_, loop, json_out);
-}
-
-// Both forms of one size into the row.
 Status ReductionSweep::measure_size(size_t si, uint64_t asked, SweepRow* row) {
   const int n = d_.n;
   const uint64_t count = count_of(asked);
@@ -778,17 +735,7 @@ conccl::Result<uint64_t> ReductionSweep::count_wrong_results(uint64_t count, boo
 int run_reduction(const Args& args, Context& ctx) {
   RedFlags f;
   if (Status st = read_reduction_flags(args, &f); !st.ok()) return fail(args, ctx, st);
-  if (f.procs.launcher()) {
-    if (Status st = check_ranks(f, f.procs.procs); !st.ok()) return fail(args, ctx, st);
-    return launch_sweep_ranks(args, ctx, f.sweep.json, f.procs.procs);
-  }
-  if (f.procs.rank)
-    if (Status st = follow_launcher(); !st.ok()) return fail(args, ctx, st);
-  std::optional<JsonFile> json_out;
-  if (Status st = open_json_out(f.sweep.json, f.procs.me() <= 0, &json_out); !st.ok()) return fail(args, ctx, st);
-  ReductionSweep sweep(args, f);
-  if (Status st = sweep.set_up(); !st.ok()) return fail(args, ctx, st);
-  return sweep.run(ctx, json_out);
+  return run_sweep_command<ReductionSweep>(args, ctx, f, [&f](int n) { return check_ranks(f, n); });
 }
 
 std::vector<FlagSpec> reduction_flags() {
@@ -826,13 +773,7 @@ std::vector<FlagSpec> reduction_flags() {
   f.push_back({.name = "plot", .value = "FILE.png",
                .help = "also draw bus bandwidth against size into FILE.png (needs gnuplot)"});
   f.push_back({.name = "json-file", .value = "FILE", .help = "also write the rows as JSON to FILE"});
-  f.push_back({.name = "procs", .value = "N",
-               .help = "N ranks, one process each, 1..16 (started by this one; ranks on GPUs as --ranks places "
-                       "them; SIGINT/SIGTERM reach every rank)"});
-  f.push_back({.name = "rank", .value = "R", .help = "set by --procs for the ranks it starts"});
-  f.push_back({.name = "unique-id", .value = "ID", .help = "set by --procs for the ranks it starts"});
-  f.push_back({.name = "ranks", .value = "N",
-               .help = "ranks, 1..64 (default: one per GPU); more ranks than GPUs places several on each (loopback)"});
+  add_rank_flags(f);
   return f;
 }
 
@@ -886,19 +827,12 @@ constexpr const char* kDetails =
     "msgs/call); --no-windows leaves them outside, for comparison.\n"
     "SIGINT/SIGTERM: the finished rows are written, exit 130/143.\n";
 
-#define CONCCL_REDUCTION_COMMAND(NAME, ORDER, SUMMARY)                                                  \
-  const Registration reg_##ORDER({                                                                      \
-      .name = NAME,                                                                                     \
-      .summary = SUMMARY,                                                                               \
-      .usage = "sdma-probe " NAME " [--backend B] [--preset P] [--gpus N] [--ranks N | --procs N]\n"    \
-               "       [-b|--min SIZE] [-e|--max SIZE] [-f|--step-factor F] [-d|--dtype TYPE]\n"        \
-               "       [-o|--op OP] [-r|--root R] [-n|--iters N] [-w|--warmup N] [--staging SIZE]\n"   \
-               "       [--no-stream] [--no-windows] [--json FILE]",                                     \
-      .details = kDetails,                                                                              \
-      .flags = reduction_flags(),                                                                       \
-      .run = run_reduction,                                                                             \
-      .order = ORDER,                                                                                   \
-  });
+#define CONCCL_REDUCTION_COMMAND(NAME, ORDER, SUMMARY)                                            \
+  CONCCL_SWEEP_COMMAND(NAME, ORDER, SUMMARY,                                                        \
+                       "       [-b|--min SIZE] [-e|--max SIZE] [-f|--step-factor F] [-d|--dtype TYPE]\n" \
+                       "       [-o|--op OP] [-r|--root R] [-n|--iters N] [-w|--warmup N] [--staging SIZE]\n" \
+                       "       [--no-stream] [--no-windows] [--json FILE]",                                     \
+                       kDetails, reduction_flags(), run_reduction)
 
 CONCCL_REDUCTION_COMMAND("reducescatter", 56, "reduce-scatter size sweep: DMA moves + a reduce step per rank")
 CONCCL_REDUCTION_COMMAND("allreduce", 57, "all-reduce size sweep: DMA moves + a reduce step per rank")
