@@ -4,9 +4,22 @@ Run by ctest (tests/python/CMakeLists.txt) with PYTHONPATH=python and
 CONCCL_LIBRARY=<build>/src/libconccl.so.
 """
 import os
+import subprocess
+import sys
 import unittest
 
 import conccl
+
+
+def run_ranks(test, rank_script, n, uid):
+    """Runs rank_script in n Python processes (argv: rank, n, uid) and checks
+    that each exits 0 having printed "ok RANK"."""
+    procs = [subprocess.Popen([sys.executable, "-c", rank_script, str(r), str(n), uid],
+                              stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True) for r in range(n)]
+    for r, p in enumerate(procs):
+        out, err = p.communicate(timeout=120)
+        test.assertEqual(p.returncode, 0, f"rank {r}: {err}")
+        test.assertEqual(out.strip(), f"ok {r}")
 
 
 class DeviceTest(unittest.TestCase):
@@ -152,8 +165,6 @@ class CollectiveTest(unittest.TestCase):
         # Calls through windows: views at the same offsets on every rank, no
         # bootstrap message per call, every byte checked; stats, async_error,
         # and the window's and views' misuse.
-        import subprocess
-        import sys
         uid = conccl.unique_id()
         rank_script = '''
 import hashlib, sys, conccl
@@ -247,12 +258,7 @@ win2.close()  # its communicator took it: nothing to do
 print("ok", r)
 '''
         n = 2
-        procs = [subprocess.Popen([sys.executable, "-c", rank_script, str(r), str(n), uid],
-                                  stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True) for r in range(n)]
-        for r, p in enumerate(procs):
-            out, err = p.communicate(timeout=120)
-            self.assertEqual(p.returncode, 0, f"rank {r}: {err}")
-            self.assertEqual(out.strip(), f"ok {r}")
+        run_ranks(self, rank_script, n, uid)
 
     def test_windows_need_one_process_per_rank(self):
         # A communicator of every rank in one process: no windows, no
@@ -271,8 +277,6 @@ print("ok", r)
     def test_one_process_per_rank(self):
         # Each rank a Python process of its own, as torch.distributed runs:
         # the id made here, handed over on the command line.
-        import subprocess
-        import sys
         uid = conccl.unique_id()
         self.assertTrue(uid.startswith("conccl-uid-"))
         rank_script = '''
@@ -315,12 +319,7 @@ with conccl.Device("emu", settings="preset=mi300x", process_slot=r) as dev:
 print("ok", r)
 '''
         n = 3
-        procs = [subprocess.Popen([sys.executable, "-c", rank_script, str(r), str(n), uid],
-                                  stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True) for r in range(n)]
-        for r, p in enumerate(procs):
-            out, err = p.communicate(timeout=120)
-            self.assertEqual(p.returncode, 0, f"rank {r}: {err}")
-            self.assertEqual(out.strip(), f"ok {r}")
+        run_ranks(self, rank_script, n, uid)
         with conccl.Device("emu") as dev:
             with self.assertRaises(conccl.Error) as cm:
                 conccl.Communicator(dev, rank=0, nranks=2, unique_id="nope")
@@ -728,8 +727,6 @@ class TorchShapesTest(unittest.TestCase):
 
     def test_one_process_per_rank_takes_this_ranks_tensors(self):
         # As torch.distributed: each process gives its own output and input tensor.
-        import subprocess
-        import sys
         rank_script = """
 import sys, torch, conccl
 r, n, uid = int(sys.argv[1]), int(sys.argv[2]), sys.argv[3]
@@ -756,12 +753,7 @@ print("ok", r)
 """
         n = 3
         uid = conccl.unique_id()
-        procs = [subprocess.Popen([sys.executable, "-c", rank_script, str(r), str(n), uid],
-                                  stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True) for r in range(n)]
-        for r, p in enumerate(procs):
-            out, err = p.communicate(timeout=120)
-            self.assertEqual(p.returncode, 0, f"rank {r}: {err}")
-            self.assertEqual(out.strip(), f"ok {r}")
+        run_ranks(self, rank_script, n, uid)
 
 
 if __name__ == "__main__":
