@@ -3,8 +3,11 @@
 // rank r of n in a forked process through the C API alone.
 #pragma once
 
+#include <cstddef>
 #include <cstdint>
+#include <random>
 #include <string>
+#include <vector>
 
 #include "conccl/conccl.h"
 
@@ -24,6 +27,15 @@ inline int open_rank(int r, int n, const conccl_unique_id& id, conccl_device_t* 
   co.timeout_ms = timeout_ms;
   if (conccl_comm_create_rank(*d, r, n, &id, r, &co, comm) != CONCCL_OK) return *out = conccl_last_error(), 4;
   return 0;
+}
+
+// Rank r's data for a round: `bytes` random bytes, none of them zero, from
+// seed seed_per_round * round + r (every rank can make any rank's again).
+inline std::vector<uint8_t> rank_data(size_t bytes, unsigned seed_per_round, int r, int round) {
+  std::vector<uint8_t> v(bytes);
+  std::mt19937 rng(seed_per_round * static_cast<unsigned>(round) + static_cast<unsigned>(r));
+  for (auto& x : v) x = static_cast<uint8_t>(rng() | 1);
+  return v;
 }
 
 }  // namespace capitest

@@ -496,12 +496,7 @@ TEST(CApi, NcclShapedCallsOneProcessPerRank) {
   ASSERT_EQ(conccl_get_unique_id(&id), CONCCL_OK);
   constexpr int n = 3;
   constexpr size_t chunk = 24576 + 8;
-  auto data = [](int r, int round) {
-    std::vector<uint8_t> v(chunk * n);
-    std::mt19937 rng(1000 * round + r);
-    for (auto& x : v) x = static_cast<uint8_t>(rng() | 1);
-    return v;
-  };
+  auto data = [](int r, int round) { return capitest::rank_data(chunk * n, 1000, r, round); };
   std::vector<conccl::mptest::RankOutcome> res = conccl::mptest::fork_ranks({0, 1, 2}, [&](int r, std::string* out) {
     conccl_device_t d = nullptr;
     conccl_comm_t comm = nullptr;
@@ -575,12 +570,7 @@ TEST(CApi, NcclShapedCallsThroughWindowsSendNoMessage) {
   constexpr int n = 2;
   constexpr int kGathers = 20, kRounds = kGathers + 4;
   constexpr size_t chunk = 8192 + 24;
-  auto data = [](int r, int round) {
-    std::vector<uint8_t> v(chunk * n);
-    std::mt19937 rng(7000 * round + r);
-    for (auto& x : v) x = static_cast<uint8_t>(rng() | 1);
-    return v;
-  };
+  auto data = [](int r, int round) { return capitest::rank_data(chunk * n, 7000, r, round); };
   std::vector<conccl::mptest::RankOutcome> res = conccl::mptest::fork_ranks({0, 1}, [&](int r, std::string* out) {
     conccl_device_t d = nullptr;
     conccl_comm_t comm = nullptr;

@@ -196,12 +196,7 @@ TEST(CApiHeap, HeapBuffersGoThroughTheWindow) {
   ASSERT_EQ(conccl_get_unique_id(&id), CONCCL_OK);
   constexpr int n = 2, kRounds = 10;
   constexpr size_t chunk = 24576 + 40;
-  auto data = [](int r, int round) {
-    std::vector<uint8_t> v(chunk * n);
-    std::mt19937 rng(9000 * round + r);
-    for (auto& x : v) x = static_cast<uint8_t>(rng() | 1);
-    return v;
-  };
+  auto data = [](int r, int round) { return capitest::rank_data(chunk * n, 9000, r, round); };
   std::vector<conccl::mptest::RankOutcome> res = conccl::mptest::fork_ranks({0, 1}, [&](int r, std::string* out) {
     conccl_device_t d = nullptr;
     conccl_comm_t comm = nullptr;
