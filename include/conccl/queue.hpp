@@ -12,6 +12,7 @@
 
 #include <atomic>
 #include <cstdint>
+#include <deque>
 #include <memory>
 #include <mutex>
 #include <span>
@@ -185,18 +186,28 @@ class Queue {
   virtual bool engine_halted() const = 0;
   // Publishes nothing, but NOPs out what a failed reservation left (optional).
   virtual void ring_abandon() {}
-  // Held publication (submit_held): while hold_ is set, ring_submit writes
-  // but does not publish, and the protocol keeps where each held ticket
-  // ends; ring_release publishes up to a ticket. Protocols that cannot hold
-  // ignore hold_ (their work is visible at once) and keep the default.
-  virtual void ring_release(uint64_t /*end*/) {}
-  bool hold_ = false;                  // written under submit_mu_
-  std::atomic<uint64_t> held_to_{0};   // last held ticket not yet published (0: none); under submit_mu_
+  // Held publication (submit_held), all under submit_mu_. While hold_ is
+  // set, a protocol's publish step records the submission with
+  // hold(ticket, position) instead of making it visible; ring_expose makes
+  // everything up to a position the engine's (GPFIFO: GP_PUT; SDMA: wptr)
+  // and then calls forget_held(position). Protocols that cannot hold ignore
+  // hold_ (their work is visible at once) and keep the default.
+  virtual void ring_expose(uint64_t /*position*/) {}
+  void hold(uint64_t ticket, uint64_t position);
+  void forget_held(uint64_t position);  // everything up to `position` is published
+  bool holding() const { return !held_.empty(); }
+  bool hold_ = false;
 
   std::mutex submit_mu_;                // serialises producers: reserve + copy + publish
   std::atomic<uint64_t> last_ticket_{0};  // written under submit_mu_
 
  private:
+  Status submit_impl(const CommandBuffer& cb, Deadline deadline, QueueSpan* span, bool hold);
+  struct HeldWork {
+    uint64_t ticket, position;  // a held submission's ticket, and where publishing it moves the ring
+  };
+  std::deque<HeldWork> held_;         // oldest first; under submit_mu_
+  std::atomic<uint64_t> held_to_{0};  // the last held ticket (0: none); written under submit_mu_
   const int gpu_, engine_;
   const Isa isa_;
   const Caps caps_;

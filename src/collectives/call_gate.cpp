@@ -84,8 +84,8 @@ bool CallState::open_gate_here(const Gate& g) {
   }
   for (const auto& [q, t] : g.held) q->release(t);
   if (!open) {
-    std::lock_guard<std::mutex> lk(gate_mu);
-    ++gates_early;
+    std::lock_guard<std::mutex> lk(mu);
+    counts.gates_opened_early++;
   }
   return open;
 }

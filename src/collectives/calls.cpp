@@ -166,12 +166,8 @@ Status Communicator::async_error() const {
 CommStats Communicator::stats() const {
   CommStats s;
   if (calls_) {
-    {
-      std::lock_guard<std::mutex> lk(calls_->mu);
-      s = calls_->counts;
-    }
-    std::lock_guard<std::mutex> lk(calls_->gate_mu);
-    s.gates_opened_early = calls_->gates_early;
+    std::lock_guard<std::mutex> lk(calls_->mu);
+    s = calls_->counts;
   }
   if (cached_) {
     s.calls += cached_->calls;
@@ -423,10 +419,6 @@ Status CallState::run(const CollectiveArgs& a, StreamOps* stream, std::vector<St
     fail(st);
     return st;
   }
-  if (gated) {
-    std::lock_guard<std::mutex> lk(mu);
-    counts.gated_calls++;
-  }
   if (gated && stream) hold_gate(std::move(gate));
   const size_t mi = static_cast<size_t>(me);
   const uint64_t arrive_target = base[kCounterArrive][mi] + (*plan)->expected_[mi];
@@ -441,6 +433,7 @@ Status CallState::run(const CollectiveArgs& a, StreamOps* stream, std::vector<St
   {
     std::lock_guard<std::mutex> lk(mu);
     counts.window_calls++;
+    if (gated) counts.gated_calls++;
   }
   return stream ? end_on_stream(*stream, call, arrive_target, sent_target, dl, name, deferred)
                 : end_on_host(call, arrive_target, sent_target, dl, name, gated ? &gate : nullptr);

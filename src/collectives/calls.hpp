@@ -296,7 +296,6 @@ struct CallState {
   std::deque<Gate> gates;  // under gate_mu, oldest first; popped by the gate thread alone
   bool gates_stop = false;
   std::thread gate_thread;
-  uint64_t gates_early = 0;  // gates published before every rank had posted (gate_spin ran out); gate_mu
 };
 
 }  // namespace conccl

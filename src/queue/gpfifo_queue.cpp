@@ -88,7 +88,7 @@ Status GpfifoQueue::reclaim(uint64_t need, Deadline deadline, uint64_t* start_ou
       *start_out = start;
       return Status();
     }
-    if (!held_.empty()) expose(put_);  // space comes only from work the engine can see
+    if (holding()) ring_expose(put_);  // space comes only from work the engine can see
     if ((++spins & 1023) == 0) {
       CONCCL_RETURN_IF_ERROR(check_fault());
       if (deadline.expired())
@@ -118,12 +118,8 @@ uint64_t GpfifoQueue::publish(uint64_t start, uint64_t bytes, bool interrupt) {
   const uint64_t raw = hopper::encode_gp_entry(e).value();
   mem_.gp[put_ % mem_.entries] = raw;
   ++put_;
-  if (hold_) {  // written, not yet visible: ring_release publishes it
-    held_.push_back({value, put_});
-    held_to_.store(value, std::memory_order_release);
-  } else {
-    expose(put_);  // and every held entry before it
-  }
+  if (hold_) hold(value, put_);  // written, not yet visible: Queue::release publishes it
+  else ring_expose(put_);         // and every held entry before it
   {
     std::lock_guard<std::mutex> lock(inflight_mu_);
     inflight_.push_back({value, start, bytes});
@@ -134,21 +130,13 @@ uint64_t GpfifoQueue::publish(uint64_t start, uint64_t bytes, bool interrupt) {
 
 // GP_PUT to `put` (every entry before it becomes the engine's), then the
 // doorbell. Held entries at or before it are published with it.
-void GpfifoQueue::expose(uint64_t put) {
+void GpfifoQueue::ring_expose(uint64_t put) {
   CONCCL_SFENCE();  // pushbuffer and GP entries before GP_PUT
   std::atomic_ref<uint32_t>(mem_.userd[kUserdGpPutOffset / 4])
       .store(static_cast<uint32_t>(put % mem_.entries), std::memory_order_release);
   CONCCL_SFENCE();  // GP_PUT before the doorbell
   backend_->ring_doorbell();
-  while (!held_.empty() && held_.front().put <= put) held_.pop_front();
-  held_to_.store(held_.empty() ? 0 : held_.back().ticket, std::memory_order_release);
-}
-
-void GpfifoQueue::ring_release(uint64_t end) {
-  uint64_t put = 0;
-  for (const Held& h : held_)
-    if (h.ticket <= end) put = h.put;
-  if (put) expose(put);
+  forget_held(put);
 }
 
 uint32_t* GpfifoQueue::ring_reserve(size_t bytes, Deadline deadline, Status* why) {

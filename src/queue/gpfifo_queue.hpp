@@ -119,12 +119,11 @@ class GpfifoQueue final : public Queue {
   uint64_t ring_commit(size_t bytes) override;
   Result<uint64_t> ring_submit(const CommandBuffer& cb, Deadline deadline) override;
   bool engine_halted() const override { return !backend_->fault_status().ok(); }
-  void ring_release(uint64_t end) override;
+  void ring_expose(uint64_t put) override;  // GP_PUT + doorbell
 
  private:
   Status reclaim(uint64_t bytes, Deadline deadline, uint64_t* start);
   uint64_t publish(uint64_t start, uint64_t bytes, bool interrupt);
-  void expose(uint64_t put);  // GP_PUT + doorbell (submit_mu_ held)
   Status sleep_on_interrupt(Deadline deadline, uint64_t target);
   // Requests a non-stall interrupt after everything submitted so far, unless
   // one is already requested after it.
@@ -136,10 +135,6 @@ class GpfifoQueue final : public Queue {
   uint64_t put_ = 0;      // GP entries written (monotonic)
   uint64_t pb_head_ = 0;  // monotonic pushbuffer byte position
   uint64_t reserved_at_ = 0;
-  struct Held {
-    uint64_t ticket, put;  // a held submission's ticket, and GP_PUT once it is published
-  };
-  std::deque<Held> held_;  // submit_held's entries not yet visible, oldest first
   struct InFlight {
     uint64_t value, pb_start, bytes;
   };

@@ -11,6 +11,14 @@ Queue::~Queue() = default;
 uint64_t Queue::submitted() const { return last_ticket_.load(std::memory_order_acquire); }
 
 Status Queue::submit(const CommandBuffer& cb, Deadline deadline, QueueSpan* span) {
+  return submit_impl(cb, deadline, span, false);
+}
+
+Status Queue::submit_held(const CommandBuffer& cb, Deadline deadline, QueueSpan* span) {
+  return submit_impl(cb, deadline, span, true);
+}
+
+Status Queue::submit_impl(const CommandBuffer& cb, Deadline deadline, QueueSpan* span, bool hold) {
   if (!(cb.isa() == isa_))
     return error(Code::invalid_argument, "command buffer was recorded for " + cb.isa().name() +
                                              " but the queue's engine speaks " + isa_.name() +
@@ -19,20 +27,7 @@ Status Queue::submit(const CommandBuffer& cb, Deadline deadline, QueueSpan* span
   const uint64_t before = last_ticket_.load(std::memory_order_relaxed);
   if (span) *span = QueueSpan{this, before, before};
   if (cb.empty()) return Status();
-  Result<uint64_t> t = ring_submit(cb, deadline);
-  if (!t.ok()) return t.status();
-  last_ticket_.store(*t, std::memory_order_release);
-  if (span) span->end = *t;
-  return Status();
-}
-
-Status Queue::submit_held(const CommandBuffer& cb, Deadline deadline, QueueSpan* span) {
-  if (!(cb.isa() == isa_)) return submit(cb, deadline, span);  // the same refusal
-  std::lock_guard<std::mutex> lock(submit_mu_);
-  const uint64_t before = last_ticket_.load(std::memory_order_relaxed);
-  if (span) *span = QueueSpan{this, before, before};
-  if (cb.empty()) return Status();
-  hold_ = true;
+  hold_ = hold;
   Result<uint64_t> t = ring_submit(cb, deadline);
   hold_ = false;
   if (!t.ok()) return t.status();
@@ -41,11 +36,23 @@ Status Queue::submit_held(const CommandBuffer& cb, Deadline deadline, QueueSpan*
   return Status();
 }
 
+void Queue::hold(uint64_t ticket, uint64_t position) {
+  held_.push_back({ticket, position});
+  held_to_.store(ticket, std::memory_order_release);
+}
+
+void Queue::forget_held(uint64_t position) {
+  while (!held_.empty() && held_.front().position <= position) held_.pop_front();
+  held_to_.store(held_.empty() ? 0 : held_.back().ticket, std::memory_order_release);
+}
+
 void Queue::release(uint64_t end) {
-  const uint64_t h = held_to_.load(std::memory_order_acquire);
-  if (h == 0) return;  // nothing held (the common case costs no lock)
+  if (held_to_.load(std::memory_order_acquire) == 0) return;  // nothing held: no lock
   std::lock_guard<std::mutex> lock(submit_mu_);
-  ring_release(end);
+  uint64_t position = 0;
+  for (const HeldWork& h : held_)
+    if (h.ticket <= end) position = h.position;
+  if (position) ring_expose(position);
 }
 
 Result<Queue::Reservation> Queue::reserve(size_t bytes, Deadline deadline) {

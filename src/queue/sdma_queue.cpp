@@ -75,7 +75,7 @@ void SdmaQueue::write_nops(uint64_t at, uint64_t bytes) {
 Status SdmaQueue::wait_for_space(uint64_t end, Deadline deadline, uint64_t start) {
   const uint64_t size = ring_.ring_bytes;
   auto fits = [&] { return end - rptr() <= size - 4; };
-  if (!fits() && !held_.empty()) expose(next_wptr_);  // space comes only from work the engine can see
+  if (!fits() && holding()) ring_expose(next_wptr_);  // space comes only from work the engine can see
   while (!fits()) {
     if (engine_halted()) return error(Code::device_fault, "ring full and the engine has halted. " + diagnose(8));
     if (deadline.expired())
@@ -90,29 +90,17 @@ Status SdmaQueue::wait_for_space(uint64_t end, Deadline deadline, uint64_t start
 
 void SdmaQueue::publish(uint64_t end) {
   next_wptr_ = end;
-  if (hold_) {  // written, not yet the engine's: ring_release publishes it
-    held_.push_back(end);
-    held_to_.store(end, std::memory_order_release);
-    return;
-  }
-  expose(end);
+  if (hold_) hold(end, end);  // written, not yet the engine's: Queue::release publishes it
+  else ring_expose(end);
 }
 
-void SdmaQueue::expose(uint64_t end) {
+void SdmaQueue::ring_expose(uint64_t end) {
   // Packets before wptr, wptr before the doorbell.
   std::atomic_thread_fence(std::memory_order_release);
   std::atomic_ref<uint64_t>(*ring_.wptr).store(end, std::memory_order_release);
   std::atomic_thread_fence(std::memory_order_seq_cst);
   backend_->ring_doorbell(end);
-  while (!held_.empty() && held_.front() <= end) held_.pop_front();
-  held_to_.store(held_.empty() ? 0 : held_.back(), std::memory_order_release);
-}
-
-void SdmaQueue::ring_release(uint64_t end) {
-  uint64_t to = 0;
-  for (uint64_t h : held_)
-    if (h <= end) to = h;
-  if (to) expose(to);
+  forget_held(end);
 }
 
 uint32_t* SdmaQueue::ring_reserve(size_t bytes, Deadline deadline, Status* why) {

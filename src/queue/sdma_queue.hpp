@@ -3,7 +3,6 @@
 // sleep and wake-up packets (SdmaRingBackend).
 #pragma once
 
-#include <deque>
 #include <memory>
 
 #include "conccl/queue.hpp"
@@ -82,21 +81,19 @@ class SdmaQueue final : public Queue {
   bool engine_halted() const override {
     return backend_->engine_status().state == EngineStatus::State::halted;
   }
-  void ring_release(uint64_t end) override;
+  void ring_expose(uint64_t end) override;  // wptr + doorbell: everything before `end` is the engine's
 
  private:
   Status wait_for_space(uint64_t end, Deadline deadline, uint64_t start);
   void write_nops(uint64_t at, uint64_t bytes);
   void write_tail(uint64_t at, uint64_t work_bytes, uint64_t* end);
   void publish(uint64_t end);  // or holds it (hold_): written, wptr not yet moved
-  void expose(uint64_t end);   // wptr + doorbell: everything before `end` is the engine's
 
   RingMemory ring_;
   SubmitFrame frame_;
   std::unique_ptr<SdmaRingBackend> backend_;
   uint64_t next_wptr_ = 0;  // guarded by submit_mu_
   uint64_t reserved_at_ = 0;  // ring_reserve: where the reserved space starts (after padding)
-  std::deque<uint64_t> held_;  // ends of held submissions (tickets) not yet published; submit_mu_
 };
 
 }  // namespace conccl
