@@ -365,7 +365,14 @@ class Communicator {
   Bootstrap* bootstrap() const { return boot_.get(); }
 
   int size() const { return static_cast<int>(gpus_.size()); }
+  // Rank's GPU as this process numbers its GPUs. In a multi-process
+  // communicator whose ranks cannot all see each other's GPUs (per-rank
+  // isolation: docs/multiprocess.md), another rank's GPU has no index here:
+  // gpu() then gives this rank's own GPU, of the same kind, as its stand-in
+  // (its engines plan that rank's lists), and same_gpu() tells the GPUs apart.
   int gpu(int rank) const { return gpus_[static_cast<size_t>(rank)]; }
+  // Whether ranks a and b are on one physical GPU (they share its engines).
+  bool same_gpu(int a, int b) const { return gpu_keys_[static_cast<size_t>(a)] == gpu_keys_[static_cast<size_t>(b)]; }
   int rank_of_gpu(int gpu) const;  // -1 when not in the communicator
   Device& device() const { return device_; }
   const Isa& isa(int rank) const;
@@ -463,8 +470,18 @@ class Communicator {
   Result<uint64_t> pool_take(size_t bytes);
   void pool_give(uint64_t va, size_t bytes);
   Status share_buffer(const Buffer& b, std::vector<SharedRegion>* regions, std::vector<int>* fds);
+  // gpus_ with the key that tells physical GPUs apart: the node-wide GPU id
+  // in a multi-process communicator, else the GPU index.
+  static Result<std::unique_ptr<Communicator>> create(Device& device, std::vector<int> gpus,
+                                                      std::vector<uint64_t> gpu_keys, const Options& options);
   Device& device_;
   std::vector<int> gpus_;
+  std::vector<uint64_t> gpu_keys_;  // per rank: equal keys, one physical GPU
+  bool node_ids_ = false;           // gpu_keys_ are node-wide GPU ids (GpuInfo::node_gpu_id)
+  // The GPU index here of a buffer's GPU that rank `owner` sent as its index
+  // `sent` and node-wide id: the rank on that GPU's stand-in, or the GPU
+  // itself where this process sees it, else the owner's stand-in.
+  int peer_gpu(int sent, uint64_t node_gpu_id, int owner) const;
   Options options_;
   Caps caps_;
   bool allowed(int engine) const;

@@ -62,7 +62,12 @@ struct SharedRegion {
   uint64_t va = 0;   // start, the same in every process
   uint64_t size = 0;
   MemKind kind = MemKind::host;
-  int gpu = -1;
+  int gpu = -1;  // the owner's GPU index, as the owner numbers its GPUs (-1: host memory)
+  // The GPU whose driver holds the memory (for host memory, the GPU it was
+  // allocated through) by its GpuInfo::node_gpu_id, which every process
+  // reads alike: the importer finds that GPU among its own, or imports into
+  // a GPU of its own where the owner's is hidden from it. 0 = not known.
+  uint64_t node_gpu_id = 0;
   // Which allocation: memory freed and allocated again at the same address
   // is another region (the importer then maps the new one).
   uint64_t serial = 0;

@@ -32,6 +32,12 @@ struct LinkInfo {
 
 struct GpuInfo {
   int index = 0;
+  // The GPU's identity across the whole node: the same number in every
+  // process, whichever GPUs each one sees (per-rank isolation through cgroups,
+  // Slurm, Kubernetes or --device hides the others and renumbers `index`).
+  // KFD: its gpu_id (sysfs topology/nodes/N/gpu_id); NVIDIA: RM's gpuId; the
+  // emulator: 1 + its index in the emulated node. 0 = not known.
+  uint64_t node_gpu_id = 0;
   std::string name;       // "gfx942", "NVIDIA H200" or a preset's label
   Isa isa;                // what its engines execute (SDMA generation, Hopper CE)
   uint64_t memory_bytes = 0;

@@ -166,7 +166,8 @@ std::string topology_json(const Topology& t) {
   std::string out = "{\"backend\": \"" + t.backend + "\", \"preset\": \"" + t.preset + "\", \"gpus\": [";
   for (size_t gi = 0; gi < t.gpus.size(); ++gi) {
     const GpuInfo& g = t.gpus[gi];
-    out += std::string(gi ? ", " : "") + "{\"index\": " + std::to_string(g.index) + ", \"name\": \"" + g.name +
+    out += std::string(gi ? ", " : "") + "{\"index\": " + std::to_string(g.index) +
+           ", \"node_gpu_id\": " + std::to_string(g.node_gpu_id) + ", \"name\": \"" + g.name +
            "\", \"isa\": \"" + g.isa.name() +
            (g.isa.is_sdma() ? "\", \"sdma_generation\": \"" + std::string(sdma::gen_name(g.isa.gen())) : std::string()) +
            "\", \"memory_bytes\": " + std::to_string(g.memory_bytes) +

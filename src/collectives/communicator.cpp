@@ -11,7 +11,7 @@
 namespace conccl {
 
 Communicator::Communicator(Device& device, std::vector<int> gpus, Options options)
-    : device_(device), gpus_(std::move(gpus)), options_(options) {
+    : device_(device), gpus_(std::move(gpus)), gpu_keys_(gpus_.begin(), gpus_.end()), options_(options) {
   // What every rank's engines can do: the intersection of their GPUs' caps.
   caps_ = device_.topology().gpus[static_cast<size_t>(gpus_[0])].caps();
   for (int g : gpus_) {
@@ -27,13 +27,20 @@ Communicator::Communicator(Device& device, std::vector<int> gpus, Options option
 
 Result<std::unique_ptr<Communicator>> Communicator::create(Device& device, std::vector<int> gpus,
                                                            const Options& options) {
+  std::vector<uint64_t> keys(gpus.begin(), gpus.end());
+  return create(device, std::move(gpus), std::move(keys), options);
+}
+
+Result<std::unique_ptr<Communicator>> Communicator::create(Device& device, std::vector<int> gpus,
+                                                           std::vector<uint64_t> gpu_keys, const Options& options) {
   if (gpus.empty()) return error(Code::invalid_argument, "a communicator needs at least one GPU");
-  std::set<int> seen;
-  for (int g : gpus) {
+  std::set<uint64_t> seen;
+  for (size_t r = 0; r < gpus.size(); ++r) {
+    const int g = gpus[r];
     if (g < 0 || g >= device.gpu_count())
       return error(Code::invalid_argument, "GPU " + std::to_string(g) + " does not exist (the device has GPUs 0.." +
                                                std::to_string(device.gpu_count() - 1) + ")");
-    if (!seen.insert(g).second && !options.loopback)
+    if (!seen.insert(gpu_keys[r]).second && !options.loopback)
       return error(Code::invalid_argument, "GPU " + std::to_string(g) +
                                                " given twice: one rank per GPU, or set Options::loopback for "
                                                "several ranks on one GPU");
@@ -55,7 +62,9 @@ Result<std::unique_ptr<Communicator>> Communicator::create(Device& device, std::
     }
   if (options.ring_bytes < 4096 || (options.ring_bytes & (options.ring_bytes - 1)))
     return error(Code::invalid_argument, "ring_bytes must be a power of two >= 4096");
-  return std::unique_ptr<Communicator>(new Communicator(device, std::move(gpus), options));
+  std::unique_ptr<Communicator> c(new Communicator(device, std::move(gpus), options));
+  c->gpu_keys_ = std::move(gpu_keys);
+  return c;
 }
 
 int Communicator::rank_of_gpu(int gpu) const {
@@ -98,7 +107,7 @@ int Communicator::spread_engine(int rank) const {
   if (pool.empty()) return 0;
   size_t i = 0;
   for (int r = 0; r < rank; ++r)
-    if (gpu(r) == gpu(rank)) ++i;
+    if (same_gpu(r, rank)) ++i;
   return pool[i % pool.size()]->id;
 }
 
@@ -107,15 +116,18 @@ int Communicator::engine_for(int src, int dst, int k) const {
   std::vector<const EngineInfo*> pool = engine_pool(src);
   if (pool.empty()) return 0;
   if (src == dst) {
-    // Local copies: an engine no peer link recommends, so they do not queue
-    // behind peer traffic.
+    // Local copies: an engine no link to another rank's GPU recommends, so
+    // they do not queue behind peer traffic. (Links to GPUs outside the
+    // communicator carry none of its traffic; and every process of a
+    // multi-process communicator must choose alike, whatever else it sees.)
     std::set<int> used;
-    for (const LinkInfo& l : g.links) used.insert(l.recommended_engines.begin(), l.recommended_engines.end());
+    for (const LinkInfo& l : g.links)
+      if (rank_of_gpu(l.peer) >= 0) used.insert(l.recommended_engines.begin(), l.recommended_engines.end());
     std::vector<const EngineInfo*> free;
     for (const EngineInfo* e : pool)
       if (!used.count(e->id)) free.push_back(e);
     if (!free.empty()) pool = free;
-  } else if (gpu(src) != gpu(dst)) {
+  } else if (!same_gpu(src, dst)) {
     if (const LinkInfo* l = g.link_to(gpu(dst)); l && !l->recommended_engines.empty()) {
       std::vector<int> rec;
       for (int e : l->recommended_engines)
@@ -144,7 +156,7 @@ int Communicator::engine_for(int src, int dst, int k) const {
     // the local copy), so that over all ranks each engine gets its share.
     int base = 0;
     for (int r = 0; r < src; ++r)
-      if (gpu(r) == gpu(src)) base += n;
+      if (same_gpu(r, src)) base += n;
     const int d = src == dst ? n : ((dst - src) % n + n) % n;
     return slots[static_cast<size_t>(base + d - 1 + k) % slots.size()];
   }

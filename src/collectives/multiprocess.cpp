@@ -73,18 +73,33 @@ class Reader {
   bool bad_ = false;
 };
 
-void put_buffer(Writer& w, const Buffer& b) {
+// A buffer's GPU travels by its node-wide id: the ranks may number their
+// GPUs differently, or not see each other's (per-rank isolation).
+void put_buffer(Writer& w, const Buffer& b, const Topology& t) {
   w.put<uint64_t>(b.va);
   w.put<uint64_t>(b.size);
   w.put<int32_t>(b.gpu);
+  w.put<uint64_t>(b.gpu >= 0 && b.gpu < static_cast<int>(t.gpus.size()) ? t.gpus[static_cast<size_t>(b.gpu)].node_gpu_id
+                                                                        : 0);
   w.put<uint8_t>(static_cast<uint8_t>(b.kind));
 }
 
-Buffer get_buffer(Reader& r) {
+// The GPU index here of the GPU whose node-wide id is `id`; -1 when this
+// process does not see it (or id is 0).
+int local_gpu(const Topology& t, uint64_t id) {
+  for (const GpuInfo& g : t.gpus)
+    if (id != 0 && g.node_gpu_id == id) return g.index;
+  return -1;
+}
+
+// A buffer as its owner sent it; *node_gpu_id is its GPU's node-wide id
+// (0: host memory, or not known), for Communicator::peer_gpu.
+Buffer get_buffer(Reader& r, uint64_t* node_gpu_id) {
   Buffer b;
   b.va = r.get<uint64_t>();
   b.size = r.get<uint64_t>();
   b.gpu = r.get<int32_t>();
+  *node_gpu_id = r.get<uint64_t>();
   b.kind = static_cast<MemKind>(r.get<uint8_t>());
   return b;
 }
@@ -96,6 +111,7 @@ void put_regions(Writer& w, const std::vector<SharedRegion>& regions) {
     w.put<uint64_t>(r.size);
     w.put<uint8_t>(static_cast<uint8_t>(r.kind));
     w.put<int32_t>(r.gpu);
+    w.put<uint64_t>(r.node_gpu_id);
     w.put<uint64_t>(r.serial);
   }
 }
@@ -111,20 +127,121 @@ std::vector<SharedRegion> get_regions(Reader& r) {
     x.size = r.get<uint64_t>();
     x.kind = static_cast<MemKind>(r.get<uint8_t>());
     x.gpu = r.get<int32_t>();
+    x.node_gpu_id = r.get<uint64_t>();
     x.serial = r.get<uint64_t>();
   }
   return out;
 }
 
-// The node as a rank sees it: what must be the same in every process.
+// A GPU's kind as the planner uses it: its instruction set and engines.
+std::string gpu_digest(const GpuInfo& g) {
+  std::string s = g.isa.name() + "[";
+  for (const EngineInfo& e : g.engines) s += std::to_string(e.id) + ",";
+  return s + "]";
+}
+
+// The node as a rank sees it: what must be the same in every process where
+// the GPUs have no node-wide ids.
 std::string node_digest(const Topology& t) {
   std::string s = std::to_string(t.gpus.size()) + " GPUs:";
-  for (const GpuInfo& g : t.gpus) {
-    s += " " + g.isa.name() + "[";
-    for (const EngineInfo& e : g.engines) s += std::to_string(e.id) + ",";
-    s += "]";
-  }
+  for (const GpuInfo& g : t.gpus) s += " " + gpu_digest(g);
   return s;
+}
+
+// What a rank says of itself when the communicator forms.
+struct RankHello {
+  int gpu = 0, slot = -1;
+  uint64_t node_gpu_id = 0;   // its GPU, node-wide (0: not known)
+  std::string kind;           // gpu_digest of its GPU
+  std::vector<uint64_t> sees;  // node_gpu_id of every GPU its process sees
+  std::string node, options;  // node_digest, options_digest
+};
+
+void put_hello(Writer& w, const Topology& t, int gpu, int slot, const std::string& options) {
+  const GpuInfo& g = t.gpus[static_cast<size_t>(gpu)];
+  w.put<int32_t>(gpu);
+  w.put<int32_t>(slot);
+  w.put<uint64_t>(g.node_gpu_id);
+  w.put_string(gpu_digest(g));
+  w.put<uint32_t>(static_cast<uint32_t>(t.gpus.size()));
+  for (const GpuInfo& x : t.gpus) w.put<uint64_t>(x.node_gpu_id);
+  w.put_string(node_digest(t));
+  w.put_string(options);
+}
+
+RankHello get_hello(Reader& r) {
+  RankHello h;
+  h.gpu = r.get<int32_t>();
+  h.slot = r.get<int32_t>();
+  h.node_gpu_id = r.get<uint64_t>();
+  h.kind = r.get_string();
+  h.sees.resize(std::min<uint32_t>(r.get<uint32_t>(), 4096));
+  for (uint64_t& x : h.sees) x = r.get<uint64_t>();
+  h.node = r.get_string();
+  h.options = r.get_string();
+  return h;
+}
+
+// Where each rank's GPU is in this process (Communicator::gpu) and the keys
+// that tell physical GPUs apart (Communicator::same_gpu).
+struct RankGpus {
+  std::vector<int> gpus;
+  std::vector<uint64_t> keys;
+  bool node_ids = false;  // keys are node-wide GPU ids
+};
+
+// Every rank's GPU placed in this process's view. With node-wide ids, each
+// rank's GPU is found here by its id; where some rank cannot see another's
+// GPU (per-rank isolation), every rank plans on its own GPU as the others'
+// stand-in - the same plan in every process, as no process knows the links
+// between GPUs it cannot see - which needs GPUs of one kind. Without ids,
+// the ranks must see the same node and number it alike.
+Result<RankGpus> place_ranks(const Topology& t, int me, const std::vector<RankHello>& hellos) {
+  const int n = static_cast<int>(hellos.size());
+  RankGpus out;
+  out.node_ids = std::all_of(hellos.begin(), hellos.end(), [](const RankHello& h) { return h.node_gpu_id != 0; });
+  if (!out.node_ids) {
+    for (int r = 0; r < n; ++r) {
+      if (hellos[static_cast<size_t>(r)].node != node_digest(t))
+        return error(Code::invalid_argument,
+                     "rank " + std::to_string(r) + " sees a different node (" + hellos[static_cast<size_t>(r)].node +
+                         ") than rank " + std::to_string(me) + " (" + node_digest(t) +
+                         "): open the same backend and preset in every process");
+      out.gpus.push_back(hellos[static_cast<size_t>(r)].gpu);
+      out.keys.push_back(static_cast<uint64_t>(hellos[static_cast<size_t>(r)].gpu));
+    }
+    return out;
+  }
+  int blind = -1, unseen = -1;  // a rank that does not see another's GPU
+  for (int p = 0; p < n && blind < 0; ++p)
+    for (int q = 0; q < n && blind < 0; ++q) {
+      const std::vector<uint64_t>& sees = hellos[static_cast<size_t>(p)].sees;
+      if (std::find(sees.begin(), sees.end(), hellos[static_cast<size_t>(q)].node_gpu_id) == sees.end()) {
+        blind = p;
+        unseen = q;
+      }
+    }
+  const GpuInfo& own = t.gpus[static_cast<size_t>(hellos[static_cast<size_t>(me)].gpu)];
+  for (int r = 0; r < n; ++r) {
+    const RankHello& h = hellos[static_cast<size_t>(r)];
+    const int here = blind >= 0 ? own.index : local_gpu(t, h.node_gpu_id);
+    if (here < 0 || gpu_digest(t.gpus[static_cast<size_t>(here)]) != h.kind) {
+      const std::string theirs = "rank " + std::to_string(r) + "'s GPU (node-wide id " + std::to_string(h.node_gpu_id) +
+                                 ") has " + h.kind;
+      if (blind >= 0)
+        return error(Code::invalid_argument,
+                     theirs + " but rank " + std::to_string(me) + "'s has " + gpu_digest(own) + ", and rank " +
+                         std::to_string(blind) + " does not see rank " + std::to_string(unseen) +
+                         "'s GPU: ranks isolated from each other's GPUs (cgroups, Slurm, Kubernetes, --device) "
+                         "need GPUs of one kind; open the same backend and preset in every process");
+      return error(Code::invalid_argument, theirs + ", which rank " + std::to_string(me) + " sees as " +
+                                               (here < 0 ? std::string("nothing") : gpu_digest(t.gpus[static_cast<size_t>(here)])) +
+                                               ": open the same backend and preset in every process");
+    }
+    out.gpus.push_back(here);
+    out.keys.push_back(h.node_gpu_id);
+  }
+  return out;
 }
 
 std::string options_digest(const Communicator::Options& o) {
@@ -186,6 +303,14 @@ Communicator::~Communicator() {
   if (pool_.size) (void)device_.free(pool_);
 }
 
+int Communicator::peer_gpu(int sent, uint64_t node_gpu_id, int owner) const {
+  if (sent < 0 || !node_ids_ || node_gpu_id == 0) return sent;  // host memory; or the ranks number GPUs alike
+  for (size_t q = 0; q < gpu_keys_.size(); ++q)
+    if (gpu_keys_[q] == node_gpu_id) return gpus_[q];
+  const int here = local_gpu(device_.topology(), node_gpu_id);
+  return here >= 0 ? here : gpu(owner);
+}
+
 Status Communicator::check_peers(const std::string& doing) const {
   return boot_ ? boot_->check_peers(doing) : Status();
 }
@@ -207,45 +332,35 @@ Result<std::unique_ptr<Communicator>> Communicator::create(Device& device, int r
   Result<std::unique_ptr<Bootstrap>> boot = Bootstrap::connect(id, rank, nranks, deadline);
   if (!boot.ok()) return boot.status().prefix("joining the communicator");
 
-  // Agree on the node, the options and the address layout.
+  // Agree on the GPUs, the options and the address layout.
   Writer w;
-  w.put<int32_t>(gpu);
-  w.put<int32_t>(device.process_slot());
-  w.put_string(node_digest(device.topology()));
-  w.put_string(options_digest(options));
+  put_hello(w, device.topology(), gpu, device.process_slot(), options_digest(options));
   Result<std::vector<Bootstrap::Message>> all = (*boot)->exchange("create", w.str(), {}, deadline);
   if (!all.ok()) return all.status().prefix("joining the communicator");
-  std::vector<int> gpus(static_cast<size_t>(nranks));
-  std::vector<int> slots(static_cast<size_t>(nranks));
+  std::vector<RankHello> hellos;
   for (int r = 0; r < nranks; ++r) {
     Reader rd((*all)[static_cast<size_t>(r)].data);
-    gpus[static_cast<size_t>(r)] = rd.get<int32_t>();
-    slots[static_cast<size_t>(r)] = rd.get<int32_t>();
-    const std::string node = rd.get_string(), opts = rd.get_string();
+    hellos.push_back(get_hello(rd));
+    const RankHello& h = hellos.back();
     if (!rd.ok()) return error(Code::invalid_argument, "rank " + std::to_string(r) + " sent a malformed create message (another ConCCL version, or not a ConCCL rank)");
-    if (node != node_digest(device.topology()))
-      return error(Code::invalid_argument, "rank " + std::to_string(r) + " sees a different node (" + node +
-                                               ") than rank " + std::to_string(rank) + " (" +
-                                               node_digest(device.topology()) +
-                                               "): open the same backend and preset in every process, and let "
-                                               "every rank see every GPU of the node (a rank limited to its own "
-                                               "GPU by cgroups, Slurm, Kubernetes, --device or *_VISIBLE_DEVICES "
-                                               "sees fewer; the ranks map each other's memory on all of them)");
-    if (opts != options_digest(options))
+    if (h.options != options_digest(options))
       return error(Code::invalid_argument, "rank " + std::to_string(r) + " created its communicator with options " +
-                                               opts + ", rank " + std::to_string(rank) + " with " +
+                                               h.options + ", rank " + std::to_string(rank) + " with " +
                                                options_digest(options) + ": every rank must pass the same options");
     for (int q = 0; q < r; ++q)
-      if (slots[static_cast<size_t>(q)] == slots[static_cast<size_t>(r)])
+      if (hellos[static_cast<size_t>(q)].slot == h.slot)
         return error(Code::invalid_argument,
                      "ranks " + std::to_string(q) + " and " + std::to_string(r) + " opened their devices with the same "
-                     "DeviceOptions::process_slot (" + std::to_string(slots[static_cast<size_t>(r)]) +
+                     "DeviceOptions::process_slot (" + std::to_string(h.slot) +
                      "), so their memory would have the same addresses: give each process its own slot (its rank)");
   }
+  Result<RankGpus> placed = place_ranks(device.topology(), rank, hellos);
+  if (!placed.ok()) return placed.status().prefix("joining the communicator");
   // The same rules as one process: GPUs exist, given once unless loopback.
-  Result<std::unique_ptr<Communicator>> c = create(device, gpus, options);
+  Result<std::unique_ptr<Communicator>> c = create(device, placed->gpus, placed->keys, options);
   if (!c.ok()) return c.status();
   Communicator& comm = **c;
+  comm.node_ids_ = placed->node_ids;
   comm.me_ = rank;
   comm.boot_ = std::move(boot).value();
 
@@ -356,16 +471,20 @@ namespace {
 // digest); the regions are mapped even then, as the next plan relies on them.
 // (A template so that it takes Communicator::RankSignals, a private type,
 // without naming it.)
-template <typename RankSignals>
+template <typename RankSignals, typename PeerGpu>
 Status read_plan_messages(Device& device, int me, const std::string& want, std::vector<Bootstrap::Message>& all,
-                          CollectiveArgs* full, RankSignals* sig) {
+                          CollectiveArgs* full, RankSignals* sig, PeerGpu&& peer_gpu) {
   Status st;
   for (int r = 0; r < static_cast<int>(all.size()); ++r) {
     Bootstrap::Message& m = all[static_cast<size_t>(r)];
     Reader rd(m.data);
     const std::string digest = rd.get_string();
     (void)rd.get<uint8_t>();
-    const Buffer s = get_buffer(rd), v = get_buffer(rd);
+    uint64_t s_id = 0, v_id = 0;
+    Buffer s = get_buffer(rd, &s_id);
+    Buffer v = get_buffer(rd, &v_id);
+    s.gpu = peer_gpu(s, s_id, r);
+    v.gpu = peer_gpu(v, v_id, r);
     sig->arrive.push_back(rd.get<uint64_t>());
     sig->ready.push_back(rd.get<uint64_t>());
     sig->trigger.push_back(rd.get<uint64_t>());
@@ -453,8 +572,8 @@ Result<std::unique_ptr<Plan>> Communicator::plan_across_processes(const Collecti
   Writer w;
   w.put_string(args_digest(given));
   w.put<uint8_t>(static_cast<uint8_t>(given.op));
-  put_buffer(w, *send);
-  put_buffer(w, *recv);
+  put_buffer(w, *send, device_.topology());
+  put_buffer(w, *recv, device_.topology());
   w.put<uint64_t>(*arrive);
   w.put<uint64_t>(*ready);
   w.put<uint64_t>(*trigger);
@@ -474,7 +593,8 @@ Result<std::unique_ptr<Plan>> Communicator::plan_across_processes(const Collecti
   full.send.assign(static_cast<size_t>(n), Buffer{});
   full.recv.assign(static_cast<size_t>(n), Buffer{});
   RankSignals sig;
-  Status st = read_plan_messages(device_, me_, args_digest(given), *all, &full, &sig);
+  Status st = read_plan_messages(device_, me_, args_digest(given), *all, &full, &sig,
+                                 [this](const Buffer& b, uint64_t id, int r) { return peer_gpu(b.gpu, id, r); });
   close_all(*all);
   // Host pointers where this process has them (its own buffers; the
   // emulator's shared arenas), as in one process.
@@ -531,7 +651,7 @@ Result<Window> Communicator::register_window(const Buffer& mine) {
   Status st = share_buffer(mine, &regions, &fds);
   Writer w;
   w.put<uint32_t>(id);
-  put_buffer(w, mine);
+  put_buffer(w, mine, device_.topology());
   w.put_string(st.ok() ? std::string() : st.to_string());
   put_regions(w, st.ok() ? regions : std::vector<SharedRegion>{});
   Result<std::vector<Bootstrap::Message>> all =
@@ -547,7 +667,9 @@ Result<Window> Communicator::register_window(const Buffer& mine) {
     Bootstrap::Message& m = (*all)[static_cast<size_t>(r)];
     Reader rd(m.data);
     const uint32_t their_id = rd.get<uint32_t>();
-    Buffer b = get_buffer(rd);
+    uint64_t b_id = 0;
+    Buffer b = get_buffer(rd, &b_id);
+    b.gpu = peer_gpu(b.gpu, b_id, r);
     const std::string their_error = rd.get_string();
     std::vector<SharedRegion> theirs = get_regions(rd);
     if (r == me_) theirs.clear();

@@ -113,15 +113,27 @@ std::vector<uint8_t> expected_recv(const Case& c, size_t ci, int me, int n) {
 
 // ---- the node layouts ----
 
+// Which GPUs of the emulated node each rank's process sees (the emulator's
+// `visible` setting: per-rank isolation as cgroups, Slurm or Kubernetes
+// leave it, issue #31 item 6).
+enum class Isolation {
+  none,      // every process sees every GPU
+  own_gpu,   // each rank sees only its own GPU (its index 0 there)
+  rank0_all  // rank 0 sees all, the others only their own
+};
+
 struct Layout {
   const char* preset;
   bool loopback;
   int nranks;
+  Isolation isolation = Isolation::none;
 };
 
 DeviceOptions device_options(const Layout& l, int slot) {
   DeviceOptions o;
   o.settings = std::string("preset=") + l.preset + " memory_per_gpu=4G";  // loopback ranks share one GPU's memory
+  if (l.isolation == Isolation::own_gpu || (l.isolation == Isolation::rank0_all && slot > 0))
+    o.settings += " visible=" + std::to_string(slot);
   o.process_slot = slot;
   return o;
 }
@@ -257,7 +269,8 @@ int rank_main(const Layout& l, const UniqueId& id, int me, std::string* out) {
 }
 
 // The same matrix with every rank in this process: rank r's lines.
-std::vector<std::string> single_process(const Layout& l) {
+std::vector<std::string> single_process(Layout l) {
+  l.isolation = Isolation::none;  // one process sees the whole node
   std::vector<std::string> lines(static_cast<size_t>(l.nranks));
   Result<std::unique_ptr<emu::EmuDevice>> dev = emu::create(device_options(l, 0));
   if (!dev.ok()) return lines;
@@ -333,6 +346,11 @@ std::map<size_t, std::string> plan_hashes(const std::string& text) {
 
 class MultiProcess : public ::testing::TestWithParam<Layout> {};
 
+std::string layout_name(const Layout& l) {
+  const char* isolation[] = {"", "_isolated", "_rank0_sees_all"};
+  return std::string(l.preset) + "_" + std::to_string(l.nranks) + "procs" + isolation[static_cast<int>(l.isolation)];
+}
+
 TEST_P(MultiProcess, EveryCollectiveMatchesOneProcessByteForByte) {
   const Layout l = GetParam();
   const UniqueId id = make_unique_id().value();
@@ -357,10 +375,10 @@ TEST_P(MultiProcess, EveryCollectiveMatchesOneProcessByteForByte) {
 INSTANTIATE_TEST_SUITE_P(Emu, MultiProcess,
                          ::testing::Values(Layout{"mi300x", false, 2}, Layout{"mi300x", false, 4},
                                            Layout{"mi300x", false, 8}, Layout{"h200", true, 2},
-                                           Layout{"h200", true, 4}),
-                         [](const auto& info) {
-                           return std::string(info.param.preset) + "_" + std::to_string(info.param.nranks) + "procs";
-                         });
+                                           Layout{"h200", true, 4},
+                                           Layout{"mi300x", false, 4, Isolation::own_gpu},
+                                           Layout{"mi300x", false, 3, Isolation::rank0_all}),
+                         [](const auto& info) { return layout_name(info.param); });
 
 TEST(Bootstrap, ExchangesDataAndFileDescriptors) {
   const UniqueId id = make_unique_id().value();
@@ -592,15 +610,17 @@ TEST(MultiProcessFaults, MismatchedArgumentsAreRefusedAtPlanTime) {
   }
 }
 
-// Issue #31, item 6: a rank isolated to fewer GPUs than the others (cgroups,
-// Slurm, Kubernetes) cannot map their memory; both ranks are told that every
-// rank must see every GPU of the node.
-TEST(MultiProcessFaults, ARankThatSeesFewerGpusIsToldToSeeThemAll) {
+// Issue #31, item 6: ranks isolated from each other's GPUs plan every rank on
+// their own GPU (EveryCollectiveMatchesOneProcessByteForByte, the _isolated
+// cases), which needs GPUs of one kind: a rank whose GPU differs is refused
+// by every rank, naming both kinds and who does not see whom.
+TEST(MultiProcessFaults, IsolatedRanksOnGpusOfDifferentKindsAreRefused) {
   const UniqueId id = make_unique_id().value();
   const Layout l{"mi300x", false, 2};
   std::vector<RankOutcome> res = fork_ranks(all_ranks(2), [&](int r, std::string* out) {
     DeviceOptions o = device_options(l, r);
-    o.settings = std::string("preset=") + l.preset + " memory_per_gpu=256M gpus=" + (r == 0 ? "2" : "1");  // rank 1 sees one GPU
+    o.settings = std::string(r == 0 ? "preset=mi300x" : "preset=small") + " memory_per_gpu=256M visible=" +
+                 std::to_string(r);  // 16 engines against 4
     Result<std::unique_ptr<emu::EmuDevice>> dev = emu::create(o);
     if (!dev.ok()) {
       *out = dev.status().to_string();
@@ -612,7 +632,31 @@ TEST(MultiProcessFaults, ARankThatSeesFewerGpusIsToldToSeeThemAll) {
   });
   for (const RankOutcome& o : res) {
     EXPECT_EQ(o.exit_code, 1) << o.out;
-    EXPECT_NE(o.out.find("see every GPU of the node"), std::string::npos) << o.out;
+    EXPECT_NE(o.out.find("need GPUs of one kind"), std::string::npos) << o.out;
+    EXPECT_NE(o.out.find("does not see rank"), std::string::npos) << o.out;
+  }
+}
+
+// Two processes that see one GPU of the node each, the same one: their ranks
+// share it, which needs Options::loopback like ranks on one GPU in one process.
+TEST(MultiProcessFaults, RanksOnOneGpuWithoutLoopbackAreRefused) {
+  const UniqueId id = make_unique_id().value();
+  const Layout l{"mi300x", false, 2};
+  std::vector<RankOutcome> res = fork_ranks(all_ranks(2), [&](int r, std::string* out) {
+    DeviceOptions o = device_options(l, r);
+    o.settings = "preset=mi300x memory_per_gpu=256M visible=3";
+    Result<std::unique_ptr<emu::EmuDevice>> dev = emu::create(o);
+    if (!dev.ok()) {
+      *out = dev.status().to_string();
+      return 2;
+    }
+    Result<std::unique_ptr<Communicator>> c = Communicator::create(**dev, r, 2, id, comm_options(l));
+    *out = c.status().to_string();
+    return c.ok() ? 0 : 1;
+  });
+  for (const RankOutcome& o : res) {
+    EXPECT_EQ(o.exit_code, 1) << o.out;
+    EXPECT_NE(o.out.find("set Options::loopback"), std::string::npos) << o.out;
   }
 }
 

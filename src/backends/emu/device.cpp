@@ -293,6 +293,7 @@ class EmuDeviceImpl final : public EmuDevice {
     r.size = a->size();
     r.kind = a == node_->host_arena() ? MemKind::host : MemKind::device;
     r.gpu = r.kind == MemKind::host ? -1 : static_cast<int>((a->va_base() - kGpuVaBase - node_->slot_base()) / kGpuVaStride);
+    r.node_gpu_id = topology().gpus[static_cast<size_t>(std::max(r.gpu, 0))].node_gpu_id;
     return r;
   }
   Status import_shared(const SharedRegion& r, int fd) override {

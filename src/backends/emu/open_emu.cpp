@@ -70,6 +70,7 @@ Result<NodeOptions> node_options(const DeviceOptions& options) {
   CONCCL_RETURN_IF_ERROR(
       merge<uint64_t>(*s, "memory_per_gpu", &mem, 0, [&](uint64_t* v) { return s->take("memory_per_gpu", v); }));
   o.memory_per_gpu = static_cast<size_t>(mem);
+  if (s->has("visible")) CONCCL_RETURN_IF_ERROR(s->take("visible", &o.visible));
   CONCCL_RETURN_IF_ERROR(s->finish());
   return o;
 }

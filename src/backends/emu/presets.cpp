@@ -78,6 +78,7 @@ Result<Topology> h200_topology(const NodeOptions& o) {
   for (int g = 0; g < gpus; ++g) {
     GpuInfo gi;
     gi.index = g;
+    gi.node_gpu_id = static_cast<uint64_t>(g) + 1;
     gi.name = "NVIDIA H200 (emulated)";
     gi.isa = Isa::hopper();
     gi.memory_bytes = o.memory_per_gpu ? o.memory_per_gpu : kDefaultMemory;
@@ -100,7 +101,10 @@ bool is_grce(const Topology& t, int lce) {
   return false;
 }
 
-Result<Topology> build_topology(const NodeOptions& o) {
+namespace {
+
+// Every GPU of the node the preset and settings describe.
+Result<Topology> whole_node(const NodeOptions& o) {
   std::string preset = o.preset.empty() ? (o.gpus || o.engines ? "small" : "mi300x") : o.preset;
   if (preset == "h200") return h200_topology(o);
   int gpus = 0, engines = 0;
@@ -141,6 +145,7 @@ Result<Topology> build_topology(const NodeOptions& o) {
   for (int g = 0; g < gpus; ++g) {
     GpuInfo gi;
     gi.index = g;
+    gi.node_gpu_id = static_cast<uint64_t>(g) + 1;
     gi.name = name;
     gi.isa = Isa::sdma_gen(gen);
     gi.memory_bytes = o.memory_per_gpu ? o.memory_per_gpu : kDefaultMemory;
@@ -166,6 +171,47 @@ Result<Topology> build_topology(const NodeOptions& o) {
     t.gpus.push_back(std::move(gi));
   }
   return t;
+}
+
+// What a process limited to `visible` sees of the node (NodeOptions::visible).
+Result<Topology> hide_gpus(Topology all, const std::vector<int>& visible) {
+  const int n = static_cast<int>(all.gpus.size());
+  std::vector<int> index_of(static_cast<size_t>(n), -1);  // node index -> index seen here
+  Topology t = all;
+  t.gpus.clear();
+  for (int v : visible) {
+    if (v < 0 || v >= n)
+      return error(Code::invalid_argument, setting("visible", "visible=0,2") + " names GPU " + std::to_string(v) +
+                                               " of a node of GPUs 0.." + std::to_string(n - 1));
+    if (index_of[static_cast<size_t>(v)] >= 0)
+      return error(Code::invalid_argument, setting("visible", "visible=0,2") + " names GPU " + std::to_string(v) +
+                                               " twice");
+    index_of[static_cast<size_t>(v)] = static_cast<int>(t.gpus.size());
+    t.gpus.push_back(all.gpus[static_cast<size_t>(v)]);
+  }
+  for (GpuInfo& g : t.gpus) {
+    g.index = index_of[static_cast<size_t>(g.node_gpu_id - 1)];
+    std::vector<LinkInfo> kept;
+    for (LinkInfo l : g.links)
+      if (index_of[static_cast<size_t>(l.peer)] >= 0) {
+        l.peer = index_of[static_cast<size_t>(l.peer)];
+        kept.push_back(std::move(l));
+      }
+    g.links = std::move(kept);
+  }
+  std::string shown;
+  for (int v : visible) shown += (shown.empty() ? "" : ",") + std::to_string(v);
+  t.notes.push_back("this process sees GPUs " + shown + " of the node's " + std::to_string(n) +
+                    " (visible=" + shown + "), as its indices 0.." + std::to_string(t.gpus.size() - 1));
+  return t;
+}
+
+}  // namespace
+
+Result<Topology> build_topology(const NodeOptions& o) {
+  Result<Topology> all = whole_node(o);
+  if (!all.ok() || o.visible.empty()) return all;
+  return hide_gpus(std::move(all).value(), o.visible);
 }
 
 }  // namespace conccl::emu

@@ -4,6 +4,7 @@
 #include <cstddef>
 #include <memory>
 #include <string>
+#include <vector>
 
 #include "conccl/device.hpp"
 
@@ -20,6 +21,10 @@ struct NodeOptions {
   std::string gen;            // SDMA generation of the emulated GPUs ("" = the preset's)
   size_t memory_per_gpu = 0;  // HBM arena per GPU in bytes (0 = default)
   int process_slot = -1;      // DeviceOptions::process_slot
+  // The GPUs of the emulated node this process sees, as per-rank isolation
+  // (cgroups, Slurm, Kubernetes, --device) leaves them: indices renumbered
+  // from 0, links to the hidden ones gone, node_gpu_id kept. Empty: all.
+  std::vector<int> visible;
 };
 
 // DeviceOptions' settings (and its deprecated emulator fields) into

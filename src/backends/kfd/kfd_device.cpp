@@ -220,7 +220,7 @@ class KfdDeviceImpl final : public KfdDevice, public KfdInternals {
 
   Result<SharedRegion> share(const Buffer& b, int* fd) override {
     if (!shared_) return share_refusal("share");
-    return shared_->share(b.va, b.size, fd);
+    return shared_->share(b.va, b.size, fd);  // node_gpu_id: the gpu_id of the GPU holding the buffer object
   }
 
   Status import_shared(const SharedRegion& r, int fd) override {
@@ -229,15 +229,22 @@ class KfdDeviceImpl final : public KfdDevice, public KfdInternals {
       return share_refusal("import_shared");
     }
     // Mapped as this process maps its own memory of that kind: host memory
-    // to every GPU, VRAM to its GPU and that GPU's peers.
+    // to every GPU, VRAM to its GPU and that GPU's peers. VRAM of a GPU this
+    // process does not see (per-rank isolation) goes to all of ours.
     const bool device = r.kind == MemKind::device;
-    if (device) {
+    int owner = device ? r.gpu : -1;
+    if (device && r.node_gpu_id != 0) {
+      owner = -1;
+      for (const GpuInfo& g : ctx_->topo.topology.gpus)
+        if (g.node_gpu_id == r.node_gpu_id) owner = g.index;
+    } else if (device) {
       if (Status st = check_gpu(r.gpu, "import_shared"); !st.ok()) {
         if (fd >= 0) ::close(fd);
         return st;
       }
     }
-    return shared_->import(r, fd, map_targets(ctx_->topo, device ? MemUse::device : MemUse::host, device ? r.gpu : -1));
+    const bool hidden = device && owner < 0;
+    return shared_->import(r, fd, map_targets(ctx_->topo, device && !hidden ? MemUse::device : MemUse::host, owner));
   }
 
   Result<Buffer> register_host(void* ptr, size_t bytes) override {

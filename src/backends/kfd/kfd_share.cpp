@@ -358,6 +358,7 @@ Result<SharedRegion> SharedMemory::share(uint64_t va, size_t bytes, int* fd) {
   r.size = m->size;
   r.kind = m->kind;
   r.gpu = m->gpu;
+  r.node_gpu_id = config_.gpus[m->gpu >= 0 ? static_cast<size_t>(m->gpu) : 0].gpu_id;  // the GPU holding the BO
   r.serial = m->serial;
   return r;
 }
@@ -374,7 +375,7 @@ Status SharedMemory::import(const SharedRegion& r, int fd, const std::vector<int
   if (fd < 0) return error(Code::invalid_argument, "import of " + what + " without a file descriptor");
   if (r.size == 0 || (r.va | r.size) % kPage || r.va + r.size > kGpuVmLimit || r.va + r.size < r.va)
     return error(Code::invalid_argument, "import of " + what + ": not page-aligned, or past the 47-bit GPUVM limit");
-  if (r.kind == MemKind::device) CONCCL_RETURN_IF_ERROR(check_gpu(r.gpu, "import"));
+  if (r.kind == MemKind::device && r.node_gpu_id == 0) CONCCL_RETURN_IF_ERROR(check_gpu(r.gpu, "import"));
   for (int g : map_to) CONCCL_RETURN_IF_ERROR(check_gpu(g, "mapping imported memory"));
   if (r.va < window_.end() && window_.base < r.va + r.size)
     return error(Code::invalid_argument,
@@ -422,12 +423,18 @@ Status SharedMemory::import(const SharedRegion& r, int fd, const std::vector<int
   }
   m.dmabuf_fd = fd;
   owned.fd = -1;  // m owns it now
-  // KFD imports a dma-buf only into the GPU that made it (amdgpu's KFD
-  // import refuses buffers of another device): the owner's GPU, or GPU 0 for
-  // host memory, which every process allocates there.
-  const uint32_t import_gpu_id = config_.gpus[r.kind == MemKind::device ? static_cast<size_t>(r.gpu) : 0].gpu_id;
-  if (Status st = attach(m, import_gpu_id, map_to, r.kind == MemKind::host ? CpuView::required : CpuView::optional); !st.ok()) {
+  const ImportGpu into = import_gpu(r, map_to);
+  if (Status st = attach(m, into.gpu_id, map_to, r.kind == MemKind::host ? CpuView::required : CpuView::optional); !st.ok()) {
     (void)detach(m, false);
+    if (into.foreign && st.code() == Code::invalid_argument && st.message().find("AMDKFD_IOC_IMPORT_DMABUF") != std::string::npos)
+      return error(Code::unavailable,
+                   "importing " + what + ": the memory belongs to the GPU with gpu_id " + std::to_string(r.node_gpu_id) +
+                       ", which this process does not see, and this kernel refused to import it into gpu_id " +
+                       std::to_string(into.gpu_id) + ", one of this process's own (" + st.message() +
+                       "). Kernels before KFD imported dma-bufs through DRM (patch \"drm/amdkfd: Import DMABufs for "
+                       "interop through DRM\", 2023; Linux 6.1 is one) import a buffer only into the GPU that made "
+                       "it: let every rank see every GPU of the node (no per-rank GPU isolation by cgroups, Slurm, "
+                       "Kubernetes or --device), or run a newer kernel or amdgpu-dkms");
     return st.prefix("importing " + what);
   }
   // The descriptor is not needed past here: KFD holds its own reference to the
@@ -440,6 +447,23 @@ Status SharedMemory::import(const SharedRegion& r, int fd, const std::vector<int
   m.dmabuf_fd = -1;
   imported_[m.va] = m;
   return Status();
+}
+
+// Which GPU's KFD device takes the import. The GPU holding the buffer
+// object, where this process sees it: every kernel imports there (Linux 6.1's
+// amdgpu_amdkfd_gpuvm_import_dmabuf refuses a buffer of another device). A
+// GPU hidden from this process (per-rank isolation) has no KFD device here;
+// newer kernels import into any GPU of ours (kfd_chardev.c
+// kfd_ioctl_import_dmabuf -> amdgpu_amdkfd_gpuvm_import_dmabuf_fd, through
+// DRM PRIME: a foreign buffer is attached over P2P), so the import goes into
+// the first GPU it is mapped to. A region without node_gpu_id (0) names the
+// owner's GPU by index only, as the owner numbers them: that index is used.
+SharedMemory::ImportGpu SharedMemory::import_gpu(const SharedRegion& r, const std::vector<int>& map_to) const {
+  if (r.node_gpu_id == 0)
+    return {config_.gpus[r.kind == MemKind::device ? static_cast<size_t>(r.gpu) : 0].gpu_id, false};
+  for (const ShareGpu& g : config_.gpus)
+    if (g.gpu_id == r.node_gpu_id) return {g.gpu_id, false};
+  return {config_.gpus[map_to.empty() ? 0 : static_cast<size_t>(map_to[0])].gpu_id, true};
 }
 
 const SharedMemory::Mapped* SharedMemory::holding(uint64_t va) const {

@@ -177,6 +177,11 @@ class SharedMemory {
   // window), else the address is given back.
   Status detach(Mapped& m, bool reserve);
   Status check_gpu(int gpu, const char* what) const;
+  struct ImportGpu {
+    uint32_t gpu_id = 0;
+    bool foreign = false;  // not the GPU holding the memory: that one is hidden from this process
+  };
+  ImportGpu import_gpu(const SharedRegion& r, const std::vector<int>& map_to) const;
   const Mapped* holding(uint64_t va) const;  // our buffer or import holding va; mu_ held
   std::string where(uint64_t va) const;  // "process_slot N's window", for messages
 

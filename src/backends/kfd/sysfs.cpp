@@ -315,6 +315,7 @@ std::optional<GpuNode> usable_gpu(const SysTopology& sys, const SysNode& n, int 
 GpuInfo gpu_info(const GpuNode& g, const SysNode& n) {
   GpuInfo gi;
   gi.index = g.index;
+  gi.node_gpu_id = n.gpu_id;  // KFD's gpu_id: the same in every process of the node
   gi.name = g.gfx;
   gi.isa = Isa::sdma_gen(g.gen);
   gi.memory_bytes = n.vram_bytes;

@@ -24,6 +24,7 @@ Status GenericDevice::build_topology() {
     nv::Gpu& d = *devs_[gi];
     GpuInfo g;
     g.index = static_cast<int>(gi);
+    g.node_gpu_id = d.info().gpu_id;  // RM's gpuId: node-wide
     g.name = d.info().gpu_name.empty() ? "hopper" : d.info().gpu_name;
     g.isa = Isa::hopper();
     g.memory_bytes = d.info().fb_bytes;

@@ -97,6 +97,7 @@ class GenericDevice final : public conccl::Device {
       r.kind = conccl::MemKind::host;
       r.gpu = -1;
     }
+    if (static_cast<size_t>(a->owner) < topo_.gpus.size()) r.node_gpu_id = topo_.gpus[static_cast<size_t>(a->owner)].node_gpu_id;
     return r;
   }
   Status import_shared(const SharedRegion& r, int fd) override {

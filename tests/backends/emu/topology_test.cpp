@@ -177,6 +177,47 @@ TEST(EmuTopology, BadOptionsAreRefused) {
   EXPECT_TRUE(names.count("small"));
 }
 
+// The `visible` setting: what a process isolated to some GPUs of the node
+// sees (issue #31 item 6). Indices from 0, links among the visible GPUs only
+// (renumbered, the kernel's recommended engines kept), node_gpu_id the GPU's
+// number in the whole node plus one in every view.
+TEST(EmuTopology, VisibleGpusAreRenumberedAndKeepTheirNodeIds) {
+  std::unique_ptr<emu::EmuDevice> all, some;
+  ASSERT_OK_AND_ASSIGN(all, emu::create(DeviceOptions{}));
+  DeviceOptions o;
+  o.settings = "visible=5,2";
+  ASSERT_OK_AND_ASSIGN(some, emu::create(o));
+  const Topology& t = some->topology();
+  ASSERT_EQ(t.gpus.size(), 2u);
+  EXPECT_EQ(some->gpu_count(), 2);
+  for (int i = 0; i < 8; ++i) EXPECT_EQ(all->topology().gpus[size_t(i)].node_gpu_id, uint64_t(i) + 1);
+  EXPECT_EQ(t.gpus[0].index, 0);
+  EXPECT_EQ(t.gpus[0].node_gpu_id, 6u);
+  EXPECT_EQ(t.gpus[1].index, 1);
+  EXPECT_EQ(t.gpus[1].node_gpu_id, 3u);
+  ASSERT_EQ(t.gpus[0].links.size(), 1u);
+  EXPECT_EQ(t.gpus[0].links[0].peer, 1);
+  EXPECT_EQ(t.gpus[0].links[0].recommended_engines, std::vector<int>{kKernelRecSdmaEngMap[5][2]});
+  ASSERT_EQ(t.gpus[1].links.size(), 1u);
+  EXPECT_EQ(t.gpus[1].links[0].recommended_engines, std::vector<int>{kKernelRecSdmaEngMap[2][5]});
+  EXPECT_TRUE(contains(topology_json(t), "\"node_gpu_id\": 6")) << topology_json(t);
+  // Memory works on each visible GPU, in that GPU's own window.
+  for (int g = 0; g < 2; ++g) {
+    Result<Buffer> b = some->alloc(g, 4096, MemKind::device);
+    ASSERT_TRUE(b.ok()) << b.status().to_string();
+    EXPECT_EQ(b->gpu, g);
+    ASSERT_TRUE(some->free(*b).ok());
+  }
+  for (const char* bad : {"visible=8", "visible=1,1", "visible=-1", "visible=x"}) {
+    DeviceOptions b;
+    b.settings = bad;
+    Result<std::unique_ptr<emu::EmuDevice>> r = emu::create(b);
+    ASSERT_FALSE(r.ok()) << bad;
+    EXPECT_EQ(r.status().code(), Code::invalid_argument) << bad;
+    EXPECT_TRUE(contains(r.status().message(), "visible")) << r.status().message();
+  }
+}
+
 // ---- memory ----------------------------------------------------------------
 
 TEST(EmuMemory, AllocationsAreZeroedReusedAndBounded) {

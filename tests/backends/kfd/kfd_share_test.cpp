@@ -397,6 +397,93 @@ TEST(KfdShareCalls, ImportMapsAtTheOwnersAddressAndIsReusedOrReplaced) {
   EXPECT_EQ(sys->calls_of({"unmap", "free"}).size(), 2u);
 }
 
+// Issue #31, item 6: a region names the GPU holding it by its node-wide
+// gpu_id. The importer finds that GPU among its own whatever index the owner
+// gave it (ranks isolated to different GPU sets number them differently); a
+// GPU hidden from the importer is not imported through, its own GPU is (the
+// kernels that import through DRM PRIME take another device's buffer).
+TEST(KfdShareCalls, ImportGoesThroughTheOwnersGpuByIdElseThroughOurOwn) {
+  CONCCL_SKIP_WITHOUT_SLOT_WINDOWS();
+  auto sys = std::make_shared<FakeShareSys>();
+  std::unique_ptr<SharedMemory> m = open_slot(sys, 1);
+  ASSERT_TRUE(m);
+  constexpr uint32_t kHidden = 0x7777;  // a GPU of the node this process does not see
+
+  // The owner sees one GPU (its index 0), ours is index 1 here.
+  auto [r, fd] = foreign_region(5, 2 * kMiB, 2 * 4096, MemKind::device, 0, 1);
+  r.node_gpu_id = kId1;
+  sys->clear();
+  ASSERT_TRUE(m->import(r, fd, {1, 0}).ok());
+  std::vector<Call> c = sys->calls_of({"import_dmabuf"});
+  ASSERT_EQ(c.size(), 1u);
+  EXPECT_EQ(c[0].gpu_id, kId1) << "found by its id, not by the owner's index 0";
+
+  // VRAM of a hidden GPU: imported through the first GPU it is mapped to.
+  auto [h, hfd] = foreign_region(6, 2 * kMiB, 4096, MemKind::device, 0, 2);
+  h.node_gpu_id = kHidden;
+  sys->clear();
+  ASSERT_TRUE(m->import(h, hfd, {1, 0}).ok());
+  c = sys->calls_of({"import_dmabuf", "map"});
+  ASSERT_EQ(c.size(), 2u);
+  EXPECT_EQ(c[0].gpu_id, kId1);
+  EXPECT_EQ(c[1].gpu_ids, (std::vector<uint32_t>{kId1, kId0}));
+
+  // Host memory made through a hidden GPU: likewise.
+  auto [g, gfd] = foreign_region(7, 2 * kMiB, 4096, MemKind::host, -1, 3);
+  g.node_gpu_id = kHidden;
+  sys->clear();
+  ASSERT_TRUE(m->import(g, gfd, {0, 1}).ok());
+  c = sys->calls_of({"import_dmabuf"});
+  ASSERT_EQ(c.size(), 1u);
+  EXPECT_EQ(c[0].gpu_id, kId0);
+  EXPECT_EQ(m->imports(), 3u);
+  // A region's own share() names its GPU by id too.
+  conccl::Result<Buffer> mine = m->alloc(1, 4096, MemKind::device, {1});
+  ASSERT_TRUE(mine.ok()) << mine.status().to_string();
+  int sfd = -1;
+  conccl::Result<SharedRegion> shared = m->share(mine->va, 4096, &sfd);
+  ASSERT_TRUE(shared.ok()) << shared.status().to_string();
+  EXPECT_EQ(shared->node_gpu_id, kId1);
+  ::close(sfd);
+}
+
+// A kernel that imports a dma-buf only into the GPU that made it (Linux 6.1)
+// refuses a hidden GPU's buffer: the error says why and what to do, and the
+// import leaves nothing behind. The same refusal for a GPU we see stays the
+// plain ioctl error.
+TEST(KfdShareErrors, AKernelRefusingAHiddenGpusBufferSaysToShowEveryGpu) {
+  CONCCL_SKIP_WITHOUT_SLOT_WINDOWS();
+  auto sys = std::make_shared<FakeShareSys>();
+  std::unique_ptr<SharedMemory> m = open_slot(sys, 1);
+  ASSERT_TRUE(m);
+  auto [h, hfd] = foreign_region(6, 2 * kMiB, 4096, MemKind::device, 0, 2);
+  h.node_gpu_id = 0x7777;
+  sys->fail_next["import_dmabuf"] = EINVAL;
+  conccl::Status st = m->import(h, hfd, {0});
+  ASSERT_FALSE(st.ok());
+  EXPECT_EQ(st.code(), Code::unavailable) << st.to_string();
+  EXPECT_TRUE(contains(st.message(), "gpu_id 30583, which this process does not see")) << st.message();
+  EXPECT_TRUE(contains(st.message(), "into gpu_id 4369")) << st.message();
+  EXPECT_TRUE(contains(st.message(), "let every rank see every GPU of the node")) << st.message();
+  EXPECT_TRUE(contains(st.message(), "errno 22 EINVAL")) << st.message();
+  EXPECT_EQ(m->imports(), 0u);
+  EXPECT_EQ(sys->live_kfd_handles(), 0);
+  EXPECT_EQ(m->covers(h.va, h.size), std::nullopt) << "the address is given back";
+
+  auto [r, fd] = foreign_region(5, 2 * kMiB, 4096, MemKind::device, 0, 1);
+  r.node_gpu_id = kId0;
+  sys->fail_next["import_dmabuf"] = EINVAL;
+  st = m->import(r, fd, {0});
+  ASSERT_FALSE(st.ok());
+  EXPECT_EQ(st.code(), Code::invalid_argument) << st.to_string();
+  EXPECT_FALSE(contains(st.message(), "does not see")) << st.message();
+  // And the next try, which the kernel takes, works at the same address.
+  auto [again, again_fd] = foreign_region(6, 2 * kMiB, 4096, MemKind::device, 0, 3);
+  again.node_gpu_id = 0x7777;
+  ASSERT_TRUE(m->import(again, again_fd, {0}).ok());
+  EXPECT_EQ(m->imports(), 1u);
+}
+
 // Many imports under a small descriptor limit: each import gives its dma-buf
 // descriptor back once KFD and the mapping hold the buffer, so 400 live imports
 // fit under `ulimit -n 256` and leave no descriptor open (they held one each,
