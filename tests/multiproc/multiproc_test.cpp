@@ -610,17 +610,14 @@ TEST(MultiProcessFaults, MismatchedArgumentsAreRefusedAtPlanTime) {
   }
 }
 
-// Issue #31, item 6: ranks isolated from each other's GPUs plan every rank on
-// their own GPU (EveryCollectiveMatchesOneProcessByteForByte, the _isolated
-// cases), which needs GPUs of one kind: a rank whose GPU differs is refused
-// by every rank, naming both kinds and who does not see whom.
-TEST(MultiProcessFaults, IsolatedRanksOnGpusOfDifferentKindsAreRefused) {
+// Two ranks, each opening the emulator with settings(rank) in its own slot,
+// create a communicator; each one's text is what create said.
+std::vector<RankOutcome> create_two_ranks(const std::function<std::string(int)>& settings) {
   const UniqueId id = make_unique_id().value();
   const Layout l{"mi300x", false, 2};
-  std::vector<RankOutcome> res = fork_ranks(all_ranks(2), [&](int r, std::string* out) {
+  return fork_ranks(all_ranks(2), [&](int r, std::string* out) {
     DeviceOptions o = device_options(l, r);
-    o.settings = std::string(r == 0 ? "preset=mi300x" : "preset=small") + " memory_per_gpu=256M visible=" +
-                 std::to_string(r);  // 16 engines against 4
+    o.settings = settings(r);
     Result<std::unique_ptr<emu::EmuDevice>> dev = emu::create(o);
     if (!dev.ok()) {
       *out = dev.status().to_string();
@@ -630,7 +627,17 @@ TEST(MultiProcessFaults, IsolatedRanksOnGpusOfDifferentKindsAreRefused) {
     *out = c.status().to_string();
     return c.ok() ? 0 : 1;
   });
-  for (const RankOutcome& o : res) {
+}
+
+// Issue #31, item 6: ranks isolated from each other's GPUs plan every rank on
+// their own GPU (EveryCollectiveMatchesOneProcessByteForByte, the _isolated
+// cases), which needs GPUs of one kind: a rank whose GPU differs is refused
+// by every rank, naming both kinds and who does not see whom.
+TEST(MultiProcessFaults, IsolatedRanksOnGpusOfDifferentKindsAreRefused) {
+  for (const RankOutcome& o : create_two_ranks([](int r) {
+         return std::string(r == 0 ? "preset=mi300x" : "preset=small") + " memory_per_gpu=256M visible=" +
+                std::to_string(r);  // 16 engines against 4
+       })) {
     EXPECT_EQ(o.exit_code, 1) << o.out;
     EXPECT_NE(o.out.find("need GPUs of one kind"), std::string::npos) << o.out;
     EXPECT_NE(o.out.find("does not see rank"), std::string::npos) << o.out;
@@ -640,21 +647,7 @@ TEST(MultiProcessFaults, IsolatedRanksOnGpusOfDifferentKindsAreRefused) {
 // Two processes that see one GPU of the node each, the same one: their ranks
 // share it, which needs Options::loopback like ranks on one GPU in one process.
 TEST(MultiProcessFaults, RanksOnOneGpuWithoutLoopbackAreRefused) {
-  const UniqueId id = make_unique_id().value();
-  const Layout l{"mi300x", false, 2};
-  std::vector<RankOutcome> res = fork_ranks(all_ranks(2), [&](int r, std::string* out) {
-    DeviceOptions o = device_options(l, r);
-    o.settings = "preset=mi300x memory_per_gpu=256M visible=3";
-    Result<std::unique_ptr<emu::EmuDevice>> dev = emu::create(o);
-    if (!dev.ok()) {
-      *out = dev.status().to_string();
-      return 2;
-    }
-    Result<std::unique_ptr<Communicator>> c = Communicator::create(**dev, r, 2, id, comm_options(l));
-    *out = c.status().to_string();
-    return c.ok() ? 0 : 1;
-  });
-  for (const RankOutcome& o : res) {
+  for (const RankOutcome& o : create_two_ranks([](int) { return std::string("preset=mi300x memory_per_gpu=256M visible=3"); })) {
     EXPECT_EQ(o.exit_code, 1) << o.out;
     EXPECT_NE(o.out.find("set Options::loopback"), std::string::npos) << o.out;
   }
