@@ -53,13 +53,16 @@ struct Options {
   // auto: events only where they cannot take HIP's: a libhsa-runtime64 that
   // shares this libhsakmt is loaded (one page for both). Otherwise none: a HIP
   // initialised later in the process would find the page taken and hang in
-  // its waits; waits poll with naps and faults show as timeouts with the
-  // hang diagnosis. on: the process never loads HIP/ROCr (the one
-  // configuration where ConCCL's events are safe): TRAP wake-ups and fault
-  // reports. CONCCL_KFD_TRAP=0/1 overrides auto. Without events, GPU memory
-  // faults and resets are still reported (Code::device_fault), through
-  // KFD's SMI event files, which take no events page (they name the
-  // process, not the faulting address).
+  // its waits; waits poll with naps, or, where a libhsa-runtime64 is already
+  // loaded in the process, sleep on its interrupt signals (one ROCr signal
+  // per queue raised by the engine; CONCCL_KFD_ROCR_WAKE=0 turns that off;
+  // docs/hardware.md), and faults show as timeouts with the hang diagnosis.
+  // on: the process never loads HIP/ROCr (the one configuration where
+  // ConCCL's events are safe): TRAP wake-ups and fault reports.
+  // CONCCL_KFD_TRAP=0/1 overrides auto. Without events, GPU memory faults
+  // and resets are still reported (Code::device_fault), through KFD's SMI
+  // event files, which take no events page (they name the process, not the
+  // faulting address).
   enum class Trap : uint8_t { auto_, on, off };
   Trap trap_wakeups = Trap::auto_;
   // Pinning queues to engines (HSA_QUEUE_SDMA_BY_ENG_ID, where KFD and the

@@ -1,6 +1,7 @@
 // src/backends/kfd/kfd_context.hpp - what the KFD device, its queues and
 // events share (kfd_device.cpp): the open thunk and its fault watch, KFD
-// signal events for TRAP wake-ups, memory the thunk allocated and mapped.
+// signal events for TRAP wake-ups (or the hsa-runtime whose signals wake
+// hosts instead, rocr_wake.hpp), memory the thunk allocated and mapped.
 // Internal to the KFD backend; built only with libhsakmt.
 #pragma once
 
@@ -23,12 +24,15 @@
 
 #include "backends/kfd/kfd_policy.hpp"
 #include "backends/kfd/kfd_smi.hpp"
+#include "backends/kfd/wake_event.hpp"
 #include "conccl/queue.hpp"
 #include "util/wait.hpp"
 
 namespace conccl::kfd::detail {
 
 inline constexpr size_t kPage = 4096;
+
+class RocrRuntime;  // rocr_wake.hpp
 
 inline size_t round_up(size_t v, size_t a) { return (v + a - 1) / a * a; }
 
@@ -99,6 +103,10 @@ class Context {
   QueueModeDecision mode;
   Options::Pin pin = Options::Pin::auto_;  // which GPUs' queues by_engine_id pins (plan_queue)
   TrapDecision trap;  // whether queues get KFD signal events (TRAP wake-ups)
+  // Without KFD events: the hsa-runtime in the process, whose interrupt
+  // signals wake hosts instead (null: waits poll with naps). Queues' events
+  // share it, so ROCr stays initialised until the last is gone.
+  std::shared_ptr<const RocrRuntime> rocr;
   std::atomic<int> next_queue_id{0};
   std::atomic<uint64_t> leaked{0};  // resources kept because teardown failed
 
@@ -146,7 +154,7 @@ class Context {
 };
 
 // A host sleeps on a queue's TRAPs through a KFD signal event.
-class KfdEvent final : public Event {
+class KfdEvent final : public WakeEvent {
  public:
   KfdEvent(std::shared_ptr<Context> ctx, HsaEvent* ev) : ctx_(std::move(ctx)), ev_(ev) {}
   ~KfdEvent() override {
@@ -163,6 +171,7 @@ class KfdEvent final : public Event {
   // (kfd_events.c, reached from kfd_int_process_v9.c on an SDMA TRAP).
   uint32_t trap_context() const { return ev_->EventId; }
   uint64_t mailbox_va() const { return ev_->EventData.HWData2; }
+  Status record(CommandBuffer& cb) const override { return kfd::record_wake(cb, trap_context(), mailbox_va()); }
 
   // count() counts wake-ups this process observed. KFD coalesces signals
   // (an auto-reset event wakes one waiter once per burst), so callers wait

@@ -41,6 +41,7 @@
 #include "backends/kfd/kfd_policy.hpp"
 #include "backends/kfd/kfd_share.hpp"
 #include "backends/kfd/kfd_smi.hpp"
+#include "backends/kfd/rocr_wake.hpp"
 #include "conccl/queue.hpp"
 #include "queue/sdma_queue.hpp"
 #include "util/wait.hpp"
@@ -422,7 +423,7 @@ class KfdDeviceImpl final : public KfdDevice, public KfdInternals {
       return frame.status();
     }
 
-    std::unique_ptr<KfdEvent> event;
+    std::unique_ptr<WakeEvent> event;
     if (ctx_->trap.trap_wakeups) {
       Result<HsaEvent*> ev = create_signal_event(g.thunk_node);
       if (!ev.ok()) {
@@ -430,6 +431,13 @@ class KfdDeviceImpl final : public KfdDevice, public KfdInternals {
         return ev.status();
       }
       event = std::make_unique<KfdEvent>(ctx_, *ev);
+    } else if (ctx_->rocr && g.host_atomics64()) {
+      // A ROCr signal needs the engine's ATOMIC on host memory (the open's
+      // note names GPUs without 64-bit atomics on their CPU link: they poll).
+      // A signal ROCr cannot make leaves this queue polling with naps, as
+      // without hsa-runtime: the wake-up is a saving, not a need.
+      Result<std::unique_ptr<RocrEvent>> ev = RocrEvent::create(ctx_->rocr);
+      if (ev.ok()) event = std::move(ev).value();
     }
 
     Out<HsaQueueResource> qr;
@@ -466,7 +474,7 @@ class KfdDeviceImpl final : public KfdDevice, public KfdInternals {
     RingMemory rm{static_cast<uint32_t*>(ring.ptr), ring.size, rptr, wptr, static_cast<uint32_t*>(done.ptr),
                   reinterpret_cast<uint64_t>(done.ptr)};
     auto backend = std::make_unique<KfdQueueBackend>(ctx_, gpu, ring, done, std::move(event), qr->QueueId,
-                                                     reinterpret_cast<volatile uint64_t*>(doorbell), rptr,
+                                                     reinterpret_cast<volatile uint64_t*>(doorbell), rptr, wptr,
                                                      plan->placement);
     const Isa isa = Isa::sdma_gen(g.gen);
     Caps qcaps = caps(isa);
@@ -618,6 +626,31 @@ class KfdDeviceImpl final : public KfdDevice, public KfdInternals {
   std::map<int, std::unique_ptr<Queue>> utility_;  // zero_queue(), per GPU
 };
 
+// Issue #31, item 1: without KFD events of our own, host waits sleep on
+// interrupt signals of the hsa-runtime in the process, where one is loaded
+// (rocr_wake.hpp); CONCCL_KFD_ROCR_WAKE=0 turns that off. Sets ctx.rocr and
+// returns the topology note that says which way waits sleep, or why they poll.
+std::string open_rocr_wake(Context& ctx, const ThunkSharing& sharing) {
+  const char* env = std::getenv("CONCCL_KFD_ROCR_WAKE");
+  if (env && std::string(env) == "0")
+    return "host waits poll with naps: waking through ROCr interrupt signals is off (CONCCL_KFD_ROCR_WAKE=0)";
+  if (!sharing.hsa_runtime_loaded)
+    return "host waits poll with naps: no libhsa-runtime64 in the process whose interrupt signals they could sleep on";
+  std::string why;
+  std::shared_ptr<RocrRuntime> rt = RocrRuntime::open(&why);
+  if (!rt) return "host waits poll with naps: ROCr interrupt signals cannot be used: " + why;
+  ctx.rocr = std::move(rt);
+  std::string note = std::string("host waits sleep on ROCr interrupt signals (") +
+                     (sharing.hsa_runtime_private_thunk ? "hsa-runtime in the process has its own libhsakmt"
+                                                        : "hsa-runtime in the process; KFD events off") +
+                     "): one signal per queue, raised by an SDMA ATOMIC add, its mailbox FENCE and TRAP";
+  for (const GpuNode& g : ctx.topo.gpus)
+    if (!g.host_atomics64())
+      note += "; gpu " + std::to_string(g.index) +
+              " polls with naps instead: its CPU link lacks 64-bit atomics (NO_ATOMICS_64) for the signal's add";
+  return note;
+}
+
 }  // namespace
 
 Result<std::unique_ptr<KfdDevice>> open(const Options& opt) {
@@ -660,9 +693,11 @@ Result<std::unique_ptr<KfdDevice>> open(const Options& opt) {
   notes.insert(notes.begin() + 1, "KFD interface " + std::to_string(ctx->caps.kfd_major) + "." +
                                       std::to_string(ctx->caps.kfd_minor) + ", " + build_description());
   const char* env = std::getenv("CONCCL_KFD_TRAP");
-  ctx->trap = decide_trap(opt.trap_wakeups, env ? env : "", detect_thunk_sharing());
+  const ThunkSharing sharing = detect_thunk_sharing();
+  ctx->trap = decide_trap(opt.trap_wakeups, env ? env : "", sharing);
   probe_events_page(*ctx);
   notes.insert(notes.begin() + 2, ctx->trap.reason);
+  if (!ctx->trap.trap_wakeups) notes.push_back(open_rocr_wake(*ctx, sharing));
   // The fault watch is a KFD event too: only where events are ours to create.
   if (ctx->trap.trap_wakeups) ctx->watch_faults();
   if (ctx->trap.trap_wakeups && !ctx->fault_watch())

@@ -334,6 +334,15 @@ uint32_t wait_slice_ms(std::chrono::nanoseconds remaining, uint32_t max_ms = 100
 // EventData.HWData2) is marked signaled - the canonical tail of kfdtest,
 // ROCr's BlitSdma and tinygrad. All or nothing.
 Status record_wake(CommandBuffer& cb, uint32_t event_id, uint64_t mailbox_va);
+// The packets that raise an interrupt signal of the hsa-runtime in the
+// process (ROCr; rocr_wake.hpp) from an SDMA queue: an ATOMIC add of 1 to the
+// amd_signal_t's value, then, where the signal has an event mailbox, the
+// tail of record_wake (GCR writeback, FENCE(mailbox, id), TRAP(id)), which
+// wakes a thread in hsa_signal_wait_scacquire as ROCr's own signal
+// completion does (ROCR-Runtime core/runtime/interrupt_signal.cpp; linux
+// amdkfd kfd_events.c). A signal without a mailbox (ROCr with interrupts off)
+// gets the add alone. All or nothing.
+Status record_wake_rocr(CommandBuffer& cb, uint64_t value_va, uint32_t event_id, uint64_t mailbox_va);
 
 
 // Who owns the process's KFD events page (issue #14, defect 1).

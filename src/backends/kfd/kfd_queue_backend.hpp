@@ -1,6 +1,7 @@
 // src/backends/kfd/kfd_queue_backend.hpp - one SDMA queue of KFD under the
 // ring protocol (queue/sdma_queue.hpp): its ring and completion memory, its
-// doorbell, its read pointer and its TRAP event. Internal to the KFD backend.
+// doorbell, its read pointer and its host wake-up (a KFD event or a ROCr
+// signal, wake_event.hpp). Internal to the KFD backend.
 #pragma once
 
 #include <string>
@@ -12,8 +13,9 @@ namespace conccl::kfd::detail {
 
 class KfdQueueBackend final : public SdmaRingBackend {
  public:
-  KfdQueueBackend(std::shared_ptr<Context> ctx, int gpu, Mapping ring, Mapping done, std::unique_ptr<KfdEvent> event,
-                  HSA_QUEUEID qid, volatile uint64_t* doorbell, const uint64_t* rptr, std::string placement)
+  KfdQueueBackend(std::shared_ptr<Context> ctx, int gpu, Mapping ring, Mapping done, std::unique_ptr<WakeEvent> event,
+                  HSA_QUEUEID qid, volatile uint64_t* doorbell, const uint64_t* rptr, const uint64_t* wptr,
+                  std::string placement)
       : ctx_(std::move(ctx)),
         gpu_(gpu),
         ring_(ring),
@@ -22,6 +24,7 @@ class KfdQueueBackend final : public SdmaRingBackend {
         qid_(qid),
         doorbell_(doorbell),
         rptr_(rptr),
+        wptr_(wptr),
         placement_(std::move(placement)),
         id_(ctx_->next_queue_id.fetch_add(1)) {}
 
@@ -52,12 +55,14 @@ class KfdQueueBackend final : public SdmaRingBackend {
 
   Event* wake_event() override { return event_.get(); }
 
-  // FENCE(mailbox, id) then TRAP(id): the canonical tail used by kfdtest,
-  // ROCr's BlitSdma and tinygrad. Without an event (TRAP wake-ups off,
-  // Context::trap) nothing: sleepers poll with naps (wait_progress).
+  // KFD event: FENCE(mailbox, id) then TRAP(id), the canonical tail used by
+  // kfdtest, ROCr's BlitSdma and tinygrad. ROCr signal: an ATOMIC add to its
+  // value before that tail. Without either (TRAP wake-ups off and no
+  // hsa-runtime, Context::trap / Context::rocr) nothing: sleepers poll with
+  // naps (wait_progress).
   Status record_wake(CommandBuffer& cb) const override {
     if (!event_) return Status();
-    return kfd::record_wake(cb, event_->trap_context(), event_->mailbox_va());
+    return event_->record(cb);
   }
 
   EngineStatus engine_status() const override {
@@ -80,6 +85,21 @@ class KfdQueueBackend final : public SdmaRingBackend {
       if (r.load(std::memory_order_acquire) != seen_rptr) return;
       util::cpu_relax();
     }
+    // A wake recorded into this queue and not yet raised: sleep on it (ROCr
+    // signals; KFD events never sleep here). Nothing pending: nap.
+    if (event_) {
+      switch (event_->sleep_for_wake(deadline)) {
+        case WakeEvent::Sleep::raised: return;
+        case WakeEvent::Sleep::slept_out:
+          // Everything fetched and still no wake: the one recorded was never
+          // submitted here; stop sleeping for it.
+          if (r.load(std::memory_order_acquire) ==
+              std::atomic_ref<uint64_t>(*const_cast<uint64_t*>(wptr_)).load(std::memory_order_acquire))
+            event_->forget_pending_wakes();
+          return;
+        case WakeEvent::Sleep::nothing_pending: break;
+      }
+    }
     std::this_thread::sleep_for(std::min<std::chrono::nanoseconds>(deadline.remaining(), std::chrono::microseconds(20)));
   }
 
@@ -88,10 +108,11 @@ class KfdQueueBackend final : public SdmaRingBackend {
   int gpu_;
   Mapping ring_;
   Mapping done_;  // the queue's completion word (SubmitFrame's sequence FENCE)
-  std::unique_ptr<KfdEvent> event_;
+  std::unique_ptr<WakeEvent> event_;
   HSA_QUEUEID qid_;
   volatile uint64_t* doorbell_;
   const uint64_t* rptr_;
+  const uint64_t* wptr_;
   std::string placement_;
   int id_;
 };

@@ -457,6 +457,15 @@ Status record_wake(CommandBuffer& cb, uint32_t event_id, uint64_t mailbox_va) {
   });
 }
 
+Status record_wake_rocr(CommandBuffer& cb, uint64_t value_va, uint32_t event_id, uint64_t mailbox_va) {
+  SdmaPackets pk(cb);
+  return lower::all_or_nothing(cb, [&]() -> Status {
+    CONCCL_RETURN_IF_ERROR(pk.atomic_add64(value_va, 1));
+    if (mailbox_va == 0) return Status();  // no interrupt: a waiter sees the value change
+    return record_wake(cb, event_id, mailbox_va);
+  });
+}
+
 // ---------------------------------------------------------------------------
 // events page ownership (one per process: linux amdkfd kfd_events.c)
 

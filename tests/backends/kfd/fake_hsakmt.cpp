@@ -53,6 +53,7 @@ struct World {
   HsaEvent* fault_event = nullptr;
   bool fault_pending = false;
   HsaMemoryAccessFault fault{};
+  std::vector<std::pair<uint64_t, uint64_t>> foreign;  // map_foreign: (start, bytes)
 };
 
 World& world() {
@@ -63,6 +64,8 @@ World& world() {
 bool mapped_locked(World& w, uint64_t addr, uint64_t bytes, HSAuint32 node) {
   const uint64_t page = reinterpret_cast<uint64_t>(w.events_page);
   if (addr >= page && addr + bytes <= page + sizeof w.events_page) return true;
+  for (const auto& [start, size] : w.foreign)
+    if (addr >= start && addr + bytes <= start + size) return true;
   auto it = w.allocs.upper_bound(addr);
   if (it == w.allocs.begin()) return false;
   --it;
@@ -192,11 +195,22 @@ struct Queue {
         }
         return pass ? 1 : 0;
       }
+      case Pkt::atomic_add64: {
+        const uint64_t a = p.get(Key::addr);
+        if (!ok(a, 8)) return halt(a), -1;
+        std::atomic_ref<uint64_t>(*reinterpret_cast<uint64_t*>(a))
+            .fetch_add(p.get(Key::value), std::memory_order_acq_rel);  // two's complement: negative adds too
+        World& w = world();
+        std::lock_guard<std::mutex> lock(w.mu);
+        ++w.st.atomics;
+        return 1;
+      }
       case Pkt::trap: {
         // KFD: the interrupt carries the context; the event of that id wakes
         // only if its mailbox slot was signaled (then the slot is reset).
         World& w = world();
         std::lock_guard<std::mutex> lock(w.mu);
+        w.st.traps.push_back(static_cast<uint32_t>(p.get(Key::ctx)));
         auto it = w.events.find(static_cast<HSAuint32>(p.get(Key::ctx)));
         if (it != w.events.end() && it->second.slot >= 0 && w.events_page[it->second.slot] != kUnsignaled) {
           w.events_page[it->second.slot] = kUnsignaled;
@@ -233,7 +247,14 @@ void reset(const Config& c) {
   w.allocs.clear();
   w.used_slots.clear();
   w.fault_pending = false;
+  w.foreign.clear();
   for (uint64_t& s : w.events_page) s = kUnsignaled;
+}
+
+void map_foreign(uint64_t ptr, uint64_t bytes) {
+  World& w = world();
+  std::lock_guard<std::mutex> lock(w.mu);
+  w.foreign.emplace_back(ptr, bytes);
 }
 
 Stats stats() {

@@ -9,8 +9,8 @@
 // (ENOMEM when they run out, reported the 5.2.3 way: HSAKMT_STATUS_ERROR +
 // errno), signal events with a mailbox page, a VM-fault event, and one
 // engine thread per queue that executes the ring's packets on host memory
-// (NOP, COPY, FILL, FENCE, TRAP, POLL_REGMEM), faulting on any address not
-// mapped to its GPU, as KFD would.
+// (NOP, COPY, FILL, FENCE, ATOMIC add64, TRAP, POLL_REGMEM), faulting on any
+// address not mapped to its GPU, as KFD would.
 #pragma once
 
 #include <cstdint>
@@ -80,10 +80,17 @@ struct Stats {
   // (POLL_REGMEM register form, dword 2 = 0x80000000) and GCR packets.
   int hdp_flushes = 0, gcr_ops = 0;
   std::vector<Fill> fills;  // every CONSTANT_FILL executed, in order
+  std::vector<uint32_t> traps;  // the context id of every TRAP executed, in order
+  int atomics = 0;              // ATOMIC add64s executed
 };
 Stats stats();
 
 // The allocation containing ptr (empty size if none).
 Allocation allocation_of(uint64_t ptr);
+
+// Memory that another libhsakmt copy in the process (ROCr's) allocated and
+// mapped to every GPU - its signals and events page: the engines may touch
+// it. Cleared by reset().
+void map_foreign(uint64_t ptr, uint64_t bytes);
 
 }  // namespace fakekmt
