@@ -81,7 +81,8 @@ void one_process_replays(int n, int replays) {
 
   // The call, uncaptured once (its plan is compiled on the stream as usual),
   // then captured.
-  ASSERT_TRUE(comm.call(a, ops->get()).ok());
+  const Status first = comm.call(a, ops->get());
+  ASSERT_TRUE(first.ok()) << first.to_string();
   ASSERT_EQ(cu.cuStreamSynchronize(stream), 0);
   ASSERT_EQ(cu.cuStreamBeginCapture(stream, kCaptureModeThreadLocal), 0);
   const Status captured = comm.call(a, ops->get());
