@@ -24,6 +24,7 @@
 #include "backends/kfd/fake_smi.hpp"
 #include "backends/kfd/kfd_policy.hpp"
 #include "conccl/queue.hpp"
+#include "fixture_topologies.hpp"
 #include "fake_hsakmt.hpp"
 #include "fake_share_sys.hpp"
 
@@ -683,26 +684,7 @@ namespace {
 // single-writer signals still work.
 TEST_F(KfdFake, CpuLinkWithoutAtomicsRefusesAtomics) {
   const fs::path root = dri_ / "topology_no_atomics";
-  fs::copy(std::string(KFD_FIXTURES) + "/mi300x_spx/topology", root, fs::copy_options::recursive);
-  const fs::path link = root / "nodes" / "1" / "io_links" / "0" / "properties";  // gpu 0 -> CPU node 0
-  std::string text;
-  {
-    std::FILE* f = std::fopen(link.c_str(), "r");
-    ASSERT_NE(f, nullptr);
-    char buf[4096];
-    const size_t n = std::fread(buf, 1, sizeof buf, f);
-    std::fclose(f);
-    text.assign(buf, n);
-  }
-  const size_t at = text.find("flags 1");
-  ASSERT_NE(at, std::string::npos);
-  text.replace(at, 7, "flags 9");  // enabled | NO_ATOMICS_64
-  {
-    std::FILE* f = std::fopen(link.c_str(), "w");
-    ASSERT_NE(f, nullptr);
-    std::fwrite(text.data(), 1, text.size(), f);
-    std::fclose(f);
-  }
+  ASSERT_TRUE(kfdfixture::mi300x_without_host_atomics(root));
   conccl::kfd::Options o = options();
   o.sysfs_root = root.string();
   auto d = conccl::kfd::open(o);
