@@ -33,6 +33,12 @@ class GenericDevice final : public conccl::Device {
  public:
   GenericDevice(std::vector<std::unique_ptr<nv::Gpu>> devs, int slot) : devs_(std::move(devs)), slot_(slot) {}
   ~GenericDevice() override {
+    // Host memory registered with CUDA is unregistered before it goes: CUDA
+    // would otherwise keep the old pages pinned under that address, and a
+    // later device's memory there would be refused (ALREADY_REGISTERED).
+    for (auto* m : {&buffers_, &pool_pages_})
+      for (auto& [va, a] : *m)
+        if (cuda_shared_ && a.own.kind == nv::Placement::host) (void)devs_[0]->cuda_host_unregister(a.own.host);
     for (auto& [va, a] : buffers_) (void)release(a);
     for (auto& [va, a] : pool_pages_) (void)release(a);
     for (auto& [va, im] : imports_) drop_import(im);

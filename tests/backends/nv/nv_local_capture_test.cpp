@@ -82,7 +82,10 @@ void one_process_replays(int n, int replays) {
   // The call, uncaptured once (its plan is compiled on the stream as usual),
   // then captured.
   const Status first = comm.call(a, ops->get());
-  ASSERT_TRUE(first.ok()) << first.to_string();
+  ASSERT_TRUE(first.ok()) << first.to_string() << " (CUDA's pinned inputs at " << static_cast<void*>(up) << " +"
+                          << per_replay * size_t(replays) << ", outputs at " << static_cast<void*>(down) << " +"
+                          << per_replay * size_t(n) * size_t(replays) << "; send[0] at 0x" << std::hex << send[0].va
+                          << ")";
   ASSERT_EQ(cu.cuStreamSynchronize(stream), 0);
   ASSERT_EQ(cu.cuStreamBeginCapture(stream, kCaptureModeThreadLocal), 0);
   const Status captured = comm.call(a, ops->get());
