@@ -21,7 +21,10 @@ as long; then both at once. t_mm, t_rs and t_both are wall times of those
 phases; the GEMM's own time inside the overlapped phase comes from CUDA events
 on its stream, and its slowdown is that over t_mm. % of ideal = 100 x (S_real
 - 1) / (S_ideal - 1), S_ideal = (t_mm + t_rs) / max(t_mm, t_rs), S_real =
-(t_mm + t_rs) / t_both. MM (200), N (8192), REPS (3) come from the environment.
+(t_mm + t_rs) / t_both. MM (200), N (8192), REPS (3) come from the environment;
+TRACE=1 then profiles one overlapped phase per variant (torch.profiler) and
+prints the matmul kernels' mean time alone and beside it, and the gaps
+between them.
 """
 import faulthandler
 import json
@@ -147,6 +150,50 @@ for name in VARIANTS:
                      rs_alone_ms_each=med["t_rs_ms"] / k, rs_busbw_gbs=bytes_moved / n / (med["t_rs_ms"] / k) / 1e6,
                      reps=reps, **med))
     comm.async_error()
+
+
+
+def profiled_kernels(*phases):
+    """The CUDA kernels of the phases run under torch.profiler: (those on the
+    matmul stream in time order, the others)."""
+    import collections
+    import tempfile
+    from torch.profiler import ProfilerActivity, profile
+    torch.cuda.synchronize()
+    with profile(activities=[ProfilerActivity.CUDA]) as prof:
+        for p in phases:
+            p()
+        torch.cuda.synchronize()
+    with tempfile.NamedTemporaryFile(suffix=".json") as f:
+        prof.export_chrome_trace(f.name)
+        events = json.load(open(f.name)).get("traceEvents", [])
+    kernels = [e for e in events if e.get("cat") == "kernel" and "dur" in e]
+    by_stream = collections.defaultdict(list)
+    for e in kernels:
+        by_stream[e.get("args", {}).get("stream")].append(e)
+    # The matmul stream: the one whose kernels take the most time.
+    mm_key = max(by_stream, key=lambda st: sum(e["dur"] for e in by_stream[st]))
+    others = [e for st, es in by_stream.items() if st != mm_key for e in es]
+    return sorted(by_stream[mm_key], key=lambda e: e["ts"]), others
+
+
+def trace(name, k):
+    """TRACE=1: whether the matmuls beside `name` got slower each (contention
+    for SMs, memory or power) or waited between kernels."""
+    import collections
+    alone, _ = profiled_kernels(matmuls)
+    on_mm, others = profiled_kernels(matmuls, lambda: [VARIANTS[name][0]() for _ in range(k)])
+    gaps = sum(max(0.0, b["ts"] - (a["ts"] + a["dur"])) for a, b in zip(on_mm, on_mm[1:]))
+    names = collections.Counter(e["name"][:48] for e in others)
+    print(f"# trace {name} (x{k}): matmul kernels {statistics.mean(e['dur'] for e in alone):.0f} us each alone, "
+          f"{statistics.mean(e['dur'] for e in on_mm):.0f} us beside it ({len(on_mm)} kernels, "
+          f"{gaps / 1e3:.1f} ms of gaps); {len(others)} other kernels, {sum(e['dur'] for e in others) / 1e3:.1f} ms, "
+          f"{names.most_common(2)}")
+
+
+if os.environ.get("TRACE"):
+    for row in rows:
+        trace(row["variant"], max(1, row["reduce_scatters"] // 2))
 
 print(f"# nv_c3_reduce: {n} loopback ranks, {mib} MiB bf16 input per rank, sum; {MM} matmuls {N}x{N} bf16; "
       f"medians of {REPS}")
