@@ -69,6 +69,19 @@ class DeviceTest(unittest.TestCase):
             with self.assertRaises(conccl.Error) as cm:
                 dev.engines(8)
             self.assertEqual(cm.exception.status, "not_found")
+            self.assertEqual([g["node_gpu_id"] for g in topo["gpus"]], list(range(1, 9)))
+
+    def test_visible_gpus_keep_their_node_wide_ids(self):
+        # A process isolated to GPUs 6 and 3 of the node (cgroups, Slurm): its
+        # indices 0 and 1, their node-wide ids 7 and 4, as every process sees them.
+        with conccl.Device("emu", settings="preset=mi300x visible=6,3") as dev:
+            self.assertEqual(dev.gpu_count, 2)
+            topo = dev.topology()
+            self.assertEqual([(g["index"], g["node_gpu_id"]) for g in topo["gpus"]], [(0, 7), (1, 4)])
+        with self.assertRaises(conccl.Error) as cm:
+            conccl.Device("emu", settings="preset=mi300x visible=8")
+        self.assertEqual(cm.exception.status, "invalid_argument")
+        self.assertIn("visible", str(cm.exception))
 
     def test_queue_copy_signal_and_zero_copy_views(self):
         with conccl.Device("emu", settings="preset=mi300x") as dev:
