@@ -21,7 +21,8 @@ as long; then both at once. t_mm, t_rs and t_both are wall times of those
 phases; the GEMM's own time inside the overlapped phase comes from CUDA events
 on its stream, and its slowdown is that over t_mm. % of ideal = 100 x (S_real
 - 1) / (S_ideal - 1), S_ideal = (t_mm + t_rs) / max(t_mm, t_rs), S_real =
-(t_mm + t_rs) / t_both. MM (200), N (8192), REPS (3) come from the environment;
+(t_mm + t_rs) / t_both. MM (200), N (8192), REPS (3) and SOAK_MS (0: matmuls
+for that long before every timed phase) come from the environment;
 TRACE=1 then profiles one overlapped phase per variant (torch.profiler) and
 prints the matmul kernels' mean time alone and beside it, and the gaps
 between them.
@@ -45,6 +46,7 @@ json_out = sys.argv[3] if len(sys.argv) > 3 else None
 MM = int(os.environ.get("MM", "200"))
 N = int(os.environ.get("N", "8192"))
 REPS = int(os.environ.get("REPS", "3"))
+SOAK_MS = int(os.environ.get("SOAK_MS", "0"))  # matmuls before each timed phase (0: none)
 
 torch.cuda.init()
 dev = conccl.Device("nv")
@@ -101,7 +103,20 @@ def matmuls():
             torch.matmul(a, b, out=c)
 
 
+def soak():
+    """SOAK_MS of matmuls, so that every timed phase starts from the same power
+    and clock state (run 42c: phases of 0.1 s ran in the power cap's
+    transient, as nv_c3_factors.py's run 24 found for the all-gather)."""
+    t0 = time.perf_counter()
+    while time.perf_counter() - t0 < SOAK_MS / 1e3:
+        with torch.cuda.stream(mm_stream):
+            for _ in range(10):
+                torch.matmul(a, b, out=c)
+        torch.cuda.synchronize()
+
+
 def timed(*phases):
+    soak()
     torch.cuda.synchronize()
     t0 = time.perf_counter()
     for p in phases:
@@ -113,6 +128,7 @@ def timed(*phases):
 def mm_event_time(*phases):
     """Wall time of the phases run together, and the matmul stream's own time in it (ms)."""
     start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+    soak()
     torch.cuda.synchronize()
     t0 = time.perf_counter()
     start.record(mm_stream)
