@@ -127,6 +127,10 @@ void one_process_replays(int n, int replays) {
 
 TEST(NvLocalCapture, EveryReplayOfACapturedAllGatherIsRight) {
   if (!have_nv_gpu()) GTEST_SKIP() << "no NVIDIA driver or libcuda";
+  // Two devices one after the other in one process: the second's windows
+  // land where the first's were, so memory the first left registered with
+  // CUDA would refuse the second's (run 42 on the H200, fixed by unregistering
+  // host memory when a device goes).
   for (int n : {2, 4}) {
     one_process_replays(n, 200);
     if (HasFatalFailure()) return;
