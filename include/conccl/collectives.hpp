@@ -451,7 +451,7 @@ class Communicator {
   CommStats stats() const;
 
  private:
-  Communicator(Device& device, std::vector<int> gpus, Options options);
+  Communicator(Device& device, std::vector<int> gpus, std::vector<uint64_t> gpu_keys, Options options);
   // Signal addresses of every rank for one plan (ranks in separate processes).
   struct RankSignals {
     std::vector<uint64_t> arrive, ready, trigger, sent, stamps;  // per rank (sent: 0 unless prelaunch)

@@ -60,6 +60,13 @@ struct Topology {
   std::string backend;  // "emu", "kfd", "nv"
   std::string preset;   // emu: the preset name
   std::vector<GpuInfo> gpus;
+  // The GPU whose GpuInfo::node_gpu_id is `id`, or null where this process
+  // does not see it (or id is 0: not known).
+  const GpuInfo* gpu_with_node_id(uint64_t id) const {
+    for (const GpuInfo& g : gpus)
+      if (id != 0 && g.node_gpu_id == id) return &g;
+    return nullptr;
+  }
   // Backend remarks, one line each (kfd: the queue mode in force and why,
   // skipped GPUs, fallbacks taken). Printed by topology_table/json.
   std::vector<std::string> notes;

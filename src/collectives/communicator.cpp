@@ -10,8 +10,8 @@
 
 namespace conccl {
 
-Communicator::Communicator(Device& device, std::vector<int> gpus, Options options)
-    : device_(device), gpus_(std::move(gpus)), gpu_keys_(gpus_.begin(), gpus_.end()), options_(options) {
+Communicator::Communicator(Device& device, std::vector<int> gpus, std::vector<uint64_t> gpu_keys, Options options)
+    : device_(device), gpus_(std::move(gpus)), gpu_keys_(std::move(gpu_keys)), options_(options) {
   // What every rank's engines can do: the intersection of their GPUs' caps.
   caps_ = device_.topology().gpus[static_cast<size_t>(gpus_[0])].caps();
   for (int g : gpus_) {
@@ -62,9 +62,7 @@ Result<std::unique_ptr<Communicator>> Communicator::create(Device& device, std::
     }
   if (options.ring_bytes < 4096 || (options.ring_bytes & (options.ring_bytes - 1)))
     return error(Code::invalid_argument, "ring_bytes must be a power of two >= 4096");
-  std::unique_ptr<Communicator> c(new Communicator(device, std::move(gpus), options));
-  c->gpu_keys_ = std::move(gpu_keys);
-  return c;
+  return std::unique_ptr<Communicator>(new Communicator(device, std::move(gpus), std::move(gpu_keys), options));
 }
 
 int Communicator::rank_of_gpu(int gpu) const {

@@ -95,8 +95,8 @@ int Communicator::peer_gpu(int sent, uint64_t node_gpu_id, int owner) const {
   if (sent < 0 || !node_ids_ || node_gpu_id == 0) return sent;  // host memory; or the ranks number GPUs alike
   for (size_t q = 0; q < gpu_keys_.size(); ++q)
     if (gpu_keys_[q] == node_gpu_id) return gpus_[q];
-  const int here = local_gpu(device_.topology(), node_gpu_id);
-  return here >= 0 ? here : gpu(owner);
+  const GpuInfo* here = device_.topology().gpu_with_node_id(node_gpu_id);
+  return here ? here->index : gpu(owner);
 }
 
 Status Communicator::check_peers(const std::string& doing) const {

@@ -6,12 +6,6 @@
 
 namespace conccl {
 
-int local_gpu(const Topology& t, uint64_t id) {
-  for (const GpuInfo& g : t.gpus)
-    if (id != 0 && g.node_gpu_id == id) return g.index;
-  return -1;
-}
-
 std::string gpu_digest(const GpuInfo& g) {
   std::string s = g.isa.name() + "[";
   for (const EngineInfo& e : g.engines) s += std::to_string(e.id) + ",";
@@ -77,7 +71,8 @@ Result<RankGpus> place_ranks(const Topology& t, int me, const std::vector<RankHe
   const GpuInfo& own = t.gpus[static_cast<size_t>(hellos[static_cast<size_t>(me)].gpu)];
   for (int r = 0; r < n; ++r) {
     const RankHello& h = hellos[static_cast<size_t>(r)];
-    const int here = blind >= 0 ? own.index : local_gpu(t, h.node_gpu_id);
+    const GpuInfo* seen = t.gpu_with_node_id(h.node_gpu_id);
+    const int here = blind >= 0 ? own.index : seen ? seen->index : -1;
     if (here < 0 || gpu_digest(t.gpus[static_cast<size_t>(here)]) != h.kind) {
       const std::string theirs = "rank " + std::to_string(r) + "'s GPU (node-wide id " + std::to_string(h.node_gpu_id) +
                                  ") has " + h.kind;

@@ -15,9 +15,6 @@
 
 namespace conccl {
 
-// The GPU index here of the GPU whose node-wide id is `id`; -1 when this
-// process does not see it (or id is 0).
-int local_gpu(const Topology& t, uint64_t id);
 // A GPU's kind as the planner uses it: its instruction set and engines.
 std::string gpu_digest(const GpuInfo& g);
 // The node as a rank sees it: what must be the same in every process where

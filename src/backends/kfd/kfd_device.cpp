@@ -235,9 +235,8 @@ class KfdDeviceImpl final : public KfdDevice, public KfdInternals {
     const bool device = r.kind == MemKind::device;
     int owner = device ? r.gpu : -1;
     if (device && r.node_gpu_id != 0) {
-      owner = -1;
-      for (const GpuInfo& g : ctx_->topo.topology.gpus)
-        if (g.node_gpu_id == r.node_gpu_id) owner = g.index;
+      const GpuInfo* g = ctx_->topo.topology.gpu_with_node_id(r.node_gpu_id);
+      owner = g ? g->index : -1;
     } else if (device) {
       if (Status st = check_gpu(r.gpu, "import_shared"); !st.ok()) {
         if (fd >= 0) ::close(fd);

@@ -33,14 +33,8 @@ class GenericDevice final : public conccl::Device {
  public:
   GenericDevice(std::vector<std::unique_ptr<nv::Gpu>> devs, int slot) : devs_(std::move(devs)), slot_(slot) {}
   ~GenericDevice() override {
-    // Host memory registered with CUDA is unregistered before it goes: CUDA
-    // would otherwise keep the old pages pinned under that address, and a
-    // later device's memory there would be refused (ALREADY_REGISTERED).
     for (auto* m : {&buffers_, &pool_pages_})
-      for (auto& [va, a] : *m)
-        if (cuda_shared_ && a.own.kind == nv::Placement::host) (void)devs_[0]->cuda_host_unregister(a.own.host);
-    for (auto& [va, a] : buffers_) (void)release(a);
-    for (auto& [va, a] : pool_pages_) (void)release(a);
+      for (auto& [va, a] : *m) (void)unregister_and_release(a);
     for (auto& [va, im] : imports_) drop_import(im);
   }
 
@@ -212,8 +206,7 @@ class GenericDevice final : public conccl::Device {
                                         " was not allocated by this nv device or is already freed");
     Alloc a = it->second;
     buffers_.erase(it);
-    if (cuda_shared_ && a.own.kind == nv::Placement::host) (void)devs_[0]->cuda_host_unregister(a.own.host);
-    return release(a);
+    return unregister_and_release(a);
   }
 
   Result<std::unique_ptr<Queue>> create_queue(int gpu, int engine, const QueueOptions& opt) override {
@@ -421,6 +414,15 @@ class GenericDevice final : public conccl::Device {
     }
     if (fd >= 0) ::close(fd);
     return st;
+  }
+
+  // A buffer or cell page that goes: host memory registered with CUDA is
+  // unregistered first, else CUDA keeps the old pages pinned under that
+  // address, and a later device's memory there is refused
+  // (ALREADY_REGISTERED: run 42 on the H200).
+  Status unregister_and_release(Alloc& a) {
+    if (cuda_shared_ && a.own.kind == nv::Placement::host) (void)devs_[0]->cuda_host_unregister(a.own.host);
+    return release(a);
   }
 
   Status release(Alloc& a) {
