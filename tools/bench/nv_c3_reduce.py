@@ -26,6 +26,14 @@ for that long before every timed phase) come from the environment;
 TRACE=1 then profiles one overlapped phase per variant (torch.profiler) and
 prints the matmul kernels' mean time alone and beside it, and the gaps
 between them.
+
+By default each variant runs as many reduce-scatters as fit in the matmuls'
+time alone (the C3 protocol), so a faster variant does more work in the
+overlapped phase. SAME_K=1 gives every variant the engines variant's count,
+so both overlap the same work (the issue's "the same reduce-scatter").
+ENGINES=2,3 (ids) or ENGINES=small (the engines with fewer PCEs than the
+largest) restricts the engines variant to those copy engines: a bandwidth
+budget, as nv_c3_bench's budget mode does for the all-gather.
 """
 import faulthandler
 import json
@@ -47,10 +55,25 @@ MM = int(os.environ.get("MM", "200"))
 N = int(os.environ.get("N", "8192"))
 REPS = int(os.environ.get("REPS", "3"))
 SOAK_MS = int(os.environ.get("SOAK_MS", "0"))  # matmuls before each timed phase (0: none)
+SAME_K = os.environ.get("SAME_K", "0") == "1"
+ENGINES_ARG = os.environ.get("ENGINES", "")
 
 torch.cuda.init()
 dev = conccl.Device("nv")
-comm = conccl.Communicator(dev, [0] * n, loopback=True)
+
+
+def pick_engines(arg):
+    """ENGINES: ids ("2,3"), "small" (the copy engines with fewer PCEs than the
+    largest: LCE2+LCE3 on an H200, about 190 GB/s) or "" (all)."""
+    if arg != "small":
+        return [int(e) for e in arg.split(",") if e.strip()]
+    eng = [e for e in dev.topology()["gpus"][0]["engines"] if "weight" in e]
+    top = max(e["weight"] for e in eng)
+    return [e["id"] for e in eng if e["weight"] < top]
+
+
+ENGINES = pick_engines(ENGINES_ARG)
+comm = conccl.Communicator(dev, [0] * n, loopback=True, engines=ENGINES or None)
 count = (mib << 20) // 2 // n  # output elements per rank; a rank's input is n x count bf16
 gen = torch.Generator(device="cuda").manual_seed(26)
 inputs = [torch.randint(-8, 9, (n * count,), device="cuda", generator=gen).to(torch.bfloat16) for _ in range(n)]
@@ -145,6 +168,8 @@ for name in VARIANTS:
     one = timed(fn, fn, fn) / 3
     t_mm0 = timed(matmuls)
     k = max(1, round(t_mm0 / one))
+    if SAME_K and rows:
+        k = rows[0]["reduce_scatters"]  # the engines variant's count: the same work beside the GEMM
     reps = []
     for _ in range(REPS):
         t_mm = timed(matmuls)
@@ -210,7 +235,7 @@ if os.environ.get("TRACE"):
         trace(row["variant"], max(1, row["reduce_scatters"] // 2))
 
 print(f"# nv_c3_reduce: {n} loopback ranks, {mib} MiB bf16 input per rank, sum; {MM} matmuls {N}x{N} bf16; "
-      f"medians of {REPS}")
+      f"medians of {REPS}; engines {ENGINES or 'all'}; {'same count of reduce-scatters' if SAME_K else 'C3 count per variant'}")
 print("%-8s %6s %9s %9s %9s %11s %12s %10s %8s" % ("variant", "RSs", "t_mm ms", "t_rs ms", "t_both", "mm in both",
                                                   "GEMM slower", "% ideal", "#wrong"))
 for r in rows:
@@ -219,5 +244,5 @@ for r in rows:
         r["gemm_slowdown_pct"], r["pct_of_ideal"], r["wrong_elements"]))
 if json_out:
     with open(json_out, "w") as f:
-        json.dump({"bench": "nv_c3_reduce", "rows": rows}, f, indent=1)
+        json.dump({"bench": "nv_c3_reduce", "engines": ENGINES, "same_k": SAME_K, "soak_ms": SOAK_MS, "rows": rows}, f, indent=1)
 sys.exit(1 if any(r["wrong_elements"] for r in rows) else 0)
