@@ -320,11 +320,11 @@ class Communicator {
     // kept, and registered as a window across processes). A call whose
     // data does not fit runs in pieces that reuse it.
     uint64_t reduce_staging_bytes = 64ull << 20;
-    // Stream-ordered reductions across processes: the staging as two halves,
-    // the engines moving one piece while the reduce kernel works on the one
-    // before (docs/reductions.md). Off by default: on one H200 shared by 4
-    // processes it was 23-32 % slower than one piece at a time
-    // (docs/perf/h200-collectives.md, run 39); measure on your machine.
+    // Stream-ordered reductions (one process or one per rank): the staging
+    // as two halves, the engines moving one piece while the reduce kernel
+    // works on the one before (docs/reductions.md). Off by default: on one
+    // H200 shared by 4 processes it was 23-32 % slower than one piece at a
+    // time (docs/perf/h200-collectives.md, run 39); measure on your machine.
     bool reduce_overlap = false;
   };
   // gpus[r] is rank r's GPU index on `device`.
@@ -650,8 +650,14 @@ class Plan {
   friend class Communicator;
   friend class PlanBuilder;
   friend struct CallState;
+  friend struct CachedCalls;
   friend struct LocalCapture;
   Plan() = default;
+  // enqueue(), with the stream's waits and its consumed_store() handed back
+  // in *deferred instead of queued (when deferred is not null), for the
+  // caller to queue later: how a one-process reduction runs the reduce of
+  // one piece while the engines move the next (reduce_calls.cpp).
+  Status enqueue_split(StreamOps& stream, Deadline deadline, std::vector<StreamOps::Op>* deferred);
   // What destruction does, callable by the communicator going first: ends
   // the launch (as ~Plan says), frees the signals and forgets the queues.
   void detach();

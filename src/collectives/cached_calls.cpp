@@ -55,8 +55,10 @@ void CachedCalls::touch(const Key& key) {
   }
 }
 
-Status CachedCalls::run(const CollectiveArgs& given, StreamOps* stream, Deadline deadline) {
+Status CachedCalls::run(const CollectiveArgs& given, StreamOps* stream, Deadline deadline,
+                        std::vector<StreamOps::Op>* deferred) {
   calls++;
+  if (deferred) deferred->clear();
   CollectiveArgs a = given;
   a.prelaunch = stream != nullptr;  // a stream releases the lists (Plan::enqueue)
   // A non-root rank's send of a root-only op names, for windows, where the
@@ -65,12 +67,13 @@ Status CachedCalls::run(const CollectiveArgs& given, StreamOps* stream, Deadline
   if (comm.rank() >= 0 && root_only && comm.rank() != a.root) a.send.clear();
   // Likewise a non-root rank's recv of a gather.
   if (comm.rank() >= 0 && a.op == CollOp::gather && comm.rank() != a.root) a.recv.clear();
-  return comm.rank() >= 0 ? run_per_process(a, stream, deadline) : run_one_process(a, stream, deadline);
+  return comm.rank() >= 0 ? run_per_process(a, stream, deadline) : run_one_process(a, stream, deadline, deferred);
 }
 
 // Every rank in this process: a free plan, else a new one (up to kInFlight
 // on a stream), else the next in turn once its launch is done.
-Status CachedCalls::run_one_process(const CollectiveArgs& a, StreamOps* stream, Deadline dl) {
+Status CachedCalls::run_one_process(const CollectiveArgs& a, StreamOps* stream, Deadline dl,
+                                    std::vector<StreamOps::Op>* deferred) {
   const Key key = key_of(a, stream != nullptr);
   touch(key);
   Slot& slot = cache_[key];
@@ -93,7 +96,7 @@ Status CachedCalls::run_one_process(const CollectiveArgs& a, StreamOps* stream, 
     plan = slot.plans[slot.next++ % slot.plans.size()].get();
     CONCCL_RETURN_IF_ERROR(plan->wait(dl));
   }
-  if (stream) return plan->enqueue(*stream, dl);
+  if (stream) return plan->enqueue_split(*stream, dl, deferred);
   CONCCL_RETURN_IF_ERROR(plan->launch(dl));
   return plan->wait(dl);
 }

@@ -34,7 +34,11 @@ struct CachedCalls {
   explicit CachedCalls(Communicator& c) : comm(c) {}
   ~CachedCalls();  // plans first (each waits for its own launch)
 
-  Status run(const CollectiveArgs& args, StreamOps* stream, Deadline deadline);
+  // With `deferred` (one process, on a stream): the stream's waits for the
+  // call are handed back there instead of queued (Plan::enqueue_split);
+  // left empty where they were queued (one process per rank).
+  Status run(const CollectiveArgs& args, StreamOps* stream, Deadline deadline,
+             std::vector<StreamOps::Op>* deferred = nullptr);
   size_t cached_plans() const;
 
   Communicator& comm;
@@ -59,7 +63,8 @@ struct CachedCalls {
   Key key_of(const CollectiveArgs& a, bool on_stream) const;
   void touch(const Key& key);
   bool is_in_flight(const Plan* p) const;
-  Status run_one_process(const CollectiveArgs& a, StreamOps* stream, Deadline dl);
+  Status run_one_process(const CollectiveArgs& a, StreamOps* stream, Deadline dl,
+                         std::vector<StreamOps::Op>* deferred);
   Status run_per_process(const CollectiveArgs& a, StreamOps* stream, Deadline dl);
   Status wait_oldest(Deadline dl, const std::string& name);
 

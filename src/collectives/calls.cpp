@@ -232,7 +232,7 @@ Status Communicator::call_impl(const CollectiveArgs& args, StreamOps* stream, st
     if (!failed.ok()) return failed;
   }
   if (!cached_) cached_ = std::make_unique<CachedCalls>(*this);
-  return cached_->run(args, stream, Deadline::after_ms(options_.call_timeout_ms))
+  return cached_->run(args, stream, Deadline::after_ms(options_.call_timeout_ms), deferred)
       .prefix(std::string("call ") + coll_op_name(args.op));
 }
 

@@ -265,7 +265,9 @@ SignalStore Plan::consumed_store() const {
   return consumed_.stores_for(consumed_target_).back();
 }
 
-Status Plan::enqueue(StreamOps& stream, Deadline deadline) {
+Status Plan::enqueue(StreamOps& stream, Deadline deadline) { return enqueue_split(stream, deadline, nullptr); }
+
+Status Plan::enqueue_split(StreamOps& stream, Deadline deadline, std::vector<StreamOps::Op>* deferred) {
   CONCCL_RETURN_IF_ERROR(check_attached("enqueue()"));
   if (stream.capturing())
     return error(Code::invalid_argument, "enqueue: a plan's launch cannot be captured into a graph (its signals "
@@ -279,8 +281,10 @@ Status Plan::enqueue(StreamOps& stream, Deadline deadline) {
   // so that it does not stay gated forever.
   Result<std::vector<SignalStore>> stores = release_by_stores();
   if (!stores.ok()) return stores.status();
-  std::vector<StreamOps::Op> ops;
+  std::vector<StreamOps::Op> ops, later;
   for (const SignalStore& w : *stores) ops.push_back({false, w.va, w.value});
+  // Handed back (deferred) or queued now, after the release.
+  std::vector<StreamOps::Op>& waits = deferred ? later : ops;
   // Across processes, this process's ranks only (the others' streams wait
   // for theirs), and also for its rank's own lists to end, since they read
   // its send buffer while writing into the other ranks; in one process every
@@ -288,26 +292,28 @@ Status Plan::enqueue(StreamOps& stream, Deadline deadline) {
   const bool across = comm_->rank() >= 0;
   for (size_t r = 0; r < arrive_.size(); ++r) {
     if (!comm_->local(static_cast<int>(r))) continue;
-    if (expected_[r] > 0) ops.push_back({true, arrive_[r].va(), expected_[r]});
-    if (across && sent_expected_[r] > 0) ops.push_back({true, sent_[r].va(), sent_expected_[r]});
+    if (expected_[r] > 0) waits.push_back({true, arrive_[r].va(), expected_[r]});
+    if (across && sent_expected_[r] > 0) waits.push_back({true, sent_[r].va(), sent_expected_[r]});
   }
   // Past its waits, the stream says so: until then the plan counts as
   // running and is not relaunched (a relaunch resets the arrivals the stream
   // may still be about to wait on).
   const SignalStore done = consumed_store();
-  ops.push_back({false, done.va, done.value});
+  waits.push_back({false, done.va, done.value});
   Status st = stream.batch(ops);
   if (!st.ok()) {
     // Whatever the stream did not take: stores from the host, so that the
     // plan completes and the queues do not stay blocked (engines acquire by
     // polling memory: no wake-up is needed).
-    for (const StreamOps::Op& op : ops) {
-      if (op.wait) continue;
-      if (auto* p = static_cast<uint64_t*>(comm_->device().host_pointer(op.va, 8)))
-        std::atomic_ref<uint64_t>(*p).store(op.value, std::memory_order_release);
-    }
+    for (const std::vector<StreamOps::Op>* v : {&ops, &later})
+      for (const StreamOps::Op& op : *v) {
+        if (op.wait) continue;
+        if (auto* p = static_cast<uint64_t*>(comm_->device().host_pointer(op.va, 8)))
+          std::atomic_ref<uint64_t>(*p).store(op.value, std::memory_order_release);
+      }
     return st.prefix("enqueue (the plan was released from the host instead)");
   }
+  if (deferred) *deferred = std::move(later);
   return Status();
 }
 

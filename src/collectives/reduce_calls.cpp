@@ -156,15 +156,18 @@ Status validate_reduction(const Communicator& comm, const ReductionArgs& a, cons
 // One reduction call: its moves (calls of the communicator) into the
 // staging, and the reduce steps over it, piece by piece.
 //
-// Stream-ordered across processes, pieces overlap: the staging is two
-// halves, and piece i's move (a window call, its stream waits held back)
-// is posted before the reduce of piece i-1 is queued, so the engines move
-// piece i while the reduce kernel works on piece i-1; then the stream waits
-// for piece i. The stream's order keeps it safe: piece i+1's move, which
-// writes the half that piece i-1 occupied, is posted only after that
-// piece's reduce, and no rank's lists start before every rank has posted.
-// Elsewhere (on the host, one process, while capturing, one piece) each
-// piece's move ends before its reduce, as one buffer.
+// Stream-ordered, with Options::reduce_overlap, pieces overlap: the staging
+// is two halves, and piece i's move (its stream waits held back: a window
+// call across processes, a cached plan's enqueue in one process) is posted
+// before the reduce of piece i-1 is queued, so the engines move piece i
+// while the reduce kernel works on piece i-1; then the stream waits for
+// piece i. The stream's order keeps it safe: piece i+1's move, which writes
+// the half that piece i-1 occupied, is posted only after that piece's
+// reduce, and no list starts before every rank's stream has reached the
+// move's release. Elsewhere (on the host, while capturing, one piece) each
+// piece's move ends before its reduce, as one buffer. (Across processes
+// with send buffers outside windows the move queues its own waits, so
+// pieces take turns as there.)
 class ReductionRun {
  public:
   ReductionRun(Communicator& comm, ReduceState& state, const ReductionArgs& a, StreamOps* stream,
@@ -172,7 +175,7 @@ class ReductionRun {
       : comm_(comm), state_(state), a_(a), stream_(stream), n_(comm.size()), across_(comm.rank() >= 0),
         es_(dtype_size(a.dtype)), per_piece_(staging_bytes / (static_cast<uint64_t>(n_) * es_)),
         half_bytes_(staging_bytes / 2 / 256 * 256), half_piece_(half_bytes_ / (static_cast<uint64_t>(n_) * es_)),
-        overlap_(may_overlap && stream && !stream->capturing() && across_ && half_piece_ > 0), dl_(dl) {}
+        overlap_(may_overlap && stream && !stream->capturing() && half_piece_ > 0), dl_(dl) {}
 
   Status run() {
     switch (a_.coll) {

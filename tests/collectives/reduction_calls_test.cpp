@@ -27,13 +27,14 @@ struct Node {
   std::unique_ptr<HostStream> stream;
 };
 
-Node make_node(int n, uint64_t staging) {
+Node make_node(int n, uint64_t staging, bool overlap = false) {
   DeviceOptions o;
   o.settings = "preset=mi300x memory_per_gpu=1G";
   Node node;
   node.dev = std::move(emu::create(o).value());
   Communicator::Options co;
   co.reduce_staging_bytes = staging;
+  co.reduce_overlap = overlap;
   std::vector<int> gpus;
   for (int r = 0; r < n; ++r) gpus.push_back(r);
   node.comm = std::move(Communicator::create(*node.dev, gpus, co).value());
@@ -144,6 +145,31 @@ TEST(Reductions, PiecesAndBothAllReduceForms) {
   // The same two-step form in one piece.
   Node big = make_node(4, 8 << 20);
   ASSERT_EQ(run_one(big, ReduceColl::all_reduce, DataType::bf16, ReduceOp::max, (256 << 10) + 4, 0, true, false, 7), "");
+}
+
+// Options::reduce_overlap in one process: on the stream, the staging as two
+// halves, piece i's move posted before piece i-1's reduce and its waits
+// queued after it (Plan::enqueue_split). Many pieces, so that each half is
+// written again while the stream still has the other half's reduce queued;
+// host-ordered calls take turns as before. Every element checked.
+TEST(Reductions, PiecesOverlapInOneProcess) {
+  for (int n : {2, 4}) {
+    Node node = make_node(n, 4096, true);
+    uint64_t seed = 300;
+    for (ReduceColl coll : {ReduceColl::reduce_scatter, ReduceColl::all_reduce, ReduceColl::reduce})
+      for (DataType t : {DataType::f32, DataType::bf16, DataType::u8})
+        for (bool on_stream : {true, false}) {
+          ++seed;
+          ASSERT_EQ(run_one(node, coll, t, ReduceOp::sum, 9000 + 5, n - 1, on_stream, false, seed), "");
+        }
+    // In place, and the two-step all-reduce (its reduce-scatter overlapped).
+    ASSERT_EQ(run_one(node, ReduceColl::reduce_scatter, DataType::i32, ReduceOp::max, 20000, 0, true, true, ++seed),
+              "");
+    ASSERT_EQ(run_one(node, ReduceColl::all_reduce, DataType::f32, ReduceOp::avg, (80 << 10) + 3, 0, true, false,
+                      ++seed),
+              "");
+    EXPECT_TRUE(node.comm->async_error().ok());
+  }
 }
 
 TEST(Reductions, InPlace) {

@@ -762,7 +762,7 @@ std::vector<FlagSpec> reduction_flags() {
                .help = "reduction staging per rank (Communicator::Options::reduce_staging_bytes, default 64M); "
                        "larger data runs in pieces"});
   f.push_back({.name = "overlap",
-               .help = "--procs on a stream: move a piece while the one before is reduced, in two halves of the "
+               .help = "on a stream: move a piece while the one before is reduced, in two halves of the "
                        "staging (Communicator::Options::reduce_overlap), instead of one piece at a time"});
   f.push_back({.name = "no-stream",
                .help = "host-ordered calls (each returns once its results are in place) instead of a stream"});
