@@ -31,6 +31,7 @@
 #include <map>
 #include <memory>
 #include <mutex>
+#include <optional>
 #include <set>
 #include <span>
 #include <string>
@@ -320,12 +321,14 @@ class Communicator {
     // kept, and registered as a window across processes). A call whose
     // data does not fit runs in pieces that reuse it.
     uint64_t reduce_staging_bytes = 64ull << 20;
-    // Stream-ordered reductions (one process or one per rank): the staging
-    // as two halves, the engines moving one piece while the reduce kernel
-    // works on the one before (docs/reductions.md). Off by default: on one
-    // H200 shared by 4 processes it was 23-32 % slower than one piece at a
-    // time (docs/perf/h200-collectives.md, run 39); measure on your machine.
-    bool reduce_overlap = false;
+    // Stream-ordered reductions in pieces: the staging as two halves, the
+    // engines moving one piece while the reduce kernel works on the one
+    // before (docs/reductions.md). Unset: on with every rank in this
+    // process (on an H100, 4 loopback ranks: reduce-scatter 21-26 % and
+    // all-reduce 9-18 % faster at 128-256 MiB, docs/perf/h200-collectives.md
+    // run 43), off with one process per rank (on one H200 shared by 4
+    // processes it was 23-32 % slower, run 39). Set it to choose.
+    std::optional<bool> reduce_overlap;
   };
   // gpus[r] is rank r's GPU index on `device`.
   static Result<std::unique_ptr<Communicator>> create(Device& device, std::vector<int> gpus,

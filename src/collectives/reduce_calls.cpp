@@ -156,7 +156,8 @@ Status validate_reduction(const Communicator& comm, const ReductionArgs& a, cons
 // One reduction call: its moves (calls of the communicator) into the
 // staging, and the reduce steps over it, piece by piece.
 //
-// Stream-ordered, with Options::reduce_overlap, pieces overlap: the staging
+// Stream-ordered, with Options::reduce_overlap (by default in one process),
+// pieces overlap: the staging
 // is two halves, and piece i's move (its stream waits held back: a window
 // call across processes, a cached plan's enqueue in one process) is posted
 // before the reduce of piece i-1 is queued, so the engines move piece i
@@ -362,7 +363,7 @@ Status Communicator::call_reduction(const ReductionArgs& a, StreamOps* stream) {
   if (stage < size() * dtype_size(a.dtype))
     return error(Code::invalid_argument, name + ": Options::reduce_staging_bytes (" + std::to_string(stage) +
                                              ") holds less than one element per rank");
-  ReductionRun run(*this, *reduce_, a, stream, stage, options_.reduce_overlap,
+  ReductionRun run(*this, *reduce_, a, stream, stage, options_.reduce_overlap.value_or(rank() < 0),
                    Deadline::after_ms(options_.call_timeout_ms));
   return run.run().prefix(name);
 }

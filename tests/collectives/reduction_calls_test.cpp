@@ -8,6 +8,8 @@
 #include <gtest/gtest.h>
 
 #include <cstring>
+#include <optional>
+#include <utility>
 
 #include "collectives/reduction_test_data.hpp"
 #include "conccl/collectives.hpp"
@@ -27,7 +29,7 @@ struct Node {
   std::unique_ptr<HostStream> stream;
 };
 
-Node make_node(int n, uint64_t staging, bool overlap = false) {
+Node make_node(int n, uint64_t staging, std::optional<bool> overlap = std::nullopt) {
   DeviceOptions o;
   o.settings = "preset=mi300x memory_per_gpu=1G";
   Node node;
@@ -147,14 +149,17 @@ TEST(Reductions, PiecesAndBothAllReduceForms) {
   ASSERT_EQ(run_one(big, ReduceColl::all_reduce, DataType::bf16, ReduceOp::max, (256 << 10) + 4, 0, true, false, 7), "");
 }
 
-// Options::reduce_overlap in one process: on the stream, the staging as two
-// halves, piece i's move posted before piece i-1's reduce and its waits
-// queued after it (Plan::enqueue_split). Many pieces, so that each half is
-// written again while the stream still has the other half's reduce queued;
-// host-ordered calls take turns as before. Every element checked.
-TEST(Reductions, PiecesOverlapInOneProcess) {
-  for (int n : {2, 4}) {
-    Node node = make_node(n, 4096, true);
+// Options::reduce_overlap in one process, set both ways (unset, the other
+// tests here, means on): on the stream, the staging as two halves, piece
+// i's move posted before piece i-1's reduce and its waits queued after it
+// (Plan::enqueue_split); off, each piece's move then its reduce. Many
+// pieces, so that each half is written again while the stream still has
+// the other half's reduce queued; host-ordered calls take turns either way.
+// Every element checked.
+TEST(Reductions, PiecesOverlapInOneProcessOrTakeTurns) {
+  for (auto [n, overlap] : {std::pair{2, true}, std::pair{4, true}, std::pair{4, false}}) {
+    SCOPED_TRACE(std::to_string(n) + " ranks, overlap " + (overlap ? "on" : "off"));
+    Node node = make_node(n, 4096, overlap);
     uint64_t seed = 300;
     for (ReduceColl coll : {ReduceColl::reduce_scatter, ReduceColl::all_reduce, ReduceColl::reduce})
       for (DataType t : {DataType::f32, DataType::bf16, DataType::u8})

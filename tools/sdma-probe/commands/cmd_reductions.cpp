@@ -13,6 +13,7 @@
 #include <cstdio>
 #include <cstring>
 #include <memory>
+#include <optional>
 #include <thread>
 
 #include "cli.hpp"
@@ -267,7 +268,7 @@ struct RedFlags {
   const RedInfo* op = nullptr;
   SweepFlags sweep;
   uint64_t staging = 0;  // --staging: Communicator::Options::reduce_staging_bytes
-  bool overlap = false;  // --overlap: Communicator::Options::reduce_overlap
+  std::optional<bool> overlap;  // --overlap / --no-overlap: Communicator::Options::reduce_overlap
   bool has_root = false;
   DataType dtype = DataType::f32;
   ReduceOp redop = ReduceOp::sum;
@@ -305,7 +306,10 @@ Status read_reduction_flags(const Args& args, RedFlags* f) {
         args.get_size("staging", conccl::Communicator::Options{}.reduce_staging_bytes);
     if (!staging.ok()) return staging.status();
     f->staging = *staging;
-    f->overlap = args.has("overlap");
+    if (args.has("overlap") && args.has("no-overlap"))
+      return conccl::error(conccl::Code::invalid_argument, "give --overlap or --no-overlap, not both");
+    if (args.has("overlap")) f->overlap = true;
+    if (args.has("no-overlap")) f->overlap = false;
     return Status();
   };
   conccl::Result<SweepFlags> sweep = read_sweep_flags(args, read_staging);
@@ -763,7 +767,9 @@ std::vector<FlagSpec> reduction_flags() {
                        "larger data runs in pieces"});
   f.push_back({.name = "overlap",
                .help = "on a stream: move a piece while the one before is reduced, in two halves of the "
-                       "staging (Communicator::Options::reduce_overlap), instead of one piece at a time"});
+                       "staging (Communicator::Options::reduce_overlap; the default with --ranks, not with --procs)"});
+  f.push_back({.name = "no-overlap",
+               .help = "on a stream: one piece at a time, its move then its reduce (the default with --procs)"});
   f.push_back({.name = "no-stream",
                .help = "host-ordered calls (each returns once its results are in place) instead of a stream"});
   f.push_back({.name = "no-windows",
