@@ -21,6 +21,7 @@
 
 #include <cstdint>
 #include <cstdio>
+#include <initializer_list>
 #include <optional>
 #include <string>
 #include <string_view>
@@ -77,6 +78,13 @@ struct FlagSpec {
   // -dfloat for --dtype float); 0: none. Only for flags that take a value.
   char short_name = 0;
 };
+
+// A command's flags: a shared set (device_flag_specs(), gen_flag_specs())
+// followed by the command's own, in the order --help lists them.
+inline std::vector<FlagSpec> with_flags(std::vector<FlagSpec> shared, std::initializer_list<FlagSpec> own) {
+  shared.insert(shared.end(), own);
+  return shared;
+}
 
 enum class Backend { emu, kfd, nv };
 std::string_view backend_name(Backend b);

@@ -135,11 +135,9 @@ const Registration asm_reg({
         "example:\n"
         "  echo 'fence addr=0x7f0000400000 value=1' | sdma-probe asm --gen 4\n"
         "  00000005 00400000 00007f00 00000001\n",
-    .flags = [] {
-      std::vector<FlagSpec> f = gen_flag_specs();
-      f.push_back({.name = "list", .help = "print the generation's ops and their keys, then exit"});
-      return f;
-    }(),
+    .flags = with_flags(gen_flag_specs(), {
+        {.name = "list", .help = "print the generation's ops and their keys, then exit"},
+    }),
     .run = run_asm,
     .order = 20,
 });

@@ -136,16 +136,14 @@ const Registration copy_reg({
         "prints {\"bytes\", \"seconds\", \"gbps\", \"verified\", \"src\", \"dst\", \"engine\"}.\n"
         "--inject (emulator) makes the engine stall, or drops the signal update, to show the\n"
         "hang diagnosis: exit 3 within --timeout-ms, with the diagnosis on stderr.\n",
-    .flags = [] {
-      std::vector<FlagSpec> f = device_flag_specs();
-      f.push_back({.name = "src", .value = "GPU", .help = "source GPU"});
-      f.push_back({.name = "dst", .value = "GPU", .help = "destination GPU"});
-      f.push_back({.name = "bytes", .value = "SIZE", .help = "bytes to copy (K/M/G suffixes)"});
-      f.push_back({.name = "engine", .value = "ID", .help = "engine of the source GPU"});
-      f.push_back({.name = "seed", .value = "N", .help = "random data seed (default 1)"});
-      f.push_back({.name = "inject", .value = "stall|lost-signal", .help = "emulator fault injection"});
-      return f;
-    }(),
+    .flags = with_flags(device_flag_specs(), {
+        {.name = "src", .value = "GPU", .help = "source GPU"},
+        {.name = "dst", .value = "GPU", .help = "destination GPU"},
+        {.name = "bytes", .value = "SIZE", .help = "bytes to copy (K/M/G suffixes)"},
+        {.name = "engine", .value = "ID", .help = "engine of the source GPU"},
+        {.name = "seed", .value = "N", .help = "random data seed (default 1)"},
+        {.name = "inject", .value = "stall|lost-signal", .help = "emulator fault injection"},
+    }),
     .run = run_copy,
     .order = 40,
 });

@@ -272,15 +272,13 @@ const Registration exec_reg({
         "  echo 'copy src=$a dst=$b bytes=64' | sdma-probe exec --buffer a=4K --buffer b=4K \\\n"
         "      --fill a=0xdeadbeef --dump b:16\n"
         "  b+0: deadbeef deadbeef deadbeef deadbeef\n",
-    .flags = [] {
-      std::vector<FlagSpec> f = device_flag_specs();
-      f.push_back({.name = "gpu", .value = "G", .help = "GPU of the queue (default 0)"});
-      f.push_back({.name = "engine", .value = "E", .help = "engine of the queue (default 0)"});
-      f.push_back({.name = "buffer", .value = "NAME=SIZE[@GPU|@host]", .help = "allocate a named buffer", .repeatable = true});
-      f.push_back({.name = "fill", .value = "NAME=VALUE", .help = "fill a buffer with a 32-bit value", .repeatable = true});
-      f.push_back({.name = "dump", .value = "NAME[+OFF]:BYTES", .help = "print dwords after the run", .repeatable = true});
-      return f;
-    }(),
+    .flags = with_flags(device_flag_specs(), {
+        {.name = "gpu", .value = "G", .help = "GPU of the queue (default 0)"},
+        {.name = "engine", .value = "E", .help = "engine of the queue (default 0)"},
+        {.name = "buffer", .value = "NAME=SIZE[@GPU|@host]", .help = "allocate a named buffer", .repeatable = true},
+        {.name = "fill", .value = "NAME=VALUE", .help = "fill a buffer with a 32-bit value", .repeatable = true},
+        {.name = "dump", .value = "NAME[+OFF]:BYTES", .help = "print dwords after the run", .repeatable = true},
+    }),
     .run = run_exec,
     .order = 30,
 });

@@ -418,17 +418,15 @@ const Registration selftest_reg({
         "failed or an engine is slow; 5 the backend is not available; 2 usage.\n"
         "--inject (emulator) makes one engine (--inject-engine, default the first of GPU 0) stall,\n"
         "lose its first signal write, or spend 2 ms more on every packet (slow).\n",
-    .flags = [] {
-      std::vector<FlagSpec> f = device_flag_specs();
-      f.push_back({.name = "bytes", .value = "SIZE", .help = "bandwidth copy size (default 64M, emu 4M; 4K..4G)"});
-      f.push_back({.name = "reps", .value = "N", .help = "bandwidth copies per engine, the best counts (default 3)"});
-      f.push_back({.name = "all-peers", .help = "copy from every engine into every linked peer (default: a sample)"});
-      f.push_back({.name = "slow-ratio", .value = "R", .help = "slow below R x the group's median GB/s (default 0.5; emu 0.25)"});
-      f.push_back({.name = "seed", .value = "N", .help = "random data seed (default 1)"});
-      f.push_back({.name = "inject", .value = "stall|lost-signal|slow", .help = "emulator fault injection"});
-      f.push_back({.name = "inject-engine", .value = "GPU:ENGINE", .help = "the engine --inject hits (default 0:first)"});
-      return f;
-    }(),
+    .flags = with_flags(device_flag_specs(), {
+        {.name = "bytes", .value = "SIZE", .help = "bandwidth copy size (default 64M, emu 4M; 4K..4G)"},
+        {.name = "reps", .value = "N", .help = "bandwidth copies per engine, the best counts (default 3)"},
+        {.name = "all-peers", .help = "copy from every engine into every linked peer (default: a sample)"},
+        {.name = "slow-ratio", .value = "R", .help = "slow below R x the group's median GB/s (default 0.5; emu 0.25)"},
+        {.name = "seed", .value = "N", .help = "random data seed (default 1)"},
+        {.name = "inject", .value = "stall|lost-signal|slow", .help = "emulator fault injection"},
+        {.name = "inject-engine", .value = "GPU:ENGINE", .help = "the engine --inject hits (default 0:first)"},
+    }),
     .run = run_selftest,
     .order = 15,
 });
