@@ -161,6 +161,36 @@ conccl_status guard(const char* call, F&& f) noexcept {
         var##_ref.status().prefix(std::string(::conccl::capi::current_call()) + ": " + (argname)));           \
   auto& var = **var##_ref
 
+// The two shapes most entry points on one handle take. The error of a bad
+// handle is the one CONCCL_C_FIND reports; `call` is the C function's name
+// (__func__), `argname` the argument's.
+//
+// A getter: read(object) for a live handle, else `fallback` (the error is
+// left for conccl_last_error, as a getter has no status to return).
+template <typename Table, typename T, typename H, typename F>
+T read_handle(const char* call, H h, const char* argname, T fallback, F&& read) noexcept {
+  T v = fallback;
+  (void)guard(call, [&] {
+    auto obj = Table::get().find(handle_bits(h));
+    if (!obj.ok()) return report(obj.status().prefix(std::string(current_call()) + ": " + argname));
+    v = read(**obj);
+    return report(Status());
+  });
+  return v;
+}
+
+// A destroy: the handle removed from its table, then release(object) (a
+// Status) tears down what it holds. A NULL handle is no error (as free(NULL)).
+template <typename Table, typename H, typename F>
+conccl_status destroy_handle(const char* call, H h, const char* argname, F&& release) noexcept {
+  return guard(call, [&] {
+    if (!h) return report(Status());
+    auto obj = Table::get().take(handle_bits(h));
+    if (!obj.ok()) return report(obj.status().prefix(std::string(current_call()) + ": " + argname));
+    return report(release(**obj));
+  });
+}
+
 // A struct from the caller: its struct_size must cover the fields this
 // version reads (older, shorter structs are refused, longer ones accepted).
 template <typename T>
@@ -176,6 +206,11 @@ int enum_bits(const E& e) {
   int v = 0;
   std::memcpy(&v, &e, sizeof v);
   return v;
+}
+
+// The error of a call on a communicator handle whose C++ communicator is gone.
+inline conccl_status comm_destroyed() {
+  return fail(CONCCL_ERR_INVALID_ARGUMENT, std::string(current_call()) + ": the communicator was destroyed");
 }
 
 // ---- buffers ----
@@ -201,6 +236,19 @@ Status free_record(conccl_device& d, const conccl_buffer_record& rec);
 Status close_device(conccl_device& d);
 // A queue or signal must come from the device it is used with.
 conccl_status same_device(const conccl_device* a, const conccl_device* b, const char* what);
+
+// A queue's command on a signal: both handles looked up, the signal checked to
+// be of the queue's device (same_device), then add(the queue's pending
+// commands, the signal), a Status.
+template <typename F>
+conccl_status signal_command(const char* call, conccl_queue_t qh, conccl_signal_t sh, F&& add) noexcept {
+  return guard(call, [&] {
+    CONCCL_C_FIND(QueueTable, q, qh, "queue");
+    CONCCL_C_FIND(SignalTable, s, sh, "signal");
+    if (conccl_status st = same_device(q.device.get(), s.device.get(), "the signal"); st != CONCCL_OK) return st;
+    return report(add(q.pending, s.sig));
+  });
+}
 
 // ---- the NCCL-shaped calls (nccl_shaped.cpp, reductions.cpp) ----
 // What a call given `stream` orders itself on: null for no stream, else the

@@ -151,43 +151,24 @@ conccl_status conccl_comm_create_rank(conccl_device_t dh, int rank, int nranks, 
 }
 
 int conccl_comm_rank(conccl_comm_t ch) {
-  int v = -1;
-  (void)guard(__func__, [&] {
-    CONCCL_C_FIND(CommTable, c, ch, "comm");
-    v = c.comm->rank();
-    return report(Status());
-  });
-  return v;
+  return read_handle<CommTable>(__func__, ch, "comm", int{-1}, [](const conccl_comm& c) { return c.comm->rank(); });
 }
 
 conccl_status conccl_comm_destroy(conccl_comm_t ch) {
-  return guard(__func__, [&] {
-    if (!ch) return report(Status());
-    Result<std::shared_ptr<conccl_comm>> r = CommTable::get().take(handle_bits(ch));
-    if (!r.ok()) return report(r.status().prefix(std::string(current_call()) + ": comm"));
-    (*r)->destroy();
-    return report(Status());
+  return destroy_handle<CommTable>(__func__, ch, "comm", [](conccl_comm& c) {
+    c.destroy();
+    return Status();
   });
 }
 
 int conccl_comm_size(conccl_comm_t ch) {
-  int v = 0;
-  (void)guard(__func__, [&] {
-    CONCCL_C_FIND(CommTable, c, ch, "comm");
-    v = c.comm->size();
-    return report(Status());
-  });
-  return v;
+  return read_handle<CommTable>(__func__, ch, "comm", int{0}, [](const conccl_comm& c) { return c.comm->size(); });
 }
 
 size_t conccl_comm_cached_plans(conccl_comm_t ch) {
-  size_t v = 0;
-  (void)guard(__func__, [&] {
-    CONCCL_C_FIND(CommTable, c, ch, "comm");
-    v = c.comm ? static_cast<size_t>(c.comm->stats().cached_plans) : 0;
-    return report(Status());
+  return read_handle<CommTable>(__func__, ch, "comm", size_t{0}, [](const conccl_comm& c) {
+    return c.comm ? static_cast<size_t>(c.comm->stats().cached_plans) : 0;
   });
-  return v;
 }
 
 conccl_status conccl_comm_window_register(conccl_comm_t ch, const conccl_buffer* buffer, conccl_window_t* window) {
@@ -195,7 +176,7 @@ conccl_status conccl_comm_window_register(conccl_comm_t ch, const conccl_buffer*
     CONCCL_C_REQUIRE(buffer && window, "buffer and window must not be NULL");
     *window = nullptr;
     CONCCL_C_FIND(CommTable, c, ch, "comm");
-    if (!c.comm) return fail(CONCCL_ERR_INVALID_ARGUMENT, std::string(current_call()) + ": the communicator was destroyed");
+    if (!c.comm) return comm_destroyed();
     Result<Buffer> b = resolve_buffer(*c.device, *buffer, std::string(current_call()) + ": buffer");
     if (!b.ok()) return report(b.status());
     Result<conccl::Window> w = c.comm->register_window(*b);
@@ -218,7 +199,7 @@ conccl_status conccl_comm_window_deregister(conccl_comm_t ch, conccl_window_t wh
     if (owner.get() != &c)
       return fail(CONCCL_ERR_INVALID_ARGUMENT,
                   std::string(current_call()) + ": the window belongs to another communicator (or a destroyed one)");
-    if (!c.comm) return fail(CONCCL_ERR_INVALID_ARGUMENT, std::string(current_call()) + ": the communicator was destroyed");
+    if (!c.comm) return comm_destroyed();
     Status st = c.comm->deregister_window(w.window);
     if (!st.ok()) return report(st.prefix(current_call()));
     (void)WindowTable::get().take(handle_bits(wh));
@@ -231,7 +212,7 @@ conccl_status conccl_comm_get_stats(conccl_comm_t ch, conccl_comm_stats* out) {
   return guard(__func__, [&] {
     CONCCL_C_REQUIRE(out, "stats must not be NULL");
     CONCCL_C_FIND(CommTable, c, ch, "comm");
-    if (!c.comm) return fail(CONCCL_ERR_INVALID_ARGUMENT, std::string(current_call()) + ": the communicator was destroyed");
+    if (!c.comm) return comm_destroyed();
     const CommStats s = c.comm->stats();
     out->bootstrap_messages_sent = s.bootstrap_messages_sent;
     out->bootstrap_messages_received = s.bootstrap_messages_received;
@@ -246,7 +227,7 @@ conccl_status conccl_comm_get_async_error(conccl_comm_t ch, conccl_status* async
   return guard(__func__, [&] {
     CONCCL_C_REQUIRE(async_status, "async_status must not be NULL");
     CONCCL_C_FIND(CommTable, c, ch, "comm");
-    if (!c.comm) return fail(CONCCL_ERR_INVALID_ARGUMENT, std::string(current_call()) + ": the communicator was destroyed");
+    if (!c.comm) return comm_destroyed();
     const Status st = c.comm->async_error();
     *async_status = code_to_c(st.code());
     last_error() = st.ok() ? std::string() : st.message();
@@ -308,12 +289,9 @@ conccl_status conccl_plan_create(conccl_comm_t ch, const conccl_collective_args*
 }
 
 conccl_status conccl_plan_destroy(conccl_plan_t ph) {
-  return guard(__func__, [&] {
-    if (!ph) return report(Status());
-    Result<std::shared_ptr<conccl_plan>> r = PlanTable::get().take(handle_bits(ph));
-    if (!r.ok()) return report(r.status().prefix(std::string(current_call()) + ": plan"));
-    (*r)->plan.reset();
-    return report(Status());
+  return destroy_handle<PlanTable>(__func__, ph, "plan", [](conccl_plan& p) {
+    p.plan.reset();
+    return Status();
   });
 }
 
@@ -348,13 +326,8 @@ conccl_status conccl_plan_wait(conccl_plan_t ph, uint32_t timeout_ms) {
 }
 
 conccl_variant conccl_plan_variant(conccl_plan_t ph) {
-  conccl_variant v = CONCCL_VARIANT_AUTO;
-  (void)guard(__func__, [&] {
-    CONCCL_C_FIND(PlanTable, p, ph, "plan");
-    v = static_cast<conccl_variant>(p.plan->variant());
-    return report(Status());
-  });
-  return v;
+  return read_handle<PlanTable>(__func__, ph, "plan", conccl_variant{CONCCL_VARIANT_AUTO},
+                                [](const conccl_plan& p) { return static_cast<conccl_variant>(p.plan->variant()); });
 }
 
 conccl_status conccl_plan_completion(conccl_plan_t ph, int rank, uint64_t* address, uint64_t* value) {

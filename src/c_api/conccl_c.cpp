@@ -283,12 +283,7 @@ conccl_status conccl_device_open(const conccl_device_options* o, conccl_device_t
 }
 
 conccl_status conccl_device_close(conccl_device_t device) {
-  return guard(__func__, [&] {
-    if (!device) return report(Status());
-    Result<std::shared_ptr<conccl_device>> d = DeviceTable::get().take(handle_bits(device));
-    if (!d.ok()) return report(d.status().prefix(std::string(current_call()) + ": device"));
-    return report(close_device(**d));
-  });
+  return destroy_handle<DeviceTable>(__func__, device, "device", [](conccl_device& d) { return close_device(d); });
 }
 
 conccl_status conccl_device_gpu_count(conccl_device_t dh, int* count) {

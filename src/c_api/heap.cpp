@@ -238,8 +238,7 @@ conccl_status conccl_heap_create(conccl_comm_t ch, size_t bytes, conccl_heap_t* 
     CONCCL_C_REQUIRE(heap, "heap is NULL");
     *heap = nullptr;
     CONCCL_C_FIND(CommTable, c, ch, "comm");
-    if (!c.comm)
-      return fail(CONCCL_ERR_INVALID_ARGUMENT, std::string(current_call()) + ": the communicator was destroyed");
+    if (!c.comm) return comm_destroyed();
     const int rank = c.comm->rank();
     CONCCL_C_REQUIRE(rank >= 0 && c.comm->bootstrap(),
                      "a heap is for one process per rank (conccl_comm_create_rank): with every rank in this process, "

@@ -85,7 +85,7 @@ conccl_status conccl_hier_create(conccl_comm_t local, int node, int nnodes, cons
     CONCCL_C_REQUIRE(hier, "hier is NULL");
     *hier = nullptr;
     CONCCL_C_FIND(CommTable, c, local, "local");
-    if (!c.comm) return fail(CONCCL_ERR_INVALID_ARGUMENT, std::string(current_call()) + ": the communicator was destroyed");
+    if (!c.comm) return comm_destroyed();
     CONCCL_C_REQUIRE(size_ok(inter, offsetof(conccl_internode, broadcast) + sizeof inter->broadcast),
                      "inter must point at a conccl_internode with struct_size = sizeof(conccl_internode)");
     CONCCL_C_REQUIRE(inter->all_gather && inter->all_to_all && inter->broadcast,
@@ -109,13 +109,10 @@ conccl_status conccl_hier_create(conccl_comm_t local, int node, int nnodes, cons
 }
 
 conccl_status conccl_hier_destroy(conccl_hier_t hh) {
-  return guard(__func__, [&] {
-    if (!hh) return report(Status());
-    Result<std::shared_ptr<conccl_hier>> r = HierTable::get().take(handle_bits(hh));
-    if (!r.ok()) return report(r.status().prefix(std::string(current_call()) + ": hier"));
-    std::lock_guard<std::mutex> lock((*r)->mu);
-    (*r)->hier.reset();
-    return report(Status());
+  return destroy_handle<HierTable>(__func__, hh, "hier", [](conccl_hier& h) {
+    std::lock_guard<std::mutex> lock(h.mu);
+    h.hier.reset();
+    return Status();
   });
 }
 

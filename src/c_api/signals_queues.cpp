@@ -32,23 +32,15 @@ conccl_status conccl_signal_create(conccl_device_t dh, uint64_t initial, conccl_
 }
 
 conccl_status conccl_signal_destroy(conccl_signal_t s) {
-  return guard(__func__, [&] {
-    if (!s) return report(Status());
-    Result<std::shared_ptr<conccl_signal>> r = SignalTable::get().take(handle_bits(s));
-    if (!r.ok()) return report(r.status().prefix(std::string(current_call()) + ": signal"));
-    (*r)->sig = Signal();
-    return report(Status());
+  return destroy_handle<SignalTable>(__func__, s, "signal", [](conccl_signal& sig) {
+    sig.sig = Signal();
+    return Status();
   });
 }
 
 uint64_t conccl_signal_value(conccl_signal_t s) {
-  uint64_t v = 0;
-  (void)guard(__func__, [&] {
-    CONCCL_C_FIND(SignalTable, sig, s, "signal");
-    v = sig.sig.value();
-    return report(Status());
-  });
-  return v;
+  return read_handle<SignalTable>(__func__, s, "signal", uint64_t{0},
+                                  [](const conccl_signal& sig) { return sig.sig.value(); });
 }
 
 conccl_status conccl_signal_add(conccl_signal_t s, uint64_t delta) {
@@ -60,13 +52,8 @@ conccl_status conccl_signal_add(conccl_signal_t s, uint64_t delta) {
 }
 
 uint64_t conccl_signal_address(conccl_signal_t s) {
-  uint64_t v = 0;
-  (void)guard(__func__, [&] {
-    CONCCL_C_FIND(SignalTable, sig, s, "signal");
-    v = sig.sig.va();
-    return report(Status());
-  });
-  return v;
+  return read_handle<SignalTable>(__func__, s, "signal", uint64_t{0},
+                                  [](const conccl_signal& sig) { return sig.sig.va(); });
 }
 
 conccl_status conccl_signal_wait(conccl_signal_t s, uint64_t v, uint32_t timeout_ms) {
@@ -107,13 +94,10 @@ conccl_status conccl_queue_create(conccl_device_t dh, int gpu, int engine, const
 }
 
 conccl_status conccl_queue_destroy(conccl_queue_t q) {
-  return guard(__func__, [&] {
-    if (!q) return report(Status());
-    Result<std::shared_ptr<conccl_queue>> r = QueueTable::get().take(handle_bits(q));
-    if (!r.ok()) return report(r.status().prefix(std::string(current_call()) + ": queue"));
-    (*r)->pending.clear();
-    (*r)->q.reset();
-    return report(Status());
+  return destroy_handle<QueueTable>(__func__, q, "queue", [](conccl_queue& x) {
+    x.pending.clear();
+    x.q.reset();
+    return Status();
   });
 }
 
@@ -132,21 +116,11 @@ conccl_status conccl_queue_fill(conccl_queue_t qh, uint64_t dst, uint32_t value,
 }
 
 conccl_status conccl_queue_signal_add(conccl_queue_t qh, conccl_signal_t sh, uint64_t delta) {
-  return guard(__func__, [&] {
-    CONCCL_C_FIND(QueueTable, q, qh, "queue");
-    CONCCL_C_FIND(SignalTable, s, sh, "signal");
-    if (conccl_status st = same_device(q.device.get(), s.device.get(), "the signal"); st != CONCCL_OK) return st;
-    return report(s.sig.signal_add(q.pending, delta));
-  });
+  return signal_command(__func__, qh, sh, [&](CommandBuffer& cb, Signal& sig) { return sig.signal_add(cb, delta); });
 }
 
 conccl_status conccl_queue_wait_ge(conccl_queue_t qh, conccl_signal_t sh, uint64_t v) {
-  return guard(__func__, [&] {
-    CONCCL_C_FIND(QueueTable, q, qh, "queue");
-    CONCCL_C_FIND(SignalTable, s, sh, "signal");
-    if (conccl_status st = same_device(q.device.get(), s.device.get(), "the signal"); st != CONCCL_OK) return st;
-    return report(s.sig.wait_ge(q.pending, v));
-  });
+  return signal_command(__func__, qh, sh, [&](CommandBuffer& cb, Signal& sig) { return sig.wait_ge(cb, v); });
 }
 
 conccl_status conccl_queue_wait_signal(conccl_queue_t qh, conccl_signal_t sh, uint64_t v) {
@@ -174,23 +148,13 @@ conccl_status conccl_queue_wait(conccl_queue_t qh, uint64_t ticket, uint32_t tim
 }
 
 uint64_t conccl_queue_completed(conccl_queue_t qh) {
-  uint64_t v = 0;
-  (void)guard(__func__, [&] {
-    CONCCL_C_FIND(QueueTable, q, qh, "queue");
-    v = q.q->completed();
-    return report(Status());
-  });
-  return v;
+  return read_handle<QueueTable>(__func__, qh, "queue", uint64_t{0},
+                                 [](const conccl_queue& q) { return q.q->completed(); });
 }
 
 size_t conccl_queue_pending_bytes(conccl_queue_t qh) {
-  size_t v = 0;
-  (void)guard(__func__, [&] {
-    CONCCL_C_FIND(QueueTable, q, qh, "queue");
-    v = q.pending.size_bytes();
-    return report(Status());
-  });
-  return v;
+  return read_handle<QueueTable>(__func__, qh, "queue", size_t{0},
+                                 [](const conccl_queue& q) { return q.pending.size_bytes(); });
 }
 
 }  // extern "C"
