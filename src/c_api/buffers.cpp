@@ -12,6 +12,27 @@
 using namespace conccl;
 using namespace conccl::capi;
 
+namespace {
+
+// A copy of the record of buffer `id` (one resolve_buffer accepted): the map
+// may change as soon as the lock is let go.
+conccl_buffer_record record_of(conccl_device& d, uint64_t id) {
+  std::lock_guard<std::mutex> lock(d.buffers_mutex);
+  return d.buffers.at(id);
+}
+
+// Forgets a whole buffer, then frees what its record holds: the buffer is gone
+// for every later call even if the backend's free fails.
+conccl_status forget_and_free(conccl_device& d, const conccl_buffer_record& rec) {
+  {
+    std::lock_guard<std::mutex> lock(d.buffers_mutex);
+    d.buffers.erase(rec.c.id);
+  }
+  return report(free_record(d, rec));
+}
+
+}  // namespace
+
 extern "C" {
 
 // ---- buffers -------------------------------------------------------------------
@@ -37,21 +58,13 @@ conccl_status conccl_buffer_free(conccl_device_t dh, const conccl_buffer* b) {
     CONCCL_C_FIND(DeviceTable, d, dh, "device");
     Result<Buffer> whole = resolve_buffer(d, *b, std::string(current_call()) + ": buffer");
     if (!whole.ok()) return report(whole.status());
-    conccl_buffer_record rec;
-    {
-      std::lock_guard<std::mutex> lock(d.buffers_mutex);
-      rec = d.buffers.at(b->id);
-    }
+    const conccl_buffer_record rec = record_of(d, b->id);
     CONCCL_C_REQUIRE(b->va == rec.c.va && b->size == rec.c.size,
                      "pass the buffer as it was allocated, not a sub-range of it");
     CONCCL_C_REQUIRE(rec.origin != conccl_buffer_record::Origin::cuda_registered,
                      "the buffer was registered with conccl_buffer_register_cuda: unregister it with "
                      "conccl_buffer_unregister_cuda");
-    {
-      std::lock_guard<std::mutex> lock(d.buffers_mutex);
-      d.buffers.erase(b->id);  // gone for every later call, even if the backend's free fails
-    }
-    return report(free_record(d, rec));
+    return forget_and_free(d, rec);
   });
 }
 
@@ -102,22 +115,14 @@ conccl_status conccl_buffer_unregister_cuda(conccl_device_t dh, const conccl_buf
     CONCCL_C_FIND(DeviceTable, d, dh, "device");
     Result<Buffer> r = resolve_buffer(d, *b, std::string(current_call()) + ": buffer");
     if (!r.ok()) return report(r.status());
-    conccl_buffer_record rec;
-    {
-      std::lock_guard<std::mutex> lock(d.buffers_mutex);
-      rec = d.buffers.at(b->id);
-    }
+    const conccl_buffer_record rec = record_of(d, b->id);
     CONCCL_C_REQUIRE(rec.origin == conccl_buffer_record::Origin::cuda_registered,
                      rec.origin == conccl_buffer_record::Origin::cuda_alloc
                          ? "buffer came from conccl_buffer_alloc_cuda: free it with conccl_buffer_free"
                          : "buffer came from conccl_buffer_alloc: free it with conccl_buffer_free");
     CONCCL_C_REQUIRE(b->va == rec.c.va && b->size == rec.c.size,
                      "pass the buffer as it was registered, not a sub-range of it");
-    {
-      std::lock_guard<std::mutex> lock(d.buffers_mutex);
-      d.buffers.erase(b->id);
-    }
-    return report(free_record(d, rec));
+    return forget_and_free(d, rec);
   });
 }
 

@@ -29,6 +29,7 @@
 
 #include "c_api/c_objects.hpp"
 #include "conccl/bootstrap.hpp"
+#include "util/free_ranges.hpp"
 
 namespace conccl::capi {
 
@@ -52,16 +53,13 @@ class HeapAllocator {
   std::optional<uint64_t> allocate(uint64_t bytes) {
     const uint64_t need = round_up(std::max<uint64_t>(bytes, 1));
     if (need == 0) return std::nullopt;  // overflowed
-    for (auto it = free_.begin(); it != free_.end(); ++it) {
-      if (it->second < need) continue;
-      const uint64_t off = it->first, left = it->second - need;
-      free_.erase(it);
-      if (left) free_[off + need] = left;
-      used_[off] = {need, bytes};
-      used_bytes_ += need;
-      return off;
-    }
-    return std::nullopt;
+    // Every free range starts at a multiple of kAlign, so the first with room
+    // is taken from its start.
+    const std::optional<uint64_t> off = util::take_first_fit(free_, need, kAlign);
+    if (!off) return std::nullopt;
+    used_[*off] = {need, bytes};
+    used_bytes_ += need;
+    return off;
   }
 
   struct Block {
@@ -75,22 +73,7 @@ class HeapAllocator {
     const Block b{it->second.first, it->second.second};
     used_.erase(it);
     used_bytes_ -= b.rounded;
-    // Back into the free map, merged with the free ranges on either side.
-    uint64_t start = off, len = b.rounded;
-    auto next = free_.lower_bound(off);
-    if (next != free_.end() && next->first == off + len) {
-      len += next->second;
-      next = free_.erase(next);
-    }
-    if (next != free_.begin()) {
-      auto prev = std::prev(next);
-      if (prev->first + prev->second == start) {
-        start = prev->first;
-        len += prev->second;
-        free_.erase(prev);
-      }
-    }
-    free_[start] = len;
+    util::give_back(free_, off, b.rounded);  // merged with the free ranges on either side
     return b;
   }
 
@@ -120,7 +103,7 @@ class HeapAllocator {
  private:
   uint64_t size_ = 0;
   uint64_t used_bytes_ = 0;
-  std::map<uint64_t, uint64_t> free_;                         // offset -> bytes: disjoint, never adjacent
+  util::FreeRanges free_;                                   // offset -> bytes: disjoint, never adjacent
   std::map<uint64_t, std::pair<uint64_t, uint64_t>> used_;  // offset -> (rounded, requested bytes)
 };
 
