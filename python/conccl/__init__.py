@@ -380,45 +380,53 @@ _TORCH_DTYPES = {"torch.float32": DataType.FLOAT32, "torch.bfloat16": DataType.B
 _TORCH_REDOPS = {"SUM": RedOp.SUM, "PRODUCT": RedOp.PROD, "MAX": RedOp.MAX, "MIN": RedOp.MIN, "AVG": RedOp.AVG}
 
 
+def _enum_arg(name, value, enum_type, by_name, from_torch, expected):
+    """A reduction's enum argument: a member of enum_type, its name (a key of by_name),
+    its int value (never a bool), or what from_torch(value) makes of a torch object
+    (None: not one it knows). Else an error that says what is `expected`."""
+    if isinstance(value, str):
+        found = by_name.get(value)
+    else:
+        found = from_torch(value)
+        if found is None and not isinstance(value, bool):
+            try:
+                found = enum_type(operator.index(value))
+            except (TypeError, ValueError):
+                pass
+    if found is None:
+        raise Error("invalid_argument", f"{name} {value!r}: {expected}")
+    return found
+
+
 def _dtype_arg(name, value):
     """A reduction's element type: a DataType, its name (DTYPES), its int value, or a
     torch dtype of one of the six."""
-    if isinstance(value, str):
-        if value in DTYPES:
-            return DTYPES[value]
-    elif str(value) in _TORCH_DTYPES:
-        return _TORCH_DTYPES[str(value)]
-    elif not isinstance(value, bool):
-        try:
-            return DataType(operator.index(value))
-        except (TypeError, ValueError):
-            pass
-    raise Error("invalid_argument", f"{name} {value!r}: reductions take {_DTYPE_NAMES}; NCCL's int8, uint32, "
-                                    "uint64 and float64 have no reduction here (convert the data first)")
+    return _enum_arg(name, value, DataType, DTYPES, lambda v: _TORCH_DTYPES.get(str(v)),
+                     f"reductions take {_DTYPE_NAMES}; NCCL's int8, uint32, uint64 and float64 have no reduction "
+                     "here (convert the data first)")
+
+
+def _torch_redop(name, value):
+    """The RedOp of a torch.distributed.ReduceOp member (an error for one that does not
+    reduce here); None for a value not of torch."""
+    if isinstance(value, bool) or not type(value).__module__.startswith("torch"):
+        return None
+    # torch.distributed.ReduceOp: its members compare equal to themselves
+    # (objects in torch 1.13, enum values later); no other way to read them.
+    ops = getattr(__import__("sys").modules.get("torch.distributed"), "ReduceOp", None)
+    for attr, ours in _TORCH_REDOPS.items():
+        if ops is not None and value == getattr(ops, attr, None):
+            return ours
+    raise Error("invalid_argument", f"{name} {value!r}: of torch.distributed.ReduceOp only SUM, PRODUCT, MAX, "
+                                    "MIN and AVG reduce here (not BAND, BOR, BXOR or PREMUL_SUM)")
 
 
 def _op_arg(name, value):
     """A reduction operator: a RedOp, its name (REDOPS), its int value, or a
     torch.distributed.ReduceOp (SUM, PRODUCT, MAX, MIN, AVG)."""
-    if isinstance(value, str):
-        if value in REDOPS:
-            return REDOPS[value]
-    elif not isinstance(value, bool) and type(value).__module__.startswith("torch"):
-        # torch.distributed.ReduceOp: its members compare equal to themselves
-        # (objects in torch 1.13, enum values later); no other way to read them.
-        ops = getattr(__import__("sys").modules.get("torch.distributed"), "ReduceOp", None)
-        for attr, ours in _TORCH_REDOPS.items():
-            if ops is not None and value == getattr(ops, attr, None):
-                return ours
-        raise Error("invalid_argument", f"{name} {value!r}: of torch.distributed.ReduceOp only SUM, PRODUCT, MAX, "
-                                        "MIN and AVG reduce here (not BAND, BOR, BXOR or PREMUL_SUM)")
-    elif not isinstance(value, bool):
-        try:
-            return RedOp(operator.index(value))
-        except (TypeError, ValueError):
-            pass
-    raise Error("invalid_argument", f"{name} {value!r}: one of 'sum', 'prod', 'max', 'min', 'avg', a conccl.RedOp "
-                                    "or a torch.distributed.ReduceOp (SUM, PRODUCT, MAX, MIN, AVG)")
+    return _enum_arg(name, value, RedOp, REDOPS, lambda v: _torch_redop(name, v),
+                     "one of 'sum', 'prod', 'max', 'min', 'avg', a conccl.RedOp or a torch.distributed.ReduceOp "
+                     "(SUM, PRODUCT, MAX, MIN, AVG)")
 
 
 def _tensor_dtype(name, t):

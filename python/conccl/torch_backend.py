@@ -194,6 +194,19 @@ def _all_to_all_single(group, output, input, output_split_sizes, input_split_siz
     return body
 
 
+def _check_rank_lists(what, lists, listed, singles, single, size):
+    """The list forms' shapes: each list of `lists` (the `listed` tensors: all_gather's
+    outputs, reduce_scatter's inputs) holds `size` tensors, one per rank, each with the
+    elements and dtype of its tensor in `singles` (the `single` side)."""
+    for many, one in zip(lists, singles):
+        if len(many) != size:
+            raise RuntimeError(f"conccl backend: {what}: give {size} {listed} tensors, not {len(many)}")
+        for t in many:
+            if t.numel() != one.numel() or t.dtype != one.dtype:
+                raise RuntimeError(f"conccl backend: {what}: every {listed} tensor must have the {single}'s "
+                                   f"elements ({one.numel()}) and dtype ({one.dtype})")
+
+
 class _GroupSurface:
     """What torch.distributed calls on a Python process group beyond the collectives
     themselves, shared by ProcessGroupConccl and the groups across nodes
@@ -206,13 +219,7 @@ class _GroupSurface:
 
     # ---- the list forms ----
     def allgather(self, output_lists, input_tensors, opts=None):
-        for outs, inp in zip(output_lists, input_tensors):
-            if len(outs) != self._size:
-                raise RuntimeError(f"conccl backend: all_gather: give {self._size} output tensors, not {len(outs)}")
-            for o in outs:
-                if o.numel() != inp.numel() or o.dtype != inp.dtype:
-                    raise RuntimeError("conccl backend: all_gather: every output tensor must have the input's "
-                                       f"elements ({inp.numel()}) and dtype ({inp.dtype})")
+        _check_rank_lists("all_gather", output_lists, "output", input_tensors, "input", self._size)
 
         def body():
             for outs, inp in zip(output_lists, input_tensors):
@@ -301,6 +308,16 @@ class _GroupSurface:
     # 1.13 reaches two of them (all_reduce_coalesced; batch_isend_irecv's
     # _start_coalescing()/_end_coalescing(reqs)), where they replace torch's errors ----
 
+    # The backend's name, under each spelling torch versions ask for it.
+    def getBackendName(self):
+        return "conccl"
+
+    def _get_backend_name(self):
+        return "conccl"
+
+    def name(self):
+        return "conccl"
+
     # The group's name. _new_process_group_helper calls pg._set_group_name(name); DeviceMesh
     # (torch/distributed/device_mesh.py, _init_process_groups: dim_group.group_name), FSDP2's
     # default mesh and the functional collectives read pg.group_name. The C++ ProcessGroup
@@ -343,18 +360,18 @@ class _GroupSurface:
         return self.allreduce(tensors, opts)
 
     def allgather_into_tensor_coalesced(self, outputs, inputs, opts=None):
-        def body():
-            for o, i in zip(outputs, inputs):
-                self._allgather_base(o, i, opts)
-        return self._launch("all_gather_into_tensor (coalesced)", list(outputs) + list(inputs), body,
-                            result=list(outputs))
+        return self._coalesced("all_gather_into_tensor", outputs, inputs, lambda o, i: self._allgather_base(o, i, opts))
 
     def reduce_scatter_tensor_coalesced(self, outputs, inputs, opts=None):
+        return self._coalesced("reduce_scatter_tensor", outputs, inputs,
+                               lambda o, i: self._reduce_scatter_base(o, i, opts))
+
+    def _coalesced(self, what, outputs, inputs, op):
+        """One Work for op(output, input) on each pair, one after the other."""
         def body():
             for o, i in zip(outputs, inputs):
-                self._reduce_scatter_base(o, i, opts)
-        return self._launch("reduce_scatter_tensor (coalesced)", list(outputs) + list(inputs), body,
-                            result=list(outputs))
+                op(o, i)
+        return self._launch(what + " (coalesced)", list(outputs) + list(inputs), body, result=list(outputs))
 
     # _coalescing_manager(group, device) brackets the ops with these; nothing to batch
     # here. The end's Work orders the current stream after every op of the group so far
@@ -445,15 +462,6 @@ class ProcessGroupConccl(_GroupSurface, dist.ProcessGroup):
         ok = all(t.is_contiguous() and self._pool.owns(t) for t in tensors)
         self._stats["direct_calls" if ok else "staged_ops"] += 1
         return ok
-
-    def getBackendName(self):
-        return "conccl"
-
-    def _get_backend_name(self):
-        return "conccl"
-
-    def name(self):
-        return "conccl"
 
     # ---- where an op runs: the group's stream (CUDA), and its Work ----
     def _launch(self, what, tensors, body, result=None):
@@ -659,13 +667,7 @@ class ProcessGroupConccl(_GroupSurface, dist.ProcessGroup):
 
     def reduce_scatter(self, output_tensors, input_lists, opts):
         op = _op_name(opts.reduceOp if opts is not None else dist.ReduceOp.SUM, "reduce_scatter")
-        for out, ins in zip(output_tensors, input_lists):
-            if len(ins) != self._size:
-                raise RuntimeError(f"conccl backend: reduce_scatter: give {self._size} input tensors, not {len(ins)}")
-            for i in ins:
-                if i.numel() != out.numel() or i.dtype != out.dtype:
-                    raise RuntimeError("conccl backend: reduce_scatter: every input tensor must have the output's "
-                                       f"elements ({out.numel()}) and dtype ({out.dtype})")
+        _check_rank_lists("reduce_scatter", input_lists, "input", output_tensors, "output", self._size)
 
         def body():
             for out, ins in zip(output_tensors, input_lists):

@@ -209,16 +209,7 @@ class HierarchicalGroup(_GroupSurface, dist.ProcessGroup):
         self._p2p_seq = {}
         self._token = None if self._emu else torch.zeros(1, device=self._cuda)
 
-    # ---- identity (as ProcessGroupConccl) ----
-    def getBackendName(self):
-        return "conccl"
-
-    def _get_backend_name(self):
-        return "conccl"
-
-    def name(self):
-        return "conccl"
-
+    # ---- stats (as ProcessGroupConccl; the backend's name comes from _GroupSurface) ----
     def stats(self):
         """The local group's counts, and where this rank sits."""
         s = self.local_group.stats()
