@@ -19,6 +19,14 @@ uint64_t next_pow2(uint64_t v) {
 
 std::string node_text(int node) { return "node " + std::to_string(node); }
 
+// A reduction's element type and operator, checked before anything else
+// (`call` names the reduction in the error).
+Status check_reduction(const char* call, DataType dtype, ReduceOp op) {
+  if (valid_dtype(int(dtype)) && valid_reduce_op(int(op))) return Status();
+  return error(Code::invalid_argument,
+               std::string("HierCommunicator: ") + call + ": unknown element type or operator");
+}
+
 }  // namespace
 
 Result<std::unique_ptr<HierCommunicator>> HierCommunicator::create(Communicator& local, int node, int nodes,
@@ -201,8 +209,7 @@ Status HierCommunicator::broadcast(const Buffer& send, const Buffer& recv, uint6
 
 Status HierCommunicator::reduce_scatter(const Buffer& send, const Buffer& recv, uint64_t count, DataType dtype,
                                         ReduceOp op, StreamOps* stream) {
-  if (!valid_dtype(int(dtype)) || !valid_reduce_op(int(op)))
-    return error(Code::invalid_argument, "HierCommunicator: reduce_scatter: unknown element type or operator");
+  CONCCL_RETURN_IF_ERROR(check_reduction("reduce_scatter", dtype, op));
   if (count == 0) return Status();
   const uint64_t es = dtype_size(dtype), L = uint64_t(local_size_), N = uint64_t(nodes_), k = count * es;
   Status st = check_buffer("send", send, N * L * k);
@@ -226,8 +233,7 @@ Status HierCommunicator::reduce_scatter(const Buffer& send, const Buffer& recv, 
 
 Status HierCommunicator::all_reduce(const Buffer& send, const Buffer& recv, uint64_t count, DataType dtype,
                                     ReduceOp op, StreamOps* stream) {
-  if (!valid_dtype(int(dtype)) || !valid_reduce_op(int(op)))
-    return error(Code::invalid_argument, "HierCommunicator: all_reduce: unknown element type or operator");
+  CONCCL_RETURN_IF_ERROR(check_reduction("all_reduce", dtype, op));
   if (count == 0) return Status();
   const uint64_t es = dtype_size(dtype), L = uint64_t(local_size_), N = uint64_t(nodes_), n = N * L;
   Status st = check_buffer("send", send, count * es);

@@ -70,22 +70,22 @@ void Engine::stop() {
   if (thread_.joinable()) thread_.join();
 }
 
+void Engine::start_locked() {
+  if (started_.load(std::memory_order_acquire)) return;
+  thread_ = std::thread(&Engine::run, this);
+  started_.store(true, std::memory_order_release);
+}
+
 void Engine::add_queue(EmuQueue* q) {
   std::lock_guard<std::mutex> lock(mu_);
   queues_.push_back(q);
-  if (!started_.load(std::memory_order_acquire)) {
-    thread_ = std::thread(&Engine::run, this);
-    started_.store(true, std::memory_order_release);
-  }
+  start_locked();
 }
 
 void Engine::add_channel(EmuChannel* c) {
   std::lock_guard<std::mutex> lock(mu_);
   channels_.push_back(c);
-  if (!started_.load(std::memory_order_acquire)) {
-    thread_ = std::thread(&Engine::run, this);
-    started_.store(true, std::memory_order_release);
-  }
+  start_locked();
 }
 
 void Engine::remove_channel(EmuChannel* c) {

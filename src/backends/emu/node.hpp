@@ -110,6 +110,9 @@ class Engine {
 
  private:
   enum class Step { idle, advanced, blocked, halted };
+  // Starts the engine's thread on its first queue or channel (mu_ held, so
+  // two adds never start two threads).
+  void start_locked();
   void run();
   Step run_queue(EmuQueue& q);
   Step run_channel(EmuChannel& c);

@@ -179,6 +179,31 @@ const char* mem_use_name(MemUse u) {
   return "?";
 }
 
+namespace {
+
+// System memory the CPU writes and the engines read (or the other way round),
+// fine-grained and GPU-uncached: the ring's and host buffers' flags.
+//  - NonPaged=0 on a GPU node: libhsakmt allocates anonymous memory and
+//    wraps it in a userptr BO (fmm.c fmm_allocate_host_gpu), a GPUVM
+//    mapping of exactly the ring's size, which is what KFD >= 6.12
+//    requires of a ring ("validate user queue buffers").
+//  - CoarseGrain=0 -> KFD_IOC_ALLOC_MEM_FLAGS_COHERENT and Uncached=1
+//    -> ..._UNCACHED: the engine's fetches are never served from a stale
+//    GPU cache line, so packets written by the CPU are seen as soon as
+//    wptr moves (ROCr's BlitSdma ring comes from its uncached kernarg
+//    pool for the same reason).
+//  - NoNUMABind: no mbind failures on single-node or memory-less NUMA
+//    layouts (kfdtest sets it).
+void set_coherent_host(MemFlags& f) {
+  f.host_access = true;
+  f.non_paged = false;
+  f.coarse_grain = false;
+  f.uncached = true;
+  f.no_numa_bind = true;
+}
+
+}  // namespace
+
 MemFlags mem_flags_for(MemUse use) {
   MemFlags f;
   f.page_size = 0;  // HSA_PAGE_SIZE_4KB
@@ -187,24 +212,10 @@ MemFlags mem_flags_for(MemUse use) {
       // kfdtest's queue buffer (BaseQueue.cpp + KFDTestUtil.cpp
       // HsaMemoryBuffer(isLocal=false, isExec=true, isUncached=true)), which
       // AMD DMA-Latte copies: system memory the CPU writes packets into.
-      //  - NonPaged=0 on a GPU node: libhsakmt allocates anonymous memory and
-      //    wraps it in a userptr BO (fmm.c fmm_allocate_host_gpu), a GPUVM
-      //    mapping of exactly the ring's size, which is what KFD >= 6.12
-      //    requires of a ring ("validate user queue buffers").
-      //  - CoarseGrain=0 -> KFD_IOC_ALLOC_MEM_FLAGS_COHERENT and Uncached=1
-      //    -> ..._UNCACHED: the engine's fetches are never served from a stale
-      //    GPU cache line, so packets written by the CPU are seen as soon as
-      //    wptr moves (ROCr's BlitSdma ring comes from its uncached kernarg
-      //    pool for the same reason).
-      //  - ExecuteAccess: queue memory (hsakmttypes.h: "used for executable
-      //    code (e.g. queue memory)"); NoNUMABind: no mbind failures on
-      //    single-node or memory-less NUMA layouts (kfdtest sets it).
-      f.host_access = true;
-      f.non_paged = false;
-      f.coarse_grain = false;
-      f.uncached = true;
+      // ExecuteAccess: queue memory (hsakmttypes.h: "used for executable
+      // code (e.g. queue memory)").
+      set_coherent_host(f);
       f.execute_access = true;
-      f.no_numa_bind = true;
       break;
     case MemUse::host:
       // Host buffers hold signals the CPU and compute kernels poll and data
@@ -212,11 +223,7 @@ MemFlags mem_flags_for(MemUse use) {
       // (COHERENT) and GPU-uncached like the ring, so a kernel polling a
       // signal never spins on a stale L2 line (ROCr's signal/kernarg memory
       // is Uncached too). The CPU side stays ordinary cached memory.
-      f.host_access = true;
-      f.non_paged = false;
-      f.coarse_grain = false;
-      f.uncached = true;
-      f.no_numa_bind = true;
+      set_coherent_host(f);
       break;
     case MemUse::device:
     case MemUse::device_hidden:

@@ -443,11 +443,7 @@ Status driver_status() {
   return st;
 }
 
-std::string cu_name(CUresult r) {
-  const char* n = nullptr;
-  if (driver().cuGetErrorName && driver().cuGetErrorName(r, &n) == kSuccess && n) return n;
-  return "CUresult " + std::to_string(r);
-}
+using cuda_driver::cu_name;
 
 Status cu_check(CUresult r, const std::string& what, const std::string& fix) {
   if (r == kSuccess) return Status();
