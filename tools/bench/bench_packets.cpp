@@ -102,26 +102,24 @@ std::vector<std::vector<uint32_t>> encoded_batch(Gen g, Pkt p) {
   return out;
 }
 
-void bm_decode(benchmark::State& st, Gen g, Pkt p) {
-  const auto batch = encoded_batch(g, p);
+// Times f on each of the kBatch inputs per iteration, its results kept.
+template <typename Batch, typename F>
+void time_each(benchmark::State& st, const Batch& batch, F f) {
   for (auto _ : st) {
-    for (const auto& dw : batch) {
-      conccl::Result<Packet> r = decode(g, dw);
+    for (const auto& in : batch) {
+      auto r = f(in);
       benchmark::DoNotOptimize(r);
     }
   }
   report(st);
 }
 
+void bm_decode(benchmark::State& st, Gen g, Pkt p) {
+  time_each(st, encoded_batch(g, p), [g](const std::vector<uint32_t>& dw) { return decode(g, dw); });
+}
+
 void bm_length(benchmark::State& st, Gen g, Pkt p) {
-  const auto batch = encoded_batch(g, p);
-  for (auto _ : st) {
-    for (const auto& dw : batch) {
-      conccl::Result<size_t> r = packet_length(g, dw);
-      benchmark::DoNotOptimize(r);
-    }
-  }
-  report(st);
+  time_each(st, encoded_batch(g, p), [g](const std::vector<uint32_t>& dw) { return packet_length(g, dw); });
 }
 
 std::vector<std::string> text_batch(Gen g, Pkt p) {
@@ -148,13 +146,7 @@ void bm_assemble(benchmark::State& st, Gen g, Pkt p) {
 void bm_format(benchmark::State& st, Gen g, Pkt p) {
   std::vector<Packet> packets;
   for (const auto& dw : encoded_batch(g, p)) packets.push_back(*decode(g, dw));
-  for (auto _ : st) {
-    for (const Packet& pk : packets) {
-      std::string s = format_packet(pk);
-      benchmark::DoNotOptimize(s);
-    }
-  }
-  report(st);
+  time_each(st, packets, [](const Packet& pk) { return format_packet(pk); });
 }
 
 void bm_split(benchmark::State& st, Gen g, uint64_t bytes) {
