@@ -26,6 +26,7 @@
 #include <chrono>
 #include <cstring>
 #include <fstream>
+#include <initializer_list>
 #include <iterator>
 #include <set>
 #include <sstream>
@@ -215,6 +216,27 @@ int exchange_memfds(Bootstrap& b, std::string* out) {
   return 0;
 }
 
+// Whether a process exited with `code` having written each of `says`.
+::testing::AssertionResult exited(const RankOutcome& o, int code, std::initializer_list<const char*> says = {}) {
+  std::string why;
+  if (o.exit_code != code) why += "exit code " + std::to_string(o.exit_code) + ", want " + std::to_string(code) + "; ";
+  for (const char* s : says)
+    if (o.out.find(s) == std::string::npos) why += "no '" + std::string(s) + "'; ";
+  if (why.empty()) return ::testing::AssertionSuccess();
+  return ::testing::AssertionFailure() << why << "it wrote: " << o.out;
+}
+
+// A real rank of `n` beside strangers to the join: rank 0 sends them its pid
+// (they find its listener by it), rank `late` joins only once they say "go";
+// then the memfd exchange. 0, or an exit code with *out saying why.
+int real_rank(const UniqueId& id, int r, int n, int late, const Pipe& pid_pipe, const Pipe& go_pipe, std::string* out) {
+  if (r == 0) pid_pipe.send(std::to_string(getpid()));
+  if (r == late && go_pipe.receive(20000) != "go") return *out = "no go\n", 20;
+  Result<std::unique_ptr<Bootstrap>> b = Bootstrap::connect(id, r, n, Deadline::after_ms(20000));
+  if (!b.ok()) return *out = b.status().to_string(), 21;
+  return exchange_memfds(**b, out);
+}
+
 // Becomes uid/gid 65534 with no supplementary groups, and dumpable again
 // (a change of credentials clears it, prctl(2), which would hide this
 // process's own /proc files from it).
@@ -296,12 +318,11 @@ TEST(BootstrapSecurity, AnotherUserCannotFindTheIdNorJoin) {
     *out += "default: " + b.status().to_string() + "\n";
     return b.status().message().find("it runs as uid 0, this process as uid 65534") == std::string::npos ? 8 : 0;
   });
-  EXPECT_EQ(res[2].exit_code, 0) << res[2].out;
-  EXPECT_EQ(res[1].exit_code, 0) << res[1].out;
-  EXPECT_EQ(res[0].exit_code, 1) << res[0].out;
-  EXPECT_NE(res[0].out.find("rank(s) 1 did not join"), std::string::npos) << res[0].out;
-  EXPECT_NE(res[0].out.find("(uid 65534) was refused: it runs as uid 65534"), std::string::npos) << res[0].out;
-  EXPECT_NE(res[0].out.find("CONCCL_BOOTSTRAP_ALLOW_OTHER_UIDS=1"), std::string::npos) << res[0].out;
+  EXPECT_TRUE(exited(res[2], 0));
+  EXPECT_TRUE(exited(res[1], 0));
+  EXPECT_TRUE(exited(res[0], 1,
+                     {"rank(s) 1 did not join", "(uid 65534) was refused: it runs as uid 65534",
+                      "CONCCL_BOOTSTRAP_ALLOW_OTHER_UIDS=1"}));
 }
 
 // With the uid check lifted on both sides, another user's rank joins: the
@@ -317,7 +338,7 @@ TEST(BootstrapSecurity, AllowOtherUidsLetsAnotherUserJoin) {
     if (!b.ok()) return *out = b.status().to_string(), 4;
     return exchange_memfds(**b, out);
   });
-  for (int r = 0; r < 2; ++r) EXPECT_EQ(res[size_t(r)].exit_code, 0) << "rank " << r << ": " << res[size_t(r)].out;
+  expect_ranks_ok(res);
 }
 
 // A process of the same user that found rank 0's listener but has another
@@ -343,13 +364,9 @@ TEST(BootstrapSecurity, AProcessWithAnotherIdIsRefusedAndGetsNoFd) {
         return 4;
       return d.closed && d.bytes == 0 && d.fds == 0 ? 0 : 5;
     }
-    if (r == 0) pid_pipe.send(std::to_string(getpid()));
-    if (r == 2 && go_pipe.receive(20000) != "go") return *out = "no go\n", 6;  // joins after the stranger
-    Result<std::unique_ptr<Bootstrap>> b = Bootstrap::connect(id, r, 3, Deadline::after_ms(20000));
-    if (!b.ok()) return *out = b.status().to_string(), 7;
-    return exchange_memfds(**b, out);
+    return real_rank(id, r, 3, /*late=*/2, pid_pipe, go_pipe, out);  // rank 2 joins after the stranger
   });
-  for (int r = 0; r < 4; ++r) EXPECT_EQ(res[size_t(r)].exit_code, 0) << "process " << r << ": " << res[size_t(r)].out;
+  expect_ranks_ok(res);
 }
 
 // Stray local connections, one sending garbage and one nothing, are dropped
@@ -372,13 +389,9 @@ TEST(BootstrapSecurity, StrayConnectionsDoNotStopTheJoin) {
       close(silent);
       return g.closed && s.closed && g.bytes + g.fds + s.bytes + s.fds == 0 ? 0 : 4;
     }
-    if (r == 0) pid_pipe.send(std::to_string(getpid()));
-    if (r == 1 && go_pipe.receive(20000) != "go") return *out = "no go\n", 5;  // joins after the strays
-    Result<std::unique_ptr<Bootstrap>> b = Bootstrap::connect(id, r, 2, Deadline::after_ms(20000));
-    if (!b.ok()) return *out = b.status().to_string(), 6;
-    return exchange_memfds(**b, out);
+    return real_rank(id, r, 2, /*late=*/1, pid_pipe, go_pipe, out);  // rank 1 joins after the strays
   });
-  for (int r = 0; r < 3; ++r) EXPECT_EQ(res[size_t(r)].exit_code, 0) << "process " << r << ": " << res[size_t(r)].out;
+  expect_ranks_ok(res);
 }
 
 // A connection that says nothing is dropped after the handshake timeout (2
@@ -403,11 +416,8 @@ TEST(BootstrapSecurity, ASilentConnectionIsDroppedAndTheMissingRankNamed) {
     *out = b.status().to_string();
     return b.ok() ? 0 : 1;
   });
-  EXPECT_EQ(res[1].exit_code, 0) << res[1].out;
-  EXPECT_EQ(res[0].exit_code, 1) << res[0].out;
-  EXPECT_NE(res[0].out.find("timeout"), std::string::npos) << res[0].out;
-  EXPECT_NE(res[0].out.find("rank(s) 1 did not join"), std::string::npos) << res[0].out;
-  EXPECT_NE(res[0].out.find("sent no hello in time"), std::string::npos) << res[0].out;
+  EXPECT_TRUE(exited(res[1], 0));
+  EXPECT_TRUE(exited(res[0], 1, {"timeout", "rank(s) 1 did not join", "sent no hello in time"}));
 }
 
 // A rank that listens but is stuck (stopped, here) is named by the rank
@@ -439,9 +449,7 @@ TEST(BootstrapSecurity, AStuckListenerIsNamed) {
     *out = b.status().to_string();
     return b.ok() ? 3 : 0;
   });
-  EXPECT_EQ(res[1].exit_code, 0) << res[1].out;
-  EXPECT_NE(res[1].out.find("timeout"), std::string::npos) << res[1].out;
-  EXPECT_NE(res[1].out.find("rank(s) 0 did not join"), std::string::npos) << res[1].out;
+  EXPECT_TRUE(exited(res[1], 0, {"timeout", "rank(s) 0 did not join"}));
   EXPECT_FALSE(res[0].killed_at_deadline);
 }
 
@@ -465,10 +473,7 @@ TEST(BootstrapSecurity, AStuckRankIsNamedByTheExchange) {
       std::this_thread::sleep_for(std::chrono::milliseconds(10));
     return st.code() == Code::timeout ? 0 : 3;
   });
-  for (int r = 0; r < 2; ++r) {
-    EXPECT_EQ(res[size_t(r)].exit_code, 0) << res[size_t(r)].out;
-    EXPECT_NE(res[size_t(r)].out.find("rank(s) 2 did not reach 'step'"), std::string::npos) << res[size_t(r)].out;
-  }
+  for (int r = 0; r < 2; ++r) EXPECT_TRUE(exited(res[size_t(r)], 0, {"rank(s) 2 did not reach 'step'"})) << "rank " << r;
 }
 
 // A peer whose frame is not a ConCCL frame (bytes written straight to its
@@ -497,12 +502,9 @@ TEST(BootstrapSecurity, AMalformedFrameIsAProtocolErrorNamingTheRank) {
     *out = all.status().to_string();
     return all.ok() ? 6 : 0;
   });
-  EXPECT_EQ(res[1].exit_code, 0) << res[1].out;
-  EXPECT_EQ(res[0].exit_code, 0) << res[0].out;
+  EXPECT_TRUE(exited(res[1], 0));
+  EXPECT_TRUE(exited(res[0], 0, {"invalid argument", "rank 1 (pid", "malformed frame header (magic 0x47474747"}));
   EXPECT_EQ(res[0].out.find("internal"), std::string::npos) << res[0].out;
-  EXPECT_NE(res[0].out.find("invalid argument"), std::string::npos) << res[0].out;
-  EXPECT_NE(res[0].out.find("rank 1 (pid"), std::string::npos) << res[0].out;
-  EXPECT_NE(res[0].out.find("malformed frame header (magic 0x47474747"), std::string::npos) << res[0].out;
 }
 
 }  // namespace

@@ -13,6 +13,8 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <gtest/gtest.h>
+
 #include <chrono>
 #include <functional>
 #include <string>
@@ -131,6 +133,16 @@ inline std::vector<int> all_ranks(int n) {
   std::vector<int> r;
   for (int i = 0; i < n; ++i) r.push_back(i);
   return r;
+}
+
+// Every process of a fork_ranks run finished before the deadline and exited
+// 0; a failure shows what the process wrote. (A hang stops the checks: wrap
+// the call in ASSERT_NO_FATAL_FAILURE where the test goes on after it.)
+inline void expect_ranks_ok(const std::vector<RankOutcome>& res) {
+  for (size_t r = 0; r < res.size(); ++r) {
+    ASSERT_FALSE(res[r].killed_at_deadline) << "rank " << r << " hung:\n" << res[r].out;
+    EXPECT_EQ(res[r].exit_code, 0) << "rank " << r << ":\n" << res[r].out;
+  }
 }
 
 }  // namespace conccl::mptest

@@ -20,6 +20,7 @@
 #include <filesystem>
 #include <chrono>
 #include <cstring>
+#include <set>
 
 #include "conccl/bootstrap.hpp"
 #include "conccl/collectives.hpp"
@@ -228,7 +229,7 @@ TEST_P(CaptureProcs, EveryReplayRunsTheCallAgainBesideOrdinaryCalls) {
   const int n = GetParam();
   const UniqueId id = make_unique_id().value();
   std::vector<RankOutcome> res = fork_ranks(all_ranks(n), [&](int r, std::string* out) { return replays_main(r, n, id, out); });
-  for (int r = 0; r < n; ++r) EXPECT_EQ(res[size_t(r)].exit_code, 0) << "rank " << r << ": " << res[size_t(r)].out;
+  expect_ranks_ok(res);
 }
 
 INSTANTIATE_TEST_SUITE_P(Ranks, CaptureProcs, ::testing::Values(2, 4));
@@ -279,7 +280,7 @@ int errors_main(int me, int n, const UniqueId& id, std::string* out) {
 TEST(CaptureErrors, RefusedAtCaptureAndSlotsComeBack) {
   const UniqueId id = make_unique_id().value();
   std::vector<RankOutcome> res = fork_ranks(all_ranks(2), [&](int r, std::string* out) { return errors_main(r, 2, id, out); });
-  for (int r = 0; r < 2; ++r) EXPECT_EQ(res[size_t(r)].exit_code, 0) << "rank " << r << ": " << res[size_t(r)].out;
+  expect_ranks_ok(res);
 }
 
 int stopper_main(int me, int n, const UniqueId& id, std::string* out) {
@@ -309,7 +310,46 @@ int stopper_main(int me, int n, const UniqueId& id, std::string* out) {
 TEST(CaptureFaults, ARankThatStopsReplayingFailsItsPeerAtTheTimeout) {
   const UniqueId id = make_unique_id().value();
   std::vector<RankOutcome> res = fork_ranks(all_ranks(2), [&](int r, std::string* out) { return stopper_main(r, 2, id, out); });
-  for (int r = 0; r < 2; ++r) EXPECT_EQ(res[size_t(r)].exit_code, 0) << "rank " << r << ": " << res[size_t(r)].out;
+  expect_ranks_ok(res);
+}
+
+// Every rank in one process on the emulator: the device, a communicator of
+// `gpus` (loopback where one repeats) and a host stream.
+struct OneProcess {
+  std::unique_ptr<emu::EmuDevice> dev;
+  std::unique_ptr<Communicator> comm;
+  std::unique_ptr<HostStream> stream;
+};
+
+void open_one_process(const char* settings, const std::vector<int>& gpus, OneProcess* p,
+                      int64_t call_timeout_ms = Communicator::Options{}.call_timeout_ms) {
+  DeviceOptions o;
+  o.settings = settings;
+  Result<std::unique_ptr<emu::EmuDevice>> dev = emu::create(o);
+  ASSERT_TRUE(dev.ok());
+  p->dev = std::move(dev).value();
+  Communicator::Options co;
+  co.loopback = std::set<int>(gpus.begin(), gpus.end()).size() < gpus.size();
+  co.call_timeout_ms = call_timeout_ms;
+  p->comm = std::move(Communicator::create(*p->dev, gpus, co).value());
+  p->stream = std::move(HostStream::create(*p->dev, 30000).value());
+}
+
+// An all-gather of `bytes` per rank over new buffers (kept in send and
+// recv), rank r's on gpus[r].
+CollectiveArgs all_gather_over(Device& dev, const std::vector<int>& gpus, uint64_t bytes,
+                               std::vector<UniqueBuffer>* send, std::vector<UniqueBuffer>* recv) {
+  const uint64_t n = gpus.size();
+  CollectiveArgs a;
+  a.op = CollOp::all_gather;
+  a.bytes = bytes;
+  for (int gpu : gpus) {
+    send->push_back(std::move(UniqueBuffer::alloc(dev, gpu, bytes, MemKind::device).value()));
+    recv->push_back(std::move(UniqueBuffer::alloc(dev, gpu, n * bytes, MemKind::device).value()));
+    a.send.push_back(send->back().get());
+    a.recv.push_back(recv->back().get());
+  }
+  return a;
 }
 
 // Every rank in one process: the same capture, the lists of every rank
@@ -318,29 +358,14 @@ TEST(CaptureOneProcess, ReplaysOfEveryRankBesideOrdinaryCalls) {
   for (bool loopback : {false, true}) {
     SCOPED_TRACE(loopback ? "4 loopback ranks on one GPU" : "4 ranks on 4 GPUs");
     const int n = 4;
-    DeviceOptions o;
-    o.settings = "preset=mi300x";
-    Result<std::unique_ptr<emu::EmuDevice>> dev = emu::create(o);
-    ASSERT_TRUE(dev.ok());
-    Communicator::Options co;
-    co.loopback = loopback;
     std::vector<int> gpus;
     for (int r = 0; r < n; ++r) gpus.push_back(loopback ? 0 : r);
-    std::unique_ptr<Communicator> c = std::move(Communicator::create(**dev, gpus, co).value());
-    std::unique_ptr<HostStream> stream = std::move(HostStream::create(**dev, 30000).value());
+    OneProcess p;
+    ASSERT_NO_FATAL_FAILURE(open_one_process("preset=mi300x", gpus, &p));
+    auto& [dev, c, stream] = p;
     const uint64_t bytes = 3001;
     std::vector<UniqueBuffer> send, recv;
-    for (int r = 0; r < n; ++r) {
-      send.push_back(std::move(UniqueBuffer::alloc(**dev, gpus[size_t(r)], bytes, MemKind::device).value()));
-      recv.push_back(std::move(UniqueBuffer::alloc(**dev, gpus[size_t(r)], n * bytes, MemKind::device).value()));
-    }
-    CollectiveArgs a;
-    a.op = CollOp::all_gather;
-    a.bytes = bytes;
-    for (int r = 0; r < n; ++r) {
-      a.send.push_back(send[size_t(r)].get());
-      a.recv.push_back(recv[size_t(r)].get());
-    }
+    CollectiveArgs a = all_gather_over(*dev, gpus, bytes, &send, &recv);
     std::atomic<uint64_t> runs{0}, wrong{0};
     auto produce = [&] {
       for (int r = 0; r < n; ++r)
@@ -388,27 +413,14 @@ TEST(CaptureOneProcess, ReplaysOfEveryRankBesideOrdinaryCalls) {
 // otherwise wait forever; later replays submit nothing and only release it.
 TEST(CaptureOneProcess, AStalledEngineFailsTheReplayAndReleasesTheStream) {
   const int n = 2;
-  DeviceOptions o;
-  o.settings = "preset=mi300x";
-  Result<std::unique_ptr<emu::EmuDevice>> dev = emu::create(o);
-  ASSERT_TRUE(dev.ok());
-  Communicator::Options co;
-  co.loopback = true;
-  co.call_timeout_ms = 1500;
-  std::unique_ptr<Communicator> c = std::move(Communicator::create(**dev, {0, 0}, co).value());
-  std::unique_ptr<HostStream> stream = std::move(HostStream::create(**dev, 30000).value());
+  OneProcess p;
+  ASSERT_NO_FATAL_FAILURE(open_one_process("preset=mi300x", {0, 0}, &p, /*call_timeout_ms=*/1500));
+  auto& [dev, c, stream] = p;
   const uint64_t bytes = 4099;
   std::vector<UniqueBuffer> send, recv;
-  CollectiveArgs a;
-  a.op = CollOp::all_gather;
-  a.bytes = bytes;
-  for (int r = 0; r < n; ++r) {
-    send.push_back(std::move(UniqueBuffer::alloc(**dev, 0, bytes, MemKind::device).value()));
-    recv.push_back(std::move(UniqueBuffer::alloc(**dev, 0, n * bytes, MemKind::device).value()));
-    for (uint64_t i = 0; i < bytes; ++i) send.back().get().as<uint8_t>()[i] = value(r, 1, i);
-    a.send.push_back(send.back().get());
-    a.recv.push_back(recv.back().get());
-  }
+  CollectiveArgs a = all_gather_over(*dev, {0, 0}, bytes, &send, &recv);
+  for (int r = 0; r < n; ++r)
+    for (uint64_t i = 0; i < bytes; ++i) send[size_t(r)].get().as<uint8_t>()[i] = value(r, 1, i);
   ASSERT_TRUE(stream->begin_capture().ok());
   ASSERT_TRUE(c->call(a, stream.get()).ok());
   Result<std::unique_ptr<HostStream::Recording>> g = stream->end_capture();
@@ -421,10 +433,10 @@ TEST(CaptureOneProcess, AStalledEngineFailsTheReplayAndReleasesTheStream) {
       for (uint64_t i = 0; i < bytes; ++i)
         ASSERT_EQ(recv[size_t(d)].get().as<uint8_t>()[q * bytes + i], value(q, 1, i)) << d << " " << q << " " << i;
 
-  const std::vector<EngineInfo>& engines = (*dev)->topology().gpus[0].engines;
+  const std::vector<EngineInfo>& engines = dev->topology().gpus[0].engines;
   emu::Injection stall;
   stall.stall = true;
-  for (const EngineInfo& e : engines) ASSERT_TRUE((*dev)->inject(0, e.id, stall).ok());
+  for (const EngineInfo& e : engines) ASSERT_TRUE(dev->inject(0, e.id, stall).ok());
   const auto t0 = std::chrono::steady_clock::now();
   ASSERT_TRUE((*g)->launch(*stream).ok());
   const Status released = stream->synchronize(Deadline::after_ms(20000));
@@ -445,7 +457,7 @@ TEST(CaptureOneProcess, AStalledEngineFailsTheReplayAndReleasesTheStream) {
   EXPECT_NE(c->async_error().message().find("replay 2"), std::string::npos) << c->async_error().to_string();
 
   emu::Injection none;
-  for (const EngineInfo& e : engines) ASSERT_TRUE((*dev)->inject(0, e.id, none).ok());
+  for (const EngineInfo& e : engines) ASSERT_TRUE(dev->inject(0, e.id, none).ok());
   g->reset();  // the capture and its watchdog go with the recording
   c.reset();
 }
@@ -461,28 +473,14 @@ TEST(CaptureOneProcess, ManyCapturesShareOneWatchdogThread) {
     return n;
   };
   const int n = 2;
-  DeviceOptions o;
-  o.settings = "preset=small";
-  Result<std::unique_ptr<emu::EmuDevice>> dev = emu::create(o);
-  ASSERT_TRUE(dev.ok());
-  Communicator::Options co;
-  co.loopback = true;
-  std::unique_ptr<Communicator> c = std::move(Communicator::create(**dev, {0, 0}, co).value());
-  std::unique_ptr<HostStream> stream = std::move(HostStream::create(**dev, 30000).value());
+  OneProcess p;
+  ASSERT_NO_FATAL_FAILURE(open_one_process("preset=small", {0, 0}, &p));
+  auto& [dev, c, stream] = p;
   const uint64_t bytes = 515;
   const int calls = 40;
   std::vector<UniqueBuffer> send, recv;
-  std::vector<CollectiveArgs> args(calls);
-  for (int k = 0; k < calls; ++k) {
-    args[size_t(k)].op = CollOp::all_gather;
-    args[size_t(k)].bytes = bytes;
-    for (int r = 0; r < n; ++r) {
-      send.push_back(std::move(UniqueBuffer::alloc(**dev, 0, bytes, MemKind::device).value()));
-      recv.push_back(std::move(UniqueBuffer::alloc(**dev, 0, n * bytes, MemKind::device).value()));
-      args[size_t(k)].send.push_back(send.back().get());
-      args[size_t(k)].recv.push_back(recv.back().get());
-    }
-  }
+  std::vector<CollectiveArgs> args;
+  for (int k = 0; k < calls; ++k) args.push_back(all_gather_over(*dev, {0, 0}, bytes, &send, &recv));
   // Fresh inputs per round: call k, rank r, round t.
   auto fill = [&](uint64_t t) {
     for (int k = 0; k < calls; ++k)

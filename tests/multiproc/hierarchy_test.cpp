@@ -55,24 +55,19 @@ struct Mesh {
   }
 };
 
-bool write_all(int fd, const uint8_t* p, size_t n) {
+// All n bytes through `io` (read or write), however many calls it takes.
+template <typename Byte, typename Io>
+bool io_all(Io io, int fd, Byte* p, size_t n) {
   while (n) {
-    const ssize_t k = write(fd, p, n);
+    const ssize_t k = io(fd, p, n);
     if (k <= 0) return false;
     p += k;
     n -= size_t(k);
   }
   return true;
 }
-bool read_all(int fd, uint8_t* p, size_t n) {
-  while (n) {
-    const ssize_t k = read(fd, p, n);
-    if (k <= 0) return false;
-    p += k;
-    n -= size_t(k);
-  }
-  return true;
-}
+bool write_all(int fd, const uint8_t* p, size_t n) { return io_all(::write, fd, p, n); }
+bool read_all(int fd, uint8_t* p, size_t n) { return io_all(::read, fd, p, n); }
 // Sends `out` to and receives `in` from the peer at the same time (a
 // writer thread), so that two large messages cannot block each other.
 bool swap_with(int fd, const uint8_t* out, size_t n_out, uint8_t* in, size_t n_in) {
@@ -378,10 +373,7 @@ TEST_P(HierarchyProcs, EveryCollectiveMatchesItsArithmetic) {
       fork_ranks(all_ranks(g.n()), [&](int r, std::string* out) { return rank_main(g, ids, mesh, r, out); });
   for (int fd : mesh.fds)
     if (fd >= 0) close(fd);
-  for (int r = 0; r < g.n(); ++r) {
-    EXPECT_EQ(res[size_t(r)].exit_code, 0) << "rank " << r << ": " << res[size_t(r)].out;
-    EXPECT_FALSE(res[size_t(r)].killed_at_deadline) << "rank " << r;
-  }
+  expect_ranks_ok(res);
 }
 
 INSTANTIATE_TEST_SUITE_P(Layouts, HierarchyProcs,
@@ -541,7 +533,7 @@ TEST(HierarchyCApi, CallbacksCarryTheInterNodeSteps) {
   });
   for (int fd : mesh.fds)
     if (fd >= 0) close(fd);
-  for (int r = 0; r < 4; ++r) EXPECT_EQ(res[size_t(r)].exit_code, 0) << "rank " << r << ": " << res[size_t(r)].out;
+  expect_ranks_ok(res);
 }
 
 TEST(HierarchyCApi, AOneProcessCommunicatorIsRefused) {

@@ -415,7 +415,7 @@ TEST(Bootstrap, ExchangesDataAndFileDescriptors) {
                     std::to_string((*b)->messages_received()), 10;
     return 0;
   });
-  for (int r = 0; r < 4; ++r) EXPECT_EQ(res[size_t(r)].exit_code, 0) << "rank " << r << ": " << res[size_t(r)].out;
+  expect_ranks_ok(res);
 }
 
 // The counts Communicator::stats reports: every framed message to or from a
@@ -457,7 +457,7 @@ TEST(Bootstrap, CountsEveryMessageExactly) {
     if (!expect(6, "after the last barrier")) return 14;
     return 0;
   });
-  for (int r = 0; r < n; ++r) EXPECT_EQ(res[size_t(r)].exit_code, 0) << "rank " << r << ": " << res[size_t(r)].out;
+  expect_ranks_ok(res);
 }
 
 // Many descriptors in one exchange (a PyTorch tensor of expandable segments
@@ -491,7 +491,7 @@ TEST(Bootstrap, ManyFileDescriptorsInOneExchange) {
     }
     return 0;
   });
-  for (int r = 0; r < 2; ++r) EXPECT_EQ(res[size_t(r)].exit_code, 0) << "rank " << r << ": " << res[size_t(r)].out;
+  expect_ranks_ok(res);
 }
 
 TEST(Bootstrap, DifferentCallsAreNamed) {

@@ -130,13 +130,7 @@ class ReductionProcs : public ::testing::TestWithParam<ProcsSetup> {};
 TEST_P(ReductionProcs, EveryCollectiveBitExact) {
   const ProcsSetup s = GetParam();
   const UniqueId id = make_unique_id().value();
-  std::vector<int> ranks;
-  for (int r = 0; r < s.nranks; ++r) ranks.push_back(r);
-  std::vector<RankOutcome> res = fork_ranks(ranks, [&](int r, std::string* out) { return rank_main(s, id, r, out); });
-  for (int r = 0; r < s.nranks; ++r) {
-    ASSERT_FALSE(res[size_t(r)].killed_at_deadline) << "rank " << r << " hung:\n" << res[size_t(r)].out;
-    EXPECT_EQ(res[size_t(r)].exit_code, 0) << "rank " << r << ":\n" << res[size_t(r)].out;
-  }
+  expect_ranks_ok(fork_ranks(all_ranks(s.nranks), [&](int r, std::string* out) { return rank_main(s, id, r, out); }));
 }
 
 INSTANTIATE_TEST_SUITE_P(Emu, ReductionProcs,

@@ -50,6 +50,26 @@ Communicator::Options comm_opts(const NodeSetup& s, int64_t call_timeout_ms = 30
   return o;
 }
 
+// Rank `me` in this process: its device (process slot me) and communicator.
+struct RankEnv {
+  std::unique_ptr<emu::EmuDevice> dev;
+  std::unique_ptr<Communicator> comm;  // destroyed before dev (declared after it)
+};
+
+// Opens rank `me` into *e: 0, or 2 (the device) or 3 (the communicator) with
+// *out saying why.
+int open_rank(const NodeSetup& s, const UniqueId& id, int me, RankEnv* e, std::string* out,
+              int64_t call_timeout_ms = 30000) {
+  Result<std::unique_ptr<emu::EmuDevice>> dev = emu::create(dev_opts(s, me));
+  if (!dev.ok()) return *out += dev.status().to_string(), 2;
+  e->dev = std::move(dev).value();
+  Result<std::unique_ptr<Communicator>> comm =
+      Communicator::create(*e->dev, me, s.nranks, id, comm_opts(s, call_timeout_ms));
+  if (!comm.ok()) return *out += comm.status().to_string(), 3;
+  e->comm = std::move(comm).value();
+  return 0;
+}
+
 // Where each op's buffers sit in a window of kWindow bytes: send at
 // kSendAt, recv at kRecvAt (the same offsets on every rank).
 constexpr uint64_t kWindow = 8 << 20;
@@ -125,17 +145,16 @@ std::string one_call(Communicator& c, const Window& w, CollOp op, uint64_t bytes
 // A rank of the matrix: every op, three sizes, host- and stream-ordered,
 // two rounds each; then the message count.
 int matrix_rank(const NodeSetup& s, const UniqueId& id, int me, std::string* out) {
-  Result<std::unique_ptr<emu::EmuDevice>> dev = emu::create(dev_opts(s, me));
-  if (!dev.ok()) return *out += dev.status().to_string(), 2;
-  Result<std::unique_ptr<Communicator>> comm = Communicator::create(**dev, me, s.nranks, id, comm_opts(s));
-  if (!comm.ok()) return *out += comm.status().to_string(), 3;
-  Communicator& c = **comm;
+  RankEnv e;
+  if (int rc = open_rank(s, id, me, &e, out)) return rc;
+  emu::EmuDevice& dev = *e.dev;
+  Communicator& c = *e.comm;
   const int gpu = c.gpu(me);
-  Result<UniqueBuffer> mem = UniqueBuffer::alloc(**dev, gpu, kWindow, MemKind::device);
+  Result<UniqueBuffer> mem = UniqueBuffer::alloc(dev, gpu, kWindow, MemKind::device);
   if (!mem.ok()) return *out += mem.status().to_string(), 4;
   Result<Window> w = c.register_window(mem->get());
   if (!w.ok()) return *out += "register_window: " + w.status().to_string(), 5;
-  Result<std::unique_ptr<HostStream>> stream = HostStream::create(**dev);
+  Result<std::unique_ptr<HostStream>> stream = HostStream::create(dev);
   if (!stream.ok()) return 6;
   const CommStats before = c.stats();
   // Creating the communicator and registering the window did exchange.
@@ -214,14 +233,10 @@ class WindowCalls : public ::testing::TestWithParam<NodeSetup> {};
 TEST_P(WindowCalls, EveryOpEveryByteNoMessagePerCall) {
   const NodeSetup s = GetParam();
   const UniqueId id = make_unique_id().value();
-  std::vector<int> ranks;
-  for (int r = 0; r < s.nranks; ++r) ranks.push_back(r);
-  std::vector<RankOutcome> res = fork_ranks(ranks, [&](int r, std::string* out) { return matrix_rank(s, id, r, out); });
-  for (int r = 0; r < s.nranks; ++r) {
-    ASSERT_FALSE(res[size_t(r)].killed_at_deadline) << "rank " << r << " hung:\n" << res[size_t(r)].out;
-    EXPECT_EQ(res[size_t(r)].exit_code, 0) << "rank " << r << ":\n" << res[size_t(r)].out;
-    EXPECT_NE(res[size_t(r)].out.find(" sent 0 received 0 "), std::string::npos) << res[size_t(r)].out;
-  }
+  std::vector<RankOutcome> res =
+      fork_ranks(all_ranks(s.nranks), [&](int r, std::string* out) { return matrix_rank(s, id, r, out); });
+  ASSERT_NO_FATAL_FAILURE(expect_ranks_ok(res));
+  for (const RankOutcome& o : res) EXPECT_NE(o.out.find(" sent 0 received 0 "), std::string::npos) << o.out;
 }
 
 INSTANTIATE_TEST_SUITE_P(Emu, WindowCalls,
@@ -235,16 +250,13 @@ INSTANTIATE_TEST_SUITE_P(Emu, WindowCalls,
 // Sets up rank `me` with a registered window; `body` makes the calls.
 int with_window(const NodeSetup& s, const UniqueId& id, int me, int64_t call_timeout_ms, std::string* out,
                 const std::function<int(emu::EmuDevice&, Communicator&, const Window&)>& body) {
-  Result<std::unique_ptr<emu::EmuDevice>> dev = emu::create(dev_opts(s, me));
-  if (!dev.ok()) return *out += dev.status().to_string(), 2;
-  Result<std::unique_ptr<Communicator>> comm =
-      Communicator::create(**dev, me, s.nranks, id, comm_opts(s, call_timeout_ms));
-  if (!comm.ok()) return *out += comm.status().to_string(), 3;
-  Result<UniqueBuffer> mem = UniqueBuffer::alloc(**dev, (*comm)->gpu(me), kWindow, MemKind::device);
+  RankEnv e;
+  if (int rc = open_rank(s, id, me, &e, out, call_timeout_ms)) return rc;
+  Result<UniqueBuffer> mem = UniqueBuffer::alloc(*e.dev, e.comm->gpu(me), kWindow, MemKind::device);
   if (!mem.ok()) return 4;
-  Result<Window> w = (*comm)->register_window(mem->get());
+  Result<Window> w = e.comm->register_window(mem->get());
   if (!w.ok()) return *out += w.status().to_string(), 5;
-  return body(**dev, **comm, *w);
+  return body(*e.dev, *e.comm, *w);
 }
 
 CollectiveArgs gather_args(const Window& w, int n, uint64_t bytes, uint64_t send_at = kSendAt) {
@@ -383,17 +395,16 @@ TEST(WindowCallFaults, BufferPastTheWindowEndIsRefusedWithTheFix) {
 // exchange (the vote) and keep plans. Then a call with its send in a window
 // and its receive outside, and a buffer freed and allocated again.
 int outside_rank(const NodeSetup& s, const UniqueId& id, int me, std::string* out) {
-  Result<std::unique_ptr<emu::EmuDevice>> dev = emu::create(dev_opts(s, me));
-  if (!dev.ok()) return *out += dev.status().to_string(), 2;
-  Result<std::unique_ptr<Communicator>> comm = Communicator::create(**dev, me, s.nranks, id, comm_opts(s));
-  if (!comm.ok()) return *out += comm.status().to_string(), 3;
-  Communicator& c = **comm;
-  Result<UniqueBuffer> plain = UniqueBuffer::alloc(**dev, c.gpu(me), kWindow, MemKind::device);
-  Result<UniqueBuffer> win_mem = UniqueBuffer::alloc(**dev, c.gpu(me), kWindow, MemKind::device);
+  RankEnv e;
+  if (int rc = open_rank(s, id, me, &e, out)) return rc;
+  emu::EmuDevice& dev = *e.dev;
+  Communicator& c = *e.comm;
+  Result<UniqueBuffer> plain = UniqueBuffer::alloc(dev, c.gpu(me), kWindow, MemKind::device);
+  Result<UniqueBuffer> win_mem = UniqueBuffer::alloc(dev, c.gpu(me), kWindow, MemKind::device);
   if (!plain.ok() || !win_mem.ok()) return 4;
   Result<Window> win = c.register_window(win_mem->get());
   if (!win.ok()) return *out += win.status().to_string(), 5;
-  Result<std::unique_ptr<HostStream>> stream = HostStream::create(**dev);
+  Result<std::unique_ptr<HostStream>> stream = HostStream::create(dev);
   if (!stream.ok()) return 6;
   const Window outside{-1, plain->get()};
   const CommStats before = c.stats();
@@ -441,13 +452,8 @@ class CachedCallsAcrossProcesses : public ::testing::TestWithParam<NodeSetup> {}
 TEST_P(CachedCallsAcrossProcesses, EveryOpEveryByteOutsideWindows) {
   const NodeSetup s = GetParam();
   const UniqueId id = make_unique_id().value();
-  std::vector<int> ranks;
-  for (int r = 0; r < s.nranks; ++r) ranks.push_back(r);
-  std::vector<RankOutcome> res = fork_ranks(ranks, [&](int r, std::string* out) { return outside_rank(s, id, r, out); });
-  for (int r = 0; r < s.nranks; ++r) {
-    ASSERT_FALSE(res[size_t(r)].killed_at_deadline) << "rank " << r << " hung:\n" << res[size_t(r)].out;
-    EXPECT_EQ(res[size_t(r)].exit_code, 0) << "rank " << r << ":\n" << res[size_t(r)].out;
-  }
+  expect_ranks_ok(
+      fork_ranks(all_ranks(s.nranks), [&](int r, std::string* out) { return outside_rank(s, id, r, out); }));
 }
 
 INSTANTIATE_TEST_SUITE_P(Emu, CachedCallsAcrossProcesses,
