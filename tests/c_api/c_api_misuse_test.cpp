@@ -13,21 +13,14 @@
 #include <string>
 #include <vector>
 
+#include "c_api/c_api_ranks.hpp"
 #include "conccl/conccl.h"
 
 namespace {
 
 std::string last() { return conccl_last_error(); }
 
-conccl_device_t open_emu(const char* preset = "mi300x") {
-  conccl_device_options o;
-  conccl_device_options_init(&o);
-  const std::string settings = std::string("preset=") + preset;
-  o.settings = settings.c_str();
-  conccl_device_t d = nullptr;
-  EXPECT_EQ(conccl_device_open(&o, &d), CONCCL_OK) << last();
-  return d;
-}
+using capitest::open_emu;
 
 std::vector<uint8_t> random_bytes(size_t n, unsigned seed) {
   std::vector<uint8_t> v(n);
@@ -115,7 +108,7 @@ TEST(CApiMisuse, ErrorsNameTheCFunction) {
 
 TEST(CApiMisuse, BufferStructsAreCheckedAgainstTheAllocation) {
   conccl_device_t d = open_emu();
-  conccl_device_t other = open_emu("small");
+  conccl_device_t other = open_emu("preset=small");
   const size_t n = 8192;
   conccl_buffer a{}, b{}, foreign{};
   ASSERT_EQ(conccl_buffer_alloc(d, 0, n, CONCCL_MEM_HOST, &a), CONCCL_OK) << last();
@@ -224,25 +217,8 @@ struct Comm4 {
       EXPECT_EQ(conccl_buffer_upload(d, &send[r], 0, data[r].data(), kChunk, 5000), CONCCL_OK);
     }
   }
-  conccl_collective_args all_gather() {
-    conccl_collective_args a;
-    conccl_collective_args_init(&a);
-    a.op = CONCCL_ALL_GATHER;
-    a.bytes = kChunk;
-    a.send = send.data();
-    a.nsend = 4;
-    a.recv = recv.data();
-    a.nrecv = 4;
-    return a;
-  }
-  void expect_gathered() {
-    for (int r = 0; r < 4; ++r) {
-      std::vector<uint8_t> got(kChunk * 4);
-      ASSERT_EQ(conccl_buffer_download(d, got.data(), &recv[r], 0, got.size(), 5000), CONCCL_OK) << last();
-      for (int s = 0; s < 4; ++s)
-        EXPECT_EQ(std::memcmp(got.data() + kChunk * s, data[s].data(), kChunk), 0) << "rank " << r << " block " << s;
-    }
-  }
+  conccl_collective_args all_gather() { return capitest::all_gather_args(send.data(), recv.data(), 4, kChunk); }
+  void expect_gathered() { capitest::expect_gathered(d, recv, data, kChunk); }
 };
 
 TEST(CApiMisuse, CommunicatorDestroyedBeforeItsPlan) {

@@ -20,13 +20,7 @@ namespace {
 std::string last() { return conccl_last_error(); }
 
 struct Dev {
-  conccl_device_t d = nullptr;
-  Dev() {
-    conccl_device_options o;
-    conccl_device_options_init(&o);
-    o.settings = "preset=mi300x";
-    EXPECT_EQ(conccl_device_open(&o, &d), CONCCL_OK) << last();
-  }
+  conccl_device_t d = capitest::open_emu();
   ~Dev() { conccl_device_close(d); }
 };
 
@@ -213,27 +207,15 @@ TEST(CApi, CommunicatorPlansAndNcclShapedCalls) {
   }
   for (int round = 0; round < 2; ++round) {  // the second call reuses the cached plan
     ASSERT_EQ(conccl_all_gather(send.data(), recv.data(), chunk, comm, nullptr), CONCCL_OK) << last();
-    for (int r = 0; r < 4; ++r) {
-      std::vector<uint8_t> got(chunk * 4);
-      ASSERT_EQ(conccl_buffer_download(dev.d, got.data(), &recv[r], 0, got.size(), 5000), CONCCL_OK);
-      for (int s = 0; s < 4; ++s)
-        EXPECT_EQ(std::memcmp(got.data() + chunk * s, data[s].data(), chunk), 0) << "rank " << r << " block " << s;
-    }
+    ASSERT_NO_FATAL_FAILURE(capitest::expect_gathered(dev.d, recv, data, chunk));
   }
   int stream = 0;
   EXPECT_EQ(conccl_all_gather(send.data(), recv.data(), chunk, comm, &stream), CONCCL_ERR_UNAVAILABLE);
   EXPECT_NE(last().find("needs the nv backend"), std::string::npos) << last();
   EXPECT_EQ(conccl_broadcast(send.data(), recv.data(), chunk, 4, comm, nullptr), CONCCL_ERR_INVALID_ARGUMENT);
 
-  conccl_collective_args a;
-  conccl_collective_args_init(&a);
-  a.op = CONCCL_ALL_GATHER;
+  conccl_collective_args a = capitest::all_gather_args(send.data(), recv.data(), 4, chunk);
   a.variant = CONCCL_VARIANT_B2B;
-  a.bytes = chunk;
-  a.send = send.data();
-  a.nsend = 4;
-  a.recv = recv.data();
-  a.nrecv = 4;
   a.prelaunch = 1;
   conccl_plan_t plan = nullptr;
   ASSERT_EQ(conccl_plan_create(comm, &a, &plan), CONCCL_OK) << last();
@@ -422,11 +404,9 @@ TEST(CApi, ReleaseByStoresAndCudaCallsElsewhere) {
   }
 }
 
-// Rank r of n in a forked process (c_api_ranks.hpp), its communicator's
-// calls' deadline 20 s.
-int open_rank(int r, int n, const conccl_unique_id& id, conccl_device_t* d, conccl_comm_t* comm, std::string* out) {
-  return capitest::open_rank(r, n, id, d, comm, out, 20000);
-}
+// Ranks in forked processes (c_api_ranks.hpp): their communicators' calls'
+// deadline.
+constexpr uint32_t kRankTimeoutMs = 20000;
 
 }  // namespace
 
@@ -454,7 +434,7 @@ TEST(CApi, OneProcessPerRank) {
     if (conccl_unique_id_from_string(text, &mine) != CONCCL_OK) return *out = last(), 2;
     conccl_device_t d = nullptr;
     conccl_comm_t comm = nullptr;
-    if (int rc = open_rank(r, n, mine, &d, &comm, out)) return rc;
+    if (int rc = capitest::open_rank(r, n, mine, &d, &comm, out, kRankTimeoutMs)) return rc;
     if (conccl_comm_rank(comm) != r || conccl_comm_size(comm) != n) return *out = "rank/size", 5;
     conccl_buffer send, recv;
     if (conccl_buffer_alloc(d, r, chunk, CONCCL_MEM_DEVICE, &send) != CONCCL_OK ||
@@ -462,14 +442,7 @@ TEST(CApi, OneProcessPerRank) {
       return *out = last(), 6;
     const std::vector<uint8_t> mine_data = data(r);
     if (conccl_buffer_upload(d, &send, 0, mine_data.data(), chunk, 5000) != CONCCL_OK) return *out = last(), 7;
-    conccl_collective_args a;
-    conccl_collective_args_init(&a);
-    a.op = CONCCL_ALL_GATHER;
-    a.bytes = chunk;
-    a.send = &send;
-    a.nsend = 1;
-    a.recv = &recv;
-    a.nrecv = 1;
+    conccl_collective_args a = capitest::all_gather_args(&send, &recv, 1, chunk);
     conccl_plan_t plan = nullptr;
     if (conccl_plan_create(comm, &a, &plan) != CONCCL_OK) return *out = last(), 9;
     for (int k = 0; k < 2; ++k)
@@ -484,7 +457,7 @@ TEST(CApi, OneProcessPerRank) {
     conccl_device_close(d);
     return 0;
   });
-  for (int r = 0; r < n; ++r) EXPECT_EQ(res[size_t(r)].exit_code, 0) << "rank " << r << ": " << res[size_t(r)].out;
+  conccl::mptest::expect_ranks_ok(res);
 }
 
 // The NCCL-shaped calls with one process per rank: this rank's buffers
@@ -492,15 +465,10 @@ TEST(CApi, OneProcessPerRank) {
 // rank's buffer changes, every rank plans again (its bytes land in the new
 // buffer); broadcast reads the root's send only; every byte is checked.
 TEST(CApi, NcclShapedCallsOneProcessPerRank) {
-  conccl_unique_id id;
-  ASSERT_EQ(conccl_get_unique_id(&id), CONCCL_OK);
   constexpr int n = 3;
   constexpr size_t chunk = 24576 + 8;
   auto data = [](int r, int round) { return capitest::rank_data(chunk * n, 1000, r, round); };
-  std::vector<conccl::mptest::RankOutcome> res = conccl::mptest::fork_ranks({0, 1, 2}, [&](int r, std::string* out) {
-    conccl_device_t d = nullptr;
-    conccl_comm_t comm = nullptr;
-    if (int rc = open_rank(r, n, id, &d, &comm, out)) return rc;
+  capitest::run_ranks(n, kRankTimeoutMs, [&](int r, conccl_device_t d, conccl_comm_t comm, std::string* out) {
     conccl_buffer send, recv, recv2;
     if (conccl_buffer_alloc(d, r, chunk * n, CONCCL_MEM_DEVICE, &send) != CONCCL_OK ||
         conccl_buffer_alloc(d, r, chunk * n, CONCCL_MEM_DEVICE, &recv) != CONCCL_OK ||
@@ -558,23 +526,17 @@ TEST(CApi, NcclShapedCallsOneProcessPerRank) {
     conccl_device_close(d);
     return 0;
   });
-  for (int r = 0; r < n; ++r) EXPECT_EQ(res[size_t(r)].exit_code, 0) << "rank " << r << ": " << res[size_t(r)].out;
 }
 
 // The NCCL-shaped calls on buffers inside windows: no bootstrap message per
 // call (the stats before and after 20 all-gathers and 4 all-to-alls of random
 // data), every byte checked.
 TEST(CApi, NcclShapedCallsThroughWindowsSendNoMessage) {
-  conccl_unique_id id;
-  ASSERT_EQ(conccl_get_unique_id(&id), CONCCL_OK);
   constexpr int n = 2;
   constexpr int kGathers = 20, kRounds = kGathers + 4;
   constexpr size_t chunk = 8192 + 24;
   auto data = [](int r, int round) { return capitest::rank_data(chunk * n, 7000, r, round); };
-  std::vector<conccl::mptest::RankOutcome> res = conccl::mptest::fork_ranks({0, 1}, [&](int r, std::string* out) {
-    conccl_device_t d = nullptr;
-    conccl_comm_t comm = nullptr;
-    if (int rc = open_rank(r, n, id, &d, &comm, out)) return rc;
+  capitest::run_ranks(n, kRankTimeoutMs, [&](int r, conccl_device_t d, conccl_comm_t comm, std::string* out) {
     conccl_comm_stats created;
     if (conccl_comm_get_stats(comm, &created) != CONCCL_OK) return *out = last(), 5;
     conccl_buffer mem;
@@ -582,11 +544,7 @@ TEST(CApi, NcclShapedCallsThroughWindowsSendNoMessage) {
     conccl_window_t w = nullptr;
     if (conccl_comm_window_register(comm, &mem, &w) != CONCCL_OK || !w) return *out = last(), 6;
     // Sub-ranges of the window, at the same offsets on both ranks.
-    conccl_buffer send = mem, recv = mem;
-    send.size = chunk * n;
-    recv.va = mem.va + 2 * chunk * n;
-    if (mem.host) recv.host = static_cast<uint8_t*>(mem.host) + 2 * chunk * n;
-    recv.size = chunk * n;
+    const conccl_buffer send = capitest::sub(mem, 0, chunk * n), recv = capitest::sub(mem, 2 * chunk * n, chunk * n);
     conccl_comm_stats before, after;
     if (conccl_comm_get_stats(comm, &before) != CONCCL_OK) return *out = last(), 7;
     // The registration exchanged (twice: the windows, then every rank's verdict).
@@ -624,21 +582,17 @@ TEST(CApi, NcclShapedCallsThroughWindowsSendNoMessage) {
     conccl_device_close(d);
     return 0;
   });
-  for (int r = 0; r < n; ++r) EXPECT_EQ(res[size_t(r)].exit_code, 0) << "rank " << r << ": " << res[size_t(r)].out;
 }
 
 // Window handles misused, on 2 ranks: every refusal names the C function, the
 // communicator stays usable, and a destroyed communicator takes its windows.
 TEST(CApi, WindowHandlesMisuse) {
-  conccl_unique_id id, id2;
-  ASSERT_EQ(conccl_get_unique_id(&id), CONCCL_OK);
+  conccl_unique_id id2;
   ASSERT_EQ(conccl_get_unique_id(&id2), CONCCL_OK);
   constexpr int n = 2;
   constexpr size_t chunk = 4096;
-  std::vector<conccl::mptest::RankOutcome> res = conccl::mptest::fork_ranks({0, 1}, [&](int r, std::string* out) {
-    conccl_device_t d = nullptr;
-    conccl_comm_t comm = nullptr, comm2 = nullptr;
-    if (int rc = open_rank(r, n, id, &d, &comm, out)) return rc;
+  capitest::run_ranks(n, kRankTimeoutMs, [&](int r, conccl_device_t d, conccl_comm_t comm, std::string* out) {
+    conccl_comm_t comm2 = nullptr;
     auto refused = [&](conccl_status got, conccl_status want, const char* fn, const char* says, const char* what) {
       const std::string msg = last();
       if (got == want && msg.rfind(fn, 0) == 0 && msg.find(says) != std::string::npos) return false;
@@ -677,11 +631,7 @@ TEST(CApi, WindowHandlesMisuse) {
       return 12;
     // The communicator is still usable: a window, one call through it.
     if (conccl_comm_window_register(comm, &mem, &w) != CONCCL_OK || !w) return *out = last(), 13;
-    conccl_buffer send = mem, recv = mem;
-    send.size = chunk;
-    recv.va += chunk * n;
-    if (mem.host) recv.host = static_cast<uint8_t*>(mem.host) + chunk * n;
-    recv.size = chunk * n;
+    const conccl_buffer send = capitest::sub(mem, 0, chunk), recv = capitest::sub(mem, chunk * n, chunk * n);
     if (conccl_all_gather(&send, &recv, chunk, comm, nullptr) != CONCCL_OK) return *out = last(), 14;
     // A stream on the emulated backend: no CUDA stream to order it on. Every
     // rank is refused before the call, so the next call still pairs up.
@@ -744,7 +694,6 @@ TEST(CApi, WindowHandlesMisuse) {
     conccl_device_close(d);
     return 0;
   });
-  for (int r = 0; r < n; ++r) EXPECT_EQ(res[size_t(r)].exit_code, 0) << "rank " << r << ": " << res[size_t(r)].out;
 }
 
 // One communicator of every rank in one process has no windows to register.

@@ -30,12 +30,9 @@ std::string torch_error() {
   return s;
 }
 
-// Rank r of n in a forked process (c_api_ranks.hpp), its communicator's
-// calls' deadline 20 s.
-int open_heap_rank(int r, int n, const conccl_unique_id& id, conccl_device_t* d, conccl_comm_t* comm,
-                   std::string* out) {
-  return capitest::open_rank(r, n, id, d, comm, out, 20000);
-}
+// Ranks in forked processes (c_api_ranks.hpp): their communicators' calls'
+// deadline.
+constexpr uint32_t kRankTimeoutMs = 20000;
 
 // Whether the status is `want` and the message starts with `fn` and holds
 // `says`; else *out says what came instead.
@@ -47,11 +44,6 @@ bool refused(conccl_status got, conccl_status want, const char* fn, const char* 
   return false;
 }
 
-void expect_ranks_ok(const std::vector<conccl::mptest::RankOutcome>& res) {
-  for (size_t r = 0; r < res.size(); ++r)
-    EXPECT_EQ(res[r].exit_code, 0) << "rank " << r << ": " << res[r].out;
-}
-
 }  // namespace
 
 // The same pseudo-random sequence of allocations and frees on two ranks (half
@@ -61,14 +53,9 @@ void expect_ranks_ok(const std::vector<conccl::mptest::RankOutcome>& res) {
 // sequence; running out returns NULL (PyTorch) or RESOURCE_EXHAUSTED, with a
 // message saying what is free.
 TEST(CApiHeap, SameSequenceSameOffsetsOnEveryRank) {
-  conccl_unique_id id;
-  ASSERT_EQ(conccl_get_unique_id(&id), CONCCL_OK);
   constexpr int n = 2;
   constexpr size_t kAsk = (1u << 20) + 100;  // rounded up to 1 MiB + 512
-  std::vector<conccl::mptest::RankOutcome> res = conccl::mptest::fork_ranks({0, 1}, [&](int r, std::string* out) {
-    conccl_device_t d = nullptr;
-    conccl_comm_t comm = nullptr;
-    if (int rc = open_heap_rank(r, n, id, &d, &comm, out)) return rc;
+  auto res = capitest::run_ranks(n, kRankTimeoutMs, [&](int, conccl_device_t d, conccl_comm_t comm, std::string* out) {
     conccl_heap_t heap = nullptr;
     if (conccl_heap_create(comm, kAsk, &heap) != CONCCL_OK || !heap) return *out = last(), 5;
     conccl_heap_info info;
@@ -181,7 +168,6 @@ TEST(CApiHeap, SameSequenceSameOffsetsOnEveryRank) {
     *out = offsets;
     return 0;
   });
-  expect_ranks_ok(res);
   ASSERT_EQ(res.size(), 2u);
   EXPECT_GT(res[0].out.size(), 400u) << res[0].out;
   EXPECT_EQ(res[0].out, res[1].out) << "the ranks' offsets differ";
@@ -192,15 +178,10 @@ TEST(CApiHeap, SameSequenceSameOffsetsOnEveryRank) {
 // checked, no bootstrap message per call. The structs are sub-ranges the
 // device's checks accept, and conccl_buffer_free refuses them.
 TEST(CApiHeap, HeapBuffersGoThroughTheWindow) {
-  conccl_unique_id id;
-  ASSERT_EQ(conccl_get_unique_id(&id), CONCCL_OK);
   constexpr int n = 2, kRounds = 10;
   constexpr size_t chunk = 24576 + 40;
   auto data = [](int r, int round) { return capitest::rank_data(chunk * n, 9000, r, round); };
-  std::vector<conccl::mptest::RankOutcome> res = conccl::mptest::fork_ranks({0, 1}, [&](int r, std::string* out) {
-    conccl_device_t d = nullptr;
-    conccl_comm_t comm = nullptr;
-    if (int rc = open_heap_rank(r, n, id, &d, &comm, out)) return rc;
+  capitest::run_ranks(n, kRankTimeoutMs, [&](int r, conccl_device_t d, conccl_comm_t comm, std::string* out) {
     conccl_heap_t heap = nullptr;
     if (conccl_heap_create(comm, 1u << 20, &heap) != CONCCL_OK) return *out = last(), 5;
     if (conccl_heap_make_current(heap) != CONCCL_OK) return *out = last(), 6;
@@ -270,19 +251,13 @@ TEST(CApiHeap, HeapBuffersGoThroughTheWindow) {
     conccl_device_close(d);
     return 0;
   });
-  expect_ranks_ok(res);
 }
 
 // Misuse, on 2 ranks: every refusal names the C function and says what is
 // wrong, and the communicator and the heap stay usable after it.
 TEST(CApiHeap, Misuse) {
-  conccl_unique_id id;
-  ASSERT_EQ(conccl_get_unique_id(&id), CONCCL_OK);
   constexpr int n = 2;
-  std::vector<conccl::mptest::RankOutcome> res = conccl::mptest::fork_ranks({0, 1}, [&](int r, std::string* out) {
-    conccl_device_t d = nullptr;
-    conccl_comm_t comm = nullptr;
-    if (int rc = open_heap_rank(r, n, id, &d, &comm, out)) return rc;
+  capitest::run_ranks(n, kRankTimeoutMs, [&](int r, conccl_device_t d, conccl_comm_t comm, std::string* out) {
     conccl_heap_t heap = reinterpret_cast<conccl_heap_t>(uintptr_t(1));
     // Refused before any exchange, on every rank alike.
     if (!refused(conccl_heap_create(comm, 4096, nullptr), CONCCL_ERR_INVALID_ARGUMENT, "conccl_heap_create", "NULL",
@@ -400,18 +375,12 @@ TEST(CApiHeap, Misuse) {
     conccl_device_close(d);
     return 0;
   });
-  expect_ranks_ok(res);
 }
 
 // A device closed under a live heap frees its memory; the heap's calls then
 // say so, and conccl_heap_destroy still works.
 TEST(CApiHeap, DeviceClosedFirst) {
-  conccl_unique_id id;
-  ASSERT_EQ(conccl_get_unique_id(&id), CONCCL_OK);
-  std::vector<conccl::mptest::RankOutcome> res = conccl::mptest::fork_ranks({0, 1}, [&](int r, std::string* out) {
-    conccl_device_t d = nullptr;
-    conccl_comm_t comm = nullptr;
-    if (int rc = open_heap_rank(r, 2, id, &d, &comm, out)) return rc;
+  capitest::run_ranks(2, kRankTimeoutMs, [&](int, conccl_device_t d, conccl_comm_t comm, std::string* out) {
     conccl_heap_t heap = nullptr;
     if (conccl_heap_create(comm, 16384, &heap) != CONCCL_OK) return *out = last(), 5;
     uint64_t p = 0;
@@ -424,7 +393,6 @@ TEST(CApiHeap, DeviceClosedFirst) {
     if (conccl_heap_destroy(heap) != CONCCL_OK) return *out = last(), 9;
     return 0;
   });
-  expect_ranks_ok(res);
 }
 
 // A communicator of every rank in one process has no heap.

@@ -46,14 +46,7 @@ conccl_status run_call(Call c, const conccl_buffer* send, const conccl_buffer* r
   return conccl_reduce(send, recv, count, c_type(t), c_op(op), root, comm, stream);
 }
 
-// The sub-range [offset, offset + bytes) of an allocation, as the C API takes it.
-conccl_buffer sub(const conccl_buffer& b, size_t offset, size_t bytes) {
-  conccl_buffer s = b;
-  s.va += offset;
-  if (b.host) s.host = static_cast<uint8_t*>(b.host) + offset;
-  s.size = bytes;
-  return s;
-}
+using capitest::sub;
 
 // Every rank in one process: 4 ranks on GPUs 0..3 of the emulated MI300X.
 struct OneProcess {
@@ -61,10 +54,7 @@ struct OneProcess {
   conccl_device_t d = nullptr;
   conccl_comm_t comm = nullptr;
   OneProcess() {
-    conccl_device_options o;
-    conccl_device_options_init(&o);
-    o.settings = "preset=mi300x";
-    EXPECT_EQ(conccl_device_open(&o, &d), CONCCL_OK) << last();
+    d = capitest::open_emu();
     const int gpus[n] = {0, 1, 2, 3};
     EXPECT_EQ(conccl_comm_create(d, gpus, n, nullptr, &comm), CONCCL_OK) << last();
   }
@@ -237,24 +227,12 @@ TEST(CApiReductions, ArgumentErrorsNameTheFunctionAndTheFix) {
           "conccl_reduce", "comm");
 }
 
-// Rank r of n in a forked process (c_api_ranks.hpp), its communicator's
-// calls' deadline 30 s.
-int open_rank(int r, int n, const conccl_unique_id& id, conccl_device_t* d, conccl_comm_t* comm, std::string* out) {
-  return capitest::open_rank(r, n, id, d, comm, out, 30000);
-}
-
-// One process per rank: this rank's buffers alone. Each rank makes every
-// rank's inputs from their seeds, so it checks its own result against the
-// reference over all of them.
+// One process per rank (c_api_ranks.hpp; the communicator's calls' deadline
+// 30 s): this rank's buffers alone. Each rank makes every rank's inputs from
+// their seeds, so it checks its own result against the reference over all
+// of them.
 void per_process(int n) {
-  conccl_unique_id id;
-  ASSERT_EQ(conccl_get_unique_id(&id), CONCCL_OK);
-  std::vector<int> ranks;
-  for (int r = 0; r < n; ++r) ranks.push_back(r);
-  std::vector<conccl::mptest::RankOutcome> res = conccl::mptest::fork_ranks(ranks, [&](int r, std::string* out) {
-    conccl_device_t d = nullptr;
-    conccl_comm_t comm = nullptr;
-    if (int rc = open_rank(r, n, id, &d, &comm, out)) return rc;
+  capitest::run_ranks(n, 30000, [&](int r, conccl_device_t d, conccl_comm_t comm, std::string* out) {
     constexpr size_t kMax = (64 << 10) + 5;  // float32: past the two-step all-reduce's 256 KiB
     conccl_buffer send_mem, recv_mem;
     if (conccl_buffer_alloc(d, r, kMax * n * 8, CONCCL_MEM_DEVICE, &send_mem) != CONCCL_OK ||
@@ -329,7 +307,6 @@ void per_process(int n) {
     conccl_device_close(d);
     return 0;
   });
-  for (int r = 0; r < n; ++r) EXPECT_EQ(res[size_t(r)].exit_code, 0) << "rank " << r << ": " << res[size_t(r)].out;
 }
 
 TEST(CApiReductions, OneProcessPerRankTwoRanks) { per_process(2); }
