@@ -48,6 +48,12 @@ Slot g_slots[kSlots];
 std::mutex g_mu;
 int g_init_refs = 0, g_init_calls = 0, g_shut_down_calls = 0, g_blocked_waits = 0;
 
+// A counter read under the lock.
+int locked(const int& counter) {
+  std::lock_guard<std::mutex> lock(g_mu);
+  return counter;
+}
+
 int64_t load(const SignalShape* s) {
   return std::atomic_ref<int64_t>(const_cast<SignalShape*>(s)->value).load(std::memory_order_acquire);
 }
@@ -156,26 +162,11 @@ int fake_hsa_live_signals() {
   return n;
 }
 
-int fake_hsa_init_refs() {
-  std::lock_guard<std::mutex> lock(g_mu);
-  return g_init_refs;
-}
-
-int fake_hsa_init_calls() {
-  std::lock_guard<std::mutex> lock(g_mu);
-  return g_init_calls;
-}
-
-int fake_hsa_shut_down_calls() {
-  std::lock_guard<std::mutex> lock(g_mu);
-  return g_shut_down_calls;
-}
-
+int fake_hsa_init_refs() { return locked(g_init_refs); }
+int fake_hsa_init_calls() { return locked(g_init_calls); }
+int fake_hsa_shut_down_calls() { return locked(g_shut_down_calls); }
 // Waits that found the condition false and slept at least once.
-int fake_hsa_blocked_waits() {
-  std::lock_guard<std::mutex> lock(g_mu);
-  return g_blocked_waits;
-}
+int fake_hsa_blocked_waits() { return locked(g_blocked_waits); }
 
 // What the mailbox of the signal with this event id holds (live) or held
 // when it was destroyed; ~0 (unsignaled) if never written.

@@ -129,25 +129,24 @@ struct Queue {
     return mapped_locked(w, addr, bytes, static_cast<HSAuint32>(node));
   }
 
+  // One more packet of a kind the stats count; 1 (done).
+  static int count(int Stats::*counter) {
+    World& w = world();
+    std::lock_guard<std::mutex> lock(w.mu);
+    ++(w.st.*counter);
+    return 1;
+  }
+
   // 1: done, 0: blocked, -1: halted.
   int execute(const conccl::sdma::Packet& p) {
     using conccl::sdma::Key;
     using conccl::sdma::Pkt;
     switch (p.pkt) {
       case Pkt::nop: return 1;
-      case Pkt::poll_reg: {
+      case Pkt::poll_reg:
         if (p.get(Key::req) != 0x80000000u) return halt(0xDEAD0000), -1;  // only the firmware HDP flush
-        World& w = world();
-        std::lock_guard<std::mutex> lock(w.mu);
-        ++w.st.hdp_flushes;
-        return 1;
-      }
-      case Pkt::gcr_user: {
-        World& w = world();
-        std::lock_guard<std::mutex> lock(w.mu);
-        ++w.st.gcr_ops;
-        return 1;
-      }
+        return count(&Stats::hdp_flushes);
+      case Pkt::gcr_user: return count(&Stats::gcr_ops);
       case Pkt::copy: {
         const uint64_t src = p.get(Key::src), dst = p.get(Key::dst), n = p.get(Key::bytes);
         if (!ok(src, n)) return halt(src), -1;
@@ -200,10 +199,7 @@ struct Queue {
         if (!ok(a, 8)) return halt(a), -1;
         std::atomic_ref<uint64_t>(*reinterpret_cast<uint64_t*>(a))
             .fetch_add(p.get(Key::value), std::memory_order_acq_rel);  // two's complement: negative adds too
-        World& w = world();
-        std::lock_guard<std::mutex> lock(w.mu);
-        ++w.st.atomics;
-        return 1;
+        return count(&Stats::atomics);
       }
       case Pkt::trap: {
         // KFD: the interrupt carries the context; the event of that id wakes

@@ -26,61 +26,29 @@
 #include "conccl/queue.hpp"
 #include "fixture_topologies.hpp"
 #include "fake_hsakmt.hpp"
+#include "fake_kfd_fixture.hpp"
 #include "fake_share_sys.hpp"
 
+namespace conccl {
 namespace {
 
 namespace fs = std::filesystem;
-using conccl::Buffer;
-using conccl::Code;
-using conccl::CommandBuffer;
-using conccl::Deadline;
-using conccl::MemKind;
-using conccl::Queue;
-using conccl::kfd::MemUse;
-
-bool contains(const std::string& s, const std::string& n) { return s.find(n) != std::string::npos; }
+using fakekmt::contains;
+using fakekmt::note_with;
+using kfd::MemUse;
 
 constexpr uint32_t kHsaQueueSdma = 2, kHsaQueueSdmaXgmi = 5;
 
-class KfdFake : public ::testing::Test {
+class KfdFake : public fakekmt::FakeKfdTest {
  protected:
-  void SetUp() override {
-    // Render nodes that open (the fixture's renderD128..184), in a temp dir.
-    dri_ = fs::temp_directory_path() / ("conccl_fake_dri_" + std::to_string(::getpid()));
-    fs::create_directories(dri_);
-    for (int i = 0; i < 8; ++i) {
-      std::FILE* f = std::fopen((dri_ / ("renderD" + std::to_string(128 + 8 * i))).c_str(), "w");
-      ASSERT_NE(f, nullptr);
-      std::fclose(f);
-    }
-    fakekmt::reset(fakekmt::mi300x());
-  }
-  void TearDown() override {
-    fs::remove_all(dri_);
-    // Everything the backend took, it gave back.
-    const fakekmt::Stats s = fakekmt::stats();
-    EXPECT_EQ(s.open_count, 0);
-    EXPECT_EQ(s.live_queues, 0);
-    EXPECT_EQ(s.live_events, 0);
-    EXPECT_EQ(s.live_allocations, 0);
-  }
+  KfdFake() : FakeKfdTest("conccl_fake_dri_") {}
 
   conccl::kfd::Options options() const {
-    conccl::kfd::Options o;
     // The fake process loads no HIP: the one configuration where ConCCL's KFD
     // events (TRAP wake-ups, fault reports) are safe, opted into explicitly.
-    o.trap_wakeups = conccl::kfd::Options::Trap::on;
-    o.sysfs_root = std::string(KFD_FIXTURES) + "/mi300x_spx/topology";
-    o.device_path = "/dev/null";
-    o.dri_dir = dri_.string();
-    return o;
+    return fixture_options(conccl::kfd::Options::Trap::on);
   }
-  std::unique_ptr<conccl::kfd::KfdDevice> open() {
-    conccl::Result<std::unique_ptr<conccl::kfd::KfdDevice>> d = conccl::kfd::open(options());
-    EXPECT_TRUE(d.ok()) << d.status().to_string();
-    return d.ok() ? std::move(d).value() : nullptr;
-  }
+  std::unique_ptr<conccl::kfd::KfdDevice> open() { return open_device(options()); }
 
   // FENCE + wake-up, submit, sleep on the TRAP event until the fence lands.
   static conccl::Status run(Queue& q, CommandBuffer& cb, const Buffer& sig, uint32_t seq) {
@@ -97,8 +65,6 @@ class KfdFake : public ::testing::Test {
     }
     return conccl::Status();
   }
-
-  fs::path dri_;
 };
 
 TEST_F(KfdFake, OpenReportsTheQueueModeAndWhy) {
@@ -524,10 +490,6 @@ TEST_F(KfdFake, ImportOfMemoryFromElsewhere) {
   ASSERT_EQ(hsaKmtFreeMemory(p, 8192), HSAKMT_STATUS_SUCCESS);
 }
 
-}  // namespace
-
-namespace {
-
 // Issue #14, defects 2 and 5 on the KFD path: every submission carries ROCr's
 // firmware HDP flush (MI300X reaches the CPU over PCIe) and ends with the
 // queue's sequence FENCE into its own completion page; wait_done returns on
@@ -562,10 +524,6 @@ TEST_F(KfdFake, EverySubmissionIsFramedAndCompletesByItsFence) {
   q->reset();
 }
 
-}  // namespace
-
-namespace {
-
 // Issue #31, item 1: by default (no HIP loaded yet, no opt-in) opening a device
 // and running a queue create no KFD event of any type, so KFD's one events page
 // is left to a HIP that initialises later; the topology notes say so and how to
@@ -578,9 +536,8 @@ TEST_F(KfdFake, ByDefaultNoKfdEventIsCreated) {
   conccl::Result<std::unique_ptr<conccl::kfd::KfdDevice>> d = conccl::kfd::open(o);
   ASSERT_TRUE(d.ok()) << d.status().to_string();
   auto& dev = *d;
-  bool noted = false;
-  for (const std::string& n : dev->topology().notes) noted = noted || contains(n, "no KFD event is created");
-  EXPECT_TRUE(noted) << "the topology notes must say that no KFD event is made, and how to opt in";
+  EXPECT_NE(note_with(dev->topology(), "no KFD event is created"), "")
+      << "the topology notes must say that no KFD event is made, and how to opt in";
   auto q = dev->create_queue(0, 0, conccl::QueueOptions{});
   ASSERT_TRUE(q.ok()) << q.status().to_string();
   EXPECT_EQ((*q)->wake_event(), nullptr);
@@ -614,9 +571,7 @@ TEST_F(KfdFake, WithoutEventsFaultsComeThroughSmiEventFiles) {
   auto& dev = *d;
   ASSERT_EQ(smi->opened.size(), 8u) << "one event file per GPU";
   for (uint32_t id : smi->opened) EXPECT_EQ(smi->mask_written(id), 0x5u) << "VMFAULT and GPU_PRE_RESET";
-  bool noted = false;
-  for (const std::string& n : dev->topology().notes) noted = noted || contains(n, "SMI event files");
-  EXPECT_TRUE(noted);
+  EXPECT_NE(note_with(dev->topology(), "SMI event files"), "");
   auto q = std::move(dev->create_queue(4, 0, conccl::QueueOptions{4096})).value();
   Buffer dst = *dev->alloc(-1, 4096, MemKind::host);
   CommandBuffer cb = q->command_buffer();
@@ -647,9 +602,8 @@ TEST_F(KfdFake, EventsPageOfAnotherThunkTurnsTrapWakeupsOff) {
   fakekmt::reset(c);
   auto dev = open();
   ASSERT_NE(dev, nullptr);
-  bool noted = false;
-  for (const std::string& n : dev->topology().notes) noted = noted || contains(n, "TRAP wake-ups off");
-  EXPECT_TRUE(noted) << "the topology notes must say that TRAP wake-ups are off and why";
+  EXPECT_NE(note_with(dev->topology(), "TRAP wake-ups off"), "")
+      << "the topology notes must say that TRAP wake-ups are off and why";
   const conccl::kfd::KfdInternals* in = conccl::kfd::internals(*dev);
   ASSERT_NE(in, nullptr);
   EXPECT_FALSE(in->trap_wakeups());
@@ -674,10 +628,6 @@ TEST_F(KfdFake, EventsPageOfAnotherThunkTurnsTrapWakeupsOff) {
   q->reset();
 }
 
-}  // namespace
-
-namespace {
-
 // Issue #14, defect 4: KFD marks a CPU link without PCIe AtomicOps
 // NO_ATOMICS_64 (io_link flags bit 3). That GPU's queues must refuse SDMA
 // ATOMICs (they would not be atomic on host memory) and say why; FENCE-based
@@ -689,9 +639,7 @@ TEST_F(KfdFake, CpuLinkWithoutAtomicsRefusesAtomics) {
   o.sysfs_root = root.string();
   auto d = conccl::kfd::open(o);
   ASSERT_TRUE(d.ok()) << d.status().to_string();
-  bool noted = false;
-  for (const std::string& n : (*d)->topology().notes) noted = noted || contains(n, "NO_ATOMICS_64");
-  EXPECT_TRUE(noted);
+  EXPECT_NE(note_with((*d)->topology(), "NO_ATOMICS_64"), "");
   auto q = (*d)->create_queue(0, 0, conccl::QueueOptions{});
   ASSERT_TRUE(q.ok()) << q.status().to_string();
   EXPECT_FALSE((*q)->caps().atomic64);
@@ -733,9 +681,7 @@ TEST_F(KfdFake, ProcessSlotAllocatesShareableMemoryInItsWindow) {
   EXPECT_EQ(dev.process_slot(), 2);
   const conccl::kfd::Window w = *conccl::kfd::slot_window(2);
   const conccl::kfd::KfdTopology& topo = conccl::kfd::internals(dev)->kfd_topology();
-  bool noted = false;
-  for (const std::string& n : dev.topology().notes) noted = noted || contains(n, "process_slot 2: buffers are shareable");
-  EXPECT_TRUE(noted);
+  EXPECT_NE(note_with(dev.topology(), "process_slot 2: buffers are shareable"), "");
 
   // Host memory: GTT on GPU 0's render node, mapped to every GPU; not the thunk's.
   sys->clear();
@@ -854,3 +800,4 @@ TEST_F(KfdFake, SharingNeedsASlotAndLibdrm) {
 }
 
 }  // namespace
+}  // namespace conccl

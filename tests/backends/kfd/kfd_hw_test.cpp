@@ -19,15 +19,8 @@
 #include "backends/kfd/kfd_policy.hpp"
 #include "conccl/queue.hpp"
 
+namespace conccl {
 namespace {
-
-using conccl::Buffer;
-using conccl::Code;
-using conccl::CommandBuffer;
-using conccl::Deadline;
-using conccl::MemKind;
-using conccl::Queue;
-using conccl::Status;
 
 constexpr size_t kRing = 64 * 1024;
 
@@ -88,6 +81,13 @@ class KfdHw : public ::testing::Test {
     return Status();
   }
 
+  // One SDMA copy on `q`, run to its end (run()).
+  Status copy(Queue& q, uint64_t dst_va, uint64_t src_va, size_t bytes) {
+    CommandBuffer cb = q.command_buffer();
+    CONCCL_RETURN_IF_ERROR(cb.copy(dst_va, src_va, bytes));
+    return run(q, cb);
+  }
+
   static std::vector<uint8_t> pattern(size_t n, uint32_t seed) {
     std::mt19937 rng(seed);
     std::vector<uint8_t> v(n);
@@ -104,9 +104,7 @@ class KfdHw : public ::testing::Test {
     }
     Buffer stage = alloc(-1, data.size(), MemKind::host);
     std::memcpy(stage.host, data.data(), data.size());
-    CommandBuffer cb = q.command_buffer();
-    Status st = cb.copy(dst.va, stage.va, data.size());
-    if (st.ok()) st = run(q, cb);
+    Status st = copy(q, dst.va, stage.va, data.size());
     (void)dev_->free(stage);
     return st;
   }
@@ -116,9 +114,7 @@ class KfdHw : public ::testing::Test {
       return Status();
     }
     Buffer stage = alloc(-1, out.size(), MemKind::host);
-    CommandBuffer cb = q.command_buffer();
-    Status st = cb.copy(stage.va, src.va, out.size());
-    if (st.ok()) st = run(q, cb);
+    Status st = copy(q, stage.va, src.va, out.size());
     if (st.ok()) std::memcpy(out.data(), stage.host, out.size());
     (void)dev_->free(stage);
     return st;
@@ -184,9 +180,7 @@ TEST_F(KfdHw, CopyOnEveryEngineToEveryPeer) {
         SCOPED_TRACE("host -> gpu " + std::to_string(s.index) + " on engine " + std::to_string(e.id));
         const std::vector<uint8_t> want = pattern(kBytes, seed++);
         std::memcpy(host.host, want.data(), kBytes);
-        CommandBuffer cb = q->command_buffer();
-        ASSERT_TRUE(cb.copy(src.va, host.va, kBytes).ok());
-        Status st = run(*q, cb);
+        Status st = copy(*q, src.va, host.va, kBytes);
         ASSERT_TRUE(st.ok()) << st.to_string();
         std::vector<uint8_t> got(kBytes);
         ASSERT_TRUE(get(*q, src, got).ok());
@@ -201,9 +195,7 @@ TEST_F(KfdHw, CopyOnEveryEngineToEveryPeer) {
         const std::vector<uint8_t> want = pattern(kBytes, seed++);
         ASSERT_TRUE(put(*q, src, want).ok());
         Buffer dst = alloc(d, kBytes, MemKind::device);
-        CommandBuffer cb = q->command_buffer();
-        ASSERT_TRUE(cb.copy(dst.va, src.va, kBytes).ok());
-        Status st = run(*q, cb);
+        Status st = copy(*q, dst.va, src.va, kBytes);
         ASSERT_TRUE(st.ok()) << st.to_string();
         std::vector<uint8_t> got(kBytes);
         ASSERT_TRUE(get(*q, dst, got).ok());
@@ -216,9 +208,7 @@ TEST_F(KfdHw, CopyOnEveryEngineToEveryPeer) {
         const std::vector<uint8_t> want = pattern(kBytes, seed++);
         ASSERT_TRUE(put(*q, src, want).ok());
         std::memset(host.host, 0, kBytes);
-        CommandBuffer cb = q->command_buffer();
-        ASSERT_TRUE(cb.copy(host.va, src.va, kBytes).ok());
-        Status st = run(*q, cb);
+        Status st = copy(*q, host.va, src.va, kBytes);
         ASSERT_TRUE(st.ok()) << st.to_string();
         ASSERT_EQ(std::memcmp(host.host, want.data(), kBytes), 0);
       }
@@ -269,9 +259,7 @@ TEST_F(KfdHw, RegisteredAndImportedMemory) {
   Buffer vram = alloc(0, kBytes, MemKind::device);
   const std::vector<uint8_t> want = pattern(kBytes, 99);
   ASSERT_TRUE(put(*q, vram, want).ok());
-  CommandBuffer cb = q->command_buffer();
-  ASSERT_TRUE(cb.copy(reg->va, vram.va, kBytes).ok());
-  Status st = run(*q, cb);
+  Status st = copy(*q, reg->va, vram.va, kBytes);
   ASSERT_TRUE(st.ok()) << st.to_string();
   EXPECT_EQ(std::memcmp(p, want.data(), kBytes), 0);
   ASSERT_TRUE(dev_->free(*reg).ok());
@@ -330,3 +318,4 @@ TEST_F(KfdHw, OutOfQueuesIsResourceExhausted) {
 }
 
 }  // namespace
+}  // namespace conccl

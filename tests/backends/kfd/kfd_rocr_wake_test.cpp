@@ -30,6 +30,7 @@
 #include "conccl/sdma_packets.hpp"
 #include "fixture_topologies.hpp"
 #include "fake_hsakmt.hpp"
+#include "fake_kfd_fixture.hpp"
 #include "packets/sdma_codec.hpp"
 
 #if __has_include(<hsa/hsa.h>) && __has_include(<hsa/amd_hsa_signal.h>)
@@ -51,23 +52,12 @@ static_assert(hsaabi::kMailboxOffset == offsetof(amd_signal_t, event_mailbox_ptr
 static_assert(hsaabi::kEventIdOffset == offsetof(amd_signal_t, event_id));
 #endif
 
+namespace conccl {
 namespace {
 
 namespace fs = std::filesystem;
-using conccl::Buffer;
-using conccl::Code;
-using conccl::CommandBuffer;
-using conccl::Deadline;
-using conccl::MemKind;
-using conccl::Queue;
-
-bool contains(const std::string& s, const std::string& n) { return s.find(n) != std::string::npos; }
-
-std::string note_with(const conccl::Topology& t, const std::string& text) {
-  for (const std::string& n : t.notes)
-    if (contains(n, text)) return n;
-  return "";
-}
+using fakekmt::contains;
+using fakekmt::note_with;
 
 // The fake hsa-runtime's test hooks, found with dlsym.
 struct FakeRocr {
@@ -105,29 +95,19 @@ struct FakeRocr {
   }
 };
 
-class KfdRocrWake : public ::testing::Test {
+class KfdRocrWake : public fakekmt::FakeKfdTest {
  protected:
+  KfdRocrWake() : FakeKfdTest("conccl_rocr_dri_") {}
+
   void SetUp() override {
-    dri_ = fs::temp_directory_path() / ("conccl_rocr_dri_" + std::to_string(::getpid()));
-    fs::create_directories(dri_);
-    for (int i = 0; i < 8; ++i) {
-      std::FILE* f = std::fopen((dri_ / ("renderD" + std::to_string(128 + 8 * i))).c_str(), "w");
-      ASSERT_NE(f, nullptr);
-      std::fclose(f);
-    }
-    fakekmt::reset(fakekmt::mi300x());
+    FakeKfdTest::SetUp();
     ::unsetenv("CONCCL_KFD_TRAP");
     ::unsetenv("CONCCL_KFD_ROCR_WAKE");
   }
   void TearDown() override {
     ::unsetenv("CONCCL_KFD_ROCR_WAKE");
-    fs::remove_all(dri_);
-    const fakekmt::Stats s = fakekmt::stats();
-    EXPECT_EQ(s.open_count, 0);
-    EXPECT_EQ(s.live_queues, 0);
-    EXPECT_EQ(s.live_events, 0);
-    EXPECT_EQ(s.live_allocations, 0);
-    EXPECT_EQ(s.events_created, 0) << "no KFD event of any type: KFD's one events page is ROCr's";
+    FakeKfdTest::TearDown();
+    EXPECT_EQ(fakekmt::stats().events_created, 0) << "no KFD event of any type: KFD's one events page is ROCr's";
     if (rocr_.h) {
       EXPECT_EQ(rocr_.live_signals(), 0) << "every ROCr signal destroyed";
       EXPECT_EQ(rocr_.init_refs(), 0) << "every hsa_init paired with one hsa_shut_down";
@@ -139,18 +119,13 @@ class KfdRocrWake : public ::testing::Test {
     }
   }
 
-  conccl::kfd::Options options() const {
-    conccl::kfd::Options o;
-    o.trap_wakeups = conccl::kfd::Options::Trap::auto_;
-    o.sysfs_root = std::string(KFD_FIXTURES) + "/mi300x_spx/topology";
-    o.device_path = "/dev/null";
-    o.dri_dir = dri_.string();
-    return o;
-  }
-  std::unique_ptr<conccl::kfd::KfdDevice> open(const conccl::kfd::Options& o) {
-    conccl::Result<std::unique_ptr<conccl::kfd::KfdDevice>> d = conccl::kfd::open(o);
-    EXPECT_TRUE(d.ok()) << d.status().to_string();
-    return d.ok() ? std::move(d).value() : nullptr;
+  conccl::kfd::Options options() const { return fixture_options(conccl::kfd::Options::Trap::auto_); }
+  // The fake hsa-runtime at `path` loaded (rocr_), then the device opened;
+  // nullptr (and a failure) if either fails.
+  std::unique_ptr<conccl::kfd::KfdDevice> open_beside_rocr(const char* path) {
+    rocr_.load(path);
+    if (HasFatalFailure()) return nullptr;
+    return open_device(options());
   }
 
   // A copy through the queue, with or without a recorded wake, waited for
@@ -173,7 +148,6 @@ class KfdRocrWake : public ::testing::Test {
     EXPECT_TRUE(dev.free(dst).ok());
   }
 
-  fs::path dri_;
   FakeRocr rocr_;
 };
 
@@ -215,8 +189,7 @@ TEST_F(KfdRocrWake, WakePacketsAddThenFenceTheMailboxThenTrap) {
 }
 
 TEST_F(KfdRocrWake, HostWaitsSleepOnRocrSignalsWhereHsaRuntimeHasItsOwnThunk) {
-  ASSERT_NO_FATAL_FAILURE(rocr_.load(FAKE_HSA_RUNTIME));
-  auto dev = open(options());
+  auto dev = open_beside_rocr(FAKE_HSA_RUNTIME);
   ASSERT_NE(dev, nullptr);
   EXPECT_FALSE(conccl::kfd::internals(*dev)->trap_wakeups()) << "ROCr has its own thunk: no KFD events of ours";
   EXPECT_NE(note_with(dev->topology(), "libhsa-runtime64 in this process carries its own libhsakmt"), "");
@@ -288,8 +261,7 @@ TEST_F(KfdRocrWake, HostWaitsSleepOnRocrSignalsWhereHsaRuntimeHasItsOwnThunk) {
 // A wake recorded but never submitted to this queue must not make every
 // later wait sleep for it: once the engine is idle it is forgotten.
 TEST_F(KfdRocrWake, AWakeNeverSubmittedIsForgotten) {
-  ASSERT_NO_FATAL_FAILURE(rocr_.load(FAKE_HSA_RUNTIME));
-  auto dev = open(options());
+  auto dev = open_beside_rocr(FAKE_HSA_RUNTIME);
   ASSERT_NE(dev, nullptr);
   auto q = std::move(dev->create_queue(1, 0, conccl::QueueOptions{1 << 16})).value();
   ASSERT_NE(q->wake_event(), nullptr);
@@ -310,8 +282,7 @@ TEST_F(KfdRocrWake, AWakeNeverSubmittedIsForgotten) {
 // The queues hold ROCr initialised after the device is gone, and the last
 // signal's destruction lets hsa_shut_down run.
 TEST_F(KfdRocrWake, QueuesOutlivingTheDeviceKeepRocrInitialised) {
-  ASSERT_NO_FATAL_FAILURE(rocr_.load(FAKE_HSA_RUNTIME));
-  auto dev = open(options());
+  auto dev = open_beside_rocr(FAKE_HSA_RUNTIME);
   ASSERT_NE(dev, nullptr);
   auto q0 = std::move(dev->create_queue(0, 0, conccl::QueueOptions{4096})).value();
   auto q1 = std::move(dev->create_queue(2, 3, conccl::QueueOptions{4096})).value();
@@ -330,9 +301,8 @@ TEST_F(KfdRocrWake, QueuesOutlivingTheDeviceKeepRocrInitialised) {
 }
 
 TEST_F(KfdRocrWake, EnvironmentTurnsItOff) {
-  ASSERT_NO_FATAL_FAILURE(rocr_.load(FAKE_HSA_RUNTIME));
   ::setenv("CONCCL_KFD_ROCR_WAKE", "0", 1);
-  auto dev = open(options());
+  auto dev = open_beside_rocr(FAKE_HSA_RUNTIME);
   ASSERT_NE(dev, nullptr);
   EXPECT_NE(note_with(dev->topology(), "host waits poll with naps: waking through ROCr interrupt signals is off "
                                        "(CONCCL_KFD_ROCR_WAKE=0)"),
@@ -351,8 +321,7 @@ TEST_F(KfdRocrWake, EnvironmentTurnsItOff) {
 }
 
 TEST_F(KfdRocrWake, AMissingEntryPointMeansPollingWithANoteNamingIt) {
-  ASSERT_NO_FATAL_FAILURE(rocr_.load(FAKE_HSA_RUNTIME_WITHOUT_WAIT));
-  auto dev = open(options());
+  auto dev = open_beside_rocr(FAKE_HSA_RUNTIME_WITHOUT_WAIT);
   ASSERT_NE(dev, nullptr);
   const std::string n = note_with(dev->topology(), "host waits poll with naps");
   EXPECT_TRUE(contains(n, "lacks hsa_signal_wait_scacquire")) << n;
@@ -366,7 +335,7 @@ TEST_F(KfdRocrWake, AMissingEntryPointMeansPollingWithANoteNamingIt) {
 }
 
 TEST_F(KfdRocrWake, WithoutHsaRuntimeWaitsPollAndSayWhy) {
-  auto dev = open(options());
+  auto dev = open_device(options());
   ASSERT_NE(dev, nullptr);
   EXPECT_NE(note_with(dev->topology(), "host waits poll with naps: no libhsa-runtime64 in the process"), "");
   auto q = std::move(dev->create_queue(0, 0, conccl::QueueOptions{})).value();
@@ -383,7 +352,7 @@ TEST_F(KfdRocrWake, GpusWithoutHostAtomicsPoll) {
   ASSERT_NO_FATAL_FAILURE(rocr_.load(FAKE_HSA_RUNTIME));
   conccl::kfd::Options o = options();
   o.sysfs_root = root.string();
-  auto dev = open(o);
+  auto dev = open_device(o);
   ASSERT_NE(dev, nullptr);
   const std::string n = note_with(dev->topology(), "host waits sleep on ROCr interrupt signals");
   EXPECT_TRUE(contains(n, "gpu 0 polls with naps instead: its CPU link lacks 64-bit atomics (NO_ATOMICS_64)")) << n;
@@ -400,3 +369,4 @@ TEST_F(KfdRocrWake, GpusWithoutHostAtomicsPoll) {
 }
 
 }  // namespace
+}  // namespace conccl
