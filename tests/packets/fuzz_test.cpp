@@ -112,17 +112,6 @@ struct Stats {
   std::map<std::string, size_t> refused_by;  // "fence addr" -> count
 };
 
-uint64_t bytes_cap(Pkt p, Gen g) {
-  switch (p) {
-    case Pkt::copy:
-    case Pkt::copy_bcst:
-    case Pkt::swap: return limits(g).max_copy_bytes;
-    case Pkt::fill:
-    case Pkt::fill8: return limits(g).max_fill_bytes;
-    default: return ~0ull;
-  }
-}
-
 // The key whose decoded value the encoder must refuse (alignment or the
 // generation's bytes cap), or Key::none when the packet must re-encode.
 Key refused_key(Gen g, const Packet& p) {
@@ -130,7 +119,7 @@ Key refused_key(Gen g, const Packet& p) {
   for (const FieldValue& f : p.fields) {
     const FieldRow& row = *l.by_key[static_cast<int>(f.key)];
     if (row.align > 1 && f.value % row.align != 0) return f.key;
-    if (f.key == Key::bytes && f.value > bytes_cap(p.pkt, g)) return f.key;
+    if (f.key == Key::bytes && f.value > test::bytes_limit(p.pkt, g)) return f.key;
   }
   return Key::none;
 }
@@ -268,12 +257,7 @@ TEST_P(Fuzz, EveryPrefixIsTruncated) {
   }
 }
 
-INSTANTIATE_TEST_SUITE_P(AllGenerations, Fuzz, ::testing::ValuesIn(kAllGens),
-                         [](const ::testing::TestParamInfo<Gen>& info) {
-                           std::string n = "sdma" + std::string(gen_name(info.param));
-                           std::replace(n.begin(), n.end(), '.', '_');
-                           return n;
-                         });
+INSTANTIATE_TEST_SUITE_P(AllGenerations, Fuzz, ::testing::ValuesIn(kAllGens), test::gen_param_name);
 
 }  // namespace
 }  // namespace conccl::sdma

@@ -3,6 +3,7 @@
 
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cstdint>
 #include <string>
 #include <string_view>
@@ -23,7 +24,26 @@ inline Gen gen_of(std::string_view name) {
 
 inline std::string gen_str(Gen g) { return std::string(gen_name(g)); }
 
+// The name of a test parameterized by generation: "sdma4_4_2" for 4.4.2.
+inline std::string gen_param_name(const ::testing::TestParamInfo<Gen>& info) {
+  std::string n = "sdma" + gen_str(info.param);
+  std::replace(n.begin(), n.end(), '.', '_');
+  return n;
+}
+
 inline std::string hex_dwords(const std::vector<uint32_t>& v) { return format_dwords(v); }
+
+// The largest `bytes` a packet accepts on a generation (limits stricter than the field).
+inline uint64_t bytes_limit(Pkt p, Gen g) {
+  switch (p) {
+    case Pkt::copy:
+    case Pkt::copy_bcst:
+    case Pkt::swap: return limits(g).max_copy_bytes;
+    case Pkt::fill:
+    case Pkt::fill8: return limits(g).max_fill_bytes;
+    default: return ~0ull;
+  }
+}
 
 // The value a field decodes to when it was not given (all bits zero).
 inline uint64_t unset_value(const FieldRow& row) { return row.enc == Enc::minus_one ? 1 : 0; }

@@ -46,18 +46,6 @@ class Random {
   std::mt19937_64 rng_;
 };
 
-// The largest `bytes` a packet accepts on a generation (limits stricter than the field).
-uint64_t bytes_limit(Pkt p, Gen g) {
-  switch (p) {
-    case Pkt::copy:
-    case Pkt::copy_bcst:
-    case Pkt::swap: return limits(g).max_copy_bytes;
-    case Pkt::fill:
-    case Pkt::fill8: return limits(g).max_fill_bytes;
-    default: return ~0ull;
-  }
-}
-
 // A random legal user value for `row` of packet `p` on `g`.
 uint64_t random_value(Random& r, Pkt p, Gen g, const FieldRow& row) {
   const unsigned width = row.total_width();
@@ -69,7 +57,7 @@ uint64_t random_value(Random& r, Pkt p, Gen g, const FieldRow& row) {
     v = row.enc == Enc::minus_one ? raw + 1 : raw << row.shift;
   }
   if (row.key == Key::bytes) {
-    const uint64_t lim = bytes_limit(p, g);
+    const uint64_t lim = test::bytes_limit(p, g);
     if (v > lim) v = r.chance(2) ? lim : 1 + r.below(lim);
   }
   if (row.align > 1) {
@@ -266,12 +254,7 @@ TEST_P(RoundTrip, PollFuncByName) {
   EXPECT_NE(bad.status().message().find("always, lt, le, eq, ne, ge, gt"), std::string::npos) << bad.status().message();
 }
 
-INSTANTIATE_TEST_SUITE_P(AllGenerations, RoundTrip, ::testing::ValuesIn(kAllGens),
-                         [](const ::testing::TestParamInfo<Gen>& info) {
-                           std::string n = "sdma" + std::string(gen_name(info.param));
-                           std::replace(n.begin(), n.end(), '.', '_');
-                           return n;
-                         });
+INSTANTIATE_TEST_SUITE_P(AllGenerations, RoundTrip, ::testing::ValuesIn(kAllGens), test::gen_param_name);
 
 }  // namespace
 }  // namespace conccl::sdma
