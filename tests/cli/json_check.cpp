@@ -31,31 +31,31 @@ class Checker {
       default: return number();
     }
   }
-  bool object(int depth) {
+  // An object or an array: the opening bracket, items separated by commas
+  // (item() reads one, white space around it skipped), `close`.
+  template <typename Item>
+  bool items(char close, Item item) {
     ++i_;
     ws();
-    if (eat('}')) return true;
+    if (eat(close)) return true;
     do {
       ws();
+      if (!item()) return false;
+      ws();
+    } while (eat(','));
+    return eat(close);
+  }
+  bool object(int depth) {
+    return items('}', [&] {
       if (i_ >= t_.size() || t_[i_] != '"' || !string()) return false;
       ws();
       if (!eat(':')) return false;
       ws();
-      if (!value(depth + 1)) return false;
-      ws();
-    } while (eat(','));
-    return eat('}');
+      return value(depth + 1);
+    });
   }
   bool array(int depth) {
-    ++i_;
-    ws();
-    if (eat(']')) return true;
-    do {
-      ws();
-      if (!value(depth + 1)) return false;
-      ws();
-    } while (eat(','));
-    return eat(']');
+    return items(']', [&] { return value(depth + 1); });
   }
   bool string() {
     ++i_;

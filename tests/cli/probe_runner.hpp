@@ -3,6 +3,8 @@
 // and wall time returned, with an optional time limit.
 #pragma once
 
+#include <gtest/gtest.h>
+
 #include <string>
 #include <string_view>
 #include <vector>
@@ -50,6 +52,20 @@ inline bool contains(const std::string& hay, std::string_view needle) {
 }
 
 size_t count_lines(const std::string& s);
+
+// Whether a run ended as a usage error: exit code 2, `says` on stderr.
+inline ::testing::AssertionResult usage_error(const Outcome& r, std::string_view says) {
+  if (r.rc == 2 && contains(r.err, says)) return ::testing::AssertionSuccess();
+  return ::testing::AssertionFailure() << "exit code " << r.rc << " (want 2), stderr (want '" << says
+                                       << "'): " << r.err;
+}
+
+// How many times `needle` occurs in `hay` (overlapping ones too).
+inline size_t count_of(const std::string& hay, std::string_view needle) {
+  size_t n = 0;
+  for (size_t i = hay.find(needle); i != std::string::npos; i = hay.find(needle, i + 1)) ++n;
+  return n;
+}
 
 // Every "--name" (lowercase letters, digits, '-') in `text`, in order.
 std::vector<std::string> flag_names(const std::string& text);

@@ -16,15 +16,7 @@
 
 namespace {
 
-using probe_test::contains;
-using probe_test::count_lines;
-using probe_test::data_rows;
-using probe_test::fields;
-using probe_test::Outcome;
-using probe_test::probe;
-using probe_test::read_file;
-using probe_test::scratch;
-using probe_test::write_file;
+using namespace probe_test;
 
 const std::vector<std::string> kAllGens = {"4", "4.4.2", "5", "5.2", "6", "7"};
 

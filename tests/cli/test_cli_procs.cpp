@@ -24,6 +24,7 @@
 
 #include <gtest/gtest.h>
 
+#include "interrupted_sweep.hpp"
 #include "json_check.hpp"
 #include "probe_runner.hpp"
 
@@ -101,12 +102,6 @@ Started start_sweep(const std::vector<std::string>& args, int nranks, std::vecto
   return s;
 }
 
-size_t count_of(const std::string& hay, const std::string& needle) {
-  size_t n = 0;
-  for (size_t i = hay.find(needle); i != std::string::npos; i = hay.find(needle, i + 1)) ++n;
-  return n;
-}
-
 // A 2-process p2p sweep that would run for minutes (2000 timed launches per
 // size, each agreed on by the ranks); `sig` to the launcher
 // after its first row.
@@ -118,24 +113,10 @@ void interrupt_procs(int sig, int want_rc, const char* name) {
   ASSERT_GT(s.pid, 0);
   ASSERT_FALSE(data_rows(read_file(s.out_path)).empty()) << "no row within 90 s: " << read_file(s.err_path);
   ASSERT_EQ(ranks.size(), 2u) << "the launcher should have two rank processes";
-  const auto sent = std::chrono::steady_clock::now();
-  kill(s.pid, sig);
-  Outcome r = finish(s, 60);
-  const double after = std::chrono::duration<double>(std::chrono::steady_clock::now() - sent).count();
-  EXPECT_FALSE(r.signaled) << name << " killed the launcher instead of ending the sweep";
-  EXPECT_EQ(r.rc, want_rc) << r.err;
-  EXPECT_LT(after, 20.0) << "the ranks did not stop between iterations";
+  // The launcher ends within 20 s; 4K..64M is 15 sizes.
+  const Outcome r = interrupt_and_expect_rows(s, sig, name, want_rc, 20.0, 15, json);
   EXPECT_TRUE(ranks_left(ranks).empty()) << "rank processes outlived the launcher";
-  const std::vector<std::string> rows = data_rows(r.out);
-  EXPECT_GE(rows.size(), 1u) << r.out;
-  EXPECT_LT(rows.size(), 15u) << "the whole sweep ran: " << r.out;  // 4K..64M is 15 sizes
-  EXPECT_TRUE(contains(r.out, std::string("# interrupted by ") + name)) << r.out;
-  EXPECT_TRUE(contains(r.out, "# Avg bus bandwidth")) << r.out;
   EXPECT_EQ(count_of(r.err, std::string("interrupted by ") + name), 1u) << "rank 0 speaks for the group: " << r.err;
-  const std::string j = read_file(json);
-  EXPECT_TRUE(is_valid_json(j)) << j;
-  EXPECT_TRUE(contains(j, std::string("\"interrupted\": \"") + name + "\"")) << j;
-  EXPECT_EQ(count_of(j, "\"size\": "), rows.size()) << j;
 }
 
 TEST(ProcsSignals, SigtermReachesTheRanksAndEndsTheSweepWithItsRows) { interrupt_procs(SIGTERM, 143, "SIGTERM"); }
@@ -191,13 +172,10 @@ TEST(ProcsLimits, PeerIsCheckedOnlyWhereTheOpHasOne) {
   Outcome p = probe({"p2p", "--procs", "2", "--peer", "2", "--max", "4K"}, "", 60);
   EXPECT_EQ(p.rc, 2) << p.err;
   EXPECT_EQ(count_of(p.err, "--peer 2 is out of range: give a rank 0..1"), 1u) << p.err;
-  Outcome one = probe({"p2p", "--procs", "1", "--max", "4K"}, "", 60);
-  EXPECT_EQ(one.rc, 2) << one.err;
-  EXPECT_TRUE(contains(one.err, "give --procs 2")) << one.err;
+  EXPECT_TRUE(usage_error(probe({"p2p", "--procs", "1", "--max", "4K"}, "", 60), "give --procs 2"));
   // Given to an op without one: refused, not ignored.
-  Outcome a = probe({"allgather", "--ranks", "2", "--peer", "1", "--max", "4K"}, "", 60);
-  EXPECT_EQ(a.rc, 2) << a.err;
-  EXPECT_TRUE(contains(a.err, "--peer does not apply to allgather")) << a.err;
+  EXPECT_TRUE(usage_error(probe({"allgather", "--ranks", "2", "--peer", "1", "--max", "4K"}, "", 60),
+                          "--peer does not apply to allgather"));
 }
 
 // Every "bootstrap_messages_per_call": X of a JSON text, as written.
@@ -300,13 +278,11 @@ TEST(ProcsWindows, EveryOpNoMessagePerTimedCall) {
   Outcome one = probe({"allgather", "--ranks", "2", "--max", "4K"}, "", 60);
   EXPECT_EQ(one.rc, 0) << one.err;
   EXPECT_FALSE(contains(one.out, "Bootstrap msgs")) << one.out;
-  Outcome nw = probe({"allgather", "--ranks", "2", "--max", "4K", "--no-windows"}, "", 60);
-  EXPECT_EQ(nw.rc, 2) << nw.err;
-  EXPECT_TRUE(contains(nw.err, "--no-windows applies to --procs N")) << nw.err;
+  EXPECT_TRUE(usage_error(probe({"allgather", "--ranks", "2", "--max", "4K", "--no-windows"}, "", 60),
+                          "--no-windows applies to --procs N"));
   // A window call has no trigger: --prelaunch needs --no-windows.
-  Outcome pre = probe({"allgather", "--procs", "2", "--max", "4K", "--prelaunch"}, "", 60);
-  EXPECT_EQ(pre.rc, 2) << pre.err;
-  EXPECT_TRUE(contains(pre.err, "add --no-windows")) << pre.err;
+  EXPECT_TRUE(usage_error(probe({"allgather", "--procs", "2", "--max", "4K", "--prelaunch"}, "", 60),
+                          "add --no-windows"));
   Outcome pre_nw = probe({"allgather", "--procs", "2", "--max", "4K", "--prelaunch", "--no-windows"}, "", 60);
   EXPECT_EQ(pre_nw.rc, 0) << pre_nw.err;
 }
@@ -335,9 +311,7 @@ TEST(JsonFile, AnUnwritablePathIsRefusedBeforeTheSweep) {
     EXPECT_TRUE(data_rows(r.out).empty()) << r.out;
   }
   // A directory is no file either.
-  Outcome d = probe(long_sweep({"--json", scratch()}), "", 30);
-  EXPECT_EQ(d.rc, 2) << d.err;
-  EXPECT_TRUE(contains(d.err, "Is a directory")) << d.err;
+  EXPECT_TRUE(usage_error(probe(long_sweep({"--json", scratch()}), "", 30), "Is a directory"));
 }
 
 TEST(JsonFile, EveryWriteIsChecked) {
