@@ -25,11 +25,7 @@ TEST(CollBugs, SwapWithAliasedBuffersIsRejected) {
   Node node;
   ASSERT_OK(make_node(Topo::mapped3, &node));
   Mem mem(*node.dev, 0xA11A5);
-  CollectiveArgs a;
-  a.op = CollOp::all_to_all;
-  a.variant = Variant::swap;
-  a.bytes = 1000;
-  make_buffers(mem, *node.comm, a, Form::separate);
+  CollectiveArgs a = separate_args(mem, *node.comm, CollOp::all_to_all, Variant::swap, 1000);
   a.send[1] = a.recv[0];
   Result<std::unique_ptr<Plan>> p = node.comm->plan(a);
   ASSERT_FALSE(p.ok()) << "accepted: recv[0] is send[1]";
@@ -53,13 +49,7 @@ TEST(CollBugs, WaitCoversEveryPacketOfTheLaunch) {
   ASSERT_OK(make_node(Topo::mapped3, &node));
   Communicator& comm = *node.comm;
   Mem mem(*node.dev, 0x7A11);
-  CollectiveArgs a;
-  a.op = CollOp::p2p;
-  a.variant = Variant::single;
-  a.bytes = 4096;
-  a.root = 0;
-  a.peer = 1;
-  make_buffers(mem, comm, a, Form::separate);
+  CollectiveArgs a = separate_args(mem, comm, CollOp::p2p, Variant::single, 4096, /*root=*/0);  // peer 1
   std::unique_ptr<Plan> plan = std::move(comm.plan(a)).value();
   ASSERT_EQ(plan->lists().size(), 1u);
   const PlanList& l = plan->lists().front();
@@ -105,12 +95,8 @@ TEST(CollBugs, ListLargerThanTheRingIsRejectedUpFront) {
   o.ring_bytes = 4096;
   ASSERT_OK_AND_ASSIGN(std::unique_ptr<Communicator> comm, Communicator::create(*dev, {5, 1, 6}, o));
   Mem mem(*dev, 0x4096);
-  CollectiveArgs a;
-  a.op = CollOp::broadcast;
-  a.variant = Variant::chain;
-  a.bytes = 256 * 200;
+  CollectiveArgs a = separate_args(mem, *comm, CollOp::broadcast, Variant::chain, 256 * 200);
   a.chain_chunks = 200;  // 200 copies + arrivals per list: far more than 4 KiB
-  make_buffers(mem, *comm, a, Form::separate);
   const Mem::Image before = mem.snapshot();
   Result<std::unique_ptr<Plan>> plan = comm->plan(a);
   if (!plan.ok()) {
@@ -139,10 +125,7 @@ TEST(CollBugs, CommunicatorDestroyedBeforeItsPlans) {
   ASSERT_OK(make_node(Topo::mapped3, &node));
   auto memory = std::make_unique<Mem>(*node.dev, 0xD1E5);
   Mem& mem = *memory;
-  CollectiveArgs a;
-  a.op = CollOp::all_gather;
-  a.bytes = 8192 + 4;
-  make_buffers(mem, *node.comm, a, Form::separate);
+  CollectiveArgs a = separate_args(mem, *node.comm, CollOp::all_gather, Variant::automatic, 8192 + 4);
   Result<std::unique_ptr<Plan>> done = node.comm->plan(a), running = node.comm->plan(a);
   ASSERT_OK(done.status());
   ASSERT_OK(running.status());

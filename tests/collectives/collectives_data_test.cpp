@@ -165,16 +165,8 @@ TEST(CollShared, TwoPlansOnOneCommunicatorAlternate) {
   ASSERT_OK(make_node(Topo::mapped3, &node));
   const int n = node.comm->size();
   Mem mem(*node.dev, 77);
-  CollectiveArgs ag;
-  ag.op = CollOp::all_gather;
-  ag.variant = Variant::pcpy;
-  ag.bytes = 777;
-  make_buffers(mem, *node.comm, ag, Form::separate);
-  CollectiveArgs aa;
-  aa.op = CollOp::all_to_all;
-  aa.variant = Variant::swap;
-  aa.bytes = 1001;
-  make_buffers(mem, *node.comm, aa, Form::separate);
+  CollectiveArgs ag = separate_args(mem, *node.comm, CollOp::all_gather, Variant::pcpy, 777);
+  CollectiveArgs aa = separate_args(mem, *node.comm, CollOp::all_to_all, Variant::swap, 1001);
   ASSERT_OK_AND_ASSIGN(std::unique_ptr<Plan> p1, node.comm->plan(ag));
   ASSERT_OK_AND_ASSIGN(std::unique_ptr<Plan> p2, node.comm->plan(aa));
   for (int round = 0; round < 3; ++round) {
