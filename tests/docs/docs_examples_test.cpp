@@ -301,12 +301,19 @@ TEST(DocsExamples, MultiprocessRunsAsOneRank) {
   ASSERT_OK(multiprocess_rank(0, 1, make_unique_id().value(), 4096));
 }
 
-TEST(DocsExamples, WindowsCallRunsAsOneRankOnAHostStream) {
+// A device of process slot 0 and a communicator of one rank on it: the
+// examples that take one rank of a job run as the whole job.
+void open_one_rank(std::unique_ptr<Device>* dev, std::unique_ptr<Communicator>* comm) {
   DeviceOptions d;
   d.process_slot = 0;
-  ASSERT_OK_AND_ASSIGN(std::unique_ptr<Device> dev, open_device(d));
-  ASSERT_OK_AND_ASSIGN(std::unique_ptr<Communicator> comm,
-                       Communicator::create(*dev, 0, 1, make_unique_id().value(), Communicator::Options{}));
+  ASSERT_OK_AND_ASSIGN(*dev, open_device(d));
+  ASSERT_OK_AND_ASSIGN(*comm, Communicator::create(**dev, 0, 1, make_unique_id().value(), Communicator::Options{}));
+}
+
+TEST(DocsExamples, WindowsCallRunsAsOneRankOnAHostStream) {
+  std::unique_ptr<Device> dev;
+  std::unique_ptr<Communicator> comm;
+  ASSERT_NO_FATAL_FAILURE(open_one_rank(&dev, &comm));
   const uint64_t chunk = 4096 + 64, recv_offset = 64 << 10;
   ASSERT_OK_AND_ASSIGN(Buffer mem, dev->alloc(0, 128 << 10, MemKind::device));
   std::mt19937_64 rng(11);
@@ -321,11 +328,9 @@ TEST(DocsExamples, WindowsCallRunsAsOneRankOnAHostStream) {
 }
 
 TEST(DocsExamples, ReductionRunsAsOneRankOnAHostStream) {
-  DeviceOptions d;
-  d.process_slot = 0;
-  ASSERT_OK_AND_ASSIGN(std::unique_ptr<Device> dev, open_device(d));
-  ASSERT_OK_AND_ASSIGN(std::unique_ptr<Communicator> comm,
-                       Communicator::create(*dev, 0, 1, make_unique_id().value(), Communicator::Options{}));
+  std::unique_ptr<Device> dev;
+  std::unique_ptr<Communicator> comm;
+  ASSERT_NO_FATAL_FAILURE(open_one_rank(&dev, &comm));
   const uint64_t count = 3001;
   ASSERT_OK_AND_ASSIGN(Buffer send, dev->alloc(0, count * 2, MemKind::device));
   ASSERT_OK_AND_ASSIGN(Buffer recv, dev->alloc(0, count * 2, MemKind::device));
