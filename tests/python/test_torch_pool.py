@@ -43,6 +43,26 @@ def messages(st):
     return st["bootstrap_messages_sent"] + st["bootstrap_messages_received"]
 
 
+def check_gathered(out, rnd, rows=k):
+    """out holds every rank's round-rnd input of `rows` rows, in rank order."""
+    for s in range(n):
+        assert torch.equal(out[s * rows:(s + 1) * rows], data(s, rnd, (rows, m))), (rnd, s)
+
+
+def gather_rounds(out, inp, rounds):
+    """An all_gather_into_tensor per round, every byte checked: one window call
+    each and no message between the ranks. The stats after."""
+    before = comm.stats()
+    for rnd in rounds:
+        inp.copy_(data(r, rnd, (k, m)))
+        comm.all_gather_into_tensor(out, inp)
+        check_gathered(out, rnd)
+    after = comm.stats()
+    assert messages(after) == messages(before), (before, after)
+    assert after["window_calls"] - before["window_calls"] == len(rounds), (before, after)
+    return after
+
+
 def refused(fn, says, status="invalid_argument"):
     try:
         fn()
@@ -73,42 +93,24 @@ with conccl.Device("emu", settings="preset=mi300x", process_slot=r) as dev:
     again = pool.empty(10)
     offsets.append(pool._ptr(again) - pool.base)
     assert offsets[3] == offsets[2], offsets
-    before = comm.stats()
-    for rnd in range(5):
-        inp.copy_(data(r, rnd, (k, m)))
-        comm.all_gather_into_tensor(out, inp)
-        for s in range(n):
-            assert torch.equal(out[s * k:(s + 1) * k], data(s, rnd, (k, m))), (rnd, s)
-    after = comm.stats()
-    assert messages(after) == messages(before), (before, after)
-    assert after["window_calls"] - before["window_calls"] == 5, (before, after)
+    gather_rounds(out, inp, range(5))
 
     # ---- tensors from outside the pool: staged through it, the slow form ----
     used = pool.stats()["used"]
     pin, pout = torch.empty((k, m), dtype=torch.int32), torch.zeros((n * k, m), dtype=torch.int32)
-    before = comm.stats()
-    for rnd in range(5, 9):
-        pin.copy_(data(r, rnd, (k, m)))
-        comm.all_gather_into_tensor(pout, pin)
-        for s in range(n):
-            assert torch.equal(pout[s * k:(s + 1) * k], data(s, rnd, (k, m))), (rnd, s)
-    after = comm.stats()
-    assert messages(after) == messages(before), (before, after)
-    assert after["window_calls"] - before["window_calls"] == 4, (before, after)
+    after = gather_rounds(pout, pin, range(5, 9))
     staged = pool.stats()["used"] - used
     assert staged >= (n + 1) * k * m * 4, staged  # one staging area, kept for the next calls
     # Mixed: a pool output and a plain input (only the input is staged); a
     # non-contiguous input of the pool (staged: a Buffer is one range).
     pin.copy_(data(r, 9, (k, m)))
     comm.all_gather_into_tensor(out, pin)
-    for s in range(n):
-        assert torch.equal(out[s * k:(s + 1) * k], data(s, 9, (k, m))), s
+    check_gathered(out, 9)
     wide = pool.empty((m, 2 * k), dtype=torch.int32)
     cols = wide[:, :k].t()  # (k, m), not contiguous
     cols.copy_(data(r, 10, (k, m)))
     comm.all_gather_into_tensor(pout, cols)
-    for s in range(n):
-        assert torch.equal(pout[s * k:(s + 1) * k], data(s, 10, (k, m))), s
+    check_gathered(pout, 10)
     # all_to_all_single and broadcast of plain tensors.
     a_in, a_out = data(r, 11, (n * k, m)), torch.zeros((n * k, m), dtype=torch.int32)
     comm.all_to_all_single(a_out, a_in)
@@ -120,16 +122,14 @@ with conccl.Device("emu", settings="preset=mi300x", process_slot=r) as dev:
     # A bigger call grows the staging area (every rank alike).
     big_in, big_out = data(r, 13, (4 * k, m)), torch.zeros((4 * n * k, m), dtype=torch.int32)
     comm.all_gather_into_tensor(big_out, big_in)
-    for s in range(n):
-        assert torch.equal(big_out[4 * s * k:4 * (s + 1) * k], data(s, 13, (4 * k, m))), s
+    check_gathered(big_out, 13, rows=4 * k)
     # Still no message between the ranks.
     assert messages(comm.stats()) == messages(after)
 
     # ---- the Buffer of a pool tensor, for the Buffer calls ----
     inp.copy_(data(r, 14, (k, m)))
     comm.all_gather(pool.buffer(inp), pool.buffer(out), k * m * 4)
-    for s in range(n):
-        assert torch.equal(out[s * k:(s + 1) * k], data(s, 14, (k, m))), s
+    check_gathered(out, 14)
     bb = pool.buffer(out[k:2 * k])
     assert bb.size == k * m * 4 and bb.va == pool._whole.va + offsets[1] + k * m * 4
     refused(bb.free, "view of another")
@@ -155,8 +155,7 @@ with conccl.Device("emu", settings="preset=mi300x", process_slot=r) as dev:
     # A new pool on the same communicator works (its own window).
     with ct.SymmetricPool(comm, 1 << 20) as p2:
         comm.all_gather_into_tensor(pout, pin)
-        for s in range(n):
-            assert torch.equal(pout[s * k:(s + 1) * k], data(s, 9, (k, m))), s
+        check_gathered(pout, 9)
         assert p2.stats()["used"] > 0
 print("offsets", " ".join(map(str, offsets)))
 '''
