@@ -1,8 +1,9 @@
 // tests/backends/kfd/fake_kfd_fixture.hpp - what the tests of the KFD backend
 // against fake_hsakmt share (kfd_fake_test.cpp, kfd_rocr_wake_test.cpp): render
 // nodes that open, in a directory of their own; the fake reset to the MI300X
-// fixture; the device's options on the fixture's sysfs tree; and, after each
-// test, the check that the backend gave back everything it took.
+// fixture; the device's options on the fixture's sysfs tree; after each test,
+// the check that the backend gave back everything it took; and a look into
+// the topology's notes.
 #pragma once
 
 #include <gtest/gtest.h>
@@ -18,15 +19,6 @@
 #include "fake_hsakmt.hpp"
 
 namespace fakekmt {
-
-inline bool contains(const std::string& s, const std::string& n) { return s.find(n) != std::string::npos; }
-
-// The first of the topology's notes that holds `text`, or "".
-inline std::string note_with(const conccl::Topology& t, const std::string& text) {
-  for (const std::string& n : t.notes)
-    if (contains(n, text)) return n;
-  return "";
-}
 
 class FakeKfdTest : public ::testing::Test {
  protected:
@@ -69,6 +61,14 @@ class FakeKfdTest : public ::testing::Test {
     conccl::Result<std::unique_ptr<conccl::kfd::KfdDevice>> d = conccl::kfd::open(o);
     EXPECT_TRUE(d.ok()) << d.status().to_string();
     return d.ok() ? std::move(d).value() : nullptr;
+  }
+
+  static bool contains(const std::string& s, const std::string& n) { return s.find(n) != std::string::npos; }
+  // The first of the topology's notes that holds `text`, or "".
+  static std::string note_with(const conccl::Topology& t, const std::string& text) {
+    for (const std::string& n : t.notes)
+      if (contains(n, text)) return n;
+    return "";
   }
 
   std::filesystem::path dri_;

@@ -33,8 +33,6 @@ namespace conccl {
 namespace {
 
 namespace fs = std::filesystem;
-using fakekmt::contains;
-using fakekmt::note_with;
 using kfd::MemUse;
 
 constexpr uint32_t kHsaQueueSdma = 2, kHsaQueueSdmaXgmi = 5;

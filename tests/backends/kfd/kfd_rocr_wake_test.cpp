@@ -56,8 +56,6 @@ namespace conccl {
 namespace {
 
 namespace fs = std::filesystem;
-using fakekmt::contains;
-using fakekmt::note_with;
 
 // The fake hsa-runtime's test hooks, found with dlsym.
 struct FakeRocr {
