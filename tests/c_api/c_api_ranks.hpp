@@ -46,9 +46,8 @@ inline conccl_collective_args all_gather_args(const conccl_buffer* send, const c
   a.op = CONCCL_ALL_GATHER;
   a.bytes = bytes;
   a.send = send;
-  a.nsend = n;
   a.recv = recv;
-  a.nrecv = n;
+  a.nsend = a.nrecv = n;
   return a;
 }
 
