@@ -44,10 +44,9 @@ inline conccl_collective_args all_gather_args(const conccl_buffer* send, const c
   conccl_collective_args a;
   conccl_collective_args_init(&a);
   a.op = CONCCL_ALL_GATHER;
+  a.send = send, a.nsend = n;
+  a.recv = recv, a.nrecv = n;
   a.bytes = bytes;
-  a.send = send;
-  a.recv = recv;
-  a.nsend = a.nrecv = n;
   return a;
 }
 
