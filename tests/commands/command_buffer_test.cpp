@@ -15,10 +15,7 @@
 namespace conccl {
 namespace {
 
-using namespace conccl::test;
-using sdma::Gen;
-using sdma::Key;
-using sdma::Pkt;
+using namespace conccl::test;  // with the sdma:: packet names (emu_test_util.hpp)
 
 constexpr uint64_t kDst = emu::kGpuVaBase + 0x100000;
 constexpr uint64_t kSrc = emu::kGpuVaBase + (64ull << 30);  // far enough for 2 GiB copies

@@ -21,10 +21,7 @@
 namespace conccl {
 namespace {
 
-using namespace conccl::test;
-using sdma::FieldValue;
-using sdma::Key;
-using sdma::Pkt;
+using namespace conccl::test;  // with the sdma:: packet names (emu_test_util.hpp)
 
 constexpr uint64_t kSlotDwords = 8;
 

@@ -20,6 +20,7 @@
 #include "conccl/device.hpp"
 #include "conccl/emu.hpp"
 #include "conccl/queue.hpp"
+#include "conccl/sdma_packets.hpp"
 #include "conccl/status.hpp"
 #include "queue/sdma_queue.hpp"
 #include "util/sanitizers.hpp"
@@ -62,6 +63,12 @@ inline bool contains(const std::string& haystack, const std::string& needle) {
 }
 
 using conccl::hex;  // "0x1f", from conccl/status.hpp
+
+// The SDMA packet names the emulator's tests build packets with.
+using sdma::FieldValue;
+using sdma::Gen;
+using sdma::Key;
+using sdma::Pkt;
 
 // splitmix64: a cheap, well-mixed function of (seed, index) for payloads.
 inline uint64_t mix64(uint64_t x) {

@@ -28,11 +28,7 @@ inline void PrintTo(Gen g, std::ostream* os) { *os << gen_name(g); }
 namespace conccl {
 namespace {
 
-using namespace conccl::test;
-using sdma::FieldValue;
-using sdma::Gen;
-using sdma::Key;
-using sdma::Pkt;
+using namespace conccl::test;  // with the sdma:: packet names (emu_test_util.hpp)
 
 uint64_t steady_ns() {
   return static_cast<uint64_t>(
