@@ -18,10 +18,7 @@
 namespace conccl {
 namespace {
 
-using redtest::kOps;
-using redtest::kTypes;
-using redtest::random_elements;
-using redtest::reference;
+using namespace redtest;  // kOps, kTypes, random_elements, reference, ... (reduction_test_data.hpp)
 
 struct Node {
   std::unique_ptr<emu::EmuDevice> dev;

@@ -20,10 +20,7 @@
 namespace conccl {
 namespace {
 
-using redtest::kOps;
-using redtest::kTypes;
-using redtest::random_elements;
-using redtest::reference;
+using namespace redtest;  // kOps, kTypes, random_elements, reference, ... (reduction_test_data.hpp)
 
 struct NvNode {
   std::unique_ptr<Device> dev;
