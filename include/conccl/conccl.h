@@ -94,8 +94,9 @@ typedef struct conccl_device_options {
   /* DEPRECATED (#30): the emulator's shape as fields. Give the same keys in
    * `settings` instead - settings = "preset=small gpus=4 engines=2 gen=6.0
    * memory_per_gpu=64M" - and leave these as conccl_device_options_init
-   * sets them (NULL/0). They still work (a field and its setting may both be
-   * given when they agree) and stay where they are: the layout is the ABI.
+   * sets them (NULL/0). They still work - for backend "emu" each one set
+   * becomes the setting of its name (both may be given when they agree) -
+   * and stay where they are: the layout is the ABI.
    * No deprecated attribute: Clang would warn wherever C++ code merely copies
    * the struct (its implicit copy constructor names every member). */
   const char* preset;     /* deprecated: settings "preset=..." ("mi300x", "small", "h200"; NULL = default) */

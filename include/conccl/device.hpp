@@ -177,34 +177,11 @@ class Device {
 // an address the host cannot see.
 Status reduce_through_host_mapping(Device& device, const DeviceReduceStep& step);
 
-// Options for open_device().
-//
-// The push/pop around the struct: GCC (12, 13) and Clang report a deprecated
-// member at the struct itself whenever the compiler writes its constructor,
-// copy, move or destructor - that is, wherever a DeviceOptions is created or
-// copied, even by code that never names the member. Diagnostics follow the
-// location they are reported at, so silencing them over the definition
-// alone keeps `DeviceOptions o; DeviceOptions p = o;` quiet, while code that
-// reads or writes one of the five deprecated fields still gets its warning.
-#pragma GCC diagnostic push
-#pragma GCC diagnostic ignored "-Wdeprecated-declarations"
+// Options for open_device(). What belongs to one backend (the emulator's
+// preset, GPU count, ... ; the nv backend's GPUs and waits) goes in
+// `settings`, which each backend reads for itself (docs/backends.md).
 struct DeviceOptions {
   std::string backend = "emu";  // "emu", "kfd", "nv" (backend_names())
-  // Deprecated (#30): the emulator's topology as fields. Give the same keys
-  // in `settings` instead - settings = "preset=small gpus=4 engines=2 gen=6.0
-  // memory_per_gpu=64M" - which every backend reads the same way and C and
-  // Python pass as one string. Still honoured by the emulator (a field and
-  // its setting may both be given when they agree).
-  [[deprecated("give the emulator's preset in DeviceOptions::settings, e.g. settings = \"preset=small\"")]]
-  std::string preset;  // "mi300x", "small", "h200" (docs/emulator.md)
-  [[deprecated("give the emulator's GPU count in DeviceOptions::settings, e.g. settings = \"preset=small gpus=4\"")]]
-  int gpus = 0;  // GPUs (0 = the preset's)
-  [[deprecated("give the emulator's engines per GPU in DeviceOptions::settings, e.g. settings = \"engines=2\"")]]
-  int engines = 0;  // engines per GPU (0 = the preset's)
-  [[deprecated("give the emulator's SDMA generation in DeviceOptions::settings, e.g. settings = \"gen=6.0\"")]]
-  std::string gen;  // SDMA generation ("" = the preset's)
-  [[deprecated("give the emulator's memory per GPU in DeviceOptions::settings, e.g. settings = \"memory_per_gpu=64M\"")]]
-  size_t memory_per_gpu = 0;  // bytes of HBM per GPU (0 = default)
   // Processes that form one communicator (Communicator::create with a
   // UniqueId) open their devices with distinct slots, 0..15 - their rank is
   // the natural choice - so that every process's memory has one address in
@@ -219,7 +196,6 @@ struct DeviceOptions {
   //   nv:  "gpus=0,0 interrupt_waits=0 wait_max_sleep_us=100"
   std::string settings;
 };
-#pragma GCC diagnostic pop
 
 // The backends open_device knows, by name ("emu", "kfd", "nv").
 std::vector<std::string> backend_names();

@@ -649,9 +649,9 @@ class Device:
     {"interrupt_waits": 0, "gpus": [0, 0]} for "nv", {"trap": "off"} for "kfd".
 
     preset, gpus, engines, gen, memory_per_gpu: the older form of the emulator's
-    settings of the same names (the C API's deprecated conccl_device_options fields),
-    kept so that existing callers work; give them in settings instead. Each may also
-    appear in settings if the two agree."""
+    settings of the same names (the C API's deprecated conccl_device_options fields,
+    which it turns into those settings), kept so that existing callers work; give
+    them in settings instead. Each may also appear in settings if the two agree."""
     _h = None
     _closed = False
 

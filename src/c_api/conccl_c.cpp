@@ -19,7 +19,7 @@
 #include <string>
 #include <vector>
 
-#include "backends/emu/presets.hpp"
+#include "backends/settings.hpp"
 #include "c_api/c_objects.hpp"
 #include "conccl/bootstrap.hpp"
 
@@ -240,6 +240,46 @@ const char* conccl_version(void) { return CONCCL_VERSION_STRING; }
 
 // ---- devices -------------------------------------------------------------------
 
+namespace {
+
+// The C struct's emulator fields (deprecated, #30; they keep their place in
+// the struct for the ABI) become the settings words of the same names, which
+// is all the library reads. A field beside its setting is one request where
+// the two agree (the field is dropped) and refused where they differ.
+Status add_emu_fields(const conccl_device_options& o, std::string* settings) {
+  Result<Settings> given = Settings::parse(*settings, "emu");
+  if (!given.ok()) return Status();  // the emulator refuses it, with its own message
+  std::string words;
+  // The field `key` set to `value` (its text) / `v` (as the setting is read):
+  // added where the settings lack the key, else compared with theirs.
+  auto field = [&](const char* key, const std::string& value, auto v, auto take_theirs) -> Status {
+    if (!given->has(key)) {
+      words += std::string(" ") + key + "=" + value;
+      return Status();
+    }
+    decltype(v) theirs{};
+    CONCCL_RETURN_IF_ERROR(take_theirs(key, &theirs));
+    if (theirs == v) return Status();
+    return error(Code::invalid_argument, std::string("backend emu: ") + key +
+                                             " is given twice, as a conccl_device_options field and in settings, "
+                                             "with different values: give it once");
+  };
+  auto text = [&](const char* key, std::string* v) { return given->take(key, v); };
+  auto count = [&](const char* key, int* v) { return given->take(key, INT32_MIN, INT32_MAX, v); };
+  auto size = [&](const char* key, uint64_t* v) { return given->take(key, v); };
+  if (o.preset && *o.preset) CONCCL_RETURN_IF_ERROR(field("preset", o.preset, std::string(o.preset), text));
+  if (o.gpus) CONCCL_RETURN_IF_ERROR(field("gpus", std::to_string(o.gpus), o.gpus, count));
+  if (o.engines) CONCCL_RETURN_IF_ERROR(field("engines", std::to_string(o.engines), o.engines, count));
+  if (o.gen && *o.gen) CONCCL_RETURN_IF_ERROR(field("gen", o.gen, std::string(o.gen), text));
+  if (o.memory_per_gpu)
+    CONCCL_RETURN_IF_ERROR(
+        field("memory_per_gpu", std::to_string(o.memory_per_gpu), uint64_t{o.memory_per_gpu}, size));
+  *settings += words;
+  return Status();
+}
+
+}  // namespace
+
 void conccl_device_options_init(conccl_device_options* o) {
   if (!o) return;
   std::memset(o, 0, sizeof *o);
@@ -257,20 +297,15 @@ conccl_status conccl_device_open(const conccl_device_options* o, conccl_device_t
                        "options->struct_size is " + std::to_string(o->struct_size) +
                            ": call conccl_device_options_init first");
       if (o->backend) opt.backend = o->backend;
-      // The emulator's fields (deprecated, #30: settings gives the same keys)
-      // still work: the emulator merges them with settings, as from C++.
-      emu::NodeOptions fields;
-      if (o->preset) fields.preset = o->preset;
-      fields.gpus = o->gpus;
-      fields.engines = o->engines;
-      if (o->gen) fields.gen = o->gen;
-      fields.memory_per_gpu = o->memory_per_gpu;
-      emu::set_deprecated_fields(&opt, fields);
       // Added after the first version: callers built against it lack the field.
       if (o->struct_size >= offsetof(conccl_device_options, process_slot) + sizeof(int))
         opt.process_slot = o->process_slot;
       if (o->struct_size >= offsetof(conccl_device_options, settings) + sizeof(const char*) && o->settings)
         opt.settings = o->settings;
+      if (opt.backend == "emu") {
+        Status st = add_emu_fields(*o, &opt.settings);
+        if (!st.ok()) return report(st);
+      }
     }
     Result<std::unique_ptr<Device>> d = open_device(opt);
     if (!d.ok()) return report(d.status());

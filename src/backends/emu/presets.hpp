@@ -27,13 +27,9 @@ struct NodeOptions {
   std::vector<int> visible;
 };
 
-// DeviceOptions' settings (and its deprecated emulator fields) into
-// NodeOptions; errors name a bad, unknown or contradicting key (open_emu.cpp).
+// DeviceOptions' settings into NodeOptions; errors name a bad or unknown
+// key (open_emu.cpp).
 Result<NodeOptions> node_options(const DeviceOptions& options);
-// The C API's conccl_device_options fields of the same names (deprecated,
-// #30) into DeviceOptions' deprecated fields: open_emu.cpp is the one place
-// that names those fields.
-void set_deprecated_fields(DeviceOptions* options, const NodeOptions& fields);
 
 // Creates the emulated node (device.cpp).
 Result<std::unique_ptr<EmuDevice>> create_node(const NodeOptions& options);

@@ -1,11 +1,12 @@
 // tests/backends/emu/backend_settings_test.cpp - the backend registry and the one
 // pattern for backend extras (DeviceOptions::settings): emu's settings shape
-// the node (as its deprecated fields still do), every backend refuses keys it does not know and
+// the node (as the C struct's older fields do), every backend refuses keys it does not know and
 // names those it does, and malformed settings fail before any driver is
 // touched.
 #include <gtest/gtest.h>
 
 #include "backends/settings.hpp"
+#include "conccl/conccl.h"
 #include "backends/emu/emu_test_util.hpp"
 
 namespace conccl {
@@ -52,38 +53,67 @@ TEST(BackendSettings, EmuSettingsShapeTheNode) {
   EXPECT_EQ(emu::create(o).status().code(), Code::invalid_argument) << "emu::create refuses unknown keys too";
 }
 
-// DeviceOptions' emulator fields are deprecated (#30) but keep working: alone
-// they shape the node as the settings of the same names do, and beside a
-// setting they must agree with it. This test names them on purpose.
-#pragma GCC diagnostic push
-#pragma GCC diagnostic ignored "-Wdeprecated-declarations"
-TEST(BackendSettings, DeprecatedEmuFieldsStillShapeTheNode) {
-  DeviceOptions f;
+// The C struct's emulator fields (deprecated, #30; kept in the struct for the
+// ABI) become the settings of the same names at the C boundary: alone they
+// shape the node as those settings do; beside the same setting they are one
+// request where the two agree, and refused where they differ.
+std::string c_topology(const conccl_device_options& o, std::string* error) {
+  conccl_device_t d = nullptr;
+  if (conccl_device_open(&o, &d) != CONCCL_OK) {
+    *error = conccl_last_error();
+    return "";
+  }
+  size_t need = 0;
+  EXPECT_EQ(conccl_device_topology_json(d, nullptr, 0, &need), CONCCL_OK);
+  std::string json(need, '\0');
+  EXPECT_EQ(conccl_device_topology_json(d, json.data(), json.size(), &need), CONCCL_OK);
+  EXPECT_EQ(conccl_device_close(d), CONCCL_OK);
+  return json;
+}
+
+TEST(BackendSettings, TheCStructsEmuFieldsAreItsSettings) {
+  std::string err;
+  conccl_device_options f;
+  conccl_device_options_init(&f);
   f.preset = "small";
   f.gpus = 3;
   f.engines = 2;
   f.memory_per_gpu = 64ull << 20;
-  DeviceOptions s;
+  conccl_device_options s;
+  conccl_device_options_init(&s);
   s.settings = "preset=small gpus=3 engines=2 memory_per_gpu=64M";
-  Result<std::unique_ptr<Device>> by_fields = open_device(f), by_settings = open_device(s);
-  ASSERT_TRUE(by_fields.ok()) << by_fields.status().to_string();
-  ASSERT_TRUE(by_settings.ok()) << by_settings.status().to_string();
-  EXPECT_EQ(topology_json((*by_fields)->topology()), topology_json((*by_settings)->topology()));
-  DeviceOptions g;
+  const std::string by_fields = c_topology(f, &err), by_settings = c_topology(s, &err);
+  ASSERT_NE(by_fields, "") << err;
+  ASSERT_NE(by_settings, "") << err;
+  EXPECT_EQ(by_fields, by_settings);
+  EXPECT_NE(by_fields.find("\"memory_bytes\": 67108864"), std::string::npos) << by_fields;
+  conccl_device_options g;
+  conccl_device_options_init(&g);
   g.preset = "small";
   g.gen = "5.2";
-  Result<std::unique_ptr<emu::EmuDevice>> gen = emu::create(g);
-  ASSERT_TRUE(gen.ok()) << gen.status().to_string();
-  EXPECT_EQ((*gen)->topology().gpus[0].isa.gen(), sdma::Gen::v5_2);
-  // The same value as a field and a setting is one request; different ones are refused.
+  EXPECT_NE(c_topology(g, &err).find("\"sdma_generation\": \"5.2\""), std::string::npos) << err;
+  // A field beside the setting of the same key: one request if they agree
+  // (64M and its bytes included), refused if not.
   s.gpus = 3;
-  EXPECT_TRUE(open_device(s).ok());
+  s.memory_per_gpu = 64ull << 20;
+  EXPECT_EQ(c_topology(s, &err), by_settings) << err;
   s.gpus = 4;
-  Result<std::unique_ptr<Device>> clash = open_device(s);
-  ASSERT_FALSE(clash.ok());
-  EXPECT_NE(clash.status().message().find("gpus is given twice"), std::string::npos) << clash.status().to_string();
+  EXPECT_EQ(c_topology(s, &err), "");
+  EXPECT_NE(err.find("gpus is given twice"), std::string::npos) << err;
+  s.gpus = 0;
+  s.memory_per_gpu = 32ull << 20;
+  EXPECT_EQ(c_topology(s, &err), "");
+  EXPECT_NE(err.find("memory_per_gpu is given twice"), std::string::npos) << err;
+  // Another backend does not take the emulator's fields as its settings.
+  conccl_device_options n;
+  conccl_device_options_init(&n);
+  n.backend = "kfd";
+  n.gpus = 2;
+  n.settings = "traps=off";
+  EXPECT_EQ(c_topology(n, &err), "");
+  EXPECT_NE(err.find("backend kfd has no setting 'traps'"), std::string::npos) << err;
+  EXPECT_EQ(err.find("gpus"), std::string::npos) << err;
 }
-#pragma GCC diagnostic pop
 
 TEST(BackendSettings, UnknownKeysAreRefusedNamingTheKnownOnes) {
   const std::string emu = open_error("emu", "preset=small gpu=2");
