@@ -78,12 +78,6 @@ class Signal {
   // the high dword, then the low dword of whichever word keeps its target
   // below 2^31; Hopper acquires natively).
   Status wait_ge(CommandBuffer& cb, uint64_t v) const;
-  // The names these had before the vocabulary's were used for them.
-  [[deprecated("use signal_add")]] Status enqueue_add(CommandBuffer& cb, uint64_t delta = 1) const {
-    return signal_add(cb, delta);
-  }
-  [[deprecated("use signal_set")]] Status enqueue_write(CommandBuffer& cb, uint64_t v) const { return signal_set(cb, v); }
-  [[deprecated("use wait_ge")]] Status enqueue_wait(CommandBuffer& cb, uint64_t v) const { return wait_ge(cb, v); }
 
   // --- Host side ---
   // Waits until value >= v or the deadline. Spins briefly, then sleeps on
