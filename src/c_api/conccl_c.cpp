@@ -250,30 +250,27 @@ Status add_emu_fields(const conccl_device_options& o, std::string* settings) {
   Result<Settings> given = Settings::parse(*settings, "emu");
   if (!given.ok()) return Status();  // the emulator refuses it, with its own message
   std::string words;
-  // The field `key` set to `value` (its text) / `v` (as the setting is read):
-  // added where the settings lack the key, else compared with theirs.
-  auto field = [&](const char* key, const std::string& value, auto v, auto take_theirs) -> Status {
+  // The field `key`, `text` as a setting and `v` as Settings reads one
+  // (std::string or uint64_t): added where the settings lack the key, else
+  // compared with theirs.
+  auto field = [&](const char* key, const std::string& text, auto v) -> Status {
     if (!given->has(key)) {
-      words += std::string(" ") + key + "=" + value;
+      words += std::string(" ") + key + "=" + text;
       return Status();
     }
     decltype(v) theirs{};
-    CONCCL_RETURN_IF_ERROR(take_theirs(key, &theirs));
+    CONCCL_RETURN_IF_ERROR(given->take(key, &theirs));
     if (theirs == v) return Status();
     return error(Code::invalid_argument, std::string("backend emu: ") + key +
                                              " is given twice, as a conccl_device_options field and in settings, "
                                              "with different values: give it once");
   };
-  auto text = [&](const char* key, std::string* v) { return given->take(key, v); };
-  auto count = [&](const char* key, int* v) { return given->take(key, INT32_MIN, INT32_MAX, v); };
-  auto size = [&](const char* key, uint64_t* v) { return given->take(key, v); };
-  if (o.preset && *o.preset) CONCCL_RETURN_IF_ERROR(field("preset", o.preset, std::string(o.preset), text));
-  if (o.gpus) CONCCL_RETURN_IF_ERROR(field("gpus", std::to_string(o.gpus), o.gpus, count));
-  if (o.engines) CONCCL_RETURN_IF_ERROR(field("engines", std::to_string(o.engines), o.engines, count));
-  if (o.gen && *o.gen) CONCCL_RETURN_IF_ERROR(field("gen", o.gen, std::string(o.gen), text));
-  if (o.memory_per_gpu)
-    CONCCL_RETURN_IF_ERROR(
-        field("memory_per_gpu", std::to_string(o.memory_per_gpu), uint64_t{o.memory_per_gpu}, size));
+  auto number = [&](const char* key, auto v) { return field(key, std::to_string(v), static_cast<uint64_t>(v)); };
+  if (o.preset && *o.preset) CONCCL_RETURN_IF_ERROR(field("preset", o.preset, std::string(o.preset)));
+  if (o.gpus) CONCCL_RETURN_IF_ERROR(number("gpus", o.gpus));
+  if (o.engines) CONCCL_RETURN_IF_ERROR(number("engines", o.engines));
+  if (o.gen && *o.gen) CONCCL_RETURN_IF_ERROR(field("gen", o.gen, std::string(o.gen)));
+  if (o.memory_per_gpu) CONCCL_RETURN_IF_ERROR(number("memory_per_gpu", o.memory_per_gpu));
   *settings += words;
   return Status();
 }
