@@ -157,12 +157,11 @@ Status validate_reduction(const Communicator& comm, const ReductionArgs& a, cons
 // staging, and the reduce steps over it, piece by piece.
 //
 // Stream-ordered, with Options::reduce_overlap (by default in one process),
-// pieces overlap: the staging
-// is two halves, and piece i's move (its stream waits held back: a window
-// call across processes, a cached plan's enqueue in one process) is posted
-// before the reduce of piece i-1 is queued, so the engines move piece i
-// while the reduce kernel works on piece i-1; then the stream waits for
-// piece i. The stream's order keeps it safe: piece i+1's move, which writes
+// pieces overlap: the staging is two halves, and piece i's move (its stream
+// waits held back: a window call across processes, a cached plan's enqueue
+// in one process) is posted before the reduce of piece i-1 is queued, so
+// the engines move piece i while the reduce kernel works on piece i-1; then
+// the stream waits for piece i. The stream's order keeps it safe: piece i+1's move, which writes
 // the half that piece i-1 occupied, is posted only after that piece's
 // reduce, and no list starts before every rank's stream has reached the
 // move's release. Elsewhere (on the host, while capturing, one piece) each

@@ -8,6 +8,7 @@
 #include <gtest/gtest.h>
 
 #include <cstring>
+#include <initializer_list>
 #include <optional>
 #include <utility>
 
@@ -100,6 +101,19 @@ std::string run_one(Node& node, ReduceColl coll, DataType t, ReduceOp op, uint64
   return "";
 }
 
+// Every collective x `types`, host- and stream-ordered, sum, root n - 1, in
+// pieces as the node's staging makes them: "" or the first that went wrong.
+std::string every_collective(Node& node, std::initializer_list<DataType> types, uint64_t count, uint64_t* seed) {
+  const int n = node.comm->size();
+  for (ReduceColl coll : {ReduceColl::reduce_scatter, ReduceColl::all_reduce, ReduceColl::reduce})
+    for (DataType t : types)
+      for (bool on_stream : {false, true}) {
+        const std::string bad = run_one(node, coll, t, ReduceOp::sum, count, n - 1, on_stream, false, ++*seed);
+        if (!bad.empty()) return bad;
+      }
+  return "";
+}
+
 // Every type x op x collective on n ranks, host and stream alternating.
 class EveryTypeAndOp : public ::testing::TestWithParam<int> {};
 
@@ -129,12 +143,7 @@ TEST(Reductions, PiecesAndBothAllReduceForms) {
   for (int n : {3, 4}) {
     Node node = make_node(n, 4096);
     uint64_t seed = 100;
-    for (ReduceColl coll : {ReduceColl::reduce_scatter, ReduceColl::all_reduce, ReduceColl::reduce})
-      for (DataType t : {DataType::f32, DataType::bf16, DataType::i64})
-        for (bool on_stream : {false, true}) {
-          ++seed;
-          ASSERT_EQ(run_one(node, coll, t, ReduceOp::sum, 5000 + 1, n - 1, on_stream, false, seed), "");
-        }
+    ASSERT_EQ(every_collective(node, {DataType::f32, DataType::bf16, DataType::i64}, 5000 + 1, &seed), "");
     // Two-step all-reduce (>= 256 KiB per rank), count % n != 0.
     for (bool on_stream : {false, true})
       ASSERT_EQ(run_one(node, ReduceColl::all_reduce, DataType::f32, ReduceOp::avg, (80 << 10) + 1, 0, on_stream,
@@ -158,12 +167,7 @@ TEST(Reductions, PiecesOverlapInOneProcessOrTakeTurns) {
     SCOPED_TRACE(std::to_string(n) + " ranks, overlap " + (overlap ? "on" : "off"));
     Node node = make_node(n, 4096, overlap);
     uint64_t seed = 300;
-    for (ReduceColl coll : {ReduceColl::reduce_scatter, ReduceColl::all_reduce, ReduceColl::reduce})
-      for (DataType t : {DataType::f32, DataType::bf16, DataType::u8})
-        for (bool on_stream : {true, false}) {
-          ++seed;
-          ASSERT_EQ(run_one(node, coll, t, ReduceOp::sum, 9000 + 5, n - 1, on_stream, false, seed), "");
-        }
+    ASSERT_EQ(every_collective(node, {DataType::f32, DataType::bf16, DataType::u8}, 9000 + 5, &seed), "");
     // In place, and the two-step all-reduce (its reduce-scatter overlapped).
     ASSERT_EQ(run_one(node, ReduceColl::reduce_scatter, DataType::i32, ReduceOp::max, 20000, 0, true, true, ++seed),
               "");
