@@ -197,6 +197,20 @@ class StreamOps {
     (void)arg;
     return error(Code::unavailable, "this stream cannot record a host function for replays");
   }
+  // While capturing: at this point of every replay, in order with the rest
+  // (CUDA: a one-thread kernel node, because a graph's memory-operation
+  // nodes store only fixed values): when the word at `stop` is 0, store 0 at
+  // `reset`, then add 1 to the word at `counter`; otherwise store 1 at
+  // `reset`. A captured call's lists wait on the engines for `counter` to
+  // reach their replay, and its stream waits for `reset` >= 1, which its
+  // closing list adds (docs/graphs.md).
+  struct ReplayTick {
+    uint64_t counter = 0, reset = 0, stop = 0;  // signal words (addresses as for write_value64)
+  };
+  virtual Status replay_tick(const ReplayTick& tick) {
+    (void)tick;
+    return error(Code::unavailable, "this stream cannot record a replay tick (a CUDA stream or a HostStream can)");
+  }
   // While capturing: `what` stays alive as long as the recording (CUDA: a
   // user object retained by the graph), so a graph owns what its replays use.
   virtual Status retain_for_replays(std::shared_ptr<void> what) {
@@ -252,6 +266,7 @@ class HostStream final : public StreamOps {
   Result<std::unique_ptr<Recording>> end_capture();
   bool capturing() const override;
   Status host_function(void (*fn)(void*), void* arg) override;
+  Status replay_tick(const ReplayTick& tick) override;
   Status retain_for_replays(std::shared_ptr<void> what) override;
 
  private:

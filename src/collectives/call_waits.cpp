@@ -1,8 +1,9 @@
 // src/collectives/call_waits.cpp - how window calls end (calls.hpp): a
 // host wait for this rank's part with the checks between its slices, the
 // failure that every rank sees (a failed word and a reason in each rank's
-// call area), and the watchdog that fails a stream-ordered call or a
-// replay which does not complete within call_timeout_ms.
+// call area), and the watchdog that fails a stream-ordered call which
+// does not complete within call_timeout_ms (captured calls' replays have
+// the keeper: replay_keeper.hpp).
 #include <algorithm>
 #include <chrono>
 #include <cstring>
@@ -15,7 +16,7 @@ namespace conccl {
 // ---- failures ----
 
 void CallState::fail(const Status& why) {
-  std::vector<std::shared_ptr<CapturedCall>> graveyard;  // dropped after `mu` is released
+  keeper.fail_all(why);  // captured calls: their streams released, later ticks only release them
   std::lock_guard<std::mutex> lk(mu);
   if (failed.ok()) {
     failed = why;
@@ -40,7 +41,6 @@ void CallState::fail(const Status& why) {
   if (ma.valid() && ma.value() < a) ma.set(a);
   if (ms.valid() && ms.value() < s) ms.set(s);
   pending.clear();
-  release_captures(&graveyard);
   cv.notify_all();
 }
 
@@ -133,14 +133,8 @@ void CallState::watch() {
   // takes long costs the thread little.
   std::chrono::microseconds nap{20};
   while (!stop) {
-    if (watch_captures(lk)) continue;
-    if (pending.empty() && capture_pending.empty()) {
+    if (pending.empty()) {
       cv.wait(lk);
-      continue;
-    }
-    if (pending.empty()) {  // replays of captured calls alone
-      cv.wait_for(lk, nap);
-      nap = std::min<std::chrono::microseconds>(nap * 2, std::chrono::milliseconds(1));
       continue;
     }
     const Pending p = pending.front();

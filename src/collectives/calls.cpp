@@ -86,19 +86,19 @@ CallState::CallState(Communicator& c) : comm(c), n(c.size()), me(c.rank()) {
 }
 
 CallState::~CallState() {
-  cut_captures();  // a graph replayed from now on only releases its stream
+  cut_captures();  // the keeper ends: a graph replayed from now on only releases its stream
   reap_captures();
   // Calls still in flight on a stream: give them the call timeout to end
   // (the queues and the stream's waits need them), then fail the rest.
   {
     std::unique_lock<std::mutex> lk(mu);
     const Deadline dl = Deadline::after_ms(comm.options_.call_timeout_ms);
-    while ((!pending.empty() || !capture_pending.empty()) && !dl.expired()) cv.wait_for(lk, std::chrono::milliseconds(1));
+    while (!pending.empty() && !dl.expired()) cv.wait_for(lk, std::chrono::milliseconds(1));
   }
   bool left;
   {
     std::lock_guard<std::mutex> lk(mu);
-    left = !pending.empty() || !capture_pending.empty();
+    left = !pending.empty();
   }
   if (left)
     fail(error(Code::timeout, "the communicator was destroyed with stream-ordered calls still in flight"));

@@ -35,7 +35,7 @@
 #include <thread>
 #include <vector>
 
-#include "collectives/replay_watchdog.hpp"
+#include "collectives/replay_keeper.hpp"
 #include "collectives/builder.hpp"
 
 namespace conccl {
@@ -100,19 +100,16 @@ struct PreparedCall {
   std::vector<uint64_t> key;
 };
 
-// How a captured call reaches its communicator's state: cut (state null)
-// when the communicator goes, so that a replay after that does nothing but
-// release its stream.
 // What a one-process communicator's graph replays share (captured_calls.cpp),
 // with the communicator and with each other; captures may outlive the
-// communicator. `failed`: the first failure (a replay that could not start,
-// or whose lists did not end by the call timeout), what
-// Communicator::async_error() reports. `watchdog`: the one thread that
-// watches every capture's replays.
+// communicator. `failed`: the first failure (a replay that could not be
+// armed, or whose lists did not end by the call timeout), what
+// Communicator::async_error() reports. `keeper`: the one thread that keeps
+// every capture's replays armed and watched (replay_keeper.hpp).
 struct LocalReplays {
   std::mutex mu;
   Status failed;
-  ReplayWatchdog watchdog;
+  ReplayKeeper keeper;
   void set(const Status& why) {
     std::lock_guard<std::mutex> lk(mu);
     if (failed.ok()) failed = why;
@@ -123,6 +120,9 @@ struct LocalReplays {
   }
 };
 
+// How a captured call reaches its communicator's state: cut (state null)
+// when the communicator goes, so that a graph destroyed after that frees
+// what it holds itself.
 struct CaptureLink {
   std::recursive_mutex mu;  // held by a replay's start (which may drop the last reference to its capture)
   CallState* state = nullptr;
@@ -200,54 +200,49 @@ struct CallState {
 
   // ---- captured calls (captured_calls.cpp) ----
   // Records call `a` on a capturing stream: its plan on a slot's counters
-  // and queues of its own, and on the stream a host function that starts
-  // each replay and a wait for its end.
+  // and queues of its own, kept armed by `keeper`; on the stream a replay
+  // tick and a wait for its end.
   Status capture(const CollectiveArgs& a, StreamOps& stream);
   struct CaptureSlot {
     bool busy = false;
-    uint64_t replays = 0;                   // of every capture the slot has held
+    uint64_t replays = 0;                   // of every capture the slot has held, that ended
     std::vector<uint64_t> base[kCounters];  // per rank: each counter after them
   };
   std::vector<CaptureSlot> capture_slots;
   uint64_t captures = 0;  // captured calls made: the next one's id
   std::shared_ptr<CaptureLink> capture_link = std::make_shared<CaptureLink>();
-  // Replays started and not seen complete, watched by the watchdog.
-  struct CapturePending {
-    std::shared_ptr<CapturedCall> call;
-    uint64_t replay = 0;
-    Deadline deadline;
-    uint64_t arrive = 0, sent = 0;  // this rank's slot counters once the replay is done here
-  };
-  std::deque<CapturePending> capture_pending;
+  ReplayKeeper keeper;  // arms and watches the live captures' replays
   // Rank q's descriptor words of capture slot `slot`.
   uint64_t* capture_desc(int q, size_t slot) const;
-  // Starts replay r of `c` (its stream's host function, the link held).
-  void start_replay(CapturedCall& c);
-  // Releases the streams of replays in flight (their end signals set), for
-  // fail(); the captures go to `graveyard`, to be dropped outside `mu`.
-  void release_captures(std::vector<std::shared_ptr<CapturedCall>>* graveyard);
-  // The watchdog's look at the oldest replay in flight (mu held): true when
-  // it did something (popped it, or failed the communicator at its deadline).
-  bool watch_captures(std::unique_lock<std::mutex>& lk);
-  // Cuts the captures' link to this state (its destructor, first).
+  // Queues replay r of `c` (the keeper's thread): false until every rank
+  // has captured the call.
+  Result<bool> arm_capture(CapturedCall& c, uint64_t r);
+  // Ends the keeper (captures replayed from now on only release their
+  // streams) and cuts the captures' link to this state (its destructor).
   void cut_captures();
   // Waits (until `dl`) for every peer's lists of every capture's last replay
   // to end, as the destructor does for the last window call.
   void wait_for_captures_of_peers(Deadline dl);
-  // What a destroyed capture leaves: its plan, queues and end signal, freed
-  // by reap_captures() on a thread that makes calls (a graph may be
-  // destroyed on any thread; the communicator's plan table and pool are the
-  // calling thread's), and its slot, free once reaped.
+  // What a destroyed capture leaves: its plan, queues and signals, freed by
+  // reap_captures() on a thread that makes calls (a graph may be destroyed
+  // on any thread; the communicator's plan table and pool are the calling
+  // thread's), and its slot with the replays that ended, free once reaped.
+  // Replays armed and never ticked go with their queues.
   struct RetiredCapture {
     std::unique_ptr<Plan> plan;
     std::map<std::pair<int, int>, std::unique_ptr<Queue>> queues;
     std::unique_ptr<Queue> closer;
-    Signal done;
+    Signal done, stop;
     size_t slot = 0;
+    uint64_t replays = 0;
+    std::vector<uint64_t> base[kCounters];
   };
   std::mutex retired_mu;
   std::vector<RetiredCapture> retired;
   void reap_captures();
+  // How many replays of `plan` (with its closing list on `closer`) can be
+  // armed at once: as many as every ring holds, one spare, at most 16.
+  static uint64_t armed_depth(const Plan& plan);
   // Marks the communicator failed (first reason wins), tells the other ranks
   // through this rank's failed word, and releases this rank's stream waits.
   void fail(const Status& why);

@@ -1,74 +1,135 @@
-// src/collectives/captured_calls.cpp - window calls recorded into a graph
-// (docs/graphs.md): Communicator::call on a capturing stream.
+// src/collectives/captured_calls.cpp - collective calls recorded into a
+// graph (docs/graphs.md): Communicator::call on a capturing stream.
 //
-// A captured call is compiled once, at capture, on counters of its own (a
-// capture slot of every rank's pool, calls.hpp) and on queues of its own, so
-// that its replays never wait behind ordinary calls' lists nor those behind
-// its. The stream records two steps:
-//   1. a host function that starts replay r: it rewrites the lists' waits
-//      for r (every rank's slot "posted" >= r, other waits by the counts of
-//      earlier replays), submits them, submits a closing list that waits for
-//      this rank's arrivals and its lists' end and then adds 1 to the
-//      capture's end signal (reset to 0 first), and posts r. It runs when the
-//      stream's earlier work is done, so nothing is written into this rank
-//      before the stream said so, and it returns at once.
+// A captured call is compiled once, at capture, on counters of its own and
+// on queues of its own, so that its replays never wait behind ordinary
+// calls' lists nor those behind its. The stream records two steps:
+//   1. a replay tick (StreamOps::replay_tick; CUDA: a one-thread kernel):
+//      it resets the capture's end signal to 0 and adds 1 to the capture's
+//      "posted" counter, after the stream's earlier work;
 //   2. a wait for the end signal >= 1: a fixed value, as a graph's memory
 //      operation node needs.
-// Replays are numbered per slot on every rank alike (every rank replays its
-// graphs as the others do, as every rank makes the same calls), counters
-// only grow, nothing is reset between replays but the end signal, which
-// only this rank's stream waits on. Between replays no list is queued: a
-// graph destroyed between replays leaves nothing behind on the engines.
+// The host is on no replay's path: the communicator's keeper
+// (replay_keeper.hpp) queues each capture's next replays ahead of its
+// stream. Replay r's lists wait on the engines for every rank's posted >= r
+// before they read or write anything; every other value they wait for or
+// add is computed from the counts of the replays before r, so counters only
+// grow and nothing is reset between replays but the end signal, which only
+// this rank's stream waits on. A closing list per replay waits for this
+// rank's arrivals and its own lists' ends, then adds 1 to the end signal.
+// A failed communicator sets the capture's stop word: later ticks then
+// only release the stream.
 #include <algorithm>
 #include <cstdio>
 #include <cstring>
+#include <deque>
 #include <thread>
 
 #include "collectives/calls.hpp"
 
 namespace conccl {
 
-struct CapturedCall : std::enable_shared_from_this<CapturedCall> {
+namespace {
+
+// The closing list of a replay: it waits until every (counter, value) of
+// `until` is reached, then adds 1 to `done` (which the replay's tick reset
+// to 0). *span says where it sits in `q`.
+Status close_replay(Queue& q, const std::vector<std::pair<uint64_t, uint64_t>>& until, Signal& done, Deadline dl,
+                    QueueSpan* span) {
+  CommandBuffer close(q.isa());
+  for (const auto& [va, value] : until) CONCCL_RETURN_IF_ERROR(close.wait_ge(va, value));
+  CONCCL_RETURN_IF_ERROR(close.signal_add(done.va(), 1));
+  return q.submit(close, dl, span);
+}
+
+// The stream of a failed or gone capture goes on, and its later ticks only
+// release it.
+void release_replays(Signal& stop, Signal& done) {
+  if (stop.value() == 0) stop.set(1);
+  if (done.value() == 0) done.set(1);
+}
+
+constexpr uint64_t kMaxArmed = 16;
+constexpr uint64_t kSubmitSlack = 256;  // what a submission adds to its list (timeline release, padding)
+
+}  // namespace
+
+uint64_t CallState::armed_depth(const Plan& plan) {
+  std::map<const Queue*, uint64_t> bytes;
+  for (const PlanList& l : plan.lists_)
+    if (l.queue) bytes[l.queue] += l.cb.size_dwords() * 4 + kSubmitSlack;
+  uint64_t depth = kMaxArmed;
+  for (const auto& [q, b] : bytes) depth = std::min<uint64_t>(depth, q->ring_bytes() / b);
+  return std::max<uint64_t>(depth, 2) - 1;
+}
+
+// One captured call of a multi-process communicator: a slot of every rank's
+// pool holds its counters (calls.hpp), the same slot on every rank.
+struct CapturedCall final : ReplayKeeper::Replays {
   std::shared_ptr<CaptureLink> link;
+  CallState* state = nullptr;  // valid while link->state is
   uint64_t id = 0;
   size_t slot = 0;
   std::string name;
   CallDesc desc;
+  int64_t timeout_ms = 0;
   std::map<std::pair<int, int>, std::unique_ptr<Queue>> queues;  // its lists' (made while compiling)
   std::unique_ptr<Plan> plan;
-  std::unique_ptr<Queue> closer;  // the closing list's
-  Signal done;                           // its end: what the stream waits for
+  std::unique_ptr<Queue> closer;         // the closing lists'
+  Signal done, stop;                     // its end (what the stream waits for), and "ticks only release"
   Signal posted_me, arrive_me, sent_me;  // this rank's slot counters
+  // The keeper's: every rank captured this call; each counter before the
+  // next replay to arm; the replays armed and not yet seen to end (with the
+  // counters after each); the last that ended and the counters after it.
+  bool peers_checked = false;
+  std::vector<uint64_t> next_base[kCounters];
+  struct Armed {
+    uint64_t r = 0, ticket = 0;
+    std::vector<uint64_t> after[kCounters];
+  };
+  std::deque<Armed> armed;
+  uint64_t settled = 0;
+  std::vector<uint64_t> settled_base[kCounters];
 
-  ~CapturedCall() {
+  uint64_t started() const override { return posted_me.value(); }
+  Result<bool> arm(uint64_t r) override { return state->arm_capture(*this, r); }
+  bool ended(uint64_t r) override {
+    settle();
+    return r <= settled;
+  }
+  void fail(uint64_t r, const Status& why) override {
+    state->fail(Status(why).prefix(name + " replay " + std::to_string(r)));
+  }
+  void release() override { release_replays(stop, done); }
+  // Moves the replays that ended into `settled`: those whose closing list
+  // has run, or (`ticked`: the graph's launches are done, so every replay
+  // that ticked here has ended here) every replay that ticked. The closing
+  // list's ticket completes a little after the end signal that released the
+  // stream, so at the graph's destruction only the tick count is exact.
+  void settle(bool ticked = false) {
+    const uint64_t ticks = ticked ? started() : 0;
+    while (!armed.empty() && (armed.front().r <= ticks || closer->completed() >= armed.front().ticket)) {
+      settled = armed.front().r;
+      for (size_t c = 0; c < kCounters; ++c) settled_base[c] = std::move(armed.front().after[c]);
+      armed.pop_front();
+    }
+  }
+
+  ~CapturedCall() override {
     std::lock_guard<std::recursive_mutex> lk(link->mu);
     if (CallState* st = link->state) {  // freed by the communicator's calling thread (reap_captures)
+      st->keeper.forget(this);
+      settle(true);
+      CallState::RetiredCapture r{std::move(plan), std::move(queues), std::move(closer), std::move(done),
+                                  std::move(stop), slot, settled, {}};
+      for (size_t c = 0; c < kCounters; ++c) r.base[c] = settled_base[c];
       std::lock_guard<std::mutex> rl(st->retired_mu);
-      st->retired.push_back(CallState::RetiredCapture{std::move(plan), std::move(queues), std::move(closer),
-                                                      std::move(done), slot});
+      st->retired.push_back(std::move(r));
       return;
     }
     plan.reset();  // detached with its communicator: nothing of it is shared now
   }
 };
-
-namespace {
-
-void replay_entry(void* arg);
-
-// The closing list of a replay: it waits until every (counter, value) of
-// `until` is reached, then adds 1 to `done`, reset to 0 first. *span says
-// where it sits in `q`.
-Status close_replay(Queue& q, const std::vector<std::pair<uint64_t, uint64_t>>& until, Signal& done, Deadline dl,
-                    QueueSpan* span = nullptr) {
-  CommandBuffer close(q.isa());
-  for (const auto& [va, value] : until) CONCCL_RETURN_IF_ERROR(close.wait_ge(va, value));
-  CONCCL_RETURN_IF_ERROR(close.signal_add(done.va(), 1));
-  done.set(0);
-  return q.submit(close, dl, span);
-}
-
-}  // namespace
 
 uint64_t* CallState::capture_desc(int q, size_t slot) const {
   const uint64_t va = comm.pool_va_[size_t(q)] + kCaptureArea + slot * kCaptureSlotBytes + kCaptureDesc;
@@ -83,7 +144,11 @@ void CallState::reap_captures() {
   }
   for (RetiredCapture& r : gone) {
     r.plan.reset();  // before its queues
-    if (r.slot < capture_slots.size()) capture_slots[r.slot].busy = false;
+    if (r.slot >= capture_slots.size()) continue;
+    CaptureSlot& s = capture_slots[r.slot];
+    s.busy = false;
+    s.replays = r.replays;
+    for (size_t c = 0; c < kCounters; ++c) s.base[c] = r.base[c];
   }
 }
 
@@ -105,7 +170,8 @@ Status CallState::capture(const CollectiveArgs& a, StreamOps& stream) {
   }
   const uint64_t id = captures;
   const size_t slot = size_t(id % kCaptureSlots);
-  if (capture_slots[slot].busy)
+  CaptureSlot& s = capture_slots[slot];
+  if (s.busy)
     return error(Code::resource_exhausted,
                  what + ": " + std::to_string(kCaptureSlots) + " captured calls of this communicator are alive "
                         "(capture " + std::to_string(id - kCaptureSlots) + " holds slot " + std::to_string(slot) +
@@ -113,13 +179,17 @@ Status CallState::capture(const CollectiveArgs& a, StreamOps& stream) {
 
   auto cap = std::make_shared<CapturedCall>();
   cap->link = capture_link;
+  cap->state = this;
   cap->id = id;
   cap->slot = slot;
   cap->name = what;
   cap->desc = prepared->d;
-  Result<Signal> done = Signal::create(comm.device_, -1, 0);
-  if (!done.ok()) return done.status().prefix(what + ": its end signal");
-  cap->done = std::move(done).value();
+  cap->timeout_ms = comm.options_.call_timeout_ms;
+  for (Signal* sig : {&cap->done, &cap->stop}) {
+    Result<Signal> made = Signal::create(comm.device_, -1, 0);
+    if (!made.ok()) return made.status().prefix(what + ": its end signal");
+    *sig = std::move(made).value();
+  }
   for (auto [sig, off] : {std::pair{&cap->posted_me, kCapturePosted}, std::pair{&cap->arrive_me, kCaptureArrive},
                           std::pair{&cap->sent_me, kCaptureSent}}) {
     const uint64_t va = comm.pool_va_[size_t(me)] + kCaptureArea + slot * kCaptureSlotBytes + off;
@@ -138,121 +208,68 @@ Status CallState::capture(const CollectiveArgs& a, StreamOps& stream) {
   Result<int> engine = comm.device_.engine_toward(comm.gpu(me), comm.gpu(me));
   if (!engine.ok()) return engine.status().prefix(what);
   QueueOptions qo;
-  qo.ring_bytes = 4096;
+  qo.ring_bytes = 16384;
   Result<std::unique_ptr<Queue>> closer = comm.device_.create_queue(comm.gpu(me), *engine, qo);
   if (!closer.ok()) return closer.status().prefix(what + ": the queue of its closing list");
   cap->closer = std::move(closer).value();
+  const uint64_t first = s.replays + 1;
+  cap->settled = s.replays;
+  for (size_t c = 0; c < kCounters; ++c) cap->next_base[c] = cap->settled_base[c] = s.base[c];
 
   // The stream's steps, then the capture's bookkeeping (nothing is left
   // half-made when the stream refuses a step).
   CONCCL_RETURN_IF_ERROR(stream.retain_for_replays(cap).prefix(what));
-  CONCCL_RETURN_IF_ERROR(stream.host_function(replay_entry, cap.get()).prefix(what));
+  CONCCL_RETURN_IF_ERROR(
+      stream.replay_tick(StreamOps::ReplayTick{cap->posted_me.va(), cap->done.va(), cap->stop.va()}).prefix(what));
   CONCCL_RETURN_IF_ERROR(stream.wait_value64(cap->done.va(), 1).prefix(what));
-  capture_slots[slot].busy = true;
+  s.busy = true;
   ++captures;
   uint64_t* w = capture_desc(me, slot);
   prepared->d.write_fields(w);
   word_store(&w[0], id + 1);
+  keeper.add(cap.get(), first, armed_depth(*cap->plan), comm.options_.call_timeout_ms);
   return Status();
 }
 
-// Replay r of `c` (on the stream's host function): see the top of the file.
-void CallState::start_replay(CapturedCall& c) {
-  CaptureSlot& s = capture_slots[c.slot];
-  const uint64_t r = s.replays + 1;
+// Replay r of `c`, queued ahead of its tick (the keeper's thread).
+Result<bool> CallState::arm_capture(CapturedCall& c, uint64_t r) {
   const std::string name = c.name + " replay " + std::to_string(r);
-  auto refuse = [&](const Status& why) {
-    fail(why);
-    c.done.set(1);  // the stream goes on; async_error() says why
-  };
-  {
-    std::lock_guard<std::mutex> lk(mu);
-    if (!failed.ok()) {
-      c.done.set(1);
-      return;
+  // Every rank must have captured the same call before any list of it may
+  // write into a peer.
+  if (!c.peers_checked) {
+    for (int q = 0; q < n; ++q) {
+      const uint64_t* w = capture_desc(q, c.slot);
+      if (!w || q == me) continue;
+      if (word_load(&w[0]) != c.id + 1) return false;  // not captured there yet
+      CallDesc theirs = CallDesc::read_fields(w);
+      theirs.k = c.desc.k;
+      if (!(theirs == c.desc))
+        return error(Code::invalid_argument,
+                     name + ": rank " + std::to_string(q) + " captured " + theirs.describe() + " as capture " +
+                         std::to_string(c.id) + ", rank " + std::to_string(me) + " " + c.desc.describe() +
+                         ": every rank captures the same calls in the same order");
     }
+    c.peers_checked = true;
   }
-  if (!c.plan->attached()) return refuse(error(Code::invalid_argument, name + ": its plan was detached"));
-  // Every rank that has written this slot's descriptor must have captured
-  // the same call.
-  for (int q = 0; q < n; ++q) {
-    const uint64_t* w = capture_desc(q, c.slot);
-    if (!w || q == me || word_load(&w[0]) != c.id + 1) continue;
-    CallDesc theirs = CallDesc::read_fields(w);
-    theirs.k = c.desc.k;
-    if (!(theirs == c.desc))
-      return refuse(error(Code::invalid_argument,
-                          name + ": rank " + std::to_string(q) + " captured " + theirs.describe() + " as capture " +
-                              std::to_string(c.id) + ", rank " + std::to_string(me) + " " + c.desc.describe() +
-                              ": every rank captures the same calls in the same order"));
-  }
-  const Deadline dl = Deadline::after_ms(comm.options_.call_timeout_ms);
+  if (!c.plan->attached()) return error(Code::invalid_argument, name + ": its plan was detached");
+  const Deadline dl = Deadline::after_ms(c.timeout_ms);
   Plan& plan = *c.plan;
-  if (Status st = submit_lists(plan, r - 1, s.base, dl, name); !st.ok()) return refuse(st);
+  CONCCL_RETURN_IF_ERROR(submit_lists(plan, r - 1, c.next_base, dl, name));
   const size_t mi = size_t(me);
-  const uint64_t arrive_target = s.base[kCounterArrive][mi] + plan.expected_[mi];
-  const uint64_t sent_target = s.base[kCounterSent][mi] + plan.sent_expected_[mi];
+  const uint64_t arrive_target = c.next_base[kCounterArrive][mi] + plan.expected_[mi];
+  const uint64_t sent_target = c.next_base[kCounterSent][mi] + plan.sent_expected_[mi];
   for (size_t q = 0; q < size_t(n); ++q) {
-    s.base[kCounterArrive][q] += plan.expected_[q];
-    s.base[kCounterPhase][q] += plan.ready_adds_[q];
-    s.base[kCounterSent][q] += plan.sent_expected_[q];
+    c.next_base[kCounterArrive][q] += plan.expected_[q];
+    c.next_base[kCounterPhase][q] += plan.ready_adds_[q];
+    c.next_base[kCounterSent][q] += plan.sent_expected_[q];
   }
-  s.replays = r;
-  Status st = close_replay(*c.closer, {{c.arrive_me.va(), arrive_target}, {c.sent_me.va(), sent_target}}, c.done, dl);
-  if (!st.ok()) return refuse(st.prefix(name + ": its closing list"));
-  {
-    std::lock_guard<std::mutex> lk(mu);
-    capture_pending.push_back(CapturePending{c.shared_from_this(), r, dl, arrive_target, sent_target});
-    start_watchdog();
-  }
-  cv.notify_all();
-  c.posted_me.set(r);  // last: the lists may start
-}
-
-namespace {
-
-// A replay's host function: the link held, so that the communicator stays
-// (or is known gone) while the replay starts.
-void replay_entry(void* arg) {
-  auto* c = static_cast<CapturedCall*>(arg);
-  std::lock_guard<std::recursive_mutex> lk(c->link->mu);
-  if (!c->link->state) {
-    // Its communicator is gone: nothing can run; the stream goes on.
-    c->done.set(1);
-    return;
-  }
-  c->link->state->start_replay(*c);
-}
-
-}  // namespace
-
-void CallState::release_captures(std::vector<std::shared_ptr<CapturedCall>>* graveyard) {
-  for (CapturePending& p : capture_pending) {
-    p.call->done.set(1);
-    graveyard->push_back(std::move(p.call));
-  }
-  capture_pending.clear();
-}
-
-bool CallState::watch_captures(std::unique_lock<std::mutex>& lk) {
-  if (capture_pending.empty()) return false;
-  CapturePending& f = capture_pending.front();
-  // Done by its own targets (the end signal is reset by the next replay).
-  if (f.call->arrive_me.value() >= f.arrive && f.call->sent_me.value() >= f.sent) {
-    std::shared_ptr<CapturedCall> gone = std::move(f.call);
-    capture_pending.pop_front();
-    lk.unlock();
-    gone.reset();  // may be the last reference: its destructor takes the link's lock
-    lk.lock();
-    return true;
-  }
-  if (!f.deadline.expired()) return false;
-  const std::string what = f.call->name + " replay " + std::to_string(f.replay);
-  lk.unlock();
-  fail(error(Code::timeout, what + ": not complete within call_timeout_ms (" +
-                                std::to_string(comm.options_.call_timeout_ms) +
-                                " ms): a rank did not replay its graph, or replayed its graphs in another order"));
-  lk.lock();
+  QueueSpan span;
+  CONCCL_RETURN_IF_ERROR(
+      close_replay(*c.closer, {{c.arrive_me.va(), arrive_target}, {c.sent_me.va(), sent_target}}, c.done, dl, &span)
+          .prefix(name + ": its closing list"));
+  CapturedCall::Armed a{r, span.end, {}};
+  for (size_t k = 0; k < kCounters; ++k) a.after[k] = c.next_base[k];
+  c.armed.push_back(std::move(a));
   return true;
 }
 
@@ -273,6 +290,16 @@ void CallState::wait_for_captures_of_peers(Deadline dl) {
 }
 
 void CallState::cut_captures() {
+  keeper.stop();
+  // The live captures' replays that ended count in their slots, for
+  // wait_for_captures_of_peers().
+  keeper.visit([&](ReplayKeeper::Replays& r, uint64_t) {
+    auto& c = static_cast<CapturedCall&>(r);
+    c.settle(true);
+    if (c.slot >= capture_slots.size()) return;
+    capture_slots[c.slot].replays = c.settled;
+    for (size_t k = 0; k < kCounters; ++k) capture_slots[c.slot].base[k] = c.settled_base[k];
+  });
   std::lock_guard<std::recursive_mutex> lk(capture_link->mu);
   capture_link->state = nullptr;
 }
@@ -280,98 +307,72 @@ void CallState::cut_captures() {
 
 // ---- every rank in this process ----
 //
-// The same two stream steps; the counters are the capture's own signals
-// (no other process reads them), the replays its own count, and the host
-// function submits every rank's lists and posts every rank's "posted".
-// No other process can hold a replay up, but an engine can (a fault, a
-// stall): the communicator's replay watchdog (replay_watchdog.hpp) gives each
-// replay's closing list the call timeout, then records why (async_error())
-// and releases the stream, which would otherwise wait forever. After a
-// failure replays submit nothing and only release their stream.
-struct LocalCapture {
+// The same two stream steps and the same keeper (the communicator's
+// LocalReplays, which captures may outlive); the counters are the capture's
+// own signals (no other process reads them), and one "posted" counter, which
+// the tick bumps, gates every rank's lists. No other process can hold a
+// replay up, but an engine can (a fault, a stall): the keeper gives each
+// replay that ticked the call timeout, then records why (async_error()) and
+// releases the stream, which would otherwise wait forever; later ticks then
+// only release it.
+struct LocalCapture final : ReplayKeeper::Replays {
   std::string name;
   std::map<std::pair<int, int>, std::unique_ptr<Queue>> queues;
   std::unique_ptr<Plan> plan;  // detached with its communicator (plans_mu_ guards its table)
   std::unique_ptr<Queue> closer;
-  std::vector<Signal> posted, arrive, phase, sent;  // per rank
-  std::vector<uint64_t> base[kCounters];            // per rank: each counter after the replays so far
-  uint64_t replays = 0;
-  Signal done;
-  std::shared_ptr<LocalReplays> shared;  // the communicator's failure and watchdog
-  int64_t timeout_ms = 60000;            // the communicator's call timeout
+  Signal posted;                            // replays begun: every rank's trigger
+  std::vector<Signal> arrive, phase, sent;  // per rank
+  std::vector<uint64_t> base[kCounters];    // per rank: each counter before the next replay to arm
+  std::deque<std::pair<uint64_t, uint64_t>> armed;  // (replay, its closing list's ticket), not yet seen to end
+  uint64_t settled = 0;                             // the last replay seen to end
+  Signal done, stop;
+  std::shared_ptr<LocalReplays> shared;  // the communicator's failure and keeper
 
-  ~LocalCapture() {
-    if (shared) shared->watchdog.forget(this);
+  ~LocalCapture() override {
+    if (shared) shared->keeper.forget(this);
     // The plan before its queues, and the queues before the signals their
-    // lists write: after a failed replay lists may still be queued, and an
-    // engine that comes back must not run them into freed memory.
+    // lists write: armed replays are still queued, and an engine must not
+    // run them into freed memory.
     plan.reset();
     closer.reset();
     queues.clear();
   }
 
-  // Replay r's closing list, ending at `ticket` of `closer`, is watched
-  // until `deadline`.
-  void watch(uint64_t r, uint64_t ticket, Deadline deadline) {
-    ReplayWatchdog::Watched w{this, closer.get(), ticket, deadline, nullptr};
-    w.fail = [this, r](Status st) {
-      fail(r, st.prefix("its lists did not end within the call timeout (" + std::to_string(timeout_ms) + " ms)"));
-    };
-    shared->watchdog.watch(std::move(w));
+  uint64_t started() const override { return posted.value(); }
+  bool ended(uint64_t r) override {
+    while (!armed.empty() && closer->completed() >= armed.front().second) {
+      settled = armed.front().first;
+      armed.pop_front();
+    }
+    return r <= settled;
   }
-  // Records a failure of replay r and lets its stream go on.
-  void fail(uint64_t r, Status why) {
-    shared->set(why.prefix(name + " replay " + std::to_string(r)));
-    done.set(1);
+  void fail(uint64_t r, const Status& why) override {
+    shared->set(Status(why).prefix(name + " replay " + std::to_string(r)));
   }
+  void release() override { release_replays(stop, done); }
 
-  // Replay r's lists, their waits rewritten, submitted; the phase counters'
-  // bases moved past it.
-  void submit(uint64_t r, Deadline dl, Status* st) {
-    *st = CallState::submit_lists(*plan, r - 1, base, dl, name + " replay " + std::to_string(r));
-    for (size_t q = 0; q < base[kCounterPhase].size(); ++q) base[kCounterPhase][q] += plan->ready_adds_[q];
+  // Replay r's lists, their waits rewritten, and its closing list, queued
+  // behind its tick; the counters' bases moved past it.
+  Result<bool> arm(uint64_t r) override {
+    const std::string what = name + " replay " + std::to_string(r);
+    if (!plan || !plan->attached()) return error(Code::unavailable, what + ": its communicator is gone");
+    const Deadline dl = Deadline::after_ms(shared_timeout_ms);
+    CONCCL_RETURN_IF_ERROR(CallState::submit_lists(*plan, r - 1, base, dl, what));
+    std::vector<std::pair<uint64_t, uint64_t>> until;
+    for (size_t q = 0; q < arrive.size(); ++q) {
+      base[kCounterPhase][q] += plan->ready_adds_[q];
+      base[kCounterArrive][q] += plan->arrivals_expected(int(q));
+      base[kCounterSent][q] += plan->sent_expected(int(q));
+      until.emplace_back(arrive[q].va(), base[kCounterArrive][q]);
+      until.emplace_back(sent[q].va(), base[kCounterSent][q]);
+    }
+    QueueSpan span;
+    CONCCL_RETURN_IF_ERROR(close_replay(*closer, until, done, dl, &span).prefix(what + ": its closing list"));
+    armed.emplace_back(r, span.end);
+    return true;
   }
+  int64_t shared_timeout_ms = 60000;  // the communicator's call timeout
 };
-
-namespace {
-
-void local_replay(void* arg) {
-  auto* c = static_cast<LocalCapture*>(arg);
-  if (!c->plan || !c->plan->attached()) {  // its communicator is gone: the stream goes on
-    c->done.set(1);
-    return;
-  }
-  const uint64_t r = ++c->replays;
-  if (!c->shared->get().ok()) {  // an earlier replay failed: async_error() says why
-    c->done.set(1);
-    return;
-  }
-  const Deadline dl = Deadline::after_ms(c->timeout_ms);
-  const size_t n = c->posted.size();
-  Status st;
-  c->submit(r, dl, &st);
-  std::vector<std::pair<uint64_t, uint64_t>> until;
-  for (size_t q = 0; q < n; ++q) {
-    const uint64_t a = c->base[kCounterArrive][q] + c->plan->arrivals_expected(int(q));
-    const uint64_t s = c->base[kCounterSent][q] + c->plan->sent_expected(int(q));
-    until.emplace_back(c->arrive[q].va(), a);
-    until.emplace_back(c->sent[q].va(), s);
-    c->base[kCounterArrive][q] = a;
-    c->base[kCounterSent][q] = s;
-  }
-  QueueSpan span;
-  if (st.ok()) st = close_replay(*c->closer, until, c->done, dl, &span);
-  if (!st.ok()) {
-    // A host node returns nothing: the stream goes on, the data is not what
-    // the call promised, and async_error() says why.
-    c->fail(r, st.prefix("could not start"));
-    return;
-  }
-  c->watch(r, span.end, dl);
-  for (Signal& p : c->posted) p.set(r);
-}
-
-}  // namespace
 
 Status Communicator::capture_local(const CollectiveArgs& given, StreamOps& stream) {
   const std::string what = std::string("call ") + coll_op_name(given.op) + " (captured)";
@@ -391,16 +392,21 @@ Status Communicator::capture_local(const CollectiveArgs& given, StreamOps& strea
   cap->name = what;
   if (!local_replays_) local_replays_ = std::make_shared<LocalReplays>();
   cap->shared = local_replays_;
-  cap->timeout_ms = options_.call_timeout_ms;
-  RankSignals sig;
-  for (auto* v : {&cap->posted, &cap->arrive, &cap->phase, &cap->sent})
+  cap->shared_timeout_ms = options_.call_timeout_ms;
+  for (Signal* one : {&cap->posted, &cap->done, &cap->stop}) {
+    Result<Signal> made = Signal::create(device_, -1, 0);
+    if (!made.ok()) return made.status().prefix(what + ": its counters");
+    *one = std::move(made).value();
+  }
+  for (auto* v : {&cap->arrive, &cap->phase, &cap->sent})
     for (int r = 0; r < n; ++r) {
       Result<Signal> made = Signal::create(device_, -1, 0);
       if (!made.ok()) return made.status().prefix(what + ": its counters");
       v->push_back(std::move(made).value());
     }
+  RankSignals sig;
   for (int r = 0; r < n; ++r) {
-    sig.trigger.push_back(cap->posted[size_t(r)].va());
+    sig.trigger.push_back(cap->posted.va());
     sig.arrive.push_back(cap->arrive[size_t(r)].va());
     sig.ready.push_back(cap->phase[size_t(r)].va());
     sig.sent.push_back(cap->sent[size_t(r)].va());
@@ -413,19 +419,19 @@ Status Communicator::capture_local(const CollectiveArgs& given, StreamOps& strea
   queue_redirect_ = nullptr;
   if (!plan.ok()) return plan.status().prefix("capturing " + what);
   cap->plan = std::move(plan).value();
-  Result<Signal> done = Signal::create(device_, -1, 0);
-  if (!done.ok()) return done.status().prefix(what + ": its end signal");
-  cap->done = std::move(done).value();
   Result<int> engine = device_.engine_toward(gpu(0), gpu(0));
   if (!engine.ok()) return engine.status().prefix(what);
   QueueOptions qo;
-  qo.ring_bytes = 4096;
+  qo.ring_bytes = 16384;
   Result<std::unique_ptr<Queue>> closer = device_.create_queue(gpu(0), *engine, qo);
   if (!closer.ok()) return closer.status().prefix(what + ": the queue of its closing list");
   cap->closer = std::move(closer).value();
   CONCCL_RETURN_IF_ERROR(stream.retain_for_replays(cap).prefix(what));
-  CONCCL_RETURN_IF_ERROR(stream.host_function(local_replay, cap.get()).prefix(what));
-  return stream.wait_value64(cap->done.va(), 1).prefix(what);
+  CONCCL_RETURN_IF_ERROR(
+      stream.replay_tick(StreamOps::ReplayTick{cap->posted.va(), cap->done.va(), cap->stop.va()}).prefix(what));
+  CONCCL_RETURN_IF_ERROR(stream.wait_value64(cap->done.va(), 1).prefix(what));
+  local_replays_->keeper.add(cap.get(), 1, CallState::armed_depth(*cap->plan), options_.call_timeout_ms);
+  return Status();
 }
 
 }  // namespace conccl

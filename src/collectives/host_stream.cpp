@@ -191,6 +191,26 @@ Status HostStream::host_function(void (*fn)(void*), void* arg) {
                               }});
 }
 
+Status HostStream::replay_tick(const ReplayTick& tick) {
+  Device* device = impl_->device;
+  auto word = [device](uint64_t va) { return static_cast<uint64_t*>(device->host_pointer(va, 8)); };
+  uint64_t *counter = word(tick.counter), *reset = word(tick.reset), *stop = word(tick.stop);
+  if (!counter || !reset || !stop)
+    return error(Code::invalid_argument, "HostStream::replay_tick: a word without a host mapping (counter " +
+                                             hex(tick.counter) + ", reset " + hex(tick.reset) + ", stop " +
+                                             hex(tick.stop) + ")");
+  return impl_->push(Impl::Op{Impl::Op::work, 0, 0, [counter, reset, stop] {
+                                if (std::atomic_ref<uint64_t>(*stop).load(std::memory_order_acquire) != 0) {
+                                  std::atomic_ref<uint64_t>(*reset).store(1, std::memory_order_release);
+                                  return Status();
+                                }
+                                std::atomic_ref<uint64_t>(*reset).store(0, std::memory_order_release);
+                                std::atomic_ref<uint64_t> c(*counter);
+                                c.store(c.load(std::memory_order_acquire) + 1, std::memory_order_release);
+                                return Status();
+                              }});
+}
+
 Status HostStream::retain_for_replays(std::shared_ptr<void> what) {
   std::lock_guard<std::mutex> lk(impl_->mu);
   if (!impl_->capturing)

@@ -67,6 +67,10 @@ void close_all(std::vector<Bootstrap::Message>& msgs) {
 }  // namespace
 
 Communicator::~Communicator() {
+  // One-process captures outlive their communicator: their keeper stops
+  // arming them first, so that a graph replayed from now on only releases
+  // its stream (captured_calls.cpp).
+  if (local_replays_) local_replays_->keeper.stop();
   // Window calls first: their watchdog stops and their plans go while the
   // queues are still here (calls.cpp). After a failed call, other ranks'
   // lists may still write this rank's counters, and the ranks read each

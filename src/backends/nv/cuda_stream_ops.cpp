@@ -7,6 +7,7 @@
 #include <span>
 
 #include "backends/nv/nv_adapter.hpp"
+#include "backends/nv/replay_tick.hpp"
 
 namespace conccl::nv {
 
@@ -23,6 +24,7 @@ class CudaStreamOps final : public conccl::StreamOps {
   Status ready_to_order() override { return stream_not_capturing(stream_); }
   bool capturing() const override { return stream_records_collectives(stream_); }
   Status host_function(void (*fn)(void*), void* arg) override { return stream_host_function(stream_, fn, arg); }
+  Status replay_tick(const ReplayTick& tick) override { return launch_replay_tick(stream_, tick); }
   Status retain_for_replays(std::shared_ptr<void> what) override {
     return stream_capture_retain(stream_, std::move(what));
   }

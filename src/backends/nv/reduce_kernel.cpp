@@ -34,15 +34,15 @@
 //     float16 uses cvt.f32.f16 / cvt.rn.f16.f32, which exist on every target.
 #include "backends/nv/reduce_kernel.hpp"
 #include "backends/nv/cuda_api.hpp"
+#include "backends/nv/ptx_module.hpp"
 
 
 #include <algorithm>
 #include <cstdint>
 #include <cstdlib>
 #include <cstring>
-#include <map>
-#include <mutex>
-#include <tuple>
+#include <string>
+#include <vector>
 
 namespace conccl::nv {
 
@@ -386,135 +386,17 @@ std::string generate(const TypeRow& t, ReduceOp op, const Header& h) {
 
 // -------------------------------------------------------------- the driver
 
-// cuda.h (CUDA 11/12/13 driver API): the types and values used here.
-using cuda_driver::CUcontext, cuda_driver::CUdevice, cuda_driver::CUfunction, cuda_driver::CUmodule,
-    cuda_driver::CUresult, cuda_driver::CUstream;  // cuda_api.hpp
-constexpr CUresult kSuccess = cuda_driver::kCudaSuccess;
-constexpr CUresult kErrOutOfMemory = 2;            // CUDA_ERROR_OUT_OF_MEMORY
-constexpr CUresult kErrJitNotFound = 221;          // CUDA_ERROR_JIT_COMPILER_NOT_FOUND
-constexpr CUresult kErrJitDisabled = 223;          // CUDA_ERROR_JIT_COMPILATION_DISABLED
-constexpr int kJitErrorLogBuffer = 5;              // CU_JIT_ERROR_LOG_BUFFER
-constexpr int kJitErrorLogBufferSizeBytes = 6;     // CU_JIT_ERROR_LOG_BUFFER_SIZE_BYTES
-constexpr int kAttrMultiprocessorCount = 16;       // CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT
+// What a user can do when the driver cannot run the kernel.
+constexpr const char* kInstead = "reduce on the host (conccl::reduce_on_host)";
 
-// libcuda's entry points come from the one table (cuda_api.cpp); what the
-// kernel needs is checked, and cuInit made, once per process.
-const cuda_driver::CudaApi& driver() { return cuda_driver::api(); }
-
-Status driver_status() {
-  static Status st;
-  static std::once_flag once;
-  std::call_once(once, [] {
-    const cuda_driver::CudaApi& d = driver();
-    if (!d.status.ok() && !d.lib) {
-      st = Status(d.status).prefix("the reduce kernel runs through the NVIDIA driver's CUDA library (install the driver or "
-                           "put its directory on LD_LIBRARY_PATH, or reduce on the host: conccl::reduce_on_host)");
-      return;
-    }
-    std::string missing;
-    auto need = [&](const void* f, const char* n) {
-      if (!f) missing += std::string(missing.empty() ? "" : ", ") + n;
-    };
-    need(reinterpret_cast<const void*>(d.cuInit), "cuInit");
-    need(reinterpret_cast<const void*>(d.cuGetErrorName), "cuGetErrorName");
-    need(reinterpret_cast<const void*>(d.cuStreamGetCtx), "cuStreamGetCtx");
-    need(reinterpret_cast<const void*>(d.cuCtxGetCurrent), "cuCtxGetCurrent");
-    need(reinterpret_cast<const void*>(d.cuCtxPushCurrent), "cuCtxPushCurrent_v2");
-    need(reinterpret_cast<const void*>(d.cuCtxPopCurrent), "cuCtxPopCurrent_v2");
-    need(reinterpret_cast<const void*>(d.cuCtxGetDevice), "cuCtxGetDevice");
-    need(reinterpret_cast<const void*>(d.cuDeviceGetAttribute), "cuDeviceGetAttribute");
-    need(reinterpret_cast<const void*>(d.cuModuleLoadDataEx), "cuModuleLoadDataEx");
-    need(reinterpret_cast<const void*>(d.cuModuleGetFunction), "cuModuleGetFunction");
-    need(reinterpret_cast<const void*>(d.cuLaunchKernel), "cuLaunchKernel");
-    if (!missing.empty()) {
-      st = error(Code::unavailable, "libcuda.so.1 lacks " + missing +
-                                        ": the reduce kernel needs a CUDA 11.0 or newer driver");
-      return;
-    }
-    if (CUresult r = d.cuInit(0); r != kSuccess) {
-      const char* n = nullptr;
-      st = error(Code::unavailable,
-                 std::string("cuInit failed (") +
-                     (d.cuGetErrorName(r, &n) == kSuccess && n ? n : std::to_string(r).c_str()) +
-                     "): no usable CUDA device for the reduce kernel; check nvidia-smi and "
-                     "CUDA_VISIBLE_DEVICES, or reduce on the host (conccl::reduce_on_host)");
-    }
-  });
-  return st;
-}
-
-using cuda_driver::cu_name;
-
-Status cu_check(CUresult r, const std::string& what, const std::string& fix) {
-  if (r == kSuccess) return Status();
-  return error(r == kErrOutOfMemory ? Code::resource_exhausted : Code::internal,
-               what + " failed: " + cu_name(r) + "; " + fix);
-}
-
-// A loaded kernel of one context, with what the grid size needs.
-struct Loaded {
-  CUfunction fn = nullptr;
-  int sms = 0;
-};
-
-// (context id, dtype, op) -> kernel. Modules are never unloaded: they live
-// as long as their context, and there are at most 30 per context.
-std::mutex g_cache_mu;
-std::map<std::tuple<uint64_t, int, int>, Loaded> g_cache;
-
-// JITs one module into the current context, trying kHeaders in order.
-Result<Loaded> load_kernel(const TypeRow& t, ReduceOp op) {
-  const cuda_driver::RelaxedCaptureMode relaxed;  // a module load while a stream captures (cuda_api.hpp)
-  const cuda_driver::CudaApi& d = driver();
-  const std::string entry = entry_name(t, op);
-  std::string failures;
-  for (const Header& h : kHeaders) {
-    const std::string ptx = generate(t, op, h);
-    char log[8192] = {};
-    int opts[2] = {kJitErrorLogBuffer, kJitErrorLogBufferSizeBytes};
-    void* vals[2] = {log, reinterpret_cast<void*>(static_cast<uintptr_t>(sizeof(log)))};
-    CUmodule mod = nullptr;
-    const CUresult r = d.cuModuleLoadDataEx(&mod, ptx.c_str(), 2, opts, vals);
-    if (r == kSuccess) {
-      Loaded l;
-      CONCCL_RETURN_IF_ERROR(cu_check(d.cuModuleGetFunction(&l.fn, mod, entry.c_str()),
-                                      "cuModuleGetFunction(" + entry + ")",
-                                      "a ConCCL bug (the PTX names this entry): please report it"));
-      CUdevice dev = 0;
-      CONCCL_RETURN_IF_ERROR(cu_check(d.cuCtxGetDevice(&dev), "cuCtxGetDevice", "check the CUDA context"));
-      CONCCL_RETURN_IF_ERROR(cu_check(d.cuDeviceGetAttribute(&l.sms, kAttrMultiprocessorCount, dev),
-                                      "cuDeviceGetAttribute(MULTIPROCESSOR_COUNT)", "check the CUDA device"));
-      return l;
-    }
-    if (r == kErrJitNotFound || r == kErrJitDisabled)
-      return error(Code::unavailable,
-                   "the CUDA driver cannot compile PTX (" + cu_name(r) +
-                       "): the reduce kernel is carried as PTX; install the driver's JIT (libnvidia-ptxjitcompiler) "
-                       "and unset CUDA_DISABLE_PTX_JIT, or reduce on the host (conccl::reduce_on_host)");
-    if (r == kErrOutOfMemory)
-      return error(Code::resource_exhausted, "cuModuleLoadDataEx(" + entry + ") failed: " + cu_name(r) +
-                                                 "; free GPU memory and retry");
-    failures += std::string(failures.empty() ? "" : "; ") + ".target " + h.target + ": " + cu_name(r);
-    log[sizeof(log) - 1] = 0;
-    if (log[0]) failures += " (JIT log: " + std::string(log) + ")";
-  }
-  return error(Code::internal, "the CUDA driver rejected the reduce kernel " + entry + " [" + failures +
-                                   "]: a ConCCL bug (its generated PTX); please report this message, and "
-                                   "meanwhile reduce on the host (conccl::reduce_on_host)");
-}
-
-Result<Loaded> kernel_for(CUcontext ctx, const TypeRow& t, ReduceOp op) {
-  const cuda_driver::CudaApi& d = driver();
-  // cuCtxGetId is unique over the process's life, where a context's handle
-  // can be reused after cuCtxDestroy (and then name a stale module).
-  unsigned long long id = reinterpret_cast<uintptr_t>(ctx);
-  if (d.cuCtxGetId && d.cuCtxGetId(ctx, &id) != kSuccess) id = reinterpret_cast<uintptr_t>(ctx);
-  const auto key = std::make_tuple(static_cast<uint64_t>(id), static_cast<int>(t.dtype), static_cast<int>(op));
-  std::lock_guard<std::mutex> lock(g_cache_mu);
-  if (auto it = g_cache.find(key); it != g_cache.end()) return it->second;
-  Result<Loaded> l = load_kernel(t, op);
-  if (l.ok()) g_cache[key] = *l;
-  return l;
+PtxSource source_for(const TypeRow& t, ReduceOp op) {
+  return PtxSource{entry_name(t, op),
+                   [&t, op] {
+                     std::vector<std::string> texts;
+                     for (const Header& h : kHeaders) texts.push_back(generate(t, op, h));
+                     return texts;
+                   },
+                   kInstead};
 }
 
 // The grid: one thread per vector (or element), at most kMaxBlocks blocks
@@ -610,21 +492,9 @@ Status launch_reduce(void* cu_stream, const DeviceReduceStep& step, ReduceLaunch
   }
   const uint64_t singles = step.count - nvec * lanes;
 
-  CONCCL_RETURN_IF_ERROR(driver_status());
-  const cuda_driver::CudaApi& d = driver();
-  CUcontext ctx = nullptr, cur = nullptr;
-  CONCCL_RETURN_IF_ERROR(cu_check(d.cuStreamGetCtx(cu_stream, &ctx), "cuStreamGetCtx",
-                                  "pass a live CUstream (for the default stream, make its context current first: "
-                                  "cudaSetDevice or cuCtxSetCurrent)"));
-  CONCCL_RETURN_IF_ERROR(cu_check(d.cuCtxGetCurrent(&cur), "cuCtxGetCurrent", "check the CUDA context"));
-  // The module loads into, and the launch runs in, the stream's context.
-  const bool pushed = cur != ctx;
-  if (pushed)
-    CONCCL_RETURN_IF_ERROR(cu_check(d.cuCtxPushCurrent(ctx), "cuCtxPushCurrent", "check the stream's context"));
-  Status st = [&]() -> Status {
-    Result<Loaded> k = kernel_for(ctx, *t, step.op);
-    CONCCL_RETURN_IF_ERROR(k.status());
-    Result<unsigned> blocks = grid_blocks(std::max(nvec, singles), k->sms);
+  const cuda_driver::CudaApi& d = cuda_driver::api();
+  return with_ptx_kernel(cu_stream, source_for(*t, step.op), [&](const LoadedKernel& k) -> Status {
+    Result<unsigned> blocks = grid_blocks(std::max(nvec, singles), k.sms);
     CONCCL_RETURN_IF_ERROR(blocks.status());
     // The kernel's parameters, in declaration order; the unused pointers are
     // zero and never read (every load past input n-1 is predicated off).
@@ -633,20 +503,14 @@ Status launch_reduce(void* cu_stream, const DeviceReduceStep& step, ReduceLaunch
     uint32_t n32 = static_cast<uint32_t>(n);
     uint64_t out = step.out, count = step.count;
     void* args[] = {in, &n32, &out, &count, &head, &nvec};
-    CONCCL_RETURN_IF_ERROR(cu_check(
-        d.cuLaunchKernel(k->fn, *blocks, 1, 1, kThreads, 1, 1, 0, cu_stream, args, nullptr),
+    CONCCL_RETURN_IF_ERROR(cu_result(
+        d.cuLaunchKernel(k.fn, *blocks, 1, 1, kThreads, 1, 1, 0, cu_stream, args, nullptr),
         "cuLaunchKernel(" + entry_name(*t, step.op) + ", " + std::to_string(*blocks) + "x" +
             std::to_string(kThreads) + ")",
         "check the stream and that every address is device memory of the stream's context or mapped into it"));
     if (info) *info = ReduceLaunchInfo{static_cast<int>(*blocks), static_cast<int>(kThreads)};
     return Status();
-  }();
-  if (pushed) {
-    CUcontext popped = nullptr;
-    Status pop = cu_check(d.cuCtxPopCurrent(&popped), "cuCtxPopCurrent", "check the calling thread's context");
-    if (st.ok()) st = pop;
-  }
-  return st;
+  });
 }
 
 }  // namespace conccl::nv

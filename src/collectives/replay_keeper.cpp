@@ -1,0 +1,135 @@
+// src/collectives/replay_keeper.cpp - see replay_keeper.hpp.
+#include "collectives/replay_keeper.hpp"
+
+#include <algorithm>
+#include <chrono>
+#include <string>
+
+namespace conccl {
+
+namespace {
+constexpr std::chrono::microseconds kBusyNap{20};
+constexpr std::chrono::microseconds kIdleNap{200};
+}  // namespace
+
+ReplayKeeper::~ReplayKeeper() { stop(); }
+
+void ReplayKeeper::add(Replays* who, uint64_t first, uint64_t depth, int64_t timeout_ms) {
+  std::lock_guard<std::mutex> lk(mu_);
+  Entry e;
+  e.who = who;
+  e.armed = e.ended = first - 1;
+  e.depth = std::max<uint64_t>(depth, 1);
+  e.timeout_ms = timeout_ms;
+  if (stop_) {  // the communicator is going: nothing is armed
+    e.failed = true;
+    who->release();
+  }
+  entries_.push_back(e);
+  if (!thread_.joinable() && !stop_) thread_ = std::thread([this] { run(); });
+  cv_.notify_all();
+}
+
+void ReplayKeeper::forget(const Replays* who) {
+  std::lock_guard<std::mutex> lk(mu_);  // the thread holds it for a whole pass
+  std::erase_if(entries_, [&](const Entry& e) { return e.who == who; });
+}
+
+void ReplayKeeper::fail_all(const Status& why) {
+  {
+    std::lock_guard<std::mutex> lk(why_mu_);
+    if (all_why_.ok()) all_why_ = why.ok() ? error(Code::unavailable, "the communicator failed") : why;
+  }
+  fail_all_.store(true, std::memory_order_release);
+  cv_.notify_all();
+}
+
+void ReplayKeeper::stop() {
+  {
+    std::lock_guard<std::mutex> lk(mu_);
+    stop_ = true;
+  }
+  cv_.notify_all();
+  if (thread_.joinable()) thread_.join();
+  std::lock_guard<std::mutex> lk(mu_);
+  for (Entry& e : entries_) {
+    e.failed = true;
+    e.who->release();
+  }
+}
+
+void ReplayKeeper::visit(const std::function<void(Replays&, uint64_t)>& fn) {
+  std::lock_guard<std::mutex> lk(mu_);
+  for (Entry& e : entries_) fn(*e.who, e.ended);
+}
+
+size_t ReplayKeeper::kept() const {
+  std::lock_guard<std::mutex> lk(mu_);
+  return entries_.size();
+}
+
+bool ReplayKeeper::running() const {
+  std::lock_guard<std::mutex> lk(mu_);
+  return thread_.joinable() && !stop_;
+}
+
+void ReplayKeeper::fail_entry(Entry& e, uint64_t r, const Status& why) {
+  e.failed = true;
+  e.who->fail(r, why);
+  e.who->release();
+}
+
+bool ReplayKeeper::tend(Entry& e) {
+  if (!e.failed && fail_all_.load(std::memory_order_acquire)) {
+    Status why;
+    {
+      std::lock_guard<std::mutex> lk(why_mu_);
+      why = all_why_;
+    }
+    fail_entry(e, e.ended + 1, why);
+  }
+  if (e.failed) {
+    e.who->release();  // a tick that read "stop" just before it was set may have reset the end signal since
+    return false;
+  }
+  while (e.ended < e.armed && e.who->ended(e.ended + 1)) ++e.ended;
+  while (e.armed < e.ended + e.depth) {
+    Result<bool> armed = e.who->arm(e.armed + 1);
+    if (!armed.ok()) {
+      fail_entry(e, e.armed + 1, armed.status());
+      return false;
+    }
+    if (!*armed) break;
+    ++e.armed;
+  }
+  if (e.who->started() <= e.ended) return false;
+  // Replay ended + 1 has ticked: it gets the timeout from when it was seen.
+  if (e.watching != e.ended + 1) {
+    e.watching = e.ended + 1;
+    e.deadline = Deadline::after_ms(e.timeout_ms);
+  } else if (e.deadline.expired()) {
+    fail_entry(e, e.watching,
+               error(Code::timeout, "its lists did not end within the call timeout (call_timeout_ms " +
+                                        std::to_string(e.timeout_ms) +
+                                        " ms): a rank did not replay its graph, or replayed its graphs in another "
+                                        "order, or an engine stalled"));
+  }
+  return true;
+}
+
+void ReplayKeeper::run() {
+  std::unique_lock<std::mutex> lk(mu_);
+  std::chrono::microseconds nap = kBusyNap;
+  while (!stop_) {
+    if (entries_.empty()) {
+      cv_.wait(lk, [&] { return stop_ || !entries_.empty(); });
+      continue;
+    }
+    bool busy = false;
+    for (Entry& e : entries_) busy = tend(e) || busy;
+    nap = busy ? kBusyNap : std::min(nap * 2, kIdleNap);
+    cv_.wait_for(lk, nap);
+  }
+}
+
+}  // namespace conccl

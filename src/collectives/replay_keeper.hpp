@@ -1,0 +1,106 @@
+// src/collectives/replay_keeper.hpp - one thread per communicator that keeps
+// its captured calls' replays armed (captured_calls.cpp, docs/graphs.md).
+//
+// A captured call's stream records only a replay tick (a counter that grows
+// by one per replay) and a wait for its end signal. Its lists must already
+// be on the engines when a replay ticks, so the keeper queues each capture's
+// next replays ahead of its stream, up to `depth` beyond the last replay
+// seen to end: each list waits on the engine for the counter to reach its
+// replay, and every value it waits for or adds is computed from the counts
+// of the replays before it. The host is then off every replay's path; it
+// only re-arms behind the replays, at its own pace.
+//
+// The keeper also gives every replay that has ticked the call timeout to
+// end, or fails it (async_error(), the stream released). One thread serves
+// every capture of a communicator (programs capture hundreds of calls); it
+// polls, every 20 us while replays run and backing off to 200 us when none
+// has ticked for a while, and sleeps when there are no captures. It never
+// holds the last reference to a capture: a capture's destructor calls
+// forget(), which waits for the thread's pass to end.
+#pragma once
+
+#include <atomic>
+#include <condition_variable>
+#include <cstdint>
+#include <functional>
+#include <mutex>
+#include <thread>
+#include <vector>
+
+#include "conccl/deadline.hpp"
+#include "conccl/status.hpp"
+
+namespace conccl {
+
+class ReplayKeeper {
+ public:
+  // One captured call's replays, numbered r = 1, 2, ... (or from `first`).
+  // Called on the keeper's thread, one at a time, never concurrently with
+  // forget() of the same capture.
+  class Replays {
+   public:
+    virtual ~Replays() = default;
+    // Replays its stream has begun: the counter its tick bumps.
+    virtual uint64_t started() const = 0;
+    // Queues replay r's lists and closing list (they wait for its tick).
+    // false: not possible yet (another rank has not captured the call);
+    // an error fails the replay.
+    virtual Result<bool> arm(uint64_t r) = 0;
+    // Whether replay r's closing list has run (r was armed).
+    virtual bool ended(uint64_t r) = 0;
+    // Replay r cannot run: record why (async_error()). Called once.
+    virtual void fail(uint64_t r, const Status& why) = 0;
+    // After a failure, every pass: later replays must not tick, and a stream
+    // that waits for this capture goes on.
+    virtual void release() = 0;
+  };
+
+  ReplayKeeper() = default;
+  ReplayKeeper(const ReplayKeeper&) = delete;
+  ReplayKeeper& operator=(const ReplayKeeper&) = delete;
+  ~ReplayKeeper();  // stop()
+
+  // Keeps `who` armed from replay `first` on, up to `depth` replays past the
+  // last that ended; a replay that has ticked gets `timeout_ms` to end.
+  void add(Replays* who, uint64_t first, uint64_t depth, int64_t timeout_ms);
+  // Drops who and returns once the thread no longer uses it.
+  void forget(const Replays* who);
+  // Every capture fails (called from any thread, the keeper's included,
+  // without waiting): `why` is what their fail() is told. Captures added
+  // later are failed at once.
+  void fail_all(const Status& why);
+  // The communicator is going: the thread ends, and every capture is
+  // released (not failed: nothing went wrong), so that its later ticks only
+  // let its stream go on. The captures stay registered (forget() works).
+  void stop();
+  // Calls fn on every capture and its last replay seen to end, under the
+  // keeper's lock (the thread is between passes).
+  void visit(const std::function<void(Replays&, uint64_t ended)>& fn);
+  size_t kept() const;
+  bool running() const;
+
+ private:
+  struct Entry {
+    Replays* who = nullptr;
+    uint64_t armed = 0, ended = 0;  // the last replay armed, the last seen to end
+    uint64_t depth = 1;
+    int64_t timeout_ms = 0;
+    uint64_t watching = 0;  // the replay whose deadline runs
+    Deadline deadline = Deadline::now();
+    bool failed = false;
+  };
+  void run();
+  bool tend(Entry& e);  // one look at one capture (mu_ held); true when replays are in flight
+  void fail_entry(Entry& e, uint64_t r, const Status& why);
+
+  mutable std::mutex mu_;
+  std::condition_variable cv_;
+  std::vector<Entry> entries_;
+  std::atomic<bool> fail_all_{false};
+  Status all_why_;  // under mu_ once set
+  std::mutex why_mu_;
+  bool stop_ = false;
+  std::thread thread_;
+};
+
+}  // namespace conccl

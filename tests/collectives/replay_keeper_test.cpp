@@ -1,0 +1,170 @@
+// tests/collectives/replay_keeper_test.cpp - the keeper that holds captured
+// calls' replays armed ahead of their streams (src/collectives/
+// replay_keeper.hpp), against a scripted capture: how far it arms, that it
+// re-arms as replays end, that a replay which ticked and does not end fails
+// at the timeout and is released, that fail_all() and stop() release every
+// capture, and that forget() returns with the capture no longer touched.
+// And HostStream::replay_tick, the step a capture records.
+#include <gtest/gtest.h>
+
+#include <atomic>
+#include <chrono>
+#include <mutex>
+#include <thread>
+
+#include "collectives/replay_keeper.hpp"
+#include "conccl/collectives.hpp"
+#include "conccl/emu.hpp"
+
+namespace conccl {
+namespace {
+
+// A capture whose "engine" is the test: it ticks (started), ends replays
+// (ended_up_to) and can refuse to arm (ready).
+struct Scripted final : ReplayKeeper::Replays {
+  std::atomic<uint64_t> ticks{0}, ended_up_to{0}, armed_up_to{0}, releases{0};
+  std::atomic<bool> ready{true};
+  std::mutex mu;
+  std::vector<uint64_t> arm_order;
+  uint64_t failed_at = 0;
+  Status why;
+
+  uint64_t started() const override { return ticks.load(); }
+  Result<bool> arm(uint64_t r) override {
+    if (!ready) return false;
+    std::lock_guard<std::mutex> lk(mu);
+    arm_order.push_back(r);
+    armed_up_to = r;
+    return true;
+  }
+  bool ended(uint64_t r) override { return r <= ended_up_to.load(); }
+  void fail(uint64_t r, const Status& w) override {
+    std::lock_guard<std::mutex> lk(mu);
+    failed_at = r;
+    why = w;
+  }
+  void release() override { ++releases; }
+};
+
+bool eventually(const std::function<bool()>& ok, int ms = 5000) {
+  const auto until = std::chrono::steady_clock::now() + std::chrono::milliseconds(ms);
+  while (!ok()) {
+    if (std::chrono::steady_clock::now() > until) return false;
+    std::this_thread::sleep_for(std::chrono::microseconds(200));
+  }
+  return true;
+}
+
+TEST(ReplayKeeper, ArmsAheadInOrderAndRearmsAsReplaysEnd) {
+  Scripted c;
+  ReplayKeeper k;
+  k.add(&c, 5, 4, 60000);  // replays 5.. (the slot's earlier captures ran 4)
+  ASSERT_TRUE(eventually([&] { return c.armed_up_to == 8; })) << c.armed_up_to;
+  std::this_thread::sleep_for(std::chrono::milliseconds(5));
+  EXPECT_EQ(c.armed_up_to, 8u) << "no more than depth ahead of the last replay that ended";
+  // Replays tick and end: the keeper keeps depth armed past the last end.
+  for (uint64_t r = 5; r <= 40; ++r) {
+    c.ticks = r;
+    c.ended_up_to = r;
+    ASSERT_TRUE(eventually([&] { return c.armed_up_to == r + 4; })) << r << " " << c.armed_up_to;
+  }
+  std::lock_guard<std::mutex> lk(c.mu);
+  ASSERT_EQ(c.arm_order.size(), 40u);
+  for (size_t i = 0; i < c.arm_order.size(); ++i) EXPECT_EQ(c.arm_order[i], 5 + i) << "each replay armed once, in order";
+  EXPECT_EQ(c.failed_at, 0u);
+  EXPECT_EQ(c.releases, 0u);
+  k.forget(&c);
+  EXPECT_EQ(k.kept(), 0u);
+}
+
+TEST(ReplayKeeper, ATickedReplayThatDoesNotEndFailsAtTheTimeoutAndIsReleased) {
+  Scripted c;
+  ReplayKeeper k;
+  k.add(&c, 1, 2, 300);
+  c.ticks = 1;
+  c.ended_up_to = 1;
+  c.ticks = 2;  // replay 2 ticks and never ends
+  const auto t0 = std::chrono::steady_clock::now();
+  ASSERT_TRUE(eventually([&] { return c.releases > 0; }));
+  const double ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
+  EXPECT_GE(ms, 250.0) << "the replay gets its timeout first";
+  std::lock_guard<std::mutex> lk(c.mu);
+  EXPECT_EQ(c.failed_at, 2u);
+  EXPECT_EQ(c.why.code(), Code::timeout) << c.why.to_string();
+  EXPECT_NE(c.why.message().find("call timeout"), std::string::npos) << c.why.to_string();
+}
+
+TEST(ReplayKeeper, ACaptureNotReadyToArmWaitsAndAnIdleOneNeverFails) {
+  Scripted c;
+  c.ready = false;  // another rank has not captured the call yet
+  ReplayKeeper k;
+  k.add(&c, 1, 3, 200);
+  std::this_thread::sleep_for(std::chrono::milliseconds(400));
+  EXPECT_EQ(c.armed_up_to, 0u);
+  EXPECT_EQ(c.failed_at, 0u) << "no replay ticked: nothing is late";
+  c.ready = true;
+  ASSERT_TRUE(eventually([&] { return c.armed_up_to == 3; }));
+}
+
+TEST(ReplayKeeper, FailAllAndStopReleaseEveryCapture) {
+  Scripted a, b, late;
+  ReplayKeeper k;
+  k.add(&a, 1, 2, 60000);
+  k.add(&b, 1, 2, 60000);
+  k.fail_all(error(Code::unavailable, "rank 1 failed"));
+  ASSERT_TRUE(eventually([&] { return a.releases > 0 && b.releases > 0; }));
+  {
+    std::lock_guard<std::mutex> lk(a.mu);
+    EXPECT_EQ(a.why.message(), "rank 1 failed");
+  }
+  k.add(&late, 1, 2, 60000);  // added after the failure: failed at once
+  ASSERT_TRUE(eventually([&] { return late.releases > 0; }));
+  EXPECT_EQ(late.armed_up_to, 0u);
+
+  Scripted c;
+  ReplayKeeper k2;
+  k2.add(&c, 1, 2, 60000);
+  ASSERT_TRUE(eventually([&] { return c.armed_up_to == 2; }));
+  k2.stop();  // the communicator goes: released, not failed
+  EXPECT_GT(c.releases, 0u);
+  EXPECT_EQ(c.failed_at, 0u);
+  EXPECT_FALSE(k2.running());
+  k2.forget(&c);
+}
+
+// The step a capture records (StreamOps::ReplayTick) on a HostStream: stop 0
+// resets the end word and counts one; stop set only releases the end word.
+TEST(ReplayTick, CountsOneAndResetsUnlessStopped) {
+  DeviceOptions o;
+  o.settings = "preset=small";
+  Result<std::unique_ptr<emu::EmuDevice>> dev = emu::create(o);
+  ASSERT_TRUE(dev.ok()) << dev.status().to_string();
+  std::vector<Signal> w;
+  for (int i = 0; i < 3; ++i) w.push_back(std::move(Signal::create(**dev, -1, 0).value()));
+  Signal &counter = w[0], &reset = w[1], &stop = w[2];
+  counter.set(41);
+  reset.set(7);
+  std::unique_ptr<HostStream> s = std::move(HostStream::create(**dev).value());
+  const StreamOps::ReplayTick t{counter.va(), reset.va(), stop.va()};
+  ASSERT_TRUE(s->begin_capture().ok());
+  ASSERT_TRUE(s->replay_tick(t).ok());
+  std::unique_ptr<HostStream::Recording> g = std::move(s->end_capture().value());
+  EXPECT_EQ(counter.value(), 41u) << "recorded, not run";
+  ASSERT_TRUE(g->launch(*s).ok());
+  ASSERT_TRUE(s->synchronize(Deadline::after_ms(5000)).ok());
+  EXPECT_EQ(counter.value(), 42u);
+  EXPECT_EQ(reset.value(), 0u);
+  ASSERT_TRUE(g->launch(*s).ok());
+  ASSERT_TRUE(s->synchronize(Deadline::after_ms(5000)).ok());
+  EXPECT_EQ(counter.value(), 43u);
+  stop.set(1);
+  ASSERT_TRUE(g->launch(*s).ok());
+  ASSERT_TRUE(s->synchronize(Deadline::after_ms(5000)).ok());
+  EXPECT_EQ(counter.value(), 43u) << "a stopped capture does not count";
+  EXPECT_EQ(reset.value(), 1u) << "...and releases its stream's wait";
+  // A word without a host mapping is refused when recorded.
+  EXPECT_EQ(s->replay_tick({counter.va(), 0x10, stop.va()}).code(), Code::invalid_argument);
+}
+
+}  // namespace
+}  // namespace conccl
