@@ -1,25 +1,48 @@
 #!/bin/bash
 # tools/bench/nv_graph_run.sh - on the GPU machine (device tool): collectives inside CUDA
-# graphs (#29, docs/graphs.md): examples/python/torch_graph_allgather.py
-# on 2 and 4 processes (1000 replays of GEMM -> all-gather -> check, every word; a 1 KiB
-# all-gather per replay against per uncaptured call), then the same with CUDA MPS.
-# PROCS="2 4", REPLAYS=1000. Logs in $OUT; the summary last.
+# graphs (#29, docs/graphs.md): test_nv_local_capture (every rank in one process), then
+# with and without CUDA MPS:
+#   - examples/python/torch_graph_allgather.py on PROCS processes: REPLAYS replays of
+#     GEMM -> all-gather -> check, every word; a 1 KiB all-gather per replay against
+#     per uncaptured call;
+#   - nv_window_bench --graph: per call and per replay from 1 KiB to GRAPH_MAX, every size
+#     verified (JSON in $OUT);
+#   - OLD=<tar of an older tree>: the example again on that tree's library, side by side.
+# PROCS="2 4", REPLAYS=1000, MPS=1, GRAPH_MAX=16M. Logs in $OUT; the summary last.
 set -uo pipefail
 . "$(dirname "$0")/nv_build_common.sh"  # OUT, B and the nv_* steps
-nv_configure_lib $OUT/cfg.log
-nv_build conccl_shared
+nv_configure_tests $OUT/cfg.log
+nv_build conccl_shared nv_window_bench test_nv_local_capture test_nv_reduce
 nv_build_time
-nv_python_env $PWD/python
 summary=""
+nv_run_test backends/nv/test_nv_local_capture 200 40
+nv_run_test backends/nv/test_nv_reduce 200 20
+NEW_PY=$PWD/python NEW_EX=$PWD/examples/python NEW_LIB=$(find $B -name libconccl.so | head -1)
+forms="new"
+if [ -n "${OLD:-}" ]; then
+  mkdir -p /tmp/old_tree && tar -xf "$OLD" -C /tmp/old_tree
+  ( cd /tmp/old_tree && cmake -S . -B /tmp/nvb_old -G Ninja -DCMAKE_BUILD_TYPE=Release -DCONCCL_BUILD_TESTS=OFF \
+      > $OUT/cfg_old.log 2>&1 && ninja -C /tmp/nvb_old conccl_shared 2>&1 | grep -E "error" | head )
+  forms="new old"
+fi
 for mps in 0 ${MPS:-1}; do
-  [ "$mps" = 1 ] && { export CUDA_MPS_PIPE_DIRECTORY=/tmp/mps_pipe CUDA_MPS_LOG_DIRECTORY=/tmp/mps_log
-                      mkdir -p /tmp/mps_pipe /tmp/mps_log; nvidia-cuda-mps-control -d; sleep 1; }
+  [ "$mps" = 1 ] && nv_mps_on
   for n in ${PROCS:-2 4}; do
-    timeout 200 python3 examples/python/torch_graph_allgather.py $n ${REPLAYS:-1000} > $OUT/graph_${n}_mps$mps.log 2>&1
-    line="graph $n procs mps=$mps: rc=$? $(grep -E '^rank 0' $OUT/graph_${n}_mps$mps.log)"
-    echo "$line"; summary+="$line"$'\n'; grep -E "WRONG|Error|error" $OUT/graph_${n}_mps$mps.log | head -5 | cut -c1-300
+    for form in $forms; do
+      if [ $form = new ]; then export PYTHONPATH=$NEW_PY CONCCL_LIBRARY=$NEW_LIB; ex=$NEW_EX
+      else export PYTHONPATH=/tmp/old_tree/python CONCCL_LIBRARY=$(find /tmp/nvb_old -name libconccl.so | head -1)
+           ex=/tmp/old_tree/examples/python; fi
+      log=$OUT/graph_${form}_${n}_mps$mps.log
+      timeout 200 python3 $ex/torch_graph_allgather.py $n ${REPLAYS:-1000} > $log 2>&1
+      line="example $form $n procs mps=$mps: rc=$? $(grep -E '^rank 0' $log | sed 's/.*check, //')"
+      echo "$line"; summary+="$line"$'\n'; grep -E "WRONG|Error|error" $log | head -3 | cut -c1-300
+    done
+    log=$OUT/window_graph_${n}_mps$mps
+    timeout 300 $B/tools/bench/nv_window_bench --procs $n --graph --min 1K --max ${GRAPH_MAX:-16M} --iters 500 \
+      --json $log.json > $log.log 2>&1
+    line="nv_window_bench --graph $n procs mps=$mps: rc=$?"
+    echo "$line"; cat $log.log; summary+="$line"$'\n'"$(cat $log.log)"$'\n'
   done
-  [ "$mps" = 1 ] && echo quit | nvidia-cuda-mps-control
+  [ "$mps" = 1 ] && nv_mps_off
 done
-echo "$summary" > $OUT/summary.txt
-echo "== summary"; echo "$summary"
+echo "== summary"; nvidia-smi --query-gpu=name --format=csv,noheader; echo "$summary"

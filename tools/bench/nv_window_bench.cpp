@@ -4,9 +4,12 @@
 // per call, for each size; every byte of one call per size verified first.
 //
 //   nv_window_bench --procs N [--op allgather|alltoall] [--min 1K] [--max 256M]
-//                   [--iters 200] [--host] [--json FILE]
+//                   [--iters 200] [--host] [--graph] [--json FILE]
 //
 // --host: calls ordered on the host (stream null) instead of the stream.
+// --graph: also one call per size captured into a CUDA graph and replayed
+// `iters` times back to back (docs/graphs.md): time and host time per
+// replay beside the uncaptured call's, one replay's bytes verified.
 // The parent forks the ranks before any CUDA call; rank 0 prints the table
 // (the slowest rank's numbers) and writes the JSON.
 #include <cuda.h>
@@ -33,6 +36,7 @@ struct Opts {
   uint64_t min = 1024, max = 256ull << 20;
   int iters = 200;
   bool host = false;
+  bool graph = false;
   std::string json;
 };
 
@@ -58,6 +62,7 @@ struct Row {
   double us = 0, host_us = 0, msgs = 0;
   double early = 0;  // gated submission: fraction of timed calls whose gate opened before every rank posted
   uint64_t wrong = 0;
+  double graph_us = 0, graph_host_us = 0;  // --graph: per replay
 };
 
 #define CHECK_CU(x)                                                          \
@@ -117,11 +122,16 @@ int measure_size(RankCtx& x, uint64_t bytes, Row* out) {
   CHECK_OK(c.async_error(), "verified call (async)");
   Row row;
   row.bytes = bytes;
-  for (int r = 0; r < n; ++r)
-    for (uint64_t i = 0; i < bytes; ++i) {
-      const uint64_t src = o.op == CollOp::all_to_all ? uint64_t(me) * bytes + i : i;
-      row.wrong += x.down[uint64_t(r) * bytes + i] != pattern(r, bytes, src);
-    }
+  auto count_wrong = [&] {
+    uint64_t bad = 0;
+    for (int r = 0; r < n; ++r)
+      for (uint64_t i = 0; i < bytes; ++i) {
+        const uint64_t src = o.op == CollOp::all_to_all ? uint64_t(me) * bytes + i : i;
+        bad += x.down[uint64_t(r) * bytes + i] != pattern(r, bytes, src);
+      }
+    return bad;
+  };
+  row.wrong += count_wrong();
   const int iters = static_cast<int>(std::max<uint64_t>(
       5, std::min<uint64_t>(static_cast<uint64_t>(o.iters), (8ull << 30) / std::max<uint64_t>(rb, 1))));
   for (int i = 0; i < 3; ++i) CHECK_OK(c.call(a, s), "warm-up call");
@@ -144,6 +154,40 @@ int measure_size(RankCtx& x, uint64_t bytes, Row* out) {
   row.msgs = double(after.bootstrap_messages_sent - before.bootstrap_messages_sent + after.bootstrap_messages_received -
                     before.bootstrap_messages_received) / iters;
   row.early = double(after.gates_opened_early - before.gates_opened_early) / iters;
+  if (o.graph && s) {
+    // The same call captured (CUDA records the replay tick and the wait;
+    // ConCCL keeps the lists armed), one replay verified, then `iters`
+    // replays back to back.
+    CUgraph g = nullptr;
+    CUgraphExec ge = nullptr;
+    CHECK_CU(cuStreamBeginCapture(x.stream, CU_STREAM_CAPTURE_MODE_THREAD_LOCAL));
+    const Status captured = c.call(a, s);
+    CHECK_CU(cuStreamEndCapture(x.stream, &g));
+    CHECK_OK(captured, "captured call");
+    CHECK_CU(cuGraphInstantiateWithFlags(&ge, g, 0));
+    CHECK_CU(cuMemsetD8Async(x.base + x.send_region, 0xA5, rb, x.stream));
+    CHECK_CU(cuGraphLaunch(ge, x.stream));
+    CHECK_CU(cuMemcpyDtoHAsync(x.down.data(), x.base + x.send_region, rb, x.stream));
+    CHECK_CU(cuStreamSynchronize(x.stream));
+    CHECK_OK(c.async_error(), "verified replay (async)");
+    row.wrong += count_wrong();
+    for (int i = 0; i < 3; ++i) CHECK_CU(cuGraphLaunch(ge, x.stream));
+    CHECK_CU(cuStreamSynchronize(x.stream));
+    CHECK_OK(c.bootstrap()->barrier("graph " + std::to_string(bytes), Deadline::after_ms(60000)), "barrier");
+    double ghost = 0;
+    const auto g0 = std::chrono::steady_clock::now();
+    for (int i = 0; i < iters; ++i) {
+      const auto h0 = std::chrono::steady_clock::now();
+      CHECK_CU(cuGraphLaunch(ge, x.stream));
+      ghost += std::chrono::duration<double, std::micro>(std::chrono::steady_clock::now() - h0).count();
+    }
+    CHECK_CU(cuStreamSynchronize(x.stream));
+    row.graph_us = std::chrono::duration<double, std::micro>(std::chrono::steady_clock::now() - g0).count() / iters;
+    row.graph_host_us = ghost / iters;
+    CHECK_OK(c.async_error(), "timed replays (async)");
+    CHECK_CU(cuGraphExecDestroy(ge));
+    CHECK_CU(cuGraphDestroy(g));
+  }
   *out = row;
   return 0;
 }
@@ -164,23 +208,32 @@ int report(const Opts& o, std::vector<Row>& rows, const std::vector<Bootstrap::M
       rows[i].host_us = std::max(rows[i].host_us, x.host_us);
       rows[i].msgs = std::max(rows[i].msgs, x.msgs);
       rows[i].early = std::max(rows[i].early, x.early);
+      rows[i].graph_us = std::max(rows[i].graph_us, x.graph_us);
+      rows[i].graph_host_us = std::max(rows[i].graph_host_us, x.graph_host_us);
       rows[i].wrong += x.wrong;
     }
   }
   std::printf("# nv_window_bench %s, %d processes, windows, %s-ordered\n", coll_op_name(o.op), n,
               o.host ? "host" : "stream");
-  std::printf("%12s %12s %12s %10s %10s %8s\n", "bytes", "us/call", "host us", "algbw GB/s", "msgs/call", "#wrong");
+  std::printf("%12s %12s %12s %10s %10s %8s", "bytes", "us/call", "host us", "algbw GB/s", "msgs/call", "#wrong");
+  if (o.graph) std::printf(" %12s %12s", "us/replay", "host us/rep");
+  std::printf("\n");
   std::string js = "{\"op\":\"" + std::string(coll_op_name(o.op)) + "\",\"procs\":" + std::to_string(n) +
                    ",\"ordered\":\"" + (o.host ? "host" : "stream") + "\",\"rows\":[";
   for (size_t i = 0; i < rows.size(); ++i) {
     const Row& x = rows[i];
     const double gbs = double(x.bytes) * nn / (x.us * 1e3);
-    std::printf("%12llu %12.2f %12.2f %10.2f %10.2f %8llu\n", (unsigned long long)x.bytes, x.us, x.host_us, gbs,
+    std::printf("%12llu %12.2f %12.2f %10.2f %10.2f %8llu", (unsigned long long)x.bytes, x.us, x.host_us, gbs,
                 x.msgs, (unsigned long long)x.wrong);
+    if (o.graph) std::printf(" %12.2f %12.2f", x.graph_us, x.graph_host_us);
+    std::printf("\n");
     js += std::string(i ? "," : "") + "{\"bytes\":" + std::to_string(x.bytes) + ",\"us_per_call\":" +
           std::to_string(x.us) + ",\"host_us_per_call\":" + std::to_string(x.host_us) +
           ",\"algbw_gbs\":" + std::to_string(gbs) + ",\"bootstrap_messages_per_call\":" + std::to_string(x.msgs) +
           ",\"gates_opened_early_per_call\":" + std::to_string(x.early) +
+          (o.graph ? ",\"us_per_replay\":" + std::to_string(x.graph_us) +
+                         ",\"host_us_per_replay\":" + std::to_string(x.graph_host_us)
+                   : std::string()) +
           ",\"wrong\":" + std::to_string(x.wrong) + "}";
     if (x.wrong) rc = 1;
   }
@@ -264,10 +317,11 @@ int main(int argc, char** argv) {
     else if (a == "--max") o.max = parse_size(next());
     else if (a == "--iters") o.iters = std::atoi(next().c_str());
     else if (a == "--host") o.host = true;
+    else if (a == "--graph") o.graph = true;
     else if (a == "--json") o.json = next();
     else {
       std::fprintf(stderr, "usage: nv_window_bench --procs N [--op allgather|alltoall] [--min 1K] [--max 256M] "
-                           "[--iters 200] [--host] [--json FILE]\n");
+                           "[--iters 200] [--host] [--graph] [--json FILE]\n");
       return 2;
     }
   }
