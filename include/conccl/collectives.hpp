@@ -190,13 +190,6 @@ class StreamOps {
   // end_capture(). Communicator::call records a call made then (through
   // windows); what cannot be recorded refuses at capture time.
   virtual bool capturing() const { return false; }
-  // While capturing: fn(arg) runs at this point of every replay, in order
-  // with the rest (CUDA: a host node). It must not block for long.
-  virtual Status host_function(void (*fn)(void*), void* arg) {
-    (void)fn;
-    (void)arg;
-    return error(Code::unavailable, "this stream cannot record a host function for replays");
-  }
   // While capturing: at this point of every replay, in order with the rest
   // (CUDA: a one-thread kernel node, because a graph's memory-operation
   // nodes store only fixed values): when the word at `stop` is 0, store 0 at
@@ -247,8 +240,8 @@ class HostStream final : public StreamOps {
   Status synchronize(Deadline deadline);
 
   // Capture, as CUDA's stream capture does: between begin_capture() and
-  // end_capture() what is queued (stores, waits, work, reductions, host
-  // functions) is recorded, not run; the Recording queues all of it again
+  // end_capture() what is queued (stores, waits, work, reductions, replay
+  // ticks) is recorded, not run; the Recording queues all of it again
   // on each launch (one replay), in the order recorded. Objects given to
   // retain_for_replays() live as long as the Recording.
   class Recording {
@@ -265,7 +258,6 @@ class HostStream final : public StreamOps {
   Status begin_capture();
   Result<std::unique_ptr<Recording>> end_capture();
   bool capturing() const override;
-  Status host_function(void (*fn)(void*), void* arg) override;
   Status replay_tick(const ReplayTick& tick) override;
   Status retain_for_replays(std::shared_ptr<void> what) override;
 

@@ -183,14 +183,6 @@ bool HostStream::capturing() const {
   return impl_->capturing;
 }
 
-Status HostStream::host_function(void (*fn)(void*), void* arg) {
-  if (!fn) return error(Code::invalid_argument, "HostStream::host_function: no function given");
-  return impl_->push(Impl::Op{Impl::Op::work, 0, 0, [fn, arg] {
-                                fn(arg);
-                                return Status();
-                              }});
-}
-
 Status HostStream::replay_tick(const ReplayTick& tick) {
   Device* device = impl_->device;
   auto word = [device](uint64_t va) { return static_cast<uint64_t*>(device->host_pointer(va, 8)); };

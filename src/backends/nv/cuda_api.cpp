@@ -66,7 +66,6 @@ const CudaApi& api() {
     (void)load(a.lib, a.cuStreamQuery, "cuStreamQuery");
     (void)load(a.lib, a.cuStreamBatchMemOp, "cuStreamBatchMemOp_v2", "cuStreamBatchMemOp");
     (void)load(a.lib, a.cuStreamIsCapturing, "cuStreamIsCapturing");
-    (void)load(a.lib, a.cuLaunchHostFunc, "cuLaunchHostFunc");
     // cuda.h (12.x): cuStreamGetCaptureInfo is the _v2 ABI (status, id, graph, dependencies, count).
     (void)load(a.lib, a.cuStreamGetCaptureInfo, "cuStreamGetCaptureInfo_v2");
     (void)load(a.lib, a.cuUserObjectCreate, "cuUserObjectCreate");

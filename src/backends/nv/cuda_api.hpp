@@ -91,7 +91,6 @@ struct CudaApi {
   CUresult (*cuStreamBatchMemOp)(void*, unsigned, void*, unsigned) = nullptr;
   CUresult (*cuStreamIsCapturing)(void*, int*) = nullptr;  // CUstreamCaptureStatus*
   // Graph capture of collectives (optional: without them a capturing stream is refused).
-  CUresult (*cuLaunchHostFunc)(void*, void (*)(void*), void*) = nullptr;
   CUresult (*cuStreamGetCaptureInfo)(void*, int*, uint64_t*, void**, const void**, size_t*) = nullptr;
   CUresult (*cuUserObjectCreate)(void**, void*, void (*)(void*), unsigned, unsigned) = nullptr;
   CUresult (*cuGraphRetainUserObject)(void*, void*, unsigned, unsigned) = nullptr;

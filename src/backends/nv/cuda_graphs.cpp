@@ -1,6 +1,7 @@
 // src/backends/nv/cuda_graphs.cpp - what recording collectives into a CUDA
 // graph asks of the driver (docs/graphs.md): whether a stream captures (and
-// CONCCL_CUDA_GRAPHS=0 does not turn recording off), a host node, and an object the graph keeps alive.
+// CONCCL_CUDA_GRAPHS=0 does not turn recording off) and an object the graph keeps alive
+// (the replay tick's kernel node is replay_tick.cpp's).
 #include <cstdlib>
 #include <memory>
 #include <string>
@@ -18,18 +19,11 @@ bool stream_records_collectives(void* stream) {
   const char* on = std::getenv("CONCCL_CUDA_GRAPHS");
   if (on && std::string(on) == "0") return false;
   const CudaApi& a = api();
-  if (!a.status.ok() || !a.cuStreamIsCapturing || !a.cuLaunchHostFunc || !a.cuStreamGetCaptureInfo ||
+  if (!a.status.ok() || !a.cuStreamIsCapturing || !a.cuLaunchKernel || !a.cuStreamGetCaptureInfo ||
       !a.cuUserObjectCreate || !a.cuGraphRetainUserObject)
     return false;
   int capture = 0;
   return a.cuStreamIsCapturing(stream, &capture) == kCudaSuccess && capture == 1;
-}
-
-Status stream_host_function(void* stream, void (*fn)(void*), void* arg) {
-  const CudaApi& a = api();
-  CONCCL_RETURN_IF_ERROR(a.status);
-  if (!a.cuLaunchHostFunc) return error(Code::unavailable, "libcuda lacks cuLaunchHostFunc (CUDA 10+)");
-  return cu_check(a.cuLaunchHostFunc(stream, fn, arg), "cuLaunchHostFunc");
 }
 
 namespace {

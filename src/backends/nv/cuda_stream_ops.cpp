@@ -23,7 +23,6 @@ class CudaStreamOps final : public conccl::StreamOps {
   Status reduce(const DeviceReduceStep& step) override { return launch_reduce(stream_, step); }
   Status ready_to_order() override { return stream_not_capturing(stream_); }
   bool capturing() const override { return stream_records_collectives(stream_); }
-  Status host_function(void (*fn)(void*), void* arg) override { return stream_host_function(stream_, fn, arg); }
   Status replay_tick(const ReplayTick& tick) override { return launch_replay_tick(stream_, tick); }
   Status retain_for_replays(std::shared_ptr<void> what) override {
     return stream_capture_retain(stream_, std::move(what));

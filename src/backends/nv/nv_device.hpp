@@ -410,10 +410,9 @@ Status stream_batch64(void* stream, std::span<const StreamMemOp> ops);
 // a collective cannot be captured).
 Status stream_not_capturing(void* stream);
 // Graph capture of collectives (docs/graphs.md): whether the stream captures
-// and collectives are recorded (unless CONCCL_CUDA_GRAPHS=0); a host node;
-// an object kept alive by the captured graph (a CUDA user object).
+// and collectives are recorded (unless CONCCL_CUDA_GRAPHS=0); an object kept
+// alive by the captured graph (a CUDA user object).
 bool stream_records_collectives(void* stream);
-Status stream_host_function(void* stream, void (*fn)(void*), void* arg);
 Status stream_capture_retain(void* stream, std::shared_ptr<void> what);
 Status stream_host_sync(void* stream, Deadline deadline);  // nv::synchronize_stream
 // Runs fn with the primary context of CUDA device `cuda_device` current on
