@@ -694,6 +694,7 @@ class Device:
                 except Error as e:
                     errors.append(e)
         self.__dict__.pop("_tensor_regs", None)
+        self.__dict__.pop("_tensor_memo", None)
         for b in list(self._buffers):
             b._invalidate("is gone: the device was closed")
         try:
@@ -773,11 +774,31 @@ class Device:
         registered (cached by pointer and size until release_tensors()). A CPU tensor:
         the part of one of this device's CPU-visible buffers it views (a tensor made by
         torch.from_dlpack(buffer), or a slice of one), as engines reach no other host memory."""
-        if not all(hasattr(t, a) for a in ("data_ptr", "is_contiguous", "element_size", "numel")):
-            raise Error("invalid_argument", f"{name} must be a torch tensor, not {type(t).__name__}")
-        if not t.is_contiguous():
+        try:
+            contiguous, ptr, nbytes = t.is_contiguous(), t.data_ptr(), t.numel() * t.element_size()
+        except AttributeError:
+            raise Error("invalid_argument", f"{name} must be a torch tensor, not {type(t).__name__}") from None
+        if not contiguous:
             raise Error("invalid_argument", f"{name} is not contiguous: call .contiguous() first")
-        ptr, nbytes = t.data_ptr(), t.numel() * t.element_size()
+        # A tensor seen before (calls reuse their tensors): the struct found then, while
+        # the buffer it lies in is still usable. Finding it again scans every buffer of
+        # the device, which grows with the program.
+        key = (ptr, nbytes, gpu, t.is_cuda)
+        memo = self.__dict__.setdefault("_tensor_memo", {})
+        hit = memo.get(key)
+        if hit is not None:
+            b = hit[0]()
+            if b is not None and not b._gone:
+                return hit[1]
+            del memo[key]
+        if len(memo) >= 4096:
+            memo.clear()
+        b, struct = self._find_tensor_buffer(t, ptr, nbytes, gpu, name)
+        memo[key] = (weakref.ref(b), struct)
+        return struct
+
+    def _find_tensor_buffer(self, t, ptr, nbytes, gpu, name):
+        """_tensor_buffer's search: (the Buffer the tensor lies in, its struct)."""
         if t.is_cuda:
             # Inside a CUDA buffer of this device (alloc_cuda, register_cuda; a window's,
             # say): that buffer's part, with no registration of its own, so that calls
@@ -788,21 +809,21 @@ class Device:
                         ptr + nbytes <= cp + raw.size):
                     off = ptr - cp
                     if off == 0 and nbytes == raw.size:
-                        return raw
-                    return _Buffer(raw.va + off, None, nbytes, raw.gpu, raw.kind, raw.id)
+                        return b, raw
+                    return b, _Buffer(raw.va + off, None, nbytes, raw.gpu, raw.kind, raw.id)
             key = (ptr, nbytes, gpu)
             cache = self.__dict__.setdefault("_tensor_regs", {})
             if key not in cache:
                 cache[key] = self.register_cuda(ptr, nbytes, gpu)
-            return cache[key]._live(self, name)
+            return cache[key], cache[key]._live(self, name)
         if t.device.type == "cpu":
             for b in list(self._buffers):
                 raw = b._raw
                 if not b._gone and raw.host and raw.host <= ptr and ptr + nbytes <= raw.host + raw.size:
                     off = ptr - raw.host
                     if off == 0 and nbytes == raw.size:
-                        return raw  # the whole buffer: the struct exactly as allocated
-                    return _Buffer(raw.va + off, raw.host + off, nbytes, raw.gpu, raw.kind, raw.id)
+                        return b, raw  # the whole buffer: the struct exactly as allocated
+                    return b, _Buffer(raw.va + off, raw.host + off, nbytes, raw.gpu, raw.kind, raw.id)
             raise Error("invalid_argument", f"{name}: this CPU tensor's memory is not a buffer of this device, and "
                                             "the engines reach no other host memory: make it with "
                                             "torch.from_dlpack(device.alloc(gpu, nbytes)) (CUDA tensors on the nv "
@@ -813,6 +834,7 @@ class Device:
     def release_tensors(self):
         """Unregisters every tensor registered by the torch calls. Call it before the
         memory goes back to CUDA (torch.cuda.empty_cache(), or the tensors dying)."""
+        self.__dict__.pop("_tensor_memo", None)
         for b in self.__dict__.pop("_tensor_regs", {}).values():
             b.free()
 
@@ -1058,8 +1080,17 @@ class Communicator(_Child):
         self._h = h
         self._gpus = g
 
-    size = property(lambda self: _comm_size(self._handle()))
-    rank = property(lambda self: _comm_rank(self._handle()), doc="this process's rank (-1: every rank in this process)")
+    def _size_rank(self):
+        """(size, rank): fixed for the communicator's life, asked of the library once
+        (calls read them several times each)."""
+        h = self._handle()
+        sr = self.__dict__.get("_sr")
+        if sr is None:
+            sr = self._sr = (_comm_size(h), _comm_rank(h))
+        return sr
+
+    size = property(lambda self: self._size_rank()[0])
+    rank = property(lambda self: self._size_rank()[1], doc="this process's rank (-1: every rank in this process)")
     cached_plans = property(lambda self: _comm_cached_plans(self._handle()),
                             doc="plans the NCCL-shaped calls keep (those of the 64 most recently used argument sets)")
 

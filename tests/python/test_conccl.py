@@ -718,6 +718,36 @@ class TorchShapesTest(unittest.TestCase):
                 comm.all_gather_into_tensor(outputs[0], inputs[0])
             self.assertIn("one per rank", cm.exception.message)
 
+    def test_tensors_found_again_after_their_buffer_goes(self):
+        """A tensor's buffer is looked up once and remembered (a program holds many
+        buffers, and a scan of all of them per tensor per call grew with it): what is
+        remembered must not outlive the buffer, nor hide a new one at the same place."""
+        torch = self.torch
+        with conccl.Device("emu", settings="preset=small") as dev:
+            n, nbytes = 2, 4096
+            comm = conccl.Communicator(dev, [0, 1])
+            others = [dev.alloc(0, 8192) for _ in range(300)]  # a program's other buffers
+            inputs = [self.tensor(dev, r, (nbytes,), torch.uint8) for r in range(n)]
+            outputs = [self.tensor(dev, r, (n * nbytes,), torch.uint8) for r in range(n)]
+            for _ in range(3):  # found, then remembered: every call right
+                for t in inputs:
+                    t.copy_(torch.randint(0, 256, (nbytes,), dtype=torch.uint8))
+                comm.all_gather_into_tensor(outputs, inputs)
+                for r in range(n):
+                    self.assertTrue(torch.equal(outputs[r], torch.cat(inputs)), f"rank {r}")
+            # The input's buffer freed: the tensor is refused, not sent from freed memory.
+            buf = dev.alloc(1, nbytes)
+            t = torch.from_dlpack(buf).view(torch.uint8)
+            comm.all_gather_into_tensor(outputs, [inputs[0], t])
+            buf.free()
+            with self.assertRaises(conccl.Error) as cm:
+                comm.all_gather_into_tensor(outputs, [inputs[0], t])
+            self.assertIn("not a buffer of this device", cm.exception.message)
+            # A buffer that goes with the device: refused after the device closes too.
+            del others
+        with self.assertRaises(conccl.Error):
+            comm.all_gather_into_tensor(outputs, inputs)
+
     def test_broadcast_tensor_src(self):
         torch = self.torch
         with conccl.Device("emu", settings="preset=mi300x") as dev:
