@@ -168,6 +168,9 @@ int replays_main(int me, int n, const UniqueId& id, std::string* out) {
     Result<std::unique_ptr<HostStream::Recording>> r = e.stream->end_capture();
     if (!st.ok()) return *out += "capture: " + st.to_string() + "\n", 4;
     if (!r.ok()) return 5;
+    // produce, the replay tick, the wait for the end, check: no host step
+    // for the call (its lists are armed ahead of the stream).
+    if ((*r)->steps() != 4) return *out += "a captured step has " + std::to_string((*r)->steps()) + " steps\n", 5;
     *rec = std::move(r).value();
   }
   // A reduction captured: its moves and reduce steps replay together.
@@ -389,6 +392,9 @@ TEST(CaptureOneProcess, ReplaysOfEveryRankBesideOrdinaryCalls) {
     ASSERT_TRUE(st.ok()) << st.to_string();
     ASSERT_TRUE(g.ok());
     EXPECT_EQ(runs, 0u) << "nothing runs at capture";
+    // produce, the call's replay tick and its wait for the end, check: the
+    // call adds no host step to a replay (its lists are armed beforehand).
+    EXPECT_EQ((*g)->steps(), 4u);
     for (int i = 0; i < 150; ++i) {
       ASSERT_TRUE((*g)->launch(*stream).ok());
       if (i % 10 == 0) {  // an ordinary call on the same stream: the step's call, uncaptured
