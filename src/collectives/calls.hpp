@@ -217,6 +217,10 @@ struct CallState {
   // Queues replay r of `c` (the keeper's thread): false until every rank
   // has captured the call.
   Result<bool> arm_capture(CapturedCall& c, uint64_t r);
+  // Replay r of `c` has ticked here and not ended (the keeper's check):
+  // another rank failed or left before its part of it was done; once
+  // `expired`, who holds it up.
+  Status check_capture(CapturedCall& c, uint64_t r, bool expired) const;
   // Ends the keeper (captures replayed from now on only release their
   // streams) and cuts the captures' link to this state (its destructor).
   void cut_captures();

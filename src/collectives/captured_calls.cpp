@@ -101,6 +101,7 @@ struct CapturedCall final : ReplayKeeper::Replays {
     state->fail(Status(why).prefix(name + " replay " + std::to_string(r)));
   }
   void release() override { release_replays(stop, done); }
+  Status check(uint64_t r, bool expired) override { return state->check_capture(*this, r, expired); }
   // Moves the replays that ended into `settled`: those whose closing list
   // has run, or (`ticked`: the graph's launches are done, so every replay
   // that ticked here has ended here) every replay that ticked. The closing
@@ -273,6 +274,60 @@ Result<bool> CallState::arm_capture(CapturedCall& c, uint64_t r) {
   return true;
 }
 
+Status CallState::check_capture(CapturedCall& c, uint64_t r, bool expired) const {
+  auto slot_word = [&](int q, uint64_t off) {
+    const uint64_t va = comm.pool_va_[size_t(q)] + kCaptureArea + c.slot * kCaptureSlotBytes + off;
+    const auto* w = static_cast<const uint64_t*>(comm.device_.host_pointer(va, 8));
+    return w ? word_load(w) : 0;
+  };
+  for (int q = 0; q < n; ++q) {
+    const uint64_t* f = q == me ? nullptr : failed_word(q);
+    if (!f || word_load(f) == 0) continue;
+    const char* why = reason_text(q);
+    return error(Code::unavailable, "rank " + std::to_string(q) + " failed the communicator (" +
+                                        (why ? std::string(why, strnlen(why, kCallReasonBytes - 1)) : "") +
+                                        "), so this replay cannot complete; destroy this communicator");
+  }
+  // Replay r's counters on every rank, once armed here (the oldest armed).
+  const std::vector<uint64_t>* sent_after = nullptr;
+  for (const CapturedCall::Armed& a : c.armed)
+    if (a.r == r) sent_after = &a.after[kCounterSent];
+  if (Bootstrap* b = comm.boot_.get()) {
+    std::vector<int> gone = b->hung_up();
+    // A rank that began replay r and whose lists of it have all ended brought
+    // everything it owes: its leaving fails nothing.
+    std::erase_if(gone, [&](int q) {
+      return sent_after && slot_word(q, kCapturePosted) >= r && slot_word(q, kCaptureSent) >= (*sent_after)[size_t(q)];
+    });
+    if (!gone.empty()) {
+      std::string names;
+      for (int q : gone) names += (names.empty() ? "" : ", ") + b->describe_rank(q);
+      return error(Code::unavailable, names + (gone.size() == 1 ? " has" : " have") +
+                                          " left the communicator (process exited or communicator destroyed) "
+                                          "while this replay was in flight; destroy this communicator and start the "
+                                          "group again");
+    }
+  }
+  if (!expired) return Status();
+  const std::string limit = "not complete within call_timeout_ms (" + std::to_string(comm.options_.call_timeout_ms) +
+                            " ms): ";
+  if (!c.peers_checked)
+    return error(Code::timeout, limit + "another rank has not captured this call (capture " + std::to_string(c.id) +
+                                    "); every rank captures the same calls in the same order");
+  std::string late;
+  for (int q = 0; q < n; ++q) {
+    const uint64_t begun = slot_word(q, kCapturePosted);
+    if (q != me && begun < r)
+      late += (late.empty() ? "" : "; ") + std::string("rank ") + std::to_string(q) + " has begun " +
+              std::to_string(begun) + " replays of it";
+  }
+  if (!late.empty())
+    return error(Code::timeout, limit + late + " (a rank stopped replaying its graph, or replays its graphs in "
+                                               "another order; every rank replays as the others do)");
+  return error(Code::timeout, limit + "every rank has begun it; its lists have not ended (an engine stalled or "
+                                      "faulted?)");
+}
+
 void CallState::wait_for_captures_of_peers(Deadline dl) {
   for (int q = 0; q < n; ++q) {
     if (q == me) continue;
@@ -350,6 +405,13 @@ struct LocalCapture final : ReplayKeeper::Replays {
     shared->set(Status(why).prefix(name + " replay " + std::to_string(r)));
   }
   void release() override { release_replays(stop, done); }
+  Status check(uint64_t, bool expired) override {
+    if (!expired) return Status();
+    return error(Code::timeout, "its lists did not end within the call timeout (call_timeout_ms " +
+                                    std::to_string(shared_timeout_ms) +
+                                    " ms): with every rank in this process only an engine can hold a replay up "
+                                    "(stalled or faulted)");
+  }
 
   // Replay r's lists, their waits rewritten, and its closing list, queued
   // behind its tick; the counters' bases moved past it.

@@ -10,6 +10,7 @@ namespace conccl {
 namespace {
 constexpr std::chrono::microseconds kBusyNap{20};
 constexpr std::chrono::microseconds kIdleNap{200};
+constexpr int64_t kCheckEveryMs = 2;  // Replays::check (syscalls) at most this often per capture
 }  // namespace
 
 ReplayKeeper::~ReplayKeeper() { stop(); }
@@ -103,17 +104,22 @@ bool ReplayKeeper::tend(Entry& e) {
     ++e.armed;
   }
   if (e.who->started() <= e.ended) return false;
-  // Replay ended + 1 has ticked: it gets the timeout from when it was seen.
+  // Replay ended + 1 has ticked: it gets the timeout from when it was seen,
+  // and fails sooner when it cannot end.
   if (e.watching != e.ended + 1) {
     e.watching = e.ended + 1;
     e.deadline = Deadline::after_ms(e.timeout_ms);
-  } else if (e.deadline.expired()) {
-    fail_entry(e, e.watching,
-               error(Code::timeout, "its lists did not end within the call timeout (call_timeout_ms " +
-                                        std::to_string(e.timeout_ms) +
-                                        " ms): a rank did not replay its graph, or replayed its graphs in another "
-                                        "order, or an engine stalled"));
+    e.next_check = Deadline::after_ms(kCheckEveryMs);
+    return true;
   }
+  const bool expired = e.deadline.expired();
+  if (!expired && !e.next_check.expired()) return true;
+  e.next_check = Deadline::after_ms(kCheckEveryMs);
+  Status st = e.who->check(e.watching, expired);
+  if (st.ok() && expired)
+    st = error(Code::timeout, "its lists did not end within the call timeout (call_timeout_ms " +
+                                  std::to_string(e.timeout_ms) + " ms)");
+  if (!st.ok()) fail_entry(e, e.watching, st);
   return true;
 }
 

@@ -11,7 +11,9 @@
 // only re-arms behind the replays, at its own pace.
 //
 // The keeper also gives every replay that has ticked the call timeout to
-// end, or fails it (async_error(), the stream released). One thread serves
+// end, or fails it (async_error(), the stream released, the rank that holds
+// it up named); a replay that cannot end (a rank left or failed the
+// communicator) fails at once. One thread serves
 // every capture of a communicator (programs capture hundreds of calls); it
 // polls, every 20 us while replays run and backing off to 200 us when none
 // has ticked for a while, and sleeps when there are no captures. It never
@@ -53,6 +55,10 @@ class ReplayKeeper {
     // After a failure, every pass: later replays must not tick, and a stream
     // that waits for this capture goes on.
     virtual void release() = 0;
+    // Replay r has ticked and not ended: an error when it cannot end (a rank
+    // left or failed the communicator), or, once `expired`, why it has not
+    // (who holds it up). Called every few milliseconds, not every pass.
+    virtual Status check(uint64_t r, bool expired) = 0;
   };
 
   ReplayKeeper() = default;
@@ -87,6 +93,7 @@ class ReplayKeeper {
     int64_t timeout_ms = 0;
     uint64_t watching = 0;  // the replay whose deadline runs
     Deadline deadline = Deadline::now();
+    Deadline next_check = Deadline::now();  // when check() is asked next
     bool failed = false;
   };
   void run();

@@ -2,7 +2,8 @@
 // calls' replays armed ahead of their streams (src/collectives/
 // replay_keeper.hpp), against a scripted capture: how far it arms, that it
 // re-arms as replays end, that a replay which ticked and does not end fails
-// at the timeout and is released, that fail_all() and stop() release every
+// at the timeout naming who holds it up (or sooner when it cannot end) and
+// is released, that fail_all() and stop() release every
 // capture, and that forget() returns with the capture no longer touched.
 // And HostStream::replay_tick, the step a capture records.
 #include <gtest/gtest.h>
@@ -44,6 +45,12 @@ struct Scripted final : ReplayKeeper::Replays {
     why = w;
   }
   void release() override { ++releases; }
+  Status check(uint64_t r, bool expired) override {
+    ++checks;
+    if (gone_at && r >= gone_at) return error(Code::unavailable, "rank 1 has left");
+    return expired ? error(Code::timeout, "rank 1 has begun " + std::to_string(r - 1) + " replays") : Status();
+  }
+  std::atomic<uint64_t> checks{0}, gone_at{0};
 };
 
 bool eventually(const std::function<bool()>& ok, int ms = 5000) {
@@ -90,7 +97,27 @@ TEST(ReplayKeeper, ATickedReplayThatDoesNotEndFailsAtTheTimeoutAndIsReleased) {
   std::lock_guard<std::mutex> lk(c.mu);
   EXPECT_EQ(c.failed_at, 2u);
   EXPECT_EQ(c.why.code(), Code::timeout) << c.why.to_string();
-  EXPECT_NE(c.why.message().find("call timeout"), std::string::npos) << c.why.to_string();
+  EXPECT_NE(c.why.message().find("rank 1 has begun 1 replays"), std::string::npos)
+      << "names who holds the replay up: " << c.why.to_string();
+  EXPECT_GT(c.checks, 10u) << "checked every few ms while it waited";
+}
+
+TEST(ReplayKeeper, AReplayThatCannotEndFailsBeforeTheTimeout) {
+  Scripted c;
+  ReplayKeeper k;
+  k.add(&c, 1, 2, 60000);
+  c.gone_at = 2;  // a rank left: replay 2 cannot end
+  c.ticks = 1;
+  c.ended_up_to = 1;
+  c.ticks = 2;
+  const auto t0 = std::chrono::steady_clock::now();
+  ASSERT_TRUE(eventually([&] { return c.releases > 0; }, 10000));
+  const double ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
+  EXPECT_LT(ms, 5000.0) << "not the 60 s timeout";
+  std::lock_guard<std::mutex> lk(c.mu);
+  EXPECT_EQ(c.failed_at, 2u);
+  EXPECT_EQ(c.why.code(), Code::unavailable) << c.why.to_string();
+  EXPECT_NE(c.why.message().find("rank 1 has left"), std::string::npos) << c.why.to_string();
 }
 
 TEST(ReplayKeeper, ACaptureNotReadyToArmWaitsAndAnIdleOneNeverFails) {

@@ -11,10 +11,11 @@
 // each replay. Then: calls that cannot be captured refused at capture time
 // (the capture goes on); more captures made and destroyed than there are
 // slots; a rank that stops replaying (its peer's replay fails within the
-// timeout, its stream released); a replay after the communicator is gone
+// timeout, naming it, its stream released) or whose process ends (at once); a replay after the communicator is gone
 // (the stream goes on); every rank in one process (4 GPUs, and 4 loopback
 // ranks on one GPU) beside ordinary calls.
 #include <gtest/gtest.h>
+#include <unistd.h>
 
 #include <atomic>
 #include <filesystem>
@@ -286,9 +287,13 @@ TEST(CaptureErrors, RefusedAtCaptureAndSlotsComeBack) {
   expect_ranks_ok(res);
 }
 
-int stopper_main(int me, int n, const UniqueId& id, std::string* out) {
+// Rank 1 stops replaying after its first replay: it stays (`leave` false)
+// until its peer has given up, or its process ends (`leave` true). Rank 0's
+// second replay fails, naming rank 1: at the call timeout, or at once when
+// rank 1 has left.
+int stopper_main(int me, int n, const UniqueId& id, bool leave, std::string* out) {
   RankEnv e;
-  if (std::string bad = make_env(e, me, n, id, 2000); !bad.empty()) return *out += bad + "\n", 2;
+  if (std::string bad = make_env(e, me, n, id, leave ? 30000 : 2000); !bad.empty()) return *out += bad + "\n", 2;
   Step s{CollOp::all_gather, 2048, 0, 1 << 20};
   if (!e.stream->begin_capture().ok()) return 3;
   Status st = queue_step(e, s, me, n);
@@ -298,21 +303,42 @@ int stopper_main(int me, int n, const UniqueId& id, std::string* out) {
   st = e.stream->synchronize(Deadline::after_ms(20000));
   if (!st.ok() || s.runs != 1 || s.wrong) return *out += "first replay: " + st.to_string() + "\n", 6;
   if (me == 1) {
-    // Stops replaying; stays until its peer has given up.
+    if (leave) {
+      std::fflush(stdout);
+      _exit(0);  // no destructor runs: the process is simply gone
+    }
     std::this_thread::sleep_for(std::chrono::milliseconds(4000));
     return 0;
   }
+  const auto t0 = std::chrono::steady_clock::now();
   if (!(*g)->launch(*e.stream).ok()) return 7;
-  st = e.stream->synchronize(Deadline::after_ms(20000));
+  st = e.stream->synchronize(Deadline::after_ms(40000));
+  const double ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
   const Status async = e.comm->async_error();
-  *out += "stream: " + st.to_string() + "; async: " + async.to_string() + "\n";
-  if (async.code() != Code::timeout || async.message().find("replay 2") == std::string::npos) return 8;
+  *out += "stream: " + st.to_string() + "; async: " + async.to_string() + "; " + std::to_string(ms) + " ms\n";
+  if (!st.ok() || async.message().find("replay 2") == std::string::npos) return 8;
+  if (leave) {
+    if (async.code() != Code::unavailable || async.message().find("rank 1") == std::string::npos ||
+        async.message().find("left the communicator") == std::string::npos)
+      return 9;
+    if (ms > 15000) return *out += "the replay should fail when rank 1 leaves, not at the 30 s timeout\n", 10;
+  } else if (async.code() != Code::timeout || async.message().find("rank 1 has begun 1 replays") == std::string::npos) {
+    return 11;
+  }
   return 0;
 }
 
 TEST(CaptureFaults, ARankThatStopsReplayingFailsItsPeerAtTheTimeout) {
   const UniqueId id = make_unique_id().value();
-  std::vector<RankOutcome> res = fork_ranks(all_ranks(2), [&](int r, std::string* out) { return stopper_main(r, 2, id, out); });
+  std::vector<RankOutcome> res =
+      fork_ranks(all_ranks(2), [&](int r, std::string* out) { return stopper_main(r, 2, id, false, out); });
+  expect_ranks_ok(res);
+}
+
+TEST(CaptureFaults, ARankThatLeavesFailsItsPeerAtOnceNamingIt) {
+  const UniqueId id = make_unique_id().value();
+  std::vector<RankOutcome> res =
+      fork_ranks(all_ranks(2), [&](int r, std::string* out) { return stopper_main(r, 2, id, true, out); });
   expect_ranks_ok(res);
 }
 
