@@ -124,7 +124,7 @@ struct LocalReplays {
 // when the communicator goes, so that a graph destroyed after that frees
 // what it holds itself.
 struct CaptureLink {
-  std::recursive_mutex mu;  // held by a replay's start (which may drop the last reference to its capture)
+  std::mutex mu;  // held while the link is cut, and by a capture's destructor while it retires
   CallState* state = nullptr;
 };
 struct CapturedCall;
@@ -244,8 +244,8 @@ struct CallState {
   std::mutex retired_mu;
   std::vector<RetiredCapture> retired;
   void reap_captures();
-  // How many replays of `plan` (with its closing list on `closer`) can be
-  // armed at once: as many as every ring holds, one spare, at most 16.
+  // How many replays of `plan` can be armed at once: as many as every ring
+  // of its queues holds, one spare, at most 16.
   static uint64_t armed_depth(const Plan& plan);
   // Marks the communicator failed (first reason wins), tells the other ranks
   // through this rank's failed word, and releases this rank's stream waits.

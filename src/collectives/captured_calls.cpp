@@ -49,6 +49,26 @@ void release_replays(Signal& stop, Signal& done) {
   if (done.value() == 0) done.set(1);
 }
 
+// The queue of a capture's closing lists, on GPU `gpu`'s engine toward itself.
+Result<std::unique_ptr<Queue>> make_closer(Device& device, int gpu, const std::string& what) {
+  Result<int> engine = device.engine_toward(gpu, gpu);
+  if (!engine.ok()) return engine.status().prefix(what);
+  QueueOptions qo;
+  qo.ring_bytes = 16384;
+  Result<std::unique_ptr<Queue>> closer = device.create_queue(gpu, *engine, qo);
+  if (!closer.ok()) return closer.status().prefix(what + ": the queue of its closing list");
+  return closer;
+}
+
+// A capture's steps on the stream: the graph keeps `keep` alive, then the
+// replay tick and the wait for the end signal.
+Status record_replay(StreamOps& stream, std::shared_ptr<void> keep, const Signal& posted, const Signal& done,
+                     const Signal& stop, const std::string& what) {
+  CONCCL_RETURN_IF_ERROR(stream.retain_for_replays(std::move(keep)).prefix(what));
+  CONCCL_RETURN_IF_ERROR(stream.replay_tick(StreamOps::ReplayTick{posted.va(), done.va(), stop.va()}).prefix(what));
+  return stream.wait_value64(done.va(), 1).prefix(what);
+}
+
 constexpr uint64_t kMaxArmed = 16;
 constexpr uint64_t kSubmitSlack = 256;  // what a submission adds to its list (timeline release, padding)
 
@@ -117,7 +137,7 @@ struct CapturedCall final : ReplayKeeper::Replays {
   }
 
   ~CapturedCall() override {
-    std::lock_guard<std::recursive_mutex> lk(link->mu);
+    std::lock_guard<std::mutex> lk(link->mu);
     if (CallState* st = link->state) {  // freed by the communicator's calling thread (reap_captures)
       st->keeper.forget(this);
       settle(true);
@@ -206,12 +226,8 @@ Status CallState::capture(const CollectiveArgs& a, StreamOps& stream) {
   comm.queue_redirect_ = nullptr;
   if (!plan.ok()) return plan.status().prefix("capturing");
   cap->plan = std::move(plan).value();
-  Result<int> engine = comm.device_.engine_toward(comm.gpu(me), comm.gpu(me));
-  if (!engine.ok()) return engine.status().prefix(what);
-  QueueOptions qo;
-  qo.ring_bytes = 16384;
-  Result<std::unique_ptr<Queue>> closer = comm.device_.create_queue(comm.gpu(me), *engine, qo);
-  if (!closer.ok()) return closer.status().prefix(what + ": the queue of its closing list");
+  Result<std::unique_ptr<Queue>> closer = make_closer(comm.device_, comm.gpu(me), what);
+  if (!closer.ok()) return closer.status();
   cap->closer = std::move(closer).value();
   const uint64_t first = s.replays + 1;
   cap->settled = s.replays;
@@ -219,10 +235,7 @@ Status CallState::capture(const CollectiveArgs& a, StreamOps& stream) {
 
   // The stream's steps, then the capture's bookkeeping (nothing is left
   // half-made when the stream refuses a step).
-  CONCCL_RETURN_IF_ERROR(stream.retain_for_replays(cap).prefix(what));
-  CONCCL_RETURN_IF_ERROR(
-      stream.replay_tick(StreamOps::ReplayTick{cap->posted_me.va(), cap->done.va(), cap->stop.va()}).prefix(what));
-  CONCCL_RETURN_IF_ERROR(stream.wait_value64(cap->done.va(), 1).prefix(what));
+  CONCCL_RETURN_IF_ERROR(record_replay(stream, cap, cap->posted_me, cap->done, cap->stop, what));
   s.busy = true;
   ++captures;
   uint64_t* w = capture_desc(me, slot);
@@ -348,14 +361,14 @@ void CallState::cut_captures() {
   keeper.stop();
   // The live captures' replays that ended count in their slots, for
   // wait_for_captures_of_peers().
-  keeper.visit([&](ReplayKeeper::Replays& r, uint64_t) {
+  keeper.visit([&](ReplayKeeper::Replays& r) {
     auto& c = static_cast<CapturedCall&>(r);
     c.settle(true);
     if (c.slot >= capture_slots.size()) return;
     capture_slots[c.slot].replays = c.settled;
     for (size_t k = 0; k < kCounters; ++k) capture_slots[c.slot].base[k] = c.settled_base[k];
   });
-  std::lock_guard<std::recursive_mutex> lk(capture_link->mu);
+  std::lock_guard<std::mutex> lk(capture_link->mu);
   capture_link->state = nullptr;
 }
 
@@ -481,17 +494,10 @@ Status Communicator::capture_local(const CollectiveArgs& given, StreamOps& strea
   queue_redirect_ = nullptr;
   if (!plan.ok()) return plan.status().prefix("capturing " + what);
   cap->plan = std::move(plan).value();
-  Result<int> engine = device_.engine_toward(gpu(0), gpu(0));
-  if (!engine.ok()) return engine.status().prefix(what);
-  QueueOptions qo;
-  qo.ring_bytes = 16384;
-  Result<std::unique_ptr<Queue>> closer = device_.create_queue(gpu(0), *engine, qo);
-  if (!closer.ok()) return closer.status().prefix(what + ": the queue of its closing list");
+  Result<std::unique_ptr<Queue>> closer = make_closer(device_, gpu(0), what);
+  if (!closer.ok()) return closer.status();
   cap->closer = std::move(closer).value();
-  CONCCL_RETURN_IF_ERROR(stream.retain_for_replays(cap).prefix(what));
-  CONCCL_RETURN_IF_ERROR(
-      stream.replay_tick(StreamOps::ReplayTick{cap->posted.va(), cap->done.va(), cap->stop.va()}).prefix(what));
-  CONCCL_RETURN_IF_ERROR(stream.wait_value64(cap->done.va(), 1).prefix(what));
+  CONCCL_RETURN_IF_ERROR(record_replay(stream, cap, cap->posted, cap->done, cap->stop, what));
   local_replays_->keeper.add(cap.get(), 1, CallState::armed_depth(*cap->plan), options_.call_timeout_ms);
   return Status();
 }

@@ -59,9 +59,9 @@ void ReplayKeeper::stop() {
   }
 }
 
-void ReplayKeeper::visit(const std::function<void(Replays&, uint64_t)>& fn) {
+void ReplayKeeper::visit(const std::function<void(Replays&)>& fn) {
   std::lock_guard<std::mutex> lk(mu_);
-  for (Entry& e : entries_) fn(*e.who, e.ended);
+  for (Entry& e : entries_) fn(*e.who);
 }
 
 size_t ReplayKeeper::kept() const {

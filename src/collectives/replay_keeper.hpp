@@ -79,9 +79,9 @@ class ReplayKeeper {
   // released (not failed: nothing went wrong), so that its later ticks only
   // let its stream go on. The captures stay registered (forget() works).
   void stop();
-  // Calls fn on every capture and its last replay seen to end, under the
-  // keeper's lock (the thread is between passes).
-  void visit(const std::function<void(Replays&, uint64_t ended)>& fn);
+  // Calls fn on every capture, under the keeper's lock (the thread is
+  // between passes).
+  void visit(const std::function<void(Replays&)>& fn);
   size_t kept() const;
   bool running() const;
 
@@ -104,7 +104,7 @@ class ReplayKeeper {
   std::condition_variable cv_;
   std::vector<Entry> entries_;
   std::atomic<bool> fail_all_{false};
-  Status all_why_;  // under mu_ once set
+  Status all_why_;  // under why_mu_ (fail_all runs on any thread, the keeper's too)
   std::mutex why_mu_;
   bool stop_ = false;
   std::thread thread_;
