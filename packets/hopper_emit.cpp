@@ -73,6 +73,18 @@ size_t put_copy_piece(uint32_t* o, uint64_t dst, uint64_t src, uint64_t len, boo
   return kCopyPieceDwords;
 }
 
+size_t put_copy_piece_add(uint32_t* o, uint64_t dst, uint64_t src, uint64_t len, bool pipelined, uint64_t sem,
+                          uint64_t delta) {
+  o[0] = inc_header(kCopySubchannel, 0x240, 4);  // SET_SEMAPHORE_A, _B, _PAYLOAD, _PAYLOAD_UPPER
+  o[1] = hi32(sem);
+  o[2] = lo32(sem);
+  o[3] = lo32(delta);
+  o[4] = hi32(delta);
+  put_copy_piece(o + 5, dst, src, len, pipelined);
+  o[5 + kCopyPieceDwords - 1] |= kLdFlush | kLdSemNoTs | kLdTwoWord | kLdSemReduce | kLdSemIadd | kLdSemUnsigned;
+  return kCopyAddDwords;
+}
+
 size_t put_fill_setup(uint32_t* o, uint32_t value) {
   // SET_REMAP_CONST_B = value; SET_REMAP_COMPONENTS: DST_X = CONST_B (5),
   // COMPONENT_SIZE = FOUR (3) at 17:16, NUM_DST_COMPONENTS = ONE (0).

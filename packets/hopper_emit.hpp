@@ -66,6 +66,9 @@ inline constexpr uint32_t kLdSrcPitch = 1u << 7;              // SRC_MEMORY_LAYO
 inline constexpr uint32_t kLdDstPitch = 1u << 8;              // DST_MEMORY_LAYOUT 8:8 = PITCH
 inline constexpr uint32_t kLdRemap = 1u << 10;                // REMAP_ENABLE 10:10
 inline constexpr uint32_t kLdTwoWord = 1u << 27;              // SEMAPHORE_PAYLOAD_SIZE 27:27 = TWO_WORD
+inline constexpr uint32_t kLdSemIadd = 5u << 14;              // SEMAPHORE_REDUCTION 17:14 = IADD
+inline constexpr uint32_t kLdSemUnsigned = 1u << 18;          // SEMAPHORE_REDUCTION_SIGN 18:18 = UNSIGNED
+inline constexpr uint32_t kLdSemReduce = 1u << 19;            // SEMAPHORE_REDUCTION_ENABLE 19:19
 
 // Host SEM_EXECUTE (clc56f.h NVC56F_SEM_EXECUTE_*; clc86f.h keeps the bits).
 inline constexpr uint32_t kSemOperationMask = 7;      // OPERATION 2:0
@@ -91,6 +94,8 @@ inline constexpr uint32_t kSemExecuteRelease64 = kSemOpRelease | kSemReleaseWfi 
 inline constexpr size_t kCopyPieceDwords = 9;  // OFFSET_IN/OUT (1+4), LINE_LENGTH_IN (2), LAUNCH_DMA (2)
 inline constexpr size_t kFillSetupDwords = 3;  // SET_REMAP_CONST_B + SET_REMAP_COMPONENTS (1+2)
 inline constexpr size_t kFillPieceDwords = 7;  // OFFSET_OUT (1+2), LINE_LENGTH_IN (2), LAUNCH_DMA (2)
+// SET_SEMAPHORE_A/B/PAYLOAD/PAYLOAD_UPPER (1+4) before a copy piece whose LAUNCH_DMA adds.
+inline constexpr size_t kCopyAddDwords = 5 + kCopyPieceDwords;
 inline constexpr size_t kReleaseDwords = 7;    // SET_SEMAPHORE_A/B/PAYLOAD/PAYLOAD_UPPER (1+4), LAUNCH_DMA (2)
 inline constexpr size_t kHostSemDwords = 6;    // SEM_ADDR_LO .. SEM_EXECUTE (1+5)
 // The header of those five methods, incrementing from SEM_ADDR_LO (0x05C).
@@ -101,6 +106,11 @@ inline constexpr size_t kSetObjectDwords = 2;  // SET_OBJECT (1+1)
 // One LAUNCH_DMA copy piece (len <= kMaxCopyBytes). The first piece of a
 // copy is NON_PIPELINED (waits for earlier work), later ones PIPELINED.
 size_t put_copy_piece(uint32_t* out, uint64_t dst, uint64_t src, uint64_t len, bool pipelined);
+// A copy piece whose LAUNCH_DMA then adds `delta` to the 64-bit value at
+// `sem` (the copy engine's own semaphore reduction: IADD, unsigned, two-word
+// payload, after the piece's writes are flushed), kCopyAddDwords.
+size_t put_copy_piece_add(uint32_t* out, uint64_t dst, uint64_t src, uint64_t len, bool pipelined, uint64_t sem,
+                          uint64_t delta);
 // Remap-unit setup for a 32-bit fill of `value`, then pieces of <= kMaxFillBytes.
 size_t put_fill_setup(uint32_t* out, uint32_t value);
 size_t put_fill_piece(uint32_t* out, uint64_t dst, uint64_t len, bool pipelined);

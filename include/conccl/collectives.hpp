@@ -336,6 +336,14 @@ class Communicator {
     // run 43), off with one process per rank (on one H200 shared by 4
     // processes it was 23-32 % slower, run 39). Set it to choose.
     std::optional<bool> reduce_overlap;
+    // Arrivals carried by the copies: where the engine can add to a signal
+    // as a copy ends (Caps::copy_add: Hopper's LAUNCH_DMA semaphore
+    // reduction), the copy into rank d adds d's arrival itself, instead of
+    // an add after the list's copies that first waits for the engine to
+    // drain (docs/collectives.md, "Completion and ordering"). Unset:
+    // CONCCL_FOLD_ARRIVALS=1 turns it on, else off until measured on
+    // hardware. Plans are the same either way on instruction sets without it.
+    std::optional<bool> fold_arrivals;
   };
   // gpus[r] is rank r's GPU index on `device`.
   static Result<std::unique_ptr<Communicator>> create(Device& device, std::vector<int> gpus,
@@ -389,6 +397,7 @@ class Communicator {
   // What every rank's engines can do (the intersection over the ranks' GPUs).
   const Caps& caps() const { return caps_; }
   bool loopback() const { return options_.loopback; }
+  const Options& options() const { return options_; }
 
   // The engine of `src`'s GPU that copies to `dst`'s GPU: the topology's
   // recommended engines for that link (k-th of them), else a weighted round

@@ -74,6 +74,7 @@ struct Caps {
   bool broadcast_copy = false;   // copy_bcst: one command, two destinations
   bool swap = false;             // swap: exchange two ranges in one command
   bool atomic64 = false;         // signal_add is a 64-bit atomic in the memory system
+  bool copy_add = false;         // copy_add is one command: the copy adds to the signal as it ends
   bool interrupt_wakeup = false; // the engine can wake a sleeping host thread
   bool signal_twin = false;      // signals carry value + 2^31 at +8 (exact >= waits with 32-bit polls)
   uint32_t timestamp_offset = 0; // timestamp(slot) writes the engine time at slot + this
@@ -120,6 +121,13 @@ class CommandBuffer {
   // add `delta` after all earlier commands' writes; store `value`; make the
   // engine wait until the 64-bit value is >= `value`.
   Status signal_add(uint64_t signal_va, uint64_t delta = 1);
+  // A copy, then `delta` added to the signal once the copy's writes are
+  // visible (its own writes: a copy alongside earlier ones is not ordered
+  // after theirs). Where caps().copy_add the copy's last command adds as it
+  // ends (Hopper: the LAUNCH_DMA's semaphore reduction, no wait for the
+  // engine to drain); elsewhere it is copy() then signal_add().
+  Status copy_add(uint64_t dst, uint64_t src, uint64_t bytes, CopyOrder order, uint64_t signal_va,
+                  uint64_t delta = 1);
   Status signal_set(uint64_t signal_va, uint64_t value);
   Status wait_ge(uint64_t signal_va, uint64_t value);
   // Re-encodes the wait_ge recorded at dword `at` (`dwords` long, as
@@ -184,6 +192,9 @@ class CommandBuffer {
     starts_.resize(packets);
   }
   Status need_cap(bool have, const char* what) const;
+  // copy()'s checks of its ranges and of the room its `encoded` bytes need.
+  Status check_copy(uint64_t dst, uint64_t src, uint64_t bytes, uint64_t encoded) const;
+  Status check_signal(uint64_t va) const;
   // Refuses a command of `bytes` (what it moves or fills) that would append
   // `encoded` bytes past max_bytes(), naming the limit and how to split it
   // (pieces of at most `piece` bytes, each `piece_encoded` bytes of commands,

@@ -72,6 +72,11 @@ class Signal {
   // signal_add / signal_set / wait_ge; the lowering encodes the layout) ---
   // Advance by delta (after all prior commands' writes).
   Status signal_add(CommandBuffer& cb, uint64_t delta = 1) const;
+  // A copy that advances this signal by delta once its writes are visible
+  // (CommandBuffer::copy_add: one command where the engine can add as a copy
+  // ends, else the copy and then signal_add).
+  Status copy_add(CommandBuffer& cb, uint64_t dst, uint64_t src, uint64_t bytes, CommandBuffer::CopyOrder order,
+                  uint64_t delta = 1) const;
   // Store an absolute value.
   Status signal_set(CommandBuffer& cb, uint64_t v) const;
   // Make the queue wait until value >= v (exact for 64-bit values: SDMA polls

@@ -19,7 +19,7 @@ uint64_t R(const CollectiveArgs& a, int r) { return a.recv[static_cast<size_t>(r
 Status copy_to(PlanBuilder& b, int src, int dst, uint64_t dst_va, uint64_t src_va, uint64_t bytes) {
   Result<PlanList*> l = b.list(src, b.engine_for(src, dst));
   if (!l.ok()) return l.status();
-  CONCCL_RETURN_IF_ERROR(b.copy(**l, dst_va, src_va, bytes));
+  CONCCL_RETURN_IF_ERROR(b.copy(**l, dst_va, src_va, bytes, dst));
   return b.arrive(**l, dst);
 }
 
@@ -51,6 +51,7 @@ Status broadcast_pairs(PlanBuilder& b, const CollectiveArgs& a, int src, uint64_
     const int d0 = peers[i], d1 = peers[i + 1];
     Result<PlanList*> l = b.list(src, b.engine_for(src, d1));
     if (!l.ok()) return l.status();
+    CONCCL_RETURN_IF_ERROR(b.settle(**l));
     CONCCL_RETURN_IF_ERROR((*l)->cb.copy_bcst(R(a, d0) + dst_off, R(a, d1) + dst_off, src_va, a.bytes));
     CONCCL_RETURN_IF_ERROR(b.arrive(**l, d0));
     CONCCL_RETURN_IF_ERROR(b.arrive(**l, d1));
@@ -108,7 +109,7 @@ Status p2p_over_engines(PlanBuilder& b, const CollectiveArgs& a, bool one_engine
     Result<PlanList*> l = b.list(src, engines[i]);
     if (!l.ok()) return l.status();
     if (S(a, src) + off == R(a, dst) + off) return Status();  // in place
-    CONCCL_RETURN_IF_ERROR(b.copy(**l, R(a, dst) + off, S(a, src) + off, end - off));
+    CONCCL_RETURN_IF_ERROR(b.copy(**l, R(a, dst) + off, S(a, src) + off, end - off, dst));
     CONCCL_RETURN_IF_ERROR(b.arrive(**l, dst));
     off = end;
   }
@@ -150,7 +151,7 @@ Status build_broadcast_chain(PlanBuilder& b, const CollectiveArgs& a) {
       const uint64_t off = c * cs, len = std::min(cs, a.bytes - off);
       if (k > 0) CONCCL_RETURN_IF_ERROR(b.wait_arrivals(**l, from, c + 1));
       const uint64_t src = k == 0 ? S(a, root) : R(a, from);
-      CONCCL_RETURN_IF_ERROR(b.copy(**l, R(a, to) + off, src + off, len));
+      CONCCL_RETURN_IF_ERROR(b.copy(**l, R(a, to) + off, src + off, len, to));
       CONCCL_RETURN_IF_ERROR(b.arrive(**l, to));
     }
   }
@@ -254,7 +255,7 @@ Status build_all_to_all_swap(PlanBuilder& b, const CollectiveArgs& a) {
     for (int r = 0; r < n; ++r) {
       Result<PlanList*> l = b.list(r, b.engine_for(r, r));
       if (!l.ok()) return l.status();
-      CONCCL_RETURN_IF_ERROR(b.copy(**l, R(a, r), S(a, r), cb * uint64_t(n)));
+      CONCCL_RETURN_IF_ERROR(b.copy(**l, R(a, r), S(a, r), cb * uint64_t(n), r));
       CONCCL_RETURN_IF_ERROR(b.arrive(**l, r));
       CONCCL_RETURN_IF_ERROR(b.ready(**l, r));
     }
@@ -270,6 +271,7 @@ Status build_all_to_all_swap(PlanBuilder& b, const CollectiveArgs& a) {
         CONCCL_RETURN_IF_ERROR(b.wait_ready(**l, i, 1));
         CONCCL_RETURN_IF_ERROR(b.wait_ready(**l, j, 1));
       }
+      CONCCL_RETURN_IF_ERROR(b.settle(**l));
       CONCCL_RETURN_IF_ERROR((*l)->cb.swap(R(a, i) + uint64_t(j) * cb, R(a, j) + uint64_t(i) * cb, cb));
       CONCCL_RETURN_IF_ERROR(b.arrive(**l, i));
       CONCCL_RETURN_IF_ERROR(b.arrive(**l, j));

@@ -43,7 +43,14 @@ class PlanBuilder {
   // Copy into rank `dst`'s memory. A copy right after another copy of the
   // same list runs alongside it (CopyOrder::alongside_earlier): the copies
   // of one plan's list never read what another of its copies writes.
-  Status copy(PlanList& l, uint64_t dst_va, uint64_t src_va, uint64_t bytes);
+  // With folded arrivals (CONCCL_FOLD_ARRIVALS=1, where the engine adds as a
+  // copy ends: Caps::copy_add) a copy that names its destination rank waits
+  // in the builder for that rank's arrive(), which it then carries itself;
+  // anything else recorded on the list first records it as a plain copy.
+  Status copy(PlanList& l, uint64_t dst_va, uint64_t src_va, uint64_t bytes, int dst_rank = -1);
+  // Records the list's held-back copy: before commands written to l.cb
+  // directly (copy_bcst, swap).
+  Status settle(PlanList& l);
   // Advance rank dst's arrival signal by one (after the list's prior packets).
   // Arrivals are held back and recorded together (one add per destination,
   // of the count) before the list's next wait or phase signal, or at
@@ -79,6 +86,15 @@ class PlanBuilder {
   bool batch_arrivals_;
   bool spread_;
   bool overlap_copies_;
+  bool fold_arrivals_;
+  // A list's last copy, not yet recorded, while it may still carry the
+  // arrival that follows it.
+  struct HeldCopy {
+    uint64_t dst, src, bytes;
+    CommandBuffer::CopyOrder order;
+    int dst_rank;
+  };
+  std::map<PlanList*, HeldCopy> held_copy_;
   std::map<const PlanList*, size_t> copy_end_;  // where each list's last copy ended (dwords)
   std::map<std::pair<int, int>, size_t> index_;
   // Held-back arrivals per list: (destination rank, count), in first-arrival order.

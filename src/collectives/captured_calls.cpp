@@ -21,6 +21,7 @@
 // only release the stream.
 #include <algorithm>
 #include <cstdio>
+#include <cstdlib>
 #include <cstring>
 #include <deque>
 #include <thread>
@@ -70,6 +71,16 @@ Status record_replay(StreamOps& stream, std::shared_ptr<void> keep, const Signal
 }
 
 constexpr uint64_t kMaxArmed = 16;
+// CONCCL_REPLAY_DEPTH=N arms at most N replays ahead (a diagnostic: how far
+// ahead armed lists cost what they wait at), read once.
+uint64_t max_armed() {
+  static const uint64_t n = [] {
+    const char* e = std::getenv("CONCCL_REPLAY_DEPTH");
+    const unsigned long long v = e ? std::strtoull(e, nullptr, 10) : 0;
+    return v >= 1 && v <= kMaxArmed ? uint64_t(v) : kMaxArmed;
+  }();
+  return n;
+}
 constexpr uint64_t kSubmitSlack = 256;  // what a submission adds to its list (timeline release, padding)
 
 }  // namespace
@@ -78,7 +89,7 @@ uint64_t CallState::armed_depth(const Plan& plan) {
   std::map<const Queue*, uint64_t> bytes;
   for (const PlanList& l : plan.lists_)
     if (l.queue) bytes[l.queue] += l.cb.size_dwords() * 4 + kSubmitSlack;
-  uint64_t depth = kMaxArmed;
+  uint64_t depth = max_armed() + 1;
   for (const auto& [q, b] : bytes) depth = std::min<uint64_t>(depth, q->ring_bytes() / b);
   return std::max<uint64_t>(depth, 2) - 1;
 }

@@ -336,14 +336,19 @@ struct ListForm {
   bool batch_arrivals;  // CONCCL_BATCH_ARRIVALS=0: an arrival after each copy
   bool spread_small;    // CONCCL_SPREAD_SMALL=0: engines by weight at every size
   bool overlap_copies;  // CONCCL_OVERLAP_COPIES=0: each copy waits for the one before
+  bool fold_arrivals;   // CONCCL_FOLD_ARRIVALS=1: a copy carries its arrival (Caps::copy_add)
 };
 bool knob_on(const char* name) {
   const char* e = std::getenv(name);
   return !(e && std::string(e) == "0");
 }
+bool knob_set(const char* name) {
+  const char* e = std::getenv(name);
+  return e && std::string(e) == "1";
+}
 const ListForm& list_form() {
   static const ListForm f{knob_on("CONCCL_BATCH_ARRIVALS"), knob_on("CONCCL_SPREAD_SMALL"),
-                          knob_on("CONCCL_OVERLAP_COPIES")};
+                          knob_on("CONCCL_OVERLAP_COPIES"), knob_set("CONCCL_FOLD_ARRIVALS")};
   return f;
 }
 }  // namespace
@@ -354,7 +359,8 @@ PlanBuilder::PlanBuilder(Communicator& comm, Plan& plan, bool shared)
       shared_(shared),
       batch_arrivals_(list_form().batch_arrivals && plan.variant() != Variant::chain),
       spread_(list_form().spread_small && comm.loopback() && plan.args().bytes <= kSpreadMaxBytes),
-      overlap_copies_(list_form().overlap_copies) {}
+      overlap_copies_(list_form().overlap_copies),
+      fold_arrivals_(comm.options().fold_arrivals.value_or(list_form().fold_arrivals) && caps(comm.isa(0)).copy_add) {}
 
 int PlanBuilder::engine_for(int src, int dst) const {
   return spread_ ? comm_.spread_engine(src) : comm_.engine_for(src, dst);
@@ -403,13 +409,28 @@ Status PlanBuilder::wait_on(PlanList& l, const Signal& s, uint8_t counter, int r
   return Status();
 }
 
-Status PlanBuilder::copy(PlanList& l, uint64_t dst_va, uint64_t src_va, uint64_t bytes) {
+Status PlanBuilder::copy(PlanList& l, uint64_t dst_va, uint64_t src_va, uint64_t bytes, int dst_rank) {
   if (dst_va == src_va) return Status();  // in place
+  CONCCL_RETURN_IF_ERROR(settle(l));
   auto last = copy_end_.find(&l);
   const bool after_copy = overlap_copies_ && last != copy_end_.end() && last->second == l.cb.size_dwords();
-  CONCCL_RETURN_IF_ERROR(l.cb.copy(dst_va, src_va, bytes,
-                                   after_copy ? CommandBuffer::CopyOrder::alongside_earlier
-                                              : CommandBuffer::CopyOrder::after_earlier));
+  const CommandBuffer::CopyOrder order =
+      after_copy ? CommandBuffer::CopyOrder::alongside_earlier : CommandBuffer::CopyOrder::after_earlier;
+  if (fold_arrivals_ && dst_rank >= 0) {
+    held_copy_[&l] = HeldCopy{dst_va, src_va, bytes, order, dst_rank};
+    return Status();
+  }
+  CONCCL_RETURN_IF_ERROR(l.cb.copy(dst_va, src_va, bytes, order));
+  copy_end_[&l] = l.cb.size_dwords();
+  return Status();
+}
+
+Status PlanBuilder::settle(PlanList& l) {
+  auto it = held_copy_.find(&l);
+  if (it == held_copy_.end()) return Status();
+  const HeldCopy c = it->second;
+  held_copy_.erase(it);
+  CONCCL_RETURN_IF_ERROR(l.cb.copy(c.dst, c.src, c.bytes, c.order));
   copy_end_[&l] = l.cb.size_dwords();
   return Status();
 }
@@ -417,6 +438,17 @@ Status PlanBuilder::copy(PlanList& l, uint64_t dst_va, uint64_t src_va, uint64_t
 Status PlanBuilder::arrive(PlanList& l, int dst) {
   plan_.expected_[static_cast<size_t>(dst)]++;
   if (std::find(l.writes_to.begin(), l.writes_to.end(), dst) == l.writes_to.end()) l.writes_to.push_back(dst);
+  auto carrier = held_copy_.find(&l);
+  if (carrier != held_copy_.end() && carrier->second.dst_rank == dst) {
+    // The copy into dst carries dst's arrival: the engine adds as the copy
+    // ends, with no wait for it to drain.
+    const HeldCopy c = carrier->second;
+    held_copy_.erase(carrier);
+    CONCCL_RETURN_IF_ERROR(plan_.arrive_[static_cast<size_t>(dst)].copy_add(l.cb, c.dst, c.src, c.bytes, c.order, 1));
+    copy_end_[&l] = l.cb.size_dwords();
+    return Status();
+  }
+  CONCCL_RETURN_IF_ERROR(settle(l));
   if (!batch_arrivals_) return plan_.arrive_[static_cast<size_t>(dst)].signal_add(l.cb, 1);
   std::vector<std::pair<int, uint64_t>>& held = held_[&l];
   for (auto& [d, count] : held)
@@ -429,6 +461,7 @@ Status PlanBuilder::arrive(PlanList& l, int dst) {
 }
 
 Status PlanBuilder::record_held(PlanList& l) {
+  CONCCL_RETURN_IF_ERROR(settle(l));
   auto it = held_.find(&l);
   if (it == held_.end()) return Status();
   for (const auto& [d, count] : it->second)

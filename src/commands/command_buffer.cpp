@@ -226,7 +226,7 @@ Status CommandBuffer::check_room(const char* what, uint64_t bytes, uint64_t enco
 
 // ---- the vocabulary -------------------------------------------------------
 
-Status CommandBuffer::copy(uint64_t dst, uint64_t src, uint64_t bytes, CopyOrder order) {
+Status CommandBuffer::check_copy(uint64_t dst, uint64_t src, uint64_t bytes, uint64_t encoded) const {
   if (bytes == 0) return error(Code::invalid_argument, "copy of 0 bytes: give a size of at least 1");
   if (src < dst + bytes && dst < src + bytes)
     return error(Code::invalid_argument, "copy source [" + hex(src) + ", +" + std::to_string(bytes) +
@@ -235,8 +235,27 @@ Status CommandBuffer::copy(uint64_t dst, uint64_t src, uint64_t bytes, CopyOrder
   const bool hopper = isa_.kind() == IsaKind::hopper_ce;
   const uint64_t piece = hopper ? hopper::kMaxCopyBytes : sdma::limits(isa_.gen()).max_copy_bytes;
   const uint64_t piece_encoded = hopper ? hopper::kCopyPieceDwords * 4 : sdma_packet_bytes(isa_.gen(), sdma::Pkt::copy);
-  CONCCL_RETURN_IF_ERROR(check_room("copy", bytes, copy_encoded_bytes(dst, src, bytes), 0, piece, piece_encoded));
+  return check_room("copy", bytes, encoded, 0, piece, piece_encoded);
+}
+
+Status CommandBuffer::copy(uint64_t dst, uint64_t src, uint64_t bytes, CopyOrder order) {
+  CONCCL_RETURN_IF_ERROR(check_copy(dst, src, bytes, copy_encoded_bytes(dst, src, bytes)));
   return all_or_nothing(*this, [&] { return ops_for(isa_).copy(*this, dst, src, bytes, order == CopyOrder::alongside_earlier);
+  });
+}
+
+Status CommandBuffer::copy_add(uint64_t dst, uint64_t src, uint64_t bytes, CopyOrder order, uint64_t va,
+                               uint64_t delta) {
+  CONCCL_RETURN_IF_ERROR(check_signal(va));
+  if (!caps_->copy_add || !ops_for(isa_).copy_add)
+    return all_or_nothing(*this, [&] {
+      CONCCL_RETURN_IF_ERROR(copy(dst, src, bytes, order));
+      return signal_add(va, delta);
+    });
+  const uint64_t extra = (hopper::kCopyAddDwords - hopper::kCopyPieceDwords) * 4;  // the semaphore's methods
+  CONCCL_RETURN_IF_ERROR(check_copy(dst, src, bytes, add_sat(copy_encoded_bytes(dst, src, bytes), extra)));
+  return all_or_nothing(*this, [&] {
+    return ops_for(isa_).copy_add(*this, dst, src, bytes, order == CopyOrder::alongside_earlier, va, delta);
   });
 }
 
@@ -276,24 +295,25 @@ Status CommandBuffer::fill(uint64_t dst, uint32_t value, uint64_t bytes) {
   return all_or_nothing(*this, [&] { return ops_for(isa_).fill(*this, dst, value, bytes); });
 }
 
-Status CommandBuffer::signal_add(uint64_t va, uint64_t delta) {
+Status CommandBuffer::check_signal(uint64_t va) const {
   if (va & (caps_->signal_align - 1))
     return error(Code::invalid_argument, "signal at " + hex(va) + " is not " + std::to_string(caps_->signal_align) +
                                              "-byte aligned");
+  return Status();
+}
+
+Status CommandBuffer::signal_add(uint64_t va, uint64_t delta) {
+  CONCCL_RETURN_IF_ERROR(check_signal(va));
   return all_or_nothing(*this, [&] { return ops_for(isa_).signal_add(*this, va, delta); });
 }
 
 Status CommandBuffer::signal_set(uint64_t va, uint64_t value) {
-  if (va & (caps_->signal_align - 1))
-    return error(Code::invalid_argument, "signal at " + hex(va) + " is not " + std::to_string(caps_->signal_align) +
-                                             "-byte aligned");
+  CONCCL_RETURN_IF_ERROR(check_signal(va));
   return all_or_nothing(*this, [&] { return ops_for(isa_).signal_set(*this, va, value); });
 }
 
 Status CommandBuffer::wait_ge(uint64_t va, uint64_t value) {
-  if (va & (caps_->signal_align - 1))
-    return error(Code::invalid_argument, "signal at " + hex(va) + " is not " + std::to_string(caps_->signal_align) +
-                                             "-byte aligned");
+  CONCCL_RETURN_IF_ERROR(check_signal(va));
   return all_or_nothing(*this, [&] { return ops_for(isa_).wait_ge(*this, va, value); });
 }
 

@@ -58,6 +58,25 @@ Status copy(CommandBuffer& cb, uint64_t dst, uint64_t src, uint64_t bytes, bool 
   });
 }
 
+// The copy's pieces, the last one adding `delta` at `va` as it ends (its
+// LAUNCH_DMA's semaphore reduction: IADD, unsigned, two-word, after its
+// writes are flushed). A copy of several pieces makes its last piece
+// NON_PIPELINED, so that the add also follows the earlier pieces' writes.
+Status copy_add(CommandBuffer& cb, uint64_t dst, uint64_t src, uint64_t bytes, bool alongside, uint64_t va,
+                uint64_t delta) {
+  CONCCL_RETURN_IF_ERROR(check_va("copy source", src, bytes));
+  CONCCL_RETURN_IF_ERROR(check_va("copy destination", dst, bytes));
+  CONCCL_RETURN_IF_ERROR(check_va("signal", va, 8));
+  const bool several = bytes > kMaxCopyBytes;
+  return for_each_piece(bytes, kMaxCopyBytes, [&](uint64_t off, uint64_t len) {
+    const bool pipelined = (alongside || off != 0) && !(several && off + len == bytes);
+    if (off + len < bytes)
+      return emit(cb, kCopyPieceDwords, [&](uint32_t* p) { put_copy_piece(p, dst + off, src + off, len, pipelined); });
+    return emit(cb, kCopyAddDwords,
+                [&](uint32_t* p) { put_copy_piece_add(p, dst + off, src + off, len, pipelined, va, delta); });
+  });
+}
+
 Status no_cap(CommandBuffer&, const char* what) {
   return error(Code::invalid_argument, std::string(what) + " does not exist on Hopper copy engines");
 }
@@ -146,6 +165,7 @@ Caps make_caps() {
   c.broadcast_copy = false;
   c.swap = false;
   c.atomic64 = true;          // host semaphore reduction, 64-bit unsigned IADD
+  c.copy_add = true;          // LAUNCH_DMA semaphore reduction, two-word unsigned IADD
   c.interrupt_wakeup = true;  // NON_STALL_INTERRUPT
   c.signal_twin = false;
   c.timestamp_offset = 8;
@@ -157,7 +177,8 @@ Caps make_caps() {
 }  // namespace
 
 const Ops& hopper_ops() {
-  static const Ops ops{copy, copy_bcst, swap, fill, signal_add, signal_set, wait_ge, timestamp, raw, disassemble_cb};
+  static const Ops ops{copy,     copy_bcst, swap,      fill, signal_add, copy_add,
+                       signal_set, wait_ge, timestamp, raw,  disassemble_cb};
   return ops;
 }
 

@@ -216,7 +216,7 @@ Caps make_caps(sdma::Gen g) {
 }  // namespace
 
 const Ops& sdma_ops() {
-  static const Ops ops{copy, copy_bcst, swap, fill, signal_add, signal_set, wait_ge, timestamp, raw, disassemble};
+  static const Ops ops{copy, copy_bcst, swap, fill, signal_add, nullptr, signal_set, wait_ge, timestamp, raw, disassemble};
   return ops;
 }
 

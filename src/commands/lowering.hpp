@@ -46,6 +46,10 @@ struct Ops {
   Status (*swap)(CommandBuffer& cb, uint64_t a, uint64_t b, uint64_t bytes);
   Status (*fill)(CommandBuffer& cb, uint64_t dst, uint32_t value, uint64_t bytes);
   Status (*signal_add)(CommandBuffer& cb, uint64_t va, uint64_t delta);
+  // Caps::copy_add: a copy whose last command adds `delta` at `va` as it ends
+  // (null where the instruction set has no such command).
+  Status (*copy_add)(CommandBuffer& cb, uint64_t dst, uint64_t src, uint64_t bytes, bool alongside, uint64_t va,
+                     uint64_t delta);
   Status (*signal_set)(CommandBuffer& cb, uint64_t va, uint64_t value);
   Status (*wait_ge)(CommandBuffer& cb, uint64_t va, uint64_t value);
   Status (*timestamp)(CommandBuffer& cb, uint64_t slot);

@@ -109,6 +109,12 @@ Status Signal::signal_add(CommandBuffer& cb, uint64_t delta) const {
   return cb.signal_add(va_, delta);
 }
 
+Status Signal::copy_add(CommandBuffer& cb, uint64_t dst, uint64_t src, uint64_t bytes, CommandBuffer::CopyOrder order,
+                        uint64_t delta) const {
+  CONCCL_RETURN_IF_ERROR(check_layout(cb));
+  return cb.copy_add(dst, src, bytes, order, va_, delta);
+}
+
 Status Signal::signal_set(CommandBuffer& cb, uint64_t v) const {
   CONCCL_RETURN_IF_ERROR(check_layout(cb));
   return cb.signal_set(va_, v);

@@ -1147,6 +1147,76 @@ TEST(CollAllToAll, SendStrideErrorsNameTheFix) {
   expect_refused(mi.comm->plan(s).status(), Code::invalid_argument, "takes no send_stride");
 }
 
+// Folded arrivals (Options::fold_arrivals): the copy into rank d carries d's
+// arrival as its LAUNCH_DMA's semaphore reduction, so a pcpy list holds no
+// host reduction and no wait for idle; arrivals that follow several copies
+// (b2b's groups) stay adds after them. Every op and Hopper variant, small
+// and spread over engines, one GPU with loopback ranks and three GPUs, each
+// byte checked by the model over two launches.
+TEST(CollHopper, FoldedArrivalsRideOnTheCopies) {
+  auto host_adds = [](const PlanList& l) {
+    const std::span<const uint32_t> d = l.cb.dwords();
+    int n = 0;
+    for (uint32_t at : l.cb.packet_starts())
+      if (d[at] == hopper::kHostSemHeader && (d[at + 5] & hopper::kSemOperationMask) == hopper::kSemOpReduction) ++n;
+    return n;
+  };
+  auto copy_adds = [](const PlanList& l) {
+    const std::string text = l.cb.disassemble();
+    int n = 0;
+    for (size_t at = text.find("semaphore_reduction_enable=true"); at != std::string::npos;
+         at = text.find("semaphore_reduction_enable=true", at + 1))
+      ++n;
+    return n;
+  };
+  for (Topo t : {Topo::h200loop4, Topo::h200x3}) {
+    Result<std::unique_ptr<emu::EmuDevice>> dev = make_device(t);
+    ASSERT_OK(dev.status());
+    Communicator::Options o;
+    o.loopback = t == Topo::h200loop4;
+    o.queues = Communicator::Options::QueueSharing::per_rank;  // chain's lists wait on each other
+    o.fold_arrivals = true;
+    ASSERT_OK_AND_ASSIGN(std::unique_ptr<Communicator> comm, Communicator::create(**dev, topo_gpus(t), o));
+    for (CollOp op : {CollOp::p2p, CollOp::broadcast, CollOp::gather, CollOp::scatter, CollOp::all_gather,
+                      CollOp::all_to_all}) {
+      for (Variant v : variants_for(op)) {
+        if (!variant_missing_cap(v, caps(Isa::hopper())).empty()) continue;
+        for (uint64_t bytes : {uint64_t(1000), uint64_t(70000)}) {
+          SCOPED_TRACE(std::string(topo_name(t)) + " " + coll_op_name(op) + " " + variant_name(v) + " " +
+                       std::to_string(bytes));
+          Mem mem(**dev, 7 + bytes);
+          const CollectiveArgs a = separate_args(mem, *comm, op, v, bytes, op == CollOp::p2p ? 0 : 1);
+          ASSERT_OK_AND_ASSIGN(std::unique_ptr<Plan> plan, comm->plan(a));
+          int on_host = 0;
+          for (const PlanList& l : plan->lists()) {
+            on_host += host_adds(l);
+            if (plan->variant() != Variant::b2b) {
+              EXPECT_EQ(host_adds(l), 0) << plan->describe();
+              EXPECT_GT(copy_adds(l), 0) << plan->describe();
+            }
+          }
+          // b2b: only a rank's local copy can carry its arrival; a group's
+          // arrivals follow all of its copies.
+          if (plan->variant() == Variant::b2b) {
+            EXPECT_GT(on_host, 0) << plan->describe();
+          }
+          launch_and_verify(mem, *plan, comm->size(), 2);
+        }
+      }
+    }
+  }
+  // Without the option the same plan adds on the host after its copies.
+  Node node;
+  ASSERT_OK(make_node(Topo::h200loop4, &node));
+  Mem mem(*node.dev, 9);
+  const CollectiveArgs a = separate_args(mem, *node.comm, CollOp::all_gather, Variant::pcpy, 1000);
+  ASSERT_OK_AND_ASSIGN(std::unique_ptr<Plan> plan, node.comm->plan(a));
+  for (const PlanList& l : plan->lists()) {
+    EXPECT_GT(host_adds(l), 0) << plan->describe();
+    EXPECT_EQ(copy_adds(l), 0) << plan->describe();
+  }
+}
+
 // A list's arrivals follow all of its copies, one add per destination, and
 // only the first of them waits for the engine to idle: one wait-for-idle per
 // list instead of one per copy (small messages were bound by them). A chain

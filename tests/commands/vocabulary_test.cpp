@@ -102,6 +102,65 @@ TEST(HopperLowering, BigCopiesSplitAt2GiBAndPipelineTheRest) {
   EXPECT_EQ(d[18 + 6], 5u);
 }
 
+// copy_add: the copy's LAUNCH_DMA adds to the signal itself (SET_SEMAPHORE_A/B/
+// PAYLOAD/PAYLOAD_UPPER, then FLUSH, SEMAPHORE_TYPE=RELEASE_NO_TIMESTAMP,
+// REDUCTION=IADD 17:14, SIGN=UNSIGNED 18, REDUCTION_ENABLE 19, TWO_WORD 27).
+// A copy of several pieces adds on its last piece, which then waits for the
+// others (NON_PIPELINED). Where the engine cannot add as a copy ends (SDMA),
+// copy_add is the copy and then signal_add.
+TEST(HopperLowering, CopyAddIsTheCopysOwnSemaphoreReduction) {
+  EXPECT_TRUE(caps(Isa::hopper()).copy_add);
+  const uint64_t sig = 0x7000'0010ull;
+  CommandBuffer cb(Isa::hopper());
+  ASSERT_OK(cb.copy_add(0x123456789000ull, 0xAB00001000ull, 4096, CommandBuffer::CopyOrder::after_earlier, sig,
+                        0x100000003ull));
+  const uint32_t launch = 2u | (1u << 2) | (1u << 3) | (1u << 7) | (1u << 8) | (5u << 14) | (1u << 18) | (1u << 19) |
+                          (1u << 27);
+  EXPECT_EQ(launch, 0x080D418Eu);
+  const std::vector<uint32_t> want = {
+      inc(4, 0x240, 4), 0, 0x70000010, 3, 1,                   // SET_SEMAPHORE_A/B, PAYLOAD, PAYLOAD_UPPER
+      inc(4, 0x400, 4), 0xAB, 0x00001000, 0x1234, 0x56789000,  // OFFSET_IN_UPPER.. OFFSET_OUT_LOWER
+      inc(4, 0x418, 1), 4096,                                  // LINE_LENGTH_IN
+      inc(4, 0x300, 1), launch,
+  };
+  EXPECT_EQ(dw(cb), want);
+  const std::string text = cb.disassemble();
+  EXPECT_NE(text.find("semaphore_reduction=iadd semaphore_reduction_sign=unsigned semaphore_reduction_enable=true"),
+            std::string::npos)
+      << text;
+
+  CommandBuffer along(Isa::hopper());
+  ASSERT_OK(along.copy_add(0x10000, 0x20000, 64, CommandBuffer::CopyOrder::alongside_earlier, sig, 1));
+  EXPECT_EQ(dw(along).back(), (launch & ~3u) | 1u) << "PIPELINED, still adding";
+
+  const uint64_t two = 1ull << 31;
+  CommandBuffer big(Isa::hopper());
+  ASSERT_OK(big.copy_add(0x10'0000'0000ull, 0x20'0000'0000ull, 2 * two + 5, CommandBuffer::CopyOrder::alongside_earlier,
+                         sig, 1));
+  const std::vector<uint32_t> d = dw(big);
+  ASSERT_EQ(d.size(), 9u + 9u + 14u);
+  EXPECT_EQ(d[8], 1u | (1u << 7) | (1u << 8)) << "the first piece runs alongside earlier work";
+  EXPECT_EQ(d[17], 1u | (1u << 7) | (1u << 8));
+  EXPECT_EQ(d[18], inc(4, 0x240, 4));
+  EXPECT_EQ(d[18 + 5 + 6], 5u);
+  EXPECT_EQ(d.back(), (launch & ~3u) | 2u) << "the adding piece waits for the others";
+
+  EXPECT_EQ(cb.copy_add(0x10000, 0x20000, 64, CommandBuffer::CopyOrder::after_earlier, sig + 4, 1).code(),
+            Code::invalid_argument)
+      << "a signal is 8-byte aligned";
+  EXPECT_EQ(cb.copy_add(0x10000, 0x10020, 64, CommandBuffer::CopyOrder::after_earlier, sig, 1).code(),
+            Code::invalid_argument)
+      << "overlapping ranges";
+  EXPECT_EQ(dw(cb), want) << "a refused copy_add appends nothing";
+
+  CommandBuffer sdma_add(sdma::Gen::v4_4_2), sdma_two(sdma::Gen::v4_4_2);
+  EXPECT_FALSE(sdma_add.caps().copy_add);
+  ASSERT_OK(sdma_add.copy_add(0x10000, 0x20000, 4096, CommandBuffer::CopyOrder::after_earlier, sig, 9));
+  ASSERT_OK(sdma_two.copy(0x10000, 0x20000, 4096));
+  ASSERT_OK(sdma_two.signal_add(sig, 9));
+  EXPECT_EQ(dw(sdma_add), dw(sdma_two));
+}
+
 TEST(HopperLowering, SignalsAreNative64BitSemaphores) {
   const uint64_t va = 0x7000'0010ull;
   CommandBuffer add(Isa::hopper());

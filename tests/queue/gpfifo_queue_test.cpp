@@ -103,6 +103,52 @@ TEST_F(Gpfifo, EveryCommandDoesWhatItSays) {
   EXPECT_EQ(sig.value(), 5u);
 }
 
+// The copy engine's own add (copy_add): the copy lands, then the 64-bit value
+// grows by the delta, carrying out of the low word; copies from two engines
+// add into one signal.
+TEST_F(Gpfifo, CopyAddLandsTheDataThenAdds) {
+  auto a = queue(0, 4), b = queue(0, 2);
+  ASSERT_NE(a, nullptr);
+  ASSERT_NE(b, nullptr);
+  constexpr size_t kBytes = 5000;
+  Buffer src = alloc(0, kBytes), d0 = alloc(1, kBytes), d1 = alloc(0, kBytes);
+  fill_random(src.host, kBytes, rng_);
+  fill_random(d0.host, kBytes, rng_);
+  fill_random(d1.host, kBytes, rng_);
+  ASSERT_OK_AND_ASSIGN(Signal sig, Signal::create(*dev_));
+  sig.set(0xFFFFFFFEull);
+  CommandBuffer ca = a->command_buffer(), cb = b->command_buffer();
+  ASSERT_OK(sig.copy_add(ca, d0.va, src.va, kBytes, CommandBuffer::CopyOrder::after_earlier, 1));
+  ASSERT_OK(sig.copy_add(cb, d1.va, src.va, kBytes, CommandBuffer::CopyOrder::after_earlier, 0x100000001ull));
+  ASSERT_OK(run(*a, ca));
+  ASSERT_OK(run(*b, cb));
+  EXPECT_EQ(sig.value(), 0x200000000ull);
+  EXPECT_TRUE(bytes_equal(d0.host, src.host, kBytes));
+  EXPECT_TRUE(bytes_equal(d1.host, src.host, kBytes));
+  // The forms the hardware refuses fault here as well.
+  const uint32_t lo = static_cast<uint32_t>(sig.va()), hi = static_cast<uint32_t>(sig.va() >> 32);
+  const uint32_t base = (1u << 2) | (1u << 3) | (1u << 27) | (1u << 19);
+  struct Case {
+    const char* name;
+    uint32_t launch;
+    const char* needle;
+  };
+  for (const Case& c : {Case{"signed two-word IADD", base | (5u << 14), "unsigned"},
+                        Case{"two-word INC", base | (6u << 14) | (1u << 18), "INC/DEC"},
+                        Case{"reduction without a semaphore", (1u << 19) | (5u << 14), "semaphore_type"}}) {
+    SCOPED_TRACE(c.name);
+    auto q = queue(0, 3);
+    ASSERT_NE(q, nullptr);
+    CommandBuffer f = q->command_buffer();
+    const std::vector<uint32_t> dw = {hopper::inc_header(4, 0x240, 4), hi, lo, 1, 0, hopper::inc_header(4, 0x300, 1),
+                                      c.launch};
+    ASSERT_OK(f.raw(dw));
+    Status st = run(*q, f);
+    EXPECT_EQ(st.code(), Code::device_fault);
+    EXPECT_TRUE(contains(st.message(), c.needle)) << st.message();
+  }
+}
+
 TEST_F(Gpfifo, WaitGeHoldsTheQueueUntilTheSignalArrives) {
   auto a = queue(0, 2), b = queue(1, 4);
   ASSERT_TRUE(a && b);

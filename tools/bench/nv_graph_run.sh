@@ -8,24 +8,27 @@
 #   - nv_window_bench --graph: per call and per replay from 1 KiB to GRAPH_MAX, every size
 #     verified (JSON in $OUT);
 #   - OLD=<tar of an older tree>: the example again on that tree's library, side by side.
-# PROCS="2 4", REPLAYS=1000, MPS=1, GRAPH_MAX=16M. Logs in $OUT; the summary last.
+# PROCS="2 4", REPLAYS=1000, MPS_MODES="0 1" (0: without MPS, 1: with), GRAPH_MAX=16M.
+# SKIP_TESTS=1 skips the two tests (a second call on a warm machine). Logs in $OUT; the summary last.
 set -uo pipefail
 . "$(dirname "$0")/nv_build_common.sh"  # OUT, B and the nv_* steps
 nv_configure_tests $OUT/cfg.log
 nv_build conccl_shared nv_window_bench test_nv_local_capture test_nv_reduce
 nv_build_time
 summary=""
-nv_run_test backends/nv/test_nv_local_capture 200 40
-nv_run_test backends/nv/test_nv_reduce 200 20
+if [ -z "${SKIP_TESTS:-}" ]; then
+  nv_run_test backends/nv/test_nv_local_capture 200 40
+  nv_run_test backends/nv/test_nv_reduce 200 20
+fi
 NEW_PY=$PWD/python NEW_EX=$PWD/examples/python NEW_LIB=$(find $B -name libconccl.so | head -1)
 forms="new"
 if [ -n "${OLD:-}" ]; then
-  mkdir -p /tmp/old_tree && tar -xf "$OLD" -C /tmp/old_tree
+  rm -rf /tmp/old_tree; mkdir -p /tmp/old_tree && tar -xf "$OLD" -C /tmp/old_tree
   ( cd /tmp/old_tree && cmake -S . -B /tmp/nvb_old -G Ninja -DCMAKE_BUILD_TYPE=Release -DCONCCL_BUILD_TESTS=OFF \
       > $OUT/cfg_old.log 2>&1 && ninja -C /tmp/nvb_old conccl_shared 2>&1 | grep -E "error" | head )
   forms="new old"
 fi
-for mps in 0 ${MPS:-1}; do
+for mps in ${MPS_MODES:-0 1}; do
   [ "$mps" = 1 ] && nv_mps_on
   for n in ${PROCS:-2 4}; do
     for form in $forms; do

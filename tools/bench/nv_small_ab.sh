@@ -15,6 +15,8 @@
 #   separate and a list's copies alongside each other, every list its own
 #            submission (the default until the lists of a queue were joined)
 #   now      and the lists of one queue joined into one submission (the default)
+#   fold     now, and each copy carries its destination's arrival (the
+#            copy engine adds as the copy ends: CONCCL_FOLD_ARRIVALS=1)
 #   gated    and a stream-ordered window call's lists held until every rank
 #            has posted it (CONCCL_GATED_SUBMIT=1; one process per rank only,
 #            so this form has no one-process rows)
@@ -38,6 +40,7 @@ form_env() {
     spread) echo "CONCCL_BATCH_ARRIVALS=1 CONCCL_SPREAD_SMALL=1 CONCCL_OVERLAP_COPIES=0 CONCCL_JOIN_LISTS=0" ;;
     separate) echo "CONCCL_BATCH_ARRIVALS=1 CONCCL_SPREAD_SMALL=1 CONCCL_OVERLAP_COPIES=1 CONCCL_JOIN_LISTS=0" ;;
     now) echo "CONCCL_BATCH_ARRIVALS=1 CONCCL_SPREAD_SMALL=1 CONCCL_OVERLAP_COPIES=1 CONCCL_JOIN_LISTS=1 CONCCL_GATED_SUBMIT=0" ;;
+    fold) echo "CONCCL_BATCH_ARRIVALS=1 CONCCL_SPREAD_SMALL=1 CONCCL_OVERLAP_COPIES=1 CONCCL_JOIN_LISTS=1 CONCCL_GATED_SUBMIT=0 CONCCL_FOLD_ARRIVALS=1" ;;
     gated) echo "CONCCL_BATCH_ARRIVALS=1 CONCCL_SPREAD_SMALL=1 CONCCL_OVERLAP_COPIES=1 CONCCL_JOIN_LISTS=1 CONCCL_GATED_SUBMIT=1" ;;
   esac
 }
@@ -76,7 +79,7 @@ for f in glob.glob(os.path.join(out, "*.json")):
             if r.get("gates_opened_early_per_call"):
                 early[(int(n), r["bytes"], form)] = max(early.get((int(n), r["bytes"], form), 0),
                                                         r["gates_opened_early_per_call"])
-forms = [f for f in ["before", "batch", "spread", "separate", "now", "gated"] if any(k[3] == f for k in t)]
+forms = [f for f in ["before", "batch", "spread", "separate", "now", "fold", "gated"] if any(k[3] == f for k in t)]
 print("%-7s %2s %9s " % ("path", "n", "chunk") + " ".join("%14s" % f for f in forms) + "   (us per call, min of reps)")
 for key in sorted({k[:3] for k in t}):
     cells = []

@@ -152,6 +152,40 @@ ExecOutcome sem_execute(MethodContext& ctx, uint32_t data) {
   }
 }
 
+// The copy engine's own semaphore reduction (LAUNCH_DMA
+// SEMAPHORE_REDUCTION_ENABLE, SEMAPHORE_REDUCTION 17:14, _SIGN 18:18): the
+// integer operations as the host's. The same rules as SEM_EXECUTE's for 64
+// bits (unsigned IADD only, no INC/DEC); the float forms are not emulated.
+ExecOutcome ce_reduce(MethodContext& ctx, uint64_t addr, uint64_t operand, bool two_word, bool timestamp, uint32_t d) {
+  const uint32_t red = (d >> 14) & 0xF;
+  const bool is_unsigned = (d >> 18) & 1;
+  if (red > 7) return exec_fault("launch_dma: semaphore reduction " + std::to_string(red) + " (float) is not emulated");
+  if (two_word && red == 5 && !is_unsigned)
+    return exec_fault("launch_dma: a signed two-word IADD semaphore reduction is not supported; use "
+                      "semaphore_reduction_sign=unsigned");
+  if (two_word && (red == 6 || red == 7))
+    return exec_fault("launch_dma: two-word INC/DEC semaphore reductions are not supported");
+  if (addr & (timestamp ? 15 : two_word ? 7 : 3))
+    return exec_fault("launch_dma semaphore reduction: address " + hex(addr) + " is not aligned to its payload");
+  std::string err;
+  void* p = mem<void>(ctx, addr, two_word ? 8 : 4, "launch_dma semaphore reduction", &err);
+  if (!p) return exec_fault(err);
+  ExecOutcome out;
+  if (ctx.drop_completion) {
+    out.dropped = true;
+    return out;
+  }
+  if (two_word) reduce<uint64_t>(red, is_unsigned, static_cast<uint64_t*>(p), operand);
+  else reduce<uint32_t>(red, is_unsigned, static_cast<uint32_t*>(p), uint32_t(operand));
+  if (timestamp) {
+    if (uint64_t* t = mem<uint64_t>(ctx, addr + 8, 8, "semaphore timestamp", &err))
+      std::atomic_ref<uint64_t>(*t).store(engine_now_ns(), std::memory_order_release);
+    else return exec_fault(err);
+  }
+  out.wrote_memory = true;
+  return out;
+}
+
 ExecOutcome launch_dma(MethodContext& ctx, uint32_t d) {
   EmuChannel& c = *ctx.ch;
   const uint32_t transfer = d & 3, sem_type = (d >> 3) & 3, intr = (d >> 5) & 3;
@@ -197,14 +231,14 @@ ExecOutcome launch_dma(MethodContext& ctx, uint32_t d) {
     }
     out.wrote_memory = true;
   }
-  if (reduction)
-    return exec_fault("launch_dma: copy-engine semaphore reductions are not emulated (the library adds with the host's "
-                 "SEM_EXECUTE reduction)");
   if (sem_type == 3) return exec_fault("launch_dma: conditional-interrupt semaphores are not emulated");
+  if (reduction && !sem_type)
+    return exec_fault("launch_dma: semaphore_reduction_enable without a semaphore_type: nothing to reduce into");
   if (sem_type) {
     const uint64_t addr = (uint64_t(c.ce.sem_a & 0x1FFFFFF) << 32) | c.ce.sem_b;
     const uint64_t value = two_word ? (uint64_t(c.ce.payload_upper) << 32) | c.ce.payload : c.ce.payload;
-    ExecOutcome s = sem_write(ctx, addr, value, two_word, sem_type == 2, "launch_dma semaphore release");
+    ExecOutcome s = reduction ? ce_reduce(ctx, addr, value, two_word, sem_type == 2, d)
+                              : sem_write(ctx, addr, value, two_word, sem_type == 2, "launch_dma semaphore release");
     if (s.result == ExecResult::fault) return s;
     out.wrote_memory |= s.wrote_memory;
     out.dropped = s.dropped;

@@ -19,6 +19,7 @@
 
 #include "conccl/hopper_methods.hpp"
 #include "backends/nv/nv_device.hpp"
+#include "packets/hopper_ce.hpp"
 
 namespace conccl::nv {
 namespace {
@@ -293,6 +294,110 @@ TEST_F(NvHw, StripedCopy) {
   ASSERT_TRUE(ch.wait_done(Deadline::after_ms(5000)).ok());
   EXPECT_EQ(std::memcmp(h->host, r->host, n), 0);
   for (Allocation* x : {&*h, &*a, &*b, &*r}) EXPECT_TRUE(dev_->free(*x).ok());
+}
+
+// ---- the copy engine's own 64-bit add (issue #28: arrivals folded into copies) ----
+//
+// A list's arrival today is a host SEM_EXECUTE reduction with RELEASE_WFI
+// after its copies: the PBDMA waits for the engine to drain, then adds. The
+// copy engine can add itself when a LAUNCH_DMA ends (SEMAPHORE_REDUCTION,
+// clc8b5.h), but no public manual says a two-word (64-bit) IADD works there.
+// These tests ask the hardware: the carry out of the low word, adds from
+// every engine at once into one value, and the add seen only after the data.
+
+// Appends one copy piece that adds `delta` at `sem` once its writes landed.
+Status copy_add(CommandBuffer& cb, uint64_t dst, uint64_t src, uint64_t len, bool pipelined, uint64_t sem,
+                uint64_t delta) {
+  uint32_t dw[hopper::kCopyAddDwords];
+  hopper::put_copy_piece_add(dw, dst, src, len, pipelined, sem, delta);
+  return cb.raw(dw);
+}
+
+TEST_F(NvHw, CopyEngineAdd64Carries) {
+  const size_t n = 4096;
+  Result<Allocation> h = dev_->alloc(n, Placement::host), d = dev_->alloc(n, Placement::device);
+  Result<uint64_t> s = dev_->alloc_slot();
+  ASSERT_TRUE(h.ok() && d.ok() && s.ok());
+  fill_random(h->host, n, 11);
+  volatile uint64_t* v = dev_->slot_host(*s);
+  v[0] = 0x1FFFFFFFFull;
+  Channel& ch = dev_->channel(0);
+  CommandBuffer cb = ch.commands();
+  ASSERT_TRUE(copy_add(cb, d->va, h->va, n, false, *s, 0x100000001ull).ok());
+  ASSERT_TRUE(ch.submit(cb, Deadline::after_ms(1000)).ok());
+  cb.clear();
+  ASSERT_TRUE(ch.wait_done(Deadline::after_ms(5000)).ok()) << ch.diagnose();
+  EXPECT_EQ(v[0], 0x300000000ull) << "a two-word IADD must carry out of the low word";
+  EXPECT_TRUE(dev_->free(*h).ok());
+  EXPECT_TRUE(dev_->free(*d).ok());
+}
+
+TEST_F(NvHw, CopyEngineAdd64FromEveryEngineAtOnce) {
+  const size_t n = 256, per = 300;
+  Result<Allocation> h = dev_->alloc(n, Placement::host), d = dev_->alloc(n * per, Placement::device);
+  Result<uint64_t> s = dev_->alloc_slot();
+  ASSERT_TRUE(h.ok() && d.ok() && s.ok());
+  fill_random(h->host, n, 12);
+  volatile uint64_t* v = dev_->slot_host(*s);
+  const uint64_t base = 0xFFFFFF00ull;  // the sum crosses 2^32
+  v[0] = base;
+  std::vector<CommandBuffer> cbs;
+  for (size_t c = 0; c < dev_->channel_count(); ++c) {
+    cbs.push_back(dev_->channel(c).commands());
+    for (size_t i = 0; i < per; ++i)
+      ASSERT_TRUE(copy_add(cbs.back(), d->va + i * n, h->va, n, i != 0, *s, 1).ok());
+  }
+  for (size_t c = 0; c < cbs.size(); ++c) ASSERT_TRUE(dev_->channel(c).submit(cbs[c], Deadline::after_ms(1000)).ok());
+  for (size_t c = 0; c < cbs.size(); ++c)
+    ASSERT_TRUE(dev_->channel(c).wait_done(Deadline::after_ms(5000)).ok()) << dev_->channel(c).diagnose();
+  EXPECT_EQ(v[0], base + per * cbs.size()) << "adds from " << cbs.size() << " engines into one value";
+  EXPECT_TRUE(dev_->free(*h).ok());
+  EXPECT_TRUE(dev_->free(*d).ok());
+}
+
+// Engine A copies 32 MiB in pipelined pieces, the last one adding 1; engine
+// B waits for the add, then copies the destination out. What B read must be
+// all of A's data, in every round.
+TEST_F(NvHw, CopyEngineAddFollowsTheCopysData) {
+  if (dev_->channel_count() < 2) GTEST_SKIP() << "one channel";
+  const size_t n = 32u << 20, piece = 4u << 20, rounds = 8;
+  Result<Allocation> src = dev_->alloc(n, Placement::device), mid = dev_->alloc(n, Placement::device),
+                     h = dev_->alloc(n, Placement::host), r = dev_->alloc(n, Placement::host);
+  Result<uint64_t> s = dev_->alloc_slot();
+  ASSERT_TRUE(src.ok() && mid.ok() && h.ok() && r.ok() && s.ok());
+  volatile uint64_t* v = dev_->slot_host(*s);
+  v[0] = 0;
+  Channel& a = dev_->channel(0);
+  Channel& b = dev_->channel(1);
+  for (size_t k = 1; k <= rounds; ++k) {
+    fill_random(h->host, n, 100 + k);
+    std::memset(r->host, 0, n);
+    CommandBuffer up = a.commands();
+    ASSERT_TRUE(up.copy(src->va, h->va, n).ok());
+    ASSERT_TRUE(a.submit(up, Deadline::after_ms(1000)).ok());
+    ASSERT_TRUE(a.wait_done(Deadline::after_ms(5000)).ok());
+    CommandBuffer wb = b.commands();  // B first: it waits while A copies
+    ASSERT_TRUE(wb.wait_ge(*s, k).ok());
+    ASSERT_TRUE(wb.copy(r->va, mid->va, n).ok());
+    ASSERT_TRUE(b.submit(wb, Deadline::after_ms(1000)).ok());
+    CommandBuffer ca = a.commands();
+    for (size_t off = 0; off < n; off += piece) {
+      const bool last = off + piece == n;
+      if (last) {
+        ASSERT_TRUE(copy_add(ca, mid->va + off, src->va + off, piece, true, *s, 1).ok());
+      } else {
+        uint32_t dw[hopper::kCopyPieceDwords];
+        hopper::put_copy_piece(dw, mid->va + off, src->va + off, piece, off != 0);
+        ASSERT_TRUE(ca.raw(dw).ok());
+      }
+    }
+    ASSERT_TRUE(a.submit(ca, Deadline::after_ms(1000)).ok());
+    ASSERT_TRUE(b.wait_done(Deadline::after_ms(5000)).ok()) << b.diagnose();
+    ASSERT_EQ(v[0], k);
+    ASSERT_EQ(std::memcmp(h->host, r->host, n), 0) << "round " << k << ": engine B saw the add before A's data";
+  }
+  ASSERT_TRUE(a.wait_done(Deadline::after_ms(5000)).ok());
+  for (Allocation* x : {&*src, &*mid, &*h, &*r}) EXPECT_TRUE(dev_->free(*x).ok());
 }
 
 // The bandwidth-budget set: the fewest PCEs that reach the rate, and a
