@@ -116,6 +116,12 @@ size_t put_release(uint32_t* o, uint64_t addr, uint64_t value, bool timestamp, b
   return kReleaseDwords;
 }
 
+size_t put_release_add(uint32_t* o, uint64_t addr, uint64_t delta) {
+  put_release(o, addr, delta, false, false);
+  o[kReleaseDwords - 1] |= kLdSemReduce | kLdSemIadd | kLdSemUnsigned;
+  return kReleaseDwords;
+}
+
 size_t put_host_semaphore(uint32_t* o, uint64_t addr, uint64_t payload, uint32_t execute) {
   o[0] = kHostSemHeader;  // SEM_ADDR_LO, SEM_ADDR_HI, SEM_PAYLOAD_LO, SEM_PAYLOAD_HI, SEM_EXECUTE
   o[1] = lo32(addr);

@@ -118,6 +118,9 @@ size_t put_fill_piece(uint32_t* out, uint64_t dst, uint64_t len, bool pipelined)
 // with `timestamp` the GPU ns time at addr+8; `interrupt` adds a non-stall
 // interrupt once it is written.
 size_t put_release(uint32_t* out, uint64_t addr, uint64_t value, bool timestamp, bool interrupt);
+// CE semaphore reduction after earlier work (FLUSH), no transfer: adds the
+// 64-bit `delta` at addr (IADD, unsigned, two-word), kReleaseDwords.
+size_t put_release_add(uint32_t* out, uint64_t addr, uint64_t delta);
 // Host semaphore method: SEM_ADDR_LO/HI, SEM_PAYLOAD_LO/HI, SEM_EXECUTE = execute.
 size_t put_host_semaphore(uint32_t* out, uint64_t addr, uint64_t payload, uint32_t execute);
 // Host WFI then NON_STALL_INTERRUPT: the interrupt follows everything before it.

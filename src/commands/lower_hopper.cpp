@@ -111,8 +111,21 @@ bool after_waited_reductions(const CommandBuffer& cb) {
   return false;
 }
 
+// CONCCL_NV_CE_ADD=1 (a diagnostic, read once): signal_add as the copy
+// engine's own semaphore reduction after earlier work (LAUNCH_DMA with no
+// transfer, FLUSH) instead of the host's SEM_EXECUTE with RELEASE_WFI; for
+// measuring what the wait for idle costs (docs/collectives.md).
+bool ce_add() {
+  static const bool on = [] {
+    const char* e = std::getenv("CONCCL_NV_CE_ADD");
+    return e && std::string(e) == "1";
+  }();
+  return on;
+}
+
 Status signal_add(CommandBuffer& cb, uint64_t va, uint64_t delta) {
   CONCCL_RETURN_IF_ERROR(check_va("signal", va, 8));
+  if (ce_add()) return emit(cb, kReleaseDwords, [&](uint32_t* p) { put_release_add(p, va, delta); });
   const uint32_t exec = after_waited_reductions(cb) ? kSemExecuteAdd64 & ~kSemReleaseWfi : kSemExecuteAdd64;
   return emit(cb, kHostSemDwords, [&](uint32_t* p) { put_host_semaphore(p, va, delta, exec); });
 }

@@ -153,6 +153,13 @@ TEST(HopperLowering, CopyAddIsTheCopysOwnSemaphoreReduction) {
       << "overlapping ranges";
   EXPECT_EQ(dw(cb), want) << "a refused copy_add appends nothing";
 
+  // The same add without a transfer (CONCCL_NV_CE_ADD's signal_add): a
+  // release LAUNCH_DMA with the reduction bits.
+  uint32_t rel[hopper::kReleaseDwords];
+  ASSERT_EQ(hopper::put_release_add(rel, sig, 0x100000003ull), hopper::kReleaseDwords);
+  EXPECT_EQ(std::vector<uint32_t>(rel, rel + hopper::kReleaseDwords),
+            (std::vector<uint32_t>{inc(4, 0x240, 4), 0, 0x70000010, 3, 1, inc(4, 0x300, 1), 0x080D400Cu}));
+
   CommandBuffer sdma_add(sdma::Gen::v4_4_2), sdma_two(sdma::Gen::v4_4_2);
   EXPECT_FALSE(sdma_add.caps().copy_add);
   ASSERT_OK(sdma_add.copy_add(0x10000, 0x20000, 4096, CommandBuffer::CopyOrder::after_earlier, sig, 9));

@@ -400,6 +400,52 @@ TEST_F(NvHw, CopyEngineAddFollowsTheCopysData) {
   for (Allocation* x : {&*src, &*mid, &*h, &*r}) EXPECT_TRUE(dev_->free(*x).ok());
 }
 
+// The same with the add as a LAUNCH_DMA of its own (no transfer, FLUSH)
+// after the pipelined pieces: how a list's "sent" add or a batch of arrivals
+// would look without the host's wait for idle (CONCCL_NV_CE_ADD=1).
+TEST_F(NvHw, CopyEngineAddAfterPipelinedCopies) {
+  if (dev_->channel_count() < 2) GTEST_SKIP() << "one channel";
+  const size_t n = 32u << 20, piece = 2u << 20, rounds = 8;
+  Result<Allocation> src = dev_->alloc(n, Placement::device), mid = dev_->alloc(n, Placement::device),
+                     h = dev_->alloc(n, Placement::host), r = dev_->alloc(n, Placement::host);
+  Result<uint64_t> s = dev_->alloc_slot();
+  ASSERT_TRUE(src.ok() && mid.ok() && h.ok() && r.ok() && s.ok());
+  volatile uint64_t* v = dev_->slot_host(*s);
+  v[0] = 0xFFFFFFFFull;
+  Channel& a = dev_->channel(0);
+  Channel& b = dev_->channel(1);
+  for (size_t k = 1; k <= rounds; ++k) {
+    fill_random(h->host, n, 200 + k);
+    std::memset(r->host, 0, n);
+    CommandBuffer up = a.commands();
+    ASSERT_TRUE(up.copy(src->va, h->va, n).ok());
+    ASSERT_TRUE(a.submit(up, Deadline::after_ms(1000)).ok());
+    ASSERT_TRUE(a.wait_done(Deadline::after_ms(5000)).ok());
+    CommandBuffer wb = b.commands();
+    ASSERT_TRUE(wb.wait_ge(*s, 0xFFFFFFFFull + k).ok());
+    ASSERT_TRUE(wb.copy(r->va, mid->va, n).ok());
+    ASSERT_TRUE(b.submit(wb, Deadline::after_ms(1000)).ok());
+    CommandBuffer ca = a.commands();
+    for (size_t off = 0; off < n; off += piece) {
+      uint32_t dw[hopper::kCopyPieceDwords];
+      hopper::put_copy_piece(dw, mid->va + off, src->va + off, piece, off != 0);
+      ASSERT_TRUE(ca.raw(dw).ok());
+    }
+    uint32_t add[hopper::kReleaseDwords];
+    hopper::put_release_add(add, *s, 1);
+    ASSERT_TRUE(ca.raw(add).ok());
+    ASSERT_TRUE(a.submit(ca, Deadline::after_ms(1000)).ok());
+    ASSERT_TRUE(b.wait_done(Deadline::after_ms(5000)).ok()) << b.diagnose();
+    ASSERT_EQ(v[0], 0xFFFFFFFFull + k);
+    size_t first_bad = n;
+    for (size_t i = 0; i < n && first_bad == n; i += 4096)
+      if (std::memcmp(h->as<uint8_t>() + i, r->as<uint8_t>() + i, std::min<size_t>(4096, n - i)) != 0) first_bad = i;
+    ASSERT_EQ(first_bad, n) << "round " << k << ": engine B saw the add before A's data at byte " << first_bad;
+  }
+  ASSERT_TRUE(a.wait_done(Deadline::after_ms(5000)).ok());
+  for (Allocation* x : {&*src, &*mid, &*h, &*r}) EXPECT_TRUE(dev_->free(*x).ok());
+}
+
 // The bandwidth-budget set: the fewest PCEs that reach the rate, and a
 // striped copy over just that set lands every byte.
 TEST_F(NvHw, ChannelsForRate) {
