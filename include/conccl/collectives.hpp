@@ -568,6 +568,7 @@ struct PlanList {
     uint8_t counter = 0;          // which of the rank's call counters (calls.hpp)
     int rank = 0;                 // whose
     uint64_t rel = 0;             // the value it waits for within one call
+    CommandBuffer::WaitStyle style = CommandBuffer::WaitStyle::yield;
   };
   std::vector<WaitPatch> patches;
 };

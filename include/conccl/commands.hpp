@@ -112,6 +112,14 @@ class CommandBuffer {
   // PIPELINED (clc8b5.h LAUNCH_DMA DATA_TRANSFER_TYPE); SDMA runs its
   // packets in order either way.
   enum class CopyOrder : uint8_t { after_earlier, alongside_earlier };
+  // What an engine does while a wait is not yet satisfied. yield: a Hopper
+  // channel whose acquire fails gives its engine to other channels
+  // (ACQUIRE_SWITCH_TSG), for waits that another channel on the same engine
+  // may release; hold: it keeps the engine and retries, for waits that
+  // something else releases (a stream's store, a kernel), where being
+  // switched out costs the time until the scheduler returns. SDMA polls the
+  // same way for both.
+  enum class WaitStyle : uint8_t { yield, hold };
   Status copy(uint64_t dst, uint64_t src, uint64_t bytes,
               CopyOrder order = CopyOrder::after_earlier);  // split into legal commands
   Status copy_bcst(uint64_t dst0, uint64_t dst1, uint64_t src, uint64_t bytes);  // caps().broadcast_copy
@@ -129,12 +137,13 @@ class CommandBuffer {
   Status copy_add(uint64_t dst, uint64_t src, uint64_t bytes, CopyOrder order, uint64_t signal_va,
                   uint64_t delta = 1);
   Status signal_set(uint64_t signal_va, uint64_t value);
-  Status wait_ge(uint64_t signal_va, uint64_t value);
+  Status wait_ge(uint64_t signal_va, uint64_t value, WaitStyle style = WaitStyle::yield);
   // Re-encodes the wait_ge recorded at dword `at` (`dwords` long, as
   // size_dwords() before and after it said) for a new signal value, in
   // place: how a list recorded once waits for a value that grows with each
   // launch (Communicator::call). The new encoding must have the same length.
-  Status rewrite_wait_ge(size_t at, size_t dwords, uint64_t signal_va, uint64_t value);
+  Status rewrite_wait_ge(size_t at, size_t dwords, uint64_t signal_va, uint64_t value,
+                         WaitStyle style = WaitStyle::yield);
   // The engine's clock into a 16-byte slot; it lands at slot + caps().timestamp_offset.
   Status timestamp(uint64_t slot_va);
   // Pre-encoded dwords of this Isa; decoded to find command boundaries and

@@ -82,7 +82,8 @@ class Signal {
   // Make the queue wait until value >= v (exact for 64-bit values: SDMA polls
   // the high dword, then the low dword of whichever word keeps its target
   // below 2^31; Hopper acquires natively).
-  Status wait_ge(CommandBuffer& cb, uint64_t v) const;
+  Status wait_ge(CommandBuffer& cb, uint64_t v,
+                 CommandBuffer::WaitStyle style = CommandBuffer::WaitStyle::yield) const;
 
   // --- Host side ---
   // Waits until value >= v or the deadline. Spins briefly, then sleeps on

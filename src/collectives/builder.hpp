@@ -77,6 +77,9 @@ class PlanBuilder {
   // all the engines at once instead of queueing on the heaviest one.
   int engine_for(int src, int dst) const;
   Communicator& comm() { return comm_; }
+  // How a list waits for its trigger or every rank's "posted"
+  // (CONCCL_HOLD_TRIGGERS=1: hold, else yield; CommandBuffer::WaitStyle).
+  CommandBuffer::WaitStyle trigger_wait_style() const;
   Plan& plan() { return plan_; }
 
  private:

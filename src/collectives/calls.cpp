@@ -384,7 +384,7 @@ Status CallState::submit_lists(Plan& plan, uint64_t posted_before, const std::ve
     if (!l.queue) continue;
     for (const PlanList::WaitPatch& p : l.patches) {
       const uint64_t b = p.counter == kCounterPosted ? posted_before : bases[p.counter][static_cast<size_t>(p.rank)];
-      CONCCL_RETURN_IF_ERROR(l.cb.rewrite_wait_ge(p.at, p.dwords, p.va, b + p.rel).prefix(name));
+      CONCCL_RETURN_IF_ERROR(l.cb.rewrite_wait_ge(p.at, p.dwords, p.va, b + p.rel, p.style).prefix(name));
     }
   }
   return plan.submit_lists(dl, name, held);

@@ -337,6 +337,7 @@ struct ListForm {
   bool spread_small;    // CONCCL_SPREAD_SMALL=0: engines by weight at every size
   bool overlap_copies;  // CONCCL_OVERLAP_COPIES=0: each copy waits for the one before
   bool fold_arrivals;   // CONCCL_FOLD_ARRIVALS=1: a copy carries its arrival (Caps::copy_add)
+  bool hold_triggers;   // CONCCL_HOLD_TRIGGERS=1: waits for a trigger or "posted" hold their engine
 };
 bool knob_on(const char* name) {
   const char* e = std::getenv(name);
@@ -348,7 +349,8 @@ bool knob_set(const char* name) {
 }
 const ListForm& list_form() {
   static const ListForm f{knob_on("CONCCL_BATCH_ARRIVALS"), knob_on("CONCCL_SPREAD_SMALL"),
-                          knob_on("CONCCL_OVERLAP_COPIES"), knob_set("CONCCL_FOLD_ARRIVALS")};
+                          knob_on("CONCCL_OVERLAP_COPIES"), knob_set("CONCCL_FOLD_ARRIVALS"),
+                          knob_set("CONCCL_HOLD_TRIGGERS")};
   return f;
 }
 }  // namespace
@@ -361,6 +363,10 @@ PlanBuilder::PlanBuilder(Communicator& comm, Plan& plan, bool shared)
       spread_(list_form().spread_small && comm.loopback() && plan.args().bytes <= kSpreadMaxBytes),
       overlap_copies_(list_form().overlap_copies),
       fold_arrivals_(comm.options().fold_arrivals.value_or(list_form().fold_arrivals) && caps(comm.isa(0)).copy_add) {}
+
+CommandBuffer::WaitStyle PlanBuilder::trigger_wait_style() const {
+  return list_form().hold_triggers ? CommandBuffer::WaitStyle::hold : CommandBuffer::WaitStyle::yield;
+}
 
 int PlanBuilder::engine_for(int src, int dst) const {
   return spread_ ? comm_.spread_engine(src) : comm_.engine_for(src, dst);
@@ -388,7 +394,8 @@ Result<PlanList*> PlanBuilder::list(int rank, int engine) {
   // Gated: in one process on the plan's trigger; across processes on every
   // rank's, so that no list writes into a rank before it has released.
   // (Window calls: every rank's "posted" counter, which reaches k at call k.)
-  if (plan_.args_.prelaunch && plan_.triggers_.empty()) CONCCL_RETURN_IF_ERROR(plan_.trigger_.wait_ge(l.cb, 1));
+  if (plan_.args_.prelaunch && plan_.triggers_.empty())
+    CONCCL_RETURN_IF_ERROR(plan_.trigger_.wait_ge(l.cb, 1, trigger_wait_style()));
   if (plan_.args_.prelaunch)
     for (size_t r = 0; r < plan_.triggers_.size(); ++r)
       CONCCL_RETURN_IF_ERROR(wait_on(l, plan_.triggers_[r], kCounterPosted, static_cast<int>(r), 1));
@@ -402,10 +409,14 @@ Status PlanBuilder::wait_on(PlanList& l, const Signal& s, uint8_t counter, int r
   // the list it waits for may be waiting for these arrivals.
   CONCCL_RETURN_IF_ERROR(record_held(l));
   const size_t at = l.cb.size_dwords();
-  CONCCL_RETURN_IF_ERROR(s.wait_ge(l.cb, rel));
+  // A trigger ("posted") is stored by a stream or the host, never by a
+  // channel that shares the engine.
+  const CommandBuffer::WaitStyle style =
+      counter == kCounterPosted ? trigger_wait_style() : CommandBuffer::WaitStyle::yield;
+  CONCCL_RETURN_IF_ERROR(s.wait_ge(l.cb, rel, style));
   if (plan_.monotonic_)
     l.patches.push_back(PlanList::WaitPatch{static_cast<uint32_t>(at), static_cast<uint32_t>(l.cb.size_dwords() - at),
-                                            s.va(), counter, rank, rel});
+                                            s.va(), counter, rank, rel, style});
   return Status();
 }
 

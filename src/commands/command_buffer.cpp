@@ -312,12 +312,12 @@ Status CommandBuffer::signal_set(uint64_t va, uint64_t value) {
   return all_or_nothing(*this, [&] { return ops_for(isa_).signal_set(*this, va, value); });
 }
 
-Status CommandBuffer::wait_ge(uint64_t va, uint64_t value) {
+Status CommandBuffer::wait_ge(uint64_t va, uint64_t value, WaitStyle style) {
   CONCCL_RETURN_IF_ERROR(check_signal(va));
-  return all_or_nothing(*this, [&] { return ops_for(isa_).wait_ge(*this, va, value); });
+  return all_or_nothing(*this, [&] { return ops_for(isa_).wait_ge(*this, va, value, style == WaitStyle::hold); });
 }
 
-Status CommandBuffer::rewrite_wait_ge(size_t at, size_t dwords, uint64_t va, uint64_t value) {
+Status CommandBuffer::rewrite_wait_ge(size_t at, size_t dwords, uint64_t va, uint64_t value, WaitStyle style) {
   if (at + dwords > size_ || dwords == 0)
     return error(Code::invalid_argument, "rewrite_wait_ge: dwords [" + std::to_string(at) + ", " +
                                              std::to_string(at + dwords) + ") are not inside the " +
@@ -333,7 +333,7 @@ Status CommandBuffer::rewrite_wait_ge(size_t at, size_t dwords, uint64_t va, uin
     return error(Code::invalid_argument,
                  "rewrite_wait_ge: a wait is at most " + std::to_string(kMaxWaitDwords) + " dwords");
   CommandBuffer tmp(isa_, std::span<uint32_t>(scratch, kMaxWaitDwords));
-  CONCCL_RETURN_IF_ERROR(tmp.wait_ge(va, value));
+  CONCCL_RETURN_IF_ERROR(tmp.wait_ge(va, value, style));
   if (tmp.size_dwords() != dwords)
     return error(Code::internal, "rewrite_wait_ge: the wait encodes in " + std::to_string(tmp.size_dwords()) +
                                      " dwords, not the " + std::to_string(dwords) + " recorded");

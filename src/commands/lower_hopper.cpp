@@ -145,10 +145,10 @@ uint32_t switch_tsg_bit() {
   return bit;
 }
 
-Status wait_ge(CommandBuffer& cb, uint64_t va, uint64_t v) {
+Status wait_ge(CommandBuffer& cb, uint64_t va, uint64_t v, bool hold) {
   CONCCL_RETURN_IF_ERROR(check_va("signal", va, 8));
   return emit(cb, kHostSemDwords, [&](uint32_t* p) {
-    put_host_semaphore(p, va, v, uint32_t(Acquire::circ_geq) | switch_tsg_bit() | kSemPayload64);
+    put_host_semaphore(p, va, v, uint32_t(Acquire::circ_geq) | (hold ? 0u : switch_tsg_bit()) | kSemPayload64);
   });
 }
 

@@ -152,7 +152,7 @@ Status signal_set(CommandBuffer& cb, uint64_t va, uint64_t v) {
 // two polls to wrap past the target unseen. Generations with double_poll
 // (gfx9.0.x below gfx90a; packets/generation.cpp says whose workaround) emit
 // each POLL twice, and the COND_EXE skips both low-dword ones.
-Status wait_ge(CommandBuffer& cb, uint64_t va, uint64_t v) {
+Status wait_ge(CommandBuffer& cb, uint64_t va, uint64_t v, bool /*hold: SDMA polls alike*/) {
   uint64_t base = va, t = v;
   if (static_cast<uint32_t>(v) >= kTwin) {
     base = va + 8;

@@ -51,7 +51,8 @@ struct Ops {
   Status (*copy_add)(CommandBuffer& cb, uint64_t dst, uint64_t src, uint64_t bytes, bool alongside, uint64_t va,
                      uint64_t delta);
   Status (*signal_set)(CommandBuffer& cb, uint64_t va, uint64_t value);
-  Status (*wait_ge)(CommandBuffer& cb, uint64_t va, uint64_t value);
+  // hold: CommandBuffer::WaitStyle::hold.
+  Status (*wait_ge)(CommandBuffer& cb, uint64_t va, uint64_t value, bool hold);
   Status (*timestamp)(CommandBuffer& cb, uint64_t slot);
   // Finds command boundaries in pre-encoded dwords (offsets relative to dw[0]).
   Status (*raw)(CommandBuffer& cb, std::span<const uint32_t> dw);

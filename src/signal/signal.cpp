@@ -120,9 +120,9 @@ Status Signal::signal_set(CommandBuffer& cb, uint64_t v) const {
   return cb.signal_set(va_, v);
 }
 
-Status Signal::wait_ge(CommandBuffer& cb, uint64_t v) const {
+Status Signal::wait_ge(CommandBuffer& cb, uint64_t v, CommandBuffer::WaitStyle style) const {
   CONCCL_RETURN_IF_ERROR(check_layout(cb));
-  return cb.wait_ge(va_, v);
+  return cb.wait_ge(va_, v, style);
 }
 
 Status Signal::wait(uint64_t v, Deadline deadline, const QueueSpan* span) const {

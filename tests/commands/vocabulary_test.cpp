@@ -213,6 +213,20 @@ TEST(HopperLowering, WaitSwitchesTsgWhileTheAcquireFails) {
   ASSERT_OK(add.signal_add(0x7000'0010ull, 1));
   EXPECT_EQ(dw(add)[5] & (1u << 12), 0u);
   EXPECT_FALSE(contains(add.disassemble(), "acquire_switch_tsg")) << add.disassemble();
+
+  // A holding wait (for a signal no channel on the engine releases) keeps
+  // the channel resident; rewriting it for a new value keeps its style.
+  CommandBuffer hold(Isa::hopper());
+  ASSERT_OK(hold.wait_ge(0x7000'0010ull, 1, CommandBuffer::WaitStyle::hold));
+  EXPECT_EQ(dw(hold)[5], hopper::kSemPayload64 | 3u);
+  ASSERT_OK(hold.rewrite_wait_ge(0, 6, 0x7000'0010ull, 0x500000002ull, CommandBuffer::WaitStyle::hold));
+  EXPECT_EQ(dw(hold), (std::vector<uint32_t>{inc(0, 0x5C, 5), 0x70000010, 0, 2, 5, hopper::kSemPayload64 | 3u}));
+  ASSERT_OK(hold.rewrite_wait_ge(0, 6, 0x7000'0010ull, 7));
+  EXPECT_EQ(dw(hold)[5], hopper::kSemAcquireSwitchTsg | hopper::kSemPayload64 | 3u);
+  CommandBuffer sdma_y(sdma::Gen::v4_4_2), sdma_h(sdma::Gen::v4_4_2);
+  ASSERT_OK(sdma_y.wait_ge(0x7000'0010ull, 9));
+  ASSERT_OK(sdma_h.wait_ge(0x7000'0010ull, 9, CommandBuffer::WaitStyle::hold));
+  EXPECT_EQ(dw(sdma_y), dw(sdma_h)) << "SDMA polls alike";
 }
 
 // RELEASE_WFI makes an add wait until the engine is idle (and its writes are

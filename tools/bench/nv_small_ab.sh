@@ -20,6 +20,9 @@
 #   ceadd    fold, and every other add the copy engine's own semaphore
 #            reduction instead of the host's add after a wait for idle
 #            (CONCCL_NV_CE_ADD=1)
+#   hold     ceadd, and the lists' waits for their trigger or every rank's
+#            "posted" keep their engine instead of switching out
+#            (CONCCL_HOLD_TRIGGERS=1)
 #   gated    and a stream-ordered window call's lists held until every rank
 #            has posted it (CONCCL_GATED_SUBMIT=1; one process per rank only,
 #            so this form has no one-process rows)
@@ -45,6 +48,7 @@ form_env() {
     now) echo "CONCCL_BATCH_ARRIVALS=1 CONCCL_SPREAD_SMALL=1 CONCCL_OVERLAP_COPIES=1 CONCCL_JOIN_LISTS=1 CONCCL_GATED_SUBMIT=0" ;;
     fold) echo "CONCCL_BATCH_ARRIVALS=1 CONCCL_SPREAD_SMALL=1 CONCCL_OVERLAP_COPIES=1 CONCCL_JOIN_LISTS=1 CONCCL_GATED_SUBMIT=0 CONCCL_FOLD_ARRIVALS=1" ;;
     ceadd) echo "CONCCL_BATCH_ARRIVALS=1 CONCCL_SPREAD_SMALL=1 CONCCL_OVERLAP_COPIES=1 CONCCL_JOIN_LISTS=1 CONCCL_GATED_SUBMIT=0 CONCCL_FOLD_ARRIVALS=1 CONCCL_NV_CE_ADD=1" ;;
+    hold) echo "CONCCL_BATCH_ARRIVALS=1 CONCCL_SPREAD_SMALL=1 CONCCL_OVERLAP_COPIES=1 CONCCL_JOIN_LISTS=1 CONCCL_GATED_SUBMIT=0 CONCCL_FOLD_ARRIVALS=1 CONCCL_NV_CE_ADD=1 CONCCL_HOLD_TRIGGERS=1" ;;
     gated) echo "CONCCL_BATCH_ARRIVALS=1 CONCCL_SPREAD_SMALL=1 CONCCL_OVERLAP_COPIES=1 CONCCL_JOIN_LISTS=1 CONCCL_GATED_SUBMIT=1" ;;
   esac
 }
@@ -83,7 +87,7 @@ for f in glob.glob(os.path.join(out, "*.json")):
             if r.get("gates_opened_early_per_call"):
                 early[(int(n), r["bytes"], form)] = max(early.get((int(n), r["bytes"], form), 0),
                                                         r["gates_opened_early_per_call"])
-forms = [f for f in ["before", "batch", "spread", "separate", "now", "fold", "ceadd", "gated"] if any(k[3] == f for k in t)]
+forms = [f for f in ["before", "batch", "spread", "separate", "now", "fold", "ceadd", "hold", "gated"] if any(k[3] == f for k in t)]
 print("%-7s %2s %9s " % ("path", "n", "chunk") + " ".join("%14s" % f for f in forms) + "   (us per call, min of reps)")
 for key in sorted({k[:3] for k in t}):
     cells = []
