@@ -1,0 +1,30 @@
+#!/bin/bash
+# tools/bench/nv_wait_forms_ab.sh - on the GPU machine (device tool, carry .nvdev):
+# the copy engine's own adds and how lists wait, in one lease (issues #28, #25, #29).
+#   1. test_nv_backend's NvHw.CopyEngine* tests: the LAUNCH_DMA semaphore
+#      reduction carries, sums adds from every engine, and lands after the data.
+#   2. Captured replays against uncaptured calls (nv_window_bench --graph, 2
+#      processes) in each wait form: the default; CONCCL_HOLD_TRIGGERS=1 (the
+#      trigger / "posted" waits keep their channel resident); every wait so
+#      (CONCCL_NV_ACQUIRE_SWITCH_TSG=0); hold with folded arrivals and CE adds.
+#   3. nv_small_ab.sh's forms now / fold / hold (one process and process per rank).
+# GRAPH_MAX (16K), FORMS ("now fold hold"), RANKS ("2 8"), PROCS ("2 4"), MAX (16K).
+set -uo pipefail
+. "$(dirname "$0")/nv_build_common.sh"  # OUT, B and the nv_* steps
+nvidia-smi --query-gpu=name,driver_version --format=csv,noheader | tee $OUT/gpu.txt
+nv_configure_tests $OUT/cfg.log
+nv_build test_nv_backend sdma-probe nv_window_bench
+timeout 60 $B/tests/backends/nv/test_nv_backend --gtest_filter='NvHw.CopyEngine*' > $OUT/ce_add.log 2>&1
+echo "NvHw.CopyEngine*: rc=$?"; grep -E "^\[  (OK|FAILED|PASSED) |Failure|saw the" $OUT/ce_add.log | head
+W=$B/tools/bench/nv_window_bench
+i=0
+for form in "x=1" "CONCCL_HOLD_TRIGGERS=1" "CONCCL_NV_ACQUIRE_SWITCH_TSG=0" \
+            "CONCCL_HOLD_TRIGGERS=1 CONCCL_FOLD_ARRIVALS=1 CONCCL_NV_CE_ADD=1"; do
+  i=$((i + 1))
+  env $form timeout 60 $W --procs 2 --graph --min 1K --max ${GRAPH_MAX:-16K} --iters 300 \
+    --json $OUT/graph_$i.json > $OUT/graph_$i.log 2>&1
+  echo "graph [$form] rc=$?"; grep -E "^ +[0-9]+ " $OUT/graph_$i.log | head -3
+done
+FORMS="${FORMS:-now fold hold}" REPS=1 RANKS="${RANKS:-2 8}" PROCS="${PROCS:-2 4}" MAX=${MAX:-16K} \
+  timeout 200 bash "$(dirname "$0")/nv_small_ab.sh" > $OUT/small_ab.txt 2>&1
+echo "nv_small_ab.sh rc=$?"; tail -25 $OUT/small_ab.txt
