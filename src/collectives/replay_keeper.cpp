@@ -2,6 +2,7 @@
 #include "collectives/replay_keeper.hpp"
 
 #include <algorithm>
+#include <cstdlib>
 #include <chrono>
 #include <string>
 
@@ -11,6 +12,19 @@ namespace {
 constexpr std::chrono::microseconds kBusyNap{20};
 constexpr std::chrono::microseconds kIdleNap{200};
 constexpr int64_t kCheckEveryMs = 2;  // Replays::check (syscalls) at most this often per capture
+// After this long without a tick, an arm-on-tick keeper backs off from spinning.
+constexpr std::chrono::milliseconds kSpinFor{50};
+
+// CONCCL_REPLAY_ARM=tick (a diagnostic, read once): arm a replay only once
+// its tick has been seen, spinning while replays come, instead of keeping
+// replays armed ahead at their acquires (docs/graphs.md).
+bool arm_on_tick() {
+  static const bool on = [] {
+    const char* e = std::getenv("CONCCL_REPLAY_ARM");
+    return e && std::string(e) == "tick";
+  }();
+  return on;
+}
 }  // namespace
 
 ReplayKeeper::~ReplayKeeper() { stop(); }
@@ -94,7 +108,8 @@ bool ReplayKeeper::tend(Entry& e) {
     return false;
   }
   while (e.ended < e.armed && e.who->ended(e.ended + 1)) ++e.ended;
-  while (e.armed < e.ended + e.depth) {
+  const uint64_t limit = arm_on_tick() ? std::min(e.ended + e.depth, e.who->started()) : e.ended + e.depth;
+  while (e.armed < limit) {
     Result<bool> armed = e.who->arm(e.armed + 1);
     if (!armed.ok()) {
       fail_entry(e, e.armed + 1, armed.status());
@@ -126,6 +141,7 @@ bool ReplayKeeper::tend(Entry& e) {
 void ReplayKeeper::run() {
   std::unique_lock<std::mutex> lk(mu_);
   std::chrono::microseconds nap = kBusyNap;
+  auto last_busy = std::chrono::steady_clock::now();
   while (!stop_) {
     if (entries_.empty()) {
       cv_.wait(lk, [&] { return stop_ || !entries_.empty(); });
@@ -133,6 +149,15 @@ void ReplayKeeper::run() {
     }
     bool busy = false;
     for (Entry& e : entries_) busy = tend(e) || busy;
+    const auto now = std::chrono::steady_clock::now();
+    if (busy) last_busy = now;
+    if (arm_on_tick() && now - last_busy < kSpinFor) {
+      // Ticks are seen within microseconds, not a timed wait's ~50 us slack.
+      lk.unlock();
+      std::this_thread::yield();
+      lk.lock();
+      continue;
+    }
     nap = busy ? kBusyNap : std::min(nap * 2, kIdleNap);
     cv_.wait_for(lk, nap);
   }
