@@ -10,11 +10,12 @@
 #      (CONCCL_REPLAY_ARM=tick); hold with folded arrivals and CE adds.
 #   3. nv_small_ab.sh's forms now / fold / hold (one process and process per rank).
 # GRAPH_MAX (16K), FORMS ("now fold hold"), RANKS ("2 8"), PROCS ("2 4"), MAX (16K).
+# QUICK=1: only the tests and step 2, at 1-2 KiB (a lease with little time left).
 set -uo pipefail
 . "$(dirname "$0")/nv_build_common.sh"  # OUT, B and the nv_* steps
 nvidia-smi --query-gpu=name,driver_version --format=csv,noheader | tee $OUT/gpu.txt
 nv_configure_tests $OUT/cfg.log
-nv_build test_nv_backend sdma-probe nv_window_bench
+if [ -n "${QUICK:-}" ]; then nv_build test_nv_backend nv_window_bench; GRAPH_MAX=2K; else nv_build test_nv_backend sdma-probe nv_window_bench; fi
 timeout 60 $B/tests/backends/nv/test_nv_backend --gtest_filter='NvHw.CopyEngine*' > $OUT/ce_add.log 2>&1
 echo "NvHw.CopyEngine*: rc=$?"; grep -E "^\[  (OK|FAILED|PASSED) |Failure|saw the" $OUT/ce_add.log | head
 W=$B/tools/bench/nv_window_bench
@@ -22,10 +23,11 @@ i=0
 for form in "x=1" "CONCCL_HOLD_TRIGGERS=1" "CONCCL_REPLAY_ARM=tick" "CONCCL_NV_ACQUIRE_SWITCH_TSG=0" \
             "CONCCL_HOLD_TRIGGERS=1 CONCCL_FOLD_ARRIVALS=1 CONCCL_NV_CE_ADD=1"; do
   i=$((i + 1))
-  env $form timeout 60 $W --procs 2 --graph --min 1K --max ${GRAPH_MAX:-16K} --iters 300 \
+  env $form timeout 60 $W --procs 2 --graph --min 1K --max ${GRAPH_MAX:-16K} --iters ${ITERS:-300} \
     --json $OUT/graph_$i.json > $OUT/graph_$i.log 2>&1
   echo "graph [$form] rc=$?"; grep -E "^ +[0-9]+ " $OUT/graph_$i.log | head -3
 done
+[ -n "${QUICK:-}" ] && exit 0
 FORMS="${FORMS:-now fold hold}" REPS=1 RANKS="${RANKS:-2 8}" PROCS="${PROCS:-2 4}" MAX=${MAX:-16K} \
   timeout 200 bash "$(dirname "$0")/nv_small_ab.sh" > $OUT/small_ab.txt 2>&1
 echo "nv_small_ab.sh rc=$?"; tail -25 $OUT/small_ab.txt
