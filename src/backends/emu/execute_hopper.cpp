@@ -80,6 +80,30 @@ bool reduce(uint32_t op, bool is_unsigned, T* p, T operand) {
   }
 }
 
+// A checked reduction (op `red`, 4 or 8 bytes) at addr, then the time at
+// addr+8 with `timestamp`: what the host's SEM_EXECUTE REDUCTION and the copy
+// engine's LAUNCH_DMA semaphore reduction both do once their fields passed.
+ExecOutcome apply_reduction(MethodContext& ctx, uint64_t addr, uint64_t operand, bool is64, uint32_t red,
+                            bool is_unsigned, bool timestamp, const char* what) {
+  std::string err;
+  void* p = mem<void>(ctx, addr, is64 ? 8 : 4, what, &err);
+  if (!p) return exec_fault(err);
+  ExecOutcome out;
+  if (ctx.drop_completion) {
+    out.dropped = true;
+    return out;
+  }
+  if (is64) reduce<uint64_t>(red, is_unsigned, static_cast<uint64_t*>(p), operand);
+  else reduce<uint32_t>(red, is_unsigned, static_cast<uint32_t*>(p), uint32_t(operand));
+  if (timestamp) {
+    if (uint64_t* t = mem<uint64_t>(ctx, addr + 8, 8, "semaphore timestamp", &err))
+      std::atomic_ref<uint64_t>(*t).store(engine_now_ns(), std::memory_order_release);
+    else return exec_fault(err);
+  }
+  out.wrote_memory = true;
+  return out;
+}
+
 ExecOutcome sem_execute(MethodContext& ctx, uint32_t data) {
   EmuChannel& c = *ctx.ch;
   const uint64_t addr = (uint64_t(c.host.addr_hi & 0x1FFFFFF) << 32) | (c.host.addr_lo & ~3u);
@@ -129,23 +153,9 @@ ExecOutcome sem_execute(MethodContext& ctx, uint32_t data) {
                      "hardware: dev_pbdma.ref.txt); use reduction_format=unsigned");
       if (is64 && (red == 6 || red == 7)) return exec_fault("sem_execute: 64-bit INC/DEC reductions are not supported");
       if (red > 7) return exec_fault("sem_execute: reduction " + std::to_string(red) + " is not defined");
-      void* p = mem<void>(ctx, addr, is64 ? 8 : 4, "semaphore reduction", &err);
-      if (!p) return exec_fault(err);
-      ExecOutcome out;
-      if (ctx.drop_completion) {
-        out.dropped = true;
-        return out;
-      }
-      if (is64) reduce<uint64_t>(red, is_unsigned, static_cast<uint64_t*>(p), payload);
-      else reduce<uint32_t>(red, is_unsigned, static_cast<uint32_t*>(p), uint32_t(payload));
-      if (ts) {
-        if (addr & 15) return exec_fault("sem_execute: a release with timestamp needs a 16-byte aligned address");
-        if (uint64_t* t = mem<uint64_t>(ctx, addr + 8, 8, "semaphore timestamp", &err))
-          std::atomic_ref<uint64_t>(*t).store(engine_now_ns(), std::memory_order_release);
-        else return exec_fault(err);
-      }
-      out.wrote_memory = true;
-      return out;
+      if (ts && (addr & 15))
+        return exec_fault("sem_execute: a release with timestamp needs a 16-byte aligned address");
+      return apply_reduction(ctx, addr, payload, is64, red, is_unsigned, ts, "semaphore reduction");
     }
     default:
       return exec_fault("sem_execute: operation " + std::to_string(op) + " (acq_and/acq_nor) is not emulated");
@@ -167,23 +177,7 @@ ExecOutcome ce_reduce(MethodContext& ctx, uint64_t addr, uint64_t operand, bool 
     return exec_fault("launch_dma: two-word INC/DEC semaphore reductions are not supported");
   if (addr & (timestamp ? 15 : two_word ? 7 : 3))
     return exec_fault("launch_dma semaphore reduction: address " + hex(addr) + " is not aligned to its payload");
-  std::string err;
-  void* p = mem<void>(ctx, addr, two_word ? 8 : 4, "launch_dma semaphore reduction", &err);
-  if (!p) return exec_fault(err);
-  ExecOutcome out;
-  if (ctx.drop_completion) {
-    out.dropped = true;
-    return out;
-  }
-  if (two_word) reduce<uint64_t>(red, is_unsigned, static_cast<uint64_t*>(p), operand);
-  else reduce<uint32_t>(red, is_unsigned, static_cast<uint32_t*>(p), uint32_t(operand));
-  if (timestamp) {
-    if (uint64_t* t = mem<uint64_t>(ctx, addr + 8, 8, "semaphore timestamp", &err))
-      std::atomic_ref<uint64_t>(*t).store(engine_now_ns(), std::memory_order_release);
-    else return exec_fault(err);
-  }
-  out.wrote_memory = true;
-  return out;
+  return apply_reduction(ctx, addr, operand, two_word, red, is_unsigned, timestamp, "launch_dma semaphore reduction");
 }
 
 ExecOutcome launch_dma(MethodContext& ctx, uint32_t d) {
