@@ -6,26 +6,29 @@
 #include <chrono>
 #include <string>
 
+#include <sys/prctl.h>
+
 namespace conccl {
 
 namespace {
 constexpr std::chrono::microseconds kBusyNap{20};
 constexpr std::chrono::microseconds kIdleNap{200};
+// Arming on ticks: the longest nap once replays have paused, so that the
+// first tick after a pause waits at most this long to be seen.
+constexpr std::chrono::microseconds kTickIdleNap{50};
 constexpr int64_t kCheckEveryMs = 2;  // Replays::check (syscalls) at most this often per capture
 // After this long without a tick, an arm-on-tick keeper backs off from spinning.
 constexpr std::chrono::milliseconds kSpinFor{50};
 
-// CONCCL_REPLAY_ARM=tick (a diagnostic, read once): arm a replay only once
-// its tick has been seen, spinning while replays come, instead of keeping
-// replays armed ahead at their acquires (docs/graphs.md).
-bool arm_on_tick() {
-  static const bool on = [] {
-    const char* e = std::getenv("CONCCL_REPLAY_ARM");
-    return e && std::string(e) == "tick";
-  }();
-  return on;
-}
 }  // namespace
+
+ReplayKeeper::Arm ReplayKeeper::default_arm() {
+  static const Arm arm = [] {
+    const char* e = std::getenv("CONCCL_REPLAY_ARM");
+    return e && std::string(e) == "ahead" ? Arm::ahead : Arm::on_tick;
+  }();
+  return arm;
+}
 
 ReplayKeeper::~ReplayKeeper() { stop(); }
 
@@ -108,7 +111,7 @@ bool ReplayKeeper::tend(Entry& e) {
     return false;
   }
   while (e.ended < e.armed && e.who->ended(e.ended + 1)) ++e.ended;
-  const uint64_t limit = arm_on_tick() ? std::min(e.ended + e.depth, e.who->started()) : e.ended + e.depth;
+  const uint64_t limit = arm_ == Arm::on_tick ? std::min(e.ended + e.depth, e.who->started()) : e.ended + e.depth;
   while (e.armed < limit) {
     Result<bool> armed = e.who->arm(e.armed + 1);
     if (!armed.ok()) {
@@ -139,6 +142,9 @@ bool ReplayKeeper::tend(Entry& e) {
 }
 
 void ReplayKeeper::run() {
+  // Timed waits end within ~1 us of their time instead of Linux's default
+  // 50 us timer slack (prctl(2) PR_SET_TIMERSLACK), which would exceed the naps.
+  prctl(PR_SET_TIMERSLACK, 1000UL, 0UL, 0UL, 0UL);
   std::unique_lock<std::mutex> lk(mu_);
   std::chrono::microseconds nap = kBusyNap;
   auto last_busy = std::chrono::steady_clock::now();
@@ -151,14 +157,14 @@ void ReplayKeeper::run() {
     for (Entry& e : entries_) busy = tend(e) || busy;
     const auto now = std::chrono::steady_clock::now();
     if (busy) last_busy = now;
-    if (arm_on_tick() && now - last_busy < kSpinFor) {
+    if (arm_ == Arm::on_tick && now - last_busy < kSpinFor) {
       // Ticks are seen within microseconds, not a timed wait's ~50 us slack.
       lk.unlock();
       std::this_thread::yield();
       lk.lock();
       continue;
     }
-    nap = busy ? kBusyNap : std::min(nap * 2, kIdleNap);
+    nap = busy ? kBusyNap : std::min(nap * 2, arm_ == Arm::on_tick ? kTickIdleNap : kIdleNap);
     cv_.wait_for(lk, nap);
   }
 }

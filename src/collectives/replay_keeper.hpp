@@ -15,8 +15,9 @@
 // it up named); a replay that cannot end (a rank left or failed the
 // communicator) fails at once. One thread serves
 // every capture of a communicator (programs capture hundreds of calls); it
-// polls, every 20 us while replays run and backing off to 200 us when none
-// has ticked for a while, and sleeps when there are no captures. It never
+// polls (Arm says how: spinning while replays come, or every 20 us while
+// replays run and backing off to 200 us when none has ticked for a while),
+// and sleeps when there are no captures. It never
 // holds the last reference to a capture: a capture's destructor calls
 // forget(), which waits for the thread's pass to end.
 #pragma once
@@ -61,7 +62,20 @@ class ReplayKeeper {
     virtual Status check(uint64_t r, bool expired) = 0;
   };
 
-  ReplayKeeper() = default;
+  // When a replay's lists go onto the engines.
+  //   on_tick (the default): once the keeper sees the replay's tick. The
+  //     keeper spins (yielding its core) while replays come, backing off to
+  //     timed naps after kSpinFor without one, so a tick is seen within
+  //     microseconds; the lists then find their trigger set or nearly so.
+  //   ahead: up to `depth` replays ahead, each list waiting at an acquire
+  //     for its tick. The host is off the replay's path, but on an H100 a
+  //     list that waits there from one replay to the next was switched out
+  //     and a 1 KiB replay took 226-631 us against 21-58 us per uncaptured
+  //     call (docs/perf/h200-graphs.md, run 45).
+  // CONCCL_REPLAY_ARM=ahead|tick chooses for communicators (default_arm()).
+  enum class Arm : uint8_t { on_tick, ahead };
+  static Arm default_arm();
+  explicit ReplayKeeper(Arm arm = default_arm()) : arm_(arm) {}
   ReplayKeeper(const ReplayKeeper&) = delete;
   ReplayKeeper& operator=(const ReplayKeeper&) = delete;
   ~ReplayKeeper();  // stop()
@@ -100,6 +114,7 @@ class ReplayKeeper {
   bool tend(Entry& e);  // one look at one capture (mu_ held); true when replays are in flight
   void fail_entry(Entry& e, uint64_t r, const Status& why);
 
+  const Arm arm_;
   mutable std::mutex mu_;
   std::condition_variable cv_;
   std::vector<Entry> entries_;

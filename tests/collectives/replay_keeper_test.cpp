@@ -1,7 +1,8 @@
-// tests/collectives/replay_keeper_test.cpp - the keeper that holds captured
-// calls' replays armed ahead of their streams (src/collectives/
-// replay_keeper.hpp), against a scripted capture: how far it arms, that it
-// re-arms as replays end, that a replay which ticked and does not end fails
+// tests/collectives/replay_keeper_test.cpp - the keeper that arms captured
+// calls' replays (src/collectives/replay_keeper.hpp), against a scripted
+// capture: in the ahead form how far it arms and that it re-arms as replays
+// end, in the on-tick form that nothing is armed before its tick and each
+// replay right after it, that a replay which ticked and does not end fails
 // at the timeout naming who holds it up (or sooner when it cannot end) and
 // is released, that fail_all() and stop() release every
 // capture, and that forget() returns with the capture no longer touched.
@@ -64,7 +65,7 @@ bool eventually(const std::function<bool()>& ok, int ms = 5000) {
 
 TEST(ReplayKeeper, ArmsAheadInOrderAndRearmsAsReplaysEnd) {
   Scripted c;
-  ReplayKeeper k;
+  ReplayKeeper k(ReplayKeeper::Arm::ahead);
   k.add(&c, 5, 4, 60000);  // replays 5.. (the slot's earlier captures ran 4)
   ASSERT_TRUE(eventually([&] { return c.armed_up_to == 8; })) << c.armed_up_to;
   std::this_thread::sleep_for(std::chrono::milliseconds(5));
@@ -81,6 +82,41 @@ TEST(ReplayKeeper, ArmsAheadInOrderAndRearmsAsReplaysEnd) {
   EXPECT_EQ(c.failed_at, 0u);
   EXPECT_EQ(c.releases, 0u);
   EXPECT_EQ(k.kept(), 0u);
+}
+
+// Arming on ticks: nothing goes onto the engines before its replay ticks;
+// each replay is armed once its tick is seen, in order, never past depth
+// beyond the last that ended; a tick after a pause is still seen at once.
+TEST(ReplayKeeper, OnTickArmsEachReplayOnceItTicks) {
+  Scripted c;
+  c.ticks = 4;  // the slot's earlier captures ran 4 replays
+  ReplayKeeper k(ReplayKeeper::Arm::on_tick);
+  k.add(&c, 5, 4, 60000);
+  std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  EXPECT_EQ(c.armed_up_to, 0u) << "replay 5 has not ticked";
+  for (uint64_t r = 5; r <= 40; ++r) {
+    c.ticks = r;
+    ASSERT_TRUE(eventually([&] { return c.armed_up_to == r; })) << r << " " << c.armed_up_to;
+    c.ended_up_to = r;
+  }
+  c.ticks = 50;  // ten replays ticked at once: only depth past the last that ended
+  ASSERT_TRUE(eventually([&] { return c.armed_up_to == 44; })) << c.armed_up_to;
+  std::this_thread::sleep_for(std::chrono::milliseconds(5));
+  EXPECT_EQ(c.armed_up_to, 44u);
+  c.ended_up_to = 50;
+  ASSERT_TRUE(eventually([&] { return c.armed_up_to == 50; })) << c.armed_up_to;
+  // After a pause longer than the spin the keeper naps; the next tick is
+  // still armed within milliseconds.
+  std::this_thread::sleep_for(std::chrono::milliseconds(120));
+  c.ticks = 51;
+  const auto t0 = std::chrono::steady_clock::now();
+  ASSERT_TRUE(eventually([&] { return c.armed_up_to == 51; }));
+  const double ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
+  EXPECT_LT(ms, 50.0);
+  k.forget(&c);
+  ASSERT_EQ(c.arm_order.size(), 47u);
+  for (size_t i = 0; i < c.arm_order.size(); ++i) EXPECT_EQ(c.arm_order[i], 5 + i) << "each replay armed once, in order";
+  EXPECT_EQ(c.failed_at, 0u);
 }
 
 TEST(ReplayKeeper, ATickedReplayThatDoesNotEndFailsAtTheTimeoutAndIsReleased) {
@@ -123,7 +159,7 @@ TEST(ReplayKeeper, AReplayThatCannotEndFailsBeforeTheTimeout) {
 TEST(ReplayKeeper, ACaptureNotReadyToArmWaitsAndAnIdleOneNeverFails) {
   Scripted c;
   c.ready = false;  // another rank has not captured the call yet
-  ReplayKeeper k;
+  ReplayKeeper k(ReplayKeeper::Arm::ahead);
   k.add(&c, 1, 3, 200);
   std::this_thread::sleep_for(std::chrono::milliseconds(400));
   EXPECT_EQ(c.armed_up_to, 0u);
@@ -148,7 +184,7 @@ TEST(ReplayKeeper, FailAllAndStopReleaseEveryCapture) {
   EXPECT_EQ(late.armed_up_to, 0u);
 
   Scripted c;
-  ReplayKeeper k2;
+  ReplayKeeper k2(ReplayKeeper::Arm::ahead);
   k2.add(&c, 1, 2, 60000);
   ASSERT_TRUE(eventually([&] { return c.armed_up_to == 2; }));
   k2.stop();  // the communicator goes: released, not failed

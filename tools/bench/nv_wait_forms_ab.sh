@@ -4,10 +4,11 @@
 #   1. test_nv_backend's NvHw.CopyEngine* tests: the LAUNCH_DMA semaphore
 #      reduction carries, sums adds from every engine, and lands after the data.
 #   2. Captured replays against uncaptured calls (nv_window_bench --graph, 2
-#      processes) in each wait form: the default; CONCCL_HOLD_TRIGGERS=1 (the
-#      trigger / "posted" waits keep their channel resident); every wait so
-#      (CONCCL_NV_ACQUIRE_SWITCH_TSG=0); replays armed once their tick is seen
-#      (CONCCL_REPLAY_ARM=tick); hold with folded arrivals and CE adds.
+#      processes): the default (replays armed once their tick is seen); armed
+#      ahead (CONCCL_REPLAY_ARM=ahead), alone, with the trigger / "posted"
+#      waits keeping their channel resident (CONCCL_HOLD_TRIGGERS=1), and with
+#      every wait so (CONCCL_NV_ACQUIRE_SWITCH_TSG=0); the default with held
+#      waits, folded arrivals and CE adds.
 #   3. nv_small_ab.sh's forms now / fold / hold (one process and process per rank).
 # GRAPH_MAX (16K), FORMS ("now fold hold"), RANKS ("2 8"), PROCS ("2 4"), MAX (16K).
 # QUICK=1: only the tests and step 2, at 1-2 KiB (a lease with little time left).
@@ -20,7 +21,8 @@ timeout 60 $B/tests/backends/nv/test_nv_backend --gtest_filter='NvHw.CopyEngine*
 echo "NvHw.CopyEngine*: rc=$?"; grep -E "^\[  (OK|FAILED|PASSED) |Failure|saw the" $OUT/ce_add.log | head
 W=$B/tools/bench/nv_window_bench
 i=0
-for form in "x=1" "CONCCL_HOLD_TRIGGERS=1" "CONCCL_REPLAY_ARM=tick" "CONCCL_NV_ACQUIRE_SWITCH_TSG=0" \
+for form in "x=1" "CONCCL_REPLAY_ARM=ahead" "CONCCL_REPLAY_ARM=ahead CONCCL_HOLD_TRIGGERS=1" \
+            "CONCCL_REPLAY_ARM=ahead CONCCL_NV_ACQUIRE_SWITCH_TSG=0" \
             "CONCCL_HOLD_TRIGGERS=1 CONCCL_FOLD_ARRIVALS=1 CONCCL_NV_CE_ADD=1"; do
   i=$((i + 1))
   env $form timeout 60 $W --procs 2 --graph --min 1K --max ${GRAPH_MAX:-16K} --iters ${ITERS:-300} \
