@@ -314,14 +314,23 @@ Status CallState::check_capture(CapturedCall& c, uint64_t r, bool expired) const
   }
   // Replay r's counters on every rank, once armed here (the oldest armed).
   const std::vector<uint64_t>* sent_after = nullptr;
+  const std::vector<uint64_t>* arrive_after = nullptr;
   for (const CapturedCall::Armed& a : c.armed)
-    if (a.r == r) sent_after = &a.after[kCounterSent];
+    if (a.r == r) {
+      sent_after = &a.after[kCounterSent];
+      arrive_after = &a.after[kCounterArrive];
+    }
   if (Bootstrap* b = comm.boot_.get()) {
     std::vector<int> gone = b->hung_up();
     // A rank that began replay r and whose lists of it have all ended brought
-    // everything it owes: its leaving fails nothing.
+    // everything it owes: its leaving fails nothing. Nor does any rank's once
+    // every byte this rank receives in replay r has arrived (its own lists
+    // then wait for no one): a peer that finished and tore its communicator
+    // down may no longer show its counters.
+    const bool all_arrived = arrive_after && slot_word(me, kCaptureArrive) >= (*arrive_after)[size_t(me)];
     std::erase_if(gone, [&](int q) {
-      return sent_after && slot_word(q, kCapturePosted) >= r && slot_word(q, kCaptureSent) >= (*sent_after)[size_t(q)];
+      return all_arrived ||
+             (sent_after && slot_word(q, kCapturePosted) >= r && slot_word(q, kCaptureSent) >= (*sent_after)[size_t(q)]);
     });
     if (!gone.empty()) {
       std::string names;
