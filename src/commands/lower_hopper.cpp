@@ -9,8 +9,11 @@
 //         only 64-bit add a public manual documents (GA100 dev_pbdma.ref.txt:
 //         64-bit IADD unsigned only; WFI waits for the engine to be idle and a
 //         SYSMEMBAR orders the copies' writes first). An add that directly
-//         follows such an add leaves the WFI out: nothing ran since. A copy engine LAUNCH_DMA
-//         reduction with a two-word payload is not documented, so not used.
+//         follows such an add leaves the WFI out: nothing ran since. The copy
+//         engine's own LAUNCH_DMA reduction (two-word, unsigned IADD) is in no
+//         public manual; on an H100 it carries, sums adds from every engine
+//         and lands after the data (test_nv_backend NvHw.CopyEngine*), and
+//         copy_add uses it; signal_add uses it only with CONCCL_NV_CE_ADD=1.
 //   set:  CE LAUNCH_DMA semaphore release, two-word payload, FLUSH (ordered
 //         after the copies before it, as the UVM driver's releases are).
 //   wait: host SEM_EXECUTE ACQ_CIRC_GEQ, 64-bit: the channel stalls until
