@@ -12,18 +12,15 @@
 // to come back to it. Published only once the wait will pass, a list runs
 // as soon as its channel is scheduled.
 #include <cstdlib>
-#include <cstring>
 
 #include "collectives/calls.hpp"
 #include "util/wait.hpp"
+#include "util/env.hpp"
 
 namespace conccl {
 
 bool CallState::gated_submit() {
-  static const bool on = [] {
-    const char* e = std::getenv("CONCCL_GATED_SUBMIT");
-    return e && std::strcmp(e, "1") == 0;
-  }();
+  static const bool on = util::env_is("CONCCL_GATED_SUBMIT", "1");
   return on;
 }
 

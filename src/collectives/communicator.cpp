@@ -1,12 +1,12 @@
 // src/collectives/communicator.cpp - ranks, engine choice, queues, planning.
 #include <algorithm>
-#include <cstdlib>
 #include <set>
 
 #include "collectives/builder.hpp"
 #include "collectives/cached_calls.hpp"
 #include "collectives/calls.hpp"
 #include "collectives/reduce_calls.hpp"
+#include "util/env.hpp"
 
 namespace conccl {
 
@@ -339,18 +339,11 @@ struct ListForm {
   bool fold_arrivals;   // CONCCL_FOLD_ARRIVALS=1: a copy carries its arrival (Caps::copy_add)
   bool hold_triggers;   // CONCCL_HOLD_TRIGGERS=1: waits for a trigger or "posted" hold their engine
 };
-bool knob_on(const char* name) {
-  const char* e = std::getenv(name);
-  return !(e && std::string(e) == "0");
-}
-bool knob_set(const char* name) {
-  const char* e = std::getenv(name);
-  return e && std::string(e) == "1";
-}
 const ListForm& list_form() {
-  static const ListForm f{knob_on("CONCCL_BATCH_ARRIVALS"), knob_on("CONCCL_SPREAD_SMALL"),
-                          knob_on("CONCCL_OVERLAP_COPIES"), knob_set("CONCCL_FOLD_ARRIVALS"),
-                          knob_set("CONCCL_HOLD_TRIGGERS")};
+  using util::env_is;
+  static const ListForm f{!env_is("CONCCL_BATCH_ARRIVALS", "0"), !env_is("CONCCL_SPREAD_SMALL", "0"),
+                          !env_is("CONCCL_OVERLAP_COPIES", "0"), env_is("CONCCL_FOLD_ARRIVALS", "1"),
+                          env_is("CONCCL_HOLD_TRIGGERS", "1")};
   return f;
 }
 }  // namespace

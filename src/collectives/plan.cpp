@@ -1,10 +1,10 @@
 // src/collectives/plan.cpp - launching and waiting for compiled collectives.
 #include <algorithm>
-#include <cstdlib>
 #include <string>
 #include <atomic>
 
 #include "collectives/builder.hpp"
+#include "util/env.hpp"
 
 namespace conccl {
 
@@ -143,10 +143,7 @@ Status Plan::submit_all(Deadline deadline) {
 namespace {
 // CONCCL_JOIN_LISTS=0: one submission per list, as before (an A/B knob, read once).
 bool join_lists() {
-  static const bool on = [] {
-    const char* e = std::getenv("CONCCL_JOIN_LISTS");
-    return !(e && std::string(e) == "0");
-  }();
+  static const bool on = !util::env_is("CONCCL_JOIN_LISTS", "0");
   return on;
 }
 }  // namespace

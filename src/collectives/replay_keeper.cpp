@@ -2,11 +2,12 @@
 #include "collectives/replay_keeper.hpp"
 
 #include <algorithm>
-#include <cstdlib>
 #include <chrono>
 #include <string>
 
 #include <sys/prctl.h>
+
+#include "util/env.hpp"
 
 namespace conccl {
 
@@ -23,10 +24,7 @@ constexpr std::chrono::milliseconds kSpinFor{50};
 }  // namespace
 
 ReplayKeeper::Arm ReplayKeeper::default_arm() {
-  static const Arm arm = [] {
-    const char* e = std::getenv("CONCCL_REPLAY_ARM");
-    return e && std::string(e) == "ahead" ? Arm::ahead : Arm::on_tick;
-  }();
+  static const Arm arm = util::env_is("CONCCL_REPLAY_ARM", "ahead") ? Arm::ahead : Arm::on_tick;
   return arm;
 }
 

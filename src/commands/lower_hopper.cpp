@@ -27,11 +27,11 @@
 // Timestamps: a release with timestamp into a 16-byte slot (payload 0 at +0,
 // GPU ns at +8: Caps::timestamp_offset = 8).
 #include <algorithm>
-#include <cstdlib>
 #include <string>
 
 #include "packets/hopper_ce.hpp"
 #include "commands/lowering.hpp"
+#include "util/env.hpp"
 
 namespace conccl::lower {
 
@@ -50,34 +50,40 @@ Status emit(CommandBuffer& cb, size_t n, Put&& put) {
   return Status();
 }
 
-Status copy(CommandBuffer& cb, uint64_t dst, uint64_t src, uint64_t bytes, bool alongside) {
+// A copy's pieces. The first waits for earlier work (an acquire before it)
+// unless the caller says the copy is independent of it; later pieces may
+// overlap. With `add` (copy_add) the last piece adds add->delta at add->va
+// as it ends (its LAUNCH_DMA's semaphore reduction: IADD, unsigned,
+// two-word, after its writes are flushed); a copy of several pieces then
+// makes that piece NON_PIPELINED, so the add also follows the others' writes.
+struct PieceAdd {
+  uint64_t va, delta;
+};
+Status copy_pieces(CommandBuffer& cb, uint64_t dst, uint64_t src, uint64_t bytes, bool alongside,
+                   const PieceAdd* add) {
   CONCCL_RETURN_IF_ERROR(check_va("copy source", src, bytes));
   CONCCL_RETURN_IF_ERROR(check_va("copy destination", dst, bytes));
-  // The first piece waits for earlier work (an acquire before it) unless
-  // the caller says the copy is independent of it; later pieces may overlap.
+  if (add) CONCCL_RETURN_IF_ERROR(check_va("signal", add->va, 8));
   return for_each_piece(bytes, kMaxCopyBytes, [&](uint64_t off, uint64_t len) {
-    return emit(cb, kCopyPieceDwords,
-                [&](uint32_t* p) { put_copy_piece(p, dst + off, src + off, len, alongside || off != 0); });
+    const bool last = off + len == bytes;
+    if (!add || !last)
+      return emit(cb, kCopyPieceDwords,
+                  [&](uint32_t* p) { put_copy_piece(p, dst + off, src + off, len, alongside || off != 0); });
+    const bool pipelined = off == 0 && alongside;  // a later last piece waits for the others
+    return emit(cb, kCopyAddDwords, [&](uint32_t* p) {
+      put_copy_piece_add(p, dst + off, src + off, len, pipelined, add->va, add->delta);
+    });
   });
 }
 
-// The copy's pieces, the last one adding `delta` at `va` as it ends (its
-// LAUNCH_DMA's semaphore reduction: IADD, unsigned, two-word, after its
-// writes are flushed). A copy of several pieces makes its last piece
-// NON_PIPELINED, so that the add also follows the earlier pieces' writes.
+Status copy(CommandBuffer& cb, uint64_t dst, uint64_t src, uint64_t bytes, bool alongside) {
+  return copy_pieces(cb, dst, src, bytes, alongside, nullptr);
+}
+
 Status copy_add(CommandBuffer& cb, uint64_t dst, uint64_t src, uint64_t bytes, bool alongside, uint64_t va,
                 uint64_t delta) {
-  CONCCL_RETURN_IF_ERROR(check_va("copy source", src, bytes));
-  CONCCL_RETURN_IF_ERROR(check_va("copy destination", dst, bytes));
-  CONCCL_RETURN_IF_ERROR(check_va("signal", va, 8));
-  const bool several = bytes > kMaxCopyBytes;
-  return for_each_piece(bytes, kMaxCopyBytes, [&](uint64_t off, uint64_t len) {
-    const bool pipelined = (alongside || off != 0) && !(several && off + len == bytes);
-    if (off + len < bytes)
-      return emit(cb, kCopyPieceDwords, [&](uint32_t* p) { put_copy_piece(p, dst + off, src + off, len, pipelined); });
-    return emit(cb, kCopyAddDwords,
-                [&](uint32_t* p) { put_copy_piece_add(p, dst + off, src + off, len, pipelined, va, delta); });
-  });
+  const PieceAdd add{va, delta};
+  return copy_pieces(cb, dst, src, bytes, alongside, &add);
 }
 
 Status no_cap(CommandBuffer&, const char* what) {
@@ -119,10 +125,7 @@ bool after_waited_reductions(const CommandBuffer& cb) {
 // transfer, FLUSH) instead of the host's SEM_EXECUTE with RELEASE_WFI; for
 // measuring what the wait for idle costs (docs/collectives.md).
 bool ce_add() {
-  static const bool on = [] {
-    const char* e = std::getenv("CONCCL_NV_CE_ADD");
-    return e && std::string(e) == "1";
-  }();
+  static const bool on = util::env_is("CONCCL_NV_CE_ADD", "1");
   return on;
 }
 
@@ -141,10 +144,7 @@ Status signal_set(CommandBuffer& cb, uint64_t va, uint64_t v) {
 // CONCCL_NV_ACQUIRE_SWITCH_TSG=0 leaves the bit out: a diagnostic that shows
 // what it is for (docs/nv-backend.md), read once.
 uint32_t switch_tsg_bit() {
-  static const uint32_t bit = [] {
-    const char* e = std::getenv("CONCCL_NV_ACQUIRE_SWITCH_TSG");
-    return e && std::string(e) == "0" ? 0u : kSemAcquireSwitchTsg;
-  }();
+  static const uint32_t bit = util::env_is("CONCCL_NV_ACQUIRE_SWITCH_TSG", "0") ? 0u : kSemAcquireSwitchTsg;
   return bit;
 }
 

@@ -13,6 +13,7 @@
 #include <chrono>
 #include <cstdlib>
 #include <cstring>
+#include <functional>
 #include <random>
 #include <thread>
 #include <vector>
@@ -355,95 +356,79 @@ TEST_F(NvHw, CopyEngineAdd64FromEveryEngineAtOnce) {
   EXPECT_TRUE(dev_->free(*d).ok());
 }
 
-// Engine A copies 32 MiB in pipelined pieces, the last one adding 1; engine
-// B waits for the add, then copies the destination out. What B read must be
-// all of A's data, in every round.
-TEST_F(NvHw, CopyEngineAddFollowsTheCopysData) {
-  if (dev_->channel_count() < 2) GTEST_SKIP() << "one channel";
-  const size_t n = 32u << 20, piece = 4u << 20, rounds = 8;
-  Result<Allocation> src = dev_->alloc(n, Placement::device), mid = dev_->alloc(n, Placement::device),
-                     h = dev_->alloc(n, Placement::host), r = dev_->alloc(n, Placement::host);
-  Result<uint64_t> s = dev_->alloc_slot();
+// Engine A copies 32 MiB from `src` to `mid` in pipelined pieces of
+// `piece` bytes and adds 1 to a signal that starts at `base`, as
+// `record_a(cb, mid, src, piece, sem)` writes it; engine B waits for the
+// add, then copies `mid` out. What B read must be all of A's data, in each
+// of 8 rounds of new data.
+using RecordA = std::function<void(CommandBuffer&, uint64_t mid, uint64_t src, size_t piece, uint64_t sem)>;
+void expect_add_follows_data(Gpu& dev, size_t piece, uint64_t base, uint64_t seed, const RecordA& record_a) {
+  if (dev.channel_count() < 2) GTEST_SKIP() << "one channel";
+  const size_t n = 32u << 20, rounds = 8;
+  Result<Allocation> src = dev.alloc(n, Placement::device), mid = dev.alloc(n, Placement::device),
+                     h = dev.alloc(n, Placement::host), r = dev.alloc(n, Placement::host);
+  Result<uint64_t> s = dev.alloc_slot();
   ASSERT_TRUE(src.ok() && mid.ok() && h.ok() && r.ok() && s.ok());
-  volatile uint64_t* v = dev_->slot_host(*s);
-  v[0] = 0;
-  Channel& a = dev_->channel(0);
-  Channel& b = dev_->channel(1);
+  volatile uint64_t* v = dev.slot_host(*s);
+  v[0] = base;
+  Channel& a = dev.channel(0);
+  Channel& b = dev.channel(1);
   for (size_t k = 1; k <= rounds; ++k) {
-    fill_random(h->host, n, 100 + k);
+    fill_random(h->host, n, seed + k);
     std::memset(r->host, 0, n);
     CommandBuffer up = a.commands();
     ASSERT_TRUE(up.copy(src->va, h->va, n).ok());
     ASSERT_TRUE(a.submit(up, Deadline::after_ms(1000)).ok());
     ASSERT_TRUE(a.wait_done(Deadline::after_ms(5000)).ok());
     CommandBuffer wb = b.commands();  // B first: it waits while A copies
-    ASSERT_TRUE(wb.wait_ge(*s, k).ok());
+    ASSERT_TRUE(wb.wait_ge(*s, base + k).ok());
     ASSERT_TRUE(wb.copy(r->va, mid->va, n).ok());
     ASSERT_TRUE(b.submit(wb, Deadline::after_ms(1000)).ok());
     CommandBuffer ca = a.commands();
-    for (size_t off = 0; off < n; off += piece) {
-      const bool last = off + piece == n;
-      if (last) {
-        ASSERT_TRUE(copy_add(ca, mid->va + off, src->va + off, piece, true, *s, 1).ok());
-      } else {
-        uint32_t dw[hopper::kCopyPieceDwords];
-        hopper::put_copy_piece(dw, mid->va + off, src->va + off, piece, off != 0);
-        ASSERT_TRUE(ca.raw(dw).ok());
-      }
-    }
+    record_a(ca, mid->va, src->va, piece, *s);
     ASSERT_TRUE(a.submit(ca, Deadline::after_ms(1000)).ok());
     ASSERT_TRUE(b.wait_done(Deadline::after_ms(5000)).ok()) << b.diagnose();
-    ASSERT_EQ(v[0], k);
-    ASSERT_EQ(std::memcmp(h->host, r->host, n), 0) << "round " << k << ": engine B saw the add before A's data";
-  }
-  ASSERT_TRUE(a.wait_done(Deadline::after_ms(5000)).ok());
-  for (Allocation* x : {&*src, &*mid, &*h, &*r}) EXPECT_TRUE(dev_->free(*x).ok());
-}
-
-// The same with the add as a LAUNCH_DMA of its own (no transfer, FLUSH)
-// after the pipelined pieces: how a list's "sent" add or a batch of arrivals
-// would look without the host's wait for idle (CONCCL_NV_CE_ADD=1).
-TEST_F(NvHw, CopyEngineAddAfterPipelinedCopies) {
-  if (dev_->channel_count() < 2) GTEST_SKIP() << "one channel";
-  const size_t n = 32u << 20, piece = 2u << 20, rounds = 8;
-  Result<Allocation> src = dev_->alloc(n, Placement::device), mid = dev_->alloc(n, Placement::device),
-                     h = dev_->alloc(n, Placement::host), r = dev_->alloc(n, Placement::host);
-  Result<uint64_t> s = dev_->alloc_slot();
-  ASSERT_TRUE(src.ok() && mid.ok() && h.ok() && r.ok() && s.ok());
-  volatile uint64_t* v = dev_->slot_host(*s);
-  v[0] = 0xFFFFFFFFull;
-  Channel& a = dev_->channel(0);
-  Channel& b = dev_->channel(1);
-  for (size_t k = 1; k <= rounds; ++k) {
-    fill_random(h->host, n, 200 + k);
-    std::memset(r->host, 0, n);
-    CommandBuffer up = a.commands();
-    ASSERT_TRUE(up.copy(src->va, h->va, n).ok());
-    ASSERT_TRUE(a.submit(up, Deadline::after_ms(1000)).ok());
-    ASSERT_TRUE(a.wait_done(Deadline::after_ms(5000)).ok());
-    CommandBuffer wb = b.commands();
-    ASSERT_TRUE(wb.wait_ge(*s, 0xFFFFFFFFull + k).ok());
-    ASSERT_TRUE(wb.copy(r->va, mid->va, n).ok());
-    ASSERT_TRUE(b.submit(wb, Deadline::after_ms(1000)).ok());
-    CommandBuffer ca = a.commands();
-    for (size_t off = 0; off < n; off += piece) {
-      uint32_t dw[hopper::kCopyPieceDwords];
-      hopper::put_copy_piece(dw, mid->va + off, src->va + off, piece, off != 0);
-      ASSERT_TRUE(ca.raw(dw).ok());
-    }
-    uint32_t add[hopper::kReleaseDwords];
-    hopper::put_release_add(add, *s, 1);
-    ASSERT_TRUE(ca.raw(add).ok());
-    ASSERT_TRUE(a.submit(ca, Deadline::after_ms(1000)).ok());
-    ASSERT_TRUE(b.wait_done(Deadline::after_ms(5000)).ok()) << b.diagnose();
-    ASSERT_EQ(v[0], 0xFFFFFFFFull + k);
+    ASSERT_EQ(v[0], base + k);
     size_t first_bad = n;
     for (size_t i = 0; i < n && first_bad == n; i += 4096)
       if (std::memcmp(h->as<uint8_t>() + i, r->as<uint8_t>() + i, std::min<size_t>(4096, n - i)) != 0) first_bad = i;
     ASSERT_EQ(first_bad, n) << "round " << k << ": engine B saw the add before A's data at byte " << first_bad;
   }
   ASSERT_TRUE(a.wait_done(Deadline::after_ms(5000)).ok());
-  for (Allocation* x : {&*src, &*mid, &*h, &*r}) EXPECT_TRUE(dev_->free(*x).ok());
+  for (Allocation* x : {&*src, &*mid, &*h, &*r}) EXPECT_TRUE(dev.free(*x).ok());
+}
+
+// Plain pieces of `piece` bytes copying [src, src+n) to mid, the first
+// NON_PIPELINED and the rest PIPELINED.
+void record_pieces(CommandBuffer& cb, uint64_t mid, uint64_t src, size_t piece, size_t n) {
+  for (size_t off = 0; off < n; off += piece) {
+    uint32_t dw[hopper::kCopyPieceDwords];
+    hopper::put_copy_piece(dw, mid + off, src + off, piece, off != 0);
+    ASSERT_TRUE(cb.raw(dw).ok());
+  }
+}
+
+// The add on the copy's last pipelined piece.
+TEST_F(NvHw, CopyEngineAddFollowsTheCopysData) {
+  expect_add_follows_data(*dev_, 4u << 20, 0, 100, [](CommandBuffer& cb, uint64_t mid, uint64_t src, size_t piece,
+                                                      uint64_t sem) {
+    const size_t n = 32u << 20;
+    record_pieces(cb, mid, src, piece, n - piece);
+    ASSERT_TRUE(copy_add(cb, mid + n - piece, src + n - piece, piece, true, sem, 1).ok());
+  });
+}
+
+// The add as a LAUNCH_DMA of its own (no transfer, FLUSH) after the
+// pipelined pieces: how a list's "sent" add or a batch of arrivals would
+// look without the host's wait for idle (CONCCL_NV_CE_ADD=1).
+TEST_F(NvHw, CopyEngineAddAfterPipelinedCopies) {
+  expect_add_follows_data(*dev_, 2u << 20, 0xFFFFFFFFull, 200,
+                          [](CommandBuffer& cb, uint64_t mid, uint64_t src, size_t piece, uint64_t sem) {
+                            record_pieces(cb, mid, src, piece, 32u << 20);
+                            uint32_t add[hopper::kReleaseDwords];
+                            hopper::put_release_add(add, sem, 1);
+                            ASSERT_TRUE(cb.raw(add).ok());
+                          });
 }
 
 // The bandwidth-budget set: the fewest PCEs that reach the rate, and a
