@@ -344,6 +344,16 @@ class Communicator {
     // CONCCL_FOLD_ARRIVALS=1 turns it on, else off until measured on
     // hardware. Plans are the same either way on instruction sets without it.
     std::optional<bool> fold_arrivals;
+    // Large copies between ranks that share a GPU (loopback), split over
+    // all of the GPU's engines by weight (PCEs on Hopper), as a striped p2p
+    // is: a copy of at least this many bytes puts a share on every engine,
+    // so that every rank count keeps every engine busy, where whole copies
+    // by weighted round robin leave the light engines idle with few ranks
+    // (2 ranks on an H200: every copy on LCE4). 0: never. Unset:
+    // CONCCL_STRIPE_MIN_BYTES (bytes, K/M/G suffixes), else 0 until
+    // measured on hardware. Every rank of a communicator must use the same
+    // value (it is part of the options that ranks compare when they join).
+    std::optional<uint64_t> stripe_min_bytes;
   };
   // gpus[r] is rank r's GPU index on `device`.
   static Result<std::unique_ptr<Communicator>> create(Device& device, std::vector<int> gpus,

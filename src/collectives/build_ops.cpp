@@ -15,12 +15,17 @@ namespace {
 uint64_t S(const CollectiveArgs& a, int r) { return a.send[static_cast<size_t>(r)].va; }
 uint64_t R(const CollectiveArgs& a, int r) { return a.recv[static_cast<size_t>(r)].va; }
 
-// One copy on list (src, engine_for(src, dst)) followed by dst's arrival.
+// One copy on list (src, engine_for(src, dst)) followed by dst's arrival;
+// a large copy between ranks on one GPU with striping on, a share on each
+// engine's list, each followed by its arrival (PlanBuilder::engine_shares).
 Status copy_to(PlanBuilder& b, int src, int dst, uint64_t dst_va, uint64_t src_va, uint64_t bytes) {
-  Result<PlanList*> l = b.list(src, b.engine_for(src, dst));
-  if (!l.ok()) return l.status();
-  CONCCL_RETURN_IF_ERROR(b.copy(**l, dst_va, src_va, bytes, dst));
-  return b.arrive(**l, dst);
+  for (const EngineShare& s : b.engine_shares(src, dst, bytes)) {
+    Result<PlanList*> l = b.list(src, s.engine);
+    if (!l.ok()) return l.status();
+    CONCCL_RETURN_IF_ERROR(b.copy(**l, dst_va + s.offset, src_va + s.offset, s.bytes, dst));
+    CONCCL_RETURN_IF_ERROR(b.arrive(**l, dst));
+  }
+  return Status();
 }
 
 // A local copy (skipped when in place, so no arrival is expected either).
@@ -89,29 +94,13 @@ Status p2p_over_engines(PlanBuilder& b, const CollectiveArgs& a, bool one_engine
   std::vector<int> engines = b.comm().engines_toward(src, dst);
   if (one_engine || engines.size() == 1) engines.resize(1);
   else if (a.engines > 0 && static_cast<size_t>(a.engines) < engines.size()) engines.resize(static_cast<size_t>(a.engines));
-  // Split by engine weight, in 256-byte units so pieces stay aligned.
   const GpuInfo& g = b.comm().device().topology().gpus[static_cast<size_t>(b.comm().gpu(src))];
-  auto weight = [&](int e) {
-    for (const EngineInfo& info : g.engines)
-      if (info.id == e) return info.weight > 0 ? info.weight : 1.0;
-    return 1.0;
-  };
-  double total_w = 0;
-  for (int e : engines) total_w += weight(e);
-  const uint64_t units = (a.bytes + 255) / 256;
-  uint64_t off = 0;
-  double acc = 0;
-  for (size_t i = 0; i < engines.size() && off < a.bytes; ++i) {
-    acc += weight(engines[i]);
-    uint64_t end = i + 1 == engines.size() ? a.bytes
-                                           : std::min<uint64_t>(a.bytes, static_cast<uint64_t>(acc / total_w * static_cast<double>(units)) * 256);
-    if (end <= off) continue;
-    Result<PlanList*> l = b.list(src, engines[i]);
+  for (const EngineShare& s : split_by_weight(g, engines, a.bytes)) {
+    Result<PlanList*> l = b.list(src, s.engine);
     if (!l.ok()) return l.status();
-    if (S(a, src) + off == R(a, dst) + off) return Status();  // in place
-    CONCCL_RETURN_IF_ERROR(b.copy(**l, R(a, dst) + off, S(a, src) + off, end - off, dst));
+    if (S(a, src) == R(a, dst)) return Status();  // in place: the first list alone, empty
+    CONCCL_RETURN_IF_ERROR(b.copy(**l, R(a, dst) + s.offset, S(a, src) + s.offset, s.bytes, dst));
     CONCCL_RETURN_IF_ERROR(b.arrive(**l, dst));
-    off = end;
   }
   return Status();
 }

@@ -32,6 +32,18 @@ inline uint64_t all_to_all_send_bytes(const CollectiveArgs& a, int n) {
 }
 inline bool packed_send(const CollectiveArgs& a) { return send_step(a) == a.bytes; }
 
+// A share of one copy: `bytes` from `offset` on `engine`.
+struct EngineShare {
+  int engine = 0;
+  uint64_t offset = 0, bytes = 0;
+};
+// `bytes` over `engines` in proportion to their weights (EngineInfo::weight:
+// PCEs on Hopper), in 256-byte units so shares stay aligned; the last engine
+// takes the remainder, and an engine whose share rounds to nothing is left out.
+std::vector<EngineShare> split_by_weight(const GpuInfo& g, const std::vector<int>& engines, uint64_t bytes);
+// Options::stripe_min_bytes, or CONCCL_STRIPE_MIN_BYTES where it is unset.
+uint64_t stripe_min_bytes(const Communicator::Options& o);
+
 class PlanBuilder {
  public:
   // shared: lists go on the GPU's per-engine queues (QueueSharing).
@@ -76,6 +88,12 @@ class PlanBuilder {
   // sizes a list's time is its fixed cost, and the ranks' lists then run on
   // all the engines at once instead of queueing on the heaviest one.
   int engine_for(int src, int dst) const;
+  // Where a copy from src into dst goes: one share on engine_for(src, dst);
+  // or, with striping (Options::stripe_min_bytes, loopback) for a copy of at
+  // least that many bytes between ranks on one GPU, a share on every engine
+  // of the GPU by weight, so that the light engines carry their part
+  // whatever the number of ranks.
+  std::vector<EngineShare> engine_shares(int src, int dst, uint64_t bytes) const;
   Communicator& comm() { return comm_; }
   // How a list waits for its trigger or every rank's "posted"
   // (CONCCL_HOLD_TRIGGERS=1: hold, else yield; CommandBuffer::WaitStyle).
@@ -90,6 +108,7 @@ class PlanBuilder {
   bool spread_;
   bool overlap_copies_;
   bool fold_arrivals_;
+  uint64_t stripe_min_bytes_;  // 0: no striping (engine_shares)
   // A list's last copy, not yet recorded, while it may still carry the
   // arrival that follows it.
   struct HeldCopy {

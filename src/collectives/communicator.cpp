@@ -338,15 +338,44 @@ struct ListForm {
   bool overlap_copies;  // CONCCL_OVERLAP_COPIES=0: each copy waits for the one before
   bool fold_arrivals;   // CONCCL_FOLD_ARRIVALS=1: a copy carries its arrival (Caps::copy_add)
   bool hold_triggers;   // CONCCL_HOLD_TRIGGERS=1: waits for a trigger or "posted" hold their engine
+  uint64_t stripe_min_bytes;  // CONCCL_STRIPE_MIN_BYTES: Options::stripe_min_bytes when unset
 };
 const ListForm& list_form() {
   using util::env_is;
   static const ListForm f{!env_is("CONCCL_BATCH_ARRIVALS", "0"), !env_is("CONCCL_SPREAD_SMALL", "0"),
                           !env_is("CONCCL_OVERLAP_COPIES", "0"), env_is("CONCCL_FOLD_ARRIVALS", "1"),
-                          env_is("CONCCL_HOLD_TRIGGERS", "1")};
+                          env_is("CONCCL_HOLD_TRIGGERS", "1"), util::env_bytes("CONCCL_STRIPE_MIN_BYTES").value_or(0)};
   return f;
 }
 }  // namespace
+
+uint64_t stripe_min_bytes(const Communicator::Options& o) {
+  return o.stripe_min_bytes.value_or(list_form().stripe_min_bytes);
+}
+
+std::vector<EngineShare> split_by_weight(const GpuInfo& g, const std::vector<int>& engines, uint64_t bytes) {
+  auto weight = [&](int e) {
+    for (const EngineInfo& info : g.engines)
+      if (info.id == e) return info.weight > 0 ? info.weight : 1.0;
+    return 1.0;
+  };
+  double total_w = 0;
+  for (int e : engines) total_w += weight(e);
+  const uint64_t units = (bytes + 255) / 256;
+  std::vector<EngineShare> out;
+  uint64_t off = 0;
+  double acc = 0;
+  for (size_t i = 0; i < engines.size() && off < bytes; ++i) {
+    acc += weight(engines[i]);
+    const uint64_t end =
+        i + 1 == engines.size() ? bytes
+                                : std::min<uint64_t>(bytes, static_cast<uint64_t>(acc / total_w * static_cast<double>(units)) * 256);
+    if (end <= off) continue;
+    out.push_back(EngineShare{engines[i], off, end - off});
+    off = end;
+  }
+  return out;
+}
 
 PlanBuilder::PlanBuilder(Communicator& comm, Plan& plan, bool shared)
     : comm_(comm),
@@ -355,7 +384,8 @@ PlanBuilder::PlanBuilder(Communicator& comm, Plan& plan, bool shared)
       batch_arrivals_(list_form().batch_arrivals && plan.variant() != Variant::chain),
       spread_(list_form().spread_small && comm.loopback() && plan.args().bytes <= kSpreadMaxBytes),
       overlap_copies_(list_form().overlap_copies),
-      fold_arrivals_(comm.options().fold_arrivals.value_or(list_form().fold_arrivals) && caps(comm.isa(0)).copy_add) {}
+      fold_arrivals_(comm.options().fold_arrivals.value_or(list_form().fold_arrivals) && caps(comm.isa(0)).copy_add),
+      stripe_min_bytes_(comm.loopback() ? stripe_min_bytes(comm.options()) : 0) {}
 
 CommandBuffer::WaitStyle PlanBuilder::trigger_wait_style() const {
   return list_form().hold_triggers ? CommandBuffer::WaitStyle::hold : CommandBuffer::WaitStyle::yield;
@@ -363,6 +393,15 @@ CommandBuffer::WaitStyle PlanBuilder::trigger_wait_style() const {
 
 int PlanBuilder::engine_for(int src, int dst) const {
   return spread_ ? comm_.spread_engine(src) : comm_.engine_for(src, dst);
+}
+
+std::vector<EngineShare> PlanBuilder::engine_shares(int src, int dst, uint64_t bytes) const {
+  if (stripe_min_bytes_ == 0 || bytes < stripe_min_bytes_ || !comm_.same_gpu(src, dst))
+    return {EngineShare{engine_for(src, dst), 0, bytes}};
+  std::vector<int> engines;
+  for (const EngineInfo* e : comm_.engine_pool(src)) engines.push_back(e->id);
+  if (engines.size() < 2) return {EngineShare{engine_for(src, dst), 0, bytes}};
+  return split_by_weight(comm_.device().topology().gpus[static_cast<size_t>(comm_.gpu(src))], engines, bytes);
 }
 
 Result<PlanList*> PlanBuilder::list(int rank, int engine) {

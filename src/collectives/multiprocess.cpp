@@ -36,6 +36,8 @@ std::string options_digest(const Communicator::Options& o) {
   std::string s = "loopback=" + std::to_string(o.loopback) + " ring_bytes=" + std::to_string(o.ring_bytes) +
                   " engines=";
   for (int e : o.engines) s += std::to_string(e) + ",";
+  // Striping changes how many arrivals a rank's buffers expect per call.
+  s += " stripe_min_bytes=" + std::to_string(stripe_min_bytes(o));
   return s;
 }
 

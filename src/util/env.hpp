@@ -3,7 +3,9 @@
 // keeps one setting; docs/collectives.md and docs/graphs.md list them.
 #pragma once
 
+#include <cstdint>
 #include <cstdlib>
+#include <optional>
 #include <string_view>
 
 namespace conccl::util {
@@ -12,6 +14,23 @@ namespace conccl::util {
 inline bool env_is(const char* name, std::string_view value) {
   const char* e = std::getenv(name);
   return e && value == e;
+}
+
+// Environment variable `name` as a byte count: digits with an optional K, M
+// or G suffix (powers of 1024). Unset, empty or malformed: nullopt.
+inline std::optional<uint64_t> env_bytes(const char* name) {
+  const char* e = std::getenv(name);
+  if (e == nullptr || *e < '0' || *e > '9') return std::nullopt;
+  char* end = nullptr;
+  uint64_t v = std::strtoull(e, &end, 10);
+  switch (*end) {
+    case 'K': v <<= 10; ++end; break;
+    case 'M': v <<= 20; ++end; break;
+    case 'G': v <<= 30; ++end; break;
+    default: break;
+  }
+  if (*end != '\0') return std::nullopt;
+  return v;
 }
 
 }  // namespace conccl::util

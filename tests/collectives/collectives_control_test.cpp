@@ -1217,6 +1217,93 @@ TEST(CollHopper, FoldedArrivalsRideOnTheCopies) {
   }
 }
 
+// Striping (Options::stripe_min_bytes): a copy of at least that many bytes
+// between ranks on one GPU puts a share on each of the GPU's engines by
+// weight (H200: LCE2 2, LCE3 2, LCE4 12 PCEs), so two ranks keep all three
+// engines busy where whole copies by weighted round robin put every copy on
+// LCE4. Smaller copies, and copies between GPUs, are placed as before.
+// Every op and Hopper variant, each byte checked by the model.
+TEST(CollHopper, LargeCopiesStripeOverTheGpusEngines) {
+  // Bytes each list copies, from its LAUNCH_DMAs' LINE_LENGTH_IN.
+  auto copied = [](const PlanList& l) {
+    const std::string text = l.cb.disassemble();
+    uint64_t n = 0;
+    const std::string key = "copy.line_length_in value=";
+    for (size_t at = text.find(key); at != std::string::npos; at = text.find(key, at + 1))
+      n += std::strtoull(text.c_str() + at + key.size(), nullptr, 0);
+    return n;
+  };
+  ASSERT_OK_AND_ASSIGN(std::unique_ptr<emu::EmuDevice> dev, make_device(Topo::h200loop4));
+  const uint64_t stripe = 64 * 1024;
+  int striped = 0;  // ranks' copies checked
+  for (int ranks : {2, 4}) {
+    Communicator::Options o;
+    o.loopback = true;
+    o.queues = Communicator::Options::QueueSharing::per_rank;  // chain's lists wait on each other
+    o.stripe_min_bytes = stripe;
+    ASSERT_OK_AND_ASSIGN(std::unique_ptr<Communicator> comm,
+                         Communicator::create(*dev, std::vector<int>(static_cast<size_t>(ranks), 0), o));
+    for (CollOp op : {CollOp::p2p, CollOp::broadcast, CollOp::gather, CollOp::scatter, CollOp::all_gather,
+                      CollOp::all_to_all}) {
+      for (Variant v : variants_for(op)) {
+        if (!variant_missing_cap(v, caps(Isa::hopper())).empty()) continue;
+        for (uint64_t bytes : {stripe - 256, 4 * stripe + 768}) {
+          SCOPED_TRACE(std::to_string(ranks) + " ranks " + coll_op_name(op) + " " + variant_name(v) + " " +
+                       std::to_string(bytes));
+          Mem mem(*dev, 3 + bytes);
+          const CollectiveArgs a = separate_args(mem, *comm, op, v, bytes, op == CollOp::p2p ? 0 : 1);
+          ASSERT_OK_AND_ASSIGN(std::unique_ptr<Plan> plan, comm->plan(a));
+          // pcpy, fanout and the p2p variants place each copy by
+          // engine_shares; b2b's groups and chain's links stay one list.
+          const Variant pv = plan->variant();
+          const bool stripes = bytes >= stripe && pv != Variant::b2b && pv != Variant::chain && pv != Variant::single;
+          std::map<int, std::map<int, uint64_t>> bytes_of;  // rank -> engine -> bytes
+          for (const PlanList& l : plan->lists()) bytes_of[l.rank][l.engine] += copied(l);
+          for (const auto& [rank, by_engine] : bytes_of) {
+            uint64_t total = 0;
+            for (const auto& [e, n] : by_engine) total += n;
+            if (total == 0) continue;
+            if (stripes) {
+              // 2:2:12 of every copy, in 256-byte units.
+              ASSERT_EQ(by_engine.size(), 3u) << plan->describe();
+              EXPECT_NEAR(double(by_engine.at(2)) / double(total), 2.0 / 16, 0.01) << plan->describe();
+              EXPECT_NEAR(double(by_engine.at(3)) / double(total), 2.0 / 16, 0.01) << plan->describe();
+              EXPECT_NEAR(double(by_engine.at(4)) / double(total), 12.0 / 16, 0.01) << plan->describe();
+              ++striped;
+            }
+          }
+          launch_and_verify(mem, *plan, comm->size(), 2);
+        }
+      }
+    }
+  }
+  EXPECT_GE(striped, 30);
+  {
+    // Without it, by weighted round robin, two ranks' copies all take LCE4.
+    Communicator::Options o;
+    o.loopback = true;
+    ASSERT_OK_AND_ASSIGN(std::unique_ptr<Communicator> comm, Communicator::create(*dev, {0, 0}, o));
+    Mem mem(*dev, 4);
+    const CollectiveArgs a = separate_args(mem, *comm, CollOp::all_gather, Variant::pcpy, 4 * stripe);
+    ASSERT_OK_AND_ASSIGN(std::unique_ptr<Plan> plan, comm->plan(a));
+    for (const PlanList& l : plan->lists()) EXPECT_EQ(l.engine, 4) << plan->describe();
+  }
+  // Between GPUs the link's engines carry a copy whole, whatever its size.
+  ASSERT_OK_AND_ASSIGN(std::unique_ptr<emu::EmuDevice> three, make_device(Topo::h200x3));
+  Communicator::Options o;
+  o.stripe_min_bytes = stripe;
+  ASSERT_OK_AND_ASSIGN(std::unique_ptr<Communicator> comm, Communicator::create(*three, topo_gpus(Topo::h200x3), o));
+  Mem mem(*three, 5 + stripe);
+  const CollectiveArgs a = separate_args(mem, *comm, CollOp::all_gather, Variant::pcpy, 4 * stripe);
+  ASSERT_OK_AND_ASSIGN(std::unique_ptr<Plan> plan, comm->plan(a));
+  Communicator::Options plain;
+  ASSERT_OK_AND_ASSIGN(std::unique_ptr<Communicator> comm2, Communicator::create(*three, topo_gpus(Topo::h200x3), plain));
+  ASSERT_OK_AND_ASSIGN(std::unique_ptr<Plan> plan2, comm2->plan(a));
+  ASSERT_EQ(plan->lists().size(), plan2->lists().size());
+  for (size_t i = 0; i < plan->lists().size(); ++i) EXPECT_EQ(plan->lists()[i].engine, plan2->lists()[i].engine);
+  launch_and_verify(mem, *plan, comm->size(), 1);
+}
+
 // A list's arrivals follow all of its copies, one add per destination, and
 // only the first of them waits for the engine to idle: one wait-for-idle per
 // list instead of one per copy (small messages were bound by them). A chain

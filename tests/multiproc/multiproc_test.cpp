@@ -653,6 +653,29 @@ TEST(MultiProcessFaults, RanksOnOneGpuWithoutLoopbackAreRefused) {
   }
 }
 
+// Options that shape the plans (here striping, which sets how many arrivals
+// a rank's buffers expect) must match: a rank that passes another value is
+// refused by every rank when the communicator forms, naming the option,
+// rather than left waiting for arrivals that never come.
+TEST(MultiProcessFaults, RanksWithDifferentStripingAreRefused) {
+  const UniqueId id = make_unique_id().value();
+  const Layout l{"h200", true, 2};
+  std::vector<RankOutcome> res = fork_ranks(all_ranks(2), [&](int r, std::string* out) {
+    Result<std::unique_ptr<emu::EmuDevice>> dev = emu::create(device_options(l, r));
+    if (!dev.ok()) return 2;
+    Communicator::Options o = comm_options(l);
+    o.stripe_min_bytes = r == 0 ? (1u << 20) : 0;
+    Result<std::unique_ptr<Communicator>> c = Communicator::create(**dev, r, 2, id, o);
+    *out = c.status().to_string();
+    return c.ok() ? 0 : 1;
+  });
+  for (const RankOutcome& o : res) {
+    EXPECT_EQ(o.exit_code, 1) << o.out;
+    EXPECT_NE(o.out.find("stripe_min_bytes=1048576"), std::string::npos) << o.out;
+    EXPECT_NE(o.out.find("every rank must pass the same options"), std::string::npos) << o.out;
+  }
+}
+
 TEST(MultiProcessFaults, OneProcessSlotForTwoRanksIsRefused) {
   const UniqueId id = make_unique_id().value();
   const Layout l{"mi300x", false, 2};
