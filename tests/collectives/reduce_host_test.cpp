@@ -292,7 +292,7 @@ TEST(ReduceHost, UnalignedBuffers) {
     std::vector<Bytes> shifted;
     for (const Bytes& b : in) {
       Bytes s(b.size() + 1);
-      std::memcpy(s.data() + 1, b.data(), b.size());
+      std::copy(b.begin(), b.end(), s.begin() + 1);
       shifted.push_back(s);
     }
     Bytes out(want.size() + 1);
