@@ -344,9 +344,10 @@ class Communicator {
     // CONCCL_FOLD_ARRIVALS=1 turns it on, else off until measured on
     // hardware. Plans are the same either way on instruction sets without it.
     std::optional<bool> fold_arrivals;
-    // Large copies between ranks that share a GPU (loopback), split over
-    // all of the GPU's engines by weight (PCEs on Hopper), as a striped p2p
-    // is: a copy of at least this many bytes puts a share on every engine,
+    // Large copies of a communicator whose ranks all share one GPU
+    // (loopback), split over all of the GPU's engines by weight (PCEs on
+    // Hopper), as a striped p2p is: a copy of at least this many bytes puts
+    // a share on every engine,
     // so that every rank count keeps every engine busy, where whole copies
     // by weighted round robin leave the light engines idle with few ranks
     // (2 ranks on an H200: every copy on LCE4). 0: never. Unset:

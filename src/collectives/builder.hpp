@@ -89,9 +89,9 @@ class PlanBuilder {
   // all the engines at once instead of queueing on the heaviest one.
   int engine_for(int src, int dst) const;
   // Where a copy from src into dst goes: one share on engine_for(src, dst);
-  // or, with striping (Options::stripe_min_bytes, loopback) for a copy of at
-  // least that many bytes between ranks on one GPU, a share on every engine
-  // of the GPU by weight, so that the light engines carry their part
+  // or, with striping (Options::stripe_min_bytes; loopback, every rank on
+  // one GPU) for a copy of at least that many bytes, a share on every
+  // engine of the GPU by weight, so that the light engines carry their part
   // whatever the number of ranks.
   std::vector<EngineShare> engine_shares(int src, int dst, uint64_t bytes) const;
   Communicator& comm() { return comm_; }

@@ -349,6 +349,17 @@ const ListForm& list_form() {
 }
 }  // namespace
 
+namespace {
+// Striping takes every engine of the GPU, so it is for communicators whose
+// ranks all share one GPU: elsewhere the engines of the GPU's links carry
+// peer traffic that striped local copies would queue behind.
+bool all_on_one_gpu(const Communicator& c) {
+  for (int r = 1; r < c.size(); ++r)
+    if (!c.same_gpu(0, r)) return false;
+  return true;
+}
+}  // namespace
+
 uint64_t stripe_min_bytes(const Communicator::Options& o) {
   return o.stripe_min_bytes.value_or(list_form().stripe_min_bytes);
 }
@@ -385,7 +396,7 @@ PlanBuilder::PlanBuilder(Communicator& comm, Plan& plan, bool shared)
       spread_(list_form().spread_small && comm.loopback() && plan.args().bytes <= kSpreadMaxBytes),
       overlap_copies_(list_form().overlap_copies),
       fold_arrivals_(comm.options().fold_arrivals.value_or(list_form().fold_arrivals) && caps(comm.isa(0)).copy_add),
-      stripe_min_bytes_(comm.loopback() ? stripe_min_bytes(comm.options()) : 0) {}
+      stripe_min_bytes_(comm.loopback() && all_on_one_gpu(comm) ? stripe_min_bytes(comm.options()) : 0) {}
 
 CommandBuffer::WaitStyle PlanBuilder::trigger_wait_style() const {
   return list_form().hold_triggers ? CommandBuffer::WaitStyle::hold : CommandBuffer::WaitStyle::yield;

@@ -1288,20 +1288,35 @@ TEST(CollHopper, LargeCopiesStripeOverTheGpusEngines) {
     ASSERT_OK_AND_ASSIGN(std::unique_ptr<Plan> plan, comm->plan(a));
     for (const PlanList& l : plan->lists()) EXPECT_EQ(l.engine, 4) << plan->describe();
   }
-  // Between GPUs the link's engines carry a copy whole, whatever its size.
-  ASSERT_OK_AND_ASSIGN(std::unique_ptr<emu::EmuDevice> three, make_device(Topo::h200x3));
-  Communicator::Options o;
-  o.stripe_min_bytes = stripe;
-  ASSERT_OK_AND_ASSIGN(std::unique_ptr<Communicator> comm, Communicator::create(*three, topo_gpus(Topo::h200x3), o));
-  Mem mem(*three, 5 + stripe);
-  const CollectiveArgs a = separate_args(mem, *comm, CollOp::all_gather, Variant::pcpy, 4 * stripe);
-  ASSERT_OK_AND_ASSIGN(std::unique_ptr<Plan> plan, comm->plan(a));
-  Communicator::Options plain;
-  ASSERT_OK_AND_ASSIGN(std::unique_ptr<Communicator> comm2, Communicator::create(*three, topo_gpus(Topo::h200x3), plain));
-  ASSERT_OK_AND_ASSIGN(std::unique_ptr<Plan> plan2, comm2->plan(a));
-  ASSERT_EQ(plan->lists().size(), plan2->lists().size());
-  for (size_t i = 0; i < plan->lists().size(); ++i) EXPECT_EQ(plan->lists()[i].engine, plan2->lists()[i].engine);
-  launch_and_verify(mem, *plan, comm->size(), 1);
+  // Communicators over several GPUs (three H200s; two SDMA GPUs with two
+  // loopback ranks each) place every copy as without the option: their
+  // links' engines carry peer traffic.
+  struct Spread {
+    Topo topo;
+    std::vector<int> gpus;
+    bool loopback;
+  };
+  for (const Spread& sp : {Spread{Topo::h200x3, topo_gpus(Topo::h200x3), false}, Spread{Topo::small3, {0, 1, 0, 1}, true}}) {
+    SCOPED_TRACE(topo_name(sp.topo));
+    ASSERT_OK_AND_ASSIGN(std::unique_ptr<emu::EmuDevice> d, make_device(sp.topo));
+    Communicator::Options o;
+    o.loopback = sp.loopback;
+    Communicator::Options striped = o;
+    striped.stripe_min_bytes = stripe;
+    ASSERT_OK_AND_ASSIGN(std::unique_ptr<Communicator> comm, Communicator::create(*d, sp.gpus, striped));
+    ASSERT_OK_AND_ASSIGN(std::unique_ptr<Communicator> plain, Communicator::create(*d, sp.gpus, o));
+    Mem mem(*d, 5 + stripe);
+    const CollectiveArgs a = separate_args(mem, *comm, CollOp::all_gather, Variant::pcpy, 4 * stripe);
+    ASSERT_OK_AND_ASSIGN(std::unique_ptr<Plan> plan, comm->plan(a));
+    ASSERT_OK_AND_ASSIGN(std::unique_ptr<Plan> plan2, plain->plan(a));
+    ASSERT_EQ(plan->lists().size(), plan2->lists().size());
+    for (size_t i = 0; i < plan->lists().size(); ++i) {
+      EXPECT_EQ(plan->lists()[i].rank, plan2->lists()[i].rank);
+      EXPECT_EQ(plan->lists()[i].engine, plan2->lists()[i].engine) << plan->describe();
+      EXPECT_EQ(plan->lists()[i].cb.size_dwords(), plan2->lists()[i].cb.size_dwords()) << plan->describe();
+    }
+    launch_and_verify(mem, *plan, comm->size(), 1);
+  }
 }
 
 // A list's arrivals follow all of its copies, one add per destination, and
