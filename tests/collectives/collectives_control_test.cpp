@@ -15,6 +15,7 @@
 #include "collectives/coll_fixture.hpp"
 #include "collectives/builder.hpp"
 #include "packets/hopper_ce.hpp"
+#include "util/env.hpp"
 
 namespace conccl {
 namespace {
@@ -1215,6 +1216,22 @@ TEST(CollHopper, FoldedArrivalsRideOnTheCopies) {
     EXPECT_GT(host_adds(l), 0) << plan->describe();
     EXPECT_EQ(copy_adds(l), 0) << plan->describe();
   }
+}
+
+// The byte counts of environment knobs (CONCCL_STRIPE_MIN_BYTES): digits
+// with an optional K, M or G; anything else is as if unset.
+TEST(EnvKnobs, ByteCountsTakeKMGSuffixes) {
+  const char* name = "CONCCL_TEST_ENV_BYTES";
+  const std::pair<const char*, std::optional<uint64_t>> cases[] = {
+      {"0", 0},          {"4096", 4096},       {"4K", 4096},         {"64K", 65536},
+      {"3M", 3u << 20},  {"2G", 2ull << 30},   {"", std::nullopt},   {"K", std::nullopt},
+      {"4KB", std::nullopt}, {"-1", std::nullopt}, {"1.5M", std::nullopt}, {"4k", std::nullopt}};
+  for (const auto& [text, want] : cases) {
+    ASSERT_EQ(setenv(name, text, 1), 0);
+    EXPECT_EQ(util::env_bytes(name), want) << "'" << text << "'";
+  }
+  unsetenv(name);
+  EXPECT_EQ(util::env_bytes(name), std::nullopt);
 }
 
 // Striping (Options::stripe_min_bytes): a copy of at least that many bytes
