@@ -347,10 +347,10 @@ class Communicator {
     // Large copies of a communicator whose ranks all share one GPU
     // (loopback), split over all of the GPU's engines by weight (PCEs on
     // Hopper), as a striped p2p is: a copy of at least this many bytes puts
-    // a share on every engine,
-    // so that every rank count keeps every engine busy, where whole copies
-    // by weighted round robin leave the light engines idle with few ranks
-    // (2 ranks on an H200: every copy on LCE4). 0: never. Unset:
+    // a share on every engine, so that every rank count keeps every engine
+    // busy, where whole copies by weighted round robin leave the light
+    // engines idle with few ranks (2 ranks on an H200: every copy on
+    // LCE4). 0: never. Unset:
     // CONCCL_STRIPE_MIN_BYTES (bytes, K/M/G suffixes), else 0 until
     // measured on hardware. Every rank of a communicator must use the same
     // value (it is part of the options that ranks compare when they join).

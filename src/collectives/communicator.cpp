@@ -347,9 +347,7 @@ const ListForm& list_form() {
                           env_is("CONCCL_HOLD_TRIGGERS", "1"), util::env_bytes("CONCCL_STRIPE_MIN_BYTES").value_or(0)};
   return f;
 }
-}  // namespace
 
-namespace {
 // Striping takes every engine of the GPU, so it is for communicators whose
 // ranks all share one GPU: elsewhere the engines of the GPU's links carry
 // peer traffic that striped local copies would queue behind.
