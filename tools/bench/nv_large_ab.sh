@@ -14,6 +14,7 @@
 set -uo pipefail
 . "$(dirname "$0")/nv_build_common.sh"  # OUT, B and the nv_* steps
 L=$OUT/large_ab; mkdir -p $L
+t0=$(date +%s)
 [ -f $B/build.ninja ] || nv_configure_lib $L/cfg.log  # a build of an earlier script in this lease is reused
 nv_build sdma-probe
 nv_build_time
