@@ -405,8 +405,8 @@ int PlanBuilder::engine_for(int src, int dst) const {
 }
 
 std::vector<EngineShare> PlanBuilder::engine_shares(int src, int dst, uint64_t bytes) const {
-  if (stripe_min_bytes_ == 0 || bytes < stripe_min_bytes_ || !comm_.same_gpu(src, dst))
-    return {EngineShare{engine_for(src, dst), 0, bytes}};
+  // stripe_min_bytes_ is 0 unless every rank is on one GPU (the constructor).
+  if (stripe_min_bytes_ == 0 || bytes < stripe_min_bytes_) return {EngineShare{engine_for(src, dst), 0, bytes}};
   std::vector<int> engines;
   for (const EngineInfo* e : comm_.engine_pool(src)) engines.push_back(e->id);
   if (engines.size() < 2) return {EngineShare{engine_for(src, dst), 0, bytes}};

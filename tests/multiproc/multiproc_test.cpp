@@ -610,20 +610,24 @@ TEST(MultiProcessFaults, MismatchedArgumentsAreRefusedAtPlanTime) {
   }
 }
 
-// Two ranks, each opening the emulator with settings(rank) in its own slot,
-// create a communicator; each one's text is what create said.
-std::vector<RankOutcome> create_two_ranks(const std::function<std::string(int)>& settings) {
+// Two ranks of layout `l`, each opening the emulator in its own slot (with
+// settings(rank) where given) and creating a communicator with the layout's
+// options as adjust(rank, ...) leaves them; each one's text is what create
+// said.
+std::vector<RankOutcome> create_two_ranks(const Layout& l, const std::function<std::string(int)>& settings,
+                                          const std::function<void(int, Communicator::Options&)>& adjust = {}) {
   const UniqueId id = make_unique_id().value();
-  const Layout l{"mi300x", false, 2};
   return fork_ranks(all_ranks(2), [&](int r, std::string* out) {
     DeviceOptions o = device_options(l, r);
-    o.settings = settings(r);
+    if (settings) o.settings = settings(r);
     Result<std::unique_ptr<emu::EmuDevice>> dev = emu::create(o);
     if (!dev.ok()) {
       *out = dev.status().to_string();
       return 2;
     }
-    Result<std::unique_ptr<Communicator>> c = Communicator::create(**dev, r, 2, id, comm_options(l));
+    Communicator::Options co = comm_options(l);
+    if (adjust) adjust(r, co);
+    Result<std::unique_ptr<Communicator>> c = Communicator::create(**dev, r, 2, id, co);
     *out = c.status().to_string();
     return c.ok() ? 0 : 1;
   });
@@ -634,7 +638,7 @@ std::vector<RankOutcome> create_two_ranks(const std::function<std::string(int)>&
 // cases), which needs GPUs of one kind: a rank whose GPU differs is refused
 // by every rank, naming both kinds and who does not see whom.
 TEST(MultiProcessFaults, IsolatedRanksOnGpusOfDifferentKindsAreRefused) {
-  for (const RankOutcome& o : create_two_ranks([](int r) {
+  for (const RankOutcome& o : create_two_ranks(Layout{"mi300x", false, 2}, [](int r) {
          return std::string(r == 0 ? "preset=mi300x" : "preset=small") + " memory_per_gpu=256M visible=" +
                 std::to_string(r);  // 16 engines against 4
        })) {
@@ -647,7 +651,8 @@ TEST(MultiProcessFaults, IsolatedRanksOnGpusOfDifferentKindsAreRefused) {
 // Two processes that see one GPU of the node each, the same one: their ranks
 // share it, which needs Options::loopback like ranks on one GPU in one process.
 TEST(MultiProcessFaults, RanksOnOneGpuWithoutLoopbackAreRefused) {
-  for (const RankOutcome& o : create_two_ranks([](int) { return std::string("preset=mi300x memory_per_gpu=256M visible=3"); })) {
+  for (const RankOutcome& o : create_two_ranks(Layout{"mi300x", false, 2},
+                                               [](int) { return std::string("preset=mi300x memory_per_gpu=256M visible=3"); })) {
     EXPECT_EQ(o.exit_code, 1) << o.out;
     EXPECT_NE(o.out.find("set Options::loopback"), std::string::npos) << o.out;
   }
@@ -658,18 +663,9 @@ TEST(MultiProcessFaults, RanksOnOneGpuWithoutLoopbackAreRefused) {
 // refused by every rank when the communicator forms, naming the option,
 // rather than left waiting for arrivals that never come.
 TEST(MultiProcessFaults, RanksWithDifferentStripingAreRefused) {
-  const UniqueId id = make_unique_id().value();
-  const Layout l{"h200", true, 2};
-  std::vector<RankOutcome> res = fork_ranks(all_ranks(2), [&](int r, std::string* out) {
-    Result<std::unique_ptr<emu::EmuDevice>> dev = emu::create(device_options(l, r));
-    if (!dev.ok()) return 2;
-    Communicator::Options o = comm_options(l);
-    o.stripe_min_bytes = r == 0 ? (1u << 20) : 0;
-    Result<std::unique_ptr<Communicator>> c = Communicator::create(**dev, r, 2, id, o);
-    *out = c.status().to_string();
-    return c.ok() ? 0 : 1;
-  });
-  for (const RankOutcome& o : res) {
+  for (const RankOutcome& o : create_two_ranks(Layout{"h200", true, 2}, nullptr, [](int r, Communicator::Options& co) {
+         co.stripe_min_bytes = r == 0 ? (1u << 20) : 0;
+       })) {
     EXPECT_EQ(o.exit_code, 1) << o.out;
     EXPECT_NE(o.out.find("stripe_min_bytes=1048576"), std::string::npos) << o.out;
     EXPECT_NE(o.out.find("every rank must pass the same options"), std::string::npos) << o.out;
