@@ -164,6 +164,15 @@ class StreamOps {
   virtual Status write_value64(uint64_t va, uint64_t value) = 0;
   // The work queued after this waits until the value at `va` is >= `value`.
   virtual Status wait_value64(uint64_t va, uint64_t value) = 0;
+  // After the work queued before it, store the 32-bit `value` at `va` (a
+  // 4-aligned address: the low half of a 64-bit word at `va`, which is
+  // little-endian on every device here). Captured calls record their replay
+  // ticks with it (docs/graphs.md); streams that cannot say so.
+  virtual Status write_value32(uint64_t va, uint32_t value) {
+    (void)va;
+    (void)value;
+    return error(Code::unavailable, "this stream cannot store a 32-bit value (a CUDA stream or a HostStream can)");
+  }
   // Several of the two, in order (wait: else a write). A stream that can
   // queue them in one step overrides it (CUDA: cuStreamBatchMemOp).
   struct Op {
@@ -196,7 +205,10 @@ class StreamOps {
   // `reset`, then add 1 to the word at `counter`; otherwise store 1 at
   // `reset`. A captured call's lists wait on the engines for `counter` to
   // reach their replay, and its stream waits for `reset` >= 1, which its
-  // closing list adds (docs/graphs.md).
+  // closing list adds. This is the kernel form of a capture's tick
+  // (CONCCL_REPLAY_TICK=kernel); the default form records only stores
+  // (write_value32, write_value64) and lets the communicator's keeper count
+  // (docs/graphs.md).
   struct ReplayTick {
     uint64_t counter = 0, reset = 0, stop = 0;  // signal words (addresses as for write_value64)
   };
@@ -231,6 +243,7 @@ class HostStream final : public StreamOps {
   ~HostStream() override;  // runs what is queued first (each wait bounded by wait_timeout)
   Status write_value64(uint64_t va, uint64_t value) override;
   Status wait_value64(uint64_t va, uint64_t value) override;
+  Status write_value32(uint64_t va, uint32_t value) override;
   // The reduction on the host, through the device's host mapping.
   Status reduce(const DeviceReduceStep& step) override;
   // Host work run in order with the rest (a producer or consumer of data).

@@ -129,6 +129,39 @@ struct CaptureLink {
 };
 struct CapturedCall;
 
+// A captured call's end and how its replays tick (docs/graphs.md). The
+// stream waits for `done` >= 1, which the replay's closing list adds. Each
+// replay first resets it and counts itself, in one of two forms
+// (CONCCL_REPLAY_TICK):
+//   by writes (the default): the stream stores 0 in the low half of `done`
+//     (write_value32), then 1 at `flag`; the keeper sees the flag, stores 0
+//     there and adds 1 to the capture's "posted" counter (take_tick), which
+//     the lists wait for. Stream memory operations only, no kernel: a
+//     kernel waits for its context's time slice when processes share a GPU
+//     without MPS (docs/perf/h200-graphs.md, run 46). A capture that must
+//     not run again sets the upper half of `done` (release), which no reset
+//     touches, so every later replay's wait passes at once, with or without
+//     a keeper;
+//   kernel: StreamOps::replay_tick (it reads `stop`, resets `done`, adds 1
+//     to "posted" itself).
+struct ReplayEnd {
+  Signal done, stop, flag;
+  bool by_writes = true;
+  uint32_t* done_upper = nullptr;  // by writes: the host mapping of done's upper half
+
+  // The form CONCCL_REPLAY_TICK names (read once): "kernel", else by writes.
+  static bool ticks_by_writes();
+  static Result<ReplayEnd> create(Device& device, const std::string& what);
+  // The steps every replay runs on `stream`: the graph keeps `keep` alive;
+  // the tick; the wait for `done`.
+  Status record(StreamOps& stream, std::shared_ptr<void> keep, const Signal& posted, const std::string& what) const;
+  // By writes, on the keeper's thread: a replay's flag becomes one more
+  // replay in `posted`. False when none was there.
+  bool take_tick(Signal& posted);
+  // The stream goes on now and at every later replay.
+  void release();
+};
+
 struct CallState {
   explicit CallState(Communicator& c);
   ~CallState();  // waits for calls in flight (up to call_timeout_ms), stops the watchdog
@@ -236,7 +269,7 @@ struct CallState {
     std::unique_ptr<Plan> plan;
     std::map<std::pair<int, int>, std::unique_ptr<Queue>> queues;
     std::unique_ptr<Queue> closer;
-    Signal done, stop;
+    ReplayEnd end;
     size_t slot = 0;
     uint64_t replays = 0;
     std::vector<uint64_t> base[kCounters];

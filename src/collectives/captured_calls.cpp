@@ -4,21 +4,23 @@
 // A captured call is compiled once, at capture, on counters of its own and
 // on queues of its own, so that its replays never wait behind ordinary
 // calls' lists nor those behind its. The stream records two steps:
-//   1. a replay tick (StreamOps::replay_tick; CUDA: a one-thread kernel):
-//      it resets the capture's end signal to 0 and adds 1 to the capture's
-//      "posted" counter, after the stream's earlier work;
+//   1. a replay tick, after the stream's earlier work: it resets the
+//      capture's end signal to 0 and counts one more replay in the
+//      capture's "posted" counter (ReplayEnd, calls.hpp: by two stream
+//      stores that the keeper turns into the count, or by a one-thread
+//      kernel);
 //   2. a wait for the end signal >= 1: a fixed value, as a graph's memory
 //      operation node needs.
-// The host is on no replay's path: the communicator's keeper
-// (replay_keeper.hpp) queues each capture's next replays ahead of its
-// stream. Replay r's lists wait on the engines for every rank's posted >= r
+// The caller's thread is on no replay's path: the communicator's keeper
+// (replay_keeper.hpp) queues each capture's replays onto the engines.
+// Replay r's lists wait on the engines for every rank's posted >= r
 // before they read or write anything; every other value they wait for or
 // add is computed from the counts of the replays before r, so counters only
 // grow and nothing is reset between replays but the end signal, which only
 // this rank's stream waits on. A closing list per replay waits for this
 // rank's arrivals and its own lists' ends, then adds 1 to the end signal.
-// A failed communicator sets the capture's stop word: later ticks then
-// only release the stream.
+// A failed communicator releases the capture (ReplayEnd::release): later
+// replays then only let the stream go on.
 #include <algorithm>
 #include <cstdio>
 #include <cstdlib>
@@ -27,6 +29,7 @@
 #include <thread>
 
 #include "collectives/calls.hpp"
+#include "util/env.hpp"
 
 namespace conccl {
 
@@ -43,13 +46,6 @@ Status close_replay(Queue& q, const std::vector<std::pair<uint64_t, uint64_t>>& 
   return q.submit(close, dl, span);
 }
 
-// The stream of a failed or gone capture goes on, and its later ticks only
-// release it.
-void release_replays(Signal& stop, Signal& done) {
-  if (stop.value() == 0) stop.set(1);
-  if (done.value() == 0) done.set(1);
-}
-
 // The queue of a capture's closing lists, on GPU `gpu`'s engine toward itself.
 Result<std::unique_ptr<Queue>> make_closer(Device& device, int gpu, const std::string& what) {
   Result<int> engine = device.engine_toward(gpu, gpu);
@@ -59,15 +55,6 @@ Result<std::unique_ptr<Queue>> make_closer(Device& device, int gpu, const std::s
   Result<std::unique_ptr<Queue>> closer = device.create_queue(gpu, *engine, qo);
   if (!closer.ok()) return closer.status().prefix(what + ": the queue of its closing list");
   return closer;
-}
-
-// A capture's steps on the stream: the graph keeps `keep` alive, then the
-// replay tick and the wait for the end signal.
-Status record_replay(StreamOps& stream, std::shared_ptr<void> keep, const Signal& posted, const Signal& done,
-                     const Signal& stop, const std::string& what) {
-  CONCCL_RETURN_IF_ERROR(stream.retain_for_replays(std::move(keep)).prefix(what));
-  CONCCL_RETURN_IF_ERROR(stream.replay_tick(StreamOps::ReplayTick{posted.va(), done.va(), stop.va()}).prefix(what));
-  return stream.wait_value64(done.va(), 1).prefix(what);
 }
 
 constexpr uint64_t kMaxArmed = 16;
@@ -84,6 +71,59 @@ uint64_t max_armed() {
 constexpr uint64_t kSubmitSlack = 256;  // what a submission adds to its list (timeline release, padding)
 
 }  // namespace
+
+bool ReplayEnd::ticks_by_writes() {
+  static const bool by_writes = !util::env_is("CONCCL_REPLAY_TICK", "kernel");
+  return by_writes;
+}
+
+Result<ReplayEnd> ReplayEnd::create(Device& device, const std::string& what) {
+  ReplayEnd e;
+  e.by_writes = ticks_by_writes();
+  for (Signal* sig : {&e.done, &e.stop, &e.flag}) {
+    Result<Signal> made = Signal::create(device, -1, 0);
+    if (!made.ok()) return made.status().prefix(what + ": its end signal");
+    *sig = std::move(made).value();
+  }
+  // The signal's value is one little-endian 64-bit word (include/conccl/signal.hpp).
+  e.done_upper = static_cast<uint32_t*>(device.host_pointer(e.done.va() + 4, 4));
+  if (!e.done_upper) return error(Code::internal, what + ": its end signal has no host mapping");
+  return e;
+}
+
+Status ReplayEnd::record(StreamOps& stream, std::shared_ptr<void> keep, const Signal& posted,
+                         const std::string& what) const {
+  CONCCL_RETURN_IF_ERROR(stream.retain_for_replays(std::move(keep)).prefix(what));
+  if (by_writes) {
+    // The reset before the flag: the keeper arms the replay, whose closing
+    // list adds to `done`, only once it sees the flag.
+    CONCCL_RETURN_IF_ERROR(stream.write_value32(done.va(), 0).prefix(what + " (CONCCL_REPLAY_TICK=kernel ticks "
+                                                                            "without it)"));
+    CONCCL_RETURN_IF_ERROR(stream.write_value64(flag.va(), 1).prefix(what));
+  } else {
+    CONCCL_RETURN_IF_ERROR(
+        stream.replay_tick(StreamOps::ReplayTick{posted.va(), done.va(), stop.va()}).prefix(what));
+  }
+  return stream.wait_value64(done.va(), 1).prefix(what);
+}
+
+bool ReplayEnd::take_tick(Signal& posted) {
+  if (!by_writes || flag.value() == 0) return false;
+  // One flag per replay: the next replay stores it only after this one's
+  // closing list, which is queued after this.
+  flag.set(0);
+  posted.set(posted.value() + 1);
+  return true;
+}
+
+void ReplayEnd::release() {
+  if (stop.value() == 0) stop.set(1);
+  if (by_writes) {
+    std::atomic_ref<uint32_t>(*done_upper).store(1, std::memory_order_release);
+    return;
+  }
+  if (done.value() == 0) done.set(1);  // a kernel tick that read "stop" as 0 just before it was set may reset it
+}
 
 uint64_t CallState::armed_depth(const Plan& plan) {
   std::map<const Queue*, uint64_t> bytes;
@@ -107,7 +147,7 @@ struct CapturedCall final : ReplayKeeper::Replays {
   std::map<std::pair<int, int>, std::unique_ptr<Queue>> queues;  // its lists' (made while compiling)
   std::unique_ptr<Plan> plan;
   std::unique_ptr<Queue> closer;         // the closing lists'
-  Signal done, stop;                     // its end (what the stream waits for), and "ticks only release"
+  ReplayEnd end;                         // what the stream waits for, and how replays tick
   Signal posted_me, arrive_me, sent_me;  // this rank's slot counters
   // The keeper's: every rank captured this call; each counter before the
   // next replay to arm; the replays armed and not yet seen to end (with the
@@ -123,6 +163,7 @@ struct CapturedCall final : ReplayKeeper::Replays {
   std::vector<uint64_t> settled_base[kCounters];
 
   uint64_t started() const override { return posted_me.value(); }
+  void take_ticks() override { end.take_tick(posted_me); }
   Result<bool> arm(uint64_t r) override { return state->arm_capture(*this, r); }
   bool ended(uint64_t r) override {
     settle();
@@ -131,7 +172,7 @@ struct CapturedCall final : ReplayKeeper::Replays {
   void fail(uint64_t r, const Status& why) override {
     state->fail(Status(why).prefix(name + " replay " + std::to_string(r)));
   }
-  void release() override { release_replays(stop, done); }
+  void release() override { end.release(); }
   Status check(uint64_t r, bool expired) override { return state->check_capture(*this, r, expired); }
   // Moves the replays that ended into `settled`: those whose closing list
   // has run, or (`ticked`: the graph's launches are done, so every replay
@@ -152,8 +193,8 @@ struct CapturedCall final : ReplayKeeper::Replays {
     if (CallState* st = link->state) {  // freed by the communicator's calling thread (reap_captures)
       st->keeper.forget(this);
       settle(true);
-      CallState::RetiredCapture r{std::move(plan), std::move(queues), std::move(closer), std::move(done),
-                                  std::move(stop), slot, settled, {}};
+      CallState::RetiredCapture r{std::move(plan), std::move(queues), std::move(closer), std::move(end), slot,
+                                  settled, {}};
       for (size_t c = 0; c < kCounters; ++c) r.base[c] = settled_base[c];
       std::lock_guard<std::mutex> rl(st->retired_mu);
       st->retired.push_back(std::move(r));
@@ -217,11 +258,9 @@ Status CallState::capture(const CollectiveArgs& a, StreamOps& stream) {
   cap->name = what;
   cap->desc = prepared->d;
   cap->timeout_ms = comm.options_.call_timeout_ms;
-  for (Signal* sig : {&cap->done, &cap->stop}) {
-    Result<Signal> made = Signal::create(comm.device_, -1, 0);
-    if (!made.ok()) return made.status().prefix(what + ": its end signal");
-    *sig = std::move(made).value();
-  }
+  Result<ReplayEnd> end = ReplayEnd::create(comm.device_, what);
+  if (!end.ok()) return end.status();
+  cap->end = std::move(end).value();
   for (auto [sig, off] : {std::pair{&cap->posted_me, kCapturePosted}, std::pair{&cap->arrive_me, kCaptureArrive},
                           std::pair{&cap->sent_me, kCaptureSent}}) {
     const uint64_t va = comm.pool_va_[size_t(me)] + kCaptureArea + slot * kCaptureSlotBytes + off;
@@ -246,7 +285,7 @@ Status CallState::capture(const CollectiveArgs& a, StreamOps& stream) {
 
   // The stream's steps, then the capture's bookkeeping (nothing is left
   // half-made when the stream refuses a step).
-  CONCCL_RETURN_IF_ERROR(record_replay(stream, cap, cap->posted_me, cap->done, cap->stop, what));
+  CONCCL_RETURN_IF_ERROR(cap->end.record(stream, cap, cap->posted_me, what));
   s.busy = true;
   ++captures;
   uint64_t* w = capture_desc(me, slot);
@@ -290,7 +329,7 @@ Result<bool> CallState::arm_capture(CapturedCall& c, uint64_t r) {
   }
   QueueSpan span;
   CONCCL_RETURN_IF_ERROR(
-      close_replay(*c.closer, {{c.arrive_me.va(), arrive_target}, {c.sent_me.va(), sent_target}}, c.done, dl, &span)
+      close_replay(*c.closer, {{c.arrive_me.va(), arrive_target}, {c.sent_me.va(), sent_target}}, c.end.done, dl, &span)
           .prefix(name + ": its closing list"));
   CapturedCall::Armed a{r, span.end, {}};
   for (size_t k = 0; k < kCounters; ++k) a.after[k] = c.next_base[k];
@@ -413,7 +452,7 @@ struct LocalCapture final : ReplayKeeper::Replays {
   std::vector<uint64_t> base[kCounters];    // per rank: each counter before the next replay to arm
   std::deque<std::pair<uint64_t, uint64_t>> armed;  // (replay, its closing list's ticket), not yet seen to end
   uint64_t settled = 0;                             // the last replay seen to end
-  Signal done, stop;
+  ReplayEnd end;
   std::shared_ptr<LocalReplays> shared;  // the communicator's failure and keeper
 
   ~LocalCapture() override {
@@ -427,6 +466,7 @@ struct LocalCapture final : ReplayKeeper::Replays {
   }
 
   uint64_t started() const override { return posted.value(); }
+  void take_ticks() override { end.take_tick(posted); }
   bool ended(uint64_t r) override {
     while (!armed.empty() && closer->completed() >= armed.front().second) {
       settled = armed.front().first;
@@ -437,7 +477,7 @@ struct LocalCapture final : ReplayKeeper::Replays {
   void fail(uint64_t r, const Status& why) override {
     shared->set(Status(why).prefix(name + " replay " + std::to_string(r)));
   }
-  void release() override { release_replays(stop, done); }
+  void release() override { end.release(); }
   Status check(uint64_t, bool expired) override {
     if (!expired) return Status();
     return error(Code::timeout, "its lists did not end within the call timeout (call_timeout_ms " +
@@ -462,7 +502,7 @@ struct LocalCapture final : ReplayKeeper::Replays {
       until.emplace_back(sent[q].va(), base[kCounterSent][q]);
     }
     QueueSpan span;
-    CONCCL_RETURN_IF_ERROR(close_replay(*closer, until, done, dl, &span).prefix(what + ": its closing list"));
+    CONCCL_RETURN_IF_ERROR(close_replay(*closer, until, end.done, dl, &span).prefix(what + ": its closing list"));
     armed.emplace_back(r, span.end);
     return true;
   }
@@ -488,11 +528,12 @@ Status Communicator::capture_local(const CollectiveArgs& given, StreamOps& strea
   if (!local_replays_) local_replays_ = std::make_shared<LocalReplays>();
   cap->shared = local_replays_;
   cap->shared_timeout_ms = options_.call_timeout_ms;
-  for (Signal* one : {&cap->posted, &cap->done, &cap->stop}) {
-    Result<Signal> made = Signal::create(device_, -1, 0);
-    if (!made.ok()) return made.status().prefix(what + ": its counters");
-    *one = std::move(made).value();
-  }
+  Result<Signal> posted = Signal::create(device_, -1, 0);
+  if (!posted.ok()) return posted.status().prefix(what + ": its counters");
+  cap->posted = std::move(posted).value();
+  Result<ReplayEnd> end = ReplayEnd::create(device_, what);
+  if (!end.ok()) return end.status();
+  cap->end = std::move(end).value();
   for (auto* v : {&cap->arrive, &cap->phase, &cap->sent})
     for (int r = 0; r < n; ++r) {
       Result<Signal> made = Signal::create(device_, -1, 0);
@@ -517,7 +558,7 @@ Status Communicator::capture_local(const CollectiveArgs& given, StreamOps& strea
   Result<std::unique_ptr<Queue>> closer = make_closer(device_, gpu(0), what);
   if (!closer.ok()) return closer.status();
   cap->closer = std::move(closer).value();
-  CONCCL_RETURN_IF_ERROR(record_replay(stream, cap, cap->posted, cap->done, cap->stop, what));
+  CONCCL_RETURN_IF_ERROR(cap->end.record(stream, cap, cap->posted, what));
   local_replays_->keeper.add(cap.get(), 1, CallState::armed_depth(*cap->plan), options_.call_timeout_ms);
   return Status();
 }

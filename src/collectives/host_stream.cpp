@@ -13,7 +13,7 @@ namespace conccl {
 
 struct HostStream::Impl {
   struct Op {  // (a Recording keeps them too)
-    enum Kind : uint8_t { write, wait, work } kind = work;
+    enum Kind : uint8_t { write, wait, work, write32 } kind = work;
     uint64_t va = 0, value = 0;
     std::function<Status()> fn;
   };
@@ -49,6 +49,12 @@ struct HostStream::Impl {
 
   Status execute(const Op& op) {
     if (op.kind == Op::work) return op.fn();
+    if (op.kind == Op::write32) {
+      auto* p32 = static_cast<uint32_t*>(device->host_pointer(op.va, 4));
+      if (!p32 || op.va % 4) return error(Code::invalid_argument, "HostStream: " + hex(op.va) + " has no host mapping or is not 4-aligned");
+      std::atomic_ref<uint32_t>(*p32).store(uint32_t(op.value), std::memory_order_release);
+      return Status();
+    }
     auto* p = static_cast<uint64_t*>(device->host_pointer(op.va, 8));
     if (!p) return error(Code::invalid_argument, "HostStream: " + hex(op.va) + " has no host mapping");
     std::atomic_ref<uint64_t> word(*p);
@@ -104,6 +110,11 @@ HostStream::~HostStream() {
   }
   impl_->cv.notify_all();
   if (impl_->thread.joinable()) impl_->thread.join();
+}
+
+Status HostStream::write_value32(uint64_t va, uint32_t value) {
+  if (va % 4) return error(Code::invalid_argument, "HostStream::write_value32: " + hex(va) + " is not 4-aligned");
+  return impl_->push(Impl::Op{Impl::Op::write32, va, value, {}});
 }
 
 Status HostStream::write_value64(uint64_t va, uint64_t value) {

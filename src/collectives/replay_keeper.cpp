@@ -108,6 +108,7 @@ bool ReplayKeeper::tend(Entry& e) {
     e.who->release();  // a tick that read "stop" just before it was set may have reset the end signal since
     return false;
   }
+  e.who->take_ticks();
   while (e.ended < e.armed && e.who->ended(e.ended + 1)) ++e.ended;
   const uint64_t limit = arm_ == Arm::on_tick ? std::min(e.ended + e.depth, e.who->started()) : e.ended + e.depth;
   while (e.armed < limit) {
@@ -155,7 +156,10 @@ void ReplayKeeper::run() {
     for (Entry& e : entries_) busy = tend(e) || busy;
     const auto now = std::chrono::steady_clock::now();
     if (busy) last_busy = now;
-    if (arm_ == Arm::on_tick && now - last_busy < kSpinFor) {
+    // CONCCL_KEEPER_SPIN=1: the ahead form spins too (a measurement: whether
+    // re-arming right behind each replay's end helps it).
+    static const bool spin_ahead = util::env_is("CONCCL_KEEPER_SPIN", "1");
+    if ((arm_ == Arm::on_tick || spin_ahead) && now - last_busy < kSpinFor) {
       // Ticks are seen within microseconds, not a timed wait's ~50 us slack.
       lk.unlock();
       std::this_thread::yield();

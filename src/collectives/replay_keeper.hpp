@@ -45,6 +45,9 @@ class ReplayKeeper {
     virtual ~Replays() = default;
     // Replays its stream has begun: the counter its tick bumps.
     virtual uint64_t started() const = 0;
+    // Counts a tick its stream recorded as a flag (ReplayEnd, calls.hpp):
+    // the keeper asks before every look at started().
+    virtual void take_ticks() {}
     // Queues replay r's lists and closing list (they wait for its tick).
     // false: not possible yet (another rank has not captured the call);
     // an error fails the replay.

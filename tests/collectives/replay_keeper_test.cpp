@@ -6,7 +6,9 @@
 // at the timeout naming who holds it up (or sooner when it cannot end) and
 // is released, that fail_all() and stop() release every
 // capture, and that forget() returns with the capture no longer touched.
-// And HostStream::replay_tick, the step a capture records.
+// And the two forms of the tick a capture records: HostStream::replay_tick
+// (the kernel form) and ReplayEnd's stores (the default), whose release
+// outlasts the reset every replay makes.
 #include <gtest/gtest.h>
 
 #include <atomic>
@@ -14,6 +16,7 @@
 #include <mutex>
 #include <thread>
 
+#include "collectives/calls.hpp"
 #include "collectives/replay_keeper.hpp"
 #include "conccl/collectives.hpp"
 #include "conccl/emu.hpp"
@@ -226,6 +229,51 @@ TEST(ReplayTick, CountsOneAndResetsUnlessStopped) {
   EXPECT_EQ(reset.value(), 1u) << "...and releases its stream's wait";
   // A word without a host mapping is refused when recorded.
   EXPECT_EQ(s->replay_tick({counter.va(), 0x10, stop.va()}).code(), Code::invalid_argument);
+}
+
+// The default tick (ReplayEnd by writes) on a HostStream: a replay stores 0
+// in the low half of the end word and 1 at the flag, then waits; the
+// keeper's take_tick turns the flag into one count of "posted"; the closing
+// list's add ends the replay. Once released, the end word's upper half makes
+// every later replay's wait pass although each still resets the low half.
+TEST(ReplayTick, ByWritesTheKeeperCountsAndReleaseOutlastsTheReset) {
+  if (!ReplayEnd::ticks_by_writes()) GTEST_SKIP() << "CONCCL_REPLAY_TICK=kernel";
+  DeviceOptions o;
+  o.settings = "preset=h200 memory_per_gpu=64M";
+  Result<std::unique_ptr<emu::EmuDevice>> dev = emu::create(o);
+  ASSERT_TRUE(dev.ok()) << dev.status().to_string();
+  Result<ReplayEnd> made = ReplayEnd::create(**dev, "test");
+  ASSERT_TRUE(made.ok()) << made.status().to_string();
+  ReplayEnd end = std::move(made).value();
+  Signal posted = std::move(Signal::create(**dev, -1, 0).value());
+  posted.set(9);
+  end.done.set(5);
+  std::unique_ptr<HostStream> s = std::move(HostStream::create(**dev, 20000).value());
+  ASSERT_TRUE(s->begin_capture().ok());
+  ASSERT_TRUE(end.record(*s, std::make_shared<int>(1), posted, "test").ok());
+  std::unique_ptr<HostStream::Recording> g = std::move(s->end_capture().value());
+  EXPECT_EQ(g->steps(), 3u) << "reset, flag, wait";
+  EXPECT_FALSE(end.take_tick(posted)) << "recorded, not run";
+  for (uint64_t replay = 1; replay <= 3; ++replay) {
+    ASSERT_TRUE(g->launch(*s).ok());
+    const Deadline dl = Deadline::after_ms(5000);
+    while (!end.take_tick(posted) && !dl.expired()) std::this_thread::yield();
+    EXPECT_EQ(posted.value(), 9 + replay);
+    EXPECT_EQ(end.flag.value(), 0u) << "the keeper takes the flag";
+    EXPECT_EQ(end.done.value(), 0u) << "the replay reset its end before its flag";
+    EXPECT_FALSE(s->synchronize(Deadline::after_ms(30)).ok()) << "the stream waits for the end";
+    end.done.add(1);  // the replay's closing list
+    ASSERT_TRUE(s->synchronize(Deadline::after_ms(5000)).ok());
+  }
+  end.release();
+  EXPECT_EQ(end.stop.value(), 1u);
+  for (int i = 0; i < 2; ++i) {
+    ASSERT_TRUE(g->launch(*s).ok());
+    ASSERT_TRUE(s->synchronize(Deadline::after_ms(5000)).ok()) << "a released capture's replays go on by themselves";
+    EXPECT_EQ(end.done.value(), 1ull << 32) << "the reset cleared the low half only";
+  }
+  EXPECT_EQ(posted.value(), 12u);
+  EXPECT_EQ(s->write_value32(end.done.va() + 2, 0).code(), Code::invalid_argument) << "not 4-aligned";
 }
 
 }  // namespace

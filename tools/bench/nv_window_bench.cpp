@@ -4,12 +4,16 @@
 // per call, for each size; every byte of one call per size verified first.
 //
 //   nv_window_bench --procs N [--op allgather|alltoall] [--min 1K] [--max 256M]
-//                   [--iters 200] [--host] [--graph] [--json FILE]
+//                   [--iters 200] [--host] [--graph] [--graph-execs K] [--json FILE]
 //
 // --host: calls ordered on the host (stream null) instead of the stream.
 // --graph: also one call per size captured into a CUDA graph and replayed
 // `iters` times back to back (docs/graphs.md): time and host time per
 // replay beside the uncaptured call's, one replay's bytes verified.
+// --graph-execs K: the captured graph instantiated K times, the launches
+// taking turns (one stream: still one replay after another), and a graph
+// of only a stream write and a satisfied wait timed alike, so that the
+// driver's own cost per launch shows beside the collective's.
 // The parent forks the ranks before any CUDA call; rank 0 prints the table
 // (the slowest rank's numbers) and writes the JSON.
 #include <cuda.h>
@@ -37,6 +41,7 @@ struct Opts {
   int iters = 200;
   bool host = false;
   bool graph = false;
+  int graph_execs = 1;
   std::string json;
 };
 
@@ -165,6 +170,8 @@ int measure_size(RankCtx& x, uint64_t bytes, Row* out) {
     CHECK_CU(cuStreamEndCapture(x.stream, &g));
     CHECK_OK(captured, "captured call");
     CHECK_CU(cuGraphInstantiateWithFlags(&ge, g, 0));
+    std::vector<CUgraphExec> more(size_t(o.graph_execs - 1), nullptr);
+    for (CUgraphExec& m : more) CHECK_CU(cuGraphInstantiateWithFlags(&m, g, 0));
     CHECK_CU(cuMemsetD8Async(x.base + x.send_region, 0xA5, rb, x.stream));
     CHECK_CU(cuGraphLaunch(ge, x.stream));
     CHECK_CU(cuMemcpyDtoHAsync(x.down.data(), x.base + x.send_region, rb, x.stream));
@@ -178,7 +185,8 @@ int measure_size(RankCtx& x, uint64_t bytes, Row* out) {
     const auto g0 = std::chrono::steady_clock::now();
     for (int i = 0; i < iters; ++i) {
       const auto h0 = std::chrono::steady_clock::now();
-      CHECK_CU(cuGraphLaunch(ge, x.stream));
+      const size_t turn = size_t(i) % size_t(o.graph_execs);
+      CHECK_CU(cuGraphLaunch(turn ? more[turn - 1] : ge, x.stream));
       ghost += std::chrono::duration<double, std::micro>(std::chrono::steady_clock::now() - h0).count();
     }
     CHECK_CU(cuStreamSynchronize(x.stream));
@@ -186,6 +194,7 @@ int measure_size(RankCtx& x, uint64_t bytes, Row* out) {
     row.graph_host_us = ghost / iters;
     CHECK_OK(c.async_error(), "timed replays (async)");
     CHECK_CU(cuGraphExecDestroy(ge));
+    for (CUgraphExec m : more) CHECK_CU(cuGraphExecDestroy(m));
     CHECK_CU(cuGraphDestroy(g));
   }
   *out = row;
@@ -290,6 +299,34 @@ int run_rank(const Opts& o, const UniqueId& id, int me) {
     if (int rc = measure_size(x, bytes, &row)) return rc;
     rows.push_back(row);
   }
+  if (o.graph && o.graph_execs > 1 && me == 0) {
+    // The driver's own cost: a graph of a stream write and a wait it satisfies.
+    CUdeviceptr word = 0;
+    CHECK_CU(cuMemAlloc(&word, 8));
+    CUgraph g = nullptr;
+    CUgraphExec ge = nullptr;
+    CHECK_CU(cuStreamBeginCapture(stream, CU_STREAM_CAPTURE_MODE_THREAD_LOCAL));
+    CHECK_CU(cuStreamWriteValue64(stream, word, 1, 0));
+    CHECK_CU(cuStreamWaitValue64(stream, word, 1, 0));
+    CHECK_CU(cuStreamEndCapture(stream, &g));
+    CHECK_CU(cuGraphInstantiateWithFlags(&ge, g, 0));
+    for (int i = 0; i < 10; ++i) CHECK_CU(cuGraphLaunch(ge, stream));
+    CHECK_CU(cuStreamSynchronize(stream));
+    double host = 0;
+    const auto t0 = std::chrono::steady_clock::now();
+    for (int i = 0; i < o.iters; ++i) {
+      const auto h0 = std::chrono::steady_clock::now();
+      CHECK_CU(cuGraphLaunch(ge, stream));
+      host += std::chrono::duration<double, std::micro>(std::chrono::steady_clock::now() - h0).count();
+    }
+    CHECK_CU(cuStreamSynchronize(stream));
+    const double us = std::chrono::duration<double, std::micro>(std::chrono::steady_clock::now() - t0).count();
+    std::printf("graph of one stream write and one satisfied wait (rank 0): %.2f us per launch, host %.2f us\n",
+                us / o.iters, host / o.iters);
+    CHECK_CU(cuGraphExecDestroy(ge));
+    CHECK_CU(cuGraphDestroy(g));
+    CHECK_CU(cuMemFree(word));
+  }
   // Rank 0 gets every rank's rows (outside the timed loops) and reports the slowest.
   std::string mine(reinterpret_cast<const char*>(rows.data()), rows.size() * sizeof(Row));
   Result<std::vector<Bootstrap::Message>> all = c.bootstrap()->exchange("results", mine, {}, Deadline::after_ms(60000));
@@ -318,15 +355,17 @@ int main(int argc, char** argv) {
     else if (a == "--iters") o.iters = std::atoi(next().c_str());
     else if (a == "--host") o.host = true;
     else if (a == "--graph") o.graph = true;
+    else if (a == "--graph-execs") o.graph_execs = std::atoi(next().c_str());
     else if (a == "--json") o.json = next();
     else {
       std::fprintf(stderr, "usage: nv_window_bench --procs N [--op allgather|alltoall] [--min 1K] [--max 256M] "
-                           "[--iters 200] [--host] [--graph] [--json FILE]\n");
+                           "[--iters 200] [--host] [--graph] [--graph-execs K] [--json FILE]\n");
       return 2;
     }
   }
-  if (o.procs < 1 || o.procs > 16 || o.min == 0 || o.min > o.max || o.iters < 1) {
-    std::fprintf(stderr, "nv_window_bench: --procs 1..16, 0 < --min <= --max, --iters >= 1\n");
+  if (o.procs < 1 || o.procs > 16 || o.min == 0 || o.min > o.max || o.iters < 1 || o.graph_execs < 1 ||
+      o.graph_execs > 8) {
+    std::fprintf(stderr, "nv_window_bench: --procs 1..16, 0 < --min <= --max, --iters >= 1, --graph-execs 1..8\n");
     return 2;
   }
   Result<UniqueId> id = make_unique_id();

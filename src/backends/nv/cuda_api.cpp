@@ -63,6 +63,7 @@ const CudaApi& api() {
     (void)load(a.lib, a.cuMemHostUnregister, "cuMemHostUnregister");
     (void)load(a.lib, a.cuStreamWriteValue64, "cuStreamWriteValue64_v2", "cuStreamWriteValue64");
     (void)load(a.lib, a.cuStreamWaitValue64, "cuStreamWaitValue64_v2", "cuStreamWaitValue64");
+    (void)load(a.lib, a.cuStreamWriteValue32, "cuStreamWriteValue32_v2", "cuStreamWriteValue32");
     (void)load(a.lib, a.cuStreamQuery, "cuStreamQuery");
     (void)load(a.lib, a.cuStreamBatchMemOp, "cuStreamBatchMemOp_v2", "cuStreamBatchMemOp");
     (void)load(a.lib, a.cuStreamIsCapturing, "cuStreamIsCapturing");

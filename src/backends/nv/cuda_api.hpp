@@ -87,6 +87,7 @@ struct CudaApi {
   // Stream memory operations (optional: only stream ordering needs them).
   CUresult (*cuStreamWriteValue64)(void*, CUdeviceptr, uint64_t, unsigned) = nullptr;
   CUresult (*cuStreamWaitValue64)(void*, CUdeviceptr, uint64_t, unsigned) = nullptr;
+  CUresult (*cuStreamWriteValue32)(void*, CUdeviceptr, uint32_t, unsigned) = nullptr;  // a captured call's tick
   CUresult (*cuStreamQuery)(void*) = nullptr;
   CUresult (*cuStreamBatchMemOp)(void*, unsigned, void*, unsigned) = nullptr;
   CUresult (*cuStreamIsCapturing)(void*, int*) = nullptr;  // CUstreamCaptureStatus*

@@ -412,6 +412,16 @@ Status stream_write_value64(void* stream, uint64_t va, uint64_t value) {
   return cu_check(a.cuStreamWriteValue64(stream, va, value, 0), "cuStreamWriteValue64 at " + hex(va));
 }
 
+// cuda.h: CU_STREAM_WRITE_VALUE_DEFAULT (0) fences the stream's earlier
+// writes before this one, which a captured call's tick relies on (its reset
+// of the end signal is seen before its flag).
+Status stream_write_value32(void* stream, uint64_t va, uint32_t value) {
+  const CudaApi& a = api();
+  CONCCL_RETURN_IF_ERROR(a.status);
+  if (!a.cuStreamWriteValue32) return error(Code::unavailable, "libcuda lacks cuStreamWriteValue32_v2 (CUDA 11.7+)");
+  return cu_check(a.cuStreamWriteValue32(stream, va, value, 0), "cuStreamWriteValue32 at " + hex(va));
+}
+
 Status stream_wait_value64(void* stream, uint64_t va, uint64_t value) {
   const CudaApi& a = api();
   CONCCL_RETURN_IF_ERROR(a.status);

@@ -20,6 +20,7 @@ class CudaStreamOps final : public conccl::StreamOps {
   explicit CudaStreamOps(void* stream) : stream_(stream) {}
   Status write_value64(uint64_t va, uint64_t value) override { return stream_write_value64(stream_, va, value); }
   Status wait_value64(uint64_t va, uint64_t value) override { return stream_wait_value64(stream_, va, value); }
+  Status write_value32(uint64_t va, uint32_t value) override { return stream_write_value32(stream_, va, value); }
   Status reduce(const DeviceReduceStep& step) override { return launch_reduce(stream_, step); }
   Status ready_to_order() override { return stream_not_capturing(stream_); }
   bool capturing() const override { return stream_records_collectives(stream_); }

@@ -399,6 +399,7 @@ class Gpu {
 // stream's prior work, and a wait until the word is >= value.
 Status stream_write_value64(void* stream, uint64_t va, uint64_t value);
 Status stream_wait_value64(void* stream, uint64_t va, uint64_t value);
+Status stream_write_value32(void* stream, uint64_t va, uint32_t value);
 // Several of those in one driver call (cuStreamBatchMemOp), in order; one
 // call per operation where the driver lacks it.
 struct StreamMemOp {
