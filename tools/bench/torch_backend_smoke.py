@@ -27,7 +27,8 @@ barrier, async_op Work), a sub-group, send/recv and batch_isend_irecv, object
 collectives, the coalesced calls and _coalescing_manager,
 the functional collectives (torch 2.x: they enter the group from C++, through
 the PyProcessGroup trampoline, and show which overrides that reaches), a DDP
-step, and an FSDP2 step (torch.distributed.fsdp.fully_shard, when torch has it).
+step, an FSDP2 step (torch.distributed.fsdp.fully_shard, when torch has it), and ops
+captured in a CUDA graph and replayed (nv only).
 
 The DDP and FSDP2 steps are compared with a single-process reference computed in
 every worker: the same model (same seed) unsharded, run on each rank's batch in
@@ -430,6 +431,40 @@ def check_fsdp2(c):
         model.zero_grad(set_to_none=True)
 
 
+def check_cuda_graph(c):
+    # torch.cuda.graph around the ops (docs/graphs.md): an all-gather of a plain
+    # tensor (staged through the group's window) and an all-reduce, captured once,
+    # replayed with new inputs each time, every element checked.
+    if c.dev.type != "cuda":
+        raise Skip("CUDA graphs need CUDA tensors (CONCCL_BACKEND=nv)")
+    k = 1000
+    base = torch.arange(k, dtype=torch.float32, device=c.dev)
+    src = base * (c.rank + 1)
+    gathered = torch.empty(c.n * k, device=c.dev)
+    summed = torch.empty(k, device=c.dev)
+
+    def step():
+        dist.all_gather_into_tensor(gathered, src)
+        summed.copy_(src)
+        dist.all_reduce(summed)
+
+    side = torch.cuda.Stream()
+    side.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(side):  # warm-up outside the capture, as torch asks
+        step()
+    torch.cuda.current_stream().wait_stream(side)
+    g = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(g):
+        step()
+    tri = c.n * (c.n + 1) / 2
+    for rep in range(1, 51):
+        src.copy_(base * (c.rank + 1) + rep)
+        g.replay()
+        _close(gathered, torch.cat([base * (r + 1) + rep for r in range(c.n)]), f"replay {rep}: all-gather")
+        _close(summed, base * tri + rep * c.n, f"replay {rep}: all-reduce")
+    del g
+
+
 def check_destroy(c):
     dist.destroy_process_group()
 
@@ -459,6 +494,7 @@ CHECKS = [
     ("functional reduce_scatter_tensor (C++ -> group)", check_funcol_reduce_scatter),
     ("DDP step vs single-process reference", check_ddp),
     ("FSDP2 bf16 steps vs single-process reference", check_fsdp2),
+    ("CUDA graph: all_gather_into_tensor + all_reduce, 50 replays", check_cuda_graph),
     ("destroy_process_group", check_destroy),
 ]
 
