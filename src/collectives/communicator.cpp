@@ -338,13 +338,13 @@ struct ListForm {
   bool overlap_copies;  // CONCCL_OVERLAP_COPIES=0: each copy waits for the one before
   bool fold_arrivals;   // CONCCL_FOLD_ARRIVALS=1: a copy carries its arrival (Caps::copy_add)
   bool hold_triggers;   // CONCCL_HOLD_TRIGGERS=1: waits for a trigger or "posted" hold their engine
-  uint64_t stripe_min_bytes;  // CONCCL_STRIPE_MIN_BYTES: Options::stripe_min_bytes when unset
+  std::optional<uint64_t> stripe_min_bytes;  // CONCCL_STRIPE_MIN_BYTES: Options::stripe_min_bytes when unset
 };
 const ListForm& list_form() {
   using util::env_is;
   static const ListForm f{!env_is("CONCCL_BATCH_ARRIVALS", "0"), !env_is("CONCCL_SPREAD_SMALL", "0"),
                           !env_is("CONCCL_OVERLAP_COPIES", "0"), env_is("CONCCL_FOLD_ARRIVALS", "1"),
-                          env_is("CONCCL_HOLD_TRIGGERS", "1"), util::env_bytes("CONCCL_STRIPE_MIN_BYTES").value_or(0)};
+                          env_is("CONCCL_HOLD_TRIGGERS", "1"), util::env_bytes("CONCCL_STRIPE_MIN_BYTES")};
   return f;
 }
 
@@ -358,8 +358,17 @@ bool all_on_one_gpu(const Communicator& c) {
 }
 }  // namespace
 
-uint64_t stripe_min_bytes(const Communicator::Options& o) {
-  return o.stripe_min_bytes.value_or(list_form().stripe_min_bytes);
+uint64_t stripe_min_bytes(const Communicator::Options& o, int ranks) {
+  // The default, measured on an H100 (docs/perf/h200-collectives.md, run
+  // 48): with 8 loopback ranks whole copies left engines idle, 64 MiB
+  // all-gathers and all-to-alls ran 1.79x faster striped (128 MiB 1.28x,
+  // 256 MiB 1.02x); with 2 and 4 ranks whole copies were 1-3 % faster at
+  // 64-256 MiB and up to 17 % at 16-32 MiB, and 8 ranks broke even at
+  // 16-32 MiB.
+  constexpr int kDefaultRanks = 8;
+  constexpr uint64_t kDefaultBytes = 64ull << 20;
+  const std::optional<uint64_t> set = o.stripe_min_bytes ? o.stripe_min_bytes : list_form().stripe_min_bytes;
+  return set.value_or(ranks >= kDefaultRanks ? kDefaultBytes : 0);
 }
 
 std::vector<EngineShare> split_by_weight(const GpuInfo& g, const std::vector<int>& engines, uint64_t bytes) {
@@ -394,7 +403,7 @@ PlanBuilder::PlanBuilder(Communicator& comm, Plan& plan, bool shared)
       spread_(list_form().spread_small && comm.loopback() && plan.args().bytes <= kSpreadMaxBytes),
       overlap_copies_(list_form().overlap_copies),
       fold_arrivals_(comm.options().fold_arrivals.value_or(list_form().fold_arrivals) && caps(comm.isa(0)).copy_add),
-      stripe_min_bytes_(comm.loopback() && all_on_one_gpu(comm) ? stripe_min_bytes(comm.options()) : 0) {}
+      stripe_min_bytes_(comm.loopback() && all_on_one_gpu(comm) ? stripe_min_bytes(comm.options(), comm.size()) : 0) {}
 
 CommandBuffer::WaitStyle PlanBuilder::trigger_wait_style() const {
   return list_form().hold_triggers ? CommandBuffer::WaitStyle::hold : CommandBuffer::WaitStyle::yield;

@@ -32,12 +32,12 @@ using wire::Writer;
 
 constexpr size_t kPoolBytes = 1 << 20;  // 65536 signals per rank
 
-std::string options_digest(const Communicator::Options& o) {
+std::string options_digest(const Communicator::Options& o, int nranks) {
   std::string s = "loopback=" + std::to_string(o.loopback) + " ring_bytes=" + std::to_string(o.ring_bytes) +
                   " engines=";
   for (int e : o.engines) s += std::to_string(e) + ",";
   // Striping changes how many arrivals a rank's buffers expect per call.
-  s += " stripe_min_bytes=" + std::to_string(stripe_min_bytes(o));
+  s += " stripe_min_bytes=" + std::to_string(stripe_min_bytes(o, nranks));
   return s;
 }
 
@@ -128,7 +128,7 @@ Result<std::unique_ptr<Communicator>> Communicator::create(Device& device, int r
 
   // Agree on the GPUs, the options and the address layout.
   Writer w;
-  put_hello(w, device.topology(), gpu, device.process_slot(), options_digest(options));
+  put_hello(w, device.topology(), gpu, device.process_slot(), options_digest(options, nranks));
   Result<std::vector<Bootstrap::Message>> all = (*boot)->exchange("create", w.str(), {}, deadline);
   if (!all.ok()) return all.status().prefix("joining the communicator");
   std::vector<RankHello> hellos;
@@ -137,10 +137,10 @@ Result<std::unique_ptr<Communicator>> Communicator::create(Device& device, int r
     hellos.push_back(get_hello(rd));
     const RankHello& h = hellos.back();
     if (!rd.ok()) return error(Code::invalid_argument, "rank " + std::to_string(r) + " sent a malformed create message (another ConCCL version, or not a ConCCL rank)");
-    if (h.options != options_digest(options))
+    if (h.options != options_digest(options, nranks))
       return error(Code::invalid_argument, "rank " + std::to_string(r) + " created its communicator with options " +
                                                h.options + ", rank " + std::to_string(rank) + " with " +
-                                               options_digest(options) + ": every rank must pass the same options");
+                                               options_digest(options, nranks) + ": every rank must pass the same options");
     for (int q = 0; q < r; ++q)
       if (hellos[static_cast<size_t>(q)].slot == h.slot)
         return error(Code::invalid_argument,

@@ -1336,6 +1336,60 @@ TEST(CollHopper, LargeCopiesStripeOverTheGpusEngines) {
   }
 }
 
+// The default (Options::stripe_min_bytes and CONCCL_STRIPE_MIN_BYTES unset):
+// striped from 64 MiB with 8 or more loopback ranks on one GPU, whole with
+// fewer (docs/collectives.md; an H100 measured both, run 48). Plans only:
+// the data path is the test above's.
+TEST(CollHopper, StripingIsTheDefaultFromEightRanks) {
+  if (std::getenv("CONCCL_STRIPE_MIN_BYTES")) GTEST_SKIP() << "CONCCL_STRIPE_MIN_BYTES is set";
+  auto copied = [](const PlanList& l) {
+    const std::string text = l.cb.disassemble();
+    uint64_t n = 0;
+    const std::string key = "copy.line_length_in value=";
+    for (size_t at = text.find(key); at != std::string::npos; at = text.find(key, at + 1))
+      n += std::strtoull(text.c_str() + at + key.size(), nullptr, 0);
+    return n;
+  };
+  DeviceOptions d;
+  d.settings = "preset=h200 memory_per_gpu=1G";  // reserved, never touched: nothing runs
+  ASSERT_OK_AND_ASSIGN(std::unique_ptr<emu::EmuDevice> dev, emu::create(d));
+  const uint64_t big = 64ull << 20;
+  for (int ranks : {4, 8}) {
+    ASSERT_OK_AND_ASSIGN(std::unique_ptr<Communicator> comm,
+                         Communicator::create(*dev, std::vector<int>(size_t(ranks), 0), [] {
+                           Communicator::Options o;
+                           o.loopback = true;
+                           return o;
+                         }()));
+    for (uint64_t bytes : {big - 256, big}) {
+      SCOPED_TRACE(std::to_string(ranks) + " ranks, " + std::to_string(bytes) + " bytes");
+      std::vector<UniqueBuffer> held;
+      CollectiveArgs a;
+      a.op = CollOp::broadcast;
+      a.variant = Variant::fanout;
+      a.bytes = bytes;
+      for (int r = 0; r <= ranks; ++r) {
+        ASSERT_OK_AND_ASSIGN(UniqueBuffer b, UniqueBuffer::alloc(*dev, 0, bytes, MemKind::device));
+        (r == 0 ? a.send : a.recv).push_back(b.get());
+        held.push_back(std::move(b));
+      }
+      ASSERT_OK_AND_ASSIGN(std::unique_ptr<Plan> plan, comm->plan(a));
+      std::map<int, uint64_t> by_engine;  // the root's copies
+      for (const PlanList& l : plan->lists())
+        if (l.rank == 0) by_engine[l.engine] += copied(l);
+      uint64_t total = 0;
+      for (const auto& [e, n] : by_engine) total += n;
+      ASSERT_EQ(total, bytes * uint64_t(ranks)) << plan->describe();  // into every rank, the root too
+      if (ranks >= 8 && bytes >= big) {
+        ASSERT_EQ(by_engine.size(), 3u) << plan->describe();
+        EXPECT_NEAR(double(by_engine.at(4)) / double(total), 12.0 / 16, 0.01) << plan->describe();
+      } else {
+        for (const auto& [e, n] : by_engine) EXPECT_EQ(n % bytes, 0u) << "engine " << e << " carries whole copies";
+      }
+    }
+  }
+}
+
 // A list's arrivals follow all of its copies, one add per destination, and
 // only the first of them waits for the engine to idle: one wait-for-idle per
 // list instead of one per copy (small messages were bound by them). A chain
