@@ -57,6 +57,15 @@ Result<std::unique_ptr<Queue>> make_closer(Device& device, int gpu, const std::s
   return closer;
 }
 
+// CONCCL_REPLAY_CLOSE=keeper: no closing list on an engine; the keeper ends
+// each replay itself (adds 1 to its end signal) once this rank's counters
+// show every arrival and its own lists' ends. A measurement: whether the
+// closing list's engine hop costs a replay more than the keeper's look.
+bool close_by_keeper() {
+  static const bool k = util::env_is("CONCCL_REPLAY_CLOSE", "keeper");
+  return k;
+}
+
 constexpr uint64_t kMaxArmed = 16;
 // CONCCL_REPLAY_DEPTH=N arms at most N replays ahead (a diagnostic: how far
 // ahead armed lists cost what they wait at), read once.
@@ -157,6 +166,8 @@ struct CapturedCall final : ReplayKeeper::Replays {
   struct Armed {
     uint64_t r = 0, ticket = 0;
     std::vector<uint64_t> after[kCounters];
+    bool by_keeper = false;  // close_by_keeper(): ends when this rank's counters reach these
+    uint64_t arrive_target = 0, sent_target = 0;
   };
   std::deque<Armed> armed;
   uint64_t settled = 0;
@@ -179,9 +190,19 @@ struct CapturedCall final : ReplayKeeper::Replays {
   // that ticked here has ended here) every replay that ticked. The closing
   // list's ticket completes a little after the end signal that released the
   // stream, so at the graph's destruction only the tick count is exact.
+  // A replay closed by the keeper (close_by_keeper) ends here: its end
+  // signal gets the 1 a closing list would add.
   void settle(bool ticked = false) {
     const uint64_t ticks = ticked ? started() : 0;
-    while (!armed.empty() && (armed.front().r <= ticks || closer->completed() >= armed.front().ticket)) {
+    while (!armed.empty()) {
+      const Armed& a = armed.front();
+      if (a.r > ticks) {
+        if (!a.by_keeper && closer->completed() < a.ticket) break;
+        if (a.by_keeper) {
+          if (arrive_me.value() < a.arrive_target || sent_me.value() < a.sent_target) break;
+          end.done.add(1);
+        }
+      }
       settled = armed.front().r;
       for (size_t c = 0; c < kCounters; ++c) settled_base[c] = std::move(armed.front().after[c]);
       armed.pop_front();
@@ -328,10 +349,12 @@ Result<bool> CallState::arm_capture(CapturedCall& c, uint64_t r) {
     c.next_base[kCounterSent][q] += plan.sent_expected_[q];
   }
   QueueSpan span;
-  CONCCL_RETURN_IF_ERROR(
-      close_replay(*c.closer, {{c.arrive_me.va(), arrive_target}, {c.sent_me.va(), sent_target}}, c.end.done, dl, &span)
-          .prefix(name + ": its closing list"));
-  CapturedCall::Armed a{r, span.end, {}};
+  if (!close_by_keeper())
+    CONCCL_RETURN_IF_ERROR(
+        close_replay(*c.closer, {{c.arrive_me.va(), arrive_target}, {c.sent_me.va(), sent_target}}, c.end.done, dl,
+                     &span)
+            .prefix(name + ": its closing list"));
+  CapturedCall::Armed a{r, span.end, {}, close_by_keeper(), arrive_target, sent_target};
   for (size_t k = 0; k < kCounters; ++k) a.after[k] = c.next_base[k];
   c.armed.push_back(std::move(a));
   return true;
@@ -450,7 +473,11 @@ struct LocalCapture final : ReplayKeeper::Replays {
   Signal posted;                            // replays begun: every rank's trigger
   std::vector<Signal> arrive, phase, sent;  // per rank
   std::vector<uint64_t> base[kCounters];    // per rank: each counter before the next replay to arm
-  std::deque<std::pair<uint64_t, uint64_t>> armed;  // (replay, its closing list's ticket), not yet seen to end
+  struct Armed {
+    uint64_t r = 0, ticket = 0;                          // the replay, its closing list's ticket
+    std::vector<std::pair<const Signal*, uint64_t>> until;  // close_by_keeper(): the counters that end it
+  };
+  std::deque<Armed> armed;  // not yet seen to end
   uint64_t settled = 0;                             // the last replay seen to end
   ReplayEnd end;
   std::shared_ptr<LocalReplays> shared;  // the communicator's failure and keeper
@@ -468,8 +495,16 @@ struct LocalCapture final : ReplayKeeper::Replays {
   uint64_t started() const override { return posted.value(); }
   void take_ticks() override { end.take_tick(posted); }
   bool ended(uint64_t r) override {
-    while (!armed.empty() && closer->completed() >= armed.front().second) {
-      settled = armed.front().first;
+    while (!armed.empty()) {
+      const Armed& a = armed.front();
+      if (a.until.empty()) {
+        if (closer->completed() < a.ticket) break;
+      } else {
+        if (!std::all_of(a.until.begin(), a.until.end(), [](const auto& u) { return u.first->value() >= u.second; }))
+          break;
+        end.done.add(1);  // what the closing list would add
+      }
+      settled = a.r;
       armed.pop_front();
     }
     return r <= settled;
@@ -494,16 +529,24 @@ struct LocalCapture final : ReplayKeeper::Replays {
     const Deadline dl = Deadline::after_ms(shared_timeout_ms);
     CONCCL_RETURN_IF_ERROR(CallState::submit_lists(*plan, r - 1, base, dl, what));
     std::vector<std::pair<uint64_t, uint64_t>> until;
+    Armed a{r, 0, {}};
     for (size_t q = 0; q < arrive.size(); ++q) {
       base[kCounterPhase][q] += plan->ready_adds_[q];
       base[kCounterArrive][q] += plan->arrivals_expected(int(q));
       base[kCounterSent][q] += plan->sent_expected(int(q));
       until.emplace_back(arrive[q].va(), base[kCounterArrive][q]);
       until.emplace_back(sent[q].va(), base[kCounterSent][q]);
+      if (close_by_keeper()) {
+        a.until.emplace_back(&arrive[q], base[kCounterArrive][q]);
+        a.until.emplace_back(&sent[q], base[kCounterSent][q]);
+      }
     }
-    QueueSpan span;
-    CONCCL_RETURN_IF_ERROR(close_replay(*closer, until, end.done, dl, &span).prefix(what + ": its closing list"));
-    armed.emplace_back(r, span.end);
+    if (!close_by_keeper()) {
+      QueueSpan span;
+      CONCCL_RETURN_IF_ERROR(close_replay(*closer, until, end.done, dl, &span).prefix(what + ": its closing list"));
+      a.ticket = span.end;
+    }
+    armed.push_back(std::move(a));
     return true;
   }
   int64_t shared_timeout_ms = 60000;  // the communicator's call timeout
