@@ -17,8 +17,9 @@
 // before they read or write anything; every other value they wait for or
 // add is computed from the counts of the replays before r, so counters only
 // grow and nothing is reset between replays but the end signal, which only
-// this rank's stream waits on. A closing list per replay waits for this
-// rank's arrivals and its own lists' ends, then adds 1 to the end signal.
+// this rank's stream waits on. Once this rank's arrivals and its own lists'
+// ends are in, 1 is added to the end signal: by the keeper, or by a closing
+// list on an engine that waits for them (close_by_keeper).
 // A failed communicator releases the capture (ReplayEnd::release): later
 // replays then only let the stream go on.
 #include <algorithm>
@@ -57,12 +58,18 @@ Result<std::unique_ptr<Queue>> make_closer(Device& device, int gpu, const std::s
   return closer;
 }
 
-// CONCCL_REPLAY_CLOSE=keeper: no closing list on an engine; the keeper ends
-// each replay itself (adds 1 to its end signal) once this rank's counters
-// show every arrival and its own lists' ends. A measurement: whether the
-// closing list's engine hop costs a replay more than the keeper's look.
+// Who ends a replay (adds 1 to its end signal). With arming on ticks (the
+// default) the keeper does, once this rank's counters show every arrival
+// and its own lists' ends: it looks at them between ticks anyway, and on an
+// H100 that made a 1 KiB replay of 2 processes 30-31 us against 35-38 us
+// with a closing list on an engine, whose acquire switches its channel out
+// while it waits (docs/perf/h200-graphs.md, run 49). Arming ahead keeps the
+// host off the replay's path, so there a closing list on an engine does
+// it. CONCCL_REPLAY_CLOSE=engine|keeper chooses, read once.
 bool close_by_keeper() {
-  static const bool k = util::env_is("CONCCL_REPLAY_CLOSE", "keeper");
+  static const bool k = util::env_is("CONCCL_REPLAY_CLOSE", "keeper") ||
+                        (!util::env_is("CONCCL_REPLAY_CLOSE", "engine") &&
+                         ReplayKeeper::default_arm() == ReplayKeeper::Arm::on_tick);
   return k;
 }
 
