@@ -1234,6 +1234,16 @@ TEST(EnvKnobs, ByteCountsTakeKMGSuffixes) {
   EXPECT_EQ(util::env_bytes(name), std::nullopt);
 }
 
+// Bytes a Hopper list copies, from its LAUNCH_DMAs' LINE_LENGTH_IN.
+uint64_t copied(const PlanList& l) {
+  const std::string text = l.cb.disassemble();
+  uint64_t n = 0;
+  const std::string key = "copy.line_length_in value=";
+  for (size_t at = text.find(key); at != std::string::npos; at = text.find(key, at + 1))
+    n += std::strtoull(text.c_str() + at + key.size(), nullptr, 0);
+  return n;
+}
+
 // Striping (Options::stripe_min_bytes): a copy of at least that many bytes
 // between ranks on one GPU puts a share on each of the GPU's engines by
 // weight (H200: LCE2 2, LCE3 2, LCE4 12 PCEs), so two ranks keep all three
@@ -1241,15 +1251,6 @@ TEST(EnvKnobs, ByteCountsTakeKMGSuffixes) {
 // LCE4. Smaller copies, and copies between GPUs, are placed as before.
 // Every op and Hopper variant, each byte checked by the model.
 TEST(CollHopper, LargeCopiesStripeOverTheGpusEngines) {
-  // Bytes each list copies, from its LAUNCH_DMAs' LINE_LENGTH_IN.
-  auto copied = [](const PlanList& l) {
-    const std::string text = l.cb.disassemble();
-    uint64_t n = 0;
-    const std::string key = "copy.line_length_in value=";
-    for (size_t at = text.find(key); at != std::string::npos; at = text.find(key, at + 1))
-      n += std::strtoull(text.c_str() + at + key.size(), nullptr, 0);
-    return n;
-  };
   ASSERT_OK_AND_ASSIGN(std::unique_ptr<emu::EmuDevice> dev, make_device(Topo::h200loop4));
   const uint64_t stripe = 64 * 1024;
   int striped = 0;  // ranks' copies checked
@@ -1342,14 +1343,6 @@ TEST(CollHopper, LargeCopiesStripeOverTheGpusEngines) {
 // the data path is the test above's.
 TEST(CollHopper, StripingIsTheDefaultFromEightRanks) {
   if (std::getenv("CONCCL_STRIPE_MIN_BYTES")) GTEST_SKIP() << "CONCCL_STRIPE_MIN_BYTES is set";
-  auto copied = [](const PlanList& l) {
-    const std::string text = l.cb.disassemble();
-    uint64_t n = 0;
-    const std::string key = "copy.line_length_in value=";
-    for (size_t at = text.find(key); at != std::string::npos; at = text.find(key, at + 1))
-      n += std::strtoull(text.c_str() + at + key.size(), nullptr, 0);
-    return n;
-  };
   DeviceOptions d;
   d.settings = "preset=h200 memory_per_gpu=1G";  // reserved, never touched: nothing runs
   ASSERT_OK_AND_ASSIGN(std::unique_ptr<emu::EmuDevice> dev, emu::create(d));

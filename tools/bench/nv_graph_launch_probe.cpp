@@ -18,18 +18,10 @@
 #include <cstring>
 #include <thread>
 
+#include "cuda_check.hpp"
+
 namespace {
 
-#define CK(x)                                                                          \
-  do {                                                                                 \
-    CUresult r_ = (x);                                                                 \
-    if (r_ != CUDA_SUCCESS) {                                                          \
-      const char* m_ = nullptr;                                                        \
-      cuGetErrorString(r_, &m_);                                                       \
-      std::fprintf(stderr, "%s:%d %s: %s\n", __FILE__, __LINE__, #x, m_ ? m_ : "?");   \
-      return 1;                                                                        \
-    }                                                                                  \
-  } while (0)
 
 double us_since(std::chrono::steady_clock::time_point t) {
   return std::chrono::duration<double, std::micro>(std::chrono::steady_clock::now() - t).count();
@@ -38,15 +30,15 @@ double us_since(std::chrono::steady_clock::time_point t) {
 // Four launches (graph) or four waits (no graph) on `word`, released by a
 // thread after 100 ms; prints each call's host time.
 int probe(CUcontext ctx, CUstream s, CUdeviceptr word, volatile uint64_t* host_word, bool graph, const char* what) {
-  CK(cuMemsetD8Async(word, 0, 8, s));
-  CK(cuStreamSynchronize(s));
+  CU_CHECK(cuMemsetD8Async(word, 0, 8, s));
+  CU_CHECK(cuStreamSynchronize(s));
   CUgraph g = nullptr;
   CUgraphExec ge = nullptr;
   if (graph) {
-    CK(cuStreamBeginCapture(s, CU_STREAM_CAPTURE_MODE_THREAD_LOCAL));
-    CK(cuStreamWaitValue64(s, word, 1, 0));
-    CK(cuStreamEndCapture(s, &g));
-    CK(cuGraphInstantiateWithFlags(&ge, g, 0));
+    CU_CHECK(cuStreamBeginCapture(s, CU_STREAM_CAPTURE_MODE_THREAD_LOCAL));
+    CU_CHECK(cuStreamWaitValue64(s, word, 1, 0));
+    CU_CHECK(cuStreamEndCapture(s, &g));
+    CU_CHECK(cuGraphInstantiateWithFlags(&ge, g, 0));
   }
   std::thread release([&] {
     std::this_thread::sleep_for(std::chrono::milliseconds(100));
@@ -62,16 +54,16 @@ int probe(CUcontext ctx, CUstream s, CUdeviceptr word, volatile uint64_t* host_w
   const auto t0 = std::chrono::steady_clock::now();
   for (int i = 0; i < 4; ++i) {
     const auto h = std::chrono::steady_clock::now();
-    if (graph) CK(cuGraphLaunch(ge, s));
-    else CK(cuStreamWaitValue64(s, word, 1, 0));
+    if (graph) CU_CHECK(cuGraphLaunch(ge, s));
+    else CU_CHECK(cuStreamWaitValue64(s, word, 1, 0));
     std::printf(" %10.1f", us_since(h));
   }
-  CK(cuStreamSynchronize(s));
+  CU_CHECK(cuStreamSynchronize(s));
   std::printf(" %10.1f\n", us_since(t0));
   release.join();
   if (graph) {
-    CK(cuGraphExecDestroy(ge));
-    CK(cuGraphDestroy(g));
+    CU_CHECK(cuGraphExecDestroy(ge));
+    CU_CHECK(cuGraphDestroy(g));
   }
   return 0;
 }
@@ -88,12 +80,12 @@ int keeper_loop(CUstream s, uint64_t* words, CUdeviceptr words_dev, int iters) {
   *done = 0;
   CUgraph g = nullptr;
   CUgraphExec ge = nullptr;
-  CK(cuStreamBeginCapture(s, CU_STREAM_CAPTURE_MODE_THREAD_LOCAL));
-  CK(cuStreamWriteValue32(s, words_dev + 8, 0, 0));
-  CK(cuStreamWriteValue64(s, words_dev, 1, 0));
-  CK(cuStreamWaitValue64(s, words_dev + 8, 1, 0));
-  CK(cuStreamEndCapture(s, &g));
-  CK(cuGraphInstantiateWithFlags(&ge, g, 0));
+  CU_CHECK(cuStreamBeginCapture(s, CU_STREAM_CAPTURE_MODE_THREAD_LOCAL));
+  CU_CHECK(cuStreamWriteValue32(s, words_dev + 8, 0, 0));
+  CU_CHECK(cuStreamWriteValue64(s, words_dev, 1, 0));
+  CU_CHECK(cuStreamWaitValue64(s, words_dev + 8, 1, 0));
+  CU_CHECK(cuStreamEndCapture(s, &g));
+  CU_CHECK(cuGraphInstantiateWithFlags(&ge, g, 0));
   volatile bool stop = false;
   std::thread keeper([&] {
     while (!stop) {
@@ -104,41 +96,41 @@ int keeper_loop(CUstream s, uint64_t* words, CUdeviceptr words_dev, int iters) {
     }
   });
   double host = 0;
-  for (int i = 0; i < 10; ++i) CK(cuGraphLaunch(ge, s));
-  CK(cuStreamSynchronize(s));
+  for (int i = 0; i < 10; ++i) CU_CHECK(cuGraphLaunch(ge, s));
+  CU_CHECK(cuStreamSynchronize(s));
   const auto t0 = std::chrono::steady_clock::now();
   for (int i = 0; i < iters; ++i) {
     const auto h = std::chrono::steady_clock::now();
-    CK(cuGraphLaunch(ge, s));
+    CU_CHECK(cuGraphLaunch(ge, s));
     host += us_since(h);
   }
-  CK(cuStreamSynchronize(s));
+  CU_CHECK(cuStreamSynchronize(s));
   const double all = us_since(t0);
   stop = true;
   keeper.join();
   std::printf("replay protocol with a host keeper, no engine work: %.2f us per replay, host %.2f us per launch\n",
               all / iters, host / iters);
-  CK(cuGraphExecDestroy(ge));
-  CK(cuGraphDestroy(g));
+  CU_CHECK(cuGraphExecDestroy(ge));
+  CU_CHECK(cuGraphDestroy(g));
   return 0;
 }
 
 }  // namespace
 
 int main() {
-  CK(cuInit(0));
+  CU_CHECK(cuInit(0));
   CUdevice dev;
   CUcontext ctx;
-  CK(cuDeviceGet(&dev, 0));
-  CK(cuDevicePrimaryCtxRetain(&ctx, dev));
-  CK(cuCtxSetCurrent(ctx));
+  CU_CHECK(cuDeviceGet(&dev, 0));
+  CU_CHECK(cuDevicePrimaryCtxRetain(&ctx, dev));
+  CU_CHECK(cuCtxSetCurrent(ctx));
   CUstream s;
-  CK(cuStreamCreate(&s, CU_STREAM_NON_BLOCKING));
+  CU_CHECK(cuStreamCreate(&s, CU_STREAM_NON_BLOCKING));
   void* host = nullptr;
-  CK(cuMemHostAlloc(&host, 8, CU_MEMHOSTALLOC_DEVICEMAP | CU_MEMHOSTALLOC_PORTABLE));
+  CU_CHECK(cuMemHostAlloc(&host, 8, CU_MEMHOSTALLOC_DEVICEMAP | CU_MEMHOSTALLOC_PORTABLE));
   CUdeviceptr host_dev = 0, dev_word = 0;
-  CK(cuMemHostGetDevicePointer(&host_dev, host, 0));
-  CK(cuMemAlloc(&dev_word, 8));
+  CU_CHECK(cuMemHostGetDevicePointer(&host_dev, host, 0));
+  CU_CHECK(cuMemAlloc(&dev_word, 8));
   std::printf("%-34s %10s %10s %10s %10s %10s   (host us per call; the wait is released at 100000 us)\n", "form",
               "call 1", "call 2", "call 3", "call 4", "all done");
   for (int graph = 1; graph >= 0; --graph) {
@@ -151,11 +143,11 @@ int main() {
   }
   void* words = nullptr;
   CUdeviceptr words_dev = 0;
-  CK(cuMemHostAlloc(&words, 16, CU_MEMHOSTALLOC_DEVICEMAP | CU_MEMHOSTALLOC_PORTABLE));
-  CK(cuMemHostGetDevicePointer(&words_dev, words, 0));
+  CU_CHECK(cuMemHostAlloc(&words, 16, CU_MEMHOSTALLOC_DEVICEMAP | CU_MEMHOSTALLOC_PORTABLE));
+  CU_CHECK(cuMemHostGetDevicePointer(&words_dev, words, 0));
   if (keeper_loop(s, static_cast<uint64_t*>(words), words_dev, 1000)) return 1;
-  CK(cuMemFreeHost(words));
-  CK(cuMemFreeHost(host));
-  CK(cuMemFree(dev_word));
+  CU_CHECK(cuMemFreeHost(words));
+  CU_CHECK(cuMemFreeHost(host));
+  CU_CHECK(cuMemFree(dev_word));
   return 0;
 }
