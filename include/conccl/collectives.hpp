@@ -365,10 +365,11 @@ class Communicator {
     // busy, where whole copies by weighted round robin leave the light
     // engines idle with few ranks (2 ranks on an H200: every copy on
     // LCE4). 0: never. Unset: CONCCL_STRIPE_MIN_BYTES (bytes, K/M/G
-    // suffixes), else 64 MiB with 8 or more ranks and 0 below: on an H100,
-    // 8 ranks' 64 MiB all-gathers and all-to-alls ran 1.79x faster striped,
-    // while 2 and 4 ranks were 1-17 % faster whole (docs/perf
-    // h200-collectives.md, run 48; the H200 is still to be measured).
+    // suffixes), else 8 MiB with 8 or more ranks and 0 below: on an H100,
+    // 8 ranks' copies of 8 MiB (64 MiB all-gathers and all-to-alls) ran
+    // 1.79x faster striped, while 2 and 4 ranks were 1-17 % faster whole
+    // (docs/perf/h200-collectives.md, run 48; the H200 is still to be
+    // measured).
     // Every rank of a communicator must use the same value (it is part of
     // the options that ranks compare when they join).
     std::optional<uint64_t> stripe_min_bytes;

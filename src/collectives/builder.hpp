@@ -42,7 +42,7 @@ struct EngineShare {
 // takes the remainder, and an engine whose share rounds to nothing is left out.
 std::vector<EngineShare> split_by_weight(const GpuInfo& g, const std::vector<int>& engines, uint64_t bytes);
 // What a communicator of `ranks` ranks stripes from: Options::stripe_min_bytes,
-// or CONCCL_STRIPE_MIN_BYTES where it is unset, else 64 MiB with 8 or more
+// or CONCCL_STRIPE_MIN_BYTES where it is unset, else 8 MiB with 8 or more
 // ranks, else 0 (never).
 uint64_t stripe_min_bytes(const Communicator::Options& o, int ranks);
 

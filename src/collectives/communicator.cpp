@@ -360,13 +360,13 @@ bool all_on_one_gpu(const Communicator& c) {
 
 uint64_t stripe_min_bytes(const Communicator::Options& o, int ranks) {
   // The default, measured on an H100 (docs/perf/h200-collectives.md, run
-  // 48): with 8 loopback ranks whole copies left engines idle, 64 MiB
-  // all-gathers and all-to-alls ran 1.79x faster striped (128 MiB 1.28x,
-  // 256 MiB 1.02x); with 2 and 4 ranks whole copies were 1-3 % faster at
-  // 64-256 MiB and up to 17 % at 16-32 MiB, and 8 ranks broke even at
-  // 16-32 MiB.
+  // 48; sizes there are nccl-tests', a rank's whole output, so a copy is
+  // size / ranks): with 8 loopback ranks, copies of 8 MiB (64 MiB
+  // all-gathers and all-to-alls) ran 1.79x faster striped and 16 MiB ones
+  // 1.28x, while 4 MiB ones were 6 % slower; with 2 and 4 ranks whole
+  // copies were 1-17 % faster at every size from 1 to 256 MiB.
   constexpr int kDefaultRanks = 8;
-  constexpr uint64_t kDefaultBytes = 64ull << 20;
+  constexpr uint64_t kDefaultBytes = 8ull << 20;
   const std::optional<uint64_t> set = o.stripe_min_bytes ? o.stripe_min_bytes : list_form().stripe_min_bytes;
   return set.value_or(ranks >= kDefaultRanks ? kDefaultBytes : 0);
 }
