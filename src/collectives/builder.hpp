@@ -41,6 +41,10 @@ struct EngineShare {
 // PCEs on Hopper), in 256-byte units so shares stay aligned; the last engine
 // takes the remainder, and an engine whose share rounds to nothing is left out.
 std::vector<EngineShare> split_by_weight(const GpuInfo& g, const std::vector<int>& engines, uint64_t bytes);
+// The environment's list-form switches that change how many arrivals a
+// rank's buffers expect (docs/collectives.md), in words: every rank of a
+// multi-process communicator must see the same (the join compares them).
+std::string list_form_digest();
 // What a communicator of `ranks` ranks stripes from: Options::stripe_min_bytes,
 // or CONCCL_STRIPE_MIN_BYTES where it is unset, else 8 MiB with 8 or more
 // ranks, else 0 (never).

@@ -340,11 +340,14 @@ struct ListForm {
   bool hold_triggers;   // CONCCL_HOLD_TRIGGERS=1: waits for a trigger or "posted" hold their engine
   std::optional<uint64_t> stripe_min_bytes;  // CONCCL_STRIPE_MIN_BYTES: Options::stripe_min_bytes when unset
 };
-const ListForm& list_form() {
+ListForm read_list_form() {
   using util::env_is;
-  static const ListForm f{!env_is("CONCCL_BATCH_ARRIVALS", "0"), !env_is("CONCCL_SPREAD_SMALL", "0"),
-                          !env_is("CONCCL_OVERLAP_COPIES", "0"), env_is("CONCCL_FOLD_ARRIVALS", "1"),
-                          env_is("CONCCL_HOLD_TRIGGERS", "1"), util::env_bytes("CONCCL_STRIPE_MIN_BYTES")};
+  return ListForm{!env_is("CONCCL_BATCH_ARRIVALS", "0"), !env_is("CONCCL_SPREAD_SMALL", "0"),
+                  !env_is("CONCCL_OVERLAP_COPIES", "0"), env_is("CONCCL_FOLD_ARRIVALS", "1"),
+                  env_is("CONCCL_HOLD_TRIGGERS", "1"), util::env_bytes("CONCCL_STRIPE_MIN_BYTES")};
+}
+const ListForm& list_form() {
+  static const ListForm f = read_list_form();
   return f;
 }
 
@@ -357,6 +360,14 @@ bool all_on_one_gpu(const Communicator& c) {
   return true;
 }
 }  // namespace
+
+std::string list_form_digest() {
+  // Read now, as a process started with these variables reads them for its
+  // plans: a rank's arrival counts depend on the first two.
+  const ListForm f = read_list_form();
+  return "CONCCL_BATCH_ARRIVALS=" + std::to_string(f.batch_arrivals) +
+         " CONCCL_SPREAD_SMALL=" + std::to_string(f.spread_small);
+}
 
 uint64_t stripe_min_bytes(const Communicator::Options& o, int ranks) {
   // The default, measured on an H100 (docs/perf/h200-collectives.md, run

@@ -38,6 +38,7 @@ std::string options_digest(const Communicator::Options& o, int nranks) {
   for (int e : o.engines) s += std::to_string(e) + ",";
   // Striping changes how many arrivals a rank's buffers expect per call.
   s += " stripe_min_bytes=" + std::to_string(stripe_min_bytes(o, nranks));
+  s += " " + list_form_digest();
   return s;
 }
 

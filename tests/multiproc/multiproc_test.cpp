@@ -672,6 +672,19 @@ TEST(MultiProcessFaults, RanksWithDifferentStripingAreRefused) {
   }
 }
 
+// The same for the environment's list-form switches that change arrival
+// counts (docs/collectives.md): a rank started with CONCCL_BATCH_ARRIVALS=0
+// beside one without it is refused, naming the variable.
+TEST(MultiProcessFaults, RanksWithDifferentListFormsAreRefused) {
+  for (const RankOutcome& o : create_two_ranks(Layout{"h200", true, 2}, nullptr, [](int r, Communicator::Options&) {
+         if (r == 1) setenv("CONCCL_BATCH_ARRIVALS", "0", 1);  // in rank 1's process only
+       })) {
+    EXPECT_EQ(o.exit_code, 1) << o.out;
+    EXPECT_NE(o.out.find("CONCCL_BATCH_ARRIVALS=0"), std::string::npos) << o.out;
+    EXPECT_NE(o.out.find("every rank must pass the same options"), std::string::npos) << o.out;
+  }
+}
+
 TEST(MultiProcessFaults, OneProcessSlotForTwoRanksIsRefused) {
   const UniqueId id = make_unique_id().value();
   const Layout l{"mi300x", false, 2};
