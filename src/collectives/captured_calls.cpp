@@ -86,6 +86,19 @@ uint64_t max_armed() {
 }
 constexpr uint64_t kSubmitSlack = 256;  // what a submission adds to its list (timeline release, padding)
 
+// A tick seen while the replay before it has not ended: two launches of
+// one captured call at once (its graph instantiated twice and launched on
+// two streams). Only where the keeper ends the replays itself can it tell:
+// it then knows every end the moment it makes it. Launches that store
+// their flags at the same moment look like one and cannot be told apart.
+Status tick_while_running(bool by_keeper, uint64_t started, uint64_t settled) {
+  if (!by_keeper || started <= settled) return Status();
+  return error(Code::invalid_argument,
+               "replay " + std::to_string(started + 1) + " began while replay " + std::to_string(settled + 1) +
+                   " was still running: replays of one captured call run one after another (was its graph "
+                   "instantiated twice and launched on two streams at once?); destroy this communicator");
+}
+
 }  // namespace
 
 bool ReplayEnd::ticks_by_writes() {
@@ -181,7 +194,11 @@ struct CapturedCall final : ReplayKeeper::Replays {
   std::vector<uint64_t> settled_base[kCounters];
 
   uint64_t started() const override { return posted_me.value(); }
-  void take_ticks() override { end.take_tick(posted_me); }
+  Status take_ticks() override {
+    const uint64_t before = started();
+    if (!end.take_tick(posted_me)) return Status();
+    return tick_while_running(close_by_keeper(), before, settled);
+  }
   Result<bool> arm(uint64_t r) override { return state->arm_capture(*this, r); }
   bool ended(uint64_t r) override {
     settle();
@@ -500,7 +517,11 @@ struct LocalCapture final : ReplayKeeper::Replays {
   }
 
   uint64_t started() const override { return posted.value(); }
-  void take_ticks() override { end.take_tick(posted); }
+  Status take_ticks() override {
+    const uint64_t before = started();
+    if (!end.take_tick(posted)) return Status();
+    return tick_while_running(close_by_keeper(), before, settled);
+  }
   bool ended(uint64_t r) override {
     while (!armed.empty()) {
       const Armed& a = armed.front();

@@ -108,7 +108,10 @@ bool ReplayKeeper::tend(Entry& e) {
     e.who->release();  // a tick that read "stop" just before it was set may have reset the end signal since
     return false;
   }
-  e.who->take_ticks();
+  if (Status st = e.who->take_ticks(); !st.ok()) {
+    fail_entry(e, e.ended + 1, st);
+    return false;
+  }
   while (e.ended < e.armed && e.who->ended(e.ended + 1)) ++e.ended;
   const uint64_t limit = arm_ == Arm::on_tick ? std::min(e.ended + e.depth, e.who->started()) : e.ended + e.depth;
   while (e.armed < limit) {

@@ -46,8 +46,10 @@ class ReplayKeeper {
     // Replays its stream has begun: the counter its tick bumps.
     virtual uint64_t started() const = 0;
     // Counts a tick its stream recorded as a flag (ReplayEnd, calls.hpp):
-    // the keeper asks before every look at started().
-    virtual void take_ticks() {}
+    // the keeper asks before every look at started(). An error fails the
+    // capture (a tick that cannot be right: its replay began while the one
+    // before it ran).
+    virtual Status take_ticks() { return Status(); }
     // Queues replay r's lists and closing list (they wait for its tick).
     // false: not possible yet (another rank has not captured the call);
     // an error fails the replay.

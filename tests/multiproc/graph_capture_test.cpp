@@ -23,6 +23,7 @@
 #include <chrono>
 #include <cstring>
 #include <set>
+#include <thread>
 
 #include "conccl/bootstrap.hpp"
 #include "conccl/collectives.hpp"
@@ -501,6 +502,53 @@ TEST(CaptureOneProcess, AStalledEngineFailsTheReplayAndReleasesTheStream) {
   emu::Injection none;
   for (const EngineInfo& e : engines) ASSERT_TRUE(dev->inject(0, e.id, none).ok());
   g->reset();  // the capture and its keeper entry go with the recording
+  c.reset();
+}
+
+// Two launches of one captured call at once (its recording launched on two
+// streams while the first replay still runs: here its engines are stalled)
+// fail the communicator, naming the misuse, and release both streams,
+// instead of letting the second launch pass on the first one's end. Where
+// the keeper ends replays itself (the default), which is when it can tell.
+TEST(CaptureOneProcess, ASecondLaunchWhileAReplayRunsIsRefused) {
+  auto env_is = [](const char* name, const char* v) {
+    const char* e = std::getenv(name);
+    return e && std::string(e) == v;
+  };
+  if (env_is("CONCCL_REPLAY_CLOSE", "engine") || env_is("CONCCL_REPLAY_ARM", "ahead") ||
+      env_is("CONCCL_REPLAY_TICK", "kernel"))
+    GTEST_SKIP() << "only the keeper's close can tell (docs/graphs.md)";
+  OneProcess p;
+  ASSERT_NO_FATAL_FAILURE(open_one_process("preset=mi300x", {0, 0}, &p, /*call_timeout_ms=*/20000));
+  auto& [dev, c, stream] = p;
+  std::vector<UniqueBuffer> send, recv;
+  CollectiveArgs a = all_gather_over(*dev, {0, 0}, 4099, &send, &recv);
+  ASSERT_TRUE(stream->begin_capture().ok());
+  ASSERT_TRUE(c->call(a, stream.get()).ok());
+  Result<std::unique_ptr<HostStream::Recording>> g = stream->end_capture();
+  ASSERT_TRUE(g.ok());
+  std::unique_ptr<HostStream> other = std::move(HostStream::create(*dev, 30000).value());
+
+  const std::vector<EngineInfo>& engines = dev->topology().gpus[0].engines;
+  emu::Injection stall;
+  stall.stall = true;
+  for (const EngineInfo& e : engines) ASSERT_TRUE(dev->inject(0, e.id, stall).ok());
+  const auto t0 = std::chrono::steady_clock::now();
+  ASSERT_TRUE((*g)->launch(*stream).ok());
+  std::this_thread::sleep_for(std::chrono::milliseconds(200));  // replay 1 ticked, its lists stalled
+  ASSERT_TRUE((*g)->launch(*other).ok());
+  EXPECT_TRUE(other->synchronize(Deadline::after_ms(10000)).ok()) << "the second stream is released";
+  EXPECT_TRUE(stream->synchronize(Deadline::after_ms(10000)).ok()) << "and the first";
+  const double ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
+  EXPECT_LT(ms, 10000.0) << "refused when seen, not at the 20 s call timeout";
+  const Status why = c->async_error();
+  EXPECT_EQ(why.code(), Code::invalid_argument) << why.to_string();
+  EXPECT_NE(why.message().find("run one after another"), std::string::npos) << why.to_string();
+  EXPECT_NE(why.message().find("replay 2 began while replay 1"), std::string::npos) << why.to_string();
+
+  emu::Injection none;
+  for (const EngineInfo& e : engines) ASSERT_TRUE(dev->inject(0, e.id, none).ok());
+  g->reset();
   c.reset();
 }
 
