@@ -8,7 +8,8 @@
 #      (REPLAYS replays of GEMM -> all-gather -> check, every word);
 #   2. nv_window_bench --procs N --graph (every replay verified), per call
 #      against per replay, for CONCCL_REPLAY_TICK=writes (the default) and
-#      =kernel, without and with CUDA MPS.
+#      =kernel, and the default with closing lists on an engine
+#      (CONCCL_REPLAY_CLOSE=engine, "engine" rows), without and with CUDA MPS.
 # PROCS ("2 4"), GRAPH_MAX (1K), ITERS (300), REPLAYS (1000). Logs and JSON in
 # $OUT; a table last.
 set -uo pipefail
@@ -30,10 +31,11 @@ W=$B/tools/bench/nv_window_bench
 for mps in 0 1; do
   [ "$mps" = 1 ] && nv_mps_on
   for n in ${PROCS:-2 4}; do
-    for tick in writes kernel; do
+    for tick in writes kernel engine; do
       f=$OUT/tick_${tick}_${n}_mps$mps
-      CONCCL_REPLAY_TICK=$tick timeout 90 $W --procs $n --graph --min 1K --max ${GRAPH_MAX:-1K} \
-        --iters ${ITERS:-300} --json $f.json > $f.log 2>&1
+      close=keeper; [ $tick = engine ] && close=engine
+      CONCCL_REPLAY_TICK=${tick/engine/writes} CONCCL_REPLAY_CLOSE=$close timeout 90 $W --procs $n --graph \
+        --min 1K --max ${GRAPH_MAX:-1K} --iters ${ITERS:-300} --json $f.json > $f.log 2>&1
       echo "tick=$tick procs=$n mps=$mps: rc=$?"
     done
   done
