@@ -293,6 +293,14 @@ struct CommStats {
   // call, and of them those published before that (the gate's spin ran out).
   uint64_t gated_calls = 0;
   uint64_t gates_opened_early = 0;
+  // Captured calls' replays (docs/graphs.md), as the communicator's keeper
+  // sees them: replays seen to end; the nanoseconds from seeing each one's
+  // tick to seeing its end (its lists, the keeper's look and end); and from
+  // seeing an end to seeing the next tick (the stream passing its wait, the
+  // graph's next launch, its tick's stores).
+  uint64_t replays = 0;
+  uint64_t replay_busy_ns = 0;
+  uint64_t replay_idle_ns = 0;
 };
 
 class Communicator {

@@ -173,6 +173,14 @@ CommStats Communicator::stats() const {
     s.calls += cached_->calls;
     s.cached_plans = cached_->cached_plans();
   }
+  std::vector<ReplayKeeper::Timing> kept;
+  if (calls_) kept.push_back(calls_->keeper.timing());
+  if (local_replays_) kept.push_back(local_replays_->keeper.timing());
+  for (const ReplayKeeper::Timing& t : kept) {
+    s.replays += t.replays;
+    s.replay_busy_ns += t.busy_ns;
+    s.replay_idle_ns += t.idle_ns;
+  }
   if (boot_) {
     s.bootstrap_messages_sent = boot_->messages_sent();
     s.bootstrap_messages_received = boot_->messages_received();

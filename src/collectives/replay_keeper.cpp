@@ -34,7 +34,7 @@ void ReplayKeeper::add(Replays* who, uint64_t first, uint64_t depth, int64_t tim
   std::lock_guard<std::mutex> lk(mu_);
   Entry e;
   e.who = who;
-  e.armed = e.ended = first - 1;
+  e.armed = e.ended = e.seen = first - 1;
   e.depth = std::max<uint64_t>(depth, 1);
   e.timeout_ms = timeout_ms;
   if (stop_) {  // the communicator is going: nothing is armed
@@ -84,6 +84,11 @@ size_t ReplayKeeper::kept() const {
   return entries_.size();
 }
 
+ReplayKeeper::Timing ReplayKeeper::timing() const {
+  return Timing{replays_.load(std::memory_order_relaxed), busy_ns_.load(std::memory_order_relaxed),
+                idle_ns_.load(std::memory_order_relaxed)};
+}
+
 bool ReplayKeeper::running() const {
   std::lock_guard<std::mutex> lk(mu_);
   return thread_.joinable() && !stop_;
@@ -112,7 +117,24 @@ bool ReplayKeeper::tend(Entry& e) {
     fail_entry(e, e.ended + 1, st);
     return false;
   }
-  while (e.ended < e.armed && e.who->ended(e.ended + 1)) ++e.ended;
+  // Timing (one clock read per look): a tick seen, then its end.
+  const auto now = std::chrono::steady_clock::now();
+  auto ns = [](std::chrono::steady_clock::duration d) {
+    return uint64_t(std::chrono::duration_cast<std::chrono::nanoseconds>(d).count());
+  };
+  if (const uint64_t started = e.who->started(); started > e.seen) {
+    if (e.end_at.time_since_epoch().count() != 0) idle_ns_.fetch_add(ns(now - e.end_at), std::memory_order_relaxed);
+    e.seen = started;
+    e.tick_at = now;
+  }
+  while (e.ended < e.armed && e.who->ended(e.ended + 1)) {
+    ++e.ended;
+    if (e.ended == e.seen && e.tick_at.time_since_epoch().count() != 0) {
+      busy_ns_.fetch_add(ns(now - e.tick_at), std::memory_order_relaxed);
+      replays_.fetch_add(1, std::memory_order_relaxed);
+      e.end_at = now;
+    }
+  }
   const uint64_t limit = arm_ == Arm::on_tick ? std::min(e.ended + e.depth, e.who->started()) : e.ended + e.depth;
   while (e.armed < limit) {
     Result<bool> armed = e.who->arm(e.armed + 1);

@@ -23,6 +23,7 @@
 #pragma once
 
 #include <atomic>
+#include <chrono>
 #include <condition_variable>
 #include <cstdint>
 #include <functional>
@@ -103,6 +104,15 @@ class ReplayKeeper {
   void visit(const std::function<void(Replays&)>& fn);
   size_t kept() const;
   bool running() const;
+  // Where a replay's time goes, as the keeper sees it (CommStats): replays
+  // seen to end; from seeing a replay's tick to seeing its end (its lists'
+  // time, the keeper's look and, where it ends replays, its end); from
+  // seeing an end to seeing the next tick of that capture (the stream
+  // passing its wait, the graph's launch, the next tick's stores).
+  struct Timing {
+    uint64_t replays = 0, busy_ns = 0, idle_ns = 0;
+  };
+  Timing timing() const;
 
  private:
   struct Entry {
@@ -111,6 +121,8 @@ class ReplayKeeper {
     uint64_t depth = 1;
     int64_t timeout_ms = 0;
     uint64_t watching = 0;  // the replay whose deadline runs
+    uint64_t seen = 0;      // ticks seen (timing)
+    std::chrono::steady_clock::time_point tick_at{}, end_at{};
     Deadline deadline = Deadline::now();
     Deadline next_check = Deadline::now();  // when check() is asked next
     bool failed = false;
@@ -124,6 +136,7 @@ class ReplayKeeper {
   std::condition_variable cv_;
   std::vector<Entry> entries_;
   std::atomic<bool> fail_all_{false};
+  std::atomic<uint64_t> replays_{0}, busy_ns_{0}, idle_ns_{0};
   Status all_why_;  // under why_mu_ (fail_all runs on any thread, the keeper's too)
   std::mutex why_mu_;
   bool stop_ = false;

@@ -9,7 +9,9 @@
 // --host: calls ordered on the host (stream null) instead of the stream.
 // --graph: also one call per size captured into a CUDA graph and replayed
 // `iters` times back to back (docs/graphs.md): time and host time per
-// replay beside the uncaptured call's, one replay's bytes verified.
+// replay beside the uncaptured call's, one replay's bytes verified, and how
+// the communicator's keeper saw each replay (CommStats: from its tick to its
+// end, and from its end to the next tick; the slowest rank's).
 // --graph-execs K: the captured graph instantiated K times, the launches
 // taking turns (one stream: still one replay after another), and a graph
 // of only a stream write and a satisfied wait timed alike, so that the
@@ -68,6 +70,7 @@ struct Row {
   double early = 0;  // gated submission: fraction of timed calls whose gate opened before every rank posted
   uint64_t wrong = 0;
   double graph_us = 0, graph_host_us = 0;  // --graph: per replay
+  double keeper_busy_us = 0, keeper_idle_us = 0;  // --graph: per replay, as the keeper saw it (CommStats)
 };
 
 #define CHECK_CU(x)                                                          \
@@ -182,6 +185,7 @@ int measure_size(RankCtx& x, uint64_t bytes, Row* out) {
     CHECK_CU(cuStreamSynchronize(x.stream));
     CHECK_OK(c.bootstrap()->barrier("graph " + std::to_string(bytes), Deadline::after_ms(60000)), "barrier");
     double ghost = 0;
+    const CommStats k0 = c.stats();
     const auto g0 = std::chrono::steady_clock::now();
     for (int i = 0; i < iters; ++i) {
       const auto h0 = std::chrono::steady_clock::now();
@@ -192,6 +196,12 @@ int measure_size(RankCtx& x, uint64_t bytes, Row* out) {
     CHECK_CU(cuStreamSynchronize(x.stream));
     row.graph_us = std::chrono::duration<double, std::micro>(std::chrono::steady_clock::now() - g0).count() / iters;
     row.graph_host_us = ghost / iters;
+    const CommStats k1 = c.stats();
+    if (k1.replays > k0.replays) {
+      const double seen = double(k1.replays - k0.replays);
+      row.keeper_busy_us = double(k1.replay_busy_ns - k0.replay_busy_ns) / seen / 1e3;
+      row.keeper_idle_us = double(k1.replay_idle_ns - k0.replay_idle_ns) / seen / 1e3;
+    }
     CHECK_OK(c.async_error(), "timed replays (async)");
     CHECK_CU(cuGraphExecDestroy(ge));
     for (CUgraphExec m : more) CHECK_CU(cuGraphExecDestroy(m));
@@ -219,13 +229,15 @@ int report(const Opts& o, std::vector<Row>& rows, const std::vector<Bootstrap::M
       rows[i].early = std::max(rows[i].early, x.early);
       rows[i].graph_us = std::max(rows[i].graph_us, x.graph_us);
       rows[i].graph_host_us = std::max(rows[i].graph_host_us, x.graph_host_us);
+      rows[i].keeper_busy_us = std::max(rows[i].keeper_busy_us, x.keeper_busy_us);
+      rows[i].keeper_idle_us = std::max(rows[i].keeper_idle_us, x.keeper_idle_us);
       rows[i].wrong += x.wrong;
     }
   }
   std::printf("# nv_window_bench %s, %d processes, windows, %s-ordered\n", coll_op_name(o.op), n,
               o.host ? "host" : "stream");
   std::printf("%12s %12s %12s %10s %10s %8s", "bytes", "us/call", "host us", "algbw GB/s", "msgs/call", "#wrong");
-  if (o.graph) std::printf(" %12s %12s", "us/replay", "host us/rep");
+  if (o.graph) std::printf(" %12s %12s %12s %12s", "us/replay", "host us/rep", "keeper busy", "keeper idle");
   std::printf("\n");
   std::string js = "{\"op\":\"" + std::string(coll_op_name(o.op)) + "\",\"procs\":" + std::to_string(n) +
                    ",\"ordered\":\"" + (o.host ? "host" : "stream") + "\",\"rows\":[";
@@ -234,14 +246,16 @@ int report(const Opts& o, std::vector<Row>& rows, const std::vector<Bootstrap::M
     const double gbs = double(x.bytes) * nn / (x.us * 1e3);
     std::printf("%12llu %12.2f %12.2f %10.2f %10.2f %8llu", (unsigned long long)x.bytes, x.us, x.host_us, gbs,
                 x.msgs, (unsigned long long)x.wrong);
-    if (o.graph) std::printf(" %12.2f %12.2f", x.graph_us, x.graph_host_us);
+    if (o.graph) std::printf(" %12.2f %12.2f %12.2f %12.2f", x.graph_us, x.graph_host_us, x.keeper_busy_us, x.keeper_idle_us);
     std::printf("\n");
     js += std::string(i ? "," : "") + "{\"bytes\":" + std::to_string(x.bytes) + ",\"us_per_call\":" +
           std::to_string(x.us) + ",\"host_us_per_call\":" + std::to_string(x.host_us) +
           ",\"algbw_gbs\":" + std::to_string(gbs) + ",\"bootstrap_messages_per_call\":" + std::to_string(x.msgs) +
           ",\"gates_opened_early_per_call\":" + std::to_string(x.early) +
           (o.graph ? ",\"us_per_replay\":" + std::to_string(x.graph_us) +
-                         ",\"host_us_per_replay\":" + std::to_string(x.graph_host_us)
+                         ",\"host_us_per_replay\":" + std::to_string(x.graph_host_us) +
+                         ",\"keeper_busy_us_per_replay\":" + std::to_string(x.keeper_busy_us) +
+                         ",\"keeper_idle_us_per_replay\":" + std::to_string(x.keeper_idle_us)
                    : std::string()) +
           ",\"wrong\":" + std::to_string(x.wrong) + "}";
     if (x.wrong) rc = 1;
