@@ -204,8 +204,8 @@ class StreamOps {
   // nodes store only fixed values): when the word at `stop` is 0, store 0 at
   // `reset`, then add 1 to the word at `counter`; otherwise store 1 at
   // `reset`. A captured call's lists wait on the engines for `counter` to
-  // reach their replay, and its stream waits for `reset` >= 1, which its
-  // closing list adds. This is the kernel form of a capture's tick
+  // reach their replay, and its stream waits for `reset` >= 1, which is
+  // added once the replay is done. This is the kernel form of a capture's tick
   // (CONCCL_REPLAY_TICK=kernel); the default form records only stores
   // (write_value32, write_value64) and lets the communicator's keeper count
   // (docs/graphs.md).

@@ -130,7 +130,8 @@ struct CaptureLink {
 struct CapturedCall;
 
 // A captured call's end and how its replays tick (docs/graphs.md). The
-// stream waits for `done` >= 1, which the replay's closing list adds. Each
+// stream waits for `done` >= 1, which the keeper or the replay's closing
+// list adds once the replay is done (captured_calls.cpp). Each
 // replay first resets it and counts itself, in one of two forms
 // (CONCCL_REPLAY_TICK):
 //   by writes (the default): the stream stores 0 in the low half of `done`

@@ -139,7 +139,8 @@ Status ReplayEnd::record(StreamOps& stream, std::shared_ptr<void> keep, const Si
 bool ReplayEnd::take_tick(Signal& posted) {
   if (!by_writes || flag.value() == 0) return false;
   // One flag per replay: the next replay stores it only after this one's
-  // closing list, which is queued after this.
+  // end, which comes after this (the keeper's, or a closing list queued
+  // after this).
   flag.set(0);
   posted.set(posted.value() + 1);
   return true;
@@ -549,8 +550,9 @@ struct LocalCapture final : ReplayKeeper::Replays {
                                     "(stalled or faulted)");
   }
 
-  // Replay r's lists, their waits rewritten, and its closing list, queued
-  // behind its tick; the counters' bases moved past it.
+  // Replay r's lists, their waits rewritten, and its closing list (unless
+  // the keeper ends replays), queued behind its tick; the counters' bases
+  // moved past it.
   Result<bool> arm(uint64_t r) override {
     const std::string what = name + " replay " + std::to_string(r);
     if (!plan || !plan->attached()) return error(Code::unavailable, what + ": its communicator is gone");

@@ -51,11 +51,14 @@ class ReplayKeeper {
     // capture (a tick that cannot be right: its replay began while the one
     // before it ran).
     virtual Status take_ticks() { return Status(); }
-    // Queues replay r's lists and closing list (they wait for its tick).
+    // Queues replay r's lists (they wait for its tick), and its closing list
+    // where an engine ends replays.
     // false: not possible yet (another rank has not captured the call);
     // an error fails the replay.
     virtual Result<bool> arm(uint64_t r) = 0;
-    // Whether replay r's closing list has run (r was armed).
+    // Whether replay r has ended (r was armed): its closing list has run,
+    // or, where the keeper ends replays, its counters are reached, and
+    // then this call adds its end.
     virtual bool ended(uint64_t r) = 0;
     // Replay r cannot run: record why (async_error()). Called once.
     virtual void fail(uint64_t r, const Status& why) = 0;
