@@ -173,10 +173,9 @@ CommStats Communicator::stats() const {
     s.calls += cached_->calls;
     s.cached_plans = cached_->cached_plans();
   }
-  std::vector<ReplayKeeper::Timing> kept;
-  if (calls_) kept.push_back(calls_->keeper.timing());
-  if (local_replays_) kept.push_back(local_replays_->keeper.timing());
-  for (const ReplayKeeper::Timing& t : kept) {
+  for (const ReplayKeeper* k : {calls_ ? &calls_->keeper : nullptr, local_replays_ ? &local_replays_->keeper : nullptr}) {
+    if (!k) continue;
+    const ReplayKeeper::Timing t = k->timing();
     s.replays += t.replays;
     s.replay_busy_ns += t.busy_ns;
     s.replay_idle_ns += t.idle_ns;

@@ -147,7 +147,6 @@ struct CapturedCall;
 //     to "posted" itself).
 struct ReplayEnd {
   Signal done, stop, flag;
-  bool by_writes = true;
   uint32_t* done_upper = nullptr;  // by writes: the host mapping of done's upper half
 
   // The form CONCCL_REPLAY_TICK names (read once): "kernel", else by writes.

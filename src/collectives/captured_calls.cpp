@@ -91,8 +91,8 @@ constexpr uint64_t kSubmitSlack = 256;  // what a submission adds to its list (t
 // two streams). Only where the keeper ends the replays itself can it tell:
 // it then knows every end the moment it makes it. Launches that store
 // their flags at the same moment look like one and cannot be told apart.
-Status tick_while_running(bool by_keeper, uint64_t started, uint64_t settled) {
-  if (!by_keeper || started <= settled) return Status();
+Status tick_while_running(uint64_t started, uint64_t settled) {
+  if (!close_by_keeper() || started <= settled) return Status();
   return error(Code::invalid_argument,
                "replay " + std::to_string(started + 1) + " began while replay " + std::to_string(settled + 1) +
                    " was still running: replays of one captured call run one after another (was its graph "
@@ -108,7 +108,6 @@ bool ReplayEnd::ticks_by_writes() {
 
 Result<ReplayEnd> ReplayEnd::create(Device& device, const std::string& what) {
   ReplayEnd e;
-  e.by_writes = ticks_by_writes();
   for (Signal* sig : {&e.done, &e.stop, &e.flag}) {
     Result<Signal> made = Signal::create(device, -1, 0);
     if (!made.ok()) return made.status().prefix(what + ": its end signal");
@@ -123,7 +122,7 @@ Result<ReplayEnd> ReplayEnd::create(Device& device, const std::string& what) {
 Status ReplayEnd::record(StreamOps& stream, std::shared_ptr<void> keep, const Signal& posted,
                          const std::string& what) const {
   CONCCL_RETURN_IF_ERROR(stream.retain_for_replays(std::move(keep)).prefix(what));
-  if (by_writes) {
+  if (ticks_by_writes()) {
     // The reset before the flag: the keeper arms the replay, whose closing
     // list adds to `done`, only once it sees the flag.
     CONCCL_RETURN_IF_ERROR(stream.write_value32(done.va(), 0).prefix(what + " (CONCCL_REPLAY_TICK=kernel ticks "
@@ -137,7 +136,7 @@ Status ReplayEnd::record(StreamOps& stream, std::shared_ptr<void> keep, const Si
 }
 
 bool ReplayEnd::take_tick(Signal& posted) {
-  if (!by_writes || flag.value() == 0) return false;
+  if (!ticks_by_writes() || flag.value() == 0) return false;
   // One flag per replay: the next replay stores it only after this one's
   // end, which comes after this (the keeper's, or a closing list queued
   // after this).
@@ -148,7 +147,7 @@ bool ReplayEnd::take_tick(Signal& posted) {
 
 void ReplayEnd::release() {
   if (stop.value() == 0) stop.set(1);
-  if (by_writes) {
+  if (ticks_by_writes()) {
     std::atomic_ref<uint32_t>(*done_upper).store(1, std::memory_order_release);
     return;
   }
@@ -187,8 +186,7 @@ struct CapturedCall final : ReplayKeeper::Replays {
   struct Armed {
     uint64_t r = 0, ticket = 0;
     std::vector<uint64_t> after[kCounters];
-    bool by_keeper = false;  // close_by_keeper(): ends when this rank's counters reach these
-    uint64_t arrive_target = 0, sent_target = 0;
+    uint64_t arrive_target = 0, sent_target = 0;  // close_by_keeper(): it ends when this rank's counters reach these
   };
   std::deque<Armed> armed;
   uint64_t settled = 0;
@@ -198,7 +196,7 @@ struct CapturedCall final : ReplayKeeper::Replays {
   Status take_ticks() override {
     const uint64_t before = started();
     if (!end.take_tick(posted_me)) return Status();
-    return tick_while_running(close_by_keeper(), before, settled);
+    return tick_while_running(before, settled);
   }
   Result<bool> arm(uint64_t r) override { return state->arm_capture(*this, r); }
   bool ended(uint64_t r) override {
@@ -222,8 +220,8 @@ struct CapturedCall final : ReplayKeeper::Replays {
     while (!armed.empty()) {
       const Armed& a = armed.front();
       if (a.r > ticks) {
-        if (!a.by_keeper && closer->completed() < a.ticket) break;
-        if (a.by_keeper) {
+        if (!close_by_keeper() && closer->completed() < a.ticket) break;
+        if (close_by_keeper()) {
           if (arrive_me.value() < a.arrive_target || sent_me.value() < a.sent_target) break;
           end.done.add(1);
         }
@@ -379,7 +377,7 @@ Result<bool> CallState::arm_capture(CapturedCall& c, uint64_t r) {
         close_replay(*c.closer, {{c.arrive_me.va(), arrive_target}, {c.sent_me.va(), sent_target}}, c.end.done, dl,
                      &span)
             .prefix(name + ": its closing list"));
-  CapturedCall::Armed a{r, span.end, {}, close_by_keeper(), arrive_target, sent_target};
+  CapturedCall::Armed a{r, span.end, {}, arrive_target, sent_target};
   for (size_t k = 0; k < kCounters; ++k) a.after[k] = c.next_base[k];
   c.armed.push_back(std::move(a));
   return true;
@@ -499,8 +497,8 @@ struct LocalCapture final : ReplayKeeper::Replays {
   std::vector<Signal> arrive, phase, sent;  // per rank
   std::vector<uint64_t> base[kCounters];    // per rank: each counter before the next replay to arm
   struct Armed {
-    uint64_t r = 0, ticket = 0;                          // the replay, its closing list's ticket
-    std::vector<std::pair<const Signal*, uint64_t>> until;  // close_by_keeper(): the counters that end it
+    uint64_t r = 0, ticket = 0;  // the replay, its closing list's ticket
+    std::vector<uint64_t> arrive_after, sent_after;  // per rank: the counters once it has ended
   };
   std::deque<Armed> armed;  // not yet seen to end
   uint64_t settled = 0;                             // the last replay seen to end
@@ -521,16 +519,20 @@ struct LocalCapture final : ReplayKeeper::Replays {
   Status take_ticks() override {
     const uint64_t before = started();
     if (!end.take_tick(posted)) return Status();
-    return tick_while_running(close_by_keeper(), before, settled);
+    return tick_while_running(before, settled);
   }
   bool ended(uint64_t r) override {
+    auto reached = [&](const Armed& a) {
+      for (size_t q = 0; q < arrive.size(); ++q)
+        if (arrive[q].value() < a.arrive_after[q] || sent[q].value() < a.sent_after[q]) return false;
+      return true;
+    };
     while (!armed.empty()) {
       const Armed& a = armed.front();
-      if (a.until.empty()) {
+      if (!close_by_keeper()) {
         if (closer->completed() < a.ticket) break;
       } else {
-        if (!std::all_of(a.until.begin(), a.until.end(), [](const auto& u) { return u.first->value() >= u.second; }))
-          break;
+        if (!reached(a)) break;
         end.done.add(1);  // what the closing list would add
       }
       settled = a.r;
@@ -558,20 +560,18 @@ struct LocalCapture final : ReplayKeeper::Replays {
     if (!plan || !plan->attached()) return error(Code::unavailable, what + ": its communicator is gone");
     const Deadline dl = Deadline::after_ms(shared_timeout_ms);
     CONCCL_RETURN_IF_ERROR(CallState::submit_lists(*plan, r - 1, base, dl, what));
-    std::vector<std::pair<uint64_t, uint64_t>> until;
-    Armed a{r, 0, {}};
     for (size_t q = 0; q < arrive.size(); ++q) {
       base[kCounterPhase][q] += plan->ready_adds_[q];
       base[kCounterArrive][q] += plan->arrivals_expected(int(q));
       base[kCounterSent][q] += plan->sent_expected(int(q));
-      until.emplace_back(arrive[q].va(), base[kCounterArrive][q]);
-      until.emplace_back(sent[q].va(), base[kCounterSent][q]);
-      if (close_by_keeper()) {
-        a.until.emplace_back(&arrive[q], base[kCounterArrive][q]);
-        a.until.emplace_back(&sent[q], base[kCounterSent][q]);
-      }
     }
+    Armed a{r, 0, base[kCounterArrive], base[kCounterSent]};
     if (!close_by_keeper()) {
+      std::vector<std::pair<uint64_t, uint64_t>> until;
+      for (size_t q = 0; q < arrive.size(); ++q) {
+        until.emplace_back(arrive[q].va(), a.arrive_after[q]);
+        until.emplace_back(sent[q].va(), a.sent_after[q]);
+      }
       QueueSpan span;
       CONCCL_RETURN_IF_ERROR(close_replay(*closer, until, end.done, dl, &span).prefix(what + ": its closing list"));
       a.ticket = span.end;

@@ -100,7 +100,7 @@ void ReplayKeeper::fail_entry(Entry& e, uint64_t r, const Status& why) {
   e.who->release();
 }
 
-bool ReplayKeeper::tend(Entry& e) {
+bool ReplayKeeper::tend(Entry& e, std::chrono::steady_clock::time_point now) {
   if (!e.failed && fail_all_.load(std::memory_order_acquire)) {
     Status why;
     {
@@ -117,8 +117,7 @@ bool ReplayKeeper::tend(Entry& e) {
     fail_entry(e, e.ended + 1, st);
     return false;
   }
-  // Timing (one clock read per look): a tick seen, then its end.
-  const auto now = std::chrono::steady_clock::now();
+  // Timing: a tick seen, then its end.
   auto ns = [](std::chrono::steady_clock::duration d) {
     return uint64_t(std::chrono::duration_cast<std::chrono::nanoseconds>(d).count());
   };
@@ -178,8 +177,8 @@ void ReplayKeeper::run() {
       continue;
     }
     bool busy = false;
-    for (Entry& e : entries_) busy = tend(e) || busy;
-    const auto now = std::chrono::steady_clock::now();
+    const auto now = std::chrono::steady_clock::now();  // one clock read per pass
+    for (Entry& e : entries_) busy = tend(e, now) || busy;
     if (busy) last_busy = now;
     // CONCCL_KEEPER_SPIN=1: the ahead form spins too (a measurement: whether
     // re-arming right behind each replay's end helps it).

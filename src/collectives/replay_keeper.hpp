@@ -131,7 +131,8 @@ class ReplayKeeper {
     bool failed = false;
   };
   void run();
-  bool tend(Entry& e);  // one look at one capture (mu_ held); true when replays are in flight
+  // One look at one capture at `now` (mu_ held); true when replays are in flight.
+  bool tend(Entry& e, std::chrono::steady_clock::time_point now);
   void fail_entry(Entry& e, uint64_t r, const Status& why);
 
   const Arm arm_;

@@ -386,6 +386,13 @@ void open_one_process(const char* settings, const std::vector<int>& gpus, OnePro
   p->stream = std::move(HostStream::create(*p->dev, 30000).value());
 }
 
+// Stalls (or frees) every engine of GPU 0 of the emulated device.
+void stall_engines(emu::EmuDevice& dev, bool stalled) {
+  emu::Injection inj;
+  inj.stall = stalled;
+  for (const EngineInfo& e : dev.topology().gpus[0].engines) ASSERT_TRUE(dev.inject(0, e.id, inj).ok());
+}
+
 // An all-gather of `bytes` per rank over new buffers (kept in send and
 // recv), rank r's on gpus[r].
 CollectiveArgs all_gather_over(Device& dev, const std::vector<int>& gpus, uint64_t bytes,
@@ -499,10 +506,7 @@ TEST(CaptureOneProcess, AStalledEngineFailsTheReplayAndReleasesTheStream) {
       for (uint64_t i = 0; i < bytes; ++i)
         ASSERT_EQ(recv[size_t(d)].get().as<uint8_t>()[q * bytes + i], value(q, 1, i)) << d << " " << q << " " << i;
 
-  const std::vector<EngineInfo>& engines = dev->topology().gpus[0].engines;
-  emu::Injection stall;
-  stall.stall = true;
-  for (const EngineInfo& e : engines) ASSERT_TRUE(dev->inject(0, e.id, stall).ok());
+  ASSERT_NO_FATAL_FAILURE(stall_engines(*dev, true));
   const auto t0 = std::chrono::steady_clock::now();
   ASSERT_TRUE((*g)->launch(*stream).ok());
   const Status released = stream->synchronize(Deadline::after_ms(20000));
@@ -522,8 +526,7 @@ TEST(CaptureOneProcess, AStalledEngineFailsTheReplayAndReleasesTheStream) {
   EXPECT_LT(later_ms, 1000.0) << "a replay after the failure submits nothing";
   EXPECT_NE(c->async_error().message().find("replay 2"), std::string::npos) << c->async_error().to_string();
 
-  emu::Injection none;
-  for (const EngineInfo& e : engines) ASSERT_TRUE(dev->inject(0, e.id, none).ok());
+  ASSERT_NO_FATAL_FAILURE(stall_engines(*dev, false));
   g->reset();  // the capture and its keeper entry go with the recording
   c.reset();
 }
@@ -548,10 +551,7 @@ TEST(CaptureOneProcess, ASecondLaunchWhileAReplayRunsIsRefused) {
   ASSERT_TRUE(g.ok());
   std::unique_ptr<HostStream> other = std::move(HostStream::create(*dev, 30000).value());
 
-  const std::vector<EngineInfo>& engines = dev->topology().gpus[0].engines;
-  emu::Injection stall;
-  stall.stall = true;
-  for (const EngineInfo& e : engines) ASSERT_TRUE(dev->inject(0, e.id, stall).ok());
+  ASSERT_NO_FATAL_FAILURE(stall_engines(*dev, true));
   const auto t0 = std::chrono::steady_clock::now();
   ASSERT_TRUE((*g)->launch(*stream).ok());
   std::this_thread::sleep_for(std::chrono::milliseconds(200));  // replay 1 ticked, its lists stalled
@@ -565,8 +565,7 @@ TEST(CaptureOneProcess, ASecondLaunchWhileAReplayRunsIsRefused) {
   EXPECT_NE(why.message().find("run one after another"), std::string::npos) << why.to_string();
   EXPECT_NE(why.message().find("replay 2 began while replay 1"), std::string::npos) << why.to_string();
 
-  emu::Injection none;
-  for (const EngineInfo& e : engines) ASSERT_TRUE(dev->inject(0, e.id, none).ok());
+  ASSERT_NO_FATAL_FAILURE(stall_engines(*dev, false));
   g->reset();
   c.reset();
 }
