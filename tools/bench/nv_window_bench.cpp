@@ -144,6 +144,21 @@ int measure_size(RankCtx& x, uint64_t bytes, Row* out) {
       5, std::min<uint64_t>(static_cast<uint64_t>(o.iters), (8ull << 30) / std::max<uint64_t>(rb, 1))));
   for (int i = 0; i < 3; ++i) CHECK_OK(c.call(a, s), "warm-up call");
   CHECK_CU(cuStreamSynchronize(x.stream));
+  // The first size of the run: calls for at least 1.5 s first, in rounds of
+  // 100 that every rank makes (the ranks agree after each round), since an
+  // idle GPU's copy-engine clock needs about a second of work to come up
+  // (sdma-probe's warm-up says more).
+  static bool clocks_raised = false;
+  for (const auto w0 = std::chrono::steady_clock::now(); !clocks_raised;) {
+    for (int i = 0; i < 100; ++i) CHECK_OK(c.call(a, s), "warm-up call");
+    CHECK_CU(cuStreamSynchronize(x.stream));
+    const bool more = std::chrono::steady_clock::now() - w0 < std::chrono::milliseconds(1500);
+    Result<std::vector<Bootstrap::Message>> all =
+        c.bootstrap()->exchange("warm-up", more ? "1" : "0", {}, Deadline::after_ms(60000));
+    CHECK_OK(all.status(), "warm-up exchange");
+    clocks_raised = true;
+    for (const Bootstrap::Message& m : *all) clocks_raised = clocks_raised && m.data != "1";
+  }
   CHECK_OK(c.bootstrap()->barrier("size " + std::to_string(bytes), Deadline::after_ms(60000)), "barrier");
   const CommStats before = c.stats();
   double host = 0;

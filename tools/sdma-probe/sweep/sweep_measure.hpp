@@ -54,7 +54,11 @@ struct Measured {
 // Warm-up: --warmup calls, and on real engines (not `emulated`) at least
 // 100 ms of them: copy engines of a GPU that idled (as it does while the
 // previous size was verified) run at about half rate for their first
-// ~100 ms (docs/perf/h200.md, "Cold GPU"). Ranks in separate processes call
+// ~100 ms (docs/perf/h200.md, "Cold GPU"). The first warm-up of a process
+// lasts at least 1.5 s: an idle H100 runs its copy engines' clock at 765
+// MHz and needs about a second of work to reach 1545 MHz, and a 1 KiB
+// all-gather takes 11 us at the first against 7.4 at the second
+// (docs/perf/h200-collectives.md, run 58). Ranks in separate processes call
 // together: one more while any rank wants one (each times its own 100 ms)
 // and none has a signal. Errors are prefixed "warm-up at `at`".
 conccl::Status warm_up(RankSync& sync, int64_t warmup, bool emulated, const std::string& at,
