@@ -59,6 +59,7 @@ enum class Variant : uint8_t {
   chain,      // broadcast: pipelined chain root -> r1 -> r2 ... in chunks
   striped,    // p2p: split over several engines
   single,     // p2p: one engine
+  pull,       // all-gather, one process: each destination's engine gathers every chunk into it
 };
 const char* variant_name(Variant v);
 bool parse_variant(const std::string& name, Variant* out);
@@ -774,6 +775,8 @@ class Plan {
 // The variant `automatic` picks for an op, size, rank count and what the
 // engines can do (docs/collectives.md).
 // packed_send: false for an all_to_all with a send_stride (no swap then).
-Variant choose_variant(CollOp op, uint64_t bytes, int ranks, const Caps& caps, bool prelaunch, bool packed_send = true);
+// one_process: every rank in this process (pull is for those alone).
+Variant choose_variant(CollOp op, uint64_t bytes, int ranks, const Caps& caps, bool prelaunch, bool packed_send = true,
+                       bool one_process = false);
 
 }  // namespace conccl

@@ -77,6 +77,10 @@ struct Caps {
   bool copy_add = false;         // copy_add is one command: the copy adds to the signal as it ends
   bool interrupt_wakeup = false; // the engine can wake a sleeping host thread
   bool signal_twin = false;      // signals carry value + 2^31 at +8 (exact >= waits with 32-bit polls)
+  // A store into a signal costs the engine less than an add (Hopper: an add
+  // into host memory is a PCIe atomic the engine waits for, 1.2-2.2 us per
+  // list on an H100): small all-gathers of one process pull (choose_variant).
+  bool store_beats_add = false;
   uint32_t timestamp_offset = 0; // timestamp(slot) writes the engine time at slot + this
   uint32_t signal_align = 8;     // signal address alignment
   uint32_t timestamp_align = 8;  // timestamp slot alignment

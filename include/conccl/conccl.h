@@ -239,7 +239,8 @@ typedef enum conccl_variant {
   CONCCL_VARIANT_FANOUT = 5,
   CONCCL_VARIANT_CHAIN = 6,
   CONCCL_VARIANT_STRIPED = 7,
-  CONCCL_VARIANT_SINGLE = 8
+  CONCCL_VARIANT_SINGLE = 8,
+  CONCCL_VARIANT_PULL = 9
 } conccl_variant;
 /* "auto", "pcpy", ... ("?" for a number that is no variant) */
 const char* conccl_variant_name(conccl_variant variant);

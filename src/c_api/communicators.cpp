@@ -19,7 +19,7 @@ extern "C" {
 
 const char* conccl_variant_name(conccl_variant variant) {
   const int v = enum_bits(variant);
-  if (v < CONCCL_VARIANT_AUTO || v > CONCCL_VARIANT_SINGLE) return "?";
+  if (v < CONCCL_VARIANT_AUTO || v > CONCCL_VARIANT_PULL) return "?";
   return variant_name(static_cast<Variant>(v));
 }
 
@@ -252,7 +252,7 @@ conccl_status conccl_plan_create(conccl_comm_t ch, const conccl_collective_args*
                          ": call conccl_collective_args_init first");
     const int op = enum_bits(a->op), variant = enum_bits(a->variant);
     CONCCL_C_REQUIRE(op >= CONCCL_P2P && op <= CONCCL_ALL_TO_ALL, "op " + std::to_string(op) + " is not a conccl_op");
-    CONCCL_C_REQUIRE(variant >= CONCCL_VARIANT_AUTO && variant <= CONCCL_VARIANT_SINGLE,
+    CONCCL_C_REQUIRE(variant >= CONCCL_VARIANT_AUTO && variant <= CONCCL_VARIANT_PULL,
                      "variant " + std::to_string(variant) + " is not a conccl_variant");
     CONCCL_C_REQUIRE(a->nsend >= 0 && a->nrecv >= 0 && (a->send || a->nsend == 0) && (a->recv || a->nrecv == 0),
                      "send/recv must hold nsend/nrecv buffers");

@@ -37,7 +37,7 @@ static_assert(CONCCL_VARIANT_AUTO == num(Variant::automatic) && CONCCL_VARIANT_P
               CONCCL_VARIANT_BCST == num(Variant::bcst) && CONCCL_VARIANT_B2B == num(Variant::b2b) &&
               CONCCL_VARIANT_SWAP == num(Variant::swap) && CONCCL_VARIANT_FANOUT == num(Variant::fanout) &&
               CONCCL_VARIANT_CHAIN == num(Variant::chain) && CONCCL_VARIANT_STRIPED == num(Variant::striped) &&
-              CONCCL_VARIANT_SINGLE == num(Variant::single),
+              CONCCL_VARIANT_SINGLE == num(Variant::single) && CONCCL_VARIANT_PULL == num(Variant::pull),
               "conccl_variant and conccl::Variant disagree");
 using QS = Communicator::Options::QueueSharing;
 static_assert(CONCCL_QUEUES_AUTO == num(QS::automatic) && CONCCL_QUEUES_PER_RANK == num(QS::per_rank) &&

@@ -211,6 +211,32 @@ Status build_all_gather_b2b(PlanBuilder& b, const CollectiveArgs& a) {
   });
 }
 
+// Pull: destination d's own list copies every rank's chunk into d's buffer
+// (its own first), so that one list alone writes each buffer and d's
+// arrivals become one store of the count (PlanBuilder::finish) instead of
+// an add from every rank's list: on Hopper an add into host memory is an
+// atomic over PCIe that a store is not (docs/perf/h200-collectives.md, run
+// 61). The list reads every rank's send buffer, which is why it is for one
+// process: across processes a rank's "sent" signal counts only its own
+// lists (validate_args refuses it there).
+Status build_all_gather_pull(PlanBuilder& b, const CollectiveArgs& a) {
+  const int n = b.comm().size();
+  for (int d = 0; d < n; ++d) {
+    Result<PlanList*> l = b.list(d, b.engine_for(d, d));
+    if (!l.ok()) return l.status();
+    int copies = 0;
+    for (int k = 0; k < n; ++k) {
+      const int s = (d + k) % n;
+      const uint64_t dst = R(a, d) + uint64_t(s) * a.bytes;
+      if (dst == S(a, s)) continue;  // in place
+      CONCCL_RETURN_IF_ERROR(b.copy(**l, dst, S(a, s), a.bytes, d));
+      ++copies;
+    }
+    for (int i = 0; i < copies; ++i) CONCCL_RETURN_IF_ERROR(b.arrive(**l, d));
+  }
+  return Status();
+}
+
 Status build_all_to_all_pcpy(PlanBuilder& b, const CollectiveArgs& a) {
   return all_to_all_with(b, a, [&](int s, uint64_t step) {
     for (int d = 0; d < b.comm().size(); ++d)

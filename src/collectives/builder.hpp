@@ -2,6 +2,7 @@
 #pragma once
 
 #include <map>
+#include <set>
 
 #include "conccl/collectives.hpp"
 
@@ -78,6 +79,14 @@ class PlanBuilder {
   // arrival per copy: the next rank's list waits for each.
   Status arrive(PlanList& l, int dst);
   // Records the held-back arrivals of every list; the builder's last step.
+  // A list that delivers to one rank only, and is the only list that
+  // delivers there, ends with one store of the count instead of an add (in
+  // plans that count from zero each launch: not window calls, whose
+  // counters only grow): a store is a posted write where an add into host
+  // memory is an atomic the engine waits for. A list that delivers to
+  // several ranks keeps adds: one wait for idle, then one add each, cost
+  // less there than a flushing store each (docs/perf/h200-collectives.md,
+  // run 62). CONCCL_SET_ARRIVALS=0 keeps adds everywhere.
   Status finish();
   // Wait until rank r's arrival signal reaches n (this launch).
   Status wait_arrivals(PlanList& l, int r, uint64_t n);
@@ -114,6 +123,7 @@ class PlanBuilder {
   bool spread_;
   bool overlap_copies_;
   bool fold_arrivals_;
+  bool set_arrivals_;
   uint64_t stripe_min_bytes_;  // 0: no striping (engine_shares)
   // A list's last copy, not yet recorded, while it may still carry the
   // arrival that follows it.
@@ -127,7 +137,12 @@ class PlanBuilder {
   std::map<std::pair<int, int>, size_t> index_;
   // Held-back arrivals per list: (destination rank, count), in first-arrival order.
   std::map<PlanList*, std::vector<std::pair<int, uint64_t>>> held_;
-  Status record_held(PlanList& l);
+  // (list, rank) pairs for which the list recorded an add to the rank's
+  // arrivals before finish(): such a rank keeps adds (finish).
+  std::set<std::pair<const PlanList*, int>> added_;
+  // Records l's held arrivals: adds, or at finish() (`writers`: how many
+  // lists arrive into each rank) a store where finish() says so.
+  Status record_held(PlanList& l, const std::vector<int>* writers = nullptr);
 };
 
 // Builders, one per op and variant (build_ops.cpp); the variant table
@@ -142,6 +157,7 @@ Status build_gather_pcpy(PlanBuilder& b, const CollectiveArgs& a);
 Status build_scatter_fanout(PlanBuilder& b, const CollectiveArgs& a);
 Status build_all_gather_pcpy(PlanBuilder& b, const CollectiveArgs& a);
 Status build_all_gather_bcst(PlanBuilder& b, const CollectiveArgs& a);
+Status build_all_gather_pull(PlanBuilder& b, const CollectiveArgs& a);
 Status build_all_gather_b2b(PlanBuilder& b, const CollectiveArgs& a);
 Status build_all_to_all_pcpy(PlanBuilder& b, const CollectiveArgs& a);
 Status build_all_to_all_b2b(PlanBuilder& b, const CollectiveArgs& a);

@@ -182,7 +182,7 @@ Result<Queue*> Communicator::queue(int rank, int engine, bool shared) {
 
 Variant Communicator::automatic_variant(const CollectiveArgs& args, bool prelaunch) const {
   if (args.variant != Variant::automatic) return args.variant;
-  const Variant v = choose_variant(args.op, args.bytes, size(), caps_, prelaunch, packed_send(args));
+  const Variant v = choose_variant(args.op, args.bytes, size(), caps_, prelaunch, packed_send(args), !boot_);
   bool in_place = args.op == CollOp::all_to_all && args.send.size() == args.recv.size() && !args.send.empty();
   for (size_t r = 0; r < args.send.size() && in_place; ++r) in_place = args.send[r].va == args.recv[r].va;
   return in_place && caps_.swap ? Variant::swap : v;
@@ -202,7 +202,7 @@ Result<std::unique_ptr<Plan>> Communicator::plan(const CollectiveArgs& given) {
   // Resolve `automatic` first, so validation judges the variant that runs.
   CollectiveArgs args = in;
   if (args.variant == Variant::automatic) {
-    args.variant = choose_variant(args.op, args.bytes, size(), caps_, args.prelaunch, packed_send(args));
+    args.variant = choose_variant(args.op, args.bytes, size(), caps_, args.prelaunch, packed_send(args), !boot_);
     bool in_place = args.op == CollOp::all_to_all && args.send.size() == args.recv.size() && !args.send.empty();
     for (size_t r = 0; r < args.send.size() && in_place; ++r) in_place = args.send[r].va == args.recv[r].va;
     if (in_place && caps_.swap) args.variant = Variant::swap;  // only swap works in place
@@ -338,13 +338,15 @@ struct ListForm {
   bool overlap_copies;  // CONCCL_OVERLAP_COPIES=0: each copy waits for the one before
   bool fold_arrivals;   // CONCCL_FOLD_ARRIVALS=1: a copy carries its arrival (Caps::copy_add)
   bool hold_triggers;   // CONCCL_HOLD_TRIGGERS=1: waits for a trigger or "posted" hold their engine
+  bool set_arrivals;    // CONCCL_SET_ARRIVALS=0: adds even where one list delivers all of a rank's arrivals
   std::optional<uint64_t> stripe_min_bytes;  // CONCCL_STRIPE_MIN_BYTES: Options::stripe_min_bytes when unset
 };
 ListForm read_list_form() {
   using util::env_is;
   return ListForm{!env_is("CONCCL_BATCH_ARRIVALS", "0"), !env_is("CONCCL_SPREAD_SMALL", "0"),
                   !env_is("CONCCL_OVERLAP_COPIES", "0"), env_is("CONCCL_FOLD_ARRIVALS", "1"),
-                  env_is("CONCCL_HOLD_TRIGGERS", "1"), util::env_bytes("CONCCL_STRIPE_MIN_BYTES")};
+                  env_is("CONCCL_HOLD_TRIGGERS", "1"), !env_is("CONCCL_SET_ARRIVALS", "0"),
+                  util::env_bytes("CONCCL_STRIPE_MIN_BYTES")};
 }
 const ListForm& list_form() {
   static const ListForm f = read_list_form();
@@ -414,6 +416,7 @@ PlanBuilder::PlanBuilder(Communicator& comm, Plan& plan, bool shared)
       spread_(list_form().spread_small && comm.loopback() && plan.args().bytes <= kSpreadMaxBytes),
       overlap_copies_(list_form().overlap_copies),
       fold_arrivals_(comm.options().fold_arrivals.value_or(list_form().fold_arrivals) && caps(comm.isa(0)).copy_add),
+      set_arrivals_(list_form().set_arrivals),
       stripe_min_bytes_(comm.loopback() && all_on_one_gpu(comm) ? stripe_min_bytes(comm.options(), comm.size()) : 0) {}
 
 CommandBuffer::WaitStyle PlanBuilder::trigger_wait_style() const {
@@ -516,12 +519,16 @@ Status PlanBuilder::arrive(PlanList& l, int dst) {
     // ends, with no wait for it to drain.
     const HeldCopy c = carrier->second;
     held_copy_.erase(carrier);
+    added_.insert({&l, dst});
     CONCCL_RETURN_IF_ERROR(plan_.arrive_[static_cast<size_t>(dst)].copy_add(l.cb, c.dst, c.src, c.bytes, c.order, 1));
     copy_end_[&l] = l.cb.size_dwords();
     return Status();
   }
   CONCCL_RETURN_IF_ERROR(settle(l));
-  if (!batch_arrivals_) return plan_.arrive_[static_cast<size_t>(dst)].signal_add(l.cb, 1);
+  if (!batch_arrivals_) {
+    added_.insert({&l, dst});
+    return plan_.arrive_[static_cast<size_t>(dst)].signal_add(l.cb, 1);
+  }
   std::vector<std::pair<int, uint64_t>>& held = held_[&l];
   for (auto& [d, count] : held)
     if (d == dst) {
@@ -532,18 +539,30 @@ Status PlanBuilder::arrive(PlanList& l, int dst) {
   return Status();
 }
 
-Status PlanBuilder::record_held(PlanList& l) {
+Status PlanBuilder::record_held(PlanList& l, const std::vector<int>* writers) {
   CONCCL_RETURN_IF_ERROR(settle(l));
   auto it = held_.find(&l);
   if (it == held_.end()) return Status();
-  for (const auto& [d, count] : it->second)
-    CONCCL_RETURN_IF_ERROR(plan_.arrive_[static_cast<size_t>(d)].signal_add(l.cb, count));
+  for (const auto& [d, count] : it->second) {
+    const size_t di = static_cast<size_t>(d);
+    const bool store = writers && set_arrivals_ && !plan_.monotonic_ && l.writes_to.size() == 1 &&
+                       (*writers)[di] == 1 && !added_.count({&l, d}) && plan_.expected_[di] == count;
+    if (store) {
+      CONCCL_RETURN_IF_ERROR(plan_.arrive_[di].signal_set(l.cb, count));
+      continue;
+    }
+    CONCCL_RETURN_IF_ERROR(plan_.arrive_[di].signal_add(l.cb, count));
+    added_.insert({&l, d});
+  }
   held_.erase(it);
   return Status();
 }
 
 Status PlanBuilder::finish() {
-  for (PlanList& l : plan_.lists_) CONCCL_RETURN_IF_ERROR(record_held(l));
+  std::vector<int> writers(plan_.arrive_.size(), 0);
+  for (const PlanList& l : plan_.lists_)
+    for (int d : l.writes_to) ++writers[static_cast<size_t>(d)];
+  for (PlanList& l : plan_.lists_) CONCCL_RETURN_IF_ERROR(record_held(l, &writers));
   return Status();
 }
 

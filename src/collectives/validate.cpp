@@ -69,6 +69,9 @@ Status validate_args(const Communicator& comm, const CollectiveArgs& a) {
                (a.op == CollOp::broadcast || a.op == CollOp::scatter || a.op == CollOp::p2p
                     ? "; or, for this op, send = {the root's buffer} alone"
                     : ""));
+  if (a.variant == Variant::pull && comm.rank() >= 0)
+    return bad("the pull variant has each rank's list read every other rank's send buffer, and across processes a "
+               "rank cannot tell when the other processes' lists are done with its own; use b2b or pcpy (or auto)");
   if (std::string need = variant_missing_cap(a.variant, comm.caps()); !need.empty()) {
     std::string ok;
     for (Variant v : variants_for(a.op))

@@ -37,6 +37,7 @@ constexpr VariantRow kRows[] = {
     {CollOp::all_gather, Variant::pcpy, "pcpy", build_all_gather_pcpy, nullptr, ""},
     {CollOp::all_gather, Variant::bcst, "bcst", build_all_gather_bcst, &Caps::broadcast_copy, kBcstNeeds},
     {CollOp::all_gather, Variant::b2b, "b2b", build_all_gather_b2b, nullptr, ""},
+    {CollOp::all_gather, Variant::pull, "pull", build_all_gather_pull, nullptr, ""},
     {CollOp::all_to_all, Variant::pcpy, "pcpy", build_all_to_all_pcpy, nullptr, ""},
     {CollOp::all_to_all, Variant::b2b, "b2b", build_all_to_all_b2b, nullptr, ""},
     {CollOp::all_to_all, Variant::swap, "swap", build_all_to_all_swap, &Caps::swap, kSwapNeeds},
@@ -101,8 +102,13 @@ BuildFn variant_builder(CollOp op, Variant v) {
 // engines lack them, the next variant of the rule takes their place.
 // NVIDIA copy engines (no broadcast, no swap): b2b for small collectives,
 // where one engine's back-to-back copies save per-list synchronisation, pcpy
-// above.
-Variant choose_variant(CollOp op, uint64_t bytes, int ranks, const Caps& caps, bool prelaunch, bool packed_send) {
+// above; a small all-gather of one process pulls instead, each rank's list
+// gathering every chunk and storing its arrivals once (Caps::store_beats_add:
+// on an H100 1 KiB per rank took 5.9 / 7.6 / 11 us for 2 / 4 / 8 ranks
+// pulled against 7.6 / 11.9 / 21.9 us back to back, 64 KiB 6.7 / 8.7 / 13.9
+// against 10.4 / 18.4 / 21.7; docs/perf/h200-collectives.md, run 62).
+Variant choose_variant(CollOp op, uint64_t bytes, int ranks, const Caps& caps, bool prelaunch, bool packed_send,
+                       bool one_process) {
   const uint64_t total = bytes * static_cast<uint64_t>(ranks > 0 ? ranks : 1);
   constexpr uint64_t K = 1024, M = 1024 * 1024;
   switch (op) {
@@ -114,7 +120,8 @@ Variant choose_variant(CollOp op, uint64_t bytes, int ranks, const Caps& caps, b
     case CollOp::gather: return Variant::pcpy;
     case CollOp::scatter: return Variant::fanout;
     case CollOp::all_gather:
-      if (total <= (prelaunch ? 128 * K : 512 * K)) return Variant::b2b;
+      if (total <= (prelaunch ? 128 * K : 512 * K))
+        return one_process && caps.store_beats_add ? Variant::pull : Variant::b2b;
       if (total <= (prelaunch ? 256 * K : 4 * M) && caps.broadcast_copy) return Variant::bcst;
       return Variant::pcpy;
     case CollOp::all_to_all: {

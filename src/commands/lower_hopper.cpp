@@ -184,6 +184,7 @@ Caps make_caps() {
   c.copy_add = true;          // LAUNCH_DMA semaphore reduction, two-word unsigned IADD
   c.interrupt_wakeup = true;  // NON_STALL_INTERRUPT
   c.signal_twin = false;
+  c.store_beats_add = true;   // docs/perf/h200-collectives.md, runs 61-62
   c.timestamp_offset = 8;
   c.signal_align = 8;
   c.timestamp_align = kSemaphoreSlotBytes;

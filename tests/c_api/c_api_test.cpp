@@ -33,7 +33,8 @@ TEST(CApi, EnumerationsAreNamed) {
   EXPECT_STREQ(conccl_op_name(static_cast<conccl_op>(6)), "?");
   EXPECT_STREQ(conccl_op_name(static_cast<conccl_op>(-1)), "?");
   EXPECT_STREQ(conccl_variant_name(CONCCL_VARIANT_SINGLE), "single");
-  EXPECT_STREQ(conccl_variant_name(static_cast<conccl_variant>(9)), "?");
+  EXPECT_STREQ(conccl_variant_name(CONCCL_VARIANT_PULL), "pull");
+  EXPECT_STREQ(conccl_variant_name(static_cast<conccl_variant>(10)), "?");
   EXPECT_STREQ(conccl_datatype_name(CONCCL_BFLOAT16), "bfloat16");
   EXPECT_STREQ(conccl_datatype_name(CONCCL_FLOAT32), "float");
   EXPECT_STREQ(conccl_datatype_name(static_cast<conccl_datatype>(3)), "?");

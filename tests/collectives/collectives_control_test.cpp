@@ -554,6 +554,28 @@ TEST(CollChooseVariant, AllGatherRule) {
   EXPECT_EQ(choose_variant(CollOp::all_gather, 100 * K, 8, caps(Isa::sdma_gen(sdma::Gen::v6)), false), Variant::bcst);
 }
 
+// Hopper (a store beats an add): where b2b would run, one process pulls;
+// ranks in several processes keep b2b (pull reads other processes' send
+// buffers); SDMA keeps b2b in one process too.
+TEST(CollChooseVariant, SmallAllGathersOfOneProcessPullOnHopper) {
+  const Caps& h = caps(Isa::hopper());
+  ASSERT_TRUE(h.store_beats_add);
+  auto ag = [&](uint64_t bytes, int ranks, bool pre, bool one) {
+    return choose_variant(CollOp::all_gather, bytes, ranks, h, pre, true, one);
+  };
+  EXPECT_EQ(ag(1, 8, false, true), Variant::pull);
+  EXPECT_EQ(ag(64 * K, 8, false, true), Variant::pull);
+  EXPECT_EQ(ag(256 * K, 2, false, true), Variant::pull);
+  EXPECT_EQ(ag(64 * K + 1, 8, false, true), Variant::pcpy);  // no broadcast copies on Hopper
+  EXPECT_EQ(ag(16 * K, 8, true, true), Variant::pull);
+  EXPECT_EQ(ag(16 * K + 1, 8, true, true), Variant::pcpy);
+  EXPECT_EQ(ag(1, 8, false, false), Variant::b2b);
+  EXPECT_EQ(ag(64 * K, 8, true, false), Variant::pcpy);
+  const Caps& sdma = caps(Isa::sdma_gen(sdma::Gen::v4_4_2));
+  EXPECT_FALSE(sdma.store_beats_add);
+  EXPECT_EQ(choose_variant(CollOp::all_gather, 1, 8, sdma, false, true, true), Variant::b2b);
+}
+
 TEST(CollChooseVariant, AllToAllRule) {
   auto a2a = [](uint64_t bytes, int ranks, bool pre, sdma::Gen g = sdma::Gen::v4_4_2) {
     return choose_variant(CollOp::all_to_all, bytes, ranks, caps(Isa::sdma_gen(g)), pre);
@@ -1191,14 +1213,14 @@ TEST(CollHopper, FoldedArrivalsRideOnTheCopies) {
           int on_host = 0;
           for (const PlanList& l : plan->lists()) {
             on_host += host_adds(l);
-            if (plan->variant() != Variant::b2b) {
+            if (plan->variant() != Variant::b2b && plan->variant() != Variant::pull) {
               EXPECT_EQ(host_adds(l), 0) << plan->describe();
               EXPECT_GT(copy_adds(l), 0) << plan->describe();
             }
           }
-          // b2b: only a rank's local copy can carry its arrival; a group's
-          // arrivals follow all of its copies.
-          if (plan->variant() == Variant::b2b) {
+          // b2b and pull: a list's arrivals follow all of its copies, so
+          // only its last copy carries one.
+          if (plan->variant() == Variant::b2b || plan->variant() == Variant::pull) {
             EXPECT_GT(on_host, 0) << plan->describe();
           }
           launch_and_verify(mem, *plan, comm->size(), 2);
@@ -1272,9 +1294,11 @@ TEST(CollHopper, LargeCopiesStripeOverTheGpusEngines) {
           const CollectiveArgs a = separate_args(mem, *comm, op, v, bytes, op == CollOp::p2p ? 0 : 1);
           ASSERT_OK_AND_ASSIGN(std::unique_ptr<Plan> plan, comm->plan(a));
           // pcpy, fanout and the p2p variants place each copy by
-          // engine_shares; b2b's groups and chain's links stay one list.
+          // engine_shares; b2b's groups, chain's links and pull's
+          // destinations stay one list.
           const Variant pv = plan->variant();
-          const bool stripes = bytes >= stripe && pv != Variant::b2b && pv != Variant::chain && pv != Variant::single;
+          const bool stripes = bytes >= stripe && pv != Variant::b2b && pv != Variant::chain && pv != Variant::single &&
+                               pv != Variant::pull;
           std::map<int, std::map<int, uint64_t>> bytes_of;  // rank -> engine -> bytes
           for (const PlanList& l : plan->lists()) bytes_of[l.rank][l.engine] += copied(l);
           for (const auto& [rank, by_engine] : bytes_of) {
@@ -1432,6 +1456,63 @@ TEST(CollHopper, ArrivalsFollowTheCopiesWithOneWaitForIdlePerList) {
   }
   EXPECT_EQ(adds, 1 + 4 * 3) << "the root's local copy, then 4 chunks on each of 3 links";
   launch_and_verify(mem, *chain, comm->size(), 2);
+}
+
+// A list that alone delivers to one rank, and delivers nowhere else, ends
+// with one store of the count instead of adds: pull's destinations, p2p's
+// peer, fanout's ranks where each has a list of the root's (mi300x8). Where
+// several lists write into a rank (b2b), or one list into several ranks
+// (fanout spread over one engine on h200loop4), adds stay.
+// On Hopper a store is a copy-engine semaphore release (no reduction); on
+// SDMA it is FENCEs (no atomics). The counts the waits use are unchanged.
+TEST(CollArrivals, OneWritersArrivalsAreOneStore) {
+  for (Topo t : {Topo::h200loop4, Topo::mi300x8}) {
+    Node node;
+    ASSERT_OK(make_node(t, &node));
+    const bool hopper = t == Topo::h200loop4;
+    auto adds = [&](const PlanList& l) {
+      const std::string text = l.cb.disassemble();
+      const char* word = hopper ? "reduction" : "atomic_add64";
+      int n = 0;
+      for (size_t at = text.find(word); at != std::string::npos; at = text.find(word, at + 1)) ++n;
+      return n;
+    };
+    auto stores = [&](const PlanList& l) {
+      const std::string text = l.cb.disassemble();
+      const char* word = hopper ? "semaphore_type=release_semaphore" : "fence ";
+      int n = 0;
+      for (size_t at = text.find(word); at != std::string::npos; at = text.find(word, at + 1)) ++n;
+      return n;
+    };
+    struct Want {
+      CollOp op;
+      Variant v;
+      bool stored;
+    };
+    for (const Want w : {Want{CollOp::all_gather, Variant::pull, true}, Want{CollOp::p2p, Variant::single, true},
+                         Want{CollOp::broadcast, Variant::fanout, true}, Want{CollOp::all_gather, Variant::b2b, false}}) {
+      SCOPED_TRACE(std::string(topo_name(t)) + " " + coll_op_name(w.op) + " " + variant_name(w.v));
+      Mem mem(*node.dev, 17);
+      const CollectiveArgs a = separate_args(mem, *node.comm, w.op, w.v, 1000, w.op == CollOp::p2p ? 0 : 1);
+      ASSERT_OK_AND_ASSIGN(std::unique_ptr<Plan> plan, node.comm->plan(a));
+      for (const PlanList& l : plan->lists()) {
+        if (l.writes_to.empty()) continue;
+        if (w.stored && (l.writes_to.size() == 1 || w.op != CollOp::broadcast)) {
+          EXPECT_EQ(adds(l), 0) << plan->describe();
+          // SDMA: four 32-bit FENCEs per signal (its twin, then the value).
+          EXPECT_EQ(l.writes_to.size(), 1u) << plan->describe();
+          EXPECT_EQ(stores(l), hopper ? 1 : 4) << plan->describe();
+        } else {
+          EXPECT_GT(adds(l), 0) << plan->describe();
+        }
+      }
+      for (int launch = 0; launch < 3; ++launch) {
+        launch_and_verify(mem, *plan, node.comm->size(), 1);
+        for (int r = 0; r < node.comm->size(); ++r)
+          EXPECT_EQ(plan->arrival(r).value(), plan->arrivals_expected(r)) << "rank " << r << " launch " << launch;
+      }
+    }
+  }
 }
 
 // The Device names the engine toward a peer without a communicator: the

@@ -83,7 +83,8 @@ class CollData : public ::testing::TestWithParam<Case> {
     a.peer = peer;
     make_buffers(mem, comm, a, form);
     ASSERT_OK_AND_ASSIGN(std::unique_ptr<Plan> plan, comm.plan(a));
-    const Variant want = c.v == Variant::automatic ? choose_variant(c.op, bytes, n, comm.caps(), false) : c.v;
+    const Variant want =
+        c.v == Variant::automatic ? choose_variant(c.op, bytes, n, comm.caps(), false, true, /*one_process=*/true) : c.v;
     EXPECT_EQ(plan->variant(), want);
     ASSERT_FALSE(plan->lists().empty());
     for (const PlanList& l : plan->lists()) {

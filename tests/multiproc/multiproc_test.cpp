@@ -155,6 +155,7 @@ std::vector<Case> cases_for(const Caps& caps, int n) {
   for (CollOp op : ops)
     for (Variant v : variants_for(op)) {
       if (!variant_missing_cap(v, caps).empty()) continue;
+      if (v == Variant::pull) continue;  // one process only (PullIsRefusedAcrossProcesses)
       std::vector<uint64_t> sizes = {1024, (1u << 20) + 4096};
       if (v == Variant::automatic && (op == CollOp::all_gather || op == CollOp::all_to_all))
         // Large: past every size threshold of choose_variant (4 MiB in all)
@@ -682,6 +683,42 @@ TEST(MultiProcessFaults, RanksWithDifferentListFormsAreRefused) {
     EXPECT_EQ(o.exit_code, 1) << o.out;
     EXPECT_NE(o.out.find("CONCCL_BATCH_ARRIVALS=0"), std::string::npos) << o.out;
     EXPECT_NE(o.out.find("every rank must pass the same options"), std::string::npos) << o.out;
+  }
+}
+
+// The pull all-gather has each rank's list read every rank's send buffer,
+// which across processes no rank's "sent" signal would cover: a plan of it
+// is refused on every rank with the variants that work there.
+TEST(MultiProcessFaults, PullIsRefusedAcrossProcesses) {
+  const UniqueId id = make_unique_id().value();
+  const Layout l{"h200", true, 2};
+  std::vector<RankOutcome> res = fork_ranks(all_ranks(2), [&](int r, std::string* out) {
+    Result<std::unique_ptr<emu::EmuDevice>> dev = emu::create(device_options(l, r));
+    if (!dev.ok()) return 2;
+    Result<std::unique_ptr<Communicator>> c = Communicator::create(**dev, r, 2, id, comm_options(l));
+    if (!c.ok()) return 2;
+    Result<UniqueBuffer> send = filled(**dev, 0, 1024, 11 + r), recv = filled(**dev, 0, 2048, 21 + r);
+    if (!send.ok() || !recv.ok()) return 2;
+    CollectiveArgs a;
+    a.op = CollOp::all_gather;
+    a.variant = Variant::pull;
+    a.bytes = 1024;
+    a.send = {send->get()};
+    a.recv = {recv->get()};
+    Result<std::unique_ptr<Plan>> p = (*c)->plan(a);
+    *out = p.status().to_string();
+    if (p.ok() || p.status().code() != Code::invalid_argument) return 3;
+    a.variant = Variant::automatic;  // the same call otherwise works
+    Result<std::unique_ptr<Plan>> q = (*c)->plan(a);
+    if (!q.ok()) {
+      *out += " / auto: " + q.status().to_string();
+      return 4;
+    }
+    return 1;
+  });
+  for (const RankOutcome& o : res) {
+    EXPECT_EQ(o.exit_code, 1) << o.out;
+    EXPECT_NE(o.out.find("use b2b or pcpy"), std::string::npos) << o.out;
   }
 }
 

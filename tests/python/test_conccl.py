@@ -400,7 +400,7 @@ class NamesTest(unittest.TestCase):
         self.assertEqual(sorted(n for n in conccl.OPS if "_" not in n),
                          ["allgather", "alltoall", "broadcast", "gather", "p2p", "scatter"])
         self.assertEqual(conccl.VARIANTS, {"auto": 0, "pcpy": 1, "bcst": 2, "b2b": 3, "swap": 4, "fanout": 5,
-                                           "chain": 6, "striped": 7, "single": 8})
+                                           "chain": 6, "striped": 7, "single": 8, "pull": 9})
         self.assertEqual(conccl._op_name(99), b"?")
         self.assertEqual(conccl._variant_name(-1), b"?")
 

@@ -361,7 +361,8 @@ TEST_F(NvHw, CopyEngineAdd64FromEveryEngineAtOnce) {
 // `record_a(cb, mid, src, piece, sem)` writes it; engine B waits for the
 // add, then copies `mid` out. What B read must be all of A's data, in each
 // of 8 rounds of new data.
-using RecordA = std::function<void(CommandBuffer&, uint64_t mid, uint64_t src, size_t piece, uint64_t sem)>;
+using RecordA =
+    std::function<void(CommandBuffer&, uint64_t mid, uint64_t src, size_t piece, uint64_t sem, uint64_t target)>;
 void expect_add_follows_data(Gpu& dev, size_t piece, uint64_t base, uint64_t seed, const RecordA& record_a) {
   if (dev.channel_count() < 2) GTEST_SKIP() << "one channel";
   const size_t n = 32u << 20, rounds = 8;
@@ -385,7 +386,7 @@ void expect_add_follows_data(Gpu& dev, size_t piece, uint64_t base, uint64_t see
     ASSERT_TRUE(wb.copy(r->va, mid->va, n).ok());
     ASSERT_TRUE(b.submit(wb, Deadline::after_ms(1000)).ok());
     CommandBuffer ca = a.commands();
-    record_a(ca, mid->va, src->va, piece, *s);
+    record_a(ca, mid->va, src->va, piece, *s, base + k);
     ASSERT_TRUE(a.submit(ca, Deadline::after_ms(1000)).ok());
     ASSERT_TRUE(b.wait_done(Deadline::after_ms(5000)).ok()) << b.diagnose();
     ASSERT_EQ(v[0], base + k);
@@ -411,7 +412,7 @@ void record_pieces(CommandBuffer& cb, uint64_t mid, uint64_t src, size_t piece, 
 // The add on the copy's last pipelined piece.
 TEST_F(NvHw, CopyEngineAddFollowsTheCopysData) {
   expect_add_follows_data(*dev_, 4u << 20, 0, 100, [](CommandBuffer& cb, uint64_t mid, uint64_t src, size_t piece,
-                                                      uint64_t sem) {
+                                                      uint64_t sem, uint64_t) {
     const size_t n = 32u << 20;
     record_pieces(cb, mid, src, piece, n - piece);
     ASSERT_TRUE(copy_add(cb, mid + n - piece, src + n - piece, piece, true, sem, 1).ok());
@@ -423,11 +424,22 @@ TEST_F(NvHw, CopyEngineAddFollowsTheCopysData) {
 // look without the host's wait for idle (CONCCL_NV_CE_ADD=1).
 TEST_F(NvHw, CopyEngineAddAfterPipelinedCopies) {
   expect_add_follows_data(*dev_, 2u << 20, 0xFFFFFFFFull, 200,
-                          [](CommandBuffer& cb, uint64_t mid, uint64_t src, size_t piece, uint64_t sem) {
+                          [](CommandBuffer& cb, uint64_t mid, uint64_t src, size_t piece, uint64_t sem, uint64_t) {
                             record_pieces(cb, mid, src, piece, 32u << 20);
                             uint32_t add[hopper::kReleaseDwords];
                             hopper::put_release_add(add, sem, 1);
                             ASSERT_TRUE(cb.raw(add).ok());
+                          });
+}
+
+// The vocabulary's signal_set (a LAUNCH_DMA semaphore release of its own,
+// FLUSH, no reduction) after the pipelined pieces: how a list that alone
+// delivers a rank's arrivals ends (PlanBuilder::finish stores their count).
+TEST_F(NvHw, CopyEngineReleaseAfterPipelinedCopies) {
+  expect_add_follows_data(*dev_, 2u << 20, 0x7FFFFFF0ull, 300,
+                          [](CommandBuffer& cb, uint64_t mid, uint64_t src, size_t piece, uint64_t sem, uint64_t target) {
+                            record_pieces(cb, mid, src, piece, 32u << 20);
+                            ASSERT_TRUE(cb.signal_set(sem, target).ok());
                           });
 }
 
