@@ -48,7 +48,7 @@ std::vector<EngineShare> split_by_weight(const GpuInfo& g, const std::vector<int
 std::string list_form_digest();
 // What a communicator of `ranks` ranks stripes from: Options::stripe_min_bytes,
 // or CONCCL_STRIPE_MIN_BYTES where it is unset, else 8 MiB with 8 or more
-// ranks, else 0 (never).
+// ranks, 32 MiB with 2, else 0 (never).
 uint64_t stripe_min_bytes(const Communicator::Options& o, int ranks);
 
 class PlanBuilder {

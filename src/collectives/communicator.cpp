@@ -372,16 +372,24 @@ std::string list_form_digest() {
 }
 
 uint64_t stripe_min_bytes(const Communicator::Options& o, int ranks) {
-  // The default, measured on an H100 (docs/perf/h200-collectives.md, run
-  // 48; sizes there are nccl-tests', a rank's whole output, so a copy is
-  // size / ranks): with 8 loopback ranks, copies of 8 MiB (64 MiB
-  // all-gathers and all-to-alls) ran 1.79x faster striped and 16 MiB ones
-  // 1.28x, while 4 MiB ones were 6 % slower; with 2 and 4 ranks whole
-  // copies were 1-17 % faster at every size from 1 to 256 MiB.
-  constexpr int kDefaultRanks = 8;
-  constexpr uint64_t kDefaultBytes = 8ull << 20;
+  // The default, measured on an H100 and an H200 (docs/perf/h200-collectives.md,
+  // runs 48 and 63; sizes there are nccl-tests', a rank's whole output, so a
+  // copy is size / ranks):
+  //   8 ranks: on the H100 copies of 8 MiB (64 MiB all-gathers and
+  //     all-to-alls) ran 1.79x faster striped, 16 MiB ones 1.28x, 4 MiB ones
+  //     6 % slower; on the H200 whole copies were 9-25 % faster, striped
+  //     ones still 106-115 % of the striped p2p's rate.
+  //   2 ranks: on the H200 every whole copy lands on LCE4 and moved 75-95 %
+  //     of the striped p2p's rate at 64-256 MiB against 100-106 % striped
+  //     (5-11 % less time from 32 MiB copies; 16 MiB copies even, 8 MiB ones
+  //     10 % slower); on the H100 whole copies were 1-3 % faster there.
+  //   4 ranks: whole copies at least as fast on both (107-127 % of the p2p
+  //     on the H200).
   const std::optional<uint64_t> set = o.stripe_min_bytes ? o.stripe_min_bytes : list_form().stripe_min_bytes;
-  return set.value_or(ranks >= kDefaultRanks ? kDefaultBytes : 0);
+  if (set) return *set;
+  if (ranks >= 8) return 8ull << 20;
+  if (ranks == 2) return 32ull << 20;
+  return 0;
 }
 
 std::vector<EngineShare> split_by_weight(const GpuInfo& g, const std::vector<int>& engines, uint64_t bytes) {
