@@ -6,6 +6,9 @@
 #include <string>
 
 #include <sys/prctl.h>
+#include <unistd.h>
+
+#include <cstdio>
 
 #include "util/env.hpp"
 
@@ -28,7 +31,39 @@ ReplayKeeper::Arm ReplayKeeper::default_arm() {
   return arm;
 }
 
+ReplayKeeper::ReplayKeeper(Arm arm) : arm_(arm), trace_to_(util::env_str("CONCCL_KEEPER_TRACE")) {}
+
 ReplayKeeper::~ReplayKeeper() { stop(); }
+
+void ReplayKeeper::trace(const Entry& e, uint64_t r, int64_t TraceRow::*at) {
+  if (trace_to_.empty()) return;
+  const int64_t ns =
+      std::chrono::duration_cast<std::chrono::nanoseconds>(std::chrono::steady_clock::now().time_since_epoch()).count();
+  // Recent rows first: a replay's row is near the end.
+  for (size_t i = trace_.size(); i-- > 0 && trace_.size() - i <= 64;)
+    if (trace_[i].who == e.who && trace_[i].replay == r) {
+      if (trace_[i].*at == 0) trace_[i].*at = ns;
+      return;
+    }
+  if (trace_.size() >= kTraceRows) return;
+  TraceRow row{e.who, r, 0, 0, 0};
+  row.*at = ns;
+  trace_.push_back(row);
+}
+
+void ReplayKeeper::write_trace() {
+  if (trace_to_.empty() || trace_.empty()) return;
+  const std::string path = trace_to_ + "." + std::to_string(::getpid()) + ".csv";
+  if (FILE* f = std::fopen(path.c_str(), "w")) {
+    std::fprintf(f, "capture,replay,tick_seen_ns,armed_ns,ended_ns\n");
+    for (const TraceRow& t : trace_)
+      std::fprintf(f, "%p,%llu,%lld,%lld,%lld\n", static_cast<const void*>(t.who),
+                   static_cast<unsigned long long>(t.replay), static_cast<long long>(t.tick_seen),
+                   static_cast<long long>(t.armed), static_cast<long long>(t.ended));
+    std::fclose(f);
+  }
+  trace_.clear();
+}
 
 void ReplayKeeper::add(Replays* who, uint64_t first, uint64_t depth, int64_t timeout_ms) {
   std::lock_guard<std::mutex> lk(mu_);
@@ -72,6 +107,7 @@ void ReplayKeeper::stop() {
     e.failed = true;
     e.who->release();
   }
+  write_trace();
 }
 
 void ReplayKeeper::visit(const std::function<void(Replays&)>& fn) {
@@ -121,20 +157,25 @@ bool ReplayKeeper::tend(Entry& e, std::chrono::steady_clock::time_point now) {
   auto ns = [](std::chrono::steady_clock::duration d) {
     return uint64_t(std::chrono::duration_cast<std::chrono::nanoseconds>(d).count());
   };
-  if (const uint64_t started = e.who->started(); started > e.seen) {
+  // One read of the ticks for the pass: the timing and the arming below
+  // then agree on which replays have ticked.
+  const uint64_t started = e.who->started();
+  if (started > e.seen) {
     if (e.end_at.time_since_epoch().count() != 0) idle_ns_.fetch_add(ns(now - e.end_at), std::memory_order_relaxed);
+    for (uint64_t r = e.seen + 1; r <= started; ++r) trace(e, r, &TraceRow::tick_seen);
     e.seen = started;
     e.tick_at = now;
   }
   while (e.ended < e.armed && e.who->ended(e.ended + 1)) {
     ++e.ended;
+    trace(e, e.ended, &TraceRow::ended);
     if (e.ended == e.seen && e.tick_at.time_since_epoch().count() != 0) {
       busy_ns_.fetch_add(ns(now - e.tick_at), std::memory_order_relaxed);
       replays_.fetch_add(1, std::memory_order_relaxed);
       e.end_at = now;
     }
   }
-  const uint64_t limit = arm_ == Arm::on_tick ? std::min(e.ended + e.depth, e.who->started()) : e.ended + e.depth;
+  const uint64_t limit = arm_ == Arm::on_tick ? std::min(e.ended + e.depth, started) : e.ended + e.depth;
   while (e.armed < limit) {
     Result<bool> armed = e.who->arm(e.armed + 1);
     if (!armed.ok()) {
@@ -143,6 +184,7 @@ bool ReplayKeeper::tend(Entry& e, std::chrono::steady_clock::time_point now) {
     }
     if (!*armed) break;
     ++e.armed;
+    trace(e, e.armed, &TraceRow::armed);
   }
   if (e.who->started() <= e.ended) return false;
   // Replay ended + 1 has ticked: it gets the timeout from when it was seen,

@@ -84,7 +84,7 @@ class ReplayKeeper {
   // CONCCL_REPLAY_ARM=ahead|tick chooses for communicators (default_arm()).
   enum class Arm : uint8_t { on_tick, ahead };
   static Arm default_arm();
-  explicit ReplayKeeper(Arm arm = default_arm()) : arm_(arm) {}
+  explicit ReplayKeeper(Arm arm = default_arm());
   ReplayKeeper(const ReplayKeeper&) = delete;
   ReplayKeeper& operator=(const ReplayKeeper&) = delete;
   ~ReplayKeeper();  // stop()
@@ -130,6 +130,18 @@ class ReplayKeeper {
     Deadline next_check = Deadline::now();  // when check() is asked next
     bool failed = false;
   };
+  // CONCCL_KEEPER_TRACE=<prefix>: each replay's moments as the keeper saw
+  // them (steady_clock ns, which every process of the machine shares), kept
+  // up to kTraceRows and written to <prefix>.<pid>.csv when the keeper stops:
+  // for lining up the ranks' replays (docs/perf/h200-graphs.md).
+  struct TraceRow {
+    const Replays* who;
+    uint64_t replay;
+    int64_t tick_seen, armed, ended;
+  };
+  static constexpr size_t kTraceRows = 1u << 18;
+  void trace(const Entry& e, uint64_t r, int64_t TraceRow::*at);
+  void write_trace();
   void run();
   // One look at one capture at `now` (mu_ held); true when replays are in flight.
   bool tend(Entry& e, std::chrono::steady_clock::time_point now);
@@ -145,6 +157,8 @@ class ReplayKeeper {
   std::mutex why_mu_;
   bool stop_ = false;
   std::thread thread_;
+  const std::string trace_to_;      // CONCCL_KEEPER_TRACE, or empty
+  std::vector<TraceRow> trace_;     // rows in order of first sight (keeper thread, then stop())
 };
 
 }  // namespace conccl

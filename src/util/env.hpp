@@ -6,6 +6,7 @@
 #include <cstdint>
 #include <cstdlib>
 #include <optional>
+#include <string>
 #include <string_view>
 
 namespace conccl::util {
@@ -14,6 +15,12 @@ namespace conccl::util {
 inline bool env_is(const char* name, std::string_view value) {
   const char* e = std::getenv(name);
   return e && value == e;
+}
+
+// Environment variable `name`'s value, or "" when unset.
+inline std::string env_str(const char* name) {
+  const char* e = std::getenv(name);
+  return e ? std::string(e) : std::string();
 }
 
 // Environment variable `name` as a byte count: digits with an optional K, M

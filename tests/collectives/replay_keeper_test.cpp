@@ -10,6 +10,10 @@
 // (the kernel form) and ReplayEnd's stores (the default), whose release
 // outlasts the reset every replay makes.
 #include <gtest/gtest.h>
+#include <unistd.h>
+
+#include <cstdio>
+#include <cstdlib>
 
 #include <atomic>
 #include <chrono>
@@ -120,6 +124,50 @@ TEST(ReplayKeeper, OnTickArmsEachReplayOnceItTicks) {
   ASSERT_EQ(c.arm_order.size(), 47u);
   for (size_t i = 0; i < c.arm_order.size(); ++i) EXPECT_EQ(c.arm_order[i], 5 + i) << "each replay armed once, in order";
   EXPECT_EQ(c.failed_at, 0u);
+}
+
+// CONCCL_KEEPER_TRACE: when the keeper stops, one row per replay with its
+// tick seen, its arming and its end in that order, in replay order.
+TEST(ReplayKeeper, TraceWritesEachReplaysMomentsInOrder) {
+  const std::string prefix = ::testing::TempDir() + "keeper_trace_" + std::to_string(::getpid());
+  const std::string path = prefix + "." + std::to_string(::getpid()) + ".csv";
+  std::remove(path.c_str());
+  setenv("CONCCL_KEEPER_TRACE", prefix.c_str(), 1);
+  {
+    Scripted c;
+    ReplayKeeper k(ReplayKeeper::Arm::on_tick);
+    unsetenv("CONCCL_KEEPER_TRACE");  // read when the keeper is made
+    k.add(&c, 1, 2, 60000);
+    for (uint64_t r = 1; r <= 20; ++r) {
+      c.ticks = r;
+      ASSERT_TRUE(eventually([&] { return c.armed_up_to == r; })) << r;
+      std::this_thread::sleep_for(std::chrono::microseconds(100));
+      c.ended_up_to = r;
+    }
+    std::this_thread::sleep_for(std::chrono::milliseconds(5));
+    k.stop();
+  }
+  FILE* f = std::fopen(path.c_str(), "r");
+  ASSERT_NE(f, nullptr) << path;
+  char line[256];
+  ASSERT_NE(std::fgets(line, sizeof line, f), nullptr);
+  EXPECT_EQ(std::string(line), "capture,replay,tick_seen_ns,armed_ns,ended_ns\n");
+  uint64_t want = 1;
+  long long last_tick = 0;
+  while (std::fgets(line, sizeof line, f)) {
+    char who[64];
+    unsigned long long r = 0;
+    long long tick = 0, armed = 0, ended = 0;
+    ASSERT_EQ(std::sscanf(line, "%63[^,],%llu,%lld,%lld,%lld", who, &r, &tick, &armed, &ended), 5) << line;
+    EXPECT_EQ(r, want++) << line;
+    EXPECT_GT(tick, last_tick) << line;
+    EXPECT_LE(tick, armed) << line;
+    EXPECT_LT(armed, ended) << "ended at least 100 us after it was armed: " << line;
+    last_tick = tick;
+  }
+  std::fclose(f);
+  EXPECT_EQ(want, 21u) << "a row for each of the 20 replays";
+  std::remove(path.c_str());
 }
 
 TEST(ReplayKeeper, ATickedReplayThatDoesNotEndFailsAtTheTimeoutAndIsReleased) {
