@@ -4,7 +4,7 @@
 // per call, for each size; every byte of one call per size verified first.
 //
 //   nv_window_bench --procs N [--op allgather|alltoall] [--min 1K] [--max 256M]
-//                   [--iters 200] [--host] [--graph] [--graph-execs K] [--json FILE]
+//                   [--iters 200] [--host] [--graph] [--graph-execs K] [--kick-us N] [--json FILE]
 //
 // --host: calls ordered on the host (stream null) instead of the stream.
 // --graph: also one call per size captured into a CUDA graph and replayed
@@ -23,10 +23,12 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <atomic>
 #include <chrono>
 #include <cstdio>
 #include <cstring>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "conccl/collectives.hpp"
@@ -44,6 +46,7 @@ struct Opts {
   bool host = false;
   bool graph = false;
   int graph_execs = 1;
+  int kick_us = 0;
   std::string json;
 };
 
@@ -323,11 +326,41 @@ int run_rank(const Opts& o, const UniqueId& id, int me) {
   std::vector<uint8_t> up(send_region), down(o.max * nn);
   std::vector<Row> rows;
   RankCtx x{o, me, c, *w, stream, s, mem->ptr, send_region, up, down};
+  // --kick-us N: a thread of this process stores into a word on a stream of
+  // its own every N us while the sizes run: an experiment on whether work
+  // arriving on another channel of the context brings a stream that waits
+  // at a failed acquire back sooner (docs/perf/h200-graphs.md).
+  std::atomic<bool> kicking{o.kick_us > 0};
+  std::thread kicker;
+  CUdeviceptr kick_word = 0;
+  if (o.kick_us > 0) {
+    CHECK_CU(cuMemAlloc(&kick_word, 64));
+    kicker = std::thread([&] {
+      (void)cuCtxSetCurrent(ctx);
+      CUstream ks;
+      if (cuStreamCreate(&ks, CU_STREAM_NON_BLOCKING) != CUDA_SUCCESS) return;
+      for (uint32_t i = 1; kicking.load(std::memory_order_relaxed); ++i) {
+        (void)cuStreamWriteValue32(ks, kick_word, i, 0);
+        const auto t0 = std::chrono::steady_clock::now();
+        while (std::chrono::steady_clock::now() - t0 < std::chrono::microseconds(o.kick_us)) {
+        }
+      }
+      (void)cuStreamSynchronize(ks);
+      (void)cuStreamDestroy(ks);
+    });
+  }
   for (uint64_t bytes = o.min; bytes <= o.max; bytes *= 2) {
     Row row;
-    if (int rc = measure_size(x, bytes, &row)) return rc;
+    if (int rc = measure_size(x, bytes, &row)) {
+      kicking = false;
+      if (kicker.joinable()) kicker.join();
+      return rc;
+    }
     rows.push_back(row);
   }
+  kicking = false;
+  if (kicker.joinable()) kicker.join();
+  if (kick_word) (void)cuMemFree(kick_word);
   if (o.graph && o.graph_execs > 1 && me == 0) {
     // The driver's own cost: a graph of a stream write and a wait it satisfies.
     CUdeviceptr word = 0;
@@ -385,10 +418,11 @@ int main(int argc, char** argv) {
     else if (a == "--host") o.host = true;
     else if (a == "--graph") o.graph = true;
     else if (a == "--graph-execs") o.graph_execs = std::atoi(next().c_str());
+    else if (a == "--kick-us") o.kick_us = std::atoi(next().c_str());
     else if (a == "--json") o.json = next();
     else {
       std::fprintf(stderr, "usage: nv_window_bench --procs N [--op allgather|alltoall] [--min 1K] [--max 256M] "
-                           "[--iters 200] [--host] [--graph] [--graph-execs K] [--json FILE]\n");
+                           "[--iters 200] [--host] [--graph] [--graph-execs K] [--kick-us N] [--json FILE]\n");
       return 2;
     }
   }
