@@ -1471,20 +1471,14 @@ TEST(CollArrivals, OneWritersArrivalsAreOneStore) {
     Node node;
     ASSERT_OK(make_node(t, &node));
     const bool hopper = t == Topo::h200loop4;
-    auto adds = [&](const PlanList& l) {
+    auto count = [](const PlanList& l, const char* word) {  // in the list's disassembly
       const std::string text = l.cb.disassemble();
-      const char* word = hopper ? "reduction" : "atomic_add64";
       int n = 0;
       for (size_t at = text.find(word); at != std::string::npos; at = text.find(word, at + 1)) ++n;
       return n;
     };
-    auto stores = [&](const PlanList& l) {
-      const std::string text = l.cb.disassemble();
-      const char* word = hopper ? "semaphore_type=release_semaphore" : "fence ";
-      int n = 0;
-      for (size_t at = text.find(word); at != std::string::npos; at = text.find(word, at + 1)) ++n;
-      return n;
-    };
+    auto adds = [&](const PlanList& l) { return count(l, hopper ? "reduction" : "atomic_add64"); };
+    auto stores = [&](const PlanList& l) { return count(l, hopper ? "semaphore_type=release_semaphore" : "fence "); };
     struct Want {
       CollOp op;
       Variant v;
