@@ -374,11 +374,12 @@ class Communicator {
     // busy, where whole copies by weighted round robin leave the light
     // engines idle with few ranks (2 ranks on an H200: every copy on
     // LCE4). 0: never. Unset: CONCCL_STRIPE_MIN_BYTES (bytes, K/M/G
-    // suffixes), else 8 MiB with 8 or more ranks and 0 below: on an H100,
-    // 8 ranks' copies of 8 MiB (64 MiB all-gathers and all-to-alls) ran
-    // 1.79x faster striped, while 2 and 4 ranks were 1-17 % faster whole
-    // (docs/perf/h200-collectives.md, run 48; the H200 is still to be
-    // measured).
+    // suffixes), else 8 MiB with 8 or more ranks, 32 MiB with 2, and 0
+    // with 3 to 7: on an H100 8 ranks' copies of 8 MiB ran 1.79x faster
+    // striped, on an H200 2 ranks' whole copies all took LCE4 and moved
+    // 75-95 % of the striped p2p's rate against 100-106 % striped, and 4
+    // ranks' whole copies were as fast on both (docs/perf/h200-collectives.md,
+    // runs 48 and 63).
     // Every rank of a communicator must use the same value (it is part of
     // the options that ranks compare when they join).
     std::optional<uint64_t> stripe_min_bytes;

@@ -180,12 +180,19 @@ Result<Queue*> Communicator::queue(int rank, int engine, bool shared) {
   return p;
 }
 
+namespace {
+// An all-to-all whose every send buffer is its receive buffer.
+bool all_to_all_in_place(const CollectiveArgs& a) {
+  bool in_place = a.op == CollOp::all_to_all && a.send.size() == a.recv.size() && !a.send.empty();
+  for (size_t r = 0; r < a.send.size() && in_place; ++r) in_place = a.send[r].va == a.recv[r].va;
+  return in_place;
+}
+}  // namespace
+
 Variant Communicator::automatic_variant(const CollectiveArgs& args, bool prelaunch) const {
   if (args.variant != Variant::automatic) return args.variant;
   const Variant v = choose_variant(args.op, args.bytes, size(), caps_, prelaunch, packed_send(args), !boot_);
-  bool in_place = args.op == CollOp::all_to_all && args.send.size() == args.recv.size() && !args.send.empty();
-  for (size_t r = 0; r < args.send.size() && in_place; ++r) in_place = args.send[r].va == args.recv[r].va;
-  return in_place && caps_.swap ? Variant::swap : v;
+  return all_to_all_in_place(args) && caps_.swap ? Variant::swap : v;  // only swap works in place
 }
 
 Result<std::unique_ptr<Plan>> Communicator::plan(const CollectiveArgs& given) {
@@ -202,10 +209,8 @@ Result<std::unique_ptr<Plan>> Communicator::plan(const CollectiveArgs& given) {
   // Resolve `automatic` first, so validation judges the variant that runs.
   CollectiveArgs args = in;
   if (args.variant == Variant::automatic) {
-    args.variant = choose_variant(args.op, args.bytes, size(), caps_, args.prelaunch, packed_send(args), !boot_);
-    bool in_place = args.op == CollOp::all_to_all && args.send.size() == args.recv.size() && !args.send.empty();
-    for (size_t r = 0; r < args.send.size() && in_place; ++r) in_place = args.send[r].va == args.recv[r].va;
-    if (in_place && caps_.swap) args.variant = Variant::swap;  // only swap works in place
+    const bool in_place = all_to_all_in_place(args);
+    args.variant = automatic_variant(args, args.prelaunch);
     // Shared queues run lists one after another: no variant whose lists wait
     // on each other (an in-place all-to-all then has no variant and is refused).
     const bool per_engine = options_.queues == Options::QueueSharing::per_engine;
