@@ -41,6 +41,7 @@
 
 #include "backends/nv/nv_device.hpp"
 #include "conccl/hopper_methods.hpp"
+#include "tools/bench/nv_bench_util.hpp"
 
 using namespace conccl;
 using namespace conccl::nv;
@@ -51,22 +52,22 @@ namespace {
 
 struct Row {
   std::string name;
-  double median = 0, p90 = 0;
-  int samples = 0;
+  bench::Stats us;
+  bool failed = false;
 };
 
-double us_since(Clock::time_point t0) { return std::chrono::duration<double, std::micro>(Clock::now() - t0).count(); }
-
-Row summarize(std::string name, std::vector<double> v) {
-  Row r;
-  r.name = std::move(name);
-  r.samples = int(v.size());
-  if (v.empty()) return r;
-  std::sort(v.begin(), v.end());
-  r.median = v[v.size() / 2];
-  r.p90 = v[std::min(v.size() - 1, v.size() * 9 / 10)];
-  return r;
+// Runs one case (`fn` fills the samples, false when the case broke) and
+// adds its row.
+template <typename Fn>
+void run_case(std::vector<Row>* rows, std::string name, Fn&& fn) {
+  std::vector<double> v;
+  const bool good = fn(&v);
+  rows->push_back(Row{std::move(name), bench::stats(std::move(v)), !good});
 }
+
+const char* style_name(Style s) { return s == Style::yield ? "yield" : "hold"; }
+
+double us_since(Clock::time_point t0) { return std::chrono::duration<double, std::micro>(Clock::now() - t0).count(); }
 
 // Spins until *p >= want; false after `limit_us`.
 bool spin_ge(volatile uint64_t* p, uint64_t want, double limit_us = 2e6) {
@@ -404,16 +405,13 @@ int main(int argc, char** argv) {
   for (size_t i = 0; i < (*probe)->channel_count(); ++i) lces.push_back((*probe)->channel(i).lce());
   probe->reset();
   const int l0 = lces[0], l1 = lces.size() > 1 ? lces[1] : lces[0];
-  for (Style style : {Style::yield, Style::hold}) {
-    const char* sn = style == Style::yield ? "yield" : "hold";
+  for (Style style : {Style::yield, Style::hold})
     for (int other : {l0, l1}) {
       if (style == Style::hold && other == l0) continue;  // one runlist, held: each side waits out a timeslice
-      std::vector<double> v;
-      const bool good = ping_pong_procs(page, l0, other, style, rounds, samples, &v);
-      rows.push_back(summarize(std::string("ping-pong, 2 procs, ") + (other == l0 ? "one LCE" : "two LCEs") + ", " + sn, v));
-      if (!good) rows.back().name += " (FAILED)";
+      run_case(&rows,
+               std::string("ping-pong, 2 procs, ") + (other == l0 ? "one LCE" : "two LCEs") + ", " + style_name(style),
+               [&](std::vector<double>* v) { return ping_pong_procs(page, l0, other, style, rounds, samples, v); });
     }
-  }
 
   Result<std::unique_ptr<Gpu>> g = Gpu::open();
   if (!g.ok()) return 5;
@@ -421,13 +419,8 @@ int main(int argc, char** argv) {
   // The first case here warms the GPU for 1.5 s; the others follow it
   // closely and drop only their first 200 ms.
   Channel& c0 = gpu.channel(0);
-  {
-    std::vector<double> v;
-    const bool good = submit_to_seen(gpu, c0, samples, &v);
-    rows.push_back(summarize("submit-to-seen", v));
-    if (!good) rows.back().name += " (FAILED)";
-    g_warm_ms = 200;
-  }
+  run_case(&rows, "submit-to-seen", [&](std::vector<double>* v) { return submit_to_seen(gpu, c0, samples, v); });
+  g_warm_ms = 200;
   {
     std::vector<std::pair<std::string, std::vector<Channel*>>> sets;
     for (size_t i = 0; i < gpu.channel_count(); ++i)
@@ -436,21 +429,15 @@ int main(int argc, char** argv) {
       sets.push_back({"LCE" + std::to_string(c0.lce()) + "+LCE" + std::to_string(gpu.channel(i).lce()),
                       {&c0, &gpu.channel(i)}});
     for (Arrival form : {Arrival::add, Arrival::copy_add, Arrival::set, Arrival::add_device, Arrival::none})
-      for (auto& [where, chans] : sets) {
-        std::vector<double> v;
-        const bool good = lists_floor(gpu, chans, form, samples, &v);
-        rows.push_back(summarize("1 KiB copy + " + std::string(arrival_name(form)) + ", " + where, v));
-        if (!good) rows.back().name += " (FAILED)";
-      }
+      for (auto& [where, chans] : sets)
+        run_case(&rows, "1 KiB copy + " + std::string(arrival_name(form)) + ", " + where,
+                 [&](std::vector<double>* v) { return lists_floor(gpu, chans, form, samples, v); });
   }
   for (Style style : {Style::yield, Style::hold})
     for (double d : {0.0, 5.0, 20.0, 100.0}) {
-      std::vector<double> v;
-      const bool good = host_late(gpu, c0, style, d, samples, &v);
       char name[96];
-      std::snprintf(name, sizeof name, "host-late %g us, %s", d, style == Style::yield ? "yield" : "hold");
-      rows.push_back(summarize(name, v));
-      if (!good) rows.back().name += " (FAILED)";
+      std::snprintf(name, sizeof name, "host-late %g us, %s", d, style_name(style));
+      run_case(&rows, name, [&](std::vector<double>* v) { return host_late(gpu, c0, style, d, samples, v); });
     }
   Result<uint64_t> a = gpu.alloc_slot(), b = gpu.alloc_slot();
   if (!a.ok() || !b.ok()) return 4;
@@ -460,32 +447,29 @@ int main(int argc, char** argv) {
     return 4;
   }
   Channel twin(std::move(*q));
+  Channel& other_lce = gpu.channel(gpu.channel_count() > 1 ? 1 : 0);
   for (Style style : {Style::yield, Style::hold}) {
-    const char* sn = style == Style::yield ? "yield" : "hold";
-    {
-      std::vector<double> v;
-      const bool good = ping_pong_local(c0, gpu.channel(gpu.channel_count() > 1 ? 1 : 0), *a, *b,
-                                        gpu.slot_host(*a), gpu.slot_host(*b), style, rounds, samples, &v);
-      rows.push_back(summarize(std::string("ping-pong, 1 proc, two LCEs, ") + sn, v));
-      if (!good) rows.back().name += " (FAILED)";
-    }
-    if (style == Style::yield) {
-      std::vector<double> v;
-      const bool good =
-          ping_pong_local(c0, twin, *a, *b, gpu.slot_host(*a), gpu.slot_host(*b), style, rounds, samples, &v);
-      rows.push_back(summarize(std::string("ping-pong, 1 proc, one LCE (two TSGs), ") + sn, v));
-      if (!good) rows.back().name += " (FAILED)";
-    }
+    run_case(&rows, std::string("ping-pong, 1 proc, two LCEs, ") + style_name(style), [&](std::vector<double>* v) {
+      return ping_pong_local(c0, other_lce, *a, *b, gpu.slot_host(*a), gpu.slot_host(*b), style, rounds, samples, v);
+    });
+    if (style == Style::yield)  // held on one runlist, each side would wait out a timeslice
+      run_case(&rows, std::string("ping-pong, 1 proc, one LCE (two TSGs), ") + style_name(style),
+               [&](std::vector<double>* v) {
+                 return ping_pong_local(c0, twin, *a, *b, gpu.slot_host(*a), gpu.slot_host(*b), style, rounds,
+                                        samples, v);
+               });
   }
 
   std::printf("GPU: LCEs %d and %d; %d rounds per ping-pong, %d samples\n", l0, l1, rounds, samples);
   std::printf("%-52s %10s %10s\n", "case (us per hand-off)", "median", "p90");
   std::string js = "{\"rounds\":" + std::to_string(rounds) + ",\"rows\":[";
+  bool failed = false;
   for (size_t i = 0; i < rows.size(); ++i) {
-    std::printf("%-52s %10.2f %10.2f\n", rows[i].name.c_str(), rows[i].median, rows[i].p90);
-    js += std::string(i ? "," : "") + "{\"case\":\"" + rows[i].name + "\",\"median_us\":" +
-          std::to_string(rows[i].median) + ",\"p90_us\":" + std::to_string(rows[i].p90) +
-          ",\"samples\":" + std::to_string(rows[i].samples) + "}";
+    const Row& r = rows[i];
+    failed = failed || r.failed;
+    std::printf("%-52s %10.2f %10.2f%s\n", r.name.c_str(), r.us.median, r.us.p90, r.failed ? " (FAILED)" : "");
+    js += std::string(i ? "," : "") + "{\"case\":\"" + r.name + "\",\"failed\":" + (r.failed ? "true" : "false") +
+          ",\"us\":" + bench::stats_json(r.us) + "}";
   }
   js += "]}\n";
   if (!json.empty()) {
@@ -494,7 +478,5 @@ int main(int argc, char** argv) {
       std::fclose(f);
     }
   }
-  bool failed = false;
-  for (const Row& r : rows) failed = failed || r.name.find("FAILED") != std::string::npos;
   return failed ? 1 : 0;
 }
