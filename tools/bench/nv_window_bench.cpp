@@ -5,7 +5,20 @@
 //
 //   nv_window_bench --procs N [--op allgather|alltoall] [--min 1K] [--max 256M]
 //                   [--iters 200] [--host] [--graph] [--graph-execs K] [--kick-us N] [--json FILE]
+//   nv_window_bench --ranks N [--op ...] [--min ...] [--max ...] [--iters ...] [--json FILE]
+//   nv_window_bench --procs N --threads ...
 //
+// --ranks N: the reference for the process-per-rank rows, the same calls
+// with every rank in this one process (N loopback ranks of one
+// communicator, Communicator::call with every rank's buffers, plans cached
+// per call) on one CUDA stream, back to back: what issue #25's "within
+// 1.2x of the same collective with every rank in one process" compares
+// against when both are ordered on a stream.
+// --threads: the --procs ranks as threads of this one process instead of
+// forked processes: each its own device (process slot), communicator,
+// window and stream, but every stream in one CUDA context. Beside the
+// forked run it tells what the separate contexts of separate processes
+// cost (the GPU switches between contexts; streams of one context share it).
 // --host: calls ordered on the host (stream null) instead of the stream.
 // --graph: also one call per size captured into a CUDA graph and replayed
 // `iters` times back to back (docs/graphs.md): time and host time per
@@ -40,6 +53,8 @@ namespace {
 
 struct Opts {
   int procs = 2;
+  int ranks = 0;  // --ranks: one process, this many loopback ranks
+  bool threads = false;  // --threads: the --procs ranks as threads of one process
   CollOp op = CollOp::all_gather;
   uint64_t min = 1024, max = 256ull << 20;
   int iters = 200;
@@ -151,7 +166,7 @@ int measure_size(RankCtx& x, uint64_t bytes, Row* out) {
   // 100 that every rank makes (the ranks agree after each round), since an
   // idle GPU's copy-engine clock needs about a second of work to come up
   // (sdma-probe's warm-up says more).
-  static bool clocks_raised = false;
+  thread_local bool clocks_raised = false;  // per rank (--threads runs ranks as threads)
   for (const auto w0 = std::chrono::steady_clock::now(); !clocks_raised;) {
     for (int i = 0; i < 100; ++i) CHECK_OK(c.call(a, s), "warm-up call");
     CHECK_CU(cuStreamSynchronize(x.stream));
@@ -233,10 +248,10 @@ int measure_size(RankCtx& x, uint64_t bytes, Row* out) {
 // wrong bytes), prints the table and writes the JSON. Returns 1 if any byte
 // was wrong, else 0.
 int report(const Opts& o, std::vector<Row>& rows, const std::vector<Bootstrap::Message>& all) {
-  const int n = o.procs;
+  const int n = o.ranks ? o.ranks : o.procs;
   const uint64_t nn = static_cast<uint64_t>(n);
   int rc = 0;
-  for (int r = 1; r < n; ++r) {
+  for (int r = 1; r < n && size_t(r) < all.size(); ++r) {
     const std::string& m = all[size_t(r)].data;
     for (size_t i = 0; i < rows.size() && (i + 1) * sizeof(Row) <= m.size(); ++i) {
       Row x;
@@ -252,12 +267,18 @@ int report(const Opts& o, std::vector<Row>& rows, const std::vector<Bootstrap::M
       rows[i].wrong += x.wrong;
     }
   }
-  std::printf("# nv_window_bench %s, %d processes, windows, %s-ordered\n", coll_op_name(o.op), n,
-              o.host ? "host" : "stream");
+  if (o.ranks)
+    std::printf("# nv_window_bench %s, one process, %d loopback ranks, cached plans, stream-ordered\n",
+                coll_op_name(o.op), n);
+  else
+    std::printf("# nv_window_bench %s, %d processes, windows, %s-ordered\n", coll_op_name(o.op), n,
+                o.host ? "host" : "stream");
+  if (o.threads) std::printf("# (ranks as threads of one process: one CUDA context)\n");
   std::printf("%12s %12s %12s %10s %10s %8s", "bytes", "us/call", "host us", "algbw GB/s", "msgs/call", "#wrong");
   if (o.graph) std::printf(" %12s %12s %12s %12s", "us/replay", "host us/rep", "keeper busy", "keeper idle");
   std::printf("\n");
-  std::string js = "{\"op\":\"" + std::string(coll_op_name(o.op)) + "\",\"procs\":" + std::to_string(n) +
+  std::string js = "{\"op\":\"" + std::string(coll_op_name(o.op)) + "\",\"procs\":" +
+                   std::to_string(o.ranks ? 1 : n) + ",\"ranks\":" + std::to_string(n) +
                    ",\"ordered\":\"" + (o.host ? "host" : "stream") + "\",\"rows\":[";
   for (size_t i = 0; i < rows.size(); ++i) {
     const Row& x = rows[i];
@@ -399,6 +420,107 @@ int run_rank(const Opts& o, const UniqueId& id, int me) {
   return rc;
 }
 
+// --ranks N: every rank in this process, calls with every rank's buffers on
+// one CUDA stream (the cached-plan path of Communicator::call), timed as
+// measure_size times the process-per-rank calls: one verified call per
+// size, warm-up (1.5 s of calls before the first size), then `iters` calls
+// back to back and one stream synchronize.
+int run_one_process(const Opts& o) {
+  const int me = 0;  // for CHECK_CU / CHECK_OK
+  const int n = o.ranks;
+  const uint64_t nn = static_cast<uint64_t>(n);
+  CHECK_CU(cuInit(0));
+  CUdevice cdev;
+  CUcontext ctx;
+  CHECK_CU(cuDeviceGet(&cdev, 0));
+  CHECK_CU(cuDevicePrimaryCtxRetain(&ctx, cdev));
+  CHECK_CU(cuCtxSetCurrent(ctx));
+  CUstream stream;
+  CHECK_CU(cuStreamCreate(&stream, CU_STREAM_NON_BLOCKING));
+  DeviceOptions d;
+  d.backend = "nv";
+  Result<std::unique_ptr<Device>> dev = open_device(d);
+  CHECK_OK(dev.status(), "open_device");
+  Communicator::Options co;
+  co.loopback = true;
+  co.call_timeout_ms = 60000;
+  Result<std::unique_ptr<Communicator>> comm = Communicator::create(**dev, std::vector<int>(size_t(n), 0), co);
+  CHECK_OK(comm.status(), "create");
+  Communicator& c = **comm;
+  const uint64_t sb_max = o.op == CollOp::all_to_all ? o.max * nn : o.max, rb_max = o.max * nn;
+  std::vector<nv::CudaAlloc> mem;
+  std::vector<Buffer> send, recv;
+  for (int r = 0; r < n; ++r)
+    for (auto [bytes, into] : {std::pair{sb_max, &send}, std::pair{rb_max, &recv}}) {
+      Result<nv::CudaAlloc> m = nv::cuda_alloc(bytes, 0);
+      CHECK_OK(m.status(), "cuda_alloc");
+      mem.push_back(*m);
+      Result<Buffer> b = nv::register_cuda(**dev, m->ptr, m->size, 0);
+      CHECK_OK(b.status(), "register_cuda");
+      into->push_back(*b);
+    }
+  Result<std::unique_ptr<StreamOps>> ops = nv::stream_ops(**dev, stream);
+  CHECK_OK(ops.status(), "stream_ops");
+  StreamOps* s = ops->get();
+  std::vector<uint8_t> up(sb_max), down(rb_max);
+  std::vector<Row> rows;
+  bool clocks_raised = false;
+  for (uint64_t bytes = o.min; bytes <= o.max; bytes *= 2) {
+    const uint64_t sb = o.op == CollOp::all_to_all ? bytes * nn : bytes, rb = bytes * nn;
+    CollectiveArgs a;
+    a.op = o.op;
+    a.bytes = bytes;
+    for (int r = 0; r < n; ++r) {
+      a.send.push_back(send[size_t(r)].slice(0, sb));
+      a.recv.push_back(recv[size_t(r)].slice(0, rb));
+    }
+    Row row;
+    row.bytes = bytes;
+    for (int r = 0; r < n; ++r) {
+      for (uint64_t i = 0; i < sb; ++i) up[i] = pattern(r, bytes, i);
+      CHECK_CU(cuMemcpyHtoD(send[size_t(r)].va, up.data(), sb));
+      CHECK_CU(cuMemsetD8(recv[size_t(r)].va, 0xA5, rb));
+    }
+    CHECK_OK(c.call(a, s), "verified call");
+    CHECK_CU(cuStreamSynchronize(stream));
+    CHECK_OK(c.async_error(), "verified call (async)");
+    for (int me_r = 0; me_r < n; ++me_r) {
+      CHECK_CU(cuMemcpyDtoH(down.data(), recv[size_t(me_r)].va, rb));
+      for (int r = 0; r < n; ++r)
+        for (uint64_t i = 0; i < bytes; ++i) {
+          const uint64_t src = o.op == CollOp::all_to_all ? uint64_t(me_r) * bytes + i : i;
+          row.wrong += down[uint64_t(r) * bytes + i] != pattern(r, bytes, src);
+        }
+    }
+    const int iters = static_cast<int>(std::max<uint64_t>(
+        5, std::min<uint64_t>(static_cast<uint64_t>(o.iters), (8ull << 30) / std::max<uint64_t>(rb * nn, 1))));
+    for (const auto w0 = std::chrono::steady_clock::now(); !clocks_raised;) {
+      for (int i = 0; i < 100; ++i) CHECK_OK(c.call(a, s), "warm-up call");
+      CHECK_CU(cuStreamSynchronize(stream));
+      clocks_raised = std::chrono::steady_clock::now() - w0 >= std::chrono::milliseconds(1500);
+    }
+    for (int i = 0; i < 3; ++i) CHECK_OK(c.call(a, s), "warm-up call");
+    CHECK_CU(cuStreamSynchronize(stream));
+    double host = 0;
+    const auto t0 = std::chrono::steady_clock::now();
+    for (int i = 0; i < iters; ++i) {
+      const auto h0 = std::chrono::steady_clock::now();
+      CHECK_OK(c.call(a, s), "timed call");
+      host += std::chrono::duration<double, std::micro>(std::chrono::steady_clock::now() - h0).count();
+    }
+    CHECK_CU(cuStreamSynchronize(stream));
+    row.us = std::chrono::duration<double, std::micro>(std::chrono::steady_clock::now() - t0).count() / iters;
+    row.host_us = host / iters;
+    CHECK_OK(c.async_error(), "timed calls (async)");
+    rows.push_back(row);
+  }
+  comm->reset();  // its plans before the buffers they name
+  for (const Buffer& b : send) CHECK_OK(nv::unregister_cuda(**dev, b), "unregister_cuda");
+  for (const Buffer& b : recv) CHECK_OK(nv::unregister_cuda(**dev, b), "unregister_cuda");
+  for (nv::CudaAlloc& m : mem) CHECK_OK(nv::cuda_free(m), "cuda_free");
+  return report(o, rows, {});
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -407,6 +529,8 @@ int main(int argc, char** argv) {
     const std::string a = argv[i];
     auto next = [&]() -> std::string { return i + 1 < argc ? argv[++i] : ""; };
     if (a == "--procs") o.procs = std::atoi(next().c_str());
+    else if (a == "--ranks") o.ranks = std::atoi(next().c_str());
+    else if (a == "--threads") o.threads = true;
     else if (a == "--op") {
       if (!parse_coll_op(next(), &o.op) || (o.op != CollOp::all_gather && o.op != CollOp::all_to_all)) {
         std::fprintf(stderr, "--op: allgather or alltoall\n");
@@ -422,7 +546,10 @@ int main(int argc, char** argv) {
     else if (a == "--json") o.json = next();
     else {
       std::fprintf(stderr, "usage: nv_window_bench --procs N [--op allgather|alltoall] [--min 1K] [--max 256M] "
-                           "[--iters 200] [--host] [--graph] [--graph-execs K] [--kick-us N] [--json FILE]\n");
+                           "[--iters 200] [--host] [--graph] [--graph-execs K] [--kick-us N] [--json FILE]\n"
+                           "       nv_window_bench --procs N --threads [as above]\n"
+                           "       nv_window_bench --ranks N [--op allgather|alltoall] [--min 1K] [--max 256M] "
+                           "[--iters 200] [--json FILE]\n");
       return 2;
     }
   }
@@ -431,8 +558,22 @@ int main(int argc, char** argv) {
     std::fprintf(stderr, "nv_window_bench: --procs 1..16, 0 < --min <= --max, --iters >= 1, --graph-execs 1..8\n");
     return 2;
   }
+  if (o.ranks) {
+    if (o.ranks < 1 || o.ranks > 16 || o.host || o.graph) {
+      std::fprintf(stderr, "nv_window_bench: --ranks 1..16, without --host or --graph (one process, on a stream)\n");
+      return 2;
+    }
+    return run_one_process(o);
+  }
   Result<UniqueId> id = make_unique_id();
   if (!id.ok()) return 3;
+  if (o.threads) {
+    std::vector<int> rcs(size_t(o.procs), 0);
+    std::vector<std::thread> ranks;
+    for (int r = 0; r < o.procs; ++r) ranks.emplace_back([&, r] { rcs[size_t(r)] = run_rank(o, *id, r); });
+    for (std::thread& t : ranks) t.join();
+    return std::any_of(rcs.begin(), rcs.end(), [](int rc) { return rc != 0; }) ? 1 : 0;
+  }
   std::vector<pid_t> kids;
   for (int r = 0; r < o.procs; ++r) {
     const pid_t p = fork();
