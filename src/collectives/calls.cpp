@@ -4,11 +4,14 @@
 // failing and the watchdog: call_waits.cpp.
 #include "collectives/calls.hpp"
 
-#include "collectives/cached_calls.hpp"
+#include <unistd.h>
 
 #include <algorithm>
 #include <atomic>
 #include <cstring>
+
+#include "collectives/cached_calls.hpp"
+#include "util/env.hpp"
 
 namespace conccl {
 
@@ -83,6 +86,16 @@ CallState::CallState(Communicator& c) : comm(c), n(c.size()), me(c.rank()) {
     sent.push_back(wrap(kCallSent));
   }
   for (auto& b : base) b.assign(static_cast<size_t>(n), 0);
+  // Read here rather than once per process, so that a program (or a test)
+  // can trace one communicator and not another.
+  if (const std::string prefix = util::env_str("CONCCL_CALL_TRACE"); !prefix.empty() && me == 0) {
+    std::vector<const uint64_t*> words;
+    for (int r = 0; r < n; ++r)
+      for (const Signal* s : {&posted[size_t(r)], &arrive[size_t(r)], &sent[size_t(r)]})
+        words.push_back(static_cast<const uint64_t*>(comm.device_.host_pointer(s->va(), 8)));
+    if (std::find(words.begin(), words.end(), nullptr) == words.end())
+      trace = std::make_unique<CallTrace>(std::move(words), prefix + "." + std::to_string(::getpid()) + ".csv");
+  }
 }
 
 CallState::~CallState() {
@@ -434,6 +447,12 @@ Status CallState::run(const CollectiveArgs& a, StreamOps* stream, std::vector<St
     base[kCounterArrive][q] += (*plan)->expected_[q];
     base[kCounterPhase][q] += (*plan)->ready_adds_[q];
     base[kCounterSent][q] += (*plan)->sent_expected_[q];
+  }
+  if (trace) {
+    std::vector<uint64_t> targets;
+    for (size_t q = 0; q < static_cast<size_t>(n); ++q)
+      targets.insert(targets.end(), {call, base[kCounterArrive][q], base[kCounterSent][q]});
+    trace->note_call(call, targets);
   }
   for (uint64_t w : {prepared->d.send_window, prepared->d.recv_window})
     if (w != kNone && w < windows.size()) windows[w].last_call = call;

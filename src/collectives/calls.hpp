@@ -35,6 +35,7 @@
 #include <thread>
 #include <vector>
 
+#include "collectives/call_trace.hpp"
 #include "collectives/replay_keeper.hpp"
 #include "collectives/builder.hpp"
 
@@ -192,6 +193,9 @@ struct CallState {
   uint64_t last_arrive = 0, last_sent = 0;
   std::map<std::vector<uint64_t>, std::unique_ptr<Plan>> plans;
   CommStats counts;
+  // CONCCL_CALL_TRACE=<prefix> (rank 0 only): when every rank's counters
+  // reached each call's values (call_trace.hpp); null when unset.
+  std::unique_ptr<CallTrace> trace;
 
   // Stream-ordered calls not known complete, watched by the watchdog thread.
   struct Pending {

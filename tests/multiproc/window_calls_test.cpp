@@ -9,7 +9,9 @@
 
 #include <cstdlib>
 #include <cstring>
+#include <fstream>
 #include <random>
+#include <sstream>
 #include <thread>
 
 #include "conccl/bootstrap.hpp"
@@ -361,6 +363,66 @@ TEST(WindowCallFaults, DifferentOffsetsOnTwoRanksAreRefusedNotCopied) {
     EXPECT_NE(res[size_t(r)].out.find("w0+64"), std::string::npos) << res[size_t(r)].out;
     EXPECT_NE(res[size_t(r)].out.find("untouched"), std::string::npos) << res[size_t(r)].out;
     EXPECT_LT(res[size_t(r)].seconds, 8.0) << res[size_t(r)].out;  // not the 10 s timeout
+  }
+}
+
+// CONCCL_CALL_TRACE: rank 0's host stamps when every rank's counters reached
+// each call's values; the stamps must follow the protocol's causality (a
+// rank's data arrives after every rank posted the call; a rank posts the
+// next call only after its own arrivals and sent of this one).
+TEST(WindowCallTrace, EveryCallsCountersStampedInCausalOrder) {
+  const NodeSetup s{"h200", true, 3};
+  const UniqueId id = make_unique_id().value();
+  const std::string prefix = ::testing::TempDir() + "conccl_call_trace_" + std::to_string(::getpid());
+  constexpr int kCalls = 40;
+  std::vector<RankOutcome> res = fork_ranks({0, 1, 2}, [&](int me, std::string* out) {
+    ::setenv("CONCCL_CALL_TRACE", prefix.c_str(), 1);  // only rank 0 traces
+    return with_window(s, id, me, 20000, out, [&](emu::EmuDevice& dev, Communicator& c, const Window& w) {
+      Result<std::unique_ptr<HostStream>> stream = HostStream::create(dev);
+      if (!stream.ok()) return 6;
+      for (int i = 0; i < kCalls; ++i) {
+        HostStream* st = i % 2 ? stream->get() : nullptr;  // host- and stream-ordered
+        const std::string bad = one_call(c, w, CollOp::all_gather, 4096 + 64 * i, 0, i, st);
+        if (!bad.empty()) return *out += bad + "\n", 1;
+      }
+      if (me == 0) *out += "pid " + std::to_string(::getpid()) + "\n";
+      return 0;  // the communicator goes here: rank 0's trace is written
+    });
+  });
+  ASSERT_NO_FATAL_FAILURE(expect_ranks_ok(res));
+  const size_t at = res[0].out.find("pid ");
+  ASSERT_NE(at, std::string::npos) << res[0].out;
+  const std::string path = prefix + "." + std::to_string(std::stoll(res[0].out.substr(at + 4))) + ".csv";
+  std::ifstream f(path);
+  ASSERT_TRUE(f.good()) << "no trace at " << path;
+  std::string line;
+  std::getline(f, line);
+  EXPECT_EQ(line, "k,posted_0,arrive_0,sent_0,posted_1,arrive_1,sent_1,posted_2,arrive_2,sent_2");
+  std::vector<std::vector<long long>> rows;
+  while (std::getline(f, line)) {
+    std::vector<long long> v;
+    std::stringstream ss(line);
+    for (std::string cell; std::getline(ss, cell, ',');) {
+      ASSERT_FALSE(cell.empty()) << "a counter never reached its value: " << line;
+      v.push_back(std::stoll(cell));
+    }
+    ASSERT_EQ(v.size(), 10u) << line;
+    rows.push_back(v);
+  }
+  std::remove(path.c_str());
+  ASSERT_EQ(rows.size(), size_t(kCalls));
+  for (size_t i = 0; i < rows.size(); ++i) {
+    const std::vector<long long>& v = rows[i];
+    EXPECT_EQ(v[0], static_cast<long long>(i + 1));
+    const long long last_post = std::max({v[1], v[4], v[7]});
+    for (int r = 0; r < 3; ++r) {
+      EXPECT_GE(v[2 + 3 * r], last_post) << "call " << v[0] << ": rank " << r << "'s data arrived before every rank posted";
+      EXPECT_GE(v[3 + 3 * r], last_post) << "call " << v[0] << ": rank " << r << "'s lists ended before every rank posted";
+      if (i + 1 < rows.size()) {
+        EXPECT_GE(rows[i + 1][1 + 3 * r], v[2 + 3 * r]) << "rank " << r << " posted call " << v[0] + 1 << " before its data of call " << v[0];
+        EXPECT_GE(rows[i + 1][1 + 3 * r], v[3 + 3 * r]) << "rank " << r << " posted call " << v[0] + 1 << " before its lists of call " << v[0] << " ended";
+      }
+    }
   }
 }
 
