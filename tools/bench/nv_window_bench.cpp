@@ -4,9 +4,11 @@
 // per call, for each size; every byte of one call per size verified first.
 //
 //   nv_window_bench --procs N [--op allgather|alltoall] [--min 1K] [--max 256M]
-//                   [--iters 200] [--host] [--graph] [--graph-execs K] [--kick-us N] [--json FILE]
-//   nv_window_bench --ranks N [--op ...] [--min ...] [--max ...] [--iters ...] [--json FILE]
-//   nv_window_bench --procs N --threads ...
+//                   [--iters 200] [--host] [--graph] [--graph-execs K] [--kick-us N] [--engines a,b]
+//                   [--json FILE]
+//   nv_window_bench --ranks N [--op ...] [--min ...] [--max ...] [--iters ...] [--engines a,b] [--json FILE]
+//   --engines a,b,...: the copy engines (LCE ids) the plans may use
+//   (Communicator::Options::engines); the table's banner lists the GPU's.
 //
 // --ranks N: the reference for the process-per-rank rows, the same calls
 // with every rank in this one process (N loopback ranks of one
@@ -14,11 +16,6 @@
 // per call) on one CUDA stream, back to back: what issue #25's "within
 // 1.2x of the same collective with every rank in one process" compares
 // against when both are ordered on a stream.
-// --threads: the --procs ranks as threads of this one process instead of
-// forked processes: each its own device (process slot), communicator,
-// window and stream, but every stream in one CUDA context. Beside the
-// forked run it tells what the separate contexts of separate processes
-// cost (the GPU switches between contexts; streams of one context share it).
 // --host: calls ordered on the host (stream null) instead of the stream.
 // --graph: also one call per size captured into a CUDA graph and replayed
 // `iters` times back to back (docs/graphs.md): time and host time per
@@ -54,7 +51,7 @@ namespace {
 struct Opts {
   int procs = 2;
   int ranks = 0;  // --ranks: one process, this many loopback ranks
-  bool threads = false;  // --threads: the --procs ranks as threads of one process
+  std::vector<int> engines;  // --engines a,b,...: Communicator::Options::engines (empty: all)
   CollOp op = CollOp::all_gather;
   uint64_t min = 1024, max = 256ull << 20;
   int iters = 200;
@@ -166,7 +163,7 @@ int measure_size(RankCtx& x, uint64_t bytes, Row* out) {
   // 100 that every rank makes (the ranks agree after each round), since an
   // idle GPU's copy-engine clock needs about a second of work to come up
   // (sdma-probe's warm-up says more).
-  thread_local bool clocks_raised = false;  // per rank (--threads runs ranks as threads)
+  static bool clocks_raised = false;
   for (const auto w0 = std::chrono::steady_clock::now(); !clocks_raised;) {
     for (int i = 0; i < 100; ++i) CHECK_OK(c.call(a, s), "warm-up call");
     CHECK_CU(cuStreamSynchronize(x.stream));
@@ -244,6 +241,16 @@ int measure_size(RankCtx& x, uint64_t bytes, Row* out) {
   return 0;
 }
 
+// "# engines: ..." of GPU 0 (LCE ids and weights, the ones --engines allows marked).
+void print_engines(const Opts& o, const Device& dev) {
+  std::printf("# engines of GPU 0 (LCE id x weight, * = used):");
+  for (const EngineInfo& e : dev.topology().gpus[0].engines) {
+    const bool used = o.engines.empty() || std::find(o.engines.begin(), o.engines.end(), e.id) != o.engines.end();
+    std::printf(" %d x %g%s", e.id, e.weight, used ? "*" : "");
+  }
+  std::printf("\n");
+}
+
 // Rank 0: folds every other rank's rows into its own (slowest time, summed
 // wrong bytes), prints the table and writes the JSON. Returns 1 if any byte
 // was wrong, else 0.
@@ -273,7 +280,6 @@ int report(const Opts& o, std::vector<Row>& rows, const std::vector<Bootstrap::M
   else
     std::printf("# nv_window_bench %s, %d processes, windows, %s-ordered\n", coll_op_name(o.op), n,
                 o.host ? "host" : "stream");
-  if (o.threads) std::printf("# (ranks as threads of one process: one CUDA context)\n");
   std::printf("%12s %12s %12s %10s %10s %8s", "bytes", "us/call", "host us", "algbw GB/s", "msgs/call", "#wrong");
   if (o.graph) std::printf(" %12s %12s %12s %12s", "us/replay", "host us/rep", "keeper busy", "keeper idle");
   std::printf("\n");
@@ -329,9 +335,11 @@ int run_rank(const Opts& o, const UniqueId& id, int me) {
   co.loopback = true;
   co.gpu = 0;
   co.call_timeout_ms = 60000;
+  co.engines = o.engines;
   Result<std::unique_ptr<Communicator>> comm = Communicator::create(**dev, me, n, id, co);
   CHECK_OK(comm.status(), "create");
   Communicator& c = **comm;
+  if (me == 0) print_engines(o, **dev);
   const uint64_t nn = static_cast<uint64_t>(n);
   const uint64_t send_region = (o.op == CollOp::all_to_all ? o.max * nn : o.max);
   const uint64_t total = send_region + o.max * nn;
@@ -444,9 +452,11 @@ int run_one_process(const Opts& o) {
   Communicator::Options co;
   co.loopback = true;
   co.call_timeout_ms = 60000;
+  co.engines = o.engines;
   Result<std::unique_ptr<Communicator>> comm = Communicator::create(**dev, std::vector<int>(size_t(n), 0), co);
   CHECK_OK(comm.status(), "create");
   Communicator& c = **comm;
+  print_engines(o, **dev);
   const uint64_t sb_max = o.op == CollOp::all_to_all ? o.max * nn : o.max, rb_max = o.max * nn;
   std::vector<nv::CudaAlloc> mem;
   std::vector<Buffer> send, recv;
@@ -530,7 +540,14 @@ int main(int argc, char** argv) {
     auto next = [&]() -> std::string { return i + 1 < argc ? argv[++i] : ""; };
     if (a == "--procs") o.procs = std::atoi(next().c_str());
     else if (a == "--ranks") o.ranks = std::atoi(next().c_str());
-    else if (a == "--threads") o.threads = true;
+    else if (a == "--engines") {
+      const std::string v = next();
+      for (size_t at = 0; at < v.size();) {
+        const size_t comma = std::min(v.find(',', at), v.size());
+        o.engines.push_back(std::atoi(v.substr(at, comma - at).c_str()));
+        at = comma + 1;
+      }
+    }
     else if (a == "--op") {
       if (!parse_coll_op(next(), &o.op) || (o.op != CollOp::all_gather && o.op != CollOp::all_to_all)) {
         std::fprintf(stderr, "--op: allgather or alltoall\n");
@@ -546,10 +563,9 @@ int main(int argc, char** argv) {
     else if (a == "--json") o.json = next();
     else {
       std::fprintf(stderr, "usage: nv_window_bench --procs N [--op allgather|alltoall] [--min 1K] [--max 256M] "
-                           "[--iters 200] [--host] [--graph] [--graph-execs K] [--kick-us N] [--json FILE]\n"
-                           "       nv_window_bench --procs N --threads [as above]\n"
+                           "[--iters 200] [--host] [--graph] [--graph-execs K] [--kick-us N] [--engines a,b] [--json FILE]\n"
                            "       nv_window_bench --ranks N [--op allgather|alltoall] [--min 1K] [--max 256M] "
-                           "[--iters 200] [--json FILE]\n");
+                           "[--iters 200] [--engines a,b] [--json FILE]\n");
       return 2;
     }
   }
@@ -567,13 +583,6 @@ int main(int argc, char** argv) {
   }
   Result<UniqueId> id = make_unique_id();
   if (!id.ok()) return 3;
-  if (o.threads) {
-    std::vector<int> rcs(size_t(o.procs), 0);
-    std::vector<std::thread> ranks;
-    for (int r = 0; r < o.procs; ++r) ranks.emplace_back([&, r] { rcs[size_t(r)] = run_rank(o, *id, r); });
-    for (std::thread& t : ranks) t.join();
-    return std::any_of(rcs.begin(), rcs.end(), [](int rc) { return rc != 0; }) ? 1 : 0;
-  }
   std::vector<pid_t> kids;
   for (int r = 0; r < o.procs; ++r) {
     const pid_t p = fork();
