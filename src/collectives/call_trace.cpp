@@ -2,6 +2,7 @@
 // (call_trace.hpp).
 #include "collectives/call_trace.hpp"
 
+#include <algorithm>
 #include <chrono>
 #include <cstdio>
 
@@ -37,28 +38,36 @@ void CallTrace::note_call(uint64_t k, const std::vector<uint64_t>& targets) {
 // the watcher would overwrite a row not yet stamped; calls in flight are
 // far fewer.
 void CallTrace::watch() {
-  const auto t0 = std::chrono::steady_clock::now();
+  using clock = std::chrono::steady_clock;
+  const auto t0 = clock::now();
+  auto ns = [&] { return std::chrono::duration_cast<std::chrono::nanoseconds>(clock::now() - t0).count(); };
   std::vector<uint64_t> next(w_, 1);
   uint64_t cleared = 0;  // rows made ready for their call (only this thread writes seen_)
+  int64_t pass_start = ns();
   while (!stop_.load(std::memory_order_relaxed)) {
     const uint64_t noted = noted_.load(std::memory_order_acquire);
     for (; cleared < noted; ++cleared)
       for (size_t i = 0; i < w_; ++i) seen_[((cleared + 1) % kRows) * w_ + i] = -1;
-    const int64_t now =
-        std::chrono::duration_cast<std::chrono::nanoseconds>(std::chrono::steady_clock::now() - t0).count();
     for (size_t i = 0; i < w_; ++i) {
       const uint64_t v = load(words_[i]);
+      if (next[i] > noted || v < target_[(next[i] % kRows) * w_ + i]) continue;
+      const int64_t now = ns();  // just after the read that saw it
       while (next[i] <= noted && v >= target_[(next[i] % kRows) * w_ + i]) {
         seen_[(next[i] % kRows) * w_ + i] = now;
         ++next[i];
       }
     }
+    const int64_t end = ns();
+    longest_pass_ = std::max(longest_pass_, end - pass_start);
+    pass_start = end;
   }
 }
 
 void CallTrace::write() const {
   FILE* f = std::fopen(path_.c_str(), "w");
   if (!f) return;  // a trace is best effort: the calls went on regardless
+  std::fprintf(f, "# longest pass of the watcher: %lld ns (a stamp is within one pass after its word got there)\n",
+               static_cast<long long>(longest_pass_));
   std::fprintf(f, "k");
   for (size_t r = 0; r < w_ / 3; ++r) std::fprintf(f, ",posted_%zu,arrive_%zu,sent_%zu", r, r, r);
   std::fprintf(f, "\n");

@@ -12,9 +12,14 @@
 // is seen within the time the store takes to land in host memory, which
 // the trace cannot tell apart from the store's own delay.
 //
-// At destruction it writes <prefix>.<pid>.csv: one row per call (the last
-// kRows), columns k, then posted_r, arrive_r, sent_r for each rank r, in ns
-// since the trace began (empty where the word did not get there).
+// Each stamp is taken just after the read that saw the word there, so it
+// comes after the store by at most one pass over the words (a pass reads
+// each word once); of two words stored one after the other, the later one
+// may be stamped first by up to one pass. At destruction it writes
+// <prefix>.<pid>.csv: a comment line with the longest pass, then one row per
+// call (the last kRows), columns k, then posted_r, arrive_r, sent_r for
+// each rank r, in ns since the trace began (empty where the word did not
+// get there).
 // tools/bench/call_trace.py sums the rows up.
 #pragma once
 
@@ -53,6 +58,7 @@ class CallTrace {
   std::vector<int64_t> seen_;     // kRows × w_: ns, or -1
   std::atomic<uint64_t> noted_{0};  // calls noted (their rows are written)
   std::atomic<bool> stop_{false};
+  int64_t longest_pass_ = 0;  // ns; the watcher's, read after it joins
   std::thread thread_;
 };
 

@@ -8,6 +8,7 @@
 
 #include <algorithm>
 #include <atomic>
+#include <cstdlib>
 #include <cstring>
 
 #include "collectives/cached_calls.hpp"
@@ -87,8 +88,12 @@ CallState::CallState(Communicator& c) : comm(c), n(c.size()), me(c.rank()) {
   }
   for (auto& b : base) b.assign(static_cast<size_t>(n), 0);
   // Read here rather than once per process, so that a program (or a test)
-  // can trace one communicator and not another.
-  if (const std::string prefix = util::env_str("CONCCL_CALL_TRACE"); !prefix.empty() && me == 0) {
+  // can trace one communicator and not another. The rank that watches:
+  // CONCCL_CALL_TRACE_RANK (default 0), since the watching thread takes a
+  // core of its process.
+  const std::string tracer = util::env_str("CONCCL_CALL_TRACE_RANK");
+  if (const std::string prefix = util::env_str("CONCCL_CALL_TRACE");
+      !prefix.empty() && me == (tracer.empty() ? 0 : std::atoi(tracer.c_str()))) {
     std::vector<const uint64_t*> words;
     for (int r = 0; r < n; ++r)
       for (const Signal* s : {&posted[size_t(r)], &arrive[size_t(r)], &sent[size_t(r)]})

@@ -193,7 +193,7 @@ struct CallState {
   uint64_t last_arrive = 0, last_sent = 0;
   std::map<std::vector<uint64_t>, std::unique_ptr<Plan>> plans;
   CommStats counts;
-  // CONCCL_CALL_TRACE=<prefix> (rank 0 only): when every rank's counters
+  // CONCCL_CALL_TRACE=<prefix> (one rank: CONCCL_CALL_TRACE_RANK, default 0): when every rank's counters
   // reached each call's values (call_trace.hpp); null when unset.
   std::unique_ptr<CallTrace> trace;
 

@@ -32,7 +32,9 @@ def main(paths):
         return 2
     for path in paths:
         with open(path) as f:
-            rows = [r for r in csv.reader(f)]
+            lines = f.read().splitlines()
+        notes = [l for l in lines if l.startswith("#")]
+        rows = list(csv.reader(l for l in lines if not l.startswith("#")))
         head, rows = rows[0], rows[1:]
         n = (len(head) - 1) // 3
         calls = []
@@ -60,6 +62,8 @@ def main(paths):
                 if i + 2 < len(calls) and calls[i + 2][0] == k + 2:
                     m["period"].append(max(calls[i + 2][1]) - max(calls[i + 1][1]))
         print("%s: %d calls, %d ranks (us: median [p10, p90])" % (path, len(calls), n))
+        for l in notes:
+            print("  " + l)
         for name, v in m.items():
             us = [x / 1000.0 for x in v]
             print("  %-14s %8.2f  [%6.2f, %6.2f]" % (name, pct(us, 0.5), pct(us, 0.1), pct(us, 0.9)))
