@@ -14,9 +14,12 @@ one() {  # name env args...
   env $envs CONCCL_CALL_TRACE=/tmp/ct timeout 60 $W "$@" > $OUT/w.log 2>&1
   echo "== $name rc=$? : $(grep -E '^ +1024 ' $OUT/w.log | awk '{print $2, "us/call, host", $3}')"
   grep "^# engines" $OUT/w.log
-  python3 $T /tmp/ct.*.csv | tail -n +2 | grep -E "period|skew|first|last|turnaround"
+  python3 $T /tmp/ct.*.csv | tail -n +2 | grep -E "longest|period|skew|first|last|turnaround"
   mkdir -p $OUT/csv; cp /tmp/ct.*.csv "$OUT/csv/$(echo $name | tr ' ,' '__').csv"
 }
+one "stream, rank 1 traces" CONCCL_CALL_TRACE_RANK=1 --procs 2 --min 1K --max 1K --iters 3000
+timeout 60 $W --procs 2 --min 1K --max 1K --iters 3000 > $OUT/w.log 2>&1
+echo "== stream, no trace rc=$? : $(grep -E '^ +1024 ' $OUT/w.log | awk '{print $2, "us/call, host", $3}')"
 for eng in default 2,3 2,4 3,4 4 2; do
   E=""; [ $eng != default ] && E="--engines $eng"
   one "stream $eng" x=1 --procs 2 --min 1K --max 1K --iters 3000 $E
