@@ -1,6 +1,7 @@
 // tests/backends/nv/nv_cuda_test.cpp - CUDA interop (src/backends/nv/cuda_interop.cpp):
 // cuda_alloc, register_cuda / unregister_cuda with their cache, the refusal of
-// plain cudaMalloc memory, and semaphore slots in a registered device page.
+// plain cudaMalloc memory, semaphore slots in a registered device page, and
+// the wait kernel (wait_kernel.cpp) holding a stream.
 //
 // libcuda is loaded with dlopen, here too: without it (this project's build
 // machines) only the unavailable path runs. On a GPU machine CUDA is set up
@@ -17,6 +18,7 @@
 
 #include "conccl/hopper_methods.hpp"
 #include "backends/nv/nv_device.hpp"
+#include "backends/nv/wait_kernel.hpp"
 
 namespace conccl::nv {
 namespace {
@@ -222,6 +224,63 @@ TEST_F(NvCudaHw, HostSlotsSharedWithCuda) {
   uint64_t seen = 0;
   ASSERT_EQ(dtoh(&seen, *out, 8), 0);
   EXPECT_EQ(seen, want_out) << "CUDA reads our release";
+}
+
+// The wait kernel (CONCCL_STREAM_WAITS=kernel): the stream goes past it only
+// once every word has reached its value (64-bit, compared as
+// CU_STREAM_WAIT_VALUE_GEQ does), and past its budget when one never does.
+TEST_F(NvCudaHw, WaitKernelHoldsTheStreamUntilEveryWordIsReached) {
+  ASSERT_TRUE(dev_->share_slots_with_cuda().ok());
+  void* lib = dlopen("libcuda.so.1", RTLD_NOW | RTLD_LOCAL);
+  ASSERT_NE(lib, nullptr);
+  using Sync = int (*)();
+  auto sync = reinterpret_cast<Sync>(dlsym(lib, "cuCtxSynchronize"));
+  ASSERT_TRUE(sync);
+  uint64_t slot[5];
+  for (uint64_t& x : slot) {
+    Result<uint64_t> r = dev_->alloc_slot();
+    ASSERT_TRUE(r.ok());
+    x = *r;
+    dev_->slot_host(x)[0] = 0;
+  }
+  auto host = [&](int i) { return dev_->slot_host(slot[i]); };
+  // Five words, so that the second launch (kWaitKernelWords per launch)
+  // waits too; the last one passes at once (0 >= 0).
+  const uint64_t want[5] = {5, 0x100000000ull, 9, 0x7000000000000001ull, 0};
+  std::vector<StreamMemOp> waits;
+  for (int i = 0; i < 4; ++i) waits.push_back({true, slot[i], want[i]});
+  waits.push_back({true, slot[4], want[4]});
+  Result<uint64_t> flag_r = dev_->alloc_slot();
+  ASSERT_TRUE(flag_r.ok());
+  const uint64_t flag = *flag_r;
+  dev_->slot_host(flag)[0] = 0;
+  Status st = launch_wait_kernel(nullptr, waits, 10ull * 1000 * 1000 * 1000);
+  ASSERT_TRUE(st.ok()) << st.to_string();
+  ASSERT_TRUE(stream_write_value64(nullptr, flag, 1).ok());
+  auto flag_after = [&](int ms) {
+    const auto until = std::chrono::steady_clock::now() + std::chrono::milliseconds(ms);
+    while (dev_->slot_host(flag)[0] == 0 && std::chrono::steady_clock::now() < until) std::this_thread::yield();
+    return dev_->slot_host(flag)[0];
+  };
+  EXPECT_EQ(flag_after(30), 0u) << "the stream went past an unreached wait";
+  host(0)[0] = 5;
+  host(1)[0] = 0xFFFFFFFFull;  // below 2^32: the upper half counts
+  host(2)[0] = 9;
+  host(3)[0] = 0x7000000000000001ull;
+  EXPECT_EQ(flag_after(30), 0u) << "word 1 is one short";
+  host(1)[0] = 0x100000000ull;
+  EXPECT_EQ(flag_after(2000), 1u) << "the stream did not go on once every word was reached";
+  ASSERT_EQ(sync(), 0);
+  // A word never reached: the stream goes on once the budget (50 ms) is spent.
+  dev_->slot_host(flag)[0] = 0;
+  const StreamMemOp never{true, slot[0], 6};
+  const auto t0 = std::chrono::steady_clock::now();
+  ASSERT_TRUE(launch_wait_kernel(nullptr, std::span<const StreamMemOp>(&never, 1), 50ull * 1000 * 1000).ok());
+  ASSERT_TRUE(stream_write_value64(nullptr, flag, 2).ok());
+  EXPECT_EQ(flag_after(5000), 2u) << "the budget did not end the wait";
+  EXPECT_GE(std::chrono::steady_clock::now() - t0, std::chrono::milliseconds(45));
+  ASSERT_EQ(sync(), 0);
+  dlclose(lib);
 }
 
 }  // namespace

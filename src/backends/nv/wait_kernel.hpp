@@ -1,0 +1,45 @@
+// src/backends/nv/wait_kernel.hpp - a stream's waits for the engines'
+// counters as a one-thread kernel the library carries as PTX
+// (ptx_module.hpp), instead of CUDA's stream memory operations
+// (cuStreamWaitValue64), for CONCCL_STREAM_WAITS=kernel.
+//
+// Why: a stream that waits with cuStreamWaitValue64 sees a counter reached
+// either about 3 or about 9 us after the engine's store (docs/perf/h200.md,
+// section 4), and a call across processes waits for the later of its
+// ranks' streams (docs/perf/h200-collectives.md, runs 67-68). A thread that
+// polls the word sees it within a read of host memory. The cost: the kernel
+// holds one thread of one multiprocessor while it waits, and, where
+// processes share a GPU without CUDA MPS, it waits for its context's turn
+// on the GPU like every kernel (docs/perf/h200-graphs.md, run 46). So it is
+// for one process per GPU, or MPS; the default stays the stream operations.
+#pragma once
+
+#include <cstdint>
+#include <span>
+#include <string>
+
+#include "backends/nv/nv_device.hpp"
+#include "conccl/status.hpp"
+
+namespace conccl::nv {
+
+// Words one launch waits for; more are waited for by further launches.
+inline constexpr size_t kWaitKernelWords = 4;
+
+// Queues, on `cu_stream`, one kernel per kWaitKernelWords of `waits` (each
+// a wait: va, value) that returns once (int64_t)(*va - value) >= 0 for
+// each, as CU_STREAM_WAIT_VALUE_GEQ compares, or once `budget_ns` have
+// passed since it began (a deadline for a wait the host has given up on:
+// its watchdog fails the call and says why).
+Status launch_wait_kernel(void* cu_stream, std::span<const StreamMemOp> waits, uint64_t budget_ns);
+
+// The kernel's PTX for one .target (tests read it).
+std::string wait_kernel_ptx(const char* version, const char* target);
+
+// Whether CONCCL_STREAM_WAITS=kernel (read once; "memop" or unset: the
+// stream memory operations; anything else: false, and stream_ops() refuses
+// it with the values it takes).
+bool stream_waits_by_kernel();
+Status check_stream_waits_setting();
+
+}  // namespace conccl::nv
