@@ -179,6 +179,11 @@ class StreamOps {
   struct Op {
     bool wait = false;
     uint64_t va = 0, value = 0;
+    // A wait expected to end within microseconds (a small call's), which a
+    // stream that can may poll for instead of waiting (a CUDA stream: a
+    // one-thread kernel, CONCCL_STREAM_WAITS in docs/collectives.md). The
+    // caller sets it only where polling cannot hold up other work for long.
+    bool poll = false;
   };
   // One reduction (addresses: Device::compute_address), run in order with
   // the rest: a kernel on a CUDA stream, the host on a HostStream. Streams

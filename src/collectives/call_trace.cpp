@@ -21,7 +21,7 @@ CallTrace::CallTrace(std::vector<const uint64_t*> words, std::string path)
 }
 
 CallTrace::~CallTrace() {
-  stop_.store(true, std::memory_order_relaxed);
+  stop_.store(true, std::memory_order_release);
   thread_.join();
   write();
 }
@@ -44,7 +44,10 @@ void CallTrace::watch() {
   std::vector<uint64_t> next(w_, 1);
   uint64_t cleared = 0;  // rows made ready for their call (only this thread writes seen_)
   int64_t pass_start = ns();
-  while (!stop_.load(std::memory_order_relaxed)) {
+  // One more pass once stopped: what got there before the stop is stamped
+  // (the communicator stops the trace after the last call's counters).
+  for (bool last = false; !last;) {
+    last = stop_.load(std::memory_order_acquire);
     const uint64_t noted = noted_.load(std::memory_order_acquire);
     for (; cleared < noted; ++cleared)
       for (size_t i = 0; i < w_; ++i) seen_[((cleared + 1) % kRows) * w_ + i] = -1;

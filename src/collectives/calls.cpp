@@ -466,7 +466,8 @@ Status CallState::run(const CollectiveArgs& a, StreamOps* stream, std::vector<St
     counts.window_calls++;
     if (gated) counts.gated_calls++;
   }
-  return stream ? end_on_stream(*stream, call, arrive_target, sent_target, dl, name, deferred)
+  return stream ? end_on_stream(*stream, call, arrive_target, sent_target,
+                                stream_waits_may_poll(comm, prepared->full), dl, name, deferred)
                 : end_on_host(call, arrive_target, sent_target, dl, name, gated ? &gate : nullptr);
 }
 
@@ -545,7 +546,8 @@ Status CallState::end_on_host(uint64_t call, uint64_t arrive_target, uint64_t se
 // cuStreamBatchMemOp); with `deferred`, the two waits go there instead, for
 // the caller to queue later (Communicator::call_impl).
 Status CallState::end_on_stream(StreamOps& stream, uint64_t call, uint64_t arrive_target, uint64_t sent_target,
-                                Deadline dl, const std::string& name, std::vector<StreamOps::Op>* deferred) {
+                                bool poll, Deadline dl, const std::string& name,
+                                std::vector<StreamOps::Op>* deferred) {
   const size_t mi = static_cast<size_t>(me);
   StreamOps::Op ops[8];
   size_t nops = 0;
@@ -557,7 +559,8 @@ Status CallState::end_on_stream(StreamOps& stream, uint64_t call, uint64_t arriv
   last_arrive = arrive_target;
   last_sent = sent_target;
   for (const SignalStore& w : posted[mi].stores_for(call)) ops[nops++] = StreamOps::Op{false, w.va, w.value};
-  const StreamOps::Op waits[2] = {{true, arrive[mi].va(), arrive_target}, {true, sent[mi].va(), sent_target}};
+  const StreamOps::Op waits[2] = {{true, arrive[mi].va(), arrive_target, poll},
+                                  {true, sent[mi].va(), sent_target, poll}};
   if (deferred) {
     deferred->assign(waits, waits + 2);
   } else {

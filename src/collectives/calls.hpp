@@ -218,8 +218,9 @@ struct CallState {
   struct Gate;
   Status end_on_host(uint64_t call, uint64_t arrive_target, uint64_t sent_target, Deadline dl,
                      const std::string& name, const Gate* gate = nullptr);
-  Status end_on_stream(StreamOps& stream, uint64_t call, uint64_t arrive_target, uint64_t sent_target, Deadline dl,
-                       const std::string& name, std::vector<StreamOps::Op>* deferred);
+  // poll: the stream's two waits may poll (stream_waits_may_poll, builder.hpp).
+  Status end_on_stream(StreamOps& stream, uint64_t call, uint64_t arrive_target, uint64_t sent_target, bool poll,
+                       Deadline dl, const std::string& name, std::vector<StreamOps::Op>* deferred);
   // The checks and placement every window call makes, and its plan on the
   // counters at these offsets of every rank's pool.
   Result<PreparedCall> prepare(const CollectiveArgs& a);

@@ -287,10 +287,11 @@ Status Plan::enqueue_split(StreamOps& stream, Deadline deadline, std::vector<Str
   // its send buffer while writing into the other ranks; in one process every
   // rank's arrivals already say that.
   const bool across = comm_->rank() >= 0;
+  const bool poll = stream_waits_may_poll(*comm_, args_);
   for (size_t r = 0; r < arrive_.size(); ++r) {
     if (!comm_->local(static_cast<int>(r))) continue;
-    if (expected_[r] > 0) waits.push_back({true, arrive_[r].va(), expected_[r]});
-    if (across && sent_expected_[r] > 0) waits.push_back({true, sent_[r].va(), sent_expected_[r]});
+    if (expected_[r] > 0) waits.push_back({true, arrive_[r].va(), expected_[r], poll});
+    if (across && sent_expected_[r] > 0) waits.push_back({true, sent_[r].va(), sent_expected_[r], poll});
   }
   // Past its waits, the stream says so: until then the plan counts as
   // running and is not relaunched (a relaunch resets the arrivals the stream

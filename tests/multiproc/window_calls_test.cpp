@@ -11,6 +11,7 @@
 #include <cstring>
 #include <fstream>
 #include <random>
+#include <span>
 #include <sstream>
 #include <thread>
 
@@ -432,6 +433,59 @@ TEST(WindowCallTrace, EveryCallsCountersStampedInCausalOrder) {
   }
 }
 
+// A stream that records which of its waits may poll (StreamOps::Op::poll)
+// and hands every step to a HostStream.
+class PollRecordingStream final : public StreamOps {
+ public:
+  explicit PollRecordingStream(HostStream& s) : s_(s) {}
+  Status write_value64(uint64_t va, uint64_t value) override { return s_.write_value64(va, value); }
+  Status wait_value64(uint64_t va, uint64_t value) override {
+    waits++;
+    return s_.wait_value64(va, value);
+  }
+  Status batch(std::span<const Op> ops) override {
+    for (const Op& op : ops)
+      if (op.wait) {
+        waits++;
+        polled += op.poll;
+      }
+    return s_.batch(ops);
+  }
+  int waits = 0, polled = 0;
+
+ private:
+  HostStream& s_;
+};
+
+// Which waits may poll (CONCCL_STREAM_WAITS=auto, docs/collectives.md): a
+// small call's, where no other process of the communicator shares this
+// rank's GPU (a polling kernel would wait for its context's time slice);
+// never a large call's.
+TEST(WindowCallPolling, SmallCallsPollUnlessAnotherProcessSharesTheGpu) {
+  for (const NodeSetup& s : {NodeSetup{"mi300x", false, 2}, NodeSetup{"h200", true, 2}}) {
+    SCOPED_TRACE(s.preset);
+    const UniqueId id = make_unique_id().value();
+    std::vector<RankOutcome> res = fork_ranks({0, 1}, [&](int me, std::string* out) {
+      return with_window(s, id, me, 20000, out, [&](emu::EmuDevice& dev, Communicator& c, const Window& w) {
+        Result<std::unique_ptr<HostStream>> hs = HostStream::create(dev);
+        if (!hs.ok()) return 6;
+        PollRecordingStream rec(**hs);
+        for (uint64_t bytes : {uint64_t(4096), uint64_t(1) << 20}) {
+          rec.waits = rec.polled = 0;
+          Status st = c.call(gather_args(w, s.nranks, bytes), &rec);
+          if (st.ok()) st = (*hs)->synchronize(Deadline::after_ms(20000));
+          if (!st.ok()) return *out += st.to_string(), 1;
+          *out += std::to_string(bytes) + ": " + std::to_string(rec.polled) + "/" + std::to_string(rec.waits) + "\n";
+          const bool may = bytes <= 4096 && !s.loopback;
+          if (rec.waits == 0 || rec.polled != (may ? rec.waits : 0)) return 2;
+        }
+        return 0;
+      });
+    });
+    ASSERT_NO_FATAL_FAILURE(expect_ranks_ok(res));
+  }
+}
+
 TEST(WindowCallFaults, BufferPastTheWindowEndIsRefusedWithTheFix) {
   const NodeSetup s{"mi300x", false, 2};
   const UniqueId id = make_unique_id().value();
@@ -532,6 +586,47 @@ INSTANTIATE_TEST_SUITE_P(Emu, CachedCallsAcrossProcesses,
 
 // Every rank in one process: call() takes every rank's buffers, as plan()
 // does, host- and stream-ordered, and caches the plan.
+// Every rank in one process (one CUDA context where it is CUDA): a small
+// call's stream waits may poll, a large one's not; every byte checked.
+TEST(CachedCallsOneProcess, SmallCallsWaitsMayPollLargeOnesNot) {
+  const NodeSetup s{"h200", true, 2};
+  Result<std::unique_ptr<emu::EmuDevice>> dev = emu::create(dev_opts(s, -1));
+  ASSERT_TRUE(dev.ok()) << dev.status().to_string();
+  Communicator::Options o;
+  o.loopback = true;
+  Result<std::unique_ptr<Communicator>> comm = Communicator::create(**dev, {0, 0}, o);
+  ASSERT_TRUE(comm.ok()) << comm.status().to_string();
+  Result<std::unique_ptr<HostStream>> hs = HostStream::create(**dev);
+  ASSERT_TRUE(hs.ok());
+  PollRecordingStream rec(**hs);
+  for (uint64_t bytes : {uint64_t(4096), uint64_t(1) << 20}) {
+    SCOPED_TRACE(bytes);
+    std::vector<UniqueBuffer> send, recv;
+    CollectiveArgs a;
+    a.op = CollOp::all_gather;
+    a.bytes = bytes;
+    for (int r = 0; r < 2; ++r) {
+      send.push_back(std::move(UniqueBuffer::alloc(**dev, 0, bytes, MemKind::device).value()));
+      recv.push_back(std::move(UniqueBuffer::alloc(**dev, 0, 2 * bytes, MemKind::device).value()));
+      for (uint64_t i = 0; i < bytes; ++i) send.back().get().as<uint8_t>()[i] = byte_of(seed_of(r, 3, 0), i);
+      std::memset(recv.back().get().host, 0xA5, 2 * bytes);
+      a.send.push_back(send.back().get());
+      a.recv.push_back(recv.back().get());
+    }
+    rec.waits = rec.polled = 0;
+    Status st = (*comm)->call(a, &rec);
+    if (st.ok()) st = (*hs)->synchronize(Deadline::after_ms(20000));
+    ASSERT_TRUE(st.ok()) << st.to_string();
+    EXPECT_GT(rec.waits, 0);
+    EXPECT_EQ(rec.polled, bytes <= 4096 ? rec.waits : 0);
+    for (int d = 0; d < 2; ++d)
+      for (int r = 0; r < 2; ++r)
+        for (uint64_t i = 0; i < bytes; ++i)
+          ASSERT_EQ(recv[size_t(d)].get().as<uint8_t>()[uint64_t(r) * bytes + i], byte_of(seed_of(r, 3, 0), i))
+              << "rank " << d << " chunk " << r << " byte " << i;
+  }
+}
+
 TEST(CachedCallsOneProcess, EveryOpEveryByteHostAndStream) {
   const NodeSetup s{"mi300x", false, 4};
   Result<std::unique_ptr<emu::EmuDevice>> dev = emu::create(dev_opts(s, -1));

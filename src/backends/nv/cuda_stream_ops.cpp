@@ -26,7 +26,7 @@ class CudaStreamOps final : public conccl::StreamOps {
   explicit CudaStreamOps(void* stream) : stream_(stream) {}
   Status write_value64(uint64_t va, uint64_t value) override { return stream_write_value64(stream_, va, value); }
   Status wait_value64(uint64_t va, uint64_t value) override {
-    if (stream_waits_by_kernel()) {
+    if (stream_waits_mode() == StreamWaits::kernel) {
       const StreamMemOp w{true, va, value};
       return launch_wait_kernel(stream_, std::span<const StreamMemOp>(&w, 1), kWaitKernelBudgetNs);
     }
@@ -44,15 +44,18 @@ class CudaStreamOps final : public conccl::StreamOps {
     StreamMemOp m[16];
     if (ops.size() > 16) return StreamOps::batch(ops);
     for (size_t i = 0; i < ops.size(); ++i) m[i] = StreamMemOp{ops[i].wait, ops[i].va, ops[i].value};
-    if (!stream_waits_by_kernel()) return stream_batch64(stream_, std::span<const StreamMemOp>(m, ops.size()));
-    // Runs of writes as one batch of memory operations, runs of waits as
-    // wait kernels, in the order given.
+    const StreamWaits mode = stream_waits_mode();
+    auto by_kernel = [&](size_t i) {
+      return ops[i].wait && (mode == StreamWaits::kernel || (mode == StreamWaits::automatic && ops[i].poll));
+    };
+    // Runs of waits that poll as wait kernels, the rest (writes, and waits
+    // that do not) as batches of memory operations, in the order given.
     for (size_t at = 0; at < ops.size();) {
       size_t end = at;
-      while (end < ops.size() && m[end].wait == m[at].wait) ++end;
+      while (end < ops.size() && by_kernel(end) == by_kernel(at)) ++end;
       const std::span<const StreamMemOp> run(m + at, end - at);
-      CONCCL_RETURN_IF_ERROR(m[at].wait ? launch_wait_kernel(stream_, run, kWaitKernelBudgetNs)
-                                        : stream_batch64(stream_, run));
+      CONCCL_RETURN_IF_ERROR(by_kernel(at) ? launch_wait_kernel(stream_, run, kWaitKernelBudgetNs)
+                                           : stream_batch64(stream_, run));
       at = end;
     }
     return Status();

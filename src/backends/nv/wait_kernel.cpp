@@ -98,17 +98,21 @@ Status launch_wait_kernel(void* cu_stream, std::span<const StreamMemOp> waits, u
   return Status();
 }
 
-bool stream_waits_by_kernel() {
-  static const bool kernel = util::env_is("CONCCL_STREAM_WAITS", "kernel");
-  return kernel;
+StreamWaits stream_waits_mode() {
+  static const StreamWaits mode = util::env_is("CONCCL_STREAM_WAITS", "memop")   ? StreamWaits::memop
+                                  : util::env_is("CONCCL_STREAM_WAITS", "kernel") ? StreamWaits::kernel
+                                                                                   : StreamWaits::automatic;
+  return mode;
 }
 
 Status check_stream_waits_setting() {
   const std::string v = util::env_str("CONCCL_STREAM_WAITS");
-  if (v.empty() || v == "memop" || v == "kernel") return Status();
-  return error(Code::invalid_argument, "CONCCL_STREAM_WAITS is '" + v +
-                                           "': set it to memop (CUDA's stream memory operations, the default) or "
-                                           "kernel (a one-thread kernel polls), or unset it");
+  if (v.empty() || v == "memop" || v == "kernel" || v == "auto") return Status();
+  return error(Code::invalid_argument,
+               "CONCCL_STREAM_WAITS is '" + v +
+                   "': set it to auto (small calls' waits poll in a one-thread kernel where no other process of the "
+                   "communicator shares the GPU; the default), kernel (every wait polls: for processes that share a "
+                   "GPU under CUDA MPS) or memop (CUDA's stream memory operations), or unset it");
 }
 
 }  // namespace conccl::nv

@@ -36,10 +36,13 @@ Status launch_wait_kernel(void* cu_stream, std::span<const StreamMemOp> waits, u
 // The kernel's PTX for one .target (tests read it).
 std::string wait_kernel_ptx(const char* version, const char* target);
 
-// Whether CONCCL_STREAM_WAITS=kernel (read once; "memop" or unset: the
-// stream memory operations; anything else: false, and stream_ops() refuses
-// it with the values it takes).
-bool stream_waits_by_kernel();
+// CONCCL_STREAM_WAITS (read once): which of a CUDA stream's waits are wait
+// kernels. memop: none (cuStreamWaitValue64 for all); kernel: all; unset or
+// auto: those marked StreamOps::Op::poll (small calls, where no other
+// process of the communicator shares the GPU: docs/collectives.md).
+enum class StreamWaits { memop, kernel, automatic };
+StreamWaits stream_waits_mode();
+// An error naming the values when CONCCL_STREAM_WAITS is set to another.
 Status check_stream_waits_setting();
 
 }  // namespace conccl::nv
