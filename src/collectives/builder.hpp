@@ -51,10 +51,9 @@ std::string list_form_digest();
 // ranks, 32 MiB with 2, else 0 (never).
 uint64_t stripe_min_bytes(const Communicator::Options& o, int ranks);
 // Whether a stream's waits for call `a` may poll (StreamOps::Op::poll): a
-// small call (at most kPollMaxBytes moved into each rank), and no other
-// process of the communicator on this rank's GPU, where a polling kernel
-// would wait for its context's turn on the GPU (docs/collectives.md,
-// CONCCL_STREAM_WAITS).
+// small call, at most kPollMaxBytes moved into each rank (a polling kernel
+// holds a GPU thread while the call runs; CONCCL_STREAM_WAITS=kernel,
+// docs/collectives.md).
 inline constexpr uint64_t kPollMaxBytes = 1 << 20;
 bool stream_waits_may_poll(const Communicator& c, const CollectiveArgs& a);
 

@@ -377,15 +377,9 @@ std::string list_form_digest() {
 }
 
 bool stream_waits_may_poll(const Communicator& c, const CollectiveArgs& a) {
-  // Measured (docs/perf/h200-collectives.md, run 69): a 1 KiB all-gather of
-  // one process on a stream 12.6 us polled against 15.3 waited; 2 processes
-  // sharing a GPU under MPS 17.1-17.9 against 21.9-22.2, and without MPS
-  // 2241 us (each process's kernel waits for its context's time slice).
-  if (a.bytes > kPollMaxBytes / static_cast<uint64_t>(std::max(c.size(), 1))) return false;
-  if (c.rank() < 0) return true;  // every rank in this process: one context
-  for (int q = 0; q < c.size(); ++q)
-    if (q != c.rank() && c.same_gpu(q, c.rank())) return false;
-  return true;
+  // Small calls only: a polling wait holds a thread of the GPU for as long
+  // as the call runs (docs/perf/h200-collectives.md, runs 69-70).
+  return a.bytes <= kPollMaxBytes / static_cast<uint64_t>(std::max(c.size(), 1));
 }
 
 uint64_t stripe_min_bytes(const Communicator::Options& o, int ranks) {

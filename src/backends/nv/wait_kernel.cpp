@@ -99,20 +99,18 @@ Status launch_wait_kernel(void* cu_stream, std::span<const StreamMemOp> waits, u
 }
 
 StreamWaits stream_waits_mode() {
-  static const StreamWaits mode = util::env_is("CONCCL_STREAM_WAITS", "memop")   ? StreamWaits::memop
-                                  : util::env_is("CONCCL_STREAM_WAITS", "kernel") ? StreamWaits::kernel
-                                                                                   : StreamWaits::automatic;
+  static const StreamWaits mode =
+      util::env_is("CONCCL_STREAM_WAITS", "kernel") ? StreamWaits::kernel : StreamWaits::memop;
   return mode;
 }
 
 Status check_stream_waits_setting() {
   const std::string v = util::env_str("CONCCL_STREAM_WAITS");
-  if (v.empty() || v == "memop" || v == "kernel" || v == "auto") return Status();
+  if (v.empty() || v == "memop" || v == "kernel") return Status();
   return error(Code::invalid_argument,
                "CONCCL_STREAM_WAITS is '" + v +
-                   "': set it to auto (small calls' waits poll in a one-thread kernel where no other process of the "
-                   "communicator shares the GPU; the default), kernel (every wait polls: for processes that share a "
-                   "GPU under CUDA MPS) or memop (CUDA's stream memory operations), or unset it");
+                   "': set it to memop (CUDA's stream memory operations; the default) or kernel (small calls' "
+                   "waits poll in a one-thread kernel: for processes that share a GPU under CUDA MPS), or unset it");
 }
 
 }  // namespace conccl::nv

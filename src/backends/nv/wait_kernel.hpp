@@ -10,8 +10,12 @@
 // polls the word sees it within a read of host memory. The cost: the kernel
 // holds one thread of one multiprocessor while it waits, and, where
 // processes share a GPU without CUDA MPS, it waits for its context's turn
-// on the GPU like every kernel (docs/perf/h200-graphs.md, run 46). So it is
-// for one process per GPU, or MPS; the default stays the stream operations.
+// on the GPU like every kernel (docs/perf/h200-graphs.md, run 46: a 1 KiB
+// all-gather of 2 processes took 2241 us a call so, against 22 us). Under
+// CUDA MPS it took 17.1-17.9 us against 21.9-22.2 (run 69); in one process
+// it was no faster (run 70: the kernel launches cost the host more than
+// the waits save). So it is opt-in, for processes that share GPUs under
+// MPS; the default stays the stream operations.
 #pragma once
 
 #include <cstdint>
@@ -36,11 +40,11 @@ Status launch_wait_kernel(void* cu_stream, std::span<const StreamMemOp> waits, u
 // The kernel's PTX for one .target (tests read it).
 std::string wait_kernel_ptx(const char* version, const char* target);
 
-// CONCCL_STREAM_WAITS (read once): which of a CUDA stream's waits are wait
-// kernels. memop: none (cuStreamWaitValue64 for all); kernel: all; unset or
-// auto: those marked StreamOps::Op::poll (small calls, where no other
-// process of the communicator shares the GPU: docs/collectives.md).
-enum class StreamWaits { memop, kernel, automatic };
+// CONCCL_STREAM_WAITS (read once): memop or unset, CUDA's stream memory
+// operations for every wait (the default); kernel, wait kernels for the
+// waits marked StreamOps::Op::poll (small calls) and for single waits
+// (StreamOps::wait_value64: a captured call's end).
+enum class StreamWaits { memop, kernel };
 StreamWaits stream_waits_mode();
 // An error naming the values when CONCCL_STREAM_WAITS is set to another.
 Status check_stream_waits_setting();
