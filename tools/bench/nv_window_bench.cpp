@@ -314,23 +314,35 @@ int report(const Opts& o, std::vector<Row>& rows, const std::vector<Bootstrap::M
   return rc;
 }
 
+// CUDA first (the primary context of GPU 0, current, and a non-blocking
+// stream), then the nv device at process slot `slot` (-1: the default), as
+// the library recommends (docs/nv-backend.md). Returns 0, or 4 (CUDA) / 5
+// (ConCCL) as the rank's exit code.
+int open_cuda_and_device(int me, int slot, CUcontext* ctx, CUstream* stream, std::unique_ptr<Device>* dev) {
+  CHECK_CU(cuInit(0));
+  CUdevice cdev;
+  CHECK_CU(cuDeviceGet(&cdev, 0));
+  CHECK_CU(cuDevicePrimaryCtxRetain(ctx, cdev));
+  CHECK_CU(cuCtxSetCurrent(*ctx));
+  CHECK_CU(cuStreamCreate(stream, CU_STREAM_NON_BLOCKING));
+  DeviceOptions d;
+  d.backend = "nv";
+  if (slot >= 0) d.process_slot = slot;
+  Result<std::unique_ptr<Device>> opened = open_device(d);
+  CHECK_OK(opened.status(), "open_device");
+  *dev = std::move(opened).value();
+  return 0;
+}
+
 // One rank (a forked process): CUDA context and stream, device, communicator
 // and window, then every size; rank 0 reports. Returns the rank's exit code.
 int run_rank(const Opts& o, const UniqueId& id, int me) {
   const int n = o.procs;
-  CHECK_CU(cuInit(0));
-  CUdevice cdev;
   CUcontext ctx;
-  CHECK_CU(cuDeviceGet(&cdev, 0));
-  CHECK_CU(cuDevicePrimaryCtxRetain(&ctx, cdev));
-  CHECK_CU(cuCtxSetCurrent(ctx));
   CUstream stream;
-  CHECK_CU(cuStreamCreate(&stream, CU_STREAM_NON_BLOCKING));
-  DeviceOptions d;
-  d.backend = "nv";
-  d.process_slot = me;
-  Result<std::unique_ptr<Device>> dev = open_device(d);
-  CHECK_OK(dev.status(), "open_device");
+  std::unique_ptr<Device> owned;
+  if (int rc = open_cuda_and_device(me, me, &ctx, &stream, &owned)) return rc;
+  Result<std::unique_ptr<Device>> dev = std::move(owned);
   Communicator::Options co;
   co.loopback = true;
   co.gpu = 0;
@@ -437,18 +449,11 @@ int run_one_process(const Opts& o) {
   const int me = 0;  // for CHECK_CU / CHECK_OK
   const int n = o.ranks;
   const uint64_t nn = static_cast<uint64_t>(n);
-  CHECK_CU(cuInit(0));
-  CUdevice cdev;
   CUcontext ctx;
-  CHECK_CU(cuDeviceGet(&cdev, 0));
-  CHECK_CU(cuDevicePrimaryCtxRetain(&ctx, cdev));
-  CHECK_CU(cuCtxSetCurrent(ctx));
   CUstream stream;
-  CHECK_CU(cuStreamCreate(&stream, CU_STREAM_NON_BLOCKING));
-  DeviceOptions d;
-  d.backend = "nv";
-  Result<std::unique_ptr<Device>> dev = open_device(d);
-  CHECK_OK(dev.status(), "open_device");
+  std::unique_ptr<Device> owned;
+  if (int rc = open_cuda_and_device(me, -1, &ctx, &stream, &owned)) return rc;
+  Result<std::unique_ptr<Device>> dev = std::move(owned);
   Communicator::Options co;
   co.loopback = true;
   co.call_timeout_ms = 60000;
