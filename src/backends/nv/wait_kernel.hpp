@@ -13,9 +13,9 @@
 // on the GPU like every kernel (docs/perf/h200-graphs.md, run 46: a 1 KiB
 // all-gather of 2 processes took 2241 us a call so, against 22 us). Under
 // CUDA MPS it took 17.1-17.9 us against 21.9-22.2 (run 69); in one process
-// it was no faster (run 70: the kernel launches cost the host more than
-// the waits save). So it is opt-in, for processes that share GPUs under
-// MPS; the default stays the stream operations.
+// it was no faster on the whole (12.5-13 us, where the stream operations
+// took about 10 or 15, runs 69-71). So it is opt-in, for processes that
+// share GPUs under MPS; the default stays the stream operations.
 #pragma once
 
 #include <cstdint>
