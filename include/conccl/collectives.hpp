@@ -184,6 +184,9 @@ class StreamOps {
     // one-thread kernel, CONCCL_STREAM_WAITS in docs/collectives.md). The
     // caller sets it only where polling cannot hold up other work for long.
     bool poll = false;
+    // Another process of the call's communicator uses this rank's GPU (a
+    // CUDA stream polls by default only then, and only under CUDA MPS).
+    bool shares_gpu = false;
   };
   // One reduction (addresses: Device::compute_address), run in order with
   // the rest: a kernel on a CUDA stream, the host on a HostStream. Streams

@@ -56,6 +56,9 @@ uint64_t stripe_min_bytes(const Communicator::Options& o, int ranks);
 // docs/collectives.md).
 inline constexpr uint64_t kPollMaxBytes = 1 << 20;
 bool stream_waits_may_poll(const Communicator& c, const CollectiveArgs& a);
+// Whether another process of the communicator uses this rank's GPU
+// (StreamOps::Op::shares_gpu); false with every rank in one process.
+bool processes_share_gpu(const Communicator& c);
 
 class PlanBuilder {
  public:

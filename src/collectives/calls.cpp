@@ -559,8 +559,9 @@ Status CallState::end_on_stream(StreamOps& stream, uint64_t call, uint64_t arriv
   last_arrive = arrive_target;
   last_sent = sent_target;
   for (const SignalStore& w : posted[mi].stores_for(call)) ops[nops++] = StreamOps::Op{false, w.va, w.value};
-  const StreamOps::Op waits[2] = {{true, arrive[mi].va(), arrive_target, poll},
-                                  {true, sent[mi].va(), sent_target, poll}};
+  const bool shares = processes_share_gpu(comm);
+  const StreamOps::Op waits[2] = {{true, arrive[mi].va(), arrive_target, poll, shares},
+                                  {true, sent[mi].va(), sent_target, poll, shares}};
   if (deferred) {
     deferred->assign(waits, waits + 2);
   } else {

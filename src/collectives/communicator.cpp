@@ -382,6 +382,13 @@ bool stream_waits_may_poll(const Communicator& c, const CollectiveArgs& a) {
   return a.bytes <= kPollMaxBytes / static_cast<uint64_t>(std::max(c.size(), 1));
 }
 
+bool processes_share_gpu(const Communicator& c) {
+  if (c.rank() < 0) return false;
+  for (int q = 0; q < c.size(); ++q)
+    if (q != c.rank() && c.same_gpu(q, c.rank())) return true;
+  return false;
+}
+
 uint64_t stripe_min_bytes(const Communicator::Options& o, int ranks) {
   // The default, measured on an H100 and an H200 (docs/perf/h200-collectives.md,
   // runs 48 and 63; sizes there are nccl-tests', a rank's whole output, so a

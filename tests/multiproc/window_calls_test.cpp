@@ -448,18 +448,21 @@ class PollRecordingStream final : public StreamOps {
       if (op.wait) {
         waits++;
         polled += op.poll;
+        shared += op.shares_gpu;
       }
     return s_.batch(ops);
   }
-  int waits = 0, polled = 0;
+  int waits = 0, polled = 0, shared = 0;
 
  private:
   HostStream& s_;
 };
 
-// Which waits may poll (StreamOps::Op::poll; a CUDA stream polls them
-// under CONCCL_STREAM_WAITS=kernel, docs/collectives.md): a small call's,
-// never a large call's, whether the processes share a GPU or not.
+// Which waits may poll (StreamOps::Op::poll; docs/collectives.md,
+// CONCCL_STREAM_WAITS): a small call's, never a large call's; and whether
+// they say that another process of the communicator uses the GPU
+// (Op::shares_gpu: loopback ranks on one GPU), which a CUDA stream's
+// default needs before it polls.
 TEST(WindowCallPolling, SmallCallsWaitsMayPollLargeOnesNot) {
   for (const NodeSetup& s : {NodeSetup{"mi300x", false, 2}, NodeSetup{"h200", true, 2}}) {
     SCOPED_TRACE(s.preset);
@@ -470,13 +473,14 @@ TEST(WindowCallPolling, SmallCallsWaitsMayPollLargeOnesNot) {
         if (!hs.ok()) return 6;
         PollRecordingStream rec(**hs);
         for (uint64_t bytes : {uint64_t(4096), uint64_t(1) << 20}) {
-          rec.waits = rec.polled = 0;
+          rec.waits = rec.polled = rec.shared = 0;
           Status st = c.call(gather_args(w, s.nranks, bytes), &rec);
           if (st.ok()) st = (*hs)->synchronize(Deadline::after_ms(20000));
           if (!st.ok()) return *out += st.to_string(), 1;
           *out += std::to_string(bytes) + ": " + std::to_string(rec.polled) + "/" + std::to_string(rec.waits) + "\n";
           const bool may = bytes <= 4096;
           if (rec.waits == 0 || rec.polled != (may ? rec.waits : 0)) return 2;
+          if (rec.shared != (s.loopback ? rec.waits : 0)) return 3;
         }
         return 0;
       });
@@ -612,12 +616,13 @@ TEST(CachedCallsOneProcess, SmallCallsWaitsMayPollLargeOnesNot) {
       a.send.push_back(send.back().get());
       a.recv.push_back(recv.back().get());
     }
-    rec.waits = rec.polled = 0;
+    rec.waits = rec.polled = rec.shared = 0;
     Status st = (*comm)->call(a, &rec);
     if (st.ok()) st = (*hs)->synchronize(Deadline::after_ms(20000));
     ASSERT_TRUE(st.ok()) << st.to_string();
     EXPECT_GT(rec.waits, 0);
     EXPECT_EQ(rec.polled, bytes <= 4096 ? rec.waits : 0);
+    EXPECT_EQ(rec.shared, 0) << "one process: no other process uses the GPU";
     for (int d = 0; d < 2; ++d)
       for (int r = 0; r < 2; ++r)
         for (uint64_t i = 0; i < bytes; ++i)

@@ -44,8 +44,11 @@ class CudaStreamOps final : public conccl::StreamOps {
     StreamMemOp m[16];
     if (ops.size() > 16) return StreamOps::batch(ops);
     for (size_t i = 0; i < ops.size(); ++i) m[i] = StreamMemOp{ops[i].wait, ops[i].va, ops[i].value};
-    const bool kernels = stream_waits_mode() == StreamWaits::kernel;
-    auto by_kernel = [&](size_t i) { return kernels && ops[i].wait && ops[i].poll; };
+    const StreamWaits mode = stream_waits_mode();
+    auto by_kernel = [&](size_t i) {
+      if (!ops[i].wait || !ops[i].poll || mode == StreamWaits::memop) return false;
+      return mode == StreamWaits::kernel || (ops[i].shares_gpu && stream_context_uses_mps(stream_));
+    };
     // Runs of waits that poll as wait kernels, the rest (writes, and waits
     // that do not) as batches of memory operations, in the order given.
     for (size_t at = 0; at < ops.size();) {

@@ -22,6 +22,7 @@ constexpr CUresult kErrJitDisabled = 223;       // CUDA_ERROR_JIT_COMPILATION_DI
 constexpr int kJitErrorLogBuffer = 5;           // CU_JIT_ERROR_LOG_BUFFER
 constexpr int kJitErrorLogBufferSizeBytes = 6;  // CU_JIT_ERROR_LOG_BUFFER_SIZE_BYTES
 constexpr int kAttrMultiprocessorCount = 16;    // CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT
+constexpr int kAttrMpsEnabled = 133;            // CU_DEVICE_ATTRIBUTE_MPS_ENABLED (CUDA 12.x and later)
 
 // What the kernels need of libcuda (the one table, cuda_api.cpp), checked
 // and cuInit made once per process; "" when all is there.
@@ -89,6 +90,9 @@ Result<LoadedKernel> load(const PtxSource& src) {
       CONCCL_RETURN_IF_ERROR(cu_result(d.cuCtxGetDevice(&dev), "cuCtxGetDevice", "check the CUDA context"));
       CONCCL_RETURN_IF_ERROR(cu_result(d.cuDeviceGetAttribute(&k.sms, kAttrMultiprocessorCount, dev),
                                        "cuDeviceGetAttribute(MULTIPROCESSOR_COUNT)", "check the CUDA device"));
+      // An older driver does not know the attribute (CUDA_ERROR_INVALID_VALUE): no MPS said.
+      int mps = 0;
+      k.mps = d.cuDeviceGetAttribute(&mps, kAttrMpsEnabled, dev) == kSuccess && mps != 0;
       return k;
     }
     if (r == kErrJitNotFound || r == kErrJitDisabled)

@@ -25,6 +25,7 @@ struct PtxSource {
 struct LoadedKernel {
   void* fn = nullptr;  // CUfunction
   int sms = 0;         // the context's device's multiprocessor count
+  bool mps = false;    // the context is shared through CUDA MPS (CU_DEVICE_ATTRIBUTE_MPS_ENABLED)
 };
 
 // With the stream's context current (pushed for the call when another is),

@@ -9,6 +9,8 @@
 // the stream runs after the kernel is ordered before the reads that passed.
 #include "backends/nv/wait_kernel.hpp"
 
+#include <atomic>
+
 #include "backends/nv/cuda_api.hpp"
 #include "backends/nv/ptx_module.hpp"
 #include "util/env.hpp"
@@ -18,6 +20,11 @@ namespace conccl::nv {
 namespace {
 
 constexpr const char* kEntry = "conccl_wait_ge";
+
+PtxSource wait_kernel_source() {
+  return PtxSource{kEntry, [] { return std::vector<std::string>{wait_kernel_ptx("7.0", "sm_70")}; },
+                   "set CONCCL_STREAM_WAITS=memop (the stream memory operations wait instead)"};
+}
 
 }  // namespace
 
@@ -73,11 +80,7 @@ Status launch_wait_kernel(void* cu_stream, std::span<const StreamMemOp> waits, u
   for (const StreamMemOp& w : waits)
     if (!w.wait || !w.va)
       return error(Code::invalid_argument, "wait kernel: every operation must be a wait on a non-null address");
-  const PtxSource src{kEntry,
-                      [] {
-                        return std::vector<std::string>{wait_kernel_ptx("7.0", "sm_70")};
-                      },
-                      "unset CONCCL_STREAM_WAITS (the stream memory operations wait instead)"};
+  const PtxSource src = wait_kernel_source();
   const cuda_driver::CudaApi& d = cuda_driver::api();
   for (size_t at = 0; at < waits.size(); at += kWaitKernelWords) {
     uint64_t words[2 * kWaitKernelWords] = {};
@@ -99,18 +102,35 @@ Status launch_wait_kernel(void* cu_stream, std::span<const StreamMemOp> waits, u
 }
 
 StreamWaits stream_waits_mode() {
-  static const StreamWaits mode =
-      util::env_is("CONCCL_STREAM_WAITS", "kernel") ? StreamWaits::kernel : StreamWaits::memop;
+  static const StreamWaits mode = util::env_is("CONCCL_STREAM_WAITS", "kernel")  ? StreamWaits::kernel
+                                  : util::env_is("CONCCL_STREAM_WAITS", "memop") ? StreamWaits::memop
+                                                                                  : StreamWaits::automatic;
   return mode;
 }
 
 Status check_stream_waits_setting() {
   const std::string v = util::env_str("CONCCL_STREAM_WAITS");
-  if (v.empty() || v == "memop" || v == "kernel") return Status();
+  if (v.empty() || v == "auto" || v == "memop" || v == "kernel") return Status();
   return error(Code::invalid_argument,
                "CONCCL_STREAM_WAITS is '" + v +
-                   "': set it to memop (CUDA's stream memory operations; the default) or kernel (small calls' "
-                   "waits poll in a one-thread kernel: for processes that share a GPU under CUDA MPS), or unset it");
+                   "': set it to auto (the default: small calls' waits poll in a one-thread kernel where processes "
+                   "share the GPU under CUDA MPS), kernel (small calls' waits always poll) or memop (CUDA's stream "
+                   "memory operations for every wait), or unset it");
+}
+
+bool stream_context_uses_mps(void* cu_stream) {
+  static std::atomic<int> known{-1};
+  if (const int k = known.load(std::memory_order_acquire); k >= 0) return k == 1;
+  bool mps = false;
+  // The module's load reads the attribute for the stream's context's device
+  // (ptx_module.cpp); loading it now costs nothing later, when the waits
+  // are kernels.
+  const Status st = with_ptx_kernel(cu_stream, wait_kernel_source(), [&](const LoadedKernel& k) {
+    mps = k.mps;
+    return Status();
+  });
+  known.store(st.ok() && mps ? 1 : 0, std::memory_order_release);
+  return st.ok() && mps;
 }
 
 }  // namespace conccl::nv

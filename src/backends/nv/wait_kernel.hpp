@@ -40,13 +40,22 @@ Status launch_wait_kernel(void* cu_stream, std::span<const StreamMemOp> waits, u
 // The kernel's PTX for one .target (tests read it).
 std::string wait_kernel_ptx(const char* version, const char* target);
 
-// CONCCL_STREAM_WAITS (read once): memop or unset, CUDA's stream memory
-// operations for every wait (the default); kernel, wait kernels for the
-// waits marked StreamOps::Op::poll (small calls) and for single waits
-// (StreamOps::wait_value64: a captured call's end).
-enum class StreamWaits { memop, kernel };
+// CONCCL_STREAM_WAITS (read once), which waits of a CUDA stream are wait
+// kernels:
+//   auto (or unset, the default): the waits marked StreamOps::Op::poll
+//     (small calls) and shares_gpu (another process of the communicator
+//     uses this GPU) when the stream's context runs under CUDA MPS
+//     (stream_context_uses_mps), where they were measured faster; no other;
+//   kernel: every wait marked poll, and single waits
+//     (StreamOps::wait_value64: a captured call's end);
+//   memop: none (cuStreamWaitValue64 for every wait).
+enum class StreamWaits { memop, kernel, automatic };
 StreamWaits stream_waits_mode();
 // An error naming the values when CONCCL_STREAM_WAITS is set to another.
 Status check_stream_waits_setting();
+// Whether `cu_stream`'s context is shared through CUDA MPS (the driver's
+// CU_DEVICE_ATTRIBUTE_MPS_ENABLED; false where the driver cannot say or
+// cannot run the wait kernel). Asked once per process: a rank uses one GPU.
+bool stream_context_uses_mps(void* cu_stream);
 
 }  // namespace conccl::nv

@@ -12,6 +12,7 @@
 #include <unistd.h>
 
 #include <chrono>
+#include <cstdlib>
 #include <cstring>
 #include <random>
 #include <thread>
@@ -281,6 +282,18 @@ TEST_F(NvCudaHw, WaitKernelHoldsTheStreamUntilEveryWordIsReached) {
   EXPECT_GE(std::chrono::steady_clock::now() - t0, std::chrono::milliseconds(45));
   ASSERT_EQ(sync(), 0);
   dlclose(lib);
+}
+
+// CONCCL_STREAM_WAITS=auto polls only where the stream's context runs under
+// CUDA MPS: what the driver says (CU_DEVICE_ATTRIBUTE_MPS_ENABLED), checked
+// against CONCCL_TEST_EXPECT_MPS=0|1 where the run knows (the device
+// scripts start the MPS daemon or not).
+TEST_F(NvCudaHw, MpsIsSeenAsTheDriverSaysIt) {
+  const bool mps = stream_context_uses_mps(nullptr);
+  std::printf("stream_context_uses_mps: %d\n", int(mps));
+  const char* expect = std::getenv("CONCCL_TEST_EXPECT_MPS");
+  if (!expect) GTEST_SKIP() << "CONCCL_TEST_EXPECT_MPS unset: nothing to compare with (MPS seen: " << mps << ")";
+  EXPECT_EQ(mps, std::string(expect) == "1");
 }
 
 }  // namespace

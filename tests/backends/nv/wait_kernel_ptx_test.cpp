@@ -76,7 +76,8 @@ TEST(NvWaitKernel, TheSettingNamesItsValues) {
   EXPECT_EQ(s.code(), Code::invalid_argument);
   EXPECT_NE(s.message().find("memop"), std::string::npos) << s.message();
   EXPECT_NE(s.message().find("kernel"), std::string::npos) << s.message();
-  for (const char* ok : {"memop", "kernel"}) {
+  EXPECT_NE(s.message().find("auto"), std::string::npos) << s.message();
+  for (const char* ok : {"memop", "kernel", "auto"}) {
     ::setenv("CONCCL_STREAM_WAITS", ok, 1);
     EXPECT_TRUE(check_stream_waits_setting().ok()) << ok;
   }
