@@ -376,20 +376,40 @@ TEST(WindowCallTrace, EveryCallsCountersStampedInCausalOrder) {
   const UniqueId id = make_unique_id().value();
   const std::string prefix = ::testing::TempDir() + "conccl_call_trace_" + std::to_string(::getpid());
   constexpr int kCalls = 40;
+  // The watcher can only stamp what it sees before a rank leaves (a rank's
+  // signal memory goes with it), so ranks 1 and 2 stay until rank 0's
+  // communicator, and with it the trace, is gone (a marker file says so).
+  const std::string marker = prefix + ".written";
   std::vector<RankOutcome> res = fork_ranks({0, 1, 2}, [&](int me, std::string* out) {
     ::setenv("CONCCL_CALL_TRACE", prefix.c_str(), 1);  // only rank 0 traces
-    return with_window(s, id, me, 20000, out, [&](emu::EmuDevice& dev, Communicator& c, const Window& w) {
-      Result<std::unique_ptr<HostStream>> stream = HostStream::create(dev);
+    RankEnv e;
+    if (int rc = open_rank(s, id, me, &e, out, 20000)) return rc;
+    int rc = 0;
+    {
+      Result<UniqueBuffer> mem = UniqueBuffer::alloc(*e.dev, e.comm->gpu(me), kWindow, MemKind::device);
+      if (!mem.ok()) return 4;
+      Result<Window> w = e.comm->register_window(mem->get());
+      if (!w.ok()) return *out += w.status().to_string(), 5;
+      Result<std::unique_ptr<HostStream>> stream = HostStream::create(*e.dev);
       if (!stream.ok()) return 6;
-      for (int i = 0; i < kCalls; ++i) {
+      for (int i = 0; i < kCalls && rc == 0; ++i) {
         HostStream* st = i % 2 ? stream->get() : nullptr;  // host- and stream-ordered
-        const std::string bad = one_call(c, w, CollOp::all_gather, 4096 + 64 * i, 0, i, st);
-        if (!bad.empty()) return *out += bad + "\n", 1;
+        const std::string bad = one_call(*e.comm, *w, CollOp::all_gather, 4096 + 64 * i, 0, i, st);
+        if (!bad.empty()) *out += bad + "\n", rc = 1;
       }
-      if (me == 0) *out += "pid " + std::to_string(::getpid()) + "\n";
-      return 0;  // the communicator goes here: rank 0's trace is written
-    });
+      if (me == 0) {
+        *out += "pid " + std::to_string(::getpid()) + "\n";
+        e.comm.reset();  // the trace is written here
+        std::ofstream(marker) << "done\n";
+      } else {
+        const auto until = std::chrono::steady_clock::now() + std::chrono::seconds(30);
+        while (!std::ifstream(marker).good() && std::chrono::steady_clock::now() < until)
+          std::this_thread::sleep_for(std::chrono::milliseconds(2));
+      }
+    }
+    return rc;
   });
+  std::remove(marker.c_str());
   ASSERT_NO_FATAL_FAILURE(expect_ranks_ok(res));
   const size_t at = res[0].out.find("pid ");
   ASSERT_NE(at, std::string::npos) << res[0].out;
