@@ -105,6 +105,24 @@ struct Row {
     }                                                                             \
   } while (0)
 
+// `iters` calls back to back, then one stream synchronize: the time per
+// call and the host's time inside call() per call, into row->us and
+// row->host_us. Returns 0, or the exit code of a CUDA (4) or ConCCL (5) error.
+int time_calls(int me, Communicator& c, const CollectiveArgs& a, StreamOps* s, CUstream stream, int iters, Row* row) {
+  double host = 0;
+  const auto t0 = std::chrono::steady_clock::now();
+  for (int i = 0; i < iters; ++i) {
+    const auto h0 = std::chrono::steady_clock::now();
+    CHECK_OK(c.call(a, s), "timed call");
+    host += std::chrono::duration<double, std::micro>(std::chrono::steady_clock::now() - h0).count();
+  }
+  CHECK_CU(cuStreamSynchronize(stream));
+  row->us = std::chrono::duration<double, std::micro>(std::chrono::steady_clock::now() - t0).count() / iters;
+  row->host_us = host / iters;
+  CHECK_OK(c.async_error(), "timed calls (async)");
+  return 0;
+}
+
 // What one size's measurement needs from run_rank's setup: the rank, its
 // communicator and window, the CUDA stream and the host staging buffers.
 struct RankCtx {
@@ -176,19 +194,8 @@ int measure_size(RankCtx& x, uint64_t bytes, Row* out) {
   }
   CHECK_OK(c.bootstrap()->barrier("size " + std::to_string(bytes), Deadline::after_ms(60000)), "barrier");
   const CommStats before = c.stats();
-  double host = 0;
-  const auto t0 = std::chrono::steady_clock::now();
-  for (int i = 0; i < iters; ++i) {
-    const auto h0 = std::chrono::steady_clock::now();
-    CHECK_OK(c.call(a, s), "timed call");
-    host += std::chrono::duration<double, std::micro>(std::chrono::steady_clock::now() - h0).count();
-  }
-  CHECK_CU(cuStreamSynchronize(x.stream));
-  const double us = std::chrono::duration<double, std::micro>(std::chrono::steady_clock::now() - t0).count() / iters;
+  if (int rc = time_calls(me, c, a, s, x.stream, iters, &row)) return rc;
   const CommStats after = c.stats();
-  CHECK_OK(c.async_error(), "timed calls (async)");
-  row.us = us;
-  row.host_us = host / iters;
   row.msgs = double(after.bootstrap_messages_sent - before.bootstrap_messages_sent + after.bootstrap_messages_received -
                     before.bootstrap_messages_received) / iters;
   row.early = double(after.gates_opened_early - before.gates_opened_early) / iters;
@@ -516,17 +523,7 @@ int run_one_process(const Opts& o) {
     }
     for (int i = 0; i < 3; ++i) CHECK_OK(c.call(a, s), "warm-up call");
     CHECK_CU(cuStreamSynchronize(stream));
-    double host = 0;
-    const auto t0 = std::chrono::steady_clock::now();
-    for (int i = 0; i < iters; ++i) {
-      const auto h0 = std::chrono::steady_clock::now();
-      CHECK_OK(c.call(a, s), "timed call");
-      host += std::chrono::duration<double, std::micro>(std::chrono::steady_clock::now() - h0).count();
-    }
-    CHECK_CU(cuStreamSynchronize(stream));
-    row.us = std::chrono::duration<double, std::micro>(std::chrono::steady_clock::now() - t0).count() / iters;
-    row.host_us = host / iters;
-    CHECK_OK(c.async_error(), "timed calls (async)");
+    if (int rc = time_calls(me, c, a, s, stream, iters, &row)) return rc;
     rows.push_back(row);
   }
   comm->reset();  // its plans before the buffers they name
