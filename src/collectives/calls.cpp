@@ -543,8 +543,9 @@ Status CallState::end_on_host(uint64_t call, uint64_t arrive_target, uint64_t se
 // On the stream: post k once the work before it is done, then make the
 // work after it wait for this rank's data and for its lists' end (they
 // read its send buffer). All in one step of the stream (CUDA: one
-// cuStreamBatchMemOp); with `deferred`, the two waits go there instead, for
-// the caller to queue later (Communicator::call_impl).
+// cuStreamBatchMemOp, or that and a wait kernel where the waits poll:
+// `poll`, docs/collectives.md); with `deferred`, the two waits go there
+// instead, for the caller to queue later (Communicator::call_impl).
 Status CallState::end_on_stream(StreamOps& stream, uint64_t call, uint64_t arrive_target, uint64_t sent_target,
                                 bool poll, Deadline dl, const std::string& name,
                                 std::vector<StreamOps::Op>* deferred) {
