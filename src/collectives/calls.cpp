@@ -4,8 +4,6 @@
 // failing and the watchdog: call_waits.cpp.
 #include "collectives/calls.hpp"
 
-#include <unistd.h>
-
 #include <algorithm>
 #include <atomic>
 #include <cstdlib>
@@ -73,7 +71,7 @@ std::string CallDesc::describe() const {
 
 // ---- the state ----
 
-CallState::CallState(Communicator& c) : comm(c), n(c.size()), me(c.rank()) {
+CallState::CallState(Communicator& c) : comm(c), n(c.size()), me(c.rank()), shares_gpu(processes_share_gpu(c)) {
   capture_link->state = this;
   for (int r = 0; r < n; ++r) {
     const uint64_t base = comm.pool_va_[static_cast<size_t>(r)];
@@ -92,14 +90,14 @@ CallState::CallState(Communicator& c) : comm(c), n(c.size()), me(c.rank()) {
   // CONCCL_CALL_TRACE_RANK (default 0), since the watching thread takes a
   // core of its process.
   const std::string tracer = util::env_str("CONCCL_CALL_TRACE_RANK");
-  if (const std::string prefix = util::env_str("CONCCL_CALL_TRACE");
-      !prefix.empty() && me == (tracer.empty() ? 0 : std::atoi(tracer.c_str()))) {
+  if (const std::string path = util::env_trace_path("CONCCL_CALL_TRACE");
+      !path.empty() && me == (tracer.empty() ? 0 : std::atoi(tracer.c_str()))) {
     std::vector<const uint64_t*> words;
     for (int r = 0; r < n; ++r)
       for (const Signal* s : {&posted[size_t(r)], &arrive[size_t(r)], &sent[size_t(r)]})
         words.push_back(static_cast<const uint64_t*>(comm.device_.host_pointer(s->va(), 8)));
     if (std::find(words.begin(), words.end(), nullptr) == words.end())
-      trace = std::make_unique<CallTrace>(std::move(words), prefix + "." + std::to_string(::getpid()) + ".csv");
+      trace = std::make_unique<CallTrace>(std::move(words), path);
   }
 }
 
@@ -560,9 +558,8 @@ Status CallState::end_on_stream(StreamOps& stream, uint64_t call, uint64_t arriv
   last_arrive = arrive_target;
   last_sent = sent_target;
   for (const SignalStore& w : posted[mi].stores_for(call)) ops[nops++] = StreamOps::Op{false, w.va, w.value};
-  const bool shares = processes_share_gpu(comm);
-  const StreamOps::Op waits[2] = {{true, arrive[mi].va(), arrive_target, poll, shares},
-                                  {true, sent[mi].va(), sent_target, poll, shares}};
+  const StreamOps::Op waits[2] = {{true, arrive[mi].va(), arrive_target, poll, shares_gpu},
+                                  {true, sent[mi].va(), sent_target, poll, shares_gpu}};
   if (deferred) {
     deferred->assign(waits, waits + 2);
   } else {

@@ -169,6 +169,7 @@ struct CallState {
 
   Communicator& comm;
   const int n, me;
+  const bool shares_gpu;  // another process of the communicator uses this rank's GPU (StreamOps::Op::shares_gpu)
   // Each rank's counters, and this rank's own words.
   std::vector<Signal> posted, arrive, phase, sent;
   uint64_t* failed_word(int rank) const;

@@ -6,7 +6,6 @@
 #include <string>
 
 #include <sys/prctl.h>
-#include <unistd.h>
 
 #include <cstdio>
 
@@ -31,7 +30,7 @@ ReplayKeeper::Arm ReplayKeeper::default_arm() {
   return arm;
 }
 
-ReplayKeeper::ReplayKeeper(Arm arm) : arm_(arm), trace_to_(util::env_str("CONCCL_KEEPER_TRACE")) {}
+ReplayKeeper::ReplayKeeper(Arm arm) : arm_(arm), trace_to_(util::env_trace_path("CONCCL_KEEPER_TRACE")) {}
 
 ReplayKeeper::~ReplayKeeper() { stop(); }
 
@@ -53,8 +52,7 @@ void ReplayKeeper::trace(const Entry& e, uint64_t r, int64_t TraceRow::*at) {
 
 void ReplayKeeper::write_trace() {
   if (trace_to_.empty() || trace_.empty()) return;
-  const std::string path = trace_to_ + "." + std::to_string(::getpid()) + ".csv";
-  if (FILE* f = std::fopen(path.c_str(), "w")) {
+  if (FILE* f = std::fopen(trace_to_.c_str(), "w")) {
     std::fprintf(f, "capture,replay,tick_seen_ns,armed_ns,ended_ns\n");
     for (const TraceRow& t : trace_)
       std::fprintf(f, "%p,%llu,%lld,%lld,%lld\n", static_cast<const void*>(t.who),

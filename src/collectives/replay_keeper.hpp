@@ -157,7 +157,7 @@ class ReplayKeeper {
   std::mutex why_mu_;
   bool stop_ = false;
   std::thread thread_;
-  const std::string trace_to_;      // CONCCL_KEEPER_TRACE, or empty
+  const std::string trace_to_;      // CONCCL_KEEPER_TRACE's file (util::env_trace_path), or empty
   std::vector<TraceRow> trace_;     // rows in order of first sight (keeper thread, then stop())
 };
 

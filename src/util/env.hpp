@@ -4,6 +4,8 @@
 #pragma once
 
 #include <cstdint>
+#include <unistd.h>
+
 #include <cstdlib>
 #include <optional>
 #include <string>
@@ -21,6 +23,14 @@ inline bool env_is(const char* name, std::string_view value) {
 inline std::string env_str(const char* name) {
   const char* e = std::getenv(name);
   return e ? std::string(e) : std::string();
+}
+
+// The trace file environment variable `name` asks for: "<its value>.<this
+// process's pid>.csv" (the processes of a run each write their own), or ""
+// when unset or empty (CONCCL_KEEPER_TRACE, CONCCL_CALL_TRACE).
+inline std::string env_trace_path(const char* name) {
+  const std::string prefix = env_str(name);
+  return prefix.empty() ? prefix : prefix + "." + std::to_string(::getpid()) + ".csv";
 }
 
 // Environment variable `name` as a byte count: digits with an optional K, M
