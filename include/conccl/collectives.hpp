@@ -593,6 +593,10 @@ class Communicator {
   Status call_impl(const CollectiveArgs& args, StreamOps* stream, std::vector<StreamOps::Op>* deferred);
   std::unique_ptr<ReduceState> reduce_;
   std::vector<uint64_t> pool_va_;  // every rank's signal pool (its call area first: calls.hpp)
+  // Every rank's posted word in its GPU's memory (calls.hpp), 0 where a rank
+  // has none; this rank's.
+  std::vector<uint64_t> post_words_va_;
+  Buffer post_words_{};
   CallState& calls();
   friend class Plan;
 };

@@ -84,6 +84,16 @@ CallState::CallState(Communicator& c) : comm(c), n(c.size()), me(c.rank()), shar
     phase.push_back(wrap(kCallPhase));
     sent.push_back(wrap(kCallSent));
   }
+  const std::vector<uint64_t>& words = comm.post_words_va_;
+  if (words.size() == static_cast<size_t>(n) && std::find(words.begin(), words.end(), 0) == words.end()) {
+    for (int r = 0; r < n; ++r) {
+      const uint64_t va = words[static_cast<size_t>(r)] + kCallPosted;
+      Result<Signal> s = Signal::wrap(comm.device_, va, comm.device_.host_pointer(va, Signal::kBytes));
+      posted_dev.push_back(s.ok() ? std::move(s).value() : Signal());
+    }
+    const Result<PostedWords> setting = posted_words_setting();  // checked when the communicator was made
+    lists_wait_on_dev = !setting.ok() || *setting != PostedWords::host;
+  }
   for (auto& b : base) b.assign(static_cast<size_t>(n), 0);
   // Read here rather than once per process, so that a program (or a test)
   // can trace one communicator and not another. The rank that watches:
@@ -149,6 +159,7 @@ CallState::~CallState() {
   if (watchdog.joinable()) watchdog.join();
   stop_gates();
   plans.clear();
+  if (poster) (void)poster->wait_done(Deadline::after_ms(1000));
 }
 
 uint64_t* CallState::failed_word(int r) const {
@@ -474,8 +485,10 @@ Status CallState::run(const CollectiveArgs& a, StreamOps* stream, std::vector<St
 Result<Plan*> CallState::plan_of(const PreparedCall& prepared) {
   auto it = plans.find(prepared.key);
   if (it == plans.end()) {
-    Result<std::unique_ptr<Plan>> p =
-        compile_plan(prepared, signals_at(kCallPosted, kCallArrive, kCallPhase, kCallSent));
+    Communicator::RankSignals sig = signals_at(kCallPosted, kCallArrive, kCallPhase, kCallSent);
+    if (lists_wait_on_dev)
+      for (int q = 0; q < n; ++q) sig.trigger[static_cast<size_t>(q)] = posted_dev[static_cast<size_t>(q)].va();
+    Result<std::unique_ptr<Plan>> p = compile_plan(prepared, sig);
     if (!p.ok()) return p.status();
     it = plans.emplace(prepared.key, std::move(p).value()).first;
   }
@@ -527,6 +540,11 @@ Status CallState::end_on_host(uint64_t call, uint64_t arrive_target, uint64_t se
   const size_t mi = static_cast<size_t>(me);
   last_stream = nullptr;
   posted[mi].set(call);
+  if (Status p = post_by_engine(call, dl); !p.ok()) {
+    p = p.prefix(name);
+    fail(p);
+    return p;
+  }
   if (gate) open_gate_here(*gate);  // this thread waits anyway: it is the gate
   Status st = wait_here(call, arrive_target, sent_target, base[kCounterSent], dl);
   if (!st.ok()) {
@@ -548,7 +566,7 @@ Status CallState::end_on_stream(StreamOps& stream, uint64_t call, uint64_t arriv
                                 bool poll, Deadline dl, const std::string& name,
                                 std::vector<StreamOps::Op>* deferred) {
   const size_t mi = static_cast<size_t>(me);
-  StreamOps::Op ops[8];
+  StreamOps::Op ops[10];
   size_t nops = 0;
   if (&stream != last_stream && last_stream) {
     ops[nops++] = StreamOps::Op{true, arrive[mi].va(), last_arrive};
@@ -558,6 +576,19 @@ Status CallState::end_on_stream(StreamOps& stream, uint64_t call, uint64_t arriv
   last_arrive = arrive_target;
   last_sent = sent_target;
   for (const SignalStore& w : posted[mi].stores_for(call)) ops[nops++] = StreamOps::Op{false, w.va, w.value};
+  // A host-ordered call's post by the engine must land before the stream's
+  // store of a later call, or the word would go back (a rank with no part
+  // in that call did not wait for its lists, which wait for the post).
+  if (poster && poster->completed() < poster->submitted()) {
+    if (Status w = poster->wait_done(dl); !w.ok()) {
+      w = w.prefix(name + ": the previous call's post in GPU memory");
+      fail(w);
+      return w;
+    }
+  }
+  if (!posted_dev.empty())  // the stream writes GPU memory at CUDA's address of it
+    for (const SignalStore& w : posted_dev[mi].stores_for(call))
+      ops[nops++] = StreamOps::Op{false, comm.device_.compute_address(w.va), w.value};
   const StreamOps::Op waits[2] = {{true, arrive[mi].va(), arrive_target, poll, shares_gpu},
                                   {true, sent[mi].va(), sent_target, poll, shares_gpu}};
   if (deferred) {
@@ -572,7 +603,8 @@ Status CallState::end_on_stream(StreamOps& stream, uint64_t call, uint64_t arriv
     // one, and wait here instead.
     posted[mi].set(call);
     if (deferred) deferred->clear();
-    Status w = wait_here(call, arrive_target, sent_target, base[kCounterSent], dl);
+    Status w = post_by_engine(call, dl);
+    if (w.ok()) w = wait_here(call, arrive_target, sent_target, base[kCounterSent], dl);
     return st.prefix(name + ": the stream refused its part (the call was completed from the host" +
                      (w.ok() ? std::string(")") : "; then: " + w.to_string() + ")"));
   }
@@ -583,6 +615,36 @@ Status CallState::end_on_stream(StreamOps& stream, uint64_t call, uint64_t arriv
   }
   cv.notify_all();
   return Status();
+}
+
+Result<CallState::PostedWords> CallState::posted_words_setting() {
+  static const std::string v = util::env_str("CONCCL_POSTED_WORDS");
+  if (v.empty() || v == "device") return PostedWords::device;
+  if (v == "host") return PostedWords::host;
+  return error(Code::invalid_argument, "CONCCL_POSTED_WORDS=" + v +
+                                           " is not a setting: use \"device\" (the default: window calls' lists "
+                                           "wait on each rank's posted word in its GPU's memory) or \"host\" (in "
+                                           "host memory)");
+}
+
+// A host-ordered post of the GPU word: a release on `poster`, a queue of
+// this rank's GPU with nothing else on it (a release behind this rank's
+// lists would wait for the lists, which wait for it).
+Status CallState::post_by_engine(uint64_t call, Deadline dl) {
+  if (posted_dev.empty()) return Status();
+  const std::string what = "posting call " + std::to_string(call) + " in GPU memory";
+  if (!poster) {
+    Result<int> engine = comm.device_.engine_toward(comm.gpu(me), comm.gpu(me));
+    if (!engine.ok()) return engine.status().prefix(what);
+    QueueOptions qo;
+    qo.ring_bytes = 64 << 10;
+    Result<std::unique_ptr<Queue>> q = comm.device_.create_queue(comm.gpu(me), *engine, qo);
+    if (!q.ok()) return q.status().prefix(what + ": its queue");
+    poster = std::move(q).value();
+  }
+  CommandBuffer cb = poster->command_buffer();
+  CONCCL_RETURN_IF_ERROR(posted_dev[static_cast<size_t>(me)].signal_set(cb, call).prefix(what));
+  return poster->submit(cb, dl).prefix(what);
 }
 
 }  // namespace conccl

@@ -172,6 +172,23 @@ struct CallState {
   const bool shares_gpu;  // another process of the communicator uses this rank's GPU (StreamOps::Op::shares_gpu)
   // Each rank's counters, and this rank's own words.
   std::vector<Signal> posted, arrive, phase, sent;
+  // Each rank's posted word in its GPU's memory (Communicator::post_words_va_;
+  // empty where a rank has none), which the lists wait on unless
+  // CONCCL_POSTED_WORDS=host: a copy engine sees a word in its GPU's memory
+  // about 3 us sooner than one in host memory (docs/perf/h200.md, §4). Every
+  // rank writes both words of every call, so each rank may choose: a stream
+  // stores both; a host-ordered call stores the host word and has `poster`,
+  // a queue of its own that never waits, release the GPU one (the host has
+  // no mapping of CUDA memory). The host reads only `posted`.
+  std::vector<Signal> posted_dev;
+  bool lists_wait_on_dev = false;
+  // CONCCL_POSTED_WORDS (read once per process): "device" or unset, the GPU
+  // words where every rank has one; "host", the host words. Other values
+  // are refused when a multi-process communicator is made.
+  enum class PostedWords { device, host };
+  static Result<PostedWords> posted_words_setting();
+  std::unique_ptr<Queue> poster;
+  Status post_by_engine(uint64_t call, Deadline dl);
   uint64_t* failed_word(int rank) const;
   uint64_t* published_word(int rank) const;
   char* reason_text(int rank) const;

@@ -31,6 +31,20 @@ using wire::Reader;
 using wire::Writer;
 
 constexpr size_t kPoolBytes = 1 << 20;  // 65536 signals per rank
+constexpr size_t kPostWordsBytes = 4096;
+
+// Memory for a rank's posted word in its GPU: CUDA memory on the nv backend
+// (a CUDA stream writes it, the copy engines read it), the emulated GPU's
+// memory on the emulator (its stream and engines reach every byte). None
+// (Buffer{}: the host word serves, as every rank then sees) on kfd, whose
+// window calls keep the word in host memory, and wherever the memory cannot
+// be had (nv without CUDA): the GPU word only makes calls faster.
+Buffer alloc_post_words(Device& device, int gpu) {
+  const std::string& backend = device.topology().backend;
+  if (backend != "nv" && backend != "emu") return Buffer{};
+  Result<Buffer> b = device.alloc(gpu, kPostWordsBytes, backend == "nv" ? MemKind::cuda : MemKind::device);
+  return b.ok() ? *b : Buffer{};
+}
 
 std::string options_digest(const Communicator::Options& o, int nranks) {
   std::string s = "loopback=" + std::to_string(o.loopback) + " ring_bytes=" + std::to_string(o.ring_bytes) +
@@ -82,7 +96,7 @@ Communicator::~Communicator() {
   calls_.reset();
   cached_.reset();  // its plans wait for their own launches
   reduce_.reset();  // the staging, once nothing moves into it
-  if (failed) pool_ = Buffer{};
+  if (failed) pool_ = post_words_ = Buffer{};
   // Plans still alive are detached first (each leaves plans_), while the
   // queues and the signal pool they use are still here. Every gated launch
   // is opened before any is waited for: a plan's lists may sit behind
@@ -96,6 +110,7 @@ Communicator::~Communicator() {
   for (Plan* p : live) p->detach();
   queues_.clear();
   if (pool_.size) (void)device_.free(pool_);
+  if (post_words_.size) (void)device_.free(post_words_);
 }
 
 int Communicator::peer_gpu(int sent, uint64_t node_gpu_id, int owner) const {
@@ -159,6 +174,7 @@ Result<std::unique_ptr<Communicator>> Communicator::create(Device& device, int r
   comm.me_ = rank;
   comm.boot_ = std::move(boot).value();
 
+  CONCCL_RETURN_IF_ERROR(CallState::posted_words_setting().status());
   // The signal pool: this rank's plans take their signals from it; every
   // other rank maps it.
   Result<Buffer> pool = device.alloc(-1, kPoolBytes, MemKind::host);
@@ -169,24 +185,37 @@ Result<std::unique_ptr<Communicator>> Communicator::create(Device& device, int r
   // out to plans.
   for (size_t i = 0; i < kCallReservedBytes / Signal::kBytes; ++i) comm.pool_used_[i] = true;
   std::memset(comm.pool_.host, 0, kCallReservedBytes);
-  std::vector<SharedRegion> regions;
+  // The word window calls' lists wait on for this rank's "posted" (calls.hpp,
+  // kCallPosted): in its GPU's memory where the backend has memory that both
+  // a stream and the engines reach, since an engine sees a word in its own
+  // GPU's memory sooner than one in host memory. None (0) elsewhere.
+  comm.post_words_ = alloc_post_words(device, comm.gpu(rank));
+  std::vector<SharedRegion> regions, word_regions;
   std::vector<int> fds;
   CONCCL_RETURN_IF_ERROR(comm.share_buffer(comm.pool_, &regions, &fds));
+  CONCCL_RETURN_IF_ERROR(comm.share_buffer(comm.post_words_, &word_regions, &fds));
   Writer pw;
   pw.put<uint64_t>(comm.pool_.va);  // where its call area starts (calls.hpp)
   put_regions(pw, regions);
+  pw.put<uint64_t>(comm.post_words_.va);
+  put_regions(pw, word_regions);
   Result<std::vector<Bootstrap::Message>> pools = comm.boot_->exchange("signal pools", pw.str(), fds, deadline);
   for (int f : fds) ::close(f);
   if (!pools.ok()) return pools.status().prefix("joining the communicator");
   Status st;
   comm.pool_va_.assign(static_cast<size_t>(nranks), 0);
   comm.pool_va_[static_cast<size_t>(rank)] = comm.pool_.va;
+  comm.post_words_va_.assign(static_cast<size_t>(nranks), 0);
+  comm.post_words_va_[static_cast<size_t>(rank)] = comm.post_words_.va;
   for (int r = 0; r < nranks && st.ok(); ++r) {
     if (r == rank) continue;
     Bootstrap::Message& m = (*pools)[static_cast<size_t>(r)];
     Reader rd(m.data);
     comm.pool_va_[static_cast<size_t>(r)] = rd.get<uint64_t>();
     std::vector<SharedRegion> theirs = get_regions(rd);
+    comm.post_words_va_[static_cast<size_t>(r)] = rd.get<uint64_t>();
+    const std::vector<SharedRegion> their_words = get_regions(rd);
+    theirs.insert(theirs.end(), their_words.begin(), their_words.end());
     if (!rd.ok() || theirs.size() != m.fds.size()) {
       st = error(Code::invalid_argument, "rank " + std::to_string(r) + " sent a malformed signal pool message (another ConCCL version, or not a ConCCL rank)");
       break;

@@ -7,6 +7,7 @@
 #include <gtest/gtest.h>
 #include <signal.h>
 
+#include <atomic>
 #include <cstdlib>
 #include <cstring>
 #include <fstream>
@@ -506,6 +507,115 @@ TEST(WindowCallPolling, SmallCallsWaitsMayPollLargeOnesNot) {
       });
     });
     ASSERT_NO_FATAL_FAILURE(expect_ranks_ok(res));
+  }
+}
+
+// A stream that holds back the second store of each batch (the posted word
+// in GPU memory: calls.cpp stores the host word first) until the test stores
+// it, and hands everything else to a HostStream.
+class PostHoldingStream final : public StreamOps {
+ public:
+  explicit PostHoldingStream(HostStream& s) : s_(s) {}
+  Status write_value64(uint64_t va, uint64_t value) override { return s_.write_value64(va, value); }
+  Status wait_value64(uint64_t va, uint64_t value) override { return s_.wait_value64(va, value); }
+  Status batch(std::span<const Op> ops) override {
+    std::vector<Op> kept;
+    int stores = 0;
+    for (const Op& op : ops) {
+      if (!op.wait && ++stores == 2) {
+        held = op;
+        continue;
+      }
+      kept.push_back(op);
+    }
+    return s_.batch(kept);
+  }
+  Op held{};
+  // Stores the held word now, from the host (queued on the stream, it would
+  // run only after the call's waits, which wait for it).
+  bool release(Device& dev) {
+    auto* p = static_cast<uint64_t*>(dev.host_pointer(held.va, 8));
+    if (!p) return false;
+    std::atomic_ref<uint64_t>(*p).store(held.value, std::memory_order_release);
+    return true;
+  }
+
+ private:
+  HostStream& s_;
+};
+
+// Which word the lists wait on for a rank's "posted" (calls.hpp,
+// CONCCL_POSTED_WORDS): rank 1's stream stores its host word of call 2 but
+// holds back its word in GPU memory. By default (the GPU words) rank 0's
+// call 2 must not complete until rank 1 stores that word; with
+// CONCCL_POSTED_WORDS=host (the WindowCallsHostPostedWords run) it completes
+// without it. Call 1 is host-ordered on both ranks (the GPU word posted by
+// an engine), call 3 stream-ordered again after it.
+TEST(WindowCallPostedWords, ListsWaitOnTheWordTheSettingNames) {
+  const bool host_words = std::getenv("CONCCL_POSTED_WORDS") && std::string(std::getenv("CONCCL_POSTED_WORDS")) == "host";
+  const NodeSetup s{"h200", true, 2};
+  const UniqueId id = make_unique_id().value();
+  std::vector<RankOutcome> res = fork_ranks({0, 1}, [&](int me, std::string* out) {
+    return with_window(s, id, me, 20000, out, [&](emu::EmuDevice& dev, Communicator& c, const Window& w) {
+      Result<std::unique_ptr<HostStream>> hs = HostStream::create(dev);
+      if (!hs.ok()) return 6;
+      auto fill = [&](uint64_t seed) {
+        uint8_t* p = w.at(kSendAt, 4096).as<uint8_t>();
+        for (uint64_t i = 0; i < 4096; ++i) p[i] = byte_of(seed_of(me, int(seed), 0), i);
+      };
+      auto check = [&](uint64_t seed) {
+        const uint8_t* p = w.at(kRecvAt, 2 * 4096).as<uint8_t>();
+        for (int q = 0; q < 2; ++q)
+          for (uint64_t i = 0; i < 4096; ++i)
+            if (p[q * 4096 + i] != byte_of(seed_of(q, int(seed), 0), i)) return false;
+        return true;
+      };
+      fill(1);
+      Status st = c.call(gather_args(w, 2, 4096));
+      if (!st.ok()) return *out += "call 1: " + st.to_string(), 1;
+      if (!check(1)) return *out += "call 1: wrong bytes", 2;
+      fill(2);
+      PostHoldingStream holding(**hs);
+      st = me == 1 ? c.call(gather_args(w, 2, 4096), &holding) : c.call(gather_args(w, 2, 4096), hs->get());
+      if (!st.ok()) return *out += "call 2: " + st.to_string(), 3;
+      if (me == 0) {
+        // Ended within 400 ms only if the lists ignore rank 1's GPU word.
+        const Status early = (*hs)->synchronize(Deadline::after_ms(400));
+        *out += "call 2 before rank 1's GPU word: " + early.to_string() + "\n";
+        if (early.ok() != host_words) return 4;
+      } else {
+        std::this_thread::sleep_for(std::chrono::milliseconds(600));
+        if (!holding.held.va) return *out += "no second store in the stream's batch", 5;
+        if (!holding.release(dev)) return *out += "the held word has no host mapping", 5;
+      }
+      st = (*hs)->synchronize(Deadline::after_ms(20000));
+      if (!st.ok()) return *out += "call 2: " + st.to_string(), 7;
+      if (!check(2)) return *out += "call 2: wrong bytes", 8;
+      fill(3);
+      st = c.call(gather_args(w, 2, 4096), hs->get());
+      if (st.ok()) st = (*hs)->synchronize(Deadline::after_ms(20000));
+      if (!st.ok()) return *out += "call 3: " + st.to_string(), 9;
+      return check(3) ? 0 : (*out += "call 3: wrong bytes", 10);
+    });
+  });
+  ASSERT_NO_FATAL_FAILURE(expect_ranks_ok(res));
+}
+
+// A setting CONCCL_POSTED_WORDS does not know is refused when the
+// communicator is made, naming the two it knows.
+TEST(WindowCallPostedWords, UnknownSettingIsRefusedNamingTheChoices) {
+  const NodeSetup s{"h200", true, 2};
+  const UniqueId id = make_unique_id().value();
+  std::vector<RankOutcome> res = fork_ranks({0, 1}, [&](int me, std::string* out) {
+    ::setenv("CONCCL_POSTED_WORDS", "vram", 1);  // read once per process: these are fresh ones
+    RankEnv e;
+    const int rc = open_rank(s, id, me, &e, out, 10000);
+    return rc == 3 ? 0 : 20 + rc;
+  });
+  for (const RankOutcome& o : res) {
+    EXPECT_EQ(o.exit_code, 0) << o.out;
+    EXPECT_NE(o.out.find("CONCCL_POSTED_WORDS=vram is not a setting"), std::string::npos) << o.out;
+    EXPECT_NE(o.out.find("\"host\""), std::string::npos) << o.out;
   }
 }
 
