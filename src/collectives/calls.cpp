@@ -579,7 +579,8 @@ Status CallState::end_on_stream(StreamOps& stream, uint64_t call, uint64_t arriv
   // A host-ordered call's post by the engine must land before the stream's
   // store of a later call, or the word would go back (a rank with no part
   // in that call did not wait for its lists, which wait for the post).
-  if (poster && poster->completed() < poster->submitted()) {
+  if (poster_unseen) {
+    poster_unseen = false;
     if (Status w = poster->wait_done(dl); !w.ok()) {
       w = w.prefix(name + ": the previous call's post in GPU memory");
       fail(w);
@@ -644,6 +645,7 @@ Status CallState::post_by_engine(uint64_t call, Deadline dl) {
   }
   CommandBuffer cb = poster->command_buffer();
   CONCCL_RETURN_IF_ERROR(posted_dev[static_cast<size_t>(me)].signal_set(cb, call).prefix(what));
+  poster_unseen = true;
   return poster->submit(cb, dl).prefix(what);
 }
 

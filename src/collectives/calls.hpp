@@ -188,6 +188,7 @@ struct CallState {
   enum class PostedWords { device, host };
   static Result<PostedWords> posted_words_setting();
   std::unique_ptr<Queue> poster;
+  bool poster_unseen = false;  // posts on `poster` that a stream-ordered call has not yet waited for
   Status post_by_engine(uint64_t call, Deadline dl);
   uint64_t* failed_word(int rank) const;
   uint64_t* published_word(int rank) const;
