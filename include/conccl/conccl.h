@@ -407,6 +407,20 @@ conccl_status conccl_all_to_all(const conccl_buffer* send, const conccl_buffer* 
                                 conccl_comm_t comm, void* stream);
 conccl_status conccl_broadcast(const conccl_buffer* root_send, const conccl_buffer* recv, size_t bytes, int root,
                                conccl_comm_t comm, void* stream);
+/* Gather and scatter, as RCCL's ncclGather / ncclScatter (bytes per rank):
+ *   conccl_gather   the root's recv gets every rank r's send at r x bytes;
+ *                   no other rank's recv is written.
+ *   conccl_scatter  every rank r's recv gets the root's send at r x bytes.
+ * The root's buffer (gather's recv, scatter's send) holds nranks x bytes.
+ * One process per rank: this rank's buffers alone; off the root, the root's
+ * buffer may be NULL (or given: with windows it says where the root's sits).
+ * Every rank in one process: one buffer per rank for the other side, and the
+ * root's buffer alone (root_recv / root_send point at it). Streams and
+ * ordering as conccl_all_gather. */
+conccl_status conccl_gather(const conccl_buffer* send, const conccl_buffer* root_recv, size_t bytes, int root,
+                            conccl_comm_t comm, void* stream);
+conccl_status conccl_scatter(const conccl_buffer* root_send, const conccl_buffer* recv, size_t bytes, int root,
+                             conccl_comm_t comm, void* stream);
 
 /* ---- reductions: NCCL-shaped, counts in elements ---------------------------
  * ncclReduceScatter, ncclAllReduce and ncclReduce, in their argument order,

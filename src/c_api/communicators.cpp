@@ -401,4 +401,14 @@ conccl_status conccl_broadcast(const conccl_buffer* root_send, const conccl_buff
   return guard(__func__, [&] { return nccl_shaped(CollOp::broadcast, root_send, recv, bytes, root, comm, stream); });
 }
 
+conccl_status conccl_gather(const conccl_buffer* send, const conccl_buffer* root_recv, size_t bytes, int root,
+                            conccl_comm_t comm, void* stream) {
+  return guard(__func__, [&] { return nccl_shaped(CollOp::gather, send, root_recv, bytes, root, comm, stream); });
+}
+
+conccl_status conccl_scatter(const conccl_buffer* root_send, const conccl_buffer* recv, size_t bytes, int root,
+                             conccl_comm_t comm, void* stream) {
+  return guard(__func__, [&] { return nccl_shaped(CollOp::scatter, root_send, recv, bytes, root, comm, stream); });
+}
+
 }  // extern "C"

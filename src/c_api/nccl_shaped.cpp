@@ -1,5 +1,5 @@
-// src/c_api/nccl_shaped.cpp - conccl_all_gather, conccl_all_to_all and
-// conccl_broadcast: NCCL-shaped wrappers of Communicator::call, which
+// src/c_api/nccl_shaped.cpp - conccl_all_gather, conccl_all_to_all,
+// conccl_broadcast, conccl_gather and conccl_scatter: NCCL-shaped wrappers of Communicator::call, which
 // plans, caches, orders and (across processes) keeps the ranks in step
 // (src/collectives/cached_calls.hpp, calls.hpp; docs/multiprocess.md).
 #include "c_api/c_objects.hpp"
@@ -48,7 +48,10 @@ conccl_status nccl_shaped(CollOp op, const conccl_buffer* send, const conccl_buf
   Result<StreamOps*> ops = call_stream(*c, stream, call);
   if (!ops.ok()) return report(ops.status());
   const bool per_process = c->comm->rank() >= 0;
-  const bool root_only = op == CollOp::broadcast;
+  // Ops where one side is the root's buffer alone: broadcast's and
+  // scatter's send, gather's recv.
+  const bool root_send = op == CollOp::broadcast || op == CollOp::scatter;
+  const bool root_recv = op == CollOp::gather;
   CollectiveArgs a;
   a.op = op;
   a.bytes = bytes;
@@ -63,22 +66,35 @@ conccl_status nccl_shaped(CollOp op, const conccl_buffer* send, const conccl_buf
     // This rank's buffers alone, as ncclAllGather takes them. A non-root
     // rank's send of a broadcast is passed on when given: with windows it
     // tells where the root's sits (the same offset on every rank).
-    CONCCL_C_REQUIRE(recv, "recv must point at this rank's receive buffer");
     const bool is_root = c->comm->rank() == root;
-    if (!send && !(root_only && !is_root))
+    if (!recv && !(root_recv && !is_root))
+      return fail(CONCCL_ERR_INVALID_ARGUMENT, call + ": recv must point at this rank's receive buffer" +
+                                                   (root_recv ? " (on the root; other ranks may pass NULL)" : ""));
+    if (!send && !(root_send && !is_root))
       return fail(CONCCL_ERR_INVALID_ARGUMENT, call + ": send must point at this rank's send buffer" +
-                                                   (root_only ? " (on the root; other ranks may pass NULL)" : ""));
+                                                   (root_send ? " (on the root; other ranks may pass NULL)" : ""));
     if (send) CONCCL_RETURN_IF_ERROR_C(add(&a.send, send[0], "send"));
-    CONCCL_RETURN_IF_ERROR_C(add(&a.recv, recv[0], "recv"));
+    if (recv) CONCCL_RETURN_IF_ERROR_C(add(&a.recv, recv[0], "recv"));
   } else {
-    CONCCL_C_REQUIRE(send && recv, "send and recv must point at one buffer per rank");
+    CONCCL_C_REQUIRE(send && recv, "send and recv must point at one buffer per rank (the root's alone for " +
+                                       std::string(root_recv ? "gather's recv" : "broadcast's and scatter's send") + ")");
     const int n = c->comm->size();
-    if (root_only) {  // the root's buffer alone: Communicator::plan places it (and checks the root)
+    if (root < 0 || root >= n)
+      return fail(CONCCL_ERR_INVALID_ARGUMENT, call + ": root " + std::to_string(root) + " is not a rank of this " +
+                                                   std::to_string(n) + "-rank communicator");
+    if (root_send) {  // the root's buffer alone: Communicator::plan places it (and checks the root)
       CONCCL_RETURN_IF_ERROR_C(add(&a.send, send[0], "root_send"));
     } else {
       for (int r = 0; r < n; ++r) CONCCL_RETURN_IF_ERROR_C(add(&a.send, send[r], "send[" + std::to_string(r) + "]"));
     }
-    for (int r = 0; r < n; ++r) CONCCL_RETURN_IF_ERROR_C(add(&a.recv, recv[r], "recv[" + std::to_string(r) + "]"));
+    if (root_recv) {  // the root's alone, in the root's place; no other rank's is written
+      a.recv.assign(static_cast<size_t>(n), Buffer{});
+      std::vector<Buffer> one;
+      CONCCL_RETURN_IF_ERROR_C(add(&one, recv[0], "root_recv"));
+      a.recv[static_cast<size_t>(root)] = one[0];
+    } else {
+      for (int r = 0; r < n; ++r) CONCCL_RETURN_IF_ERROR_C(add(&a.recv, recv[r], "recv[" + std::to_string(r) + "]"));
+    }
   }
   return report(c->comm->call(a, *ops).prefix(call));
 }

@@ -221,6 +221,28 @@ TEST(CApi, CommunicatorPlansAndNcclShapedCalls) {
   EXPECT_EQ(conccl_all_gather(send.data(), recv.data(), chunk, comm, &stream), CONCCL_ERR_UNAVAILABLE);
   EXPECT_NE(last().find("needs the nv backend"), std::string::npos) << last();
   EXPECT_EQ(conccl_broadcast(send.data(), recv.data(), chunk, 4, comm, nullptr), CONCCL_ERR_INVALID_ARGUMENT);
+  {
+    // gather into rank 2's recv alone (given alone): rank s's send at s x
+    // chunk; scatter from rank 3's `src` of fresh random bytes: rank r's recv
+    // gets chunk r of it.
+    std::vector<uint8_t> stale(chunk * 4, 0x5A), fresh(chunk * 4), got(chunk * 4);
+    for (auto& x : fresh) x = static_cast<uint8_t>(rng());
+    ASSERT_EQ(conccl_buffer_upload(dev.d, &recv[2], 0, stale.data(), stale.size(), 5000), CONCCL_OK);
+    ASSERT_EQ(conccl_gather(send.data(), &recv[2], chunk, 2, comm, nullptr), CONCCL_OK) << last();
+    ASSERT_EQ(conccl_buffer_download(dev.d, got.data(), &recv[2], 0, got.size(), 5000), CONCCL_OK);
+    for (int s = 0; s < 4; ++s) EXPECT_EQ(std::memcmp(got.data() + s * chunk, data[s].data(), chunk), 0) << "gather block " << s;
+    EXPECT_EQ(conccl_gather(send.data(), &recv[2], chunk, 4, comm, nullptr), CONCCL_ERR_INVALID_ARGUMENT);
+    EXPECT_NE(last().find("root 4 is not a rank"), std::string::npos) << last();
+    conccl_buffer src;
+    ASSERT_EQ(conccl_buffer_alloc(dev.d, 3, chunk * 4, CONCCL_MEM_DEVICE, &src), CONCCL_OK);
+    ASSERT_EQ(conccl_buffer_upload(dev.d, &src, 0, fresh.data(), fresh.size(), 5000), CONCCL_OK);
+    ASSERT_EQ(conccl_scatter(&src, recv.data(), chunk, 3, comm, nullptr), CONCCL_OK) << last();
+    for (int r = 0; r < 4; ++r) {
+      ASSERT_EQ(conccl_buffer_download(dev.d, got.data(), &recv[r], 0, chunk, 5000), CONCCL_OK);
+      EXPECT_EQ(std::memcmp(got.data(), fresh.data() + r * chunk, chunk), 0) << "scatter into rank " << r;
+    }
+    EXPECT_EQ(conccl_buffer_free(dev.d, &src), CONCCL_OK);
+  }
 
   conccl_collective_args a = capitest::all_gather_args(send.data(), recv.data(), 4, chunk);
   a.variant = CONCCL_VARIANT_B2B;
@@ -523,6 +545,30 @@ TEST(CApi, NcclShapedCallsOneProcessPerRank) {
       return *out = last(), 14;
     if (conccl_buffer_download(d, got.data(), &recv2, 0, chunk, 5000) != CONCCL_OK) return *out = last(), 15;
     if (std::memcmp(got.data(), data(2, 7).data(), chunk) != 0) return *out = "broadcast", 16;
+    // gather to rank 1 (the others pass no recv): rank s's send at s x chunk
+    // of the root's recv2; the others' recv2 untouched.
+    const std::vector<uint8_t> g = data(r, 8);
+    if (conccl_buffer_upload(d, &send, 0, g.data(), chunk, 5000) != CONCCL_OK) return *out = last(), 30;
+    std::vector<uint8_t> before(chunk * n);
+    if (conccl_buffer_download(d, before.data(), &recv2, 0, before.size(), 5000) != CONCCL_OK) return *out = last(), 30;
+    if (conccl_gather(&send, r == 1 ? &recv2 : nullptr, chunk, 1, comm, nullptr) != CONCCL_OK) return *out = last(), 31;
+    if (conccl_buffer_download(d, got.data(), &recv2, 0, got.size(), 5000) != CONCCL_OK) return *out = last(), 32;
+    for (int s = 0; s < n; ++s)
+      if (std::memcmp(got.data() + s * chunk, r == 1 ? data(s, 8).data() : before.data() + s * chunk, chunk) != 0)
+        return *out = "gather chunk " + std::to_string(s), 33;
+    // scatter from rank 0 (the others pass no send): rank r gets the root's
+    // chunk r.
+    const std::vector<uint8_t> sc = data(0, 9);
+    if (r == 0 && conccl_buffer_upload(d, &send, 0, sc.data(), chunk * n, 5000) != CONCCL_OK) return *out = last(), 34;
+    if (conccl_scatter(r == 0 ? &send : nullptr, &recv, chunk, 0, comm, nullptr) != CONCCL_OK) return *out = last(), 35;
+    if (conccl_buffer_download(d, got.data(), &recv, 0, chunk, 5000) != CONCCL_OK) return *out = last(), 36;
+    if (std::memcmp(got.data(), sc.data() + r * chunk, chunk) != 0) return *out = "scatter", 37;
+    // The root must give its side; off the root, NULL is fine.
+    if (r == 0) {
+      if (conccl_gather(&send, nullptr, chunk, 0, comm, nullptr) != CONCCL_ERR_INVALID_ARGUMENT ||
+          !std::strstr(conccl_last_error(), "on the root; other ranks may pass NULL"))
+        return *out = std::string("gather without the root's recv: ") + conccl_last_error(), 38;
+    }
     // Errors: no send buffer for an all-gather; a stream on the emulator.
     if (conccl_all_gather(nullptr, &recv, chunk, comm, nullptr) != CONCCL_ERR_INVALID_ARGUMENT ||
         !std::strstr(conccl_last_error(), "this rank's send buffer"))
