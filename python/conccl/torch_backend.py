@@ -251,7 +251,8 @@ class _GroupSurface:
 
     def gather(self, output_lists, input_tensors, opts):
         # An all-gather kept by the root: n times the root's traffic on the other
-        # ranks' engines (ConCCL's gather has no NCCL-shaped call yet).
+        # ranks' engines (the C API's conccl_gather has no tensor form in the Python
+        # package yet).
         inp = input_tensors[0]
         outs = output_lists[0] if self._rank == opts.rootRank else []
         if self._rank == opts.rootRank and len(outs) != self._size:
@@ -265,8 +266,8 @@ class _GroupSurface:
         return self._launch("gather", [inp] + list(outs), body, result=output_lists)
 
     def scatter(self, output_tensors, input_lists, opts):
-        # A broadcast of the root's tensors, each rank keeping its own (ConCCL's scatter
-        # has no NCCL-shaped call yet).
+        # A broadcast of the root's tensors, each rank keeping its own (the C API's
+        # conccl_scatter has no tensor form in the Python package yet).
         out, root = output_tensors[0], opts.rootRank
         ins = input_lists[0] if self._rank == root else []
         if self._rank == root and len(ins) != self._size:
