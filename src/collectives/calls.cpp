@@ -91,8 +91,7 @@ CallState::CallState(Communicator& c) : comm(c), n(c.size()), me(c.rank()), shar
       Result<Signal> s = Signal::wrap(comm.device_, va, comm.device_.host_pointer(va, Signal::kBytes));
       posted_dev.push_back(s.ok() ? std::move(s).value() : Signal());
     }
-    const Result<PostedWords> setting = posted_words_setting();  // checked when the communicator was made
-    lists_wait_on_dev = !setting.ok() || *setting != PostedWords::host;
+    lists_wait_on_dev = true;  // every rank asked for them (CONCCL_POSTED_WORDS=device): a rank that did not has none
   }
   for (auto& b : base) b.assign(static_cast<size_t>(n), 0);
   // Read here rather than once per process, so that a program (or a test)
@@ -620,12 +619,12 @@ Status CallState::end_on_stream(StreamOps& stream, uint64_t call, uint64_t arriv
 
 Result<CallState::PostedWords> CallState::posted_words_setting() {
   static const std::string v = util::env_str("CONCCL_POSTED_WORDS");
-  if (v.empty() || v == "device") return PostedWords::device;
-  if (v == "host") return PostedWords::host;
+  if (v.empty() || v == "host") return PostedWords::host;
+  if (v == "device") return PostedWords::device;
   return error(Code::invalid_argument, "CONCCL_POSTED_WORDS=" + v +
-                                           " is not a setting: use \"device\" (the default: window calls' lists "
-                                           "wait on each rank's posted word in its GPU's memory) or \"host\" (in "
-                                           "host memory)");
+                                           " is not a setting: use \"host\" (the default: window calls' lists "
+                                           "wait on each rank's posted word in host memory) or \"device\" (in "
+                                           "its GPU's memory, where every rank asks for it)");
 }
 
 // A host-ordered post of the GPU word: a release on `poster`, a queue of

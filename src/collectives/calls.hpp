@@ -172,19 +172,19 @@ struct CallState {
   const bool shares_gpu;  // another process of the communicator uses this rank's GPU (StreamOps::Op::shares_gpu)
   // Each rank's counters, and this rank's own words.
   std::vector<Signal> posted, arrive, phase, sent;
-  // Each rank's posted word in its GPU's memory (Communicator::post_words_va_;
-  // empty where a rank has none), which the lists wait on unless
-  // CONCCL_POSTED_WORDS=host: a copy engine sees a word in its GPU's memory
-  // about 3 us sooner than one in host memory (docs/perf/h200.md, §4). Every
-  // rank writes both words of every call, so each rank may choose: a stream
-  // stores both; a host-ordered call stores the host word and has `poster`,
-  // a queue of its own that never waits, release the GPU one (the host has
-  // no mapping of CUDA memory). The host reads only `posted`.
+  // Each rank's posted word in its GPU's memory (Communicator::post_words_va_),
+  // made where CONCCL_POSTED_WORDS=device; empty unless every rank has one.
+  // Then the lists wait on these: a copy engine sees a word in its GPU's
+  // memory about 3 us sooner than one in host memory (docs/perf/h200.md,
+  // §4). Both words of every call are written: a stream stores both; a
+  // host-ordered call stores the host word and has `poster`, a queue of its
+  // own that never waits, release the GPU one (the host has no mapping of
+  // CUDA memory). The host reads only `posted`.
   std::vector<Signal> posted_dev;
   bool lists_wait_on_dev = false;
-  // CONCCL_POSTED_WORDS (read once per process): "device" or unset, the GPU
-  // words where every rank has one; "host", the host words. Other values
-  // are refused when a multi-process communicator is made.
+  // CONCCL_POSTED_WORDS (read once per process): "host" or unset, the host
+  // words; "device", the GPU words where every rank asks for them. Other
+  // values are refused when a multi-process communicator is made.
   enum class PostedWords { device, host };
   static Result<PostedWords> posted_words_setting();
   std::unique_ptr<Queue> poster;

@@ -33,13 +33,16 @@ using wire::Writer;
 constexpr size_t kPoolBytes = 1 << 20;  // 65536 signals per rank
 constexpr size_t kPostWordsBytes = 4096;
 
-// Memory for a rank's posted word in its GPU: CUDA memory on the nv backend
+// Memory for a rank's posted word in its GPU, where CONCCL_POSTED_WORDS=device
+// asks for it (calls.hpp): CUDA memory on the nv backend
 // (a CUDA stream writes it, the copy engines read it), the emulated GPU's
 // memory on the emulator (its stream and engines reach every byte). None
 // (Buffer{}: the host word serves, as every rank then sees) on kfd, whose
 // window calls keep the word in host memory, and wherever the memory cannot
 // be had (nv without CUDA): the GPU word only makes calls faster.
 Buffer alloc_post_words(Device& device, int gpu) {
+  const Result<CallState::PostedWords> setting = CallState::posted_words_setting();
+  if (!setting.ok() || *setting != CallState::PostedWords::device) return Buffer{};
   const std::string& backend = device.topology().backend;
   if (backend != "nv" && backend != "emu") return Buffer{};
   Result<Buffer> b = device.alloc(gpu, kPostWordsBytes, backend == "nv" ? MemKind::cuda : MemKind::device);

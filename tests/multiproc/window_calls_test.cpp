@@ -545,14 +545,15 @@ class PostHoldingStream final : public StreamOps {
 };
 
 // Which word the lists wait on for a rank's "posted" (calls.hpp,
-// CONCCL_POSTED_WORDS): rank 1's stream stores its host word of call 2 but
-// holds back its word in GPU memory. By default (the GPU words) rank 0's
-// call 2 must not complete until rank 1 stores that word; with
-// CONCCL_POSTED_WORDS=host (the WindowCallsHostPostedWords run) it completes
-// without it. Call 1 is host-ordered on both ranks (the GPU word posted by
-// an engine), call 3 stream-ordered again after it.
+// CONCCL_POSTED_WORDS): rank 1's stream holds back the second store of its
+// batch of call 2. With CONCCL_POSTED_WORDS=device (the
+// WindowCallsDevicePostedWords run) that is its word in GPU memory, and rank
+// 0's call 2 must not complete until rank 1 stores it; by default (host
+// words, none in GPU memory) the batch has no second store and the call
+// completes at once. Call 1 is host-ordered on both ranks (with GPU words
+// posted by an engine), call 3 stream-ordered again after it.
 TEST(WindowCallPostedWords, ListsWaitOnTheWordTheSettingNames) {
-  const bool host_words = std::getenv("CONCCL_POSTED_WORDS") && std::string(std::getenv("CONCCL_POSTED_WORDS")) == "host";
+  const bool host_words = !(std::getenv("CONCCL_POSTED_WORDS") && std::string(std::getenv("CONCCL_POSTED_WORDS")) == "device");
   const NodeSetup s{"h200", true, 2};
   const UniqueId id = make_unique_id().value();
   std::vector<RankOutcome> res = fork_ranks({0, 1}, [&](int me, std::string* out) {
@@ -585,8 +586,9 @@ TEST(WindowCallPostedWords, ListsWaitOnTheWordTheSettingNames) {
         if (early.ok() != host_words) return 4;
       } else {
         std::this_thread::sleep_for(std::chrono::milliseconds(600));
-        if (!holding.held.va) return *out += "no second store in the stream's batch", 5;
-        if (!holding.release(dev)) return *out += "the held word has no host mapping", 5;
+        // Host words: the batch has one store (no GPU word), nothing held.
+        if (!holding.held.va != host_words) return *out += "second store in the stream's batch: " + std::to_string(holding.held.va != 0), 5;
+        if (holding.held.va && !holding.release(dev)) return *out += "the held word has no host mapping", 5;
       }
       st = (*hs)->synchronize(Deadline::after_ms(20000));
       if (!st.ok()) return *out += "call 2: " + st.to_string(), 7;
