@@ -88,10 +88,10 @@ conccl_status nccl_shaped(CollOp op, const conccl_buffer* send, const conccl_buf
       for (int r = 0; r < n; ++r) CONCCL_RETURN_IF_ERROR_C(add(&a.send, send[r], "send[" + std::to_string(r) + "]"));
     }
     if (root_recv) {  // the root's alone, in the root's place; no other rank's is written
+      Result<Buffer> b = resolve_buffer(d, recv[0], call + ": root_recv");
+      if (!b.ok()) return report(b.status());
       a.recv.assign(static_cast<size_t>(n), Buffer{});
-      std::vector<Buffer> one;
-      CONCCL_RETURN_IF_ERROR_C(add(&one, recv[0], "root_recv"));
-      a.recv[static_cast<size_t>(root)] = one[0];
+      a.recv[static_cast<size_t>(root)] = *b;
     } else {
       for (int r = 0; r < n; ++r) CONCCL_RETURN_IF_ERROR_C(add(&a.recv, recv[r], "recv[" + std::to_string(r) + "]"));
     }

@@ -91,7 +91,6 @@ CallState::CallState(Communicator& c) : comm(c), n(c.size()), me(c.rank()), shar
       Result<Signal> s = Signal::wrap(comm.device_, va, comm.device_.host_pointer(va, Signal::kBytes));
       posted_dev.push_back(s.ok() ? std::move(s).value() : Signal());
     }
-    lists_wait_on_dev = true;  // every rank asked for them (CONCCL_POSTED_WORDS=device): a rank that did not has none
   }
   for (auto& b : base) b.assign(static_cast<size_t>(n), 0);
   // Read here rather than once per process, so that a program (or a test)
@@ -485,7 +484,7 @@ Result<Plan*> CallState::plan_of(const PreparedCall& prepared) {
   auto it = plans.find(prepared.key);
   if (it == plans.end()) {
     Communicator::RankSignals sig = signals_at(kCallPosted, kCallArrive, kCallPhase, kCallSent);
-    if (lists_wait_on_dev)
+    if (!posted_dev.empty())  // every rank asked for GPU words (a rank that did not has none)
       for (int q = 0; q < n; ++q) sig.trigger[static_cast<size_t>(q)] = posted_dev[static_cast<size_t>(q)].va();
     Result<std::unique_ptr<Plan>> p = compile_plan(prepared, sig);
     if (!p.ok()) return p.status();

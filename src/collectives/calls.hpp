@@ -181,7 +181,6 @@ struct CallState {
   // own that never waits, release the GPU one (the host has no mapping of
   // CUDA memory). The host reads only `posted`.
   std::vector<Signal> posted_dev;
-  bool lists_wait_on_dev = false;
   // CONCCL_POSTED_WORDS (read once per process): "host" or unset, the host
   // words; "device", the GPU words where every rank asks for them. Other
   // values are refused when a multi-process communicator is made.

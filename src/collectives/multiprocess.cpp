@@ -188,10 +188,9 @@ Result<std::unique_ptr<Communicator>> Communicator::create(Device& device, int r
   // out to plans.
   for (size_t i = 0; i < kCallReservedBytes / Signal::kBytes; ++i) comm.pool_used_[i] = true;
   std::memset(comm.pool_.host, 0, kCallReservedBytes);
-  // The word window calls' lists wait on for this rank's "posted" (calls.hpp,
-  // kCallPosted): in its GPU's memory where the backend has memory that both
-  // a stream and the engines reach, since an engine sees a word in its own
-  // GPU's memory sooner than one in host memory. None (0) elsewhere.
+  // This rank's posted word in its GPU's memory (calls.hpp, kCallPosted),
+  // where CONCCL_POSTED_WORDS=device asks for it and the backend has memory
+  // that both a stream and the engines reach. None (va 0) elsewhere.
   comm.post_words_ = alloc_post_words(device, comm.gpu(rank));
   std::vector<SharedRegion> regions, word_regions;
   std::vector<int> fds;
