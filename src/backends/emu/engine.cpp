@@ -226,7 +226,6 @@ Engine::Step Engine::run_queue(EmuQueue& q) {
   }
   Step result = Step::idle;
   int unannounced = 0;  // packets consumed since waiters were last woken
-  state_.store(static_cast<uint8_t>(EngineStatus::State::running));
   for (int budget = kBudget; r < w && budget > 0; --budget) {
     if (stall_.load(std::memory_order_acquire) || stop_.load(std::memory_order_acquire)) break;
     const uint64_t off = r & (q.size - 1);
@@ -249,6 +248,11 @@ Engine::Step Engine::run_queue(EmuQueue& q) {
       rptr_ref.store(r + p->dwords * 4, std::memory_order_release);
       q.progress.bump();
     }
+    // A poll read again while it still fails is not work: the engine stays
+    // "polling" for anyone who looks (a status read between two reads of the
+    // word must not say "running").
+    if (p->pkt != sdma::Pkt::poll || q.poll_evals.load(std::memory_order_relaxed) == 0)
+      state_.store(static_cast<uint8_t>(EngineStatus::State::running));
     const int64_t delay_us = delay_us_.load(std::memory_order_acquire);
     if (delay_us > 0) std::this_thread::sleep_for(std::chrono::microseconds(delay_us));
     ExecOutcome o = execute_packet(ctx, isa_.gen(), *p);
@@ -260,7 +264,8 @@ Engine::Step Engine::run_queue(EmuQueue& q) {
     }
     if (o.result == ExecResult::blocked) {
       const uint64_t retry = p->get(sdma::Key::retry);
-      if (retry == 0xFFF || q.poll_evals.fetch_add(1, std::memory_order_relaxed) + 1 <= retry) {
+      const uint32_t evals = q.poll_evals.fetch_add(1, std::memory_order_relaxed) + 1;
+      if (retry == 0xFFF || evals <= retry) {
         std::lock_guard<std::mutex> lock(mu_);
         detail_.wait = o.wait;
         detail_.wait.queue = q.id;
@@ -275,11 +280,12 @@ Engine::Step Engine::run_queue(EmuQueue& q) {
       halt(q, r, "cond_exe skips " + std::to_string(o.skip_dwords) + " dwords past the write pointer");
       return Step::halted;
     }
-    r += len;
-    rptr_ref.store(r, std::memory_order_release);
+    // Counted before rptr moves: a waiter that sees the packet done sees it counted.
     packets_.fetch_add(1, std::memory_order_relaxed);
     if (o.bytes) bytes_.fetch_add(o.bytes, std::memory_order_relaxed);
     if (o.dropped) dropped_.fetch_add(1, std::memory_order_relaxed);
+    r += len;
+    rptr_ref.store(r, std::memory_order_release);
     if (o.wrote_memory) node_.memory_changed();
     if (++unannounced >= kProgressEvery || r >= w || is_completion(p->pkt) || o.bytes >= kProgressBytes ||
         delay_us > 0) {
@@ -304,7 +310,6 @@ Engine::Step Engine::run_channel(EmuChannel& c) {
   if (c.faulted.load(std::memory_order_acquire)) return Step::idle;
   const uint32_t put = std::atomic_ref<uint32_t>(c.userd[kUserdGpPutOffset / 4]).load(std::memory_order_acquire);
   Step result = Step::idle;
-  state_.store(static_cast<uint8_t>(EngineStatus::State::running));
   for (int budget = kBudget; budget > 0; --budget) {
     if (stall_.load(std::memory_order_acquire) || stop_.load(std::memory_order_acquire)) break;
     if (!c.in_segment) {
@@ -357,6 +362,9 @@ Engine::Step Engine::run_channel(EmuChannel& c) {
         }
         ctx.drop_completion = d > 0;
       }
+      // As for a poll: an acquire read again while it still fails is not work.
+      if (c.poll_evals.load(std::memory_order_relaxed) == 0)
+        state_.store(static_cast<uint8_t>(EngineStatus::State::running));
       ExecOutcome o = execute_method(ctx, h->subch, mthd, data);
       if (o.result == ExecResult::fault) {
         fault_channel(c, o.fault);
