@@ -761,8 +761,11 @@ class Plan {
   std::vector<Signal> ready_;     // per rank: local phase done (swap)
   std::vector<Signal> sent_;      // per rank, prelaunch plans across processes: the rank's lists ended
   std::vector<uint64_t> sent_expected_;
-  Signal trigger_;                // this process's (its rank's) trigger
-  std::vector<Signal> triggers_;  // ranks in separate processes: every rank's; lists wait for all
+  Signal trigger_;                // this process's (its rank's) trigger; empty for window calls' GPU words
+  // Ranks in separate processes: every rank's trigger, which the lists wait
+  // for. Addresses, not Signals: only engines read them, and window calls'
+  // words may be in GPU memory the host has no mapping of.
+  std::vector<uint64_t> trigger_va_;
   std::vector<uint64_t> stamp_va_;  // per list, with CollectiveArgs::timestamps
   std::vector<std::pair<uint64_t, size_t>> pool_slots_;  // signal memory taken from the communicator's pool
   Signal consumed_;              // advanced by an outside writer (consumed_store)

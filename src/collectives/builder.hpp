@@ -104,6 +104,8 @@ class PlanBuilder {
   // Wait until s >= rel (this launch); in plans of window calls also
   // recorded as a patch, rewritten per call to base + rel.
   Status wait_on(PlanList& l, const Signal& s, uint8_t counter, int rank, uint64_t rel);
+  // The same on a word only engines read (in the communicator's signal layout).
+  Status wait_on(PlanList& l, uint64_t va, uint8_t counter, int rank, uint64_t rel);
 
   // The engine of src's list toward dst: Communicator::engine_for (engines
   // by weight, each rank's peers over them), except for small plans whose

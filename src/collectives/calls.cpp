@@ -71,6 +71,11 @@ std::string CallDesc::describe() const {
 
 // ---- the state ----
 
+std::vector<SignalStore> CallState::GpuWord::stores_for(uint64_t v) const {
+  if (!twin) return {{va, v}};
+  return {{va + 8, v + Signal::kTwinOffset}, {va, v}};  // twin first, as Signal::stores_for
+}
+
 CallState::CallState(Communicator& c) : comm(c), n(c.size()), me(c.rank()), shares_gpu(processes_share_gpu(c)) {
   capture_link->state = this;
   for (int r = 0; r < n; ++r) {
@@ -86,11 +91,8 @@ CallState::CallState(Communicator& c) : comm(c), n(c.size()), me(c.rank()), shar
   }
   const std::vector<uint64_t>& words = comm.post_words_va_;
   if (words.size() == static_cast<size_t>(n) && std::find(words.begin(), words.end(), 0) == words.end()) {
-    for (int r = 0; r < n; ++r) {
-      const uint64_t va = words[static_cast<size_t>(r)] + kCallPosted;
-      Result<Signal> s = Signal::wrap(comm.device_, va, comm.device_.host_pointer(va, Signal::kBytes));
-      posted_dev.push_back(s.ok() ? std::move(s).value() : Signal());
-    }
+    const bool twin = comm.device_.gpu_count() == 0 || comm.device_.topology().gpus[0].caps().signal_twin;
+    for (int r = 0; r < n; ++r) posted_dev.push_back(GpuWord{words[static_cast<size_t>(r)] + kCallPosted, twin});
   }
   for (auto& b : base) b.assign(static_cast<size_t>(n), 0);
   // Read here rather than once per process, so that a program (or a test)
@@ -485,7 +487,7 @@ Result<Plan*> CallState::plan_of(const PreparedCall& prepared) {
   if (it == plans.end()) {
     Communicator::RankSignals sig = signals_at(kCallPosted, kCallArrive, kCallPhase, kCallSent);
     if (!posted_dev.empty())  // every rank asked for GPU words (a rank that did not has none)
-      for (int q = 0; q < n; ++q) sig.trigger[static_cast<size_t>(q)] = posted_dev[static_cast<size_t>(q)].va();
+      for (int q = 0; q < n; ++q) sig.trigger[static_cast<size_t>(q)] = posted_dev[static_cast<size_t>(q)].va;
     Result<std::unique_ptr<Plan>> p = compile_plan(prepared, sig);
     if (!p.ok()) return p.status();
     it = plans.emplace(prepared.key, std::move(p).value()).first;
@@ -642,7 +644,7 @@ Status CallState::post_by_engine(uint64_t call, Deadline dl) {
     poster = std::move(q).value();
   }
   CommandBuffer cb = poster->command_buffer();
-  CONCCL_RETURN_IF_ERROR(posted_dev[static_cast<size_t>(me)].signal_set(cb, call).prefix(what));
+  CONCCL_RETURN_IF_ERROR(cb.signal_set(posted_dev[static_cast<size_t>(me)].va, call).prefix(what));
   poster_unseen = true;
   return poster->submit(cb, dl).prefix(what);
 }

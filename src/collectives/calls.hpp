@@ -180,7 +180,16 @@ struct CallState {
   // host-ordered call stores the host word and has `poster`, a queue of its
   // own that never waits, release the GPU one (the host has no mapping of
   // CUDA memory). The host reads only `posted`.
-  std::vector<Signal> posted_dev;
+  //
+  // Not Signals: a Signal is CPU-visible, and these are not (nv: CUDA
+  // memory). Engines and streams store them; engines wait on them.
+  struct GpuWord {
+    uint64_t va = 0;
+    bool twin = false;  // the SDMA layout, value + 2^31 at +8 (Caps::signal_twin)
+    // The stores a stream makes to set it to v (as Signal::stores_for).
+    std::vector<SignalStore> stores_for(uint64_t v) const;
+  };
+  std::vector<GpuWord> posted_dev;
   // CONCCL_POSTED_WORDS (read once per process): "host" or unset, the host
   // words; "device", the GPU words where every rank asks for them. Other
   // values are refused when a multi-process communicator is made.

@@ -251,18 +251,18 @@ Result<std::unique_ptr<Plan>> Communicator::compile(const CollectiveArgs& args, 
     Result<Signal> rd = mp ? signal_at(mp->ready[i]) : Signal::create(device_);
     if (!rd.ok()) return rd.status();
     plan->ready_.push_back(std::move(rd).value());
-    if (mp) {
-      Result<Signal> t = signal_at(mp->trigger[i]);
-      if (!t.ok()) return t.status();
-      plan->triggers_.push_back(std::move(t).value());
-    }
+    if (mp) plan->trigger_va_.push_back(mp->trigger[i]);
   }
   plan->expected_.assign(static_cast<size_t>(n), 0);
   plan->monotonic_ = mp && mp->monotonic;
   plan->ready_adds_.assign(static_cast<size_t>(n), 0);
-  Result<Signal> trig = mp ? signal_at(mp->trigger[static_cast<size_t>(std::max(me_, 0))]) : Signal::create(device_);
-  if (!trig.ok()) return trig.status();
-  plan->trigger_ = std::move(trig).value();
+  // The host sets its own trigger, except in window calls (monotonic), whose
+  // posted words the CallState writes and which may lie in GPU memory.
+  if (!mp || !mp->monotonic) {
+    Result<Signal> trig = mp ? signal_at(mp->trigger[static_cast<size_t>(std::max(me_, 0))]) : Signal::create(device_);
+    if (!trig.ok()) return trig.status();
+    plan->trigger_ = std::move(trig).value();
+  }
 
   PlanBuilder b(*this, *plan, shared);
   const BuildFn build = variant_builder(args.op, plan->variant_);
@@ -484,17 +484,23 @@ Result<PlanList*> PlanBuilder::list(int rank, int engine) {
   // Gated: in one process on the plan's trigger; across processes on every
   // rank's, so that no list writes into a rank before it has released.
   // (Window calls: every rank's "posted" counter, which reaches k at call k.)
-  if (plan_.args_.prelaunch && plan_.triggers_.empty())
+  if (plan_.args_.prelaunch && plan_.trigger_va_.empty())
     CONCCL_RETURN_IF_ERROR(plan_.trigger_.wait_ge(l.cb, 1, trigger_wait_style()));
   if (plan_.args_.prelaunch)
-    for (size_t r = 0; r < plan_.triggers_.size(); ++r)
-      CONCCL_RETURN_IF_ERROR(wait_on(l, plan_.triggers_[r], kCounterPosted, static_cast<int>(r), 1));
+    for (size_t r = 0; r < plan_.trigger_va_.size(); ++r)
+      CONCCL_RETURN_IF_ERROR(wait_on(l, plan_.trigger_va_[r], kCounterPosted, static_cast<int>(r), 1));
   index_[key] = plan_.lists_.size();
   plan_.lists_.push_back(std::move(l));
   return &plan_.lists_.back();
 }
 
 Status PlanBuilder::wait_on(PlanList& l, const Signal& s, uint8_t counter, int rank, uint64_t rel) {
+  if (s.has_twin() != l.cb.caps().signal_twin)
+    return error(Code::internal, "signal at " + hex(s.va()) + " is not in the layout of " + l.cb.isa().name());
+  return wait_on(l, s.va(), counter, rank, rel);
+}
+
+Status PlanBuilder::wait_on(PlanList& l, uint64_t va, uint8_t counter, int rank, uint64_t rel) {
   // What the list's copies so far delivered is announced before it waits:
   // the list it waits for may be waiting for these arrivals.
   CONCCL_RETURN_IF_ERROR(record_held(l));
@@ -503,10 +509,10 @@ Status PlanBuilder::wait_on(PlanList& l, const Signal& s, uint8_t counter, int r
   // channel that shares the engine.
   const CommandBuffer::WaitStyle style =
       counter == kCounterPosted ? trigger_wait_style() : CommandBuffer::WaitStyle::yield;
-  CONCCL_RETURN_IF_ERROR(s.wait_ge(l.cb, rel, style));
+  CONCCL_RETURN_IF_ERROR(l.cb.wait_ge(va, rel, style));
   if (plan_.monotonic_)
     l.patches.push_back(PlanList::WaitPatch{static_cast<uint32_t>(at), static_cast<uint32_t>(l.cb.size_dwords() - at),
-                                            s.va(), counter, rank, rel, style});
+                                            va, counter, rank, rel, style});
   return Status();
 }
 

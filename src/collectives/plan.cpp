@@ -53,7 +53,7 @@ void Plan::detach() {
   arrive_.clear();
   ready_.clear();
   sent_.clear();
-  triggers_.clear();
+  trigger_va_.clear();
   trigger_ = Signal();
   consumed_ = Signal();
   lists_.clear();
@@ -201,7 +201,7 @@ void Plan::reset_local_signals() {
       ready_[r].set(0);
       if (sent_[r].valid()) sent_[r].set(0);
     }
-  trigger_.set(0);
+  if (trigger_.valid()) trigger_.set(0);
 }
 
 Status Plan::end_launch_known_done() {
@@ -221,7 +221,7 @@ Status Plan::launch(Deadline deadline) {
   if (waiting_release_)
     return error(Code::busy, "plan is prelaunched and waits for release()");
   CONCCL_RETURN_IF_ERROR(submit_all(deadline));
-  if (args_.prelaunch) trigger_.set(1);
+  if (args_.prelaunch && trigger_.valid()) trigger_.set(1);
   return Status();
 }
 

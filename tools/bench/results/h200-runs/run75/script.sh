@@ -1,5 +1,6 @@
-# run 75: the posted word in GPU memory (CONCCL_POSTED_WORDS=device, the new default) against host memory,
-# window calls of 2, 4 and 8 processes on a stream, host-ordered, and under MPS; the modes alternate.
+# run 75: the posted word in GPU memory (CONCCL_POSTED_WORDS=device) against host memory (the default),
+# window calls on a stream (2, 4, 8 processes), under MPS, and host-ordered; the modes alternate.
+# Blocks run most-wanted first; each starts only within RUN75_SECONDS (default 430) of the build's start.
 . tools/bench/nv_build_common.sh
 nvidia-smi --query-gpu=name --format=csv,noheader
 nv_configure_lib $OUT/cfg.log
@@ -7,25 +8,24 @@ nv_build nv_window_bench sdma-probe
 nv_build_time
 W=$B/tools/bench/nv_window_bench
 P=$(find $B -name sdma-probe -type f | head -1)
-row() { echo "$1 rc=$2: $(grep -E '^ +(1024|8192|65536) ' $OUT/$3 | awk '{printf "%s:%s(w%s) ", $1/1024 "K", $2, $6}')"; }
-for p in 2 4 8; do
+row() { echo "$1 rc=$2: $(grep -E '^ +(1024|8192|65536) ' $OUT/$3 | awk '{printf "%s:%s/%s(w%s) ", $1/1024 "K", $2, $3, $6}')"; }
+time_left() { [ $(( $(date +%s) - t0 )) -lt ${RUN75_SECONDS:-430} ] || { echo "stopped for time at: $1"; return 1; }; }
+ab() {  # label procs extra-args...
+  local label=$1 p=$2; shift 2
   for m in device host device host; do
-    CONCCL_POSTED_WORDS=$m timeout 120 $W --procs $p --min 1K --max 64K --iters 2000 > $OUT/p${p}_$m.log 2>&1
-    row "$p procs stream $m" $? p${p}_$m.log; mv $OUT/p${p}_$m.log $OUT/p${p}_${m}_$RANDOM.log
+    time_left "$label $m" || return
+    CONCCL_POSTED_WORDS=$m timeout 60 $W --procs $p "$@" --min 1K --max 64K --iters 2000 > $OUT/cur.log 2>&1
+    row "$label $m" $? cur.log; mv $OUT/cur.log $OUT/${label// /_}_${m}_$RANDOM.log
   done
-done
-for m in device host device host; do
-  CONCCL_POSTED_WORDS=$m timeout 120 $W --procs 2 --host --min 1K --max 64K --iters 2000 > $OUT/h2_$m.log 2>&1
-  row "2 procs host-ordered $m" $? h2_$m.log; mv $OUT/h2_$m.log $OUT/h2_${m}_$RANDOM.log
-done
-CONCCL_POSTED_WORDS=device timeout 120 $W --procs 2 --graph --min 1K --max 8K --iters 500 > $OUT/g2.log 2>&1; row "2 procs graph device" $? g2.log
-timeout 200 $P allreduce --backend nv --procs 2 --min 1K --max 4M -d float > $OUT/ar2.log 2>&1; echo "allreduce 2 procs rc=$?"; tail -12 $OUT/ar2.log
+}
+ab "2p stream" 2
 nv_mps_on
-for p in 2 4; do
-  for m in device host device host; do
-    CONCCL_POSTED_WORDS=$m timeout 120 $W --procs $p --min 1K --max 64K --iters 2000 > $OUT/m${p}_$m.log 2>&1
-    row "$p procs MPS $m" $? m${p}_$m.log; mv $OUT/m${p}_$m.log $OUT/m${p}_${m}_$RANDOM.log
-  done
-done
+ab "2p MPS" 2
+ab "4p MPS" 4
 nv_mps_off
-tar czf $OUT/logs.tgz -C $OUT --exclude logs.tgz . 2>/dev/null
+ab "2p host-ordered" 2 --host
+ab "4p stream" 4
+ab "8p stream" 8
+time_left graph && { CONCCL_POSTED_WORDS=device timeout 60 $W --procs 2 --graph --min 1K --max 8K --iters 500 > $OUT/g2.log 2>&1; row "2p graph device" $? g2.log; }
+time_left allreduce && { timeout 60 $P allreduce --backend nv --procs 2 --min 1K --max 4M -d float > $OUT/ar2.log 2>&1; echo "allreduce 2 procs rc=$?"; tail -6 $OUT/ar2.log; }
+cd $OUT && tar czf /tmp/logs.tgz . 2>/dev/null; mv /tmp/logs.tgz $OUT/logs.tgz
