@@ -213,6 +213,8 @@ _plan_completion = _sig("conccl_plan_completion", _status, _vp, _int, _P(_u64), 
 _all_gather = _sig("conccl_all_gather", _status, _P(_Buffer), _P(_Buffer), _sz, _vp, _vp)
 _all_to_all = _sig("conccl_all_to_all", _status, _P(_Buffer), _P(_Buffer), _sz, _vp, _vp)
 _broadcast = _sig("conccl_broadcast", _status, _P(_Buffer), _P(_Buffer), _sz, _int, _vp, _vp)
+_gather = _sig("conccl_gather", _status, _P(_Buffer), _P(_Buffer), _sz, _int, _vp, _vp)
+_scatter = _sig("conccl_scatter", _status, _P(_Buffer), _P(_Buffer), _sz, _int, _vp, _vp)
 # (send, recv, count, dt, op[, root], comm, stream): the C enums pass as ints.
 _c_reduce_scatter = _sig("conccl_reduce_scatter", _status, _P(_Buffer), _P(_Buffer), _sz, _int, _int, _vp, _vp)
 _c_all_reduce = _sig("conccl_all_reduce", _status, _P(_Buffer), _P(_Buffer), _sz, _int, _int, _vp, _vp)
@@ -1185,6 +1187,144 @@ class Communicator(_Child):
         args = _integer("nbytes", nbytes, "size_t"), _integer("root", root, "int")
         _check(_broadcast(s, r, *args, h, None))
 
+    def gather(self, send, *args, **kw):
+        """Tensors, as torch.distributed.gather: gather(tensor, gather_list=None, dst=0, *,
+        stream=None): dst's gather_list[r] gets rank r's tensor; nothing else is written.
+        gather_list: on dst, world size tensors of tensor's dtype and elements, or one tensor
+        of world size x them (rank r's at r x tensor's bytes); None (or []) elsewhere. A list
+        whose tensors lie back to back in one storage (tensor.chunk(n), say) is written in
+        place; any other list through a staging tensor and one local copy per rank.
+        Buffers, as conccl_gather: gather(send, root_recv, nbytes, root=0): root_recv (nranks
+        x nbytes) gets every rank r's send at r x nbytes; with one process per rank
+        root_recv may be None off the root. Lists or this rank's alone, and `stream`, as in
+        all_gather_into_tensor; every rank in this process gives the root's root_recv alone."""
+        if _tensors(send):
+            return self._gather_tensors(send, *args, **kw)
+        return self._gather_buffers(send, *args, **kw)
+
+    def scatter(self, first, *args, **kw):
+        """Tensors, as torch.distributed.scatter: scatter(tensor, scatter_list=None, src=0,
+        *, stream=None): rank r's tensor gets src's scatter_list[r]. scatter_list: on src,
+        world size tensors like tensor, or one tensor of world size x its elements; None (or
+        []) elsewhere.
+        Buffers, as conccl_scatter: scatter(root_send, recv, nbytes, root=0): every rank r's
+        recv gets root_send's bytes at r x nbytes; with one process per rank root_send may be
+        None off the root. Lists, `stream` and the staging as in gather."""
+        if _tensors(first):
+            return self._scatter_tensors(first, *args, **kw)
+        return self._scatter_buffers(first, *args, **kw)
+
+    def _gather_tensors(self, tensor, gather_list=None, dst=0, *, stream=None):
+        self._rooted_tensors("gather", tensor, gather_list, dst, stream=stream)
+
+    def _scatter_tensors(self, tensor, scatter_list=None, src=0, *, stream=None):
+        self._rooted_tensors("scatter", tensor, scatter_list, src, stream=stream)
+
+    def _gather_buffers(self, send, root_recv, nbytes, root=0):
+        self._rooted_buffers("gather", send, root_recv, nbytes, root)
+
+    def _scatter_buffers(self, root_send, recv, nbytes, root=0):
+        self._rooted_buffers("scatter", root_send, recv, nbytes, root)
+
+    def _rooted_buffers(self, op, first, second, nbytes, root=0):
+        """gather(send, root_recv, ...) and scatter(root_send, recv, ...) on Buffers."""
+        h = self._handle()
+        side_name, root_name = ("send", "root_recv") if op == "gather" else ("recv", "root_send")
+        side_given, root_given = (first, second) if op == "gather" else (second, first)
+        if root_given is not None and not isinstance(root_given, Buffer):
+            raise Error("invalid_argument", f"{root_name} must be a conccl.Buffer (or None off the root with one "
+                                            f"process per rank), not {type(root_given).__name__}")
+        side = self._buffers(side_name, side_given)
+        at_root = _array(root_name, [root_given], self._device)[0] if root_given is not None else None
+        args = _integer("nbytes", nbytes, "size_t"), _integer("root", root, "int")
+        if op == "gather":
+            _check(_gather(side, at_root, *args, h, None))
+        else:
+            _check(_scatter(at_root, side, *args, h, None))
+
+    def _rooted_tensors(self, op, side, root_side=None, root=0, *, stream=None):
+        """gather (side: the inputs; root_side: the root's gather_list) and scatter (side:
+        the outputs; root_side: the root's scatter_list), in torch.distributed's shapes."""
+        h = self._handle()
+        n, many = self.size, self.rank < 0
+        list_name, root_name = ("gather_list", "dst") if op == "gather" else ("scatter_list", "src")
+        root = _integer(root_name, root, "int")
+        if not 0 <= root < n:
+            raise Error("invalid_argument", f"{root_name} {root}: a rank of this communicator (0..{n - 1})")
+        side = self._mine("tensor", side, _is_tensor)
+        dev, gpus = self._device, (self._gpus if many else [self._gpu])
+        structs = [dev._tensor_buffer(t, gpus[r], f"tensor[{r}]" if many else "tensor") for r, t in enumerate(side)]
+        nbytes, dtype = structs[0].size, side[0].dtype
+        for r, (t, b) in enumerate(zip(side, structs)):
+            if t.dtype != dtype or b.size != nbytes:
+                raise Error("invalid_argument", f"every rank's tensor must have the same dtype and bytes: "
+                                                f"{[(str(x.dtype), y.size) for x, y in zip(side, structs)]}")
+        at_root = many or self.rank == root
+        root_gpu = gpus[root] if many else self._gpu
+        staged = False  # a list not back to back goes through a staging tensor
+        if root_side is None or (isinstance(root_side, (list, tuple)) and len(root_side) == 0):
+            if at_root:
+                raise Error("invalid_argument", f"{op}: the {root_name} rank ({root}) gives {list_name}: {n} tensors "
+                                                f"like tensor, or one of {n} x its elements")
+            flat = None
+        elif _is_tensor(root_side):
+            flat = root_side
+        else:
+            if not at_root:
+                raise Error("invalid_argument", f"{op}: {list_name} is given only on the {root_name} rank ({root}), "
+                                                "as in torch.distributed")
+            parts = list(root_side)
+            if len(parts) != n or not all(_is_tensor(t) for t in parts):
+                raise Error("invalid_argument", f"{op}: {list_name} holds one tensor per rank ({n}), "
+                                                f"not {len(parts)}")
+            for r, t in enumerate(parts):
+                if t.dtype != dtype or t.numel() * t.element_size() != nbytes:
+                    raise Error("invalid_argument", f"{list_name}[{r}] is {t.dtype} of {t.numel() * t.element_size()} "
+                                                    f"bytes; every one must be tensor's {dtype} of {nbytes} bytes")
+            flat = _back_to_back(parts)
+            if flat is not None and not flat.is_cuda:
+                try:  # on the emulated node, only if the engines reach that memory
+                    dev._tensor_buffer(flat, root_gpu, list_name)
+                except Error:
+                    flat = None
+            staged = flat is None
+            if staged:
+                flat = self._staging(side[0], n * side[0].numel(), root_gpu, stream)
+                if op == "scatter":
+                    with _on_stream(flat, stream):
+                        flat.view(n, -1).copy_(_torch_mod().stack([t.reshape(-1) for t in parts]))
+        root_struct = None
+        if flat is not None:
+            if flat.dtype != dtype:
+                raise Error("invalid_argument", f"{list_name} is {flat.dtype} and tensor {dtype}: give both the same "
+                                                "dtype, as torch.distributed does")
+            root_struct = dev._tensor_buffer(flat, root_gpu, list_name)
+            if root_struct.size != n * nbytes:
+                raise Error("invalid_argument", f"{list_name} as one tensor has {root_struct.size} bytes; it must be "
+                                                f"world size ({n}) times tensor's {nbytes} bytes ({n * nbytes})")
+        s = (_Buffer * len(structs))(*structs)
+        handle = self._tensor_stream(side, stream)
+        rs = ctypes.byref(root_struct) if root_struct is not None else None
+        args = _integer("bytes", nbytes, "size_t"), root, h, handle
+        _check(_gather(s, rs, *args) if op == "gather" else _scatter(rs, s, *args))
+        if op == "gather" and staged:
+            with _on_stream(flat, stream):
+                for r, t in enumerate(root_side):
+                    t.copy_(flat.view(n, -1)[r].view(t.shape))
+
+    def _staging(self, like, numel, gpu, stream):
+        """A tensor of numel elements of like's dtype the library reaches: on CUDA a fresh
+        one on like's device (allocated on `stream`); on the emulated node one over a new
+        buffer of `gpu` (freed with the tensor)."""
+        torch = _torch_mod()
+        if like.is_cuda:
+            with _on_stream(like, stream):
+                return torch.empty(numel, dtype=like.dtype, device=like.device)
+        buf = self._device.alloc(gpu, numel * like.element_size())
+        t = torch.from_dlpack(buf).view(like.dtype)
+        weakref.finalize(t, buf.free)
+        return t
+
     # ---- PyTorch tensors: the torch.distributed calls' shapes ----
     # nv backend: CUDA tensors (registered as they come), ordered on a CUDA
     # stream. emu: CPU tensors that view this device's buffers
@@ -1476,6 +1616,40 @@ def _is_tensor(t):
 def _tensors(x):
     """Whether x is a tensor, or a non-empty list of them (one per rank)."""
     return _is_tensor(x) or (isinstance(x, (list, tuple)) and len(x) > 0 and all(_is_tensor(t) for t in x))
+
+
+def _torch_mod():
+    import torch
+    return torch
+
+
+def _back_to_back(parts):
+    """One 1-D tensor over `parts` when they lie back to back in one storage, in order
+    (tensor.chunk(n) or unbind(0) of a contiguous tensor); else None."""
+    first = parts[0]
+    if not all(t.is_contiguous() and t.device == first.device for t in parts):
+        return None
+    step = first.numel() * first.element_size()
+    if any(t.data_ptr() != first.data_ptr() + r * step for r, t in enumerate(parts)):
+        return None
+    try:
+        if any(t.storage().data_ptr() != first.storage().data_ptr() for t in parts):
+            return None
+        return first.new_empty(0).set_(first.storage(), first.storage_offset(), (first.numel() * len(parts),))
+    except (RuntimeError, AttributeError):
+        return None
+
+
+def _on_stream(t, stream):
+    """torch's copies of a CUDA call's staging go on the call's stream: `stream` (a
+    torch.cuda.Stream or a CUstream handle), or torch's current one when None."""
+    import contextlib
+    if not getattr(t, "is_cuda", False) or stream is None:
+        return contextlib.nullcontext()
+    torch = _torch_mod()
+    if not isinstance(stream, torch.cuda.Stream):
+        stream = torch.cuda.ExternalStream(_integer("stream", stream, "uint64"))
+    return torch.cuda.stream(stream)
 
 
 def _stream_handle(stream):

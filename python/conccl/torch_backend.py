@@ -250,9 +250,8 @@ class _GroupSurface:
         return self._launch("all_to_all", list(output_tensors) + list(input_tensors), body, result=output_tensors)
 
     def gather(self, output_lists, input_tensors, opts):
-        # An all-gather kept by the root: n times the root's traffic on the other
-        # ranks' engines (the C API's conccl_gather has no tensor form in the Python
-        # package yet).
+        # The form over the group's own steps (groups across nodes): an all-gather kept
+        # by the root. ProcessGroupConccl has its own, on the library's gather.
         inp = input_tensors[0]
         outs = output_lists[0] if self._rank == opts.rootRank else []
         if self._rank == opts.rootRank and len(outs) != self._size:
@@ -266,8 +265,8 @@ class _GroupSurface:
         return self._launch("gather", [inp] + list(outs), body, result=output_lists)
 
     def scatter(self, output_tensors, input_lists, opts):
-        # A broadcast of the root's tensors, each rank keeping its own (the C API's
-        # conccl_scatter has no tensor form in the Python package yet).
+        # The form over the group's own steps (groups across nodes): a broadcast of the
+        # root's tensors, each rank keeping its own. ProcessGroupConccl has its own.
         out, root = output_tensors[0], opts.rootRank
         ins = input_lists[0] if self._rank == root else []
         if self._rank == root and len(ins) != self._size:
@@ -611,6 +610,47 @@ class ProcessGroupConccl(_GroupSurface, dist.ProcessGroup):
 
     def _broadcast_all(self, what, flat, root):
         self._elementwise(what, flat, lambda v: self._comm.broadcast(v, src=root), copy_out=True)
+
+    # gather and scatter on the library's own calls: each rank's piece moves once, to
+    # or from the root alone (the shared forms above move n times that).
+    def _rooted_check(self, what, root, tensors, one):
+        for r, t in enumerate(tensors):
+            if t.numel() != one.numel() or t.dtype != one.dtype:
+                raise RuntimeError(f"conccl backend: {what}: tensor {r} of the list is {t.dtype} x {t.numel()}; "
+                                   f"each must be {one.dtype} x {one.numel()}, as the {what}'s own tensor")
+        if len(tensors) not in (0, self._size) or (self._rank == root) != (len(tensors) == self._size):
+            raise RuntimeError(f"conccl backend: {what}: the root ({root}) alone gives a list of {self._size} tensors")
+
+    def gather(self, output_lists, input_tensors, opts):
+        inp, root = input_tensors[0], opts.rootRank
+        outs = list(output_lists[0]) if output_lists else []
+        self._rooted_check("gather", root, outs, inp)
+
+        def body():
+            n, k, fi = self._size, inp.numel(), self._flat(inp)
+            for o, m, vi, vo in self._pieces("gather", inp, k, 1, n):
+                vi.copy_(fi[o:o + m])
+                # vo on every rank: off the root it says where the root's lies (same offsets).
+                self._comm.gather(vi, vo, root)
+                rows = vo.view(n, m)
+                for r, out in enumerate(outs):
+                    self._flat(out)[o:o + m].copy_(rows[r])
+        return self._launch("gather", [inp] + outs, body, result=output_lists)
+
+    def scatter(self, output_tensors, input_lists, opts):
+        out, root = output_tensors[0], opts.rootRank
+        ins = list(input_lists[0]) if input_lists else []
+        self._rooted_check("scatter", root, ins, out)
+
+        def body():
+            n, k, fo = self._size, out.numel(), self._flat(out)
+            for o, m, vi, vo in self._pieces("scatter", out, k, n, 1):
+                rows = vi.view(n, m)
+                for r, t in enumerate(ins):
+                    rows[r].copy_(self._flat(t)[o:o + m])
+                self._comm.scatter(vo, vi, root)
+                fo[o:o + m].copy_(vo)
+        return self._launch("scatter", [out] + ins, body, result=output_tensors)
 
     # ---- the ops ----
     def allreduce(self, tensors, opts=None):

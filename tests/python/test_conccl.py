@@ -768,6 +768,59 @@ class TorchShapesTest(unittest.TestCase):
                 comm.broadcast(tensors[:2] + [self.tensor(dev, r, (8, 333), torch.int32) for r in (2, 3)], 0)
             self.assertIn("same bytes", cm.exception.message)
 
+    def test_gather_and_scatter_tensors(self):
+        # torch.distributed.gather(tensor, gather_list, dst) / scatter(tensor, scatter_list, src):
+        # a list of one tensor per rank on the root (back to back, or anywhere), or one tensor.
+        torch = self.torch
+        with conccl.Device("emu", settings="preset=mi300x") as dev:
+            n, shape = 4, (3, 257)
+            comm = conccl.Communicator(dev, range(n))
+            inputs = [self.tensor(dev, r, shape, torch.int32) for r in range(n)]
+            sent = [t.clone() for t in inputs]
+            # Back to back: chunks of one device buffer, written in place.
+            whole = self.tensor(dev, 2, (n * shape[0], shape[1]), torch.int32)
+            comm.gather(inputs, list(whole.chunk(n)), 2)
+            self.assertTrue(torch.equal(whole, torch.cat(sent)), "gather into chunks")
+            # Anywhere: plain CPU tensors, through a staging buffer; random before, so a
+            # tensor left alone would show.
+            loose = [torch.randint(-2**31, 2**31 - 1, shape, dtype=torch.int32) for _ in range(n)]
+            comm.gather(inputs, loose, dst=1)
+            for r in range(n):
+                self.assertTrue(torch.equal(loose[r], sent[r]), f"gather_list[{r}]")
+            # One tensor of n times the elements.
+            flat = self.tensor(dev, 0, (n,) + shape, torch.int32)
+            comm.gather(inputs, flat, 0)
+            self.assertTrue(torch.equal(flat, torch.stack(sent)))
+            # Scatter: every rank's output gets its part of the root's list or tensor.
+            outputs = [self.tensor(dev, r, shape, torch.int32) for r in range(n)]
+            parts = [torch.randint(-2**31, 2**31 - 1, shape, dtype=torch.int32) for _ in range(n)]
+            comm.scatter(outputs, parts, src=3)
+            for r in range(n):
+                self.assertTrue(torch.equal(outputs[r], parts[r]), f"scatter to rank {r}")
+            src = self.tensor(dev, 1, (n * shape[0], shape[1]), torch.int32)
+            comm.scatter(outputs, list(src.chunk(n)), 1)
+            for r in range(n):
+                self.assertTrue(torch.equal(outputs[r], src[r * shape[0]:(r + 1) * shape[0]]), f"rank {r}")
+            for t, want in zip(inputs, sent):
+                self.assertTrue(torch.equal(t, want), "gather's inputs are not written")
+            # Errors name the argument and the rule.
+            with self.assertRaises(conccl.Error) as cm:
+                comm.gather(inputs, loose[:3], 0)
+            self.assertIn("one tensor per rank (4)", cm.exception.message)
+            with self.assertRaises(conccl.Error) as cm:
+                comm.gather(inputs, None, 0)
+            self.assertIn("gives gather_list", cm.exception.message)
+            with self.assertRaises(conccl.Error) as cm:
+                comm.scatter(outputs, parts, src=n)
+            self.assertIn("src 4", cm.exception.message)
+            with self.assertRaises(conccl.Error) as cm:
+                comm.gather(inputs, [p.to(torch.float32) for p in loose], 0)
+            self.assertIn("gather_list[0] is torch.float32", cm.exception.message)
+            small = self.tensor(dev, 0, (n * shape[0] - 1, shape[1]), torch.int32)
+            with self.assertRaises(conccl.Error) as cm:
+                comm.gather(inputs, small, 0)
+            self.assertIn("world size (4) times", cm.exception.message)
+
     def test_one_process_per_rank_takes_this_ranks_tensors(self):
         # As torch.distributed: each process gives its own output and input tensor.
         rank_script = """
@@ -792,6 +845,22 @@ with conccl.Device("emu", settings="preset=mi300x", process_slot=r) as dev:
         assert torch.equal(gathered[s * n * k:(s + 1) * n * k], tensor(dev, (n * k, m), 100 + s)), s
     comm.broadcast(inp, 1)  # torch.distributed.broadcast(tensor, src)
     assert torch.equal(inp, tensor(dev, (n * k, m), 101)), "broadcast"
+    # gather(tensor, gather_list, dst): the list on dst alone; scatter(tensor, scatter_list, src).
+    mine = tensor(dev, (k, m), 400 + r)
+    got = [tensor(dev, (k, m), 700 + s) for s in range(n)] if r == 2 else None  # random: unwritten shows
+    comm.gather(mine, got, dst=2)
+    if r == 2:
+        for s in range(n):
+            assert torch.equal(got[s], tensor(dev, (k, m), 400 + s)), ("gather", s)
+    out = tensor(dev, (k, m), 500 + r)
+    parts = [tensor(dev, (k, m), 600 + s) for s in range(n)] if r == 0 else None
+    comm.scatter(out, parts, 0)
+    assert torch.equal(out, tensor(dev, (k, m), 600 + r)), "scatter"
+    try:
+        comm.gather(mine, [mine] * n, dst=0 if r else 1)
+        raise AssertionError("a gather_list off dst was taken")
+    except conccl.Error as e:
+        assert "only on the dst rank" in e.message, e.message
 print("ok", r)
 """
         n = 3
