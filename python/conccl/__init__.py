@@ -1245,6 +1245,11 @@ class Communicator(_Child):
     def _rooted_tensors(self, op, side, root_side=None, root=0, *, stream=None):
         """gather (side: the inputs; root_side: the root's gather_list) and scatter (side:
         the outputs; root_side: the root's scatter_list), in torch.distributed's shapes."""
+        # conccl.torch: with a SymmetricPool on this communicator, tensors outside it are
+        # staged through the pool (as _tensor_call's).
+        pools = __import__("sys").modules.get(__name__ + ".torch")
+        if pools is not None and pools._staged_rooted(self, op, side, root_side, root, stream):
+            return
         h = self._handle()
         n, many = self.size, self.rank < 0
         list_name, root_name = ("gather_list", "dst") if op == "gather" else ("scatter_list", "src")

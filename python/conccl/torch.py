@@ -428,6 +428,72 @@ def _staged_call(comm, op, outputs, inputs, stream, splits=(None, None), src=Non
     return True
 
 
+def _staged_rooted(comm, op, side, root_side, root, stream):
+    """Communicator.gather / scatter's hook (one process per rank, a pool on `comm`);
+    returns True when it made the call. This rank's tensor goes through the pool's staging
+    area when it is not a contiguous tensor of the pool. The root's side (its list, or one
+    tensor) goes through the area's second part on every rank, since the other ranks must
+    name where it lies and cannot see the root's arguments, unless this rank passes a
+    contiguous pool tensor for it: then every rank must, at the same offset (the symmetric
+    form, written in place; the call refuses ranks that disagree). Every rank takes the
+    same area (its tensor's bytes, then n times them), so that the heap stays alike."""
+    pool = pool_of(comm)
+    if pool is None or comm.rank < 0 or not isinstance(root, int) or not 0 <= root < comm.size:
+        return False
+    t = _one(side)
+    if t is None:
+        return False  # the call itself names what is wrong
+    n, b, at_root = comm.size, _nbytes(t), comm.rank == root
+    listed = isinstance(root_side, (list, tuple)) and len(root_side) > 0
+    if at_root and listed and (len(root_side) != n or not all(
+            conccl._is_tensor(x) and x.dtype == t.dtype and _nbytes(x) == b for x in root_side)):
+        return False
+    if at_root and conccl._is_tensor(root_side) and (root_side.dtype != t.dtype or _nbytes(root_side) != n * b):
+        return False
+    if not at_root and listed:
+        return False
+
+    def fast(x):
+        return x.is_contiguous() and pool.owns(x)
+
+    torch = _torch()
+    if getattr(t, "is_cuda", False):
+        s = _torch_stream(torch, stream)
+        key, sync, ctx = s.cuda_stream, s.synchronize, torch.cuda.stream(s)
+    else:
+        key, sync, ctx = None, (lambda: None), contextlib.nullcontext()
+    root_at = (b + _ALIGN - 1) // _ALIGN * _ALIGN
+    area = pool._area(key, root_at + n * b, sync)
+    stage_side = not fast(t)
+    symmetric = conccl._is_tensor(root_side) and fast(root_side)
+    if not stage_side and symmetric:
+        return False
+    si = area.tensor[:b].view(t.dtype).view(t.shape) if stage_side else t
+    sr = root_side if symmetric else area.tensor[root_at:root_at + n * b].view(t.dtype)
+    stage_root = at_root and not symmetric
+    with ctx:
+        if stage_side and op == "gather":
+            si.copy_(t)
+        if stage_root and op == "scatter":
+            rows = sr.view(n, -1)
+            if conccl._is_tensor(root_side):
+                rows.copy_(root_side.reshape(n, -1))
+            else:
+                for r, x in enumerate(root_side):
+                    rows[r].copy_(x.reshape(-1))
+        comm._rooted_tensors(op, si, sr, root, stream=stream)
+        if stage_side and op == "scatter":
+            t.copy_(si)
+        if stage_root and op == "gather":
+            rows = sr.view(n, -1)
+            if conccl._is_tensor(root_side):
+                root_side.copy_(rows.view(root_side.shape))
+            else:
+                for r, x in enumerate(root_side):
+                    x.copy_(rows[r].view(x.shape))
+    return True
+
+
 # torch.distributed: `import conccl.torch` makes init_process_group("conccl")
 # available (conccl/torch_backend.py, docs/torch-backend.md).
 def _register_backend():

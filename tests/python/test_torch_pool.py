@@ -119,6 +119,32 @@ with conccl.Device("emu", settings="preset=mi300x", process_slot=r) as dev:
     b = data(r, 12, (k, m))
     comm.broadcast(b, 1)
     assert torch.equal(b, data(1, 12, (k, m)))
+    # gather and scatter of plain tensors: this rank's staged, and the root's list too
+    # (random before, so a tensor left alone shows); then pool tensors, the root's
+    # list the chunks of a pool tensor (written in place).
+    g_in = data(r, 15, (k, m))
+    g_list = [data(s, 16, (k, m)) for s in range(n)] if r == n - 1 else None
+    comm.gather(g_in, g_list, dst=n - 1)
+    if r == n - 1:
+        for s in range(n):
+            assert torch.equal(g_list[s], data(s, 15, (k, m))), ("gather", s)
+    s_out = data(r, 17, (k, m))
+    s_list = [data(s, 18, (k, m)) for s in range(n)] if r == 1 else None
+    comm.scatter(s_out, s_list, src=1)
+    assert torch.equal(s_out, data(r, 18, (k, m))), "scatter"
+    inp.copy_(data(r, 19, (k, m)))
+    comm.gather(inp, list(out.chunk(n)) if r == 0 else None, 0)
+    if r == 0:
+        check_gathered(out, 19)
+    # The symmetric form: every rank names the root's pool tensor (same offset everywhere).
+    s_out2 = pool.empty((k, m), dtype=torch.int32)
+    comm.scatter(s_out2, out, 0)
+    assert torch.equal(s_out2, data(r, 19, (k, m))), "scatter of pool tensors"
+    inp.copy_(data(r, 20, (k, m)))
+    comm.gather(inp, out, n - 1)
+    if r == n - 1:
+        check_gathered(out, 20)
+    del s_out2
     # A bigger call grows the staging area (every rank alike).
     big_in, big_out = data(r, 13, (4 * k, m)), torch.zeros((4 * n * k, m), dtype=torch.int32)
     comm.all_gather_into_tensor(big_out, big_in)
