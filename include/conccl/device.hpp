@@ -102,6 +102,13 @@ class Device {
   // CPU pointer for [va, va+bytes) when the range is CPU-visible, else null.
   virtual void* host_pointer(uint64_t va, size_t bytes) = 0;
 
+  // Where the host reaches [va, va+bytes) when it stands in for the GPU's
+  // compute (the emulator's stream and reduce step, which run on the host):
+  // host_pointer, except on an emulated node whose host does not map GPU
+  // memory (its setting host_maps_gpu_memory=0), where GPU memory is still
+  // reached here.
+  virtual void* compute_pointer(uint64_t va, size_t bytes) { return host_pointer(va, bytes); }
+
   // Whether engines can reach [va, va+bytes) (false: a packet touching it
   // would fault). Backends that cannot tell answer true.
   virtual bool is_mapped(uint64_t va, size_t bytes) { return host_pointer(va, bytes) != nullptr; }

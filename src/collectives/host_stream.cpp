@@ -50,12 +50,12 @@ struct HostStream::Impl {
   Status execute(const Op& op) {
     if (op.kind == Op::work) return op.fn();
     if (op.kind == Op::write32) {
-      auto* p32 = static_cast<uint32_t*>(device->host_pointer(op.va, 4));
+      auto* p32 = static_cast<uint32_t*>(device->compute_pointer(op.va, 4));
       if (!p32 || op.va % 4) return error(Code::invalid_argument, "HostStream: " + hex(op.va) + " has no host mapping or is not 4-aligned");
       std::atomic_ref<uint32_t>(*p32).store(uint32_t(op.value), std::memory_order_release);
       return Status();
     }
-    auto* p = static_cast<uint64_t*>(device->host_pointer(op.va, 8));
+    auto* p = static_cast<uint64_t*>(device->compute_pointer(op.va, 8));
     if (!p) return error(Code::invalid_argument, "HostStream: " + hex(op.va) + " has no host mapping");
     std::atomic_ref<uint64_t> word(*p);
     if (op.kind == Op::write) {
@@ -196,7 +196,7 @@ bool HostStream::capturing() const {
 
 Status HostStream::replay_tick(const ReplayTick& tick) {
   Device* device = impl_->device;
-  auto word = [device](uint64_t va) { return static_cast<uint64_t*>(device->host_pointer(va, 8)); };
+  auto word = [device](uint64_t va) { return static_cast<uint64_t*>(device->compute_pointer(va, 8)); };
   uint64_t *counter = word(tick.counter), *reset = word(tick.reset), *stop = word(tick.stop);
   if (!counter || !reset || !stop)
     return error(Code::invalid_argument, "HostStream::replay_tick: a word without a host mapping (counter " +

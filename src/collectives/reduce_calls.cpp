@@ -80,13 +80,13 @@ Status reduce_through_host_mapping(Device& device, const DeviceReduceStep& step)
   const size_t bytes = step.count * dtype_size(step.dtype);
   std::vector<const void*> in;
   for (size_t i = 0; i < step.inputs.size(); ++i) {
-    const void* p = step.count ? device.host_pointer(step.inputs[i], bytes) : nullptr;
+    const void* p = step.count ? device.compute_pointer(step.inputs[i], bytes) : nullptr;
     if (step.count && !p)
       return error(Code::invalid_argument, "reduce: input " + std::to_string(i) + " at " + hex(step.inputs[i]) +
                                                " (" + std::to_string(bytes) + " bytes) has no host mapping");
     in.push_back(p);
   }
-  void* out = step.count ? device.host_pointer(step.out, bytes) : nullptr;
+  void* out = step.count ? device.compute_pointer(step.out, bytes) : nullptr;
   if (step.count && !out)
     return error(Code::invalid_argument,
                  "reduce: the output at " + hex(step.out) + " (" + std::to_string(bytes) + " bytes) has no host mapping");

@@ -66,6 +66,8 @@ bool keeper_ends_replays() {
 std::string make_env(RankEnv& e, int me, int n, const UniqueId& id, int64_t call_timeout_ms = 60000) {
   DeviceOptions o;
   o.settings = "preset=mi300x memory_per_gpu=256M";
+  // More emulator settings for a whole run (ctest variants; window_calls_test.cpp).
+  if (const char* more = std::getenv("CONCCL_TEST_EMU_SETTINGS")) o.settings += std::string(" ") + more;
   o.process_slot = me;
   Result<std::unique_ptr<emu::EmuDevice>> dev = emu::create(o);
   if (!dev.ok()) return dev.status().to_string();

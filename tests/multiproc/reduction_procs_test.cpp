@@ -8,6 +8,8 @@
 // from their seeds).
 #include <gtest/gtest.h>
 
+#include <cstdlib>
+
 #include <cstring>
 
 #include "collectives/reduction_test_data.hpp"
@@ -80,6 +82,8 @@ std::string one(Communicator& c, Device& dev, const Buffer& mem, HostStream* str
 int rank_main(const ProcsSetup& s, const UniqueId& id, int me, std::string* out) {
   DeviceOptions o;
   o.settings = "preset=mi300x memory_per_gpu=1G";
+  // More emulator settings for a whole run (ctest variants; window_calls_test.cpp).
+  if (const char* more = std::getenv("CONCCL_TEST_EMU_SETTINGS")) o.settings += std::string(" ") + more;
   o.process_slot = me;
   Result<std::unique_ptr<emu::EmuDevice>> dev = emu::create(o);
   if (!dev.ok()) return *out += dev.status().to_string(), 2;

@@ -42,6 +42,9 @@ struct NodeSetup {
 DeviceOptions dev_opts(const NodeSetup& s, int rank) {
   DeviceOptions o;
   o.settings = std::string("preset=") + s.preset + " memory_per_gpu=2G";
+  // More emulator settings for a whole run (the ctest variants): say,
+  // host_maps_gpu_memory=0, a host with no mapping of GPU memory, as CUDA's.
+  if (const char* more = std::getenv("CONCCL_TEST_EMU_SETTINGS")) o.settings += std::string(" ") + more;
   o.process_slot = rank;
   return o;
 }
@@ -534,7 +537,7 @@ class PostHoldingStream final : public StreamOps {
   // Stores the held word now, from the host (queued on the stream, it would
   // run only after the call's waits, which wait for it).
   bool release(Device& dev) {
-    auto* p = static_cast<uint64_t*>(dev.host_pointer(held.va, 8));
+    auto* p = static_cast<uint64_t*>(dev.compute_pointer(held.va, 8));
     if (!p) return false;
     std::atomic_ref<uint64_t>(*p).store(held.value, std::memory_order_release);
     return true;

@@ -270,7 +270,9 @@ class EmuDeviceImpl final : public EmuDevice {
     return std::unique_ptr<Queue>(std::move(q));
   }
 
-  void* host_pointer(uint64_t va, size_t bytes) override { return node_->translate(va, bytes); }
+  void* host_pointer(uint64_t va, size_t bytes) override { return node_->host_translate(va, bytes); }
+  void* compute_pointer(uint64_t va, size_t bytes) override { return node_->translate(va, bytes); }
+  bool is_mapped(uint64_t va, size_t bytes) override { return node_->translate(va, bytes) != nullptr; }
 
   // The emulated GPU's compute: the host, on the arena (docs/reductions.md).
   Status reduce_now(const DeviceReduceStep& step, Deadline) override {
@@ -299,7 +301,7 @@ class EmuDeviceImpl final : public EmuDevice {
   Status import_shared(const SharedRegion& r, int fd) override {
     const std::string name = r.kind == MemKind::host ? "host memory of another process"
                                                      : "gpu" + std::to_string(r.gpu) + " memory of another process";
-    return node_->import_arena(name, r.va, r.size, fd);
+    return node_->import_arena(name, r.va, r.size, fd, r.kind != MemKind::host);
   }
   void wake_pollers() override { node_->memory_changed(); }
 
@@ -353,6 +355,7 @@ Result<std::unique_ptr<EmuDevice>> create_node(const NodeOptions& options) {
   auto node = std::make_shared<Node>(std::move(topo).value(), size_t(1) << 30, gpu_bytes,
                                      std::max(0, options.process_slot));
   CONCCL_RETURN_IF_ERROR(node->init());
+  node->set_host_maps_gpu_memory(options.host_maps_gpu_memory);
   return std::unique_ptr<EmuDevice>(new EmuDeviceImpl(std::move(node), options.process_slot));
 }
 

@@ -61,6 +61,17 @@ void* Node::translate(uint64_t va, uint64_t bytes) const {
   return nullptr;
 }
 
+void* Node::host_translate(uint64_t va, uint64_t bytes) const {
+  if (host_maps_gpu_) return translate(va, bytes);
+  if (void* p = host_->translate(va, bytes)) return p;
+  if (void* p = channels_->translate(va, bytes)) return p;
+  const size_t n = import_count_.load(std::memory_order_acquire);
+  for (size_t i = 0; i < n; ++i)
+    if (!import_gpu_[i])
+      if (void* p = imports_[i].load(std::memory_order_relaxed)->translate(va, bytes)) return p;
+  return nullptr;
+}
+
 Arena* Node::own_arena(uint64_t va, uint64_t bytes) {
   if (host_->contains(va, bytes)) return host_.get();
   for (auto& a : gpus_)
@@ -68,7 +79,7 @@ Arena* Node::own_arena(uint64_t va, uint64_t bytes) {
   return nullptr;
 }
 
-Status Node::import_arena(const std::string& name, uint64_t va, uint64_t size, int fd) {
+Status Node::import_arena(const std::string& name, uint64_t va, uint64_t size, int fd, bool gpu_memory) {
   std::lock_guard<std::mutex> lock(import_mu_);
   const size_t n = import_count_.load(std::memory_order_relaxed);
   auto overlaps = [&](const Arena& a) { return va < a.va_base() + a.size() && a.va_base() < va + size; };
@@ -107,6 +118,7 @@ Status Node::import_arena(const std::string& name, uint64_t va, uint64_t size, i
   Result<std::unique_ptr<Arena>> a = Arena::map(name, va, size, fd);
   if (!a.ok()) return a.status();
   imports_[n].store(a->get(), std::memory_order_relaxed);
+  import_gpu_[n] = gpu_memory;
   import_owner_.push_back(std::move(a).value());
   import_count_.store(n + 1, std::memory_order_release);
   return Status();

@@ -168,9 +168,13 @@ class Node {
   // Maps another process's arena (multi-process communicators); an arena
   // mapped before is reused. Imports stay mapped until the node is destroyed,
   // so no engine ever loses memory it may still be writing.
-  Status import_arena(const std::string& name, uint64_t va, uint64_t size, int fd);
+  Status import_arena(const std::string& name, uint64_t va, uint64_t size, int fd, bool gpu_memory);
   // Host pointer for an engine access, or null (-> page fault).
   void* translate(uint64_t va, uint64_t bytes) const;
+  // The same for the host's own accesses (Device::host_pointer): null for
+  // GPU memory when the host does not map it (NodeOptions::host_maps_gpu_memory).
+  void* host_translate(uint64_t va, uint64_t bytes) const;
+  void set_host_maps_gpu_memory(bool on) { host_maps_gpu_ = on; }
   // Memory changed: wake engines blocked on polls.
   void memory_changed();
   int next_queue_id() { return next_queue_id_.fetch_add(1); }
@@ -186,6 +190,8 @@ class Node {
   // a lock (count_ published with release after the slot is filled).
   static constexpr size_t kMaxImports = 1024;
   std::unique_ptr<std::atomic<Arena*>[]> imports_{new std::atomic<Arena*>[kMaxImports]()};
+  std::unique_ptr<bool[]> import_gpu_{new bool[kMaxImports]()};  // filled before the count publishes it
+  bool host_maps_gpu_ = true;
   std::atomic<size_t> import_count_{0};
   std::vector<std::unique_ptr<Arena>> import_owner_;
   std::mutex import_mu_;

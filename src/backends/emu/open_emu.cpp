@@ -21,6 +21,9 @@ Result<NodeOptions> node_options(const DeviceOptions& options) {
   CONCCL_RETURN_IF_ERROR(s->take("memory_per_gpu", &mem));
   o.memory_per_gpu = static_cast<size_t>(mem);
   if (s->has("visible")) CONCCL_RETURN_IF_ERROR(s->take("visible", &o.visible));
+  int maps = 1;
+  CONCCL_RETURN_IF_ERROR(s->take("host_maps_gpu_memory", 0, 1, &maps));
+  o.host_maps_gpu_memory = maps != 0;
   CONCCL_RETURN_IF_ERROR(s->finish());
   return o;
 }

@@ -25,6 +25,13 @@ struct NodeOptions {
   // (cgroups, Slurm, Kubernetes, --device) leaves them: indices renumbered
   // from 0, links to the hidden ones gone, node_gpu_id kept. Empty: all.
   std::vector<int> visible;
+  // Whether Device::host_pointer finds GPU memory (emulated HBM, this
+  // process's or another's). 0 models a GPU whose memory the host has no
+  // mapping of, as CUDA memory on the nv backend: host_pointer() is null
+  // there, while engines (and compute_pointer, the emulated compute) still
+  // reach it; Buffers from alloc keep their pointer, for tests to fill and
+  // check.
+  bool host_maps_gpu_memory = true;
 };
 
 // DeviceOptions' settings into NodeOptions; errors name a bad or unknown

@@ -1,6 +1,7 @@
 // tests/backends/emu/topology_test.cpp - presets, custom shapes, memory, queue creation.
 #include <gtest/gtest.h>
 
+#include <cstring>
 #include <random>
 #include <set>
 #include <vector>
@@ -144,6 +145,49 @@ TEST(EmuTopology, SmallAndCustomShapes) {
   EXPECT_EQ(dev->topology().gpus[0].isa, Isa::sdma_gen(sdma::Gen::v5_2));
   ASSERT_OK_AND_ASSIGN(q, make_queue(*dev, 0, 0, 4096));
   EXPECT_EQ(q->gen(), sdma::Gen::v5_2);
+}
+
+// host_maps_gpu_memory=0: a host with no mapping of GPU memory (as CUDA's
+// on the nv backend). Lookups by address find host memory only; the engines
+// and the emulated compute (compute_pointer) still reach GPU memory.
+TEST(EmuTopology, HostWithoutAMappingOfGpuMemory) {
+  DeviceOptions o;
+  o.settings = "preset=small host_maps_gpu_memory=0";
+  std::unique_ptr<emu::EmuDevice> dev;
+  ASSERT_OK_AND_ASSIGN(dev, emu::create(o));
+  Buffer gpu, host;
+  ASSERT_OK_AND_ASSIGN(gpu, dev->alloc(0, 4096, MemKind::device));
+  ASSERT_OK_AND_ASSIGN(host, dev->alloc(-1, 4096, MemKind::host));
+  EXPECT_EQ(dev->host_pointer(gpu.va, 8), nullptr) << "GPU memory found by address";
+  EXPECT_EQ(dev->host_pointer(host.va, 8), host.host);
+  EXPECT_TRUE(dev->is_mapped(gpu.va, 4096)) << "the engines reach it";
+  ASSERT_NE(dev->compute_pointer(gpu.va, 8), nullptr);
+  EXPECT_EQ(dev->compute_pointer(gpu.va, 8), gpu.host);
+  // An engine copies host -> GPU -> host through it.
+  std::mt19937_64 rng(77);
+  std::vector<uint8_t> data(4096);
+  for (uint8_t& b : data) b = static_cast<uint8_t>(rng());
+  std::memcpy(host.host, data.data(), data.size());
+  Buffer back;
+  ASSERT_OK_AND_ASSIGN(back, dev->alloc(-1, 4096, MemKind::host));
+  std::unique_ptr<Queue> q;
+  ASSERT_OK_AND_ASSIGN(q, dev->create_queue(0, dev->topology().gpus[0].engines[0].id));
+  CommandBuffer cb = q->command_buffer();
+  ASSERT_OK(cb.copy(gpu.va, host.va, 4096));
+  ASSERT_OK(cb.copy(back.va, gpu.va, 4096));
+  ASSERT_OK(run(*q, cb));
+  EXPECT_EQ(std::memcmp(back.host, data.data(), data.size()), 0);
+  // The default maps it, as the emulator always did.
+  std::unique_ptr<emu::EmuDevice> plain;
+  ASSERT_OK_AND_ASSIGN(plain, emu::create(DeviceOptions{}));
+  Buffer g2;
+  ASSERT_OK_AND_ASSIGN(g2, plain->alloc(0, 4096, MemKind::device));
+  EXPECT_EQ(plain->host_pointer(g2.va, 8), g2.host);
+  // Only 0 and 1.
+  o.settings = "host_maps_gpu_memory=2";
+  Result<std::unique_ptr<emu::EmuDevice>> bad = emu::create(o);
+  ASSERT_FALSE(bad.ok());
+  EXPECT_TRUE(contains(bad.status().message(), "host_maps_gpu_memory")) << bad.status().message();
 }
 
 TEST(EmuTopology, BadOptionsAreRefused) {
