@@ -304,7 +304,7 @@ def _capsule_destructor(capsule):
         _dl_alive.pop(m.contents.manager_ctx or 0, None)
 
 
-class Error(Exception):
+class Error(RuntimeError):
     """A ConCCL error: .status ("invalid_argument", "timeout", ...) and the library's message."""
 
     def __init__(self, status, message):

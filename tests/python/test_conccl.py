@@ -813,6 +813,8 @@ class TorchShapesTest(unittest.TestCase):
             with self.assertRaises(conccl.Error) as cm:
                 comm.scatter(outputs, parts, src=n)
             self.assertIn("src 4", cm.exception.message)
+            with self.assertRaises(RuntimeError):  # what torch.distributed's callers catch
+                comm.scatter(outputs, parts, src=-1)
             with self.assertRaises(conccl.Error) as cm:
                 comm.gather(inputs, [p.to(torch.float32) for p in loose], 0)
             self.assertIn("gather_list[0] is torch.float32", cm.exception.message)
