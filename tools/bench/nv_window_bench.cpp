@@ -1,7 +1,10 @@
 // tools/bench/nv_window_bench.cpp - one process per rank on the H200, calls
 // through symmetric windows (Communicator::call) ordered on a CUDA stream,
-// back to back: time per call, host time per call and bootstrap messages
-// per call, for each size; every byte of one call per size verified first.
+// back to back: time per call, host time per call (mean, and the median:
+// one call's own cost, where the mean also holds the waits of calls made
+// once the host ran as far ahead of the streams as the queues let it) and
+// bootstrap messages per call, for each size; every byte of one call per
+// size verified first.
 //
 //   nv_window_bench --procs N [--op allgather|alltoall] [--min 1K] [--max 256M]
 //                   [--iters 200] [--host] [--graph] [--graph-execs K] [--kick-us N] [--engines a,b]
@@ -82,6 +85,10 @@ uint8_t pattern(int rank, uint64_t size, uint64_t i) {
 struct Row {
   uint64_t bytes = 0;
   double us = 0, host_us = 0, msgs = 0;
+  // The median host time of one call: its own cost. The mean (host_us) also
+  // holds the waits of calls made once the host ran as far ahead of the
+  // streams as the queues let it (with many calls, most of them wait).
+  double host_p50_us = 0;
   double early = 0;  // gated submission: fraction of timed calls whose gate opened before every rank posted
   uint64_t wrong = 0;
   double graph_us = 0, graph_host_us = 0;  // --graph: per replay
@@ -106,19 +113,24 @@ struct Row {
   } while (0)
 
 // `iters` calls back to back, then one stream synchronize: the time per
-// call and the host's time inside call() per call, into row->us and
-// row->host_us. Returns 0, or the exit code of a CUDA (4) or ConCCL (5) error.
+// call and the host's time inside call() per call (mean and median), into
+// row->us, row->host_us and row->host_p50_us. Returns 0, or the exit code of
+// a CUDA (4) or ConCCL (5) error.
 int time_calls(int me, Communicator& c, const CollectiveArgs& a, StreamOps* s, CUstream stream, int iters, Row* row) {
-  double host = 0;
+  std::vector<double> host(static_cast<size_t>(iters));
   const auto t0 = std::chrono::steady_clock::now();
   for (int i = 0; i < iters; ++i) {
     const auto h0 = std::chrono::steady_clock::now();
     CHECK_OK(c.call(a, s), "timed call");
-    host += std::chrono::duration<double, std::micro>(std::chrono::steady_clock::now() - h0).count();
+    host[size_t(i)] = std::chrono::duration<double, std::micro>(std::chrono::steady_clock::now() - h0).count();
   }
   CHECK_CU(cuStreamSynchronize(stream));
   row->us = std::chrono::duration<double, std::micro>(std::chrono::steady_clock::now() - t0).count() / iters;
-  row->host_us = host / iters;
+  double sum = 0;
+  for (double h : host) sum += h;
+  row->host_us = sum / iters;
+  std::nth_element(host.begin(), host.begin() + iters / 2, host.end());
+  row->host_p50_us = host[size_t(iters / 2)];
   CHECK_OK(c.async_error(), "timed calls (async)");
   return 0;
 }
@@ -272,6 +284,7 @@ int report(const Opts& o, std::vector<Row>& rows, const std::vector<Bootstrap::M
       std::memcpy(&x, m.data() + i * sizeof(Row), sizeof(Row));
       rows[i].us = std::max(rows[i].us, x.us);
       rows[i].host_us = std::max(rows[i].host_us, x.host_us);
+      rows[i].host_p50_us = std::max(rows[i].host_p50_us, x.host_p50_us);
       rows[i].msgs = std::max(rows[i].msgs, x.msgs);
       rows[i].early = std::max(rows[i].early, x.early);
       rows[i].graph_us = std::max(rows[i].graph_us, x.graph_us);
@@ -287,7 +300,8 @@ int report(const Opts& o, std::vector<Row>& rows, const std::vector<Bootstrap::M
   else
     std::printf("# nv_window_bench %s, %d processes, windows, %s-ordered\n", coll_op_name(o.op), n,
                 o.host ? "host" : "stream");
-  std::printf("%12s %12s %12s %10s %10s %8s", "bytes", "us/call", "host us", "algbw GB/s", "msgs/call", "#wrong");
+  std::printf("%12s %12s %12s %12s %10s %10s %8s", "bytes", "us/call", "host us", "host p50", "algbw GB/s", "msgs/call",
+              "#wrong");
   if (o.graph) std::printf(" %12s %12s %12s %12s", "us/replay", "host us/rep", "keeper busy", "keeper idle");
   std::printf("\n");
   std::string js = "{\"op\":\"" + std::string(coll_op_name(o.op)) + "\",\"procs\":" +
@@ -296,12 +310,13 @@ int report(const Opts& o, std::vector<Row>& rows, const std::vector<Bootstrap::M
   for (size_t i = 0; i < rows.size(); ++i) {
     const Row& x = rows[i];
     const double gbs = double(x.bytes) * nn / (x.us * 1e3);
-    std::printf("%12llu %12.2f %12.2f %10.2f %10.2f %8llu", (unsigned long long)x.bytes, x.us, x.host_us, gbs,
-                x.msgs, (unsigned long long)x.wrong);
+    std::printf("%12llu %12.2f %12.2f %12.2f %10.2f %10.2f %8llu", (unsigned long long)x.bytes, x.us, x.host_us,
+                x.host_p50_us, gbs, x.msgs, (unsigned long long)x.wrong);
     if (o.graph) std::printf(" %12.2f %12.2f %12.2f %12.2f", x.graph_us, x.graph_host_us, x.keeper_busy_us, x.keeper_idle_us);
     std::printf("\n");
     js += std::string(i ? "," : "") + "{\"bytes\":" + std::to_string(x.bytes) + ",\"us_per_call\":" +
           std::to_string(x.us) + ",\"host_us_per_call\":" + std::to_string(x.host_us) +
+          ",\"host_us_per_call_p50\":" + std::to_string(x.host_p50_us) +
           ",\"algbw_gbs\":" + std::to_string(gbs) + ",\"bootstrap_messages_per_call\":" + std::to_string(x.msgs) +
           ",\"gates_opened_early_per_call\":" + std::to_string(x.early) +
           (o.graph ? ",\"us_per_replay\":" + std::to_string(x.graph_us) +
