@@ -3,9 +3,12 @@
 # Blocks run most-wanted first; each starts only within RUN76_SECONDS (default 430) of the build's start.
 . tools/bench/nv_build_common.sh
 nvidia-smi --query-gpu=name --format=csv,noheader
-nv_configure_lib $OUT/cfg.log
-nv_build nv_window_bench sdma-probe
+nv_configure_tests $OUT/cfg.log
+nv_build nv_window_bench sdma-probe test_nv_mp_stream
 nv_build_time
+# First the multi-process stream tests with the GPU words (every byte checked), then the A/B.
+CONCCL_POSTED_WORDS=device nv_run_test backends/nv/test_nv_mp_stream 120 20
+mv $OUT/test_nv_mp_stream.log $OUT/mp_stream_device.log
 W=$B/tools/bench/nv_window_bench
 P=$(find $B -name sdma-probe -type f | head -1)
 row() { echo "$1 rc=$2: $(grep -E '^ +(1024|8192|65536) ' $OUT/$3 | awk '{printf "%s:%s/%s/p50 %s(w%s) ", $1/1024 "K", $2, $3, $4, $7}')"; }
@@ -28,4 +31,5 @@ ab "4p stream" 4
 ab "8p stream" 8
 time_left graph && { CONCCL_POSTED_WORDS=device timeout 60 $W --procs 2 --graph --min 1K --max 8K --iters 500 > $OUT/g2.log 2>&1; row "2p graph device" $? g2.log; }
 time_left allreduce && { timeout 60 $P allreduce --backend nv --procs 2 --min 1K --max 4M -d float > $OUT/ar2.log 2>&1; echo "allreduce 2 procs rc=$?"; tail -6 $OUT/ar2.log; }
-cd $OUT && tar czf /tmp/logs.tgz . 2>/dev/null; mv /tmp/logs.tgz $OUT/logs.tgz
+# One archive comes back (the device tool returns at most 8 files): every log in it.
+cd $OUT && tar czf /tmp/logs.tgz . 2>/dev/null && rm -rf $OUT/* && mv /tmp/logs.tgz $OUT/logs.tgz
