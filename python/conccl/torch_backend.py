@@ -288,12 +288,21 @@ class _GroupSurface:
         self._p2p_seq[k] = seq + 1
         return f"conccl/p2p/{src}/{dst}/{tag}/{seq}"
 
+    def _p2p_peer(self, what, peer):
+        # As torch 2.x refuses it ("destination rank should not be the same as the rank of
+        # the current process"): a transfer to itself would wait for a partner never there.
+        if not 0 <= peer < self._size or peer == self._rank:
+            raise RuntimeError(f"conccl backend: {what} rank {peer}: a rank of this group other than this one "
+                               f"(0..{self._size - 1}, this is {self._rank})")
+
     def send(self, tensors, dst, tag=0):
+        self._p2p_peer("send to", dst)
         t = tensors[0]
         self._store.set(self._p2p_key(self._rank, dst, tag), self._flat(t).cpu().view(torch.uint8).numpy().tobytes())
         return _done(tensors)
 
     def recv(self, tensors, src, tag=0):
+        self._p2p_peer("recv from", src)
         t = tensors[0]
         key = self._p2p_key(src, self._rank, tag)
         data = self._store.get(key)
@@ -422,7 +431,7 @@ class ProcessGroupConccl(_GroupSurface, dist.ProcessGroup):
             store.set(_UID_KEY, conccl.unique_id())
         uid = store.get(_UID_KEY).decode()
         emu = self._emu = kind == "emu"
-        gpu = slot % self._dev.gpu_count if emu else 0
+        gpu = self._gpu = slot % self._dev.gpu_count if emu else 0
         self._comm = conccl.Communicator(self._dev, rank=rank, nranks=size, unique_id=uid, gpu=gpu,
                                          loopback=True, timeout_ms=self._timeout_ms)
         self._store = store
@@ -449,6 +458,9 @@ class ProcessGroupConccl(_GroupSurface, dist.ProcessGroup):
         self._pool = SymmetricPool(self._comm, self._stage_bytes + pool_bytes + (64 << 10))
         self._stage = self._pool.empty(self._stage_bytes)  # uint8 (CPU or CUDA), same offset on every rank
         self._stats = {"direct_calls": 0, "staged_ops": 0}
+        # send/recv: through the store (default), or on the engines (conccl/torch_p2p.py).
+        from conccl import torch_p2p
+        self._pairs = torch_p2p.PairChannels(self) if torch_p2p.enabled() else None
 
     def stats(self):
         """Ops that ran on the caller's pool tensors directly, and ops staged."""
@@ -610,6 +622,20 @@ class ProcessGroupConccl(_GroupSurface, dist.ProcessGroup):
 
     def _broadcast_all(self, what, flat, root):
         self._elementwise(what, flat, lambda v: self._comm.broadcast(v, src=root), copy_out=True)
+
+    # send/recv on the engines with CONCCL_TORCH_P2P=engines (a communicator per ordered
+    # pair, conccl/torch_p2p.py); else through the store, as _GroupSurface's.
+    def send(self, tensors, dst, tag=0):
+        if self._pairs is None:
+            return super().send(tensors, dst, tag)
+        self._check_device("send", tensors)
+        return self._pairs.transfer(tensors[0], dst, True)
+
+    def recv(self, tensors, src, tag=0):
+        if self._pairs is None:
+            return super().recv(tensors, src, tag)
+        self._check_device("recv", tensors)
+        return self._pairs.transfer(tensors[0], src, False)
 
     # gather and scatter on the library's own calls: each rank's piece moves once, to
     # or from the root alone (the shared forms above move n times that).

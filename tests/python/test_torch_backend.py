@@ -840,6 +840,73 @@ def run_killed(c, victim):
            % (victim, time.monotonic() - t0))
 
 
+def run_p2p(c):
+    """send/recv, isend/irecv and batch_isend_irecv: blocking pairs, a ring, both
+    directions of a pair at once, several transfers on one pair in order, tensors larger
+    than the staging (the p2p scenario runs them with CONCCL_TORCH_P2P=engines and 4 KiB
+    of staging per pair); every element checked; a send to itself refused."""
+    r, n = c.rank, c.world
+    last = n - 1
+    for dtype, shape in (("float32", (3001,)), ("int64", (17, 129)), ("uint8", (5,))):
+        name = "send/recv 0->%d %s %s" % (last, dtype, shape)
+
+        def f(name=name, dtype=dtype, shape=shape):
+            x = gen(shape, dtype, "SUM", "p2p", dtype, shape)
+            if r == 0:
+                OPS.send(x.clone(), dst=last)
+            elif r == last:
+                got = gen(shape, dtype, "SUM", "p2p before", dtype, shape)  # random: unwritten shows
+                OPS.recv(got, src=0)
+                c.same(name, got, x)
+        c.call(name, f)
+
+    def ring():
+        nxt, prv = (r + 1) % n, (r - 1) % n
+        for rnd in range(3):
+            mine = gen((2500,), "float32", "SUM", "ring", rnd, r)
+            got = gen((2500,), "float32", "SUM", "ring before", rnd, r)
+            works = dist.batch_isend_irecv([dist.P2POp(dist.isend, mine, nxt), dist.P2POp(dist.irecv, got, prv)])
+            for w in works:
+                w.wait()
+            c.same("ring round %d" % rnd, got, gen((2500,), "float32", "SUM", "ring", rnd, prv))
+    c.call("batch_isend_irecv ring", ring)
+
+    def both_ways():  # pairs (0, 1), (2, 3), ...: each sends to the other before it receives
+        peer = r ^ 1
+        if peer >= n:
+            return
+        mine = gen((4099,), "int32", "SUM", "both", r)
+        got = gen((4099,), "int32", "SUM", "both before", r)
+        ws = dist.isend(mine, peer)
+        wr = dist.irecv(got, peer)
+        ws.wait()
+        wr.wait()
+        c.same("both ways with %d" % peer, got, gen((4099,), "int32", "SUM", "both", peer))
+    c.call("isend/irecv both ways", both_ways)
+
+    def in_order():  # three transfers on one pair, received in the order they were sent
+        if r == last:
+            for k in range(3):
+                dist.send(gen((100 + k,), "float32", "SUM", "order", k), dst=0)
+        elif r == 0:
+            for k in range(3):
+                got = torch.empty(100 + k)
+                dist.recv(got, src=last)
+                c.same("in order %d" % k, got, gen((100 + k,), "float32", "SUM", "order", k))
+    c.call("transfers in order", in_order)
+
+    def to_self():
+        c.checks += 1
+        try:
+            dist.send(torch.ones(3), dst=r)
+        except RuntimeError:
+            return
+        c.fail("send to itself", "was taken")
+    if c.backend == "conccl":
+        c.call("send to itself", to_self)
+    c.call("barrier after p2p", lambda: OPS.barrier())
+
+
 def worker(rank, world, scenario, backend, tmpdir):
     res_path = os.path.join(tmpdir, "result.%d.json" % rank)
     c = Checker(rank, world, backend, tmpdir)
@@ -853,6 +920,9 @@ def worker(rank, world, scenario, backend, tmpdir):
             os.environ["CONCCL_TORCH_POOL_BYTES"] = str(1 << 20)
         if scenario == "collectives_in_pieces":  # every tensor larger than the staging: it goes in pieces
             os.environ["CONCCL_TORCH_STAGING_BYTES"] = "1024"
+        if scenario == "p2p_engines":  # a communicator per pair; 4 KiB of staging: larger tensors in pieces
+            os.environ["CONCCL_TORCH_P2P"] = "engines"
+            os.environ["CONCCL_TORCH_P2P_STAGING_BYTES"] = "4096"
         if backend == "conccl":
             import conccl.torch  # noqa: F401 - registers the "conccl" backend
         c.progress("init_process_group")
@@ -868,6 +938,8 @@ def worker(rank, world, scenario, backend, tmpdir):
         OPS = GlooAdapter() if backend == "gloo" else dist
         if scenario in ("collectives", "collectives_in_pieces"):
             run_collectives(c)
+        elif scenario in ("p2p_engines", "p2p_store"):
+            run_p2p(c)
         elif scenario == "new_group":
             run_new_group(c)
         elif scenario == "mismatched":
@@ -996,6 +1068,34 @@ class TorchBackendTest(unittest.TestCase):
 
     def test_collectives_in_pieces_3_ranks(self):  # 1 KiB of staging: every op in several pieces
         self.run_scenario(3, "collectives_in_pieces")
+
+    def test_p2p_on_the_engines_4_ranks(self):  # CONCCL_TORCH_P2P=engines: a communicator per ordered pair
+        self.run_scenario(4, "p2p_engines")
+
+    def test_p2p_on_the_engines_3_ranks(self):  # an odd ring; rank 2 has no partner both ways
+        self.run_scenario(3, "p2p_engines")
+
+    def test_p2p_through_the_store_3_ranks(self):  # the default
+        self.run_scenario(3, "p2p_store")
+
+    def test_p2p_setting_is_checked(self):
+        from conccl import torch_p2p
+        old = os.environ.get("CONCCL_TORCH_P2P")
+        try:
+            os.environ["CONCCL_TORCH_P2P"] = "engine"
+            with self.assertRaises(RuntimeError) as cm:
+                torch_p2p.enabled()
+            self.assertIn("CONCCL_TORCH_P2P=engine", str(cm.exception))
+            self.assertIn('"engines"', str(cm.exception))
+            os.environ["CONCCL_TORCH_P2P"] = "engines"
+            self.assertTrue(torch_p2p.enabled())
+            del os.environ["CONCCL_TORCH_P2P"]
+            self.assertFalse(torch_p2p.enabled())  # the store, by default
+        finally:
+            if old is None:
+                os.environ.pop("CONCCL_TORCH_P2P", None)
+            else:
+                os.environ["CONCCL_TORCH_P2P"] = old
 
     def test_new_group_4_ranks(self):
         self.run_scenario(4, "new_group")

@@ -1,0 +1,130 @@
+"""Point to point for the "conccl" process group on the DMA engines (CONCCL_TORCH_P2P=engines).
+
+ConCCL's calls are collective over a communicator, and torch's send/recv involve two
+ranks of the group. So each ordered pair (src, dst) that exchanges data gets a
+communicator of its own, of two ranks (the sender rank 0, the receiver rank 1), and
+a send is a broadcast from rank 0 of that communicator: the receiver's engines pull
+the data through the pair's staging window.
+
+A pair's communicator is made when the pair first exchanges data, by a thread of
+that pair: making it is collective over the two ranks, and a ring of sends (each
+rank sending to the next before it receives from the previous one) would wait
+forever if each rank made its sender's communicator in the caller's thread. The
+pair's thread then runs the pair's transfers in the order they were called, as
+NCCL matches sends and receives between two ranks in order (tags are not matched).
+
+Work: wait() returns once the transfer is done (emulator), or makes the caller's
+current stream wait for it (CUDA: each pair has a stream, which first waits for the
+caller's stream as it was at the call). What a pair holds: a communicator, a
+SymmetricPool of CONCCL_TORCH_P2P_STAGING_BYTES (default 4 MiB; larger tensors
+move in pieces) and, on CUDA, a stream.
+"""
+import os
+import queue
+import threading
+
+import torch
+
+import conccl
+
+
+class _Pair:
+    """One ordered pair's communicator, staging and thread."""
+
+    def __init__(self, group, src, dst):
+        self.group, self.src, self.dst = group, src, dst
+        self.jobs = queue.Queue()
+        self.comm = self.pool = self.stage = None
+        self.stream = None
+        t = threading.Thread(target=self._run, name=f"conccl-p2p-{src}-{dst}", daemon=True)
+        t.start()
+
+    def _open(self):
+        g = self.group
+        me = 0 if g._rank == self.src else 1
+        key = f"conccl/p2p-comm/{self.src}/{self.dst}"
+        if me == 0:
+            g._store.set(key, conccl.unique_id())
+        uid = g._store.get(key).decode()
+        self.comm = conccl.Communicator(g._dev, rank=me, nranks=2, unique_id=uid, gpu=g._gpu, loopback=True,
+                                        timeout_ms=g._timeout_ms)
+        from conccl.torch import SymmetricPool
+        nbytes = int(os.environ.get("CONCCL_TORCH_P2P_STAGING_BYTES", 4 << 20))
+        self.pool = SymmetricPool(self.comm, nbytes + (64 << 10))
+        self.stage = self.pool.empty(nbytes)  # uint8, the same offset on both ranks
+        if not g._emu:
+            self.stream = torch.cuda.Stream(g._cuda)
+
+    def _move(self, tensor, sending):
+        """The transfer: pieces of the staging, a broadcast from the sender each."""
+        flat = tensor.reshape(-1).view(torch.uint8)
+        step = self.stage.numel()
+        for o in range(0, flat.numel(), step):
+            m = min(step, flat.numel() - o)
+            v = self.stage[:m]
+            if sending:
+                v.copy_(flat[o:o + m])
+            self.comm.broadcast(v, 0)
+            if not sending:
+                flat[o:o + m].copy_(v)
+
+    def _run(self):
+        while True:
+            tensor, sending, ready, fut = self.jobs.get()
+            try:
+                if self.comm is None:
+                    self._open()
+                if self.stream is None:
+                    self._move(tensor, sending)
+                    fut.set_result([tensor])
+                else:
+                    with torch.cuda.stream(self.stream):
+                        self.stream.wait_event(ready)
+                        self._move(tensor, sending)
+                        tensor.record_stream(self.stream)
+                        fut.set_result([tensor])  # records an event on the pair's stream
+            except Exception as e:  # the Work's wait() raises it
+                fut.set_exception(RuntimeError(f"conccl backend: {'send to' if sending else 'recv from'} rank "
+                                               f"{self.dst if sending else self.src}: {e}"))
+
+
+class PairChannels:
+    """The pairs of one process group: send(tensor, dst) and recv(tensor, src) as Works."""
+
+    def __init__(self, group):
+        self.group = group
+        self.pairs = {}
+        self.lock = threading.Lock()
+
+    def _pair(self, src, dst):
+        with self.lock:
+            p = self.pairs.get((src, dst))
+            if p is None:
+                p = self.pairs[(src, dst)] = _Pair(self.group, src, dst)
+            return p
+
+    def transfer(self, tensor, peer, sending):
+        g = self.group
+        g._p2p_peer("send to" if sending else "recv from", peer)
+        if not tensor.is_contiguous():
+            raise RuntimeError("conccl backend: tensors must be contiguous (call .contiguous() first)")
+        src, dst = (g._rank, peer) if sending else (peer, g._rank)
+        if g._emu:
+            fut, ready = torch.futures.Future(), None
+        else:
+            fut = torch.futures.Future(devices=[g._cuda])
+            ready = torch.cuda.Event()
+            ready.record(torch.cuda.current_stream(g._cuda))
+        self._pair(src, dst).jobs.put((tensor, sending, ready, fut))
+        from torch._C._distributed_c10d import _create_work_from_future
+        return _create_work_from_future(fut)
+
+
+def enabled():
+    """CONCCL_TORCH_P2P: "engines" (this module) or "store" (the default: through the
+    group's store). Other values are refused when the group is made."""
+    v = os.environ.get("CONCCL_TORCH_P2P", "store")
+    if v not in ("store", "engines"):
+        raise RuntimeError(f"CONCCL_TORCH_P2P={v}: use \"store\" (the default: send/recv through the group's store) "
+                           "or \"engines\" (a communicator per ordered pair, on the DMA engines)")
+    return v == "engines"
