@@ -73,7 +73,11 @@ class _Pair:
             tensor, sending, ready, fut = self.jobs.get()
             try:
                 if self.comm is None:
-                    self._open()
+                    if self.group._emu:
+                        self._open()
+                    else:  # this thread's current device is not the group's until told
+                        with torch.cuda.device(self.group._cuda):
+                            self._open()
                 if self.stream is None:
                     self._move(tensor, sending)
                     fut.set_result([tensor])
