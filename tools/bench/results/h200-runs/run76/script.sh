@@ -1,10 +1,11 @@
-# run 76: run 75 again with its fixes (GPU words never host Signals), and the median host time per call (host p50).
+# run 76: run 75 again with its fixes (GPU words never host Signals), the median host time per call (host p50),
+# and torch send/recv through the store against the engines (CONCCL_TORCH_P2P).
 # window calls on a stream (2, 4, 8 processes), under MPS, and host-ordered; the modes alternate.
 # Blocks run most-wanted first; each starts only within RUN76_SECONDS (default 430) of the build's start.
 . tools/bench/nv_build_common.sh
 nvidia-smi --query-gpu=name --format=csv,noheader
 nv_configure_tests $OUT/cfg.log
-nv_build nv_window_bench sdma-probe test_nv_mp_stream
+nv_build conccl_shared nv_window_bench sdma-probe test_nv_mp_stream
 nv_build_time
 # First the multi-process stream tests with the GPU words (every byte checked), then the A/B.
 CONCCL_POSTED_WORDS=device nv_run_test backends/nv/test_nv_mp_stream 120 20
@@ -31,5 +32,7 @@ ab "4p stream" 4
 ab "8p stream" 8
 time_left graph && { CONCCL_POSTED_WORDS=device timeout 60 $W --procs 2 --graph --min 1K --max 8K --iters 500 > $OUT/g2.log 2>&1; row "2p graph device" $? g2.log; }
 time_left allreduce && { timeout 60 $P allreduce --backend nv --procs 2 --min 1K --max 4M -d float > $OUT/ar2.log 2>&1; echo "allreduce 2 procs rc=$?"; tail -6 $OUT/ar2.log; }
+time_left torch_p2p && { nv_python_env; timeout 150 python3 tools/bench/torch_p2p_bench.py --nprocs 2 --device cuda \
+  --min 1K --max 64M --iters 20 --json $OUT/torch_p2p.json > $OUT/torch_p2p.log 2>&1; echo "torch p2p rc=$?"; tail -14 $OUT/torch_p2p.log; }
 # One archive comes back (the device tool returns at most 8 files): every log in it.
 cd $OUT && tar czf /tmp/logs.tgz . 2>/dev/null && rm -rf $OUT/* && mv /tmp/logs.tgz $OUT/logs.tgz
