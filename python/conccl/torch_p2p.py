@@ -29,10 +29,14 @@ import conccl
 
 
 class _Pair:
-    """One ordered pair's communicator, staging and thread."""
+    """One ordered pair's communicator, staging and thread. It keeps what it needs of
+    the group, not the group: the group (and so its PairChannels) can go, and then its
+    pairs' threads end (PairChannels.__del__) and their communicators with them."""
 
     def __init__(self, group, src, dst):
-        self.group, self.src, self.dst = group, src, dst
+        self.src, self.dst = src, dst
+        self.rank, self.store, self.dev, self.gpu = group._rank, group._store, group._dev, group._gpu
+        self.timeout_ms, self.emu, self.cuda = group._timeout_ms, group._emu, group._cuda
         self.jobs = queue.Queue()
         self.comm = self.pool = self.stage = None
         self.stream = None
@@ -40,20 +44,19 @@ class _Pair:
         t.start()
 
     def _open(self):
-        g = self.group
-        me = 0 if g._rank == self.src else 1
+        me = 0 if self.rank == self.src else 1
         key = f"conccl/p2p-comm/{self.src}/{self.dst}"
         if me == 0:
-            g._store.set(key, conccl.unique_id())
-        uid = g._store.get(key).decode()
-        self.comm = conccl.Communicator(g._dev, rank=me, nranks=2, unique_id=uid, gpu=g._gpu, loopback=True,
-                                        timeout_ms=g._timeout_ms)
+            self.store.set(key, conccl.unique_id())
+        uid = self.store.get(key).decode()
+        self.comm = conccl.Communicator(self.dev, rank=me, nranks=2, unique_id=uid, gpu=self.gpu, loopback=True,
+                                        timeout_ms=self.timeout_ms)
         from conccl.torch import SymmetricPool
         nbytes = int(os.environ.get("CONCCL_TORCH_P2P_STAGING_BYTES", 4 << 20))
         self.pool = SymmetricPool(self.comm, nbytes + (64 << 10))
         self.stage = self.pool.empty(nbytes)  # uint8, the same offset on both ranks
-        if not g._emu:
-            self.stream = torch.cuda.Stream(g._cuda)
+        if not self.emu:
+            self.stream = torch.cuda.Stream(self.cuda)
 
     def _move(self, tensor, sending):
         """The transfer: pieces of the staging, a broadcast from the sender each."""
@@ -70,13 +73,17 @@ class _Pair:
 
     def _run(self):
         while True:
-            tensor, sending, ready, fut = self.jobs.get()
+            job = self.jobs.get()
+            if job is None:  # the group is gone
+                self.stage = self.pool = self.comm = None
+                return
+            tensor, sending, ready, fut = job
             try:
                 if self.comm is None:
-                    if self.group._emu:
+                    if self.emu:
                         self._open()
                     else:  # this thread's current device is not the group's until told
-                        with torch.cuda.device(self.group._cuda):
+                        with torch.cuda.device(self.cuda):
                             self._open()
                 if self.stream is None:
                     self._move(tensor, sending)
@@ -99,6 +106,10 @@ class PairChannels:
         self.group = group
         self.pairs = {}
         self.lock = threading.Lock()
+
+    def __del__(self):
+        for p in self.pairs.values():
+            p.jobs.put(None)  # after the transfers already asked for
 
     def _pair(self, src, dst):
         with self.lock:
