@@ -961,6 +961,17 @@ def worker(rank, world, scenario, backend, tmpdir):
         c.progress("destroy_process_group")
         if not scenario.startswith("killed") and scenario not in ("mismatched", "pool"):  # failed: exit without
             dist.destroy_process_group()
+        if scenario == "p2p_engines":  # the pairs' threads (and communicators) end with the group
+            import gc
+            import threading
+            gc.collect()
+            t_end = time.monotonic() + 10
+            while any(t.name.startswith("conccl-p2p") for t in threading.enumerate()) and time.monotonic() < t_end:
+                time.sleep(0.05)
+            c.checks += 1
+            left = [t.name for t in threading.enumerate() if t.name.startswith("conccl-p2p")]
+            if left:
+                c.fail("destroy_process_group", "pair threads still running: %s" % left)
     except BaseException:  # noqa: BLE001
         status, fatal = "fatal", traceback.format_exc()
     with open(res_path + ".tmp", "w") as f:
