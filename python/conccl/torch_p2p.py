@@ -77,7 +77,7 @@ class _Pair:
             if job is None:  # the group is gone
                 self.stage = self.pool = self.comm = None
                 return
-            tensor, sending, ready, fut = job
+            tensor, sending, ready, fut, outcome = job
             try:
                 if self.comm is None:
                     if self.emu:
@@ -95,8 +95,45 @@ class _Pair:
                         tensor.record_stream(self.stream)
                         fut.set_result([tensor])  # records an event on the pair's stream
             except Exception as e:  # the Work's wait() raises it
-                fut.set_exception(RuntimeError(f"conccl backend: {'send to' if sending else 'recv from'} rank "
-                                               f"{self.dst if sending else self.src}: {e}"))
+                # As text, and the future completed: an exception kept in the future would
+                # keep the frames of every wait() it is raised through, and with them the
+                # caller's group (through the Work, which the garbage collector cannot see into).
+                outcome.append(f"conccl backend: {'send to' if sending else 'recv from'} rank "
+                               f"{self.dst if sending else self.src}: {e}")
+                if not fut.done():
+                    fut.set_result([tensor])
+            # Nothing of a finished job stays on this thread's frame while it waits.
+            job = tensor = ready = fut = outcome = None
+
+
+class _Work(torch._C._distributed_c10d.Work):
+    """The Work of a transfer: wait() raises the transfer's error. (A Work made by
+    _create_work_from_future, as the group's other ops return, completes its wait()
+    on a failed future without raising in torch 1.13; those ops fail at the call.)
+    The future always completes; the error travels beside it, as text."""
+
+    def __init__(self, fut, outcome):
+        super().__init__()
+        self._fut = fut
+        self._outcome = outcome  # the transfer's error, as text, once it failed
+
+    def wait(self, timeout=None):
+        self._fut.wait()  # CUDA: orders the current stream after the transfer
+        if self._outcome:
+            raise RuntimeError(self._outcome[0])
+        return True
+
+    def is_completed(self):
+        return self._fut.done()
+
+    def is_success(self):
+        return self._fut.done() and not self._outcome
+
+    def get_future(self):
+        return self._fut
+
+    def result(self):
+        return self._fut.wait()
 
 
 class PairChannels:
@@ -130,9 +167,9 @@ class PairChannels:
             fut = torch.futures.Future(devices=[g._cuda])
             ready = torch.cuda.Event()
             ready.record(torch.cuda.current_stream(g._cuda))
-        self._pair(src, dst).jobs.put((tensor, sending, ready, fut))
-        from torch._C._distributed_c10d import _create_work_from_future
-        return _create_work_from_future(fut)
+        outcome = []
+        self._pair(src, dst).jobs.put((tensor, sending, ready, fut, outcome))
+        return _Work(fut, outcome)
 
 
 def enabled():

@@ -904,6 +904,25 @@ def run_p2p(c):
         c.fail("send to itself", "was taken")
     if c.backend == "conccl":
         c.call("send to itself", to_self)
+
+    def mismatched():  # 0 sends 100 elements, 1 receives 200: an error, not half a tensor
+        engines = os.environ.get("CONCCL_TORCH_P2P") == "engines"
+        if r not in (0, 1):
+            return
+        c.checks += 1
+        try:
+            if r == 0:
+                dist.send(torch.ones(100), dst=1)
+            else:
+                dist.recv(torch.empty(200), src=0)
+        except RuntimeError as e:
+            if "100" not in str(e) and "400" not in str(e):
+                c.fail("mismatched p2p", "the error does not name the sizes: %s" % e)
+            return
+        if r == 1 or engines:  # through the store a send is buffered: only the receiver sees it
+            c.fail("mismatched p2p", "returned; expected an error")
+    if c.backend == "conccl":
+        c.call("mismatched p2p", mismatched)
     c.call("barrier after p2p", lambda: OPS.barrier())
 
 
