@@ -219,14 +219,31 @@ class _GroupSurface:
 
     # ---- the list forms ----
     def allgather(self, output_lists, input_tensors, opts=None):
-        _check_rank_lists("all_gather", output_lists, "output", input_tensors, "input", self._size)
+        # Ranks' tensors may differ in size, as ProcessGroupNCCL takes them (output r has
+        # rank r's elements): each rank's input is padded to the largest and gathered.
+        for outs, inp in zip(output_lists, input_tensors):
+            if len(outs) != self._size:
+                raise RuntimeError(f"conccl backend: all_gather: give {self._size} output tensors, not {len(outs)}")
+            if any(o.dtype != inp.dtype for o in outs):
+                raise RuntimeError(f"conccl backend: all_gather: every output tensor must have the input's dtype "
+                                   f"({inp.dtype})")
+            if outs[self._rank].numel() != inp.numel():
+                raise RuntimeError(f"conccl backend: all_gather: output {self._rank} (this rank's) has "
+                                   f"{outs[self._rank].numel()} elements; it must have the input's {inp.numel()}")
 
         def body():
+            n = self._size
             for outs, inp in zip(output_lists, input_tensors):
-                flat = torch.empty(inp.numel() * self._size, dtype=inp.dtype, device=inp.device)
-                self._gather_all("all_gather", flat, inp)
+                m = max(o.numel() for o in outs)
+                if m == inp.numel():
+                    mine = inp
+                else:
+                    mine = torch.zeros(m, dtype=inp.dtype, device=inp.device)
+                    mine[:inp.numel()].copy_(self._flat(inp))
+                flat = torch.empty(m * n, dtype=inp.dtype, device=inp.device)
+                self._gather_all("all_gather", flat, mine)
                 for r, o in enumerate(outs):
-                    o.copy_(flat[r * inp.numel():(r + 1) * inp.numel()].view(o.shape))
+                    o.copy_(flat[r * m:r * m + o.numel()].view(o.shape))
         every = list(input_tensors) + [o for outs in output_lists for o in outs]
         return self._launch("all_gather", every, body, result=output_lists)
 

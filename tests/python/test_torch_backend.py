@@ -11,7 +11,7 @@ with CPU tensors (ConCCL's emulated node, no GPU).
 What runs (2, 3 and 4 ranks): all_reduce, reduce (dst n-1), reduce_scatter_tensor and
 reduce_scatter (lists) for float32, bfloat16, float16, int32, int64, uint8 x SUM,
 PRODUCT, MIN, MAX, AVG; all_reduce, reduce_scatter_tensor and reduce of float64, int8,
-int16 and bool (types the reduce step does not take: moves, then torch); all_gather_into_tensor, all_gather (lists), broadcast (src 1),
+int16 and bool (types the reduce step does not take: moves, then torch); all_gather_into_tensor, all_gather (lists; equal and uneven sizes), broadcast (src 1),
 gather (dst n-1), scatter (src 1), all_to_all_single (equal splits, uneven splits,
 uneven splits with empty pieces), all_to_all (lists, equal and uneven), barrier,
 send/recv 0 -> 1; odd-sized 1-D and 2-D shapes; the same with 1 KiB of staging
@@ -505,6 +505,20 @@ def run_collectives(c):
                 for j in range(n):
                     c.same("%s [from %d]" % (name, j), outs[j], ins[j])
             c.call(name, f)
+
+            # Ranks of different sizes, as ProcessGroupNCCL takes them: rank j gives j + 1 rows.
+            tag = ("all_gather uneven", n, dtype, shape)
+            name = "all_gather(list, uneven) %s %s" % (dtype, shape)
+
+            def f(tag=tag, name=name, dtype=dtype, shape=shape):
+                rows = lambda j: (shape[0] * (j + 1),) + tuple(shape[1:])  # noqa: E731
+                ins = [gen(rows(j), dtype, "SUM", *tag, j) for j in range(n)]
+                outs = [gen(rows(j), dtype, "SUM", *tag, "before", j) for j in range(n)]  # random: unwritten shows
+                OPS.all_gather(outs, ins[r].clone())
+                for j in range(n):
+                    c.same("%s [from %d]" % (name, j), outs[j], ins[j])
+            if c.backend == "conccl":  # gloo takes equal sizes only
+                c.call(name, f)
 
             tag = ("gather", n, dtype, shape)
             name = "gather dst=%d %s %s" % (last, dtype, shape)
