@@ -46,7 +46,12 @@ struct Scripted final : ReplayKeeper::Replays {
     armed_up_to = r;
     return true;
   }
-  bool ended(uint64_t r) override { return r <= ended_up_to.load(); }
+  bool ended(uint64_t r) override {
+    const bool done = r <= ended_up_to.load();
+    if (done && r > seen_ended.load()) seen_ended = r;  // the keeper has seen replay r end
+    return done;
+  }
+  std::atomic<uint64_t> seen_ended{0};
   void fail(uint64_t r, const Status& w) override {
     std::lock_guard<std::mutex> lk(mu);
     failed_at = r;
@@ -144,7 +149,9 @@ TEST(ReplayKeeper, TraceWritesEachReplaysMomentsInOrder) {
       std::this_thread::sleep_for(std::chrono::microseconds(100));
       c.ended_up_to = r;
     }
-    std::this_thread::sleep_for(std::chrono::milliseconds(5));
+    // Stopped once the keeper has seen the last replay end (a fixed 5 ms was too
+    // short for a keeper thread on a loaded machine: the last row had no end).
+    ASSERT_TRUE(eventually([&] { return c.seen_ended == 20; }));
     k.stop();
   }
   FILE* f = std::fopen(path.c_str(), "r");
