@@ -43,6 +43,11 @@ class Signal {
   static Result<Signal> create(Device& device, int gpu = -1, uint64_t initial = 0);
   // A signal over memory the caller owns (16 bytes, 8-aligned, CPU-visible).
   static Result<Signal> wrap(Device& device, uint64_t va, void* host);
+  // Whether signals of `device` have the SDMA twin at +8 (Caps::signal_twin).
+  static bool twin_layout(const Device& device);
+  // The stores that set a signal word at va, of that layout, to v (as
+  // stores_for): also for words the host cannot reach, which are no Signal.
+  static std::vector<SignalStore> stores_at(uint64_t va, bool twin, uint64_t v);
 
   Signal() = default;
   Signal(Signal&& o) noexcept { *this = std::move(o); }
@@ -66,7 +71,9 @@ class Signal {
   // or another process. One store on native 64-bit layouts; the SDMA twin
   // (+8) first and the value last, so that no waiter sees one without the other
   // in a way that releases it early.
-  std::vector<SignalStore> stores_for(uint64_t v) const;
+  std::vector<SignalStore> stores_for(uint64_t v) const { return stores_at(va_, twin_, v); }
+  // An error unless cb's engines use this signal's layout.
+  Status check_layout(const CommandBuffer& cb) const;
 
   // --- DMA side: commands appended to a command buffer (the vocabulary's
   // signal_add / signal_set / wait_ge; the lowering encodes the layout) ---
@@ -106,7 +113,6 @@ class Signal {
   uint64_t* host_ = nullptr;
   Buffer owned_{};  // freed on destruction when the signal allocated it
   bool twin_ = true;
-  Status check_layout(const CommandBuffer& cb) const;
 };
 
 // Explains why work did not complete: which queue and engine, rptr/wptr, the

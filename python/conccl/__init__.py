@@ -1297,7 +1297,7 @@ class Communicator(_Child):
                 flat = self._staging(side[0], n * side[0].numel(), root_gpu, stream)
                 if op == "scatter":
                     with _on_stream(flat, stream):
-                        flat.view(n, -1).copy_(_torch_mod().stack([t.reshape(-1) for t in parts]))
+                        _rows_in(flat.view(n, -1), parts)
         root_struct = None
         if flat is not None:
             if flat.dtype != dtype:
@@ -1314,8 +1314,7 @@ class Communicator(_Child):
         _check(_gather(s, rs, *args) if op == "gather" else _scatter(rs, s, *args))
         if op == "gather" and staged:
             with _on_stream(flat, stream):
-                for r, t in enumerate(root_side):
-                    t.copy_(flat.view(n, -1)[r].view(t.shape))
+                _rows_out(flat.view(n, -1), root_side)
 
     def _staging(self, like, numel, gpu, stream):
         """A tensor of numel elements of like's dtype the library reaches: on CUDA a fresh
@@ -1626,6 +1625,25 @@ def _tensors(x):
 def _torch_mod():
     import torch
     return torch
+
+
+def _rows_in(rows, parts):
+    """The root's side of a scatter into `rows` (one row per rank): a list of tensors,
+    one per row, or one tensor of all of them."""
+    if _is_tensor(parts):
+        rows.copy_(parts.reshape(rows.shape))
+    else:
+        for r, x in enumerate(parts):
+            rows[r].copy_(x.reshape(-1))
+
+
+def _rows_out(rows, parts):
+    """A gather's `rows` (one row per rank) out to the root's side, as _rows_in takes it."""
+    if _is_tensor(parts):
+        parts.copy_(rows.view(parts.shape))
+    else:
+        for r, x in enumerate(parts):
+            x.copy_(rows[r].view(x.shape))
 
 
 def _back_to_back(parts):

@@ -475,22 +475,12 @@ def _staged_rooted(comm, op, side, root_side, root, stream):
         if stage_side and op == "gather":
             si.copy_(t)
         if stage_root and op == "scatter":
-            rows = sr.view(n, -1)
-            if conccl._is_tensor(root_side):
-                rows.copy_(root_side.reshape(n, -1))
-            else:
-                for r, x in enumerate(root_side):
-                    rows[r].copy_(x.reshape(-1))
+            conccl._rows_in(sr.view(n, -1), root_side)
         comm._rooted_tensors(op, si, sr, root, stream=stream)
         if stage_side and op == "scatter":
             t.copy_(si)
         if stage_root and op == "gather":
-            rows = sr.view(n, -1)
-            if conccl._is_tensor(root_side):
-                root_side.copy_(rows.view(root_side.shape))
-            else:
-                for r, x in enumerate(root_side):
-                    x.copy_(rows[r].view(x.shape))
+            conccl._rows_out(sr.view(n, -1), root_side)
     return True
 
 

@@ -71,11 +71,6 @@ std::string CallDesc::describe() const {
 
 // ---- the state ----
 
-std::vector<SignalStore> CallState::GpuWord::stores_for(uint64_t v) const {
-  if (!twin) return {{va, v}};
-  return {{va + 8, v + Signal::kTwinOffset}, {va, v}};  // twin first, as Signal::stores_for
-}
-
 CallState::CallState(Communicator& c) : comm(c), n(c.size()), me(c.rank()), shares_gpu(processes_share_gpu(c)) {
   capture_link->state = this;
   for (int r = 0; r < n; ++r) {
@@ -91,7 +86,7 @@ CallState::CallState(Communicator& c) : comm(c), n(c.size()), me(c.rank()), shar
   }
   const std::vector<uint64_t>& words = comm.post_words_va_;
   if (words.size() == static_cast<size_t>(n) && std::find(words.begin(), words.end(), 0) == words.end()) {
-    const bool twin = comm.device_.gpu_count() == 0 || comm.device_.topology().gpus[0].caps().signal_twin;
+    const bool twin = Signal::twin_layout(comm.device_);
     for (int r = 0; r < n; ++r) posted_dev.push_back(GpuWord{words[static_cast<size_t>(r)] + kCallPosted, twin});
   }
   for (auto& b : base) b.assign(static_cast<size_t>(n), 0);
@@ -588,7 +583,7 @@ Status CallState::end_on_stream(StreamOps& stream, uint64_t call, uint64_t arriv
     }
   }
   if (!posted_dev.empty())  // the stream writes GPU memory at CUDA's address of it
-    for (const SignalStore& w : posted_dev[mi].stores_for(call))
+    for (const SignalStore& w : Signal::stores_at(posted_dev[mi].va, posted_dev[mi].twin, call))
       ops[nops++] = StreamOps::Op{false, comm.device_.compute_address(w.va), w.value};
   const StreamOps::Op waits[2] = {{true, arrive[mi].va(), arrive_target, poll, shares_gpu},
                                   {true, sent[mi].va(), sent_target, poll, shares_gpu}};

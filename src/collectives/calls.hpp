@@ -185,9 +185,7 @@ struct CallState {
   // memory). Engines and streams store them; engines wait on them.
   struct GpuWord {
     uint64_t va = 0;
-    bool twin = false;  // the SDMA layout, value + 2^31 at +8 (Caps::signal_twin)
-    // The stores a stream makes to set it to v (as Signal::stores_for).
-    std::vector<SignalStore> stores_for(uint64_t v) const;
+    bool twin = false;  // the SDMA layout, value + 2^31 at +8 (Signal::twin_layout)
   };
   std::vector<GpuWord> posted_dev;
   // CONCCL_POSTED_WORDS (read once per process): "host" or unset, the host

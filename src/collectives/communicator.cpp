@@ -495,8 +495,7 @@ Result<PlanList*> PlanBuilder::list(int rank, int engine) {
 }
 
 Status PlanBuilder::wait_on(PlanList& l, const Signal& s, uint8_t counter, int rank, uint64_t rel) {
-  if (s.has_twin() != l.cb.caps().signal_twin)
-    return error(Code::internal, "signal at " + hex(s.va()) + " is not in the layout of " + l.cb.isa().name());
+  CONCCL_RETURN_IF_ERROR(s.check_layout(l.cb));
   return wait_on(l, s.va(), counter, rank, rel);
 }
 

@@ -30,7 +30,7 @@ Result<Signal> Signal::create(Device& device, int gpu, uint64_t initial) {
   s.va_ = b->va;
   s.host_ = b->as<uint64_t>();
   s.owned_ = *b;
-  s.twin_ = device.gpu_count() == 0 || device.topology().gpus[0].caps().signal_twin;
+  s.twin_ = twin_layout(device);
   s.set(initial);
   return s;
 }
@@ -42,7 +42,7 @@ Result<Signal> Signal::wrap(Device& device, uint64_t va, void* host) {
   s.device_ = &device;
   s.va_ = va;
   s.host_ = static_cast<uint64_t*>(host);
-  s.twin_ = device.gpu_count() == 0 || device.topology().gpus[0].caps().signal_twin;
+  s.twin_ = twin_layout(device);
   return s;
 }
 
@@ -90,10 +90,14 @@ uint64_t Signal::add(uint64_t delta) {
   return v;
 }
 
-std::vector<SignalStore> Signal::stores_for(uint64_t v) const {
+bool Signal::twin_layout(const Device& device) {
+  return device.gpu_count() == 0 || device.topology().gpus[0].caps().signal_twin;
+}
+
+std::vector<SignalStore> Signal::stores_at(uint64_t va, bool twin, uint64_t v) {
   std::vector<SignalStore> out;
-  if (twin_) out.push_back({va_ + 8, v + kTwinOffset});
-  out.push_back({va_, v});
+  if (twin) out.push_back({va + 8, v + kTwinOffset});
+  out.push_back({va, v});
   return out;
 }
 

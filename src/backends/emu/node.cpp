@@ -46,28 +46,18 @@ Engine* Node::engine(int gpu, int id) {
   return nullptr;
 }
 
-void* Node::translate(uint64_t va, uint64_t bytes) const {
+void* Node::lookup(uint64_t va, uint64_t bytes, bool gpu_memory) const {
   if (void* p = host_->translate(va, bytes)) return p;
   if (void* p = channels_->translate(va, bytes)) return p;
   const uint64_t gpu_base = kGpuVaBase + slot_base();
-  if (va >= gpu_base) {
+  if (gpu_memory && va >= gpu_base) {
     const uint64_t g = (va - gpu_base) / kGpuVaStride;
     if (g < gpus_.size())
       if (void* p = gpus_[g]->translate(va, bytes)) return p;
   }
   const size_t n = import_count_.load(std::memory_order_acquire);
   for (size_t i = 0; i < n; ++i)
-    if (void* p = imports_[i].load(std::memory_order_relaxed)->translate(va, bytes)) return p;
-  return nullptr;
-}
-
-void* Node::host_translate(uint64_t va, uint64_t bytes) const {
-  if (host_maps_gpu_) return translate(va, bytes);
-  if (void* p = host_->translate(va, bytes)) return p;
-  if (void* p = channels_->translate(va, bytes)) return p;
-  const size_t n = import_count_.load(std::memory_order_acquire);
-  for (size_t i = 0; i < n; ++i)
-    if (!import_gpu_[i])
+    if (gpu_memory || !import_gpu_[i])
       if (void* p = imports_[i].load(std::memory_order_relaxed)->translate(va, bytes)) return p;
   return nullptr;
 }

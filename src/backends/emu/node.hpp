@@ -170,10 +170,10 @@ class Node {
   // so no engine ever loses memory it may still be writing.
   Status import_arena(const std::string& name, uint64_t va, uint64_t size, int fd, bool gpu_memory);
   // Host pointer for an engine access, or null (-> page fault).
-  void* translate(uint64_t va, uint64_t bytes) const;
+  void* translate(uint64_t va, uint64_t bytes) const { return lookup(va, bytes, true); }
   // The same for the host's own accesses (Device::host_pointer): null for
   // GPU memory when the host does not map it (NodeOptions::host_maps_gpu_memory).
-  void* host_translate(uint64_t va, uint64_t bytes) const;
+  void* host_translate(uint64_t va, uint64_t bytes) const { return lookup(va, bytes, host_maps_gpu_); }
   void set_host_maps_gpu_memory(bool on) { host_maps_gpu_ = on; }
   // Memory changed: wake engines blocked on polls.
   void memory_changed();
@@ -189,6 +189,8 @@ class Node {
   // Arenas of other processes: append-only, read by engine threads without
   // a lock (count_ published with release after the slot is filled).
   static constexpr size_t kMaxImports = 1024;
+  // translate's search; gpu_memory false skips this node's and imported GPU arenas.
+  void* lookup(uint64_t va, uint64_t bytes, bool gpu_memory) const;
   std::unique_ptr<std::atomic<Arena*>[]> imports_{new std::atomic<Arena*>[kMaxImports]()};
   std::unique_ptr<bool[]> import_gpu_{new bool[kMaxImports]()};  // filled before the count publishes it
   bool host_maps_gpu_ = true;
