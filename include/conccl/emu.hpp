@@ -38,6 +38,10 @@ struct Injection {
   bool stall = false;                        // fetch nothing until cleared (rptr never moves)
   uint32_t drop_completions = 0;             // skip the next N FENCE/ATOMIC/MEM_INCR writes
   std::chrono::microseconds delay{0};        // extra time spent on every packet
+  // Every packet takes this many times as long as it took (a throttled link):
+  // unlike a fixed delay, load on the machine slows the engine and its peers
+  // alike, so its rate against theirs stays 1/slowdown.
+  uint32_t slowdown = 1;
   // Hardware model, not a fault: write rptr back when a packet is fetched,
   // before it executes, as SDMA's rptr write-back may (it reports fetch
   // progress). Completion must then come from a value the engine writes.

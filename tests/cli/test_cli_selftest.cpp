@@ -5,8 +5,9 @@
 // The emulator's bandwidth is the host's memcpy on a shared machine: engines
 // of one GPU vary by 2x there, and by 20x while ctest -j runs builds beside
 // (0.40 against a median of 7.9 GB/s, measured on 2 cores), so runs that must
-// pass give --slow-ratio 0.002; the slow engine (2 ms more per packet) is
-// 20-50x slower and is named at the default ratio.
+// pass give --slow-ratio 0.002; the slow engine takes 20 times as long over
+// every packet (load slows it as it slows its peers) and is named at the
+// default ratio.
 #include <unistd.h>
 
 #include <gtest/gtest.h>

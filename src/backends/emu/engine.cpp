@@ -124,6 +124,7 @@ void Engine::set_injection(const Injection& inj) {
   stall_.store(inj.stall, std::memory_order_release);
   drop_.store(inj.drop_completions, std::memory_order_release);
   delay_us_.store(inj.delay.count(), std::memory_order_release);
+  slowdown_.store(std::max<uint32_t>(inj.slowdown, 1), std::memory_order_release);
   early_rptr_.store(inj.early_rptr, std::memory_order_release);
   wake_.bump();
 }
@@ -255,7 +256,7 @@ Engine::Step Engine::run_queue(EmuQueue& q) {
       state_.store(static_cast<uint8_t>(EngineStatus::State::running));
     const int64_t delay_us = delay_us_.load(std::memory_order_acquire);
     if (delay_us > 0) std::this_thread::sleep_for(std::chrono::microseconds(delay_us));
-    ExecOutcome o = execute_packet(ctx, isa_.gen(), *p);
+    const ExecOutcome o = throttled([&] { return execute_packet(ctx, isa_.gen(), *p); });
     if (is_hdp_flush(*p)) hdp_flushes_.fetch_add(1, std::memory_order_relaxed);
     if (p->pkt == sdma::Pkt::gcr || p->pkt == sdma::Pkt::gcr_user) cache_ops_.fetch_add(1, std::memory_order_relaxed);
     if (o.result == ExecResult::fault) {
@@ -365,7 +366,7 @@ Engine::Step Engine::run_channel(EmuChannel& c) {
       // As for a poll: an acquire read again while it still fails is not work.
       if (c.poll_evals.load(std::memory_order_relaxed) == 0)
         state_.store(static_cast<uint8_t>(EngineStatus::State::running));
-      ExecOutcome o = execute_method(ctx, h->subch, mthd, data);
+      const ExecOutcome o = throttled([&] { return execute_method(ctx, h->subch, mthd, data); });
       if (o.result == ExecResult::fault) {
         fault_channel(c, o.fault);
         return Step::advanced;

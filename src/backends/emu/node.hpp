@@ -118,6 +118,17 @@ class Engine {
   Step run_channel(EmuChannel& c);
   void halt(const EmuQueue& q, uint64_t rptr, const std::string& why);
   void fault_channel(EmuChannel& c, const std::string& why);
+  // Runs one packet or method; with a slowdown injected, sleeps until it has
+  // taken that many times its own time.
+  template <class Exec>
+  auto throttled(Exec exec) {
+    const uint32_t slowdown = slowdown_.load(std::memory_order_acquire);
+    if (slowdown <= 1) return exec();
+    const auto t0 = std::chrono::steady_clock::now();
+    auto outcome = exec();
+    std::this_thread::sleep_for((std::chrono::steady_clock::now() - t0) * (slowdown - 1));
+    return outcome;
+  }
 
   Node& node_;
   const int gpu_, id_;
@@ -139,6 +150,7 @@ class Engine {
   std::atomic<bool> early_rptr_{false};
   std::atomic<uint32_t> drop_{0};
   std::atomic<int64_t> delay_us_{0};
+  std::atomic<uint32_t> slowdown_{1};
   std::atomic<uint64_t> packets_{0}, bytes_{0}, dropped_{0}, poll_timeouts_{0};
   std::atomic<uint64_t> hdp_flushes_{0}, cache_ops_{0};
   std::thread thread_;

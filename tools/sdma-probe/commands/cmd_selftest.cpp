@@ -27,8 +27,10 @@ struct InjectPlan {
   std::string what;  // "stall", "lost-signal", "slow"; empty: none
   int gpu = 0, engine = -1;
 };
-// A slow engine: this much extra time on every packet it executes.
-constexpr auto kSlowDelay = std::chrono::microseconds(2000);
+// A slow engine: every packet takes this many times as long, so it runs at a
+// twentieth of its own rate however loaded the machine is (a fixed delay per
+// packet weighed less as load slowed every engine: 0.25 of its peers once).
+constexpr uint32_t kSlowdown = 20;
 // Default --slow-ratio on hardware and on the emulator.
 constexpr double kSlowRatio = 0.5;
 constexpr double kEmuSlowRatio = 0.25;
@@ -71,7 +73,7 @@ conccl::Result<InjectPlan> parse_inject(const Args& args, const conccl::Topology
 Status apply_inject(conccl::emu::EmuDevice& emu, const InjectPlan& p, const conccl::Isa& isa) {
   conccl::emu::Injection inj;
   if (p.what == "stall") inj.stall = true;
-  if (p.what == "slow") inj.delay = kSlowDelay;
+  if (p.what == "slow") inj.slowdown = kSlowdown;
   // The first completion the engine writes is a signal_set: on SDMA four
   // FENCEs (the twin's two dwords, then the value's), on Hopper one release.
   if (p.what == "lost-signal") inj.drop_completions = isa.is_sdma() ? 4 : 1;
@@ -417,7 +419,7 @@ const Registration selftest_reg({
         "Exit: 0 every engine passed; 3 an engine hung; else 4 an engine faulted; else 1 a check\n"
         "failed or an engine is slow; 5 the backend is not available; 2 usage.\n"
         "--inject (emulator) makes one engine (--inject-engine, default the first of GPU 0) stall,\n"
-        "lose its first signal write, or spend 2 ms more on every packet (slow).\n",
+        "lose its first signal write, or take 20 times as long over every packet (slow).\n",
     .flags = with_flags(device_flag_specs(), {
         {.name = "bytes", .value = "SIZE", .help = "bandwidth copy size (default 64M, emu 4M; 4K..4G)"},
         {.name = "reps", .value = "N", .help = "bandwidth copies per engine, the best counts (default 3)"},
