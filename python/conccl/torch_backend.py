@@ -63,8 +63,50 @@ def _op_name(op, what):
     for k, v in _OPS.items():
         if op == k:
             return v
-    raise RuntimeError(f"conccl backend: {what} with ReduceOp {op}: only SUM, PRODUCT, MIN, MAX and AVG reduce on "
-                       "the DMA engines (bitwise ops and PREMUL_SUM would need a kernel ConCCL does not carry)")
+    raise RuntimeError(f"conccl backend: {what} with ReduceOp {op}: ConCCL reduces with SUM, PRODUCT, MIN, MAX, AVG "
+                       "and PREMUL_SUM (torch.distributed._make_nccl_premul_sum); bitwise ops are refused, as "
+                       "ProcessGroupNCCL refuses them")
+
+
+def _reduce_op(opts, what):
+    """(ConCCL's operator, factor) for an op's options: factor is None, or PREMUL_SUM's
+    factor (a float or a one-element tensor), which multiplies the sum.
+
+    PREMUL_SUM is FSDP2's reduce-scatter when the gradient divide factor is not the
+    world size (torch.distributed._make_nccl_premul_sum(1 / factor)). NCCL multiplies
+    each input by the factor and sums; here the sum is multiplied, one multiply per
+    element instead of n (the two round differently in the last place for floats).
+    Torch >= 2.0 gives the factor as the op's __getstate__()[1]; torch 1.x keeps it
+    out of Python's reach, so PREMUL_SUM is refused there."""
+    op = opts.reduceOp if opts is not None else dist.ReduceOp.SUM
+    if not (hasattr(dist.ReduceOp, "PREMUL_SUM") and op == dist.ReduceOp.PREMUL_SUM):
+        return _op_name(op, what), None
+    getstate = getattr(op, "__getstate__", None)
+    state = getstate() if getstate is not None else None
+    if not (isinstance(state, tuple) and len(state) == 2 and state[1] is not None):
+        raise RuntimeError(f"conccl backend: {what} with ReduceOp.PREMUL_SUM: this torch ({torch.__version__}) does "
+                           "not give Python the op's factor (torch >= 2.0 does); use SUM and multiply the result")
+    factor = state[1]
+    if isinstance(factor, (list, tuple)):  # torch 2.0-2.1 kept one tensor per device
+        factor = factor[0] if len(factor) == 1 else None
+    if not isinstance(factor, (float, int, torch.Tensor)) or (isinstance(factor, torch.Tensor) and factor.numel() != 1):
+        raise RuntimeError(f"conccl backend: {what} with ReduceOp.PREMUL_SUM: its factor {state[1]!r} is not a "
+                           "number or a one-element tensor")
+    return "sum", factor
+
+
+def _scale_check(what, tensors, factor):
+    """PREMUL_SUM takes floating-point tensors only, as ProcessGroupNCCL: refused before any move."""
+    for t in tensors if factor is not None else ():
+        if not t.is_floating_point():
+            raise RuntimeError(f"conccl backend: {what} with ReduceOp.PREMUL_SUM takes floating-point tensors, not "
+                               f"{t.dtype} (as ProcessGroupNCCL)")
+
+
+def _scale(what, tensors, factor):
+    """Multiplies PREMUL_SUM's results by its factor, on the op's stream (after the sum)."""
+    for t in tensors if factor is not None else ():
+        t.mul_(factor.reshape(()).to(t.device) if isinstance(factor, torch.Tensor) else factor)
 
 
 def _backend_kind():
@@ -697,7 +739,8 @@ class ProcessGroupConccl(_GroupSurface, dist.ProcessGroup):
 
     # ---- the ops ----
     def allreduce(self, tensors, opts=None):
-        op = _op_name(opts.reduceOp if opts is not None else dist.ReduceOp.SUM, "all_reduce")
+        op, factor = _reduce_op(opts, "all_reduce")
+        _scale_check("all_reduce", tensors, factor)
 
         def body():
             for t in tensors:
@@ -707,17 +750,24 @@ class ProcessGroupConccl(_GroupSurface, dist.ProcessGroup):
                     self._elementwise("all_reduce", t, lambda v: self._comm.all_reduce(v, op))
                 else:
                     self._reduce_by_gather("all_reduce", t, op)
+            _scale("all_reduce", tensors, factor)
         return self._launch("all_reduce", tensors, body)
 
     def reduce(self, tensors, opts):
-        op = _op_name(opts.reduceOp, "reduce")
+        op, factor = _reduce_op(opts, "reduce")
         t, root = tensors[0], opts.rootRank
-        if t.dtype not in _NATIVE:
-            return self._launch("reduce", [t], lambda: self._reduce_by_gather("reduce", t, op, self._rank == root))
-        if self._direct(t):
-            return self._launch("reduce", [t], lambda: self._comm.reduce(self._flat(t), root, op))
-        return self._launch("reduce", [t], lambda: self._elementwise(
-            "reduce", t, lambda v: self._comm.reduce(v, root, op), copy_out=self._rank == root))
+        _scale_check("reduce", [t], factor)
+
+        def body():
+            if t.dtype not in _NATIVE:
+                self._reduce_by_gather("reduce", t, op, self._rank == root)
+            elif self._direct(t):
+                self._comm.reduce(self._flat(t), root, op)
+            else:
+                self._elementwise("reduce", t, lambda v: self._comm.reduce(v, root, op), copy_out=self._rank == root)
+            if self._rank == root:
+                _scale("reduce", [t], factor)
+        return self._launch("reduce", [t], body)
 
     def broadcast(self, tensors, opts):
         t, root = tensors[0], opts.rootRank
@@ -738,24 +788,30 @@ class ProcessGroupConccl(_GroupSurface, dist.ProcessGroup):
                             lambda: self._gather_into("all_gather_into_tensor", output, input), result=[output])
 
     def _reduce_scatter_base(self, output, input, opts=None):
-        op = _op_name(opts.reduceOp if opts is not None else dist.ReduceOp.SUM, "reduce_scatter_tensor")
+        op, factor = _reduce_op(opts, "reduce_scatter_tensor")
         if input.numel() != output.numel() * self._size or output.dtype != input.dtype:
             raise RuntimeError(f"conccl backend: reduce_scatter_tensor: input has {input.numel()} elements of "
                                f"{input.dtype}; it must be world size ({self._size}) x output's {output.numel()} "
                                f"of {output.dtype}")
-        if input.dtype in _NATIVE and self._direct(output, input):
-            return self._launch("reduce_scatter_tensor", [output, input], lambda: self._comm.reduce_scatter_tensor(
-                self._flat(output), self._flat(input), op), result=[output])
-        return self._launch("reduce_scatter_tensor", [output, input],
-                            lambda: self._scatter_reduce("reduce_scatter_tensor", output, input, op), result=[output])
+        _scale_check("reduce_scatter_tensor", [output], factor)
+
+        def body():
+            if input.dtype in _NATIVE and self._direct(output, input):
+                self._comm.reduce_scatter_tensor(self._flat(output), self._flat(input), op)
+            else:
+                self._scatter_reduce("reduce_scatter_tensor", output, input, op)
+            _scale("reduce_scatter_tensor", [output], factor)
+        return self._launch("reduce_scatter_tensor", [output, input], body, result=[output])
 
     def reduce_scatter(self, output_tensors, input_lists, opts):
-        op = _op_name(opts.reduceOp if opts is not None else dist.ReduceOp.SUM, "reduce_scatter")
+        op, factor = _reduce_op(opts, "reduce_scatter")
         _check_rank_lists("reduce_scatter", input_lists, "input", output_tensors, "output", self._size)
+        _scale_check("reduce_scatter", output_tensors, factor)
 
         def body():
             for out, ins in zip(output_tensors, input_lists):
                 self._scatter_reduce("reduce_scatter", out, torch.cat([self._flat(i) for i in ins]), op)
+            _scale("reduce_scatter", output_tensors, factor)
         every = list(output_tensors) + [i for ins in input_lists for i in ins]
         return self._launch("reduce_scatter", every, body, result=output_tensors)
 

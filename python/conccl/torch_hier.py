@@ -233,6 +233,14 @@ class HierarchicalGroup(_GroupSurface, dist.ProcessGroup):
         from conccl.torch_backend import _Opts
         return _Opts(**kw)
 
+    def _op(self, opts, what, tensors):
+        """The op the steps reduce with, and PREMUL_SUM's factor (None for other ops):
+        PREMUL_SUM's steps sum, and its results are multiplied at the end."""
+        _, factor = self._tb._reduce_op(opts, what)
+        self._tb._scale_check(what, tensors, factor)
+        op = opts.reduceOp if opts is not None else dist.ReduceOp.SUM
+        return (dist.ReduceOp.SUM if factor is not None else op), factor
+
     def _sum_for(self, op):
         """The op of the local and per-node steps: AVG sums, divided once at the end."""
         name = self._tb._op_name(op, "a reduction")
@@ -325,19 +333,24 @@ class HierarchicalGroup(_GroupSurface, dist.ProcessGroup):
 
     # ---- the ops, in torch.distributed's shapes ----
     def allreduce(self, tensors, opts=None):
-        op = opts.reduceOp if opts is not None else dist.ReduceOp.SUM
-        self._tb._op_name(op, "all_reduce")
-        return self._launch("all_reduce", tensors, lambda: [self._all_reduce_flat(self._flat(t), op) for t in tensors])
+        op, factor = self._op(opts, "all_reduce", tensors)
+
+        def body():
+            for t in tensors:
+                self._all_reduce_flat(self._flat(t), op)
+            self._tb._scale("all_reduce", tensors, factor)
+        return self._launch("all_reduce", tensors, body)
 
     def reduce(self, tensors, opts):
-        t, root, op = tensors[0], opts.rootRank, opts.reduceOp
-        self._tb._op_name(op, "reduce")
+        t, root = tensors[0], opts.rootRank
+        op, factor = self._op(opts, "reduce", [t])
 
         def body():
             tmp = self._flat(t).clone()
             self._all_reduce_flat(tmp, op)
             if self._rank == root:
                 self._flat(t).copy_(tmp)
+                self._tb._scale("reduce", [t], factor)
         return self._launch("reduce", [t], body)
 
     def broadcast(self, tensors, opts):
@@ -353,19 +366,19 @@ class HierarchicalGroup(_GroupSurface, dist.ProcessGroup):
                             lambda: self._all_gather_flat(self._flat(output), self._flat(input)), result=[output])
 
     def _reduce_scatter_base(self, output, input, opts=None):
-        op = opts.reduceOp if opts is not None else dist.ReduceOp.SUM
-        self._tb._op_name(op, "reduce_scatter_tensor")
+        op, factor = self._op(opts, "reduce_scatter_tensor", [output])
         if input.numel() != output.numel() * self._size or output.dtype != input.dtype:
             raise RuntimeError(f"conccl backend: reduce_scatter_tensor: input has {input.numel()} elements of "
                                f"{input.dtype}; it must be world size ({self._size}) x output's {output.numel()} "
                                f"of {output.dtype}")
-        return self._launch("reduce_scatter_tensor", [output, input],
-                            lambda: self._reduce_scatter_flat(self._flat(output), self._flat(input), op),
-                            result=[output])
+
+        def body():
+            self._reduce_scatter_flat(self._flat(output), self._flat(input), op)
+            self._tb._scale("reduce_scatter_tensor", [output], factor)
+        return self._launch("reduce_scatter_tensor", [output, input], body, result=[output])
 
     def reduce_scatter(self, output_tensors, input_lists, opts):
-        op = opts.reduceOp if opts is not None else dist.ReduceOp.SUM
-        self._tb._op_name(op, "reduce_scatter")
+        op, factor = self._op(opts, "reduce_scatter", output_tensors)
         for out, ins in zip(output_tensors, input_lists):
             if len(ins) != self._size or any(i.numel() != out.numel() or i.dtype != out.dtype for i in ins):
                 raise RuntimeError(f"conccl backend: reduce_scatter: give {self._size} input tensors, each with the "
@@ -374,6 +387,7 @@ class HierarchicalGroup(_GroupSurface, dist.ProcessGroup):
         def body():
             for out, ins in zip(output_tensors, input_lists):
                 self._reduce_scatter_flat(self._flat(out), torch.cat([self._flat(i) for i in ins]), op)
+            self._tb._scale("reduce_scatter", output_tensors, factor)
         every = list(output_tensors) + [i for ins in input_lists for i in ins]
         return self._launch("reduce_scatter", every, body, result=output_tensors)
 

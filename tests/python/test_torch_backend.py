@@ -681,6 +681,9 @@ def run_collectives(c):
                            torch.cat(ins, 0))
     c.call("async all_gather_into_tensor", f)
 
+    if c.backend == "conccl":  # gloo has no PREMUL_SUM
+        run_premul_sum(c)
+
     # ---- the default group still works at the end
     def f():
         x = torch.full((5,), float(r + 1))
@@ -802,6 +805,118 @@ def run_pool(c):
             c.fail("pool mixed", "the error does not say the calls differ: %s" % str(e)[:300])
         return
     c.fail("pool mixed", "rank 0 on a pool tensor, the others staged: all_reduce returned")
+
+
+class _PremulLike:
+    """What torch >= 2.0 hands a Python backend for _make_nccl_premul_sum(factor): an op equal
+    to PREMUL_SUM whose __getstate__() is (PREMUL_SUM, factor). Torch 1.x gives None there,
+    so on 1.x this stands in for it, to run the same path."""
+    def __init__(self, factor):
+        self.factor = factor
+
+    def __eq__(self, other):
+        return other == dist.ReduceOp.PREMUL_SUM
+
+    def __hash__(self):
+        return 0
+
+    def __getstate__(self):
+        return (dist.ReduceOp.PREMUL_SUM, self.factor)
+
+
+def run_premul_sum(c):
+    """PREMUL_SUM (FSDP2's reduce-scatter when its divide factor is not the world size): the
+    sum times the factor, on all_reduce, reduce_scatter_tensor, reduce_scatter (lists) and
+    reduce. Factors are powers of two, so the product is exact and compared bit for bit
+    with the reference sum times the factor. Torch 1.x keeps the factor from Python: there
+    dist's own call must be refused naming the version, and the backend's path is run
+    through its op with an op shaped as torch 2's. Integer tensors are refused (as NCCL)."""
+    from conccl.torch_backend import _Opts
+    r, n, last = c.rank, c.world, c.world - 1
+    pg = dist.distributed_c10d._get_default_group()
+    op = dist._make_nccl_premul_sum(0.25)
+    state = op.__getstate__() if hasattr(op, "__getstate__") else None
+    native = isinstance(state, tuple) and len(state) == 2 and state[1] is not None
+    c.checks += 1
+    if not native:  # torch 1.x: refused with the reason, before any move
+        try:
+            dist.all_reduce(torch.ones(8), op=op)
+            c.fail("premul_sum torch 1.x", "all_reduce with PREMUL_SUM returned; its factor cannot be known here")
+        except RuntimeError as e:
+            if "torch >= 2.0" not in str(e):
+                c.fail("premul_sum torch 1.x", "the error does not name the torch it needs: %s" % str(e)[:300])
+
+    def premul(factor):
+        return dist._make_nccl_premul_sum(factor) if native else _PremulLike(factor)
+
+    def all_reduce(t, o):
+        return dist.all_reduce(t, op=o) if native else pg.allreduce([t], _Opts(reduceOp=o)).wait()
+
+    def reduce_scatter_tensor(out, inp, o):
+        if native:
+            return dist.reduce_scatter_tensor(out, inp, op=o)
+        return pg._reduce_scatter_base(out, inp, _Opts(reduceOp=o)).wait()
+
+    def reduce_scatter(out, ins, o):
+        return dist.reduce_scatter(out, ins, op=o) if native else pg.reduce_scatter([out], [ins], _Opts(reduceOp=o)).wait()
+
+    def reduce(t, o):
+        if native:
+            return dist.reduce(t, dst=last, op=o)
+        return pg.reduce([t], _Opts(reduceOp=o, rootRank=last, rootTensor=0)).wait()
+
+    # float64 is reduced outside the engines (gathered, then summed in rank order): its own reference
+    for dtype, factor in (("float32", 0.25), ("bfloat16", 0.5), ("float16", 2.0), ("float64", 0.125)):
+        make, ref = (gen_other, ref_other) if dtype == "float64" else (gen, ref_reduce)
+        tag = ("premul all_reduce", n, dtype)
+        name = "all_reduce %s PREMUL_SUM(%g)" % (dtype, factor)
+
+        def f(tag=tag, name=name, dtype=dtype, factor=factor, make=make, ref=ref):
+            ins = [make((777,), dtype, "SUM", *tag, j) for j in range(n)]
+            t = ins[r].clone()
+            all_reduce(t, premul(factor))
+            c.same(name, t, ref(ins, "SUM", dtype) * factor)  # a power of two: exact
+        c.call(name, f)
+
+        tag = ("premul reduce_scatter_tensor", n, dtype)
+        name = "reduce_scatter_tensor %s PREMUL_SUM(%g)" % (dtype, factor)
+
+        def f(tag=tag, name=name, dtype=dtype, factor=factor, make=make, ref=ref):
+            k = 129
+            ins = [make((n * k,), dtype, "SUM", *tag, j) for j in range(n)]
+            inp, out = ins[r].clone(), torch.empty(k, dtype=_dt(dtype))
+            reduce_scatter_tensor(out, inp, premul(factor))
+            c.same(name, out, (ref(ins, "SUM", dtype) * factor)[r * k:(r + 1) * k])
+            c.same(name + " (input untouched)", inp, ins[r])
+        c.call(name, f)
+
+    tag = ("premul reduce_scatter list", n)
+    name = "reduce_scatter(list) float32 PREMUL_SUM(0.5)"
+
+    def f():
+        lists = [[gen((65,), "float32", "SUM", *tag, j, k) for k in range(n)] for j in range(n)]
+        out = torch.empty(65)
+        reduce_scatter(out, [x.clone() for x in lists[r]], premul(0.5))
+        c.same(name, out, ref_reduce([lists[j][r] for j in range(n)], "SUM", "float32") * 0.5)
+    c.call(name, f)
+
+    tag = ("premul reduce", n)
+    name = "reduce dst=%d float32 PREMUL_SUM(4)" % last
+
+    def f():
+        ins = [gen((301,), "float32", "SUM", *tag, j) for j in range(n)]
+        t = ins[r].clone()
+        reduce(t, premul(4.0))
+        c.same(name, t, ref_reduce(ins, "SUM", "float32") * 4.0 if r == last else ins[r])
+    c.call(name, f)
+
+    c.checks += 1
+    try:
+        all_reduce(torch.ones(4, dtype=torch.int32), premul(0.5))
+        c.fail("premul_sum int32", "all_reduce of int32 with PREMUL_SUM returned")
+    except RuntimeError as e:
+        if "floating-point" not in str(e):
+            c.fail("premul_sum int32", "the error does not say floating-point: %s" % str(e)[:300])
 
 
 def run_mismatched(c):

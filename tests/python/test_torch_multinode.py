@@ -72,6 +72,29 @@ def run_ops(rank, n, L, out):
             out[f"reduce_scatter_tensor/{dtype}/{op}"] = o
             if is_float:
                 FLOAT_REDUCTIONS.update({f"all_reduce/{dtype}/{op}", f"reduce_scatter_tensor/{dtype}/{op}"})
+    # PREMUL_SUM: the sum times its factor (0.5: exact), checked against this run's own SUM
+    # and, as every output, against the other run. Torch 1.x keeps the factor from Python:
+    # there the group's op is given an op shaped as torch 2's (test_torch_backend._PremulLike).
+    from conccl.torch_backend import _Opts
+    from test_torch_backend import _PremulLike
+    op = dist._make_nccl_premul_sum(0.5)
+    native = isinstance(getattr(op, "__getstate__", lambda: None)(), tuple)
+    pg = dist.distributed_c10d._get_default_group()
+    for name, shape in (("all_reduce", (999,)), ("reduce_scatter_tensor", (n * 37,))):
+        x = gen(shape, torch.float32, "premul", name, rank)
+        got, summed = x.clone(), x.clone()
+        if name == "all_reduce":
+            dist.all_reduce(summed, op=R.SUM)
+            dist.all_reduce(got, op=op) if native else pg.allreduce([got], _Opts(reduceOp=_PremulLike(0.5))).wait()
+        else:
+            got, summed = torch.empty(37), torch.empty(37)
+            dist.reduce_scatter_tensor(summed, x, op=R.SUM)
+            dist.reduce_scatter_tensor(got, x, op=op) if native else \
+                pg._reduce_scatter_base(got, x, _Opts(reduceOp=_PremulLike(0.5))).wait()
+        if not torch.equal(got, summed * 0.5):
+            raise AssertionError(f"{name} PREMUL_SUM(0.5) is not the sum times 0.5 in {type(pg).__name__}")
+        out[f"{name}/premul_sum"] = got
+        FLOAT_REDUCTIONS.add(f"{name}/premul_sum")
     t = gen((1001,), torch.float32, "reduce", rank)
     dist.reduce(t, dst=n - 1, op=R.SUM)
     out["reduce"] = t if rank == n - 1 else gen((1001,), torch.float32, "reduce", rank)
