@@ -1,5 +1,6 @@
 # run 76: run 75 again with its fixes (GPU words never host Signals), the median host time per call (host p50),
-# and torch send/recv through the store against the engines (CONCCL_TORCH_P2P).
+# torch send/recv through the store against the engines (CONCCL_TORCH_P2P), and the torch backend's
+# emulator tests on torch 2 (PREMUL_SUM).
 # window calls on a stream (2, 4, 8 processes), under MPS, and host-ordered; the modes alternate.
 # Blocks run most-wanted first; each starts only within RUN76_SECONDS (default 430) of the build's start.
 . tools/bench/nv_build_common.sh
@@ -10,6 +11,11 @@ nv_build_time
 # First the multi-process stream tests with the GPU words (every byte checked), then the A/B.
 CONCCL_POSTED_WORDS=device nv_run_test backends/nv/test_nv_mp_stream 120 20
 mv $OUT/test_nv_mp_stream.log $OUT/mp_stream_device.log
+# The torch backend's collectives on the emulator with this machine's torch 2 (CI has 1.13):
+# PREMUL_SUM's factor reaches Python only on torch 2.
+( nv_python_env $PWD/python; cd tests/python && CONCCL_TORCH_TEST_DEADLINE=80 timeout 120 python3 -m unittest \
+  test_torch_backend.TorchBackendTest.test_collectives_3_ranks test_torch_multinode.MultiNodeTest.test_2_nodes_x_2_ranks \
+  > $OUT/torch2_emu.log 2>&1; echo "torch 2 emulator tests rc=$?"; grep -E "^\[|^Ran|^OK|FAIL" $OUT/torch2_emu.log | head -8 )
 W=$B/tools/bench/nv_window_bench
 P=$(find $B -name sdma-probe -type f | head -1)
 row() { echo "$1 rc=$2: $(grep -E '^ +(1024|8192|65536) ' $OUT/$3 | awk '{printf "%s:%s/%s/p50 %s(w%s) ", $1/1024 "K", $2, $3, $4, $7}')"; }
