@@ -919,6 +919,74 @@ def run_premul_sum(c):
             c.fail("premul_sum int32", "the error does not say floating-point: %s" % str(e)[:300])
 
 
+def torch2_missing():
+    """Why the torch-2 scenario cannot run with this torch, or None."""
+    if torch is None:
+        return "torch is not installed"
+    import importlib
+    try:
+        importlib.import_module("torch.distributed._functional_collectives")
+        importlib.import_module("torch.distributed.device_mesh")
+    except ImportError as e:
+        return "torch %s has no functional collectives or device mesh (%s): torch >= 2.2 does" % (torch.__version__, e)
+    return None
+
+
+def run_torch2(c):
+    """Torch 2's ways into a process group, as DTensor, tensor parallelism and torch.compile
+    use them: the functional collectives (torch.distributed._functional_collectives) and
+    DTensor redistributions on a CPU device mesh (Shard -> Replicate an all-gather, Partial ->
+    Replicate an all-reduce, Partial -> Shard a reduce-scatter), every element checked."""
+    import torch.distributed._functional_collectives as funcol
+    from torch.distributed.device_mesh import init_device_mesh
+    r, n = c.rank, c.world
+    group = dist.group.WORLD
+
+    def done(t):  # an AsyncCollectiveTensor until waited for
+        return funcol.wait_tensor(t) if hasattr(funcol, "wait_tensor") else t
+
+    ins = [gen((6, 5), "float32", "SUM", "funcol", j) for j in range(n)]
+    big = [gen((2 * n, 7), "bfloat16", "SUM", "funcol rs", j) for j in range(n)]
+    c.call("funcol all_gather_tensor", lambda: c.same(
+        "funcol all_gather_tensor", done(funcol.all_gather_tensor(ins[r].clone(), 0, group)), torch.cat(ins, 0)))
+    c.call("funcol all_reduce", lambda: c.same(
+        "funcol all_reduce", done(funcol.all_reduce(ins[r].clone(), "sum", group)), ref_reduce(ins, "SUM", "float32")))
+    c.call("funcol reduce_scatter_tensor", lambda: c.same(
+        "funcol reduce_scatter_tensor", done(funcol.reduce_scatter_tensor(big[r].clone(), "sum", 0, group)),
+        ref_reduce(big, "SUM", "bfloat16")[2 * r:2 * r + 2]))
+    piece = lambda src, dst: gen((2, 5), "float32", "SUM", "funcol a2a", src, dst)  # noqa: E731
+    c.call("funcol all_to_all_single", lambda: c.same(
+        "funcol all_to_all_single",
+        done(funcol.all_to_all_single(torch.cat([piece(r, j) for j in range(n)]), None, None, group)),
+        torch.cat([piece(j, r) for j in range(n)])))
+    c.call("funcol broadcast", lambda: c.same(
+        "funcol broadcast", done(funcol.broadcast(ins[r].clone(), 1, group)), ins[1]))
+
+    try:
+        from torch.distributed.tensor import DTensor, Partial, Replicate, Shard, distribute_tensor
+    except ImportError:  # torch 2.2-2.3
+        from torch.distributed._tensor import DTensor, Replicate, Shard, distribute_tensor
+        from torch.distributed._tensor.placement_types import _Partial as Partial
+    mesh = init_device_mesh("cpu", (n,))
+    full = gen((4 * n, 3), "float32", "SUM", "dtensor full")  # the same on every rank
+
+    def f():
+        d = distribute_tensor(full, mesh, [Shard(0)])
+        c.same("DTensor Shard(0) local piece", d.to_local(), full[4 * r:4 * r + 4])
+        c.same("DTensor Shard(0) -> Replicate", d.redistribute(mesh, [Replicate()]).to_local(), full)
+    c.call("DTensor Shard -> Replicate", f)
+
+    def f():
+        p = DTensor.from_local(ins[r].clone(), mesh, [Partial()])
+        c.same("DTensor Partial -> Replicate", p.redistribute(mesh, [Replicate()]).to_local(),
+               ref_reduce(ins, "SUM", "float32"))
+        parts = [gen((2 * n, 5), "float32", "SUM", "dtensor partial", j) for j in range(n)]
+        q = DTensor.from_local(parts[r].clone(), mesh, [Partial()])
+        c.same("DTensor Partial -> Shard(0)", q.redistribute(mesh, [Shard(0)]).to_local(),
+               ref_reduce(parts, "SUM", "float32")[2 * r:2 * r + 2])
+    c.call("DTensor Partial -> Replicate / Shard", f)
+
+
 def run_mismatched(c):
     """Rank r all-reduces 100 * (r + 1) elements: every rank must raise, in bounded time,
     an error that names the disagreement, and no rank may return a result."""
@@ -1092,6 +1160,8 @@ def worker(rank, world, scenario, backend, tmpdir):
             run_new_group(c)
         elif scenario == "mismatched":
             run_mismatched(c)
+        elif scenario == "torch2":
+            run_torch2(c)
         elif scenario == "pool":
             run_pool(c)
         elif scenario.startswith("killed"):
@@ -1255,6 +1325,10 @@ class TorchBackendTest(unittest.TestCase):
                 os.environ.pop("CONCCL_TORCH_P2P", None)
             else:
                 os.environ["CONCCL_TORCH_P2P"] = old
+
+    @unittest.skipIf(torch2_missing(), torch2_missing() or "")
+    def test_torch2_functional_collectives_and_dtensor_3_ranks(self):
+        self.run_scenario(3, "torch2")
 
     def test_new_group_4_ranks(self):
         self.run_scenario(4, "new_group")

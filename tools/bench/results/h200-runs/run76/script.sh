@@ -12,10 +12,11 @@ nv_build_time
 CONCCL_POSTED_WORDS=device nv_run_test backends/nv/test_nv_mp_stream 120 20
 mv $OUT/test_nv_mp_stream.log $OUT/mp_stream_device.log
 # The torch backend's collectives on the emulator with this machine's torch 2 (CI has 1.13):
-# PREMUL_SUM's factor reaches Python only on torch 2.
+# PREMUL_SUM's factor reaches Python only on torch 2; functional collectives and DTensor (skipped on 1.13).
 ( nv_python_env $PWD/python; cd tests/python && CONCCL_TORCH_TEST_DEADLINE=80 timeout 120 python3 -m unittest \
-  test_torch_backend.TorchBackendTest.test_collectives_3_ranks test_torch_multinode.MultiNodeTest.test_2_nodes_x_2_ranks \
-  > $OUT/torch2_emu.log 2>&1; echo "torch 2 emulator tests rc=$?"; grep -E "^\[|^Ran|^OK|FAIL" $OUT/torch2_emu.log | head -8 )
+  test_torch_backend.TorchBackendTest.test_collectives_3_ranks \
+  test_torch_backend.TorchBackendTest.test_torch2_functional_collectives_and_dtensor_3_ranks test_torch_multinode.MultiNodeTest.test_2_nodes_x_2_ranks \
+  > $OUT/torch2_emu.log 2>&1; echo "torch 2 emulator tests rc=$?"; grep -E "^\[|^Ran|^OK|FAIL|Error" $OUT/torch2_emu.log | head -24 )
 W=$B/tools/bench/nv_window_bench
 P=$(find $B -name sdma-probe -type f | head -1)
 row() { echo "$1 rc=$2: $(grep -E '^ +(1024|8192|65536) ' $OUT/$3 | awk '{printf "%s:%s/%s/p50 %s(w%s) ", $1/1024 "K", $2, $3, $4, $7}')"; }
