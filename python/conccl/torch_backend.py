@@ -682,8 +682,8 @@ class ProcessGroupConccl(_GroupSurface, dist.ProcessGroup):
     def _broadcast_all(self, what, flat, root):
         self._elementwise(what, flat, lambda v: self._comm.broadcast(v, src=root), copy_out=True)
 
-    # send/recv on the engines with CONCCL_TORCH_P2P=engines (a communicator per ordered
-    # pair, conccl/torch_p2p.py); else through the store, as _GroupSurface's.
+    # send/recv on the engines (a communicator per ordered pair, conccl/torch_p2p.py); with
+    # CONCCL_TORCH_P2P=store through the store, as _GroupSurface's.
     def send(self, tensors, dst, tag=0):
         if self._pairs is None:
             return super().send(tensors, dst, tag)

@@ -1,4 +1,9 @@
-"""Point to point for the "conccl" process group on the DMA engines (CONCCL_TORCH_P2P=engines).
+"""Point to point for the "conccl" process group on the DMA engines (the default;
+CONCCL_TORCH_P2P=store sends through the group's store instead).
+
+Measured on an H100 (run 76, docs/perf/h200-collectives.md, tools/bench/torch_p2p_bench.py,
+2 processes): a ring step of 1 KiB to 4 MiB 0.72-0.77 ms on the engines against 5.9-21.8
+ms through the store; 64 MiB 5.4 ms against 555 ms.
 
 ConCCL's calls are collective over a communicator, and torch's send/recv involve two
 ranks of the group. So each ordered pair (src, dst) that exchanges data gets a
@@ -173,10 +178,11 @@ class PairChannels:
 
 
 def enabled():
-    """CONCCL_TORCH_P2P: "engines" (this module) or "store" (the default: through the
-    group's store). Other values are refused when the group is made."""
-    v = os.environ.get("CONCCL_TORCH_P2P", "store")
+    """CONCCL_TORCH_P2P: "engines" (this module, the default) or "store" (through the
+    group's store: a host copy, no communicator per pair). Other values are refused when
+    the group is made."""
+    v = os.environ.get("CONCCL_TORCH_P2P", "engines")
     if v not in ("store", "engines"):
-        raise RuntimeError(f"CONCCL_TORCH_P2P={v}: use \"store\" (the default: send/recv through the group's store) "
-                           "or \"engines\" (a communicator per ordered pair, on the DMA engines)")
+        raise RuntimeError(f"CONCCL_TORCH_P2P={v}: use \"engines\" (the default: a communicator per ordered pair, "
+                           "on the DMA engines) or \"store\" (send/recv through the group's store)")
     return v == "engines"

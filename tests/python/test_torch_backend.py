@@ -1103,7 +1103,7 @@ def run_p2p(c):
         c.call("send to itself", to_self)
 
     def mismatched():  # 0 sends 100 elements, 1 receives 200: an error, not half a tensor
-        engines = os.environ.get("CONCCL_TORCH_P2P") == "engines"
+        engines = os.environ.get("CONCCL_TORCH_P2P", "engines") == "engines"
         if r not in (0, 1):
             return
         c.checks += 1
@@ -1136,6 +1136,8 @@ def worker(rank, world, scenario, backend, tmpdir):
             os.environ["CONCCL_TORCH_POOL_BYTES"] = str(1 << 20)
         if scenario == "collectives_in_pieces":  # every tensor larger than the staging: it goes in pieces
             os.environ["CONCCL_TORCH_STAGING_BYTES"] = "1024"
+        if scenario == "p2p_store":  # send/recv through the group's store
+            os.environ["CONCCL_TORCH_P2P"] = "store"
         if scenario == "p2p_engines":  # a communicator per pair; 4 KiB of staging: larger tensors in pieces
             os.environ["CONCCL_TORCH_P2P"] = "engines"
             os.environ["CONCCL_TORCH_P2P_STAGING_BYTES"] = "4096"
@@ -1298,13 +1300,13 @@ class TorchBackendTest(unittest.TestCase):
     def test_collectives_in_pieces_3_ranks(self):  # 1 KiB of staging: every op in several pieces
         self.run_scenario(3, "collectives_in_pieces")
 
-    def test_p2p_on_the_engines_4_ranks(self):  # CONCCL_TORCH_P2P=engines: a communicator per ordered pair
+    def test_p2p_on_the_engines_4_ranks(self):  # the default: a communicator per ordered pair
         self.run_scenario(4, "p2p_engines")
 
     def test_p2p_on_the_engines_3_ranks(self):  # an odd ring; rank 2 has no partner both ways
         self.run_scenario(3, "p2p_engines")
 
-    def test_p2p_through_the_store_3_ranks(self):  # the default
+    def test_p2p_through_the_store_3_ranks(self):  # CONCCL_TORCH_P2P=store
         self.run_scenario(3, "p2p_store")
 
     def test_p2p_setting_is_checked(self):
@@ -1316,10 +1318,10 @@ class TorchBackendTest(unittest.TestCase):
                 torch_p2p.enabled()
             self.assertIn("CONCCL_TORCH_P2P=engine", str(cm.exception))
             self.assertIn('"engines"', str(cm.exception))
-            os.environ["CONCCL_TORCH_P2P"] = "engines"
-            self.assertTrue(torch_p2p.enabled())
+            os.environ["CONCCL_TORCH_P2P"] = "store"
+            self.assertFalse(torch_p2p.enabled())
             del os.environ["CONCCL_TORCH_P2P"]
-            self.assertFalse(torch_p2p.enabled())  # the store, by default
+            self.assertTrue(torch_p2p.enabled())  # the engines, by default
         finally:
             if old is None:
                 os.environ.pop("CONCCL_TORCH_P2P", None)
