@@ -68,9 +68,10 @@ def _op_name(op, what):
                        "ProcessGroupNCCL refuses them")
 
 
-def _reduce_op(opts, what):
+def _reduce_op(opts, what, tensors):
     """(ConCCL's operator, factor) for an op's options: factor is None, or PREMUL_SUM's
-    factor (a float or a one-element tensor), which multiplies the sum.
+    factor (a float or a one-element tensor), which multiplies the sum. PREMUL_SUM takes
+    floating-point tensors only, as ProcessGroupNCCL: others are refused before any move.
 
     PREMUL_SUM is FSDP2's reduce-scatter when the gradient divide factor is not the
     world size (torch.distributed._make_nccl_premul_sum(1 / factor)). NCCL multiplies
@@ -92,18 +93,14 @@ def _reduce_op(opts, what):
     if not isinstance(factor, (float, int, torch.Tensor)) or (isinstance(factor, torch.Tensor) and factor.numel() != 1):
         raise RuntimeError(f"conccl backend: {what} with ReduceOp.PREMUL_SUM: its factor {state[1]!r} is not a "
                            "number or a one-element tensor")
-    return "sum", factor
-
-
-def _scale_check(what, tensors, factor):
-    """PREMUL_SUM takes floating-point tensors only, as ProcessGroupNCCL: refused before any move."""
-    for t in tensors if factor is not None else ():
+    for t in tensors:
         if not t.is_floating_point():
             raise RuntimeError(f"conccl backend: {what} with ReduceOp.PREMUL_SUM takes floating-point tensors, not "
                                f"{t.dtype} (as ProcessGroupNCCL)")
+    return "sum", factor
 
 
-def _scale(what, tensors, factor):
+def _scale(tensors, factor):
     """Multiplies PREMUL_SUM's results by its factor, on the op's stream (after the sum)."""
     for t in tensors if factor is not None else ():
         t.mul_(factor.reshape(()).to(t.device) if isinstance(factor, torch.Tensor) else factor)
@@ -739,8 +736,7 @@ class ProcessGroupConccl(_GroupSurface, dist.ProcessGroup):
 
     # ---- the ops ----
     def allreduce(self, tensors, opts=None):
-        op, factor = _reduce_op(opts, "all_reduce")
-        _scale_check("all_reduce", tensors, factor)
+        op, factor = _reduce_op(opts, "all_reduce", tensors)
 
         def body():
             for t in tensors:
@@ -750,13 +746,12 @@ class ProcessGroupConccl(_GroupSurface, dist.ProcessGroup):
                     self._elementwise("all_reduce", t, lambda v: self._comm.all_reduce(v, op))
                 else:
                     self._reduce_by_gather("all_reduce", t, op)
-            _scale("all_reduce", tensors, factor)
+            _scale(tensors, factor)
         return self._launch("all_reduce", tensors, body)
 
     def reduce(self, tensors, opts):
-        op, factor = _reduce_op(opts, "reduce")
         t, root = tensors[0], opts.rootRank
-        _scale_check("reduce", [t], factor)
+        op, factor = _reduce_op(opts, "reduce", [t])
 
         def body():
             if t.dtype not in _NATIVE:
@@ -766,7 +761,7 @@ class ProcessGroupConccl(_GroupSurface, dist.ProcessGroup):
             else:
                 self._elementwise("reduce", t, lambda v: self._comm.reduce(v, root, op), copy_out=self._rank == root)
             if self._rank == root:
-                _scale("reduce", [t], factor)
+                _scale([t], factor)
         return self._launch("reduce", [t], body)
 
     def broadcast(self, tensors, opts):
@@ -788,30 +783,28 @@ class ProcessGroupConccl(_GroupSurface, dist.ProcessGroup):
                             lambda: self._gather_into("all_gather_into_tensor", output, input), result=[output])
 
     def _reduce_scatter_base(self, output, input, opts=None):
-        op, factor = _reduce_op(opts, "reduce_scatter_tensor")
+        op, factor = _reduce_op(opts, "reduce_scatter_tensor", [output])
         if input.numel() != output.numel() * self._size or output.dtype != input.dtype:
             raise RuntimeError(f"conccl backend: reduce_scatter_tensor: input has {input.numel()} elements of "
                                f"{input.dtype}; it must be world size ({self._size}) x output's {output.numel()} "
                                f"of {output.dtype}")
-        _scale_check("reduce_scatter_tensor", [output], factor)
 
         def body():
             if input.dtype in _NATIVE and self._direct(output, input):
                 self._comm.reduce_scatter_tensor(self._flat(output), self._flat(input), op)
             else:
                 self._scatter_reduce("reduce_scatter_tensor", output, input, op)
-            _scale("reduce_scatter_tensor", [output], factor)
+            _scale([output], factor)
         return self._launch("reduce_scatter_tensor", [output, input], body, result=[output])
 
     def reduce_scatter(self, output_tensors, input_lists, opts):
-        op, factor = _reduce_op(opts, "reduce_scatter")
+        op, factor = _reduce_op(opts, "reduce_scatter", output_tensors)
         _check_rank_lists("reduce_scatter", input_lists, "input", output_tensors, "output", self._size)
-        _scale_check("reduce_scatter", output_tensors, factor)
 
         def body():
             for out, ins in zip(output_tensors, input_lists):
                 self._scatter_reduce("reduce_scatter", out, torch.cat([self._flat(i) for i in ins]), op)
-            _scale("reduce_scatter", output_tensors, factor)
+            _scale(output_tensors, factor)
         every = list(output_tensors) + [i for ins in input_lists for i in ins]
         return self._launch("reduce_scatter", every, body, result=output_tensors)
 

@@ -236,8 +236,7 @@ class HierarchicalGroup(_GroupSurface, dist.ProcessGroup):
     def _op(self, opts, what, tensors):
         """The op the steps reduce with, and PREMUL_SUM's factor (None for other ops):
         PREMUL_SUM's steps sum, and its results are multiplied at the end."""
-        _, factor = self._tb._reduce_op(opts, what)
-        self._tb._scale_check(what, tensors, factor)
+        _, factor = self._tb._reduce_op(opts, what, tensors)
         op = opts.reduceOp if opts is not None else dist.ReduceOp.SUM
         return (dist.ReduceOp.SUM if factor is not None else op), factor
 
@@ -338,7 +337,7 @@ class HierarchicalGroup(_GroupSurface, dist.ProcessGroup):
         def body():
             for t in tensors:
                 self._all_reduce_flat(self._flat(t), op)
-            self._tb._scale("all_reduce", tensors, factor)
+            self._tb._scale(tensors, factor)
         return self._launch("all_reduce", tensors, body)
 
     def reduce(self, tensors, opts):
@@ -350,7 +349,7 @@ class HierarchicalGroup(_GroupSurface, dist.ProcessGroup):
             self._all_reduce_flat(tmp, op)
             if self._rank == root:
                 self._flat(t).copy_(tmp)
-                self._tb._scale("reduce", [t], factor)
+                self._tb._scale([t], factor)
         return self._launch("reduce", [t], body)
 
     def broadcast(self, tensors, opts):
@@ -374,7 +373,7 @@ class HierarchicalGroup(_GroupSurface, dist.ProcessGroup):
 
         def body():
             self._reduce_scatter_flat(self._flat(output), self._flat(input), op)
-            self._tb._scale("reduce_scatter_tensor", [output], factor)
+            self._tb._scale([output], factor)
         return self._launch("reduce_scatter_tensor", [output, input], body, result=[output])
 
     def reduce_scatter(self, output_tensors, input_lists, opts):
@@ -387,7 +386,7 @@ class HierarchicalGroup(_GroupSurface, dist.ProcessGroup):
         def body():
             for out, ins in zip(output_tensors, input_lists):
                 self._reduce_scatter_flat(self._flat(out), torch.cat([self._flat(i) for i in ins]), op)
-            self._tb._scale("reduce_scatter", output_tensors, factor)
+            self._tb._scale(output_tensors, factor)
         every = list(output_tensors) + [i for ins in input_lists for i in ins]
         return self._launch("reduce_scatter", every, body, result=output_tensors)
 
