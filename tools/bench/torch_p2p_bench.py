@@ -16,11 +16,7 @@ import sys
 import tempfile
 import time
 
-
-def size_arg(s):
-    s = s.strip().upper()
-    mult = {"K": 1 << 10, "M": 1 << 20, "G": 1 << 30}.get(s[-1:], 1)
-    return int(s[:-1] if s[-1:] in "KMG" else s) * mult
+from torch_multinode_bench import parse_size  # this folder: sizes as 64K, 1M, 1.5G
 
 
 def run(rank, n, args, mode, path, out):
@@ -71,8 +67,8 @@ def main():
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--nprocs", type=int, default=2)
     p.add_argument("--device", choices=("cuda", "cpu"), default="cuda")
-    p.add_argument("--min", type=size_arg, default=1 << 10)
-    p.add_argument("--max", type=size_arg, default=64 << 20)
+    p.add_argument("--min", type=parse_size, default=1 << 10)
+    p.add_argument("--max", type=parse_size, default=64 << 20)
     p.add_argument("--iters", type=int, default=20)
     p.add_argument("--modes", default="store,engines")
     p.add_argument("--json", default=None)
