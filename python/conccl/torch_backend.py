@@ -30,8 +30,8 @@ creator's ProcessGroup as the group itself; 2.x has no Python-subclassable
 Backend before its PyBackend), so the same class serves both. What 2.x adds is
 in the two sections marked "torch 2.x": registration with `devices`; the
 group name, the device of object collectives, the coalesced and renamed ops.
-Not supported: init_process_group(device_id=...) (2.x then asks the group for a
-C++ backend it does not have): call torch.cuda.set_device() instead.
+init_process_group(device_id=...) is taken (the group answers _get_backend), but the
+group is made on the current device: call torch.cuda.set_device() first.
 """
 
 import inspect
@@ -415,6 +415,27 @@ class _GroupSurface:
     @property
     def _device_types(self):
         return [torch.device("cpu" if self._emu else "cuda")]
+
+    # init_process_group(device_id=d) and new_group(device_id=d), torch >= 2.3: the group
+    # helper asks `pg._get_backend(d).supports_splitting` to connect the backend of d
+    # eagerly (ProcessGroupNCCL's ncclCommInit at once, then ncclCommSplit for subgroups;
+    # torch/distributed/distributed_c10d.py, _new_process_group_helper and
+    # _get_split_source). The C++ ProcessGroup finds no backend in a Python group and
+    # raised, so device_id failed. This group is its own backend: it connected when it
+    # was made and does not split. A device_id other than the device the group was made
+    # on is refused here, at init, naming the fix.
+    supports_splitting = False
+
+    def _get_backend(self, device):
+        d = torch.device(device)
+        if d.type not in [t.type for t in self._device_types]:
+            raise RuntimeError(f"conccl backend: no backend for device type {d.type}: this group takes "
+                               f"{self._device_types[0].type} tensors")
+        if d.type == "cuda" and d.index is not None and d.index != self._cuda.index:
+            raise RuntimeError(f"conccl backend: device_id {d} is not the device this group was made on "
+                               f"({self._cuda}, the current device then): call torch.cuda.set_device({d.index}) "
+                               "before init_process_group / new_group")
+        return self
 
     # Coalesced calls: _coalescing_manager (distributed_c10d.py) and the functional
     # collectives (torch/csrc/distributed/c10d/Functional.cpp, through the PyProcessGroup

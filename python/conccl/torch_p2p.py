@@ -18,9 +18,11 @@ forever if each rank made its sender's communicator in the caller's thread. The
 pair's thread then runs the pair's transfers in the order they were called, as
 NCCL matches sends and receives between two ranks in order (tags are not matched).
 
-Work: wait() returns once the transfer is done (emulator), or makes the caller's
-current stream wait for it (CUDA: each pair has a stream, which first waits for the
-caller's stream as it was at the call). What a pair holds: a communicator, a
+Work: a send of at most CONCCL_TORCH_P2P_EAGER_BYTES (4 MiB) is eager: the tensor is
+copied aside at the call and its Work is complete (eager_bytes()). Otherwise wait()
+returns once the transfer is done (emulator), or makes the caller's current stream
+wait for it (CUDA: each pair has a stream, which first waits for the caller's stream
+as it was at the call). What a pair holds: a communicator, a
 SymmetricPool of CONCCL_TORCH_P2P_STAGING_BYTES (default 4 MiB; larger tensors
 move in pieces) and, on CUDA, a stream.
 """
@@ -43,6 +45,7 @@ class _Pair:
         self.rank, self.store, self.dev, self.gpu = group._rank, group._store, group._dev, group._gpu
         self.timeout_ms, self.emu, self.cuda = group._timeout_ms, group._emu, group._cuda
         self.jobs = queue.Queue()
+        self.failed = []  # the first error of an eager send, whose Work had completed: the pair's next call raises it
         self.comm = self.pool = self.stage = None
         self.stream = None
         t = threading.Thread(target=self._run, name=f"conccl-p2p-{src}-{dst}", daemon=True)
@@ -146,6 +149,7 @@ class PairChannels:
 
     def __init__(self, group):
         self.group = group
+        self.eager = eager_bytes()  # read once: a bad setting fails when the group is made
         self.pairs = {}
         self.lock = threading.Lock()
 
@@ -166,6 +170,12 @@ class PairChannels:
         if not tensor.is_contiguous():
             raise RuntimeError("conccl backend: tensors must be contiguous (call .contiguous() first)")
         src, dst = (g._rank, peer) if sending else (peer, g._rank)
+        pair = self._pair(src, dst)
+        if pair.failed:  # an eager send of this pair failed after its Work had completed
+            raise RuntimeError(pair.failed[0])
+        eager = sending and tensor.numel() * tensor.element_size() <= self.eager
+        if eager:  # the data as it is now (CUDA: ordered on the current stream, as the caller's writes)
+            tensor = tensor.detach().clone()
         if g._emu:
             fut, ready = torch.futures.Future(), None
         else:
@@ -173,8 +183,32 @@ class PairChannels:
             ready = torch.cuda.Event()
             ready.record(torch.cuda.current_stream(g._cuda))
         outcome = []
-        self._pair(src, dst).jobs.put((tensor, sending, ready, fut, outcome))
+        if eager:
+            done = torch.futures.Future() if g._emu else torch.futures.Future(devices=[g._cuda])
+            done.set_result([tensor])
+            pair.jobs.put((tensor, sending, ready, fut, pair.failed))
+            return _Work(done, outcome)
+        pair.jobs.put((tensor, sending, ready, fut, outcome))
         return _Work(fut, outcome)
+
+
+def eager_bytes():
+    """CONCCL_TORCH_P2P_EAGER_BYTES (default 4 MiB): a send of at most this many bytes is
+    eager: its Work completes once the tensor is copied aside, before the receiver has
+    called recv, as NCCL's and gloo's small sends complete into their buffers. So a
+    ring of blocking dist.send then dist.recv (every rank sending first) completes, as
+    it does on NCCL and gloo for small tensors. A larger send completes when the
+    receiver has it (a ring of those waits, as NCCL's does past its buffers).
+    An eager send that fails later makes the pair's next send or recv raise its error."""
+    v = os.environ.get("CONCCL_TORCH_P2P_EAGER_BYTES", str(4 << 20))
+    try:
+        n = int(v)
+        if n >= 0:
+            return n
+    except ValueError:
+        pass
+    raise RuntimeError(f"CONCCL_TORCH_P2P_EAGER_BYTES={v}: give a number of bytes >= 0 (0: every send waits "
+                       "for its receiver)")
 
 
 def enabled():

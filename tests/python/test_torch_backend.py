@@ -919,6 +919,22 @@ def run_premul_sum(c):
             c.fail("premul_sum int32", "the error does not say floating-point: %s" % str(e)[:300])
 
 
+def check_get_backend(c):
+    """torch >= 2.3's init_process_group(device_id=d) asks pg._get_backend(d).supports_splitting;
+    a Python group had no answer and init failed. The group is its own backend for its device
+    type, does not split, and names the device types it takes for another."""
+    g = dist.group.WORLD
+    c.checks += 1
+    if g._get_backend(torch.device("cpu")) is not g or g._get_backend(torch.device("cpu")).supports_splitting:
+        c.fail("_get_backend", "the group is not its own, non-splitting, backend for cpu")
+    try:
+        g._get_backend(torch.device("cuda", 0))
+        c.fail("_get_backend", "a group of CPU tensors gave a backend for cuda")
+    except RuntimeError as e:
+        if "takes cpu tensors" not in str(e):
+            c.fail("_get_backend", "the error does not name the device type taken: %s" % e)
+
+
 def torch2_missing():
     """Why the torch-2 scenario cannot run with this torch, or None."""
     if torch is None:
@@ -1081,6 +1097,18 @@ def run_p2p(c):
         c.same("both ways with %d" % peer, got, gen((4099,), "int32", "SUM", "both", peer))
     c.call("isend/irecv both ways", both_ways)
 
+    def blocking_ring():  # every rank sends before it receives, each call blocking: small sends complete
+        # eagerly (as on NCCL and gloo), so this ends; 1000 floats: below the eager bytes of either scenario
+        nxt, prv = (r + 1) % n, (r - 1) % n
+        for rnd in range(3):
+            mine = gen((1000,), "float32", "SUM", "blocking ring", rnd, r)
+            dist.send(mine, nxt)
+            mine.fill_(-1)  # the send's data was taken at the call
+            got = gen((1000,), "float32", "SUM", "blocking ring before", rnd, r)
+            dist.recv(got, prv)
+            c.same("blocking ring round %d" % rnd, got, gen((1000,), "float32", "SUM", "blocking ring", rnd, prv))
+    c.call("blocking send then recv, a ring", blocking_ring)
+
     def in_order():  # three transfers on one pair, received in the order they were sent
         if r == last:
             for k in range(3):
@@ -1110,6 +1138,11 @@ def run_p2p(c):
         try:
             if r == 0:
                 dist.send(torch.ones(100), dst=1)
+                if engines:  # an eager send completed at the call; its error comes at the pair's next call
+                    t_end = time.monotonic() + COLL_TIMEOUT_S
+                    while time.monotonic() < t_end:
+                        time.sleep(0.05)
+                        dist.send(torch.ones(0), dst=1)  # nothing sent: raises once the pair has failed
             else:
                 dist.recv(torch.empty(200), src=0)
         except RuntimeError as e:
@@ -1141,6 +1174,7 @@ def worker(rank, world, scenario, backend, tmpdir):
         if scenario == "p2p_engines":  # a communicator per pair; 4 KiB of staging: larger tensors in pieces
             os.environ["CONCCL_TORCH_P2P"] = "engines"
             os.environ["CONCCL_TORCH_P2P_STAGING_BYTES"] = "4096"
+            os.environ["CONCCL_TORCH_P2P_EAGER_BYTES"] = "8192"  # sends of more wait for their receiver
         if backend == "conccl":
             import conccl.torch  # noqa: F401 - registers the "conccl" backend
         c.progress("init_process_group")
@@ -1152,6 +1186,8 @@ def worker(rank, world, scenario, backend, tmpdir):
             c.fail("init", "get_rank/get_world_size %d/%d" % (dist.get_rank(), dist.get_world_size()))
         if dist.get_backend() != backend:
             c.fail("init", "get_backend() is %r" % (dist.get_backend(),))
+        if backend == "conccl":  # what init_process_group(device_id=) asks torch 2's groups (CUDA: the H200 run)
+            c.call("_get_backend", lambda: check_get_backend(c))
         global OPS
         OPS = GlooAdapter() if backend == "gloo" else dist
         if scenario in ("collectives", "collectives_in_pieces"):
@@ -1322,7 +1358,16 @@ class TorchBackendTest(unittest.TestCase):
             self.assertFalse(torch_p2p.enabled())
             del os.environ["CONCCL_TORCH_P2P"]
             self.assertTrue(torch_p2p.enabled())  # the engines, by default
+            self.assertEqual(torch_p2p.eager_bytes(), 4 << 20)  # sends up to 4 MiB complete at the call
+            for bad in ("-1", "4M", ""):
+                os.environ["CONCCL_TORCH_P2P_EAGER_BYTES"] = bad
+                with self.assertRaises(RuntimeError) as cm:
+                    torch_p2p.eager_bytes()
+                self.assertIn("CONCCL_TORCH_P2P_EAGER_BYTES=%s" % bad, str(cm.exception))
+            os.environ["CONCCL_TORCH_P2P_EAGER_BYTES"] = "0"
+            self.assertEqual(torch_p2p.eager_bytes(), 0)
         finally:
+            os.environ.pop("CONCCL_TORCH_P2P_EAGER_BYTES", None)
             if old is None:
                 os.environ.pop("CONCCL_TORCH_P2P", None)
             else:

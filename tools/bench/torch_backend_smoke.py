@@ -19,7 +19,8 @@ Without a GPU (the emulated node, CPU tensors; e.g. Debian's torch 1.13):
         /usr/bin/python3 tools/bench/torch_backend_smoke.py --nprocs 4
 
 Options: --nprocs N (2), --timeout S (collective timeout, 60), --deadline S (whole
-run, 300), --cuda-device I (0). Exit status 0 when no check failed.
+run, 300), --cuda-device I (0), --device-id (nv, torch >= 2.3: init_process_group gets
+device_id=cuda:I, as torch's own docs now advise). Exit status 0 when no check failed.
 
 Checks: the ops (all_reduce, all_gather_into_tensor and its in-place form that
 FSDP2 uses, reduce_scatter_tensor, broadcast, all_to_all_single even and uneven,
@@ -503,7 +504,7 @@ class _Ctx:
     pass
 
 
-def _worker(rank, n, kind, store_path, out_dir, timeout_s, deadline_s, cuda_device):
+def _worker(rank, n, kind, store_path, out_dir, timeout_s, deadline_s, cuda_device, device_id):
     faulthandler.dump_traceback_later(max(5, deadline_s - 5), exit=True)
     os.environ["CONCCL_BACKEND"] = kind
     os.environ.setdefault("CONCCL_TORCH_POOL_BYTES", str(16 << 20))  # room for check_pool's tensors
@@ -531,8 +532,9 @@ def _worker(rank, n, kind, store_path, out_dir, timeout_s, deadline_s, cuda_devi
             c.dev = torch.device("cpu")
         importlib.import_module("conccl.torch")  # registers "conccl"
         store = dist.FileStore(store_path, n)
+        kw = {"device_id": c.dev} if device_id else {}  # torch >= 2.3 (checked in main)
         dist.init_process_group("conccl", store=store, rank=rank, world_size=n,
-                                timeout=timedelta(seconds=timeout_s))
+                                timeout=timedelta(seconds=timeout_s), **kw)
         record(name, "PASS")
     except Exception as e:  # noqa: BLE001 - reported, nothing else can run
         record(name, "FAIL", error_text(e))
@@ -598,16 +600,21 @@ def main():
     ap.add_argument("--timeout", type=float, default=60.0, help="init_process_group timeout, seconds")
     ap.add_argument("--deadline", type=float, default=300.0, help="the whole run, seconds")
     ap.add_argument("--cuda-device", type=int, default=0)
+    ap.add_argument("--device-id", action="store_true",
+                    help="init_process_group(..., device_id=torch.device('cuda', I)) (nv, torch >= 2.3)")
     args = ap.parse_args()
     kind = os.environ.get("CONCCL_BACKEND") or ("nv" if torch.cuda.is_available() else "emu")
     n = args.nprocs
+    if args.device_id and (kind != "nv" or "device_id" not in inspect.signature(dist.init_process_group).parameters):
+        sys.exit(f"--device-id: needs CONCCL_BACKEND=nv and torch >= 2.3 (init_process_group's device_id); "
+                 f"this is {kind}, torch {torch.__version__}")
     print(f"torch {torch.__version__}, python {sys.version.split()[0]}, CONCCL_BACKEND={kind}, {n} processes, "
-          f"{'cuda:%d' % args.cuda_device if kind == 'nv' else 'cpu'} tensors, deadline {args.deadline:.0f} s",
+          f"{'cuda:%d' % args.cuda_device if kind == 'nv' else 'cpu'} tensors{', device_id' if args.device_id else ''}, deadline {args.deadline:.0f} s",
           flush=True)
     with tempfile.TemporaryDirectory(prefix="conccl_smoke_") as tmp:
         t0 = time.time()
         ctx = mp.spawn(_worker, args=(n, kind, os.path.join(tmp, "store"), tmp, args.timeout, args.deadline,
-                                      args.cuda_device), nprocs=n, join=False)
+                                      args.cuda_device, args.device_id), nprocs=n, join=False)
         died = None
         while True:
             try:
