@@ -46,6 +46,8 @@ class _Pair:
         self.timeout_ms, self.emu, self.cuda = group._timeout_ms, group._emu, group._cuda
         self.jobs = queue.Queue()
         self.failed = []  # the first error of an eager send, whose Work had completed: the pair's next call raises it
+        self.lock = threading.Lock()
+        self.eager_pending = 0  # bytes of eager sends copied aside and not yet moved
         self.comm = self.pool = self.stage = None
         self.stream = None
         t = threading.Thread(target=self._run, name=f"conccl-p2p-{src}-{dst}", daemon=True)
@@ -79,13 +81,23 @@ class _Pair:
             if not sending:
                 flat[o:o + m].copy_(v)
 
+    def take_eager(self, nbytes, limit):
+        """Whether a send of nbytes may be eager: the pair's eager sends not yet moved stay
+        within 4 x the eager limit (a sender that runs ahead of its receiver then waits, as
+        on NCCL once its buffers are full, instead of copying without bound)."""
+        with self.lock:
+            if self.eager_pending and self.eager_pending + nbytes > 4 * limit:
+                return False
+            self.eager_pending += nbytes
+            return True
+
     def _run(self):
         while True:
             job = self.jobs.get()
             if job is None:  # the group is gone
                 self.stage = self.pool = self.comm = None
                 return
-            tensor, sending, ready, fut, outcome = job
+            tensor, sending, ready, fut, outcome, eager = job
             try:
                 if self.comm is None:
                     if self.emu:
@@ -110,6 +122,9 @@ class _Pair:
                                f"{self.dst if sending else self.src}: {e}")
                 if not fut.done():
                     fut.set_result([tensor])
+            if eager:
+                with self.lock:
+                    self.eager_pending -= eager
             # Nothing of a finished job stays on this thread's frame while it waits.
             job = tensor = ready = fut = outcome = None
 
@@ -173,7 +188,8 @@ class PairChannels:
         pair = self._pair(src, dst)
         if pair.failed:  # an eager send of this pair failed after its Work had completed
             raise RuntimeError(pair.failed[0])
-        eager = sending and tensor.numel() * tensor.element_size() <= self.eager
+        nbytes = tensor.numel() * tensor.element_size()
+        eager = sending and nbytes <= self.eager and pair.take_eager(nbytes, self.eager)
         if eager:  # the data as it is now (CUDA: ordered on the current stream, as the caller's writes)
             tensor = tensor.detach().clone()
         if g._emu:
@@ -186,9 +202,9 @@ class PairChannels:
         if eager:
             done = torch.futures.Future() if g._emu else torch.futures.Future(devices=[g._cuda])
             done.set_result([tensor])
-            pair.jobs.put((tensor, sending, ready, fut, pair.failed))
+            pair.jobs.put((tensor, sending, ready, fut, pair.failed, nbytes))
             return _Work(done, outcome)
-        pair.jobs.put((tensor, sending, ready, fut, outcome))
+        pair.jobs.put((tensor, sending, ready, fut, outcome, 0))
         return _Work(fut, outcome)
 
 
@@ -198,7 +214,8 @@ def eager_bytes():
     called recv, as NCCL's and gloo's small sends complete into their buffers. So a
     ring of blocking dist.send then dist.recv (every rank sending first) completes, as
     it does on NCCL and gloo for small tensors. A larger send completes when the
-    receiver has it (a ring of those waits, as NCCL's does past its buffers).
+    receiver has it (a ring of those waits, as NCCL's does past its buffers), and so
+    does a send that would take a pair's eager sends not yet moved past 4 x this.
     An eager send that fails later makes the pair's next send or recv raise its error."""
     v = os.environ.get("CONCCL_TORCH_P2P_EAGER_BYTES", str(4 << 20))
     try:
