@@ -59,11 +59,19 @@ for _name, _ours in (("SUM", "sum"), ("PRODUCT", "prod"), ("MIN", "min"), ("MAX"
         _OPS[getattr(dist.ReduceOp, _name)] = _ours
 
 
+def _redop_name(op):
+    """A ReduceOp's name (BAND, ...): its repr is only an address."""
+    for name, v in dist.ReduceOp.RedOpType.__members__.items():
+        if op == v:
+            return name
+    return str(op)
+
+
 def _op_name(op, what):
     for k, v in _OPS.items():
         if op == k:
             return v
-    raise RuntimeError(f"conccl backend: {what} with ReduceOp {op}: ConCCL reduces with SUM, PRODUCT, MIN, MAX, AVG "
+    raise RuntimeError(f"conccl backend: {what} with ReduceOp.{_redop_name(op)}: ConCCL reduces with SUM, PRODUCT, MIN, MAX, AVG "
                        "and PREMUL_SUM (torch.distributed._make_nccl_premul_sum); bitwise ops are refused, as "
                        "ProcessGroupNCCL refuses them")
 

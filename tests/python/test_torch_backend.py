@@ -935,6 +935,19 @@ def check_get_backend(c):
             c.fail("_get_backend", "the error does not name the device type taken: %s" % e)
 
 
+def check_bitwise_refused(c):
+    """BAND, BOR, BXOR are refused (as ProcessGroupNCCL refuses them), before any move,
+    by a message that names the op (a ReduceOp's repr is only an address)."""
+    for op in ("BAND", "BOR", "BXOR"):
+        c.checks += 1
+        try:
+            dist.all_reduce(torch.ones(3, dtype=torch.int32), op=getattr(dist.ReduceOp, op))
+            c.fail("bitwise ReduceOp", "all_reduce with %s returned" % op)
+        except RuntimeError as e:
+            if "ReduceOp.%s" % op not in str(e) or "SUM" not in str(e):
+                c.fail("bitwise ReduceOp", "the error does not name %s and the ops taken: %s" % (op, e))
+
+
 def torch2_missing():
     """Why the torch-2 scenario cannot run with this torch, or None."""
     if torch is None:
@@ -1188,6 +1201,7 @@ def worker(rank, world, scenario, backend, tmpdir):
             c.fail("init", "get_backend() is %r" % (dist.get_backend(),))
         if backend == "conccl":  # what init_process_group(device_id=) asks torch 2's groups (CUDA: the H200 run)
             c.call("_get_backend", lambda: check_get_backend(c))
+            c.call("bitwise ReduceOp refused", lambda: check_bitwise_refused(c))
         global OPS
         OPS = GlooAdapter() if backend == "gloo" else dist
         if scenario in ("collectives", "collectives_in_pieces"):
