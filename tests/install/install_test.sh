@@ -68,6 +68,12 @@ cmake -S "$src/examples/collective_c" -B "$work/coll" -DCMAKE_PREFIX_PATH="$pref
 cmake --build "$work/coll" > "$work/build2.log"
 "$work/coll/allgather"
 
+step "C++ consumer (find_package, conccl::conccl; the C++20 the headers need comes with the target): examples/collective_cpp"
+cmake -S "$src/examples/collective_cpp" -B "$work/cpp" -DCMAKE_PREFIX_PATH="$prefix" \
+  -DCMAKE_CXX_FLAGS="-Wall -Wextra -Werror" > "$work/cfg4.log"
+cmake --build "$work/cpp" > "$work/build4.log" || { cat "$work/build4.log"; exit 1; }
+"$work/cpp/collectives"
+
 if pkg-config --exists ucx; then
   step "collectives across nodes, UCX between them (CMake consumer): examples/hier_ucx, 2 x 2 ranks"
   cmake -S "$src/examples/hier_ucx" -B "$work/hier" -DCMAKE_PREFIX_PATH="$prefix" > "$work/cfg3.log"
