@@ -2,7 +2,8 @@
 # a ring and one direction per pair, the host time of each pair broadcast, with and
 # without the failing-acquire TSG switch and gated submission, without and with CUDA MPS;
 # (2) the torch smoke on CUDA with init_process_group(device_id=) and eager sends (a ring
-# of blocking send then recv); (3) which torch Python code calls pg._get_backend.
+# of blocking send then recv); (3) which torch Python code calls pg._get_backend; (4) what
+# init_process_group("cpu:gloo,cuda:conccl") makes (probe_mixed.py).
 # Console last; logs under $OUT (tarred).
 . tools/bench/nv_build_common.sh
 nvidia-smi --query-gpu=name --format=csv,noheader
@@ -16,6 +17,8 @@ grep -rn "\._get_backend(" $TD/distributed --include=*.py > $OUT/get_backend_cal
 echo "pg._get_backend( in torch/distributed: $(wc -l < $OUT/get_backend_calls.txt) lines"
 CONCCL_BACKEND=nv timeout 240 python3 tools/bench/torch_backend_smoke.py --nprocs 2 --device-id > $OUT/smoke_devid.log 2>&1
 echo "smoke --device-id rc=$?: $(tail -1 $OUT/smoke_devid.log)"; grep -E "^FAIL" $OUT/smoke_devid.log | head -5
+CONCCL_BACKEND=nv timeout 90 python3 tools/bench/results/h200-runs/run77/probe_mixed.py > $OUT/probe_mixed.log 2>&1
+echo "probe cpu:gloo,cuda:conccl rc=$?:"; grep "^rank 0" $OUT/probe_mixed.log
 b() {  # label pattern, then env assignments
   local label=$1 pat=$2; shift 2
   env "$@" timeout 100 python3 tools/bench/torch_p2p_bench.py --nprocs 2 --device cuda --min 1K --max 4M --iters 100 \
