@@ -21,6 +21,18 @@ def run(rank, n, path):
             out.append(f"{name}: ok {f()}")
         except Exception as e:  # noqa: BLE001
             out.append(f"{name}: {type(e).__name__}: {' '.join(str(e).split())[:300]}")
+    def backend_subclass():  # can Python subclass the C++ Backend (torch 2's per-device backends) here?
+        base = torch._C._distributed_c10d.Backend
+
+        class Py(base):
+            def __init__(self):
+                super().__init__(0, 1)
+
+            def allreduce(self, tensors, opts=None):
+                raise NotImplementedError
+        b = Py()
+        return f"{[c.__name__ for c in type(b).__mro__]}, supports_splitting={getattr(b, 'supports_splitting', '?')}"
+    step("Python subclass of c10d Backend", backend_subclass)
     step("init cpu:gloo,cuda:conccl", lambda: dist.init_process_group(
         "cpu:gloo,cuda:conccl", init_method="file://" + path, rank=rank, world_size=n, timeout=timedelta(seconds=30)))
     if dist.is_initialized():
