@@ -215,6 +215,20 @@ TEST(CliReductions, ShortFlagsWorkForTheCopyCollectivesToo) {
   for (const char* cmd : {"reducescatter", "allreduce", "reduce "}) EXPECT_TRUE(contains(top.out, cmd)) << cmd;
 }
 
+// nccl-tests' -g (GPUs, each a rank) is --ranks, for the copy collectives and
+// the reductions alike; given twice it is refused.
+TEST(CliReductions, DashGIsTheRankCount) {
+  for (const char* op : {"allgather", "reducescatter"}) {
+    Outcome r = probe({op, "-g", "3", "-b", "1K", "-e", "1K", "-n", "2", "-w", "1"}, "", 60);
+    ASSERT_EQ(r.rc, 0) << op << ": " << r.err;
+    EXPECT_TRUE(contains(r.out, "# sdma-probe " + std::string(op) + ": 3 ranks on")) << r.out;
+    ASSERT_EQ(data_rows(r.out).size(), 1u) << r.out;
+    EXPECT_EQ(fields(data_rows(r.out)[0]).back(), "0") << r.out;  // in place: 0 wrong
+  }
+  EXPECT_TRUE(usage_error(probe({"allgather", "-g", "2", "--ranks", "2"}, "", 30), "--ranks given more than once"));
+  EXPECT_TRUE(contains(probe({"help", "allgather"}).out, "(short: -g)"));
+}
+
 // A run too big for the emulated GPU is refused before allocating, naming
 // real flags.
 TEST(CliReductions, MemoryRefusalNamesRealFlags) {

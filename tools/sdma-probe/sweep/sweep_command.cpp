@@ -54,8 +54,10 @@ void add_rank_flags(std::vector<FlagSpec>& f) {
                        "them; SIGINT/SIGTERM reach every rank)"});
   f.push_back({.name = "rank", .value = "R", .help = "set by --procs for the ranks it starts"});
   f.push_back({.name = "unique-id", .value = "ID", .help = "set by --procs for the ranks it starts"});
+  // -g as nccl-tests spells its GPU count: there every GPU is a rank, as here.
   f.push_back({.name = "ranks", .value = "N",
-               .help = "ranks, 1..64 (default: one per GPU); more ranks than GPUs places several on each (loopback)"});
+               .help = "ranks, 1..64 (default: one per GPU); more ranks than GPUs places several on each (loopback)",
+               .short_name = 'g'});
 }
 
 }  // namespace probe
