@@ -45,7 +45,7 @@ class _Pair:
         self.rank, self.store, self.dev, self.gpu = group._rank, group._store, group._dev, group._gpu
         self.timeout_ms, self.emu, self.cuda = group._timeout_ms, group._emu, group._cuda
         self.jobs = queue.Queue()
-        self.failed = []  # the first error of an eager send, whose Work had completed: the pair's next call raises it
+        self.failed = []  # errors of eager sends, whose Works had completed: the pair's next send raises the first
         self.lock = threading.Lock()
         self.eager_pending = 0  # bytes of eager sends copied aside and not yet moved
         self.comm = self.pool = self.stage = None
@@ -216,7 +216,7 @@ def eager_bytes():
     it does on NCCL and gloo for small tensors. A larger send completes when the
     receiver has it (a ring of those waits, as NCCL's does past its buffers), and so
     does a send that would take a pair's eager sends not yet moved past 4 x this.
-    An eager send that fails later makes the pair's next send or recv raise its error."""
+    An eager send that fails later makes the next send to the same rank raise its error."""
     v = os.environ.get("CONCCL_TORCH_P2P_EAGER_BYTES", str(4 << 20))
     try:
         n = int(v)

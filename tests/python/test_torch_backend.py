@@ -1151,7 +1151,7 @@ def run_p2p(c):
         try:
             if r == 0:
                 dist.send(torch.ones(100), dst=1)
-                if engines:  # an eager send completed at the call; its error comes at the pair's next call
+                if engines:  # an eager send completed at the call; its error comes at the next send to rank 1
                     t_end = time.monotonic() + COLL_TIMEOUT_S
                     while time.monotonic() < t_end:
                         time.sleep(0.05)
