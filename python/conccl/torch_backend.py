@@ -71,8 +71,8 @@ def _op_name(op, what):
     for k, v in _OPS.items():
         if op == k:
             return v
-    raise RuntimeError(f"conccl backend: {what} with ReduceOp.{_redop_name(op)}: ConCCL reduces with SUM, PRODUCT, MIN, MAX, AVG "
-                       "and PREMUL_SUM (torch.distributed._make_nccl_premul_sum); bitwise ops are refused, as "
+    raise RuntimeError(f"conccl backend: {what} with ReduceOp.{_redop_name(op)}: ConCCL reduces with SUM, PRODUCT, "
+                       "MIN, MAX, AVG and PREMUL_SUM (torch.distributed._make_nccl_premul_sum); bitwise ops are refused, as "
                        "ProcessGroupNCCL refuses them")
 
 
