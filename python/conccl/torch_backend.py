@@ -850,6 +850,14 @@ class ProcessGroupConccl(_GroupSurface, dist.ProcessGroup):
             self._stream.synchronize()
         return _done([])
 
+    def shutdown(self):
+        """What destroy_process_group calls on a group (torch >= 2.9, pg.shutdown()): the
+        send/recv already asked for end (eager sends reach their receivers) within the
+        group's timeout, and the pairs' threads and communicators go. The process's exit
+        does the same for groups never shut down (conccl/torch_p2p.py)."""
+        if self._pairs is not None:
+            self._pairs.shutdown()
+
 
 
 def group_pool(group=None):

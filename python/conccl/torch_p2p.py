@@ -26,9 +26,12 @@ as it was at the call). What a pair holds: a communicator, a
 SymmetricPool of CONCCL_TORCH_P2P_STAGING_BYTES (default 4 MiB; larger tensors
 move in pieces) and, on CUDA, a stream.
 """
+import atexit
 import os
 import queue
+import sys
 import threading
+import time
 
 import torch
 
@@ -50,8 +53,17 @@ class _Pair:
         self.eager_pending = 0  # bytes of eager sends copied aside and not yet moved
         self.comm = self.pool = self.stage = None
         self.stream = None
-        t = threading.Thread(target=self._run, name=f"conccl-p2p-{src}-{dst}", daemon=True)
-        t.start()
+        self.thread = threading.Thread(target=self._run, name=f"conccl-p2p-{src}-{dst}", daemon=True)
+        with _LIVE_LOCK:
+            _LIVE.add(self)
+        self.thread.start()
+
+    def finish(self, deadline):
+        """Ends the pair's thread after the transfers already asked for, waiting for it
+        until `deadline` (time.monotonic()); whether it ended."""
+        self.jobs.put(None)
+        self.thread.join(max(0.0, deadline - time.monotonic()))
+        return not self.thread.is_alive()
 
     def _open(self):
         me = 0 if self.rank == self.src else 1
@@ -94,8 +106,10 @@ class _Pair:
     def _run(self):
         while True:
             job = self.jobs.get()
-            if job is None:  # the group is gone
+            if job is None:  # the group is gone, shut down, or the process exits
                 self.stage = self.pool = self.comm = None
+                with _LIVE_LOCK:
+                    _LIVE.discard(self)
                 return
             tensor, sending, ready, fut, outcome, eager = job
             try:
@@ -172,6 +186,19 @@ class PairChannels:
         for p in self.pairs.values():
             p.jobs.put(None)  # after the transfers already asked for
 
+    def shutdown(self):
+        """The group's shutdown (destroy_process_group): every pair's transfers already
+        asked for (eager sends included) end, or fail, within the group's timeout; then
+        the pairs' threads and communicators are gone."""
+        deadline = time.monotonic() + self.group._timeout_ms / 1000.0
+        with self.lock:
+            pairs, self.pairs = list(self.pairs.values()), {}
+        left = [f"{p.src}->{p.dst}" for p in pairs if not p.finish(deadline)]
+        if left:
+            raise RuntimeError(f"conccl backend: shutdown: the transfers of pairs {left} did not end within the "
+                               f"group's timeout ({self.group._timeout_ms} ms): a send whose receiver never called "
+                               "recv, or a recv whose sender never sent")
+
     def _pair(self, src, dst):
         with self.lock:
             p = self.pairs.get((src, dst))
@@ -206,6 +233,36 @@ class PairChannels:
             return _Work(done, outcome)
         pair.jobs.put((tensor, sending, ready, fut, outcome, 0))
         return _Work(fut, outcome)
+
+
+# Every pair whose thread runs. At exit (atexit runs before the interpreter stops its
+# daemon threads) each gets its transfers already asked for done: an eager send's data
+# reaches its receiver although the sender returned long ago, as a small send over gloo's
+# sockets does. And no pair thread is left inside a call into torch (a store's get, a
+# future's set_result) that would retake the interpreter's lock while it finalizes: on
+# Python 3.11 that ends the thread by a forced unwind through torch's C++ frames, which
+# aborts the process ("terminate called without an active exception").
+_LIVE = set()
+_LIVE_LOCK = threading.Lock()
+EXIT_FLUSH_S = 60.0  # the most an exiting process waits for its pairs' transfers
+
+
+@atexit.register
+def _finish_at_exit():
+    with _LIVE_LOCK:
+        pairs = list(_LIVE)
+    if not pairs:
+        return
+    wait_s = min(EXIT_FLUSH_S, max(p.timeout_ms for p in pairs) / 1000.0)
+    deadline = time.monotonic() + wait_s
+    left = [f"{p.src}->{p.dst}" for p in pairs if not p.finish(deadline)]
+    if left:
+        sys.stderr.write(f"conccl backend: exiting with the transfers of pairs {left} unfinished after {wait_s:.0f} s "
+                         "(a send whose receiver never called recv, or a recv whose sender never sent): they are "
+                         "dropped\n")
+    for p in pairs:  # eager sends whose Work had completed, so nobody saw them fail
+        for e in p.failed[:1]:
+            sys.stderr.write(f"conccl backend: at exit: a send that had returned failed: {e}\n")
 
 
 def eager_bytes():

@@ -1037,6 +1037,37 @@ def run_mismatched(c):
            "sizes" % (t.numel(), c.rank))
 
 
+def run_p2p_exit(c):
+    """Rank 0 sends (eager: the call returns at once), then leaves: destroy_process_group
+    and its process exits. Rank 1 calls recv only a second later: the data must still
+    arrive (as a small send over gloo's sockets does), every element. Then rank 1 receives
+    from rank 0 again, which is gone: an error naming rank 0, and rank 1's process still
+    exits cleanly (its pair's thread must not be inside torch when the interpreter stops:
+    Python 3.11 then aborted the process, "terminate called without an active exception")."""
+    x = gen((3001,), "float32", "SUM", "p2p exit")
+    if c.rank == 0:
+        c.call("send, then leave", lambda: dist.send(x.clone(), 1))
+        return
+    time.sleep(1.0)
+
+    def late():
+        got = gen((3001,), "float32", "SUM", "p2p exit before")
+        dist.recv(got, 0)
+        c.same("recv after the sender left", got, x)
+    c.call("recv after the sender left", late)
+
+    def gone():
+        c.checks += 1
+        try:
+            dist.recv(torch.empty(5), 0)
+        except RuntimeError as e:
+            if "rank 0" not in str(e):
+                c.fail("recv from a rank that left", "the error does not name rank 0: %s" % e)
+            return
+        c.fail("recv from a rank that left", "returned")
+    c.call("recv from a rank that left", gone)
+
+
 def run_killed(c, victim):
     """victim exited (right after init, or after the warm-up calls); the others' next
     collective must raise RuntimeError or conccl.Error, within KILL_BOUND_S, with a message."""
@@ -1191,7 +1222,7 @@ def worker(rank, world, scenario, backend, tmpdir):
         if backend == "conccl":
             import conccl.torch  # noqa: F401 - registers the "conccl" backend
         c.progress("init_process_group")
-        timeout = KILL_TIMEOUT_S if scenario.startswith("killed") else COLL_TIMEOUT_S
+        timeout = KILL_TIMEOUT_S if scenario.startswith("killed") or scenario == "p2p_exit" else COLL_TIMEOUT_S
         dist.init_process_group(backend, init_method="file://" + os.path.join(tmpdir, "store"),
                                 rank=rank, world_size=world, timeout=timedelta(seconds=timeout))
         c.checks += 1
@@ -1214,6 +1245,8 @@ def worker(rank, world, scenario, backend, tmpdir):
             run_mismatched(c)
         elif scenario == "torch2":
             run_torch2(c)
+        elif scenario == "p2p_exit":
+            run_p2p_exit(c)
         elif scenario == "pool":
             run_pool(c)
         elif scenario.startswith("killed"):
@@ -1251,8 +1284,11 @@ def worker(rank, world, scenario, backend, tmpdir):
     os.rename(res_path + ".tmp", res_path)
     sys.stdout.flush()
     sys.stderr.flush()
+    code = 0 if status == "ok" and not c.failures else 1
+    if scenario == "p2p_exit":  # the interpreter's own exit: atexit handlers, then finalization
+        sys.exit(code)
     # a survivor of the killed-rank case must not wait on the dead rank at exit
-    os._exit(0 if status == "ok" and not c.failures else 1)
+    os._exit(code)
 
 
 # --------------------------------------------------------------------------- the parent side
@@ -1295,6 +1331,8 @@ def launch(world, scenario, deadline=DEADLINE_S):
             elif results[r] is None:
                 problems.append("rank %d: exited with code %s and no result, last in: %s"
                                 % (r, p.exitcode, progress[r]))
+            else:
+                results[r]["exitcode"] = p.exitcode
         elapsed = time.monotonic() - t0
     return results, problems, elapsed
 
@@ -1320,6 +1358,8 @@ class TorchBackendTest(unittest.TestCase):
                 continue
             if expect_exit is not None and r == expect_exit:
                 continue
+            if res.get("exitcode") not in (0, 1, None):  # 1: its failures, listed; else a crash while it exits
+                failures.append("rank %d: exited with code %s after writing its result" % (r, res["exitcode"]))
             if res["status"] != "ok":
                 failures.append("rank %d: %s" % (r, res.get("fatal") or res["status"]))
             failures.extend(res.get("failures", []))
@@ -1358,6 +1398,11 @@ class TorchBackendTest(unittest.TestCase):
 
     def test_p2p_through_the_store_3_ranks(self):  # CONCCL_TORCH_P2P=store
         self.run_scenario(3, "p2p_store")
+
+    def test_p2p_send_then_exit_2_ranks(self):  # an eager send reaches a late receiver; clean exits
+        if BACKEND != "conccl":
+            self.skipTest("conccl's own send/recv")
+        self.run_scenario(2, "p2p_exit")
 
     def test_p2p_setting_is_checked(self):
         from conccl import torch_p2p
