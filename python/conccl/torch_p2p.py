@@ -188,16 +188,17 @@ class PairChannels:
 
     def shutdown(self):
         """The group's shutdown (destroy_process_group): every pair's transfers already
-        asked for (eager sends included) end, or fail, within the group's timeout; then
-        the pairs' threads and communicators are gone."""
-        deadline = time.monotonic() + self.group._timeout_ms / 1000.0
+        asked for (eager sends included) end, or fail, within the group's timeout (at
+        most EXIT_FLUSH_S); then the pairs' threads and communicators are gone."""
+        wait_s = min(EXIT_FLUSH_S, self.group._timeout_ms / 1000.0)
+        deadline = time.monotonic() + wait_s
         with self.lock:
             pairs, self.pairs = list(self.pairs.values()), {}
         left = [f"{p.src}->{p.dst}" for p in pairs if not p.finish(deadline)]
         if left:
-            raise RuntimeError(f"conccl backend: shutdown: the transfers of pairs {left} did not end within the "
-                               f"group's timeout ({self.group._timeout_ms} ms): a send whose receiver never called "
-                               "recv, or a recv whose sender never sent")
+            raise RuntimeError(f"conccl backend: shutdown: the transfers of pairs {left} did not end within "
+                               f"{wait_s:.0f} s: a send whose receiver never called recv, or a recv whose sender "
+                               "never sent")
 
     def _pair(self, src, dst):
         with self.lock:
@@ -244,7 +245,7 @@ class PairChannels:
 # aborts the process ("terminate called without an active exception").
 _LIVE = set()
 _LIVE_LOCK = threading.Lock()
-EXIT_FLUSH_S = 60.0  # the most an exiting process waits for its pairs' transfers
+EXIT_FLUSH_S = 60.0  # the most an exiting process, or a group's shutdown, waits for its pairs' transfers
 
 
 @atexit.register
