@@ -1047,6 +1047,15 @@ def run_p2p_exit(c):
     x = gen((3001,), "float32", "SUM", "p2p exit")
     if c.rank == 0:
         c.call("send, then leave", lambda: dist.send(x.clone(), 1))
+        if c.scenario == "p2p_shutdown":  # what destroy_process_group calls on torch >= 2.9
+            def shut():
+                t0 = time.monotonic()
+                dist.group.WORLD.shutdown()
+                c.checks += 1
+                if time.monotonic() - t0 < 0.5:  # the receiver calls recv 1 s after the send
+                    c.fail("shutdown", "returned after %.2f s, before the receiver had the data"
+                           % (time.monotonic() - t0))
+            c.call("shutdown() finishes the send", shut)
         return
     time.sleep(1.0)
 
@@ -1203,6 +1212,7 @@ def run_p2p(c):
 def worker(rank, world, scenario, backend, tmpdir):
     res_path = os.path.join(tmpdir, "result.%d.json" % rank)
     c = Checker(rank, world, backend, tmpdir)
+    c.scenario = scenario
     c.killed_error = None
     t0 = time.monotonic()
     status, fatal = "ok", None
@@ -1222,7 +1232,7 @@ def worker(rank, world, scenario, backend, tmpdir):
         if backend == "conccl":
             import conccl.torch  # noqa: F401 - registers the "conccl" backend
         c.progress("init_process_group")
-        timeout = KILL_TIMEOUT_S if scenario.startswith("killed") or scenario == "p2p_exit" else COLL_TIMEOUT_S
+        timeout = KILL_TIMEOUT_S if scenario.startswith(("killed", "p2p_exit", "p2p_shutdown")) else COLL_TIMEOUT_S
         dist.init_process_group(backend, init_method="file://" + os.path.join(tmpdir, "store"),
                                 rank=rank, world_size=world, timeout=timedelta(seconds=timeout))
         c.checks += 1
@@ -1245,7 +1255,7 @@ def worker(rank, world, scenario, backend, tmpdir):
             run_mismatched(c)
         elif scenario == "torch2":
             run_torch2(c)
-        elif scenario == "p2p_exit":
+        elif scenario in ("p2p_exit", "p2p_shutdown"):
             run_p2p_exit(c)
         elif scenario == "pool":
             run_pool(c)
@@ -1285,7 +1295,7 @@ def worker(rank, world, scenario, backend, tmpdir):
     sys.stdout.flush()
     sys.stderr.flush()
     code = 0 if status == "ok" and not c.failures else 1
-    if scenario == "p2p_exit":  # the interpreter's own exit: atexit handlers, then finalization
+    if scenario in ("p2p_exit", "p2p_shutdown"):  # the interpreter's own exit: atexit handlers, then finalization
         sys.exit(code)
     # a survivor of the killed-rank case must not wait on the dead rank at exit
     os._exit(code)
@@ -1403,6 +1413,11 @@ class TorchBackendTest(unittest.TestCase):
         if BACKEND != "conccl":
             self.skipTest("conccl's own send/recv")
         self.run_scenario(2, "p2p_exit")
+
+    def test_p2p_send_then_shutdown_2_ranks(self):  # the group's shutdown() waits for the send
+        if BACKEND != "conccl":
+            self.skipTest("conccl's own send/recv")
+        self.run_scenario(2, "p2p_shutdown")
 
     def test_p2p_setting_is_checked(self):
         from conccl import torch_p2p
