@@ -212,6 +212,11 @@ class PairChannels:
         g._p2p_peer("send to" if sending else "recv from", peer)
         if not tensor.is_contiguous():
             raise RuntimeError("conccl backend: tensors must be contiguous (call .contiguous() first)")
+        if not g._emu and torch.cuda.is_current_stream_capturing():
+            # A pair's transfers run on its own thread and stream, which a capture of the
+            # caller's stream cannot take in; refused here, before anything is recorded.
+            raise RuntimeError("conccl backend: send/recv while the stream is being captured into a CUDA graph is "
+                               "not supported (the collectives are: docs/graphs.md); call them outside the capture")
         src, dst = (g._rank, peer) if sending else (peer, g._rank)
         pair = self._pair(src, dst)
         if pair.failed:  # an eager send of this pair failed after its Work had completed

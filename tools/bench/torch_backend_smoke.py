@@ -464,6 +464,19 @@ def check_cuda_graph(c):
         _close(gathered, torch.cat([base * (r + 1) + rep for r in range(c.n)]), f"replay {rep}: all-gather")
         _close(summed, base * tri + rep * c.n, f"replay {rep}: all-reduce")
     del g
+    # send/recv cannot be captured: refused at the call, naming it, and the stream goes on.
+    g2 = torch.cuda.CUDAGraph()
+    try:
+        with torch.cuda.graph(g2):
+            dist.send(src, (c.rank + 1) % c.n)
+        raise AssertionError("a send inside a CUDA graph capture was taken")
+    except RuntimeError as e:
+        if "captured into a CUDA graph" not in str(e):
+            raise
+    del g2
+    t = torch.ones(4, device=c.dev)
+    dist.all_reduce(t)
+    _close(t, torch.full((4,), float(c.n)), "all-reduce after the refused capture")
 
 
 def check_destroy(c):
