@@ -54,7 +54,7 @@ import weakref
 
 __all__ = ["Error", "Device", "Buffer", "Signal", "Queue", "Communicator", "Plan", "library", "version",
            "DataType", "RedOp",
-           "CU_STREAM_LEGACY"]
+           "CU_STREAM_LEGACY", "HOST"]
 
 _u64 = ctypes.c_uint64
 _sz = ctypes.c_size_t
@@ -1248,7 +1248,7 @@ class Communicator(_Child):
         # conccl.torch: with a SymmetricPool on this communicator, tensors outside it are
         # staged through the pool (as _tensor_call's).
         pools = __import__("sys").modules.get(__name__ + ".torch")
-        if pools is not None and pools._staged_rooted(self, op, side, root_side, root, stream):
+        if pools is not None and stream is not HOST and pools._staged_rooted(self, op, side, root_side, root, stream):
             return
         h = self._handle()
         n, many = self.size, self.rank < 0
@@ -1496,7 +1496,8 @@ class Communicator(_Child):
         # conccl.torch: with a SymmetricPool on this communicator, tensors outside it are
         # staged through the pool (copy in, call through its window, copy out).
         pools = __import__("sys").modules.get(__name__ + ".torch")
-        if pools is not None and pools._staged_call(self, op, outputs, inputs, stream, splits, src):
+        if pools is not None and stream is not HOST and pools._staged_call(self, op, outputs, inputs, stream, splits,
+                                                                            src):
             return
         h = self._handle()
         n = self.size
@@ -1556,7 +1557,9 @@ class Communicator(_Child):
     @staticmethod
     def _tensor_stream(tensors, stream):
         """CPU tensors (emu) take no stream unless one is given (the library then refuses
-        it); CUDA tensors `stream`, or torch's current stream."""
+        it); CUDA tensors `stream`, or torch's current stream; conccl.HOST none."""
+        if stream is HOST:
+            return None
         cpu = not getattr(tensors[0], "is_cuda", False)
         return None if cpu and stream is None else _stream_handle(stream)
 
@@ -1671,6 +1674,21 @@ def _on_stream(t, stream):
     if not isinstance(stream, torch.cuda.Stream):
         stream = torch.cuda.ExternalStream(_integer("stream", stream, "uint64"))
     return torch.cuda.stream(stream)
+
+
+class _HostOrder:
+    def __repr__(self):
+        return "conccl.HOST"
+
+
+# stream=conccl.HOST: a tensor call on CUDA tensors ordered on the host instead of a
+# stream, as Buffer calls are: it starts at once (the tensors' producers must have
+# finished: synchronize first) and returns when this rank's data is in place. Only for
+# tensors the library reaches as they are (a SymmetricPool's, a registered window's):
+# nothing is staged. No stream waits on another process's work, so processes sharing a
+# GPU without MPS do not hand it to each other for a time slice per call (conccl.torch's
+# send/recv, docs/torch-backend.md).
+HOST = _HostOrder()
 
 
 def _stream_handle(stream):

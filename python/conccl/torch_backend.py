@@ -433,6 +433,15 @@ class _GroupSurface:
     # was made and does not split. A device_id other than the device the group was made
     # on is refused here, at init, naming the fix.
     supports_splitting = False
+    # What other torch 2.x callers of _get_backend ask (torch 2.11's callers listed in
+    # tools/bench/results/h200-runs/run77/logs/get_backend_calls.txt): the collective time
+    # estimator (distributed_c10d._time_estimator: refused with torch's own message), and
+    # FSDP2's memory from the process group (set_allocate_memory_from_process_group_for_comm;
+    # fsdp/_fully_shard/_fsdp_collectives.py, ProcessGroupAllocMixin: torch.empty instead).
+    supports_time_estimate = False
+
+    def supports_tensor_alloc(self, device):
+        return False
 
     def _get_backend(self, device):
         d = torch.device(device)

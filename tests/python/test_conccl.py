@@ -768,6 +768,20 @@ class TorchShapesTest(unittest.TestCase):
                 comm.broadcast(tensors[:2] + [self.tensor(dev, r, (8, 333), torch.int32) for r in (2, 3)], 0)
             self.assertIn("same bytes", cm.exception.message)
 
+    def test_host_ordered_tensor_calls(self):
+        # stream=conccl.HOST: ordered on the host (returns with the data in place), and
+        # nothing staged: tensors the engines cannot reach as they are are refused.
+        torch = self.torch
+        with conccl.Device("emu", settings="preset=small") as dev:
+            comm = conccl.Communicator(dev, range(2))
+            tensors = [self.tensor(dev, r, (5, 77), torch.int32) for r in range(2)]
+            comm.broadcast(tensors, 1, stream=conccl.HOST)
+            self.assertTrue(torch.equal(tensors[0], tensors[1]))
+            with self.assertRaises(conccl.Error) as cm:
+                comm.broadcast([torch.ones(4), torch.ones(4)], 0, stream=conccl.HOST)
+            self.assertIn("not a buffer of this device", cm.exception.message)
+            self.assertEqual(repr(conccl.HOST), "conccl.HOST")
+
     def test_gather_and_scatter_tensors(self):
         # torch.distributed.gather(tensor, gather_list, dst) / scatter(tensor, scatter_list, src):
         # a list of one tensor per rank on the root (back to back, or anywhere), or one tensor.

@@ -925,8 +925,10 @@ def check_get_backend(c):
     type, does not split, and names the device types it takes for another."""
     g = dist.group.WORLD
     c.checks += 1
-    if g._get_backend(torch.device("cpu")) is not g or g._get_backend(torch.device("cpu")).supports_splitting:
-        c.fail("_get_backend", "the group is not its own, non-splitting, backend for cpu")
+    b = g._get_backend(torch.device("cpu"))
+    if b is not g or b.supports_splitting or b.supports_time_estimate or b.supports_tensor_alloc(torch.device("cpu")):
+        c.fail("_get_backend", "the group is not its own backend for cpu, one that neither splits, estimates "
+                               "times nor allocates tensors")
     try:
         g._get_backend(torch.device("cuda", 0))
         c.fail("_get_backend", "a group of CPU tensors gave a backend for cuda")
