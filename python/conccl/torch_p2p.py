@@ -1,9 +1,12 @@
 """Point to point for the "conccl" process group on the DMA engines (the default;
 CONCCL_TORCH_P2P=store sends through the group's store instead).
 
-Measured on an H100 (run 76, docs/perf/h200-collectives.md, tools/bench/torch_p2p_bench.py,
-2 processes): a ring step of 1 KiB to 4 MiB 0.72-0.77 ms on the engines against 5.9-21.8
-ms through the store; 64 MiB 5.4 ms against 555 ms.
+Measured (docs/perf/h200-collectives.md, tools/bench/torch_p2p_bench.py, 2 processes):
+on an H100 (run 76) a ring step of 1 KiB to 4 MiB 0.72-0.77 ms on the engines against
+5.9-21.8 ms through the store, 64 MiB 5.4 ms against 555 ms; on an H200 (run 77), with
+each transfer ordered on the pair's stream, 2.1-2.2 ms (0.86-0.97 under MPS): the two
+processes' contexts took turns on the GPU, which is why transfers are now ordered on
+the host (_Pair._move).
 
 ConCCL's calls are collective over a communicator, and torch's send/recv involve two
 ranks of the group. So each ordered pair (src, dst) that exchanges data gets a
