@@ -1442,8 +1442,16 @@ class TorchBackendTest(unittest.TestCase):
                 self.assertIn("CONCCL_TORCH_P2P_EAGER_BYTES=%s" % bad, str(cm.exception))
             os.environ["CONCCL_TORCH_P2P_EAGER_BYTES"] = "0"
             self.assertEqual(torch_p2p.eager_bytes(), 0)
+            self.assertEqual(torch_p2p.transfer_order(), "host")  # CUDA: each transfer ordered on the host
+            os.environ["CONCCL_TORCH_P2P_ORDER"] = "streams"
+            with self.assertRaises(RuntimeError) as cm:
+                torch_p2p.transfer_order()
+            self.assertIn("CONCCL_TORCH_P2P_ORDER=streams", str(cm.exception))
+            os.environ["CONCCL_TORCH_P2P_ORDER"] = "stream"
+            self.assertEqual(torch_p2p.transfer_order(), "stream")
         finally:
             os.environ.pop("CONCCL_TORCH_P2P_EAGER_BYTES", None)
+            os.environ.pop("CONCCL_TORCH_P2P_ORDER", None)
             if old is None:
                 os.environ.pop("CONCCL_TORCH_P2P", None)
             else:
