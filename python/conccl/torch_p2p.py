@@ -5,8 +5,8 @@ Measured (docs/perf/h200-collectives.md, tools/bench/torch_p2p_bench.py, 2 proce
 on an H100 (run 76) a ring step of 1 KiB to 4 MiB 0.72-0.77 ms on the engines against
 5.9-21.8 ms through the store, 64 MiB 5.4 ms against 555 ms; on an H200 (run 77), with
 each transfer ordered on the pair's stream, 2.1-2.2 ms (0.86-0.97 under MPS): the two
-processes' contexts took turns on the GPU, which is why transfers are now ordered on
-the host (_Pair._move).
+processes' contexts took turns on the GPU; CONCCL_TORCH_P2P_ORDER=host orders the
+transfers on the host instead (_Pair._move), not yet measured.
 
 ConCCL's calls are collective over a communicator, and torch's send/recv involve two
 ranks of the group. So each ordered pair (src, dst) that exchanges data gets a
@@ -86,15 +86,18 @@ class _Pair:
     def _move(self, tensor, sending, ready=None):
         """The transfer: pieces of the staging, a broadcast from the sender each.
 
-        CUDA, host-ordered (the default, order == "host"): the pair's thread waits for
+        CUDA, host-ordered (order == "host", opt-in: not yet measured on hardware, the
+        device time of the session that wrote it ran out; run 78's script measures it):
+        the pair's thread waits for
         its own copies (the sender's into the staging; the receiver's out of it, before
         the next piece lands there) and each broadcast is ordered on the host
         (conccl.HOST): it starts at once and returns when this rank's part is done (the
         sender's staging read, the receiver's filled). No stream then waits for the
         other process, which without MPS cost each transfer a time slice of the GPU
         between the two processes' contexts (run 77: a ring step of 2 processes 2.2 ms
-        on stream-ordered broadcasts, 0.93 ms under MPS). order == "stream": the copies
-        and the broadcasts all on the pair's stream.
+        on stream-ordered broadcasts, 0.93 ms under MPS). order == "stream" (the
+        default, verified on an H200 in run 77): the copies and the broadcasts all on
+        the pair's stream.
 
         `ready` (CUDA): the caller's stream as it was at the call. The pair's stream
         waits for it before it first touches the tensor: the sender's before it reads
@@ -320,12 +323,14 @@ def eager_bytes():
 
 
 def transfer_order():
-    """CONCCL_TORCH_P2P_ORDER (CUDA): "host" (the default; _Pair._move says why) or
-    "stream" (every step on the pair's stream, the way before run 77)."""
-    v = os.environ.get("CONCCL_TORCH_P2P_ORDER", "host")
+    """CONCCL_TORCH_P2P_ORDER (CUDA): "stream" (the default: every step on the pair's
+    stream) or "host" (each transfer ordered on the host by the pair's thread, so that
+    no stream waits for the other process; _Pair._move says why, and that it is not yet
+    measured)."""
+    v = os.environ.get("CONCCL_TORCH_P2P_ORDER", "stream")
     if v not in ("host", "stream"):
-        raise RuntimeError(f"CONCCL_TORCH_P2P_ORDER={v}: use \"host\" (the default: the pair's thread orders each "
-                           "transfer on the host) or \"stream\" (on the pair's CUDA stream)")
+        raise RuntimeError(f"CONCCL_TORCH_P2P_ORDER={v}: use \"stream\" (the default: on the pair's CUDA stream) or "
+                           "\"host\" (the pair's thread orders each transfer on the host)")
     return v
 
 
