@@ -88,9 +88,9 @@ class _Pair:
 
         CUDA, host-ordered (order == "host", opt-in: not yet measured on hardware, the
         device time of the session that wrote it ran out; run 78's script measures it):
-        the pair's thread waits for
-        its own copies (the sender's into the staging; the receiver's out of it, before
-        the next piece lands there) and each broadcast is ordered on the host
+        the pair's thread waits for its own copies (the sender's into the staging; the
+        receiver's out of it, before the next piece lands there) and each broadcast is
+        ordered on the host
         (conccl.HOST): it starts at once and returns when this rank's part is done (the
         sender's staging read, the receiver's filled). No stream then waits for the
         other process, which without MPS cost each transfer a time slice of the GPU
