@@ -90,9 +90,9 @@ class _Pair:
         device time of the session that wrote it ran out; run 78's script measures it):
         the pair's thread waits for its own copies (the sender's into the staging; the
         receiver's out of it, before the next piece lands there) and each broadcast is
-        ordered on the host
-        (conccl.HOST): it starts at once and returns when this rank's part is done (the
-        sender's staging read, the receiver's filled). No stream then waits for the
+        ordered on the host (conccl.HOST): it starts at once and returns when this
+        rank's part is done (the sender's staging read, the receiver's filled). No
+        stream then waits for the
         other process, which without MPS cost each transfer a time slice of the GPU
         between the two processes' contexts (run 77: a ring step of 2 processes 2.2 ms
         on stream-ordered broadcasts, 0.93 ms under MPS). order == "stream" (the
