@@ -860,10 +860,10 @@ class ProcessGroupConccl(_GroupSurface, dist.ProcessGroup):
         return _done([])
 
     def shutdown(self):
-        """What destroy_process_group calls on a group (torch >= 2.9, pg.shutdown()): the
+        """What newer torch's destroy_process_group calls on a group (pg.shutdown()): the
         send/recv already asked for end (eager sends reach their receivers) within the
-        group's timeout, and the pairs' threads and communicators go. The process's exit
-        does the same for groups never shut down (conccl/torch_p2p.py)."""
+        group's timeout (at most 60 s), and the pairs' threads and communicators go. The
+        process's exit does the same for groups never shut down (conccl/torch_p2p.py)."""
         if self._pairs is not None:
             self._pairs.shutdown()
 

@@ -218,9 +218,10 @@ class PairChannels:
             p.jobs.put(None)  # after the transfers already asked for
 
     def shutdown(self):
-        """The group's shutdown (destroy_process_group): every pair's transfers already
-        asked for (eager sends included) end, or fail, within the group's timeout (at
-        most EXIT_FLUSH_S); then the pairs' threads and communicators are gone."""
+        """The group's shutdown (what newer torch's destroy_process_group calls): every
+        pair's transfers already asked for (eager sends included) end, or fail, within
+        the group's timeout (at most EXIT_FLUSH_S); then the pairs' threads and
+        communicators are gone."""
         wait_s = min(EXIT_FLUSH_S, self.group._timeout_ms / 1000.0)
         deadline = time.monotonic() + wait_s
         with self.lock:

@@ -1049,7 +1049,7 @@ def run_p2p_exit(c):
     x = gen((3001,), "float32", "SUM", "p2p exit")
     if c.rank == 0:
         c.call("send, then leave", lambda: dist.send(x.clone(), 1))
-        if c.scenario == "p2p_shutdown":  # what destroy_process_group calls on torch >= 2.9
+        if c.scenario == "p2p_shutdown":  # what newer torch's destroy_process_group calls
             def shut():
                 t0 = time.monotonic()
                 dist.group.WORLD.shutdown()
