@@ -92,10 +92,10 @@ class _Pair:
         receiver's out of it, before the next piece lands there) and each broadcast is
         ordered on the host (conccl.HOST): it starts at once and returns when this
         rank's part is done (the sender's staging read, the receiver's filled). No
-        stream then waits for the
-        other process, which without MPS cost each transfer a time slice of the GPU
-        between the two processes' contexts (run 77: a ring step of 2 processes 2.2 ms
-        on stream-ordered broadcasts, 0.93 ms under MPS). order == "stream" (the
+        stream then waits for the other process, which without MPS cost each transfer
+        a time slice of the GPU between the two processes' contexts (run 77: a ring
+        step of 2 processes 2.2 ms on stream-ordered broadcasts, 0.93 ms under MPS).
+        order == "stream" (the
         default, verified on an H200 in run 77): the copies and the broadcasts all on
         the pair's stream.
 
@@ -222,11 +222,9 @@ class PairChannels:
         pair's transfers already asked for (eager sends included) end, or fail, within
         the group's timeout (at most EXIT_FLUSH_S); then the pairs' threads and
         communicators are gone."""
-        wait_s = min(EXIT_FLUSH_S, self.group._timeout_ms / 1000.0)
-        deadline = time.monotonic() + wait_s
         with self.lock:
             pairs, self.pairs = list(self.pairs.values()), {}
-        left = [f"{p.src}->{p.dst}" for p in pairs if not p.finish(deadline)]
+        wait_s, left = _finish(pairs)
         if left:
             raise RuntimeError(f"conccl backend: shutdown: the transfers of pairs {left} did not end within "
                                f"{wait_s:.0f} s: a send whose receiver never called recv, or a recv whose sender "
@@ -285,15 +283,22 @@ _LIVE_LOCK = threading.Lock()
 EXIT_FLUSH_S = 60.0  # the most an exiting process, or a group's shutdown, waits for its pairs' transfers
 
 
+def _finish(pairs):
+    """Ends the pairs' threads after their transfers already asked for, waiting up to the
+    longest of their groups' timeouts or EXIT_FLUSH_S, whichever is less: (the seconds
+    waited at most, the pairs not finished by then, as "src->dst")."""
+    if not pairs:
+        return 0.0, []
+    wait_s = min(EXIT_FLUSH_S, max(p.timeout_ms for p in pairs) / 1000.0)
+    deadline = time.monotonic() + wait_s
+    return wait_s, [f"{p.src}->{p.dst}" for p in pairs if not p.finish(deadline)]
+
+
 @atexit.register
 def _finish_at_exit():
     with _LIVE_LOCK:
         pairs = list(_LIVE)
-    if not pairs:
-        return
-    wait_s = min(EXIT_FLUSH_S, max(p.timeout_ms for p in pairs) / 1000.0)
-    deadline = time.monotonic() + wait_s
-    left = [f"{p.src}->{p.dst}" for p in pairs if not p.finish(deadline)]
+    wait_s, left = _finish(pairs)
     if left:
         sys.stderr.write(f"conccl backend: exiting with the transfers of pairs {left} unfinished after {wait_s:.0f} s "
                          "(a send whose receiver never called recv, or a recv whose sender never sent): they are "
