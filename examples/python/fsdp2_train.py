@@ -34,6 +34,9 @@ Options: --mode fsdp2|ddp, --device cuda|cpu, --steps 50, --layers 4, --dim 256,
 --heads 4, --seq 128, --batch 8, --vocab 512, --lr 1e-3, --seed 0, --check,
 --per-tensor-update (AdamW with foreach=False; torch's default otherwise),
 --backend NAME (conccl; another registered backend to compare with, e.g. nccl),
+--fsdp-comms conccl (FSDP2: the group on --backend, e.g. nccl or gloo, and FSDP's
+all-gathers and reduce-scatters on the DMA engines through conccl.torch.FSDPAllGather and
+FSDPReduceScatter, FSDPModule.set_custom_all_gather / set_custom_reduce_scatter),
 --json FILE (rank 0: losses per step, step times, the check's result), --nprocs N,
 --compute-baseline ITERS (then time the step's forward and backward alone, no
 collective, every rank at once: step time over that is what the collectives cost),
@@ -123,6 +126,20 @@ def optimizer(params, a):
     return torch.optim.AdamW(params, lr=a.lr, foreach=False if a.per_tensor_update else None)
 
 
+def custom_comms(model):
+    """FSDP2's all-gather and reduce-scatter on the DMA engines (conccl.torch.FSDPAllGather,
+    FSDPReduceScatter) while the process group stays on --backend: every FSDP module gets
+    them (FSDPModule.set_custom_all_gather / set_custom_reduce_scatter, torch >= 2.8)."""
+    ag, rs = conccl.torch.FSDPAllGather(), conccl.torch.FSDPReduceScatter()
+    for m in list(model.blocks) + [model]:
+        if not hasattr(m, "set_custom_all_gather"):
+            raise SystemExit(f"--fsdp-comms conccl needs FSDPModule.set_custom_all_gather (torch >= 2.8); this is "
+                             f"torch {torch.__version__}")
+        m.set_custom_all_gather(ag)
+        m.set_custom_reduce_scatter(rs)
+    return ag, rs
+
+
 def fully_shard_fn():
     for where in ("torch.distributed.fsdp", "torch.distributed._composable.fsdp"):  # 2.6+, 2.4-2.5
         try:
@@ -183,6 +200,9 @@ def main():
     ap.add_argument("--per-tensor-update", action="store_true", help="AdamW(foreach=False)")
     ap.add_argument("--backend", default="conccl",
                     help="torch.distributed backend (conccl; another registered one to compare with)")
+    ap.add_argument("--fsdp-comms", choices=("group", "conccl"), default="group",
+                    help="FSDP2's all-gather and reduce-scatter: on the group's backend (group), or on the DMA "
+                         "engines while the group stays on --backend (conccl: set_custom_all_gather/_reduce_scatter)")
     ap.add_argument("--timeout", type=float, default=120, help="collective timeout, seconds")
     ap.add_argument("--check", action="store_true", help="compare with the exact reference, bit for bit")
     ap.add_argument("--json", help="rank 0 writes the run's record here")
@@ -211,6 +231,7 @@ def main():
     dist.init_process_group(a.backend, timeout=timedelta(seconds=a.timeout))
 
     model = make_model(a, device)
+    comms = None
     if a.mode == "fsdp2":
         from torch.distributed.device_mesh import init_device_mesh
         mesh = init_device_mesh(device.type, (n,))
@@ -219,6 +240,8 @@ def main():
             fully_shard(blk, mesh=mesh, mp_policy=mp)
         fully_shard(model, mesh=mesh, mp_policy=mp)
         train = model
+        if a.fsdp_comms == "conccl":
+            comms = custom_comms(model)
     else:
         from torch.nn.parallel import DistributedDataParallel as DDP
         train = DDP(model, device_ids=[device.index] if device.type == "cuda" else None)
@@ -229,6 +252,8 @@ def main():
         if device.type == "cuda":
             torch.cuda.synchronize()
 
+    if a.mode == "ddp" and a.fsdp_comms == "conccl":
+        raise SystemExit("--fsdp-comms conccl is for --mode fsdp2")
     losses, times, worst_loss = [], [], 0.0
     for step in range(a.steps):
         sync()
@@ -277,7 +302,8 @@ def main():
         gemm = {"in_step_ms": in_step, "alone_ms": by_itself, "slowdown": in_step / by_itself if by_itself else None}
     exact = worst_loss == 0.0 and worst_param == 0.0
     step_ms = statistics.median(times[min(5, len(times) - 1):]) * 1e3  # after warm-up
-    record = {"mode": a.mode, "world_size": n, "torch_backend": a.backend, "device": str(device), "backend": os.environ["CONCCL_BACKEND"],
+    calls = {"all_gather": comms[0].calls, "reduce_scatter": comms[1].calls} if comms else None
+    record = {"mode": a.mode, "world_size": n, "torch_backend": a.backend, "fsdp_comms": a.fsdp_comms, "conccl_calls": calls, "device": str(device), "backend": os.environ["CONCCL_BACKEND"],
               "torch": torch.__version__, "steps": a.steps, "losses": losses,
               "step_ms_median": step_ms, "step_ms": [t * 1e3 for t in times],
               "compute_ms_median": compute_ms, "gemm": gemm,
@@ -286,7 +312,9 @@ def main():
     flags = torch.tensor([0 if exact or not a.check else 1], dtype=torch.int32, device=device)
     dist.all_reduce(flags)  # every rank's check
     if rank == 0:
-        print(f"{a.mode}, {n} ranks, {a.backend}, {a.steps} steps: loss {losses[0]:.4f} -> {losses[-1]:.4f}, "
+        print(f"{a.mode}, {n} ranks, {a.backend}" + (f" (FSDP comms on conccl: {calls['all_gather']} all-gathers, "
+                                                      f"{calls['reduce_scatter']} reduce-scatters)" if calls else "")
+              + f", {a.steps} steps: loss {losses[0]:.4f} -> {losses[-1]:.4f}, "
               f"step {record['step_ms_median']:.2f} ms (median after warm-up)"
               + (f"; compute alone {compute_ms:.2f} ms (step / compute {record['step_over_compute']:.2f})"
                  if compute_ms else "")

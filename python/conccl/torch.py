@@ -506,3 +506,13 @@ def group_pool(group=None):
     copies (conccl/torch_backend.py, group_pool; docs/torch-backend.md)."""
     from conccl import torch_backend
     return torch_backend.group_pool(group)
+
+
+def __getattr__(name):
+    """FSDPAllGather, FSDPReduceScatter and companion_group (conccl/torch_fsdp.py): FSDP2's
+    all-gather and reduce-scatter on the DMA engines while the group is on another
+    backend; loaded on first use, since they need torch.distributed."""
+    if name in ("FSDPAllGather", "FSDPReduceScatter", "companion_group"):
+        from conccl import torch_fsdp
+        return getattr(torch_fsdp, name)
+    raise AttributeError(f"module 'conccl.torch' has no attribute {name!r}")

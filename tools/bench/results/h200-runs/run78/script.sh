@@ -1,4 +1,4 @@
-# run 78 (not run: the sixteenth session's device time ran out): torch send/recv on the engines
+# run 78 (not run: the sixteenth session's device time ran out; FSDP2 comms added in the seventeenth): torch send/recv on the engines
 # with host-ordered pair transfers (CONCCL_TORCH_P2P_ORDER=host, opt-in until this measures
 # it) against stream-ordered ones (the default, run 77's 2.2 ms ring
 # step without MPS), a ring and one direction per pair (no MPS: the device time left); the
@@ -24,3 +24,13 @@ b stream_ring ring
 CONCCL_TORCH_P2P_ORDER=host CONCCL_BACKEND=nv timeout 200 python3 tools/bench/torch_backend_smoke.py --nprocs 2 --device-id > /tmp/smoke.log 2>&1
 echo "smoke --device-id, host order rc=$?: $(tail -1 /tmp/smoke.log)"; grep -E "^FAIL" /tmp/smoke.log | head -5; cat /tmp/smoke.log >> $L
 b host_oneway oneway CONCCL_TORCH_P2P_ORDER=host
+b stream_oneway oneway
+# FSDP2 with the group on gloo and FSDP's all-gathers / reduce-scatters on the engines
+# (conccl.torch.FSDPAllGather / FSDPReduceScatter), bit for bit against the reference; then the
+# same model with the whole group on conccl, for the step time.
+for mode in "gloo --fsdp-comms conccl" "conccl"; do
+  timeout 200 torchrun --nproc-per-node 2 examples/python/fsdp2_train.py --mode fsdp2 --steps 20 --check \
+    --backend $mode > /tmp/fsdp.log 2>&1
+  echo "fsdp2 --backend $mode rc=$?: $(grep -E '^fsdp2,' /tmp/fsdp.log | cut -c1-260)"
+  grep -E "Error|error|differs" /tmp/fsdp.log | head -4 | cut -c1-300; { echo "== fsdp2 $mode"; cat /tmp/fsdp.log; } >> $L
+done

@@ -1,0 +1,155 @@
+"""tests/python/test_torch_fsdp_comms.py - FSDP2's custom all-gather and reduce-scatter
+(conccl.torch.FSDPAllGather / FSDPReduceScatter) with the process group on gloo.
+
+Each worker drives the two comms as FSDP2's foreach_all_gather and foreach_reduce do
+(torch/distributed/fsdp/_fully_shard/_fsdp_collectives.py): allocate the all-gather
+output, fill this rank's slice of it (the input is a view into the output), call with
+the group and async_op; allocate the reduce-scatter input, fill it, call into a new
+output with the op. The group is gloo (the default group) and a gloo sub-group of
+ranks 0 and 2: the comms run on a "conccl" companion group over the same ranks, made
+at the first call, on the emulated node. Every output is compared bit for bit with
+the inputs (all-gather) or the library's reduction in rank order (ref_reduce of
+test_torch_backend). Torch 1.13 has no FSDP2; the GPU machine's torch runs the comms
+inside FSDP2 (examples/python/fsdp2_train.py --fsdp-comms conccl --check).
+"""
+import multiprocessing as mp
+import os
+import tempfile
+import traceback
+import unittest
+
+try:
+    import torch
+    import torch.distributed as dist
+except ImportError:  # pragma: no cover - skipped, saying why
+    torch = None
+
+DEADLINE_S = 180
+
+
+def worker(rank, world, init, results):
+    os.environ["CONCCL_BACKEND"] = "emu"
+    problems, checks = [], 0
+    try:
+        import conccl.torch
+        from conccl.torch_backend import ProcessGroupConccl
+        from test_torch_backend import _PremulLike, gen, ref_reduce
+
+        dist.init_process_group("gloo", init_method=init, rank=rank, world_size=world)
+        ag, rs = conccl.torch.FSDPAllGather(), conccl.torch.FSDPReduceScatter()
+        sub = dist.new_group([0, 2])  # every rank makes it; ranks 0 and 2 use it
+        groups = [("world", dist.distributed_c10d._get_default_group(), list(range(world)))]
+        if rank in (0, 2):
+            groups.append(("sub", sub, [0, 2]))
+
+        def expect(name, ok):
+            nonlocal checks
+            checks += 1
+            if not ok:
+                problems.append(name)
+
+        for gname, group, members in groups:
+            n, me = len(members), members.index(rank)
+            # All-gather in place, as FSDP2 does it: the input is this rank's slice of the output.
+            for dtype in ("float32", "bfloat16", "uint8", "int64"):
+                for k, async_op in ((1000, False), (4097, True), (3, False)):
+                    tag = (gname, "ag", dtype, k)
+                    one = gen((k,), dtype, "SUM", *tag, rank)
+                    out = ag.allocate((n * k,), dtype=one.dtype, device=torch.device("cpu"))
+                    inp = out.narrow(0, me * k, k)
+                    inp.copy_(one)
+                    work = ag(out, inp, group, async_op=async_op)
+                    if async_op:
+                        work.wait()
+                    else:
+                        expect(f"{gname} all-gather returns None when not async", work is None)
+                    want = torch.cat([gen((k,), dtype, "SUM", *tag, r) for r in members])
+                    expect(f"{gname} all-gather {dtype} x {k} (async {async_op})", torch.equal(out, want))
+            # Reduce-scatter: FSDP2's gradients (float32 here) with AVG and SUM; others by type.
+            for dtype, ops in (("float32", ("AVG", "SUM", "MAX")), ("bfloat16", ("SUM", "AVG")),
+                               ("int32", ("SUM", "MIN")), ("uint8", ("MAX",))):
+                for op in ops:
+                    for k, async_op in ((777, False), (2048, True)):
+                        tag = (gname, "rs", dtype, op, k)
+                        full = gen((n * k,), dtype, op, *tag, rank)
+                        inp = rs.allocate((n * k,), dtype=full.dtype, device=torch.device("cpu"))
+                        inp.copy_(full)
+                        out = inp.new_empty((k,))
+                        work = rs(out, inp, group, getattr(dist.ReduceOp, op), async_op=async_op)
+                        if async_op:
+                            work.wait()
+                        pieces = [gen((n * k,), dtype, op, *tag, r)[me * k:(me + 1) * k] for r in members]
+                        expect(f"{gname} reduce-scatter {dtype} {op} x {k}",
+                               torch.equal(out, ref_reduce(pieces, op, dtype)))
+            # PREMUL_SUM: FSDP2's gradient divide factor (torch 1.x: an op shaped as torch 2's).
+            k = 500
+            full = gen((n * k,), "float32", "SUM", gname, "premul", rank)
+            out = torch.empty(k)
+            op = dist._make_nccl_premul_sum(0.25)
+            if not isinstance(getattr(op, "__getstate__", lambda: None)(), tuple):
+                op = _PremulLike(0.25)
+            rs(out, full, group, op)
+            pieces = [gen((n * k,), "float32", "SUM", gname, "premul", r)[me * k:(me + 1) * k] for r in members]
+            expect(f"{gname} reduce-scatter PREMUL_SUM(0.25)", torch.equal(out, ref_reduce(pieces, "SUM", "float32") * 0.25))
+
+        # The companions: one per set of ranks, made once, a "conccl" group of the right size.
+        cw = conccl.torch.companion_group(None)
+        expect("the world's companion is a conccl group", isinstance(cw, ProcessGroupConccl))
+        expect("one companion per set of ranks", conccl.torch.companion_group(None) is cw)
+        expect("the companion has the group's size and rank", (cw.size(), cw.rank()) == (world, rank))
+        if rank in (0, 2):
+            cs = conccl.torch.companion_group(sub)
+            expect("the sub-group's companion has 2 ranks", cs.size() == 2 and cs is not cw)
+        else:
+            try:
+                conccl.torch.companion_group(sub)
+                problems.append("a group this rank is not in was taken")
+            except RuntimeError as e:
+                expect("not in the group: named", "is not in the group" in str(e))
+        # A bad call names the problem, and the comms go on.
+        try:
+            ag(torch.empty(world * 10 + 1), torch.empty(10), None)
+            problems.append("a mismatched all-gather was taken")
+        except RuntimeError as e:
+            expect("mismatched all-gather named", "all_gather_into_tensor" in str(e))
+        out = torch.empty(world * 5)
+        ag(out, torch.full((5,), float(rank + 1)), None)
+        expect("an all-gather after the refused one",
+               torch.equal(out, torch.cat([torch.full((5,), float(r + 1)) for r in range(world)])))
+        dist.barrier()
+        dist.destroy_process_group()
+    except Exception:
+        problems.append(traceback.format_exc())
+    results.put((rank, checks, problems))
+
+
+@unittest.skipIf(torch is None, "PyTorch is not installed (apt-get install python3-torch)")
+class FsdpComms(unittest.TestCase):
+    def test_fsdp_comms_on_a_gloo_group_3_ranks(self):
+        world = 3
+        ctx = mp.get_context("spawn")
+        results = ctx.Queue()
+        with tempfile.TemporaryDirectory() as d:
+            init = "file://" + os.path.join(d, "init")
+            procs = [ctx.Process(target=worker, args=(r, world, init, results), daemon=True) for r in range(world)]
+            for p in procs:
+                p.start()
+            got = {}
+            try:
+                for _ in range(world):
+                    rank, checks, problems = results.get(timeout=DEADLINE_S)
+                    got[rank] = (checks, problems)
+            finally:
+                for p in procs:
+                    p.join(10)
+                    if p.is_alive():
+                        p.kill()
+        for rank in range(world):
+            checks, problems = got[rank]
+            self.assertEqual(problems, [], f"rank {rank}")
+            self.assertGreater(checks, 40, f"rank {rank} ran its checks")
+        print(f"fsdp comms: {world} ranks, {sum(c for c, _ in got.values())} checks, all passed")
+
+
+if __name__ == "__main__":
+    unittest.main()
