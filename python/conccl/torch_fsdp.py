@@ -65,11 +65,12 @@ def companion_group(group=None, timeout=None):
         group = dist.distributed_c10d._get_default_group()
     if isinstance(group, (ProcessGroupConccl, HierarchicalGroup)):
         return group
-    ranks = tuple(_global_ranks(group))
     me = dist.get_rank()
+    ranks = () if group is dist.GroupMember.NON_GROUP_MEMBER else tuple(_global_ranks(group))
     if me not in ranks:
-        raise RuntimeError(f"conccl FSDP comm: this process (global rank {me}) is not in the group of ranks "
-                           f"{list(ranks)} that the call names")
+        raise RuntimeError(f"conccl FSDP comm: this process (global rank {me}) is not in the group "
+                           f"{'of ranks ' + str(list(ranks)) if ranks else '(new_group gave it no group)'} that the "
+                           "call names")
     store = dist.distributed_c10d._get_default_store()
     key = (id(store), ranks)
     with _LOCK:

@@ -1,5 +1,6 @@
 """tests/python/test_torch_fsdp_comms.py - FSDP2's custom all-gather and reduce-scatter
-(conccl.torch.FSDPAllGather / FSDPReduceScatter) with the process group on gloo.
+(conccl.torch.FSDPAllGather / FSDPReduceScatter) with the process group on gloo, and on
+"conccl" itself.
 
 Each worker drives the two comms as FSDP2's foreach_all_gather and foreach_reduce do
 (torch/distributed/fsdp/_fully_shard/_fsdp_collectives.py): allocate the all-gather
@@ -7,7 +8,8 @@ output, fill this rank's slice of it (the input is a view into the output), call
 the group and async_op; allocate the reduce-scatter input, fill it, call into a new
 output with the op. The group is gloo (the default group) and a gloo sub-group of
 ranks 0 and 2: the comms run on a "conccl" companion group over the same ranks, made
-at the first call, on the emulated node. Every output is compared bit for bit with
+at the first call, on the emulated node (with the group on "conccl", the group itself:
+its own companion). Every output is compared bit for bit with
 the inputs (all-gather) or the library's reduction in rank order (ref_reduce of
 test_torch_backend). Torch 1.13 has no FSDP2; the GPU machine's torch runs the comms
 inside FSDP2 (examples/python/fsdp2_train.py --fsdp-comms conccl --check).
@@ -27,7 +29,7 @@ except ImportError:  # pragma: no cover - skipped, saying why
 DEADLINE_S = 180
 
 
-def worker(rank, world, init, results):
+def worker(rank, world, init, results, backend):
     os.environ["CONCCL_BACKEND"] = "emu"
     problems, checks = [], 0
     try:
@@ -35,7 +37,7 @@ def worker(rank, world, init, results):
         from conccl.torch_backend import ProcessGroupConccl
         from test_torch_backend import _PremulLike, gen, ref_reduce
 
-        dist.init_process_group("gloo", init_method=init, rank=rank, world_size=world)
+        dist.init_process_group(backend, init_method=init, rank=rank, world_size=world)
         ag, rs = conccl.torch.FSDPAllGather(), conccl.torch.FSDPReduceScatter()
         sub = dist.new_group([0, 2])  # every rank makes it; ranks 0 and 2 use it
         groups = [("world", dist.distributed_c10d._get_default_group(), list(range(world)))]
@@ -92,8 +94,11 @@ def worker(rank, world, init, results):
             pieces = [gen((n * k,), "float32", "SUM", gname, "premul", r)[me * k:(me + 1) * k] for r in members]
             expect(f"{gname} reduce-scatter PREMUL_SUM(0.25)", torch.equal(out, ref_reduce(pieces, "SUM", "float32") * 0.25))
 
-        # The companions: one per set of ranks, made once, a "conccl" group of the right size.
+        # The companions: one per set of ranks, made once, a "conccl" group of the right size
+        # (a "conccl" group is its own).
         cw = conccl.torch.companion_group(None)
+        expect("a conccl group is its own companion",
+               backend != "conccl" or cw is dist.distributed_c10d._get_default_group())
         expect("the world's companion is a conccl group", isinstance(cw, ProcessGroupConccl))
         expect("one companion per set of ranks", conccl.torch.companion_group(None) is cw)
         expect("the companion has the group's size and rank", (cw.size(), cw.rank()) == (world, rank))
@@ -126,12 +131,17 @@ def worker(rank, world, init, results):
 @unittest.skipIf(torch is None, "PyTorch is not installed (apt-get install python3-torch)")
 class FsdpComms(unittest.TestCase):
     def test_fsdp_comms_on_a_gloo_group_3_ranks(self):
-        world = 3
+        self.run_world(3, "gloo")
+
+    def test_fsdp_comms_on_a_conccl_group_3_ranks(self):
+        self.run_world(3, "conccl")
+
+    def run_world(self, world, backend):
         ctx = mp.get_context("spawn")
         results = ctx.Queue()
         with tempfile.TemporaryDirectory() as d:
             init = "file://" + os.path.join(d, "init")
-            procs = [ctx.Process(target=worker, args=(r, world, init, results), daemon=True) for r in range(world)]
+            procs = [ctx.Process(target=worker, args=(r, world, init, results, backend), daemon=True) for r in range(world)]
             for p in procs:
                 p.start()
             got = {}
@@ -148,7 +158,7 @@ class FsdpComms(unittest.TestCase):
             checks, problems = got[rank]
             self.assertEqual(problems, [], f"rank {rank}")
             self.assertGreater(checks, 40, f"rank {rank} ran its checks")
-        print(f"fsdp comms: {world} ranks, {sum(c for c, _ in got.values())} checks, all passed")
+        print(f"fsdp comms: {world} ranks, group on {backend}, {sum(c for c, _ in got.values())} checks, all passed")
 
 
 if __name__ == "__main__":
