@@ -126,11 +126,13 @@ def optimizer(params, a):
     return torch.optim.AdamW(params, lr=a.lr, foreach=False if a.per_tensor_update else None)
 
 
-def custom_comms(model):
+def custom_comms(model, group):
     """FSDP2's all-gather and reduce-scatter on the DMA engines (conccl.torch.FSDPAllGather,
     FSDPReduceScatter) while the process group stays on --backend: every FSDP module gets
-    them (FSDPModule.set_custom_all_gather / set_custom_reduce_scatter, torch >= 2.8)."""
-    ag, rs = conccl.torch.FSDPAllGather(), conccl.torch.FSDPReduceScatter()
+    them (FSDPModule.set_custom_all_gather / set_custom_reduce_scatter, torch >= 2.8). Made
+    with the mesh's group, they carve FSDP's buffers from its companion's pool when
+    CONCCL_TORCH_POOL_BYTES gives it room (then nothing is staged)."""
+    ag, rs = conccl.torch.FSDPAllGather(group), conccl.torch.FSDPReduceScatter(group)
     for m in list(model.blocks) + [model]:
         if not hasattr(m, "set_custom_all_gather"):
             raise SystemExit(f"--fsdp-comms conccl needs FSDPModule.set_custom_all_gather (torch >= 2.8); this is "
@@ -241,7 +243,7 @@ def main():
         fully_shard(model, mesh=mesh, mp_policy=mp)
         train = model
         if a.fsdp_comms == "conccl":
-            comms = custom_comms(model)
+            comms = custom_comms(model, mesh.get_group())
     else:
         from torch.nn.parallel import DistributedDataParallel as DDP
         train = DDP(model, device_ids=[device.index] if device.type == "cuda" else None)
@@ -302,7 +304,9 @@ def main():
         gemm = {"in_step_ms": in_step, "alone_ms": by_itself, "slowdown": in_step / by_itself if by_itself else None}
     exact = worst_loss == 0.0 and worst_param == 0.0
     step_ms = statistics.median(times[min(5, len(times) - 1):]) * 1e3  # after warm-up
-    calls = {"all_gather": comms[0].calls, "reduce_scatter": comms[1].calls} if comms else None
+    calls = {"all_gather": comms[0].calls, "reduce_scatter": comms[1].calls,
+             "pool_tensors": comms[0].pool_tensors + comms[1].pool_tensors,
+             "other_tensors": comms[0].other_tensors + comms[1].other_tensors} if comms else None
     record = {"mode": a.mode, "world_size": n, "torch_backend": a.backend, "fsdp_comms": a.fsdp_comms, "conccl_calls": calls, "device": str(device), "backend": os.environ["CONCCL_BACKEND"],
               "torch": torch.__version__, "steps": a.steps, "losses": losses,
               "step_ms_median": step_ms, "step_ms": [t * 1e3 for t in times],
@@ -313,7 +317,9 @@ def main():
     dist.all_reduce(flags)  # every rank's check
     if rank == 0:
         print(f"{a.mode}, {n} ranks, {a.backend}" + (f" (FSDP comms on conccl: {calls['all_gather']} all-gathers, "
-                                                      f"{calls['reduce_scatter']} reduce-scatters)" if calls else "")
+                                                      f"{calls['reduce_scatter']} reduce-scatters, buffers "
+                                                      f"{calls['pool_tensors']} pooled / {calls['other_tensors']} "
+                                                      "staged)" if calls else "")
               + f", {a.steps} steps: loss {losses[0]:.4f} -> {losses[-1]:.4f}, "
               f"step {record['step_ms_median']:.2f} ms (median after warm-up)"
               + (f"; compute alone {compute_ms:.2f} ms (step / compute {record['step_over_compute']:.2f})"

@@ -232,7 +232,12 @@ class SymmetricPool:
         torch = _torch()
         if len(shape) == 1 and isinstance(shape[0], (tuple, list, torch.Size)):
             shape = tuple(shape[0])
-        dtype = dtype or torch.uint8
+        return self._carve(shape, dtype or torch.uint8, self._free_quietly)
+
+    def _carve(self, shape, dtype, release):
+        """A tensor of `shape` and `dtype` over a new block of the heap; release(ptr, nbytes)
+        when its storage dies (conccl.Error when the heap has no room)."""
+        torch = _torch()
         elem = torch.empty((), dtype=dtype).element_size()
         n = 1
         for s in shape:
@@ -243,14 +248,14 @@ class SymmetricPool:
             v = self._whole.view(ptr - self.base, max(nbytes, 1))
             # The block goes back to the heap when the consumer's tensor lets go of the
             # view (its DLPack deleter), which holds the pool alive until then.
-            weakref.finalize(v, self._free_quietly, ptr)
+            weakref.finalize(v, release, ptr, nbytes)
             t = torch.from_dlpack(v)
         except BaseException:
             self._free_quietly(ptr)
             raise
-        return t[:nbytes].view(dtype).view(shape)
+        return t[:nbytes].view(dtype).view(tuple(shape))
 
-    def _free_quietly(self, ptr):
+    def _free_quietly(self, ptr, nbytes=0):
         try:
             self._free(ptr)
         except Error:

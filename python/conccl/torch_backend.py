@@ -548,7 +548,7 @@ class ProcessGroupConccl(_GroupSurface, dist.ProcessGroup):
         # whose tensors all lie in it skips the staging copies.
         from conccl.torch import SymmetricPool
         self._stage_bytes = int(os.environ.get("CONCCL_TORCH_STAGING_BYTES", 64 << 20))
-        pool_bytes = int(os.environ.get("CONCCL_TORCH_POOL_BYTES", 0))
+        pool_bytes = self._pool_bytes = int(os.environ.get("CONCCL_TORCH_POOL_BYTES", 0))
         self._pool = SymmetricPool(self._comm, self._stage_bytes + pool_bytes + (64 << 10))
         self._stage = self._pool.empty(self._stage_bytes)  # uint8 (CPU or CUDA), same offset on every rank
         self._stats = {"direct_calls": 0, "staged_ops": 0}

@@ -29,8 +29,9 @@ except ImportError:  # pragma: no cover - skipped, saying why
 DEADLINE_S = 180
 
 
-def worker(rank, world, init, results, backend):
+def worker(rank, world, init, results, backend, pool_bytes):
     os.environ["CONCCL_BACKEND"] = "emu"
+    os.environ["CONCCL_TORCH_POOL_BYTES"] = str(pool_bytes)
     problems, checks = [], 0
     try:
         import conccl.torch
@@ -38,7 +39,6 @@ def worker(rank, world, init, results, backend):
         from test_torch_backend import _PremulLike, gen, ref_reduce
 
         dist.init_process_group(backend, init_method=init, rank=rank, world_size=world)
-        ag, rs = conccl.torch.FSDPAllGather(), conccl.torch.FSDPReduceScatter()
         sub = dist.new_group([0, 2])  # every rank makes it; ranks 0 and 2 use it
         groups = [("world", dist.distributed_c10d._get_default_group(), list(range(world)))]
         if rank in (0, 2):
@@ -50,8 +50,12 @@ def worker(rank, world, init, results, backend):
             if not ok:
                 problems.append(name)
 
+        comms = {}
         for gname, group, members in groups:
             n, me = len(members), members.index(rank)
+            # With pool room, comms made with their group carve FSDP's buffers from its pool.
+            bound = group if pool_bytes else None
+            ag, rs = comms[gname] = conccl.torch.FSDPAllGather(bound), conccl.torch.FSDPReduceScatter(bound)
             # All-gather in place, as FSDP2 does it: the input is this rank's slice of the output.
             for dtype in ("float32", "bfloat16", "uint8", "int64"):
                 for k, async_op in ((1000, False), (4097, True), (3, False)):
@@ -93,6 +97,37 @@ def worker(rank, world, init, results, backend):
             rs(out, full, group, op)
             pieces = [gen((n * k,), "float32", "SUM", gname, "premul", r)[me * k:(me + 1) * k] for r in members]
             expect(f"{gname} reduce-scatter PREMUL_SUM(0.25)", torch.equal(out, ref_reduce(pieces, "SUM", "float32") * 0.25))
+
+        ag, rs = comms["world"]
+        if pool_bytes:
+            # allocate() carved from the companion's pool, the ops took the tensors as they
+            # are, and every rank's buffers lie at the same offsets.
+            cw = conccl.torch.companion_group(None)
+            expect("allocate() used the pool", ag.pool_tensors > 0 and rs.pool_tensors > 0 and ag.other_tensors == 0)
+            expect("pool tensors went in directly", cw.stats()["direct_calls"] > 0)
+            pool = cw._pool
+            out = ag.allocate((world * 64,), dtype=torch.float32, device=torch.device("cpu"))
+            rs_in = rs.allocate((world * 32,), dtype=torch.float32, device=torch.device("cpu"))
+            offsets = [pool._ptr(out) - pool.base, pool._ptr(rs_in) - pool.base] if pool.owns(out) else None
+            every = [None] * world
+            dist.all_gather_object(every, offsets)
+            expect("pool buffers at the same offsets on every rank", offsets is not None and every == [offsets] * world)
+            direct = cw.stats()["direct_calls"]
+            out.narrow(0, rank * 64, 64).copy_(torch.arange(64.0) + rank)
+            ag(out, out.narrow(0, rank * 64, 64), None)
+            expect("a pooled all-gather", torch.equal(out, torch.cat([torch.arange(64.0) + r for r in range(world)])))
+            expect("... went in directly", cw.stats()["direct_calls"] == direct + 1)
+            del out, rs_in
+            # More than the pool holds: torch's allocator, staged, still right.
+            big = ag.allocate((world * (pool_bytes // 4),), dtype=torch.float32, device=torch.device("cpu"))
+            expect("too large for the pool: torch's tensor", not pool.owns(big))
+            one = gen((pool_bytes // 4,), "float32", "SUM", "big", rank)
+            big.narrow(0, rank * one.numel(), one.numel()).copy_(one)
+            ag(big, big.narrow(0, rank * one.numel(), one.numel()), None)
+            expect("a staged all-gather beside the pool",
+                   torch.equal(big, torch.cat([gen((pool_bytes // 4,), "float32", "SUM", "big", r) for r in range(world)])))
+        else:
+            expect("no pool room: torch's tensors", ag.pool_tensors == 0 and ag.other_tensors > 0)
 
         # The companions: one per set of ranks, made once, a "conccl" group of the right size
         # (a "conccl" group is its own).
@@ -136,12 +171,15 @@ class FsdpComms(unittest.TestCase):
     def test_fsdp_comms_on_a_conccl_group_3_ranks(self):
         self.run_world(3, "conccl")
 
-    def run_world(self, world, backend):
+    def test_fsdp_comms_from_the_pool_on_a_gloo_group_3_ranks(self):  # allocate() carves the pool
+        self.run_world(3, "gloo", pool_bytes=1 << 20)
+
+    def run_world(self, world, backend, pool_bytes=0):
         ctx = mp.get_context("spawn")
         results = ctx.Queue()
         with tempfile.TemporaryDirectory() as d:
             init = "file://" + os.path.join(d, "init")
-            procs = [ctx.Process(target=worker, args=(r, world, init, results, backend), daemon=True) for r in range(world)]
+            procs = [ctx.Process(target=worker, args=(r, world, init, results, backend, pool_bytes), daemon=True) for r in range(world)]
             for p in procs:
                 p.start()
             got = {}
@@ -158,7 +196,7 @@ class FsdpComms(unittest.TestCase):
             checks, problems = got[rank]
             self.assertEqual(problems, [], f"rank {rank}")
             self.assertGreater(checks, 40, f"rank {rank} ran its checks")
-        print(f"fsdp comms: {world} ranks, group on {backend}, {sum(c for c, _ in got.values())} checks, all passed")
+        print(f"fsdp comms: {world} ranks, group on {backend}, pool {pool_bytes} bytes, {sum(c for c, _ in got.values())} checks, all passed")
 
 
 if __name__ == "__main__":

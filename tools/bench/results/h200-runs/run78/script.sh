@@ -26,11 +26,16 @@ echo "smoke --device-id, host order rc=$?: $(tail -1 /tmp/smoke.log)"; grep -E "
 b host_oneway oneway CONCCL_TORCH_P2P_ORDER=host
 b stream_oneway oneway
 # FSDP2 with the group on gloo and FSDP's all-gathers / reduce-scatters on the engines
-# (conccl.torch.FSDPAllGather / FSDPReduceScatter), bit for bit against the reference; then the
-# same model with the whole group on conccl, for the step time.
-for mode in "gloo --fsdp-comms conccl" "conccl"; do
-  timeout 200 torchrun --nproc-per-node 2 examples/python/fsdp2_train.py --mode fsdp2 --steps 20 --check \
-    --backend $mode > /tmp/fsdp.log 2>&1
-  echo "fsdp2 --backend $mode rc=$?: $(grep -E '^fsdp2,' /tmp/fsdp.log | cut -c1-260)"
-  grep -E "Error|error|differs" /tmp/fsdp.log | head -4 | cut -c1-300; { echo "== fsdp2 $mode"; cat /tmp/fsdp.log; } >> $L
-done
+# (conccl.torch.FSDPAllGather / FSDPReduceScatter), bit for bit against the reference: staged,
+# then with FSDP's buffers carved from the companion's pool (CONCCL_TORCH_POOL_BYTES: no copy
+# kernel); then the same model with the whole group on conccl. GEMM kernels' time per step.
+f() {  # label, then env assignments; the backend arguments in $args
+  local label=$1; shift
+  env "$@" timeout 200 torchrun --nproc-per-node 2 examples/python/fsdp2_train.py --mode fsdp2 --steps 20 --check \
+    --profile-gemm 5 $args > /tmp/fsdp.log 2>&1
+  echo "fsdp2 $label rc=$?: $(grep -E '^fsdp2,' /tmp/fsdp.log | cut -c1-330)"
+  grep -E "Error|error|differs" /tmp/fsdp.log | head -4 | cut -c1-300; { echo "== fsdp2 $label"; cat /tmp/fsdp.log; } >> $L
+}
+args="--backend gloo --fsdp-comms conccl" f staged_comms CONCCL_TORCH_POOL_BYTES=0
+args="--backend gloo --fsdp-comms conccl" f pooled_comms CONCCL_TORCH_POOL_BYTES=$((256 << 20))
+args="--backend conccl" f conccl_group CONCCL_TORCH_POOL_BYTES=0
