@@ -36,10 +36,15 @@ struct HostStream::Impl {
     while (true) {
       cv.wait(lk, [&] { return stop || !ops.empty(); });
       if (ops.empty()) return;  // stop, and nothing left
-      Op op = std::move(ops.front());
-      ops.pop_front();
-      lk.unlock();
-      Status st = execute(op);
+      Status st;
+      {
+        Op op = std::move(ops.front());
+        ops.pop_front();
+        lk.unlock();
+        st = execute(op);
+      }  // the step, and what it holds (a replay keeps its capture alive), goes before the step
+         // counts as run: once synchronize() returns, the stream holds nothing of the work
+         // it ran, so a capture whose recording the caller then drops goes with it
       lk.lock();
       if (!st.ok() && first_error.ok()) first_error = st;
       ++ran;

@@ -507,6 +507,13 @@ TEST(CaptureOneProcess, AStalledEngineFailsTheReplayAndReleasesTheStream) {
     for (int q = 0; q < n; ++q)
       for (uint64_t i = 0; i < bytes; ++i)
         ASSERT_EQ(recv[size_t(d)].get().as<uint8_t>()[q * bytes + i], value(q, 1, i)) << d << " " << q << " " << i;
+  // The stream goes on once the replay's end signal is written; a closing list
+  // on an engine (arming ahead) completes just after, and the keeper sees it
+  // at its next look. Stalled in between, the engines would hold replay 1 up
+  // (and the keeper would rightly name it): the stall is for replay 2.
+  const Deadline settle = Deadline::after_ms(10000);
+  while (c->stats().replays < 1 && !settle.expired()) std::this_thread::sleep_for(std::chrono::milliseconds(1));
+  ASSERT_GE(c->stats().replays, 1u) << "the keeper never saw replay 1 end";
 
   ASSERT_NO_FATAL_FAILURE(stall_engines(*dev, true));
   const auto t0 = std::chrono::steady_clock::now();
