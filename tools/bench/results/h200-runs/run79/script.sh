@@ -1,0 +1,23 @@
+# run 79: FSDP2 with the group on gloo and FSDP's all-gathers / reduce-scatters on the engines
+# (conccl.torch.FSDPAllGather / FSDPReduceScatter), after run 78's two such runs trained 20 steps
+# and then died of SIGSEGV before their check's summary (the check then all-gathered every
+# parameter over gloo with CUDA tensors; it now compares each rank's own shard, no collective).
+# Staged, then FSDP's buffers from the companion's pool; --check, GEMM kernels' time; Python's
+# fault handler on, so a crash names where. Console last; logs appended to $OUT/run79.log.
+. tools/bench/nv_build_common.sh
+L=$OUT/run79.log
+nvidia-smi --query-gpu=name --format=csv,noheader
+nv_configure_lib $OUT/cfg.log
+nv_build conccl_shared
+nv_build_time
+nv_python_env
+f() {  # label, then env assignments
+  local label=$1; shift
+  env PYTHONFAULTHANDLER=1 "$@" timeout 150 torchrun --nproc-per-node 2 examples/python/fsdp2_train.py --mode fsdp2 \
+    --steps 20 --check --profile-gemm 5 --backend gloo --fsdp-comms conccl > /tmp/fsdp.log 2>&1
+  echo "fsdp2 $label rc=$?: $(grep -E '^fsdp2,' /tmp/fsdp.log | cut -c1-400)"
+  grep -E "Error|error|differs|Fatal|File \"" /tmp/fsdp.log | grep -v elastic | head -12 | cut -c1-300
+  { echo "== fsdp2 $label"; cat /tmp/fsdp.log; } >> $L
+}
+f staged CONCCL_TORCH_POOL_BYTES=0
+f pooled CONCCL_TORCH_POOL_BYTES=$((256 << 20))
