@@ -3,10 +3,10 @@ CONCCL_TORCH_P2P=store sends through the group's store instead).
 
 Measured (docs/perf/h200-collectives.md, tools/bench/torch_p2p_bench.py, 2 processes):
 on an H100 (run 76) a ring step of 1 KiB to 4 MiB 0.72-0.77 ms on the engines against
-5.9-21.8 ms through the store, 64 MiB 5.4 ms against 555 ms; on an H200 (run 77), with
-each transfer ordered on the pair's stream, 2.1-2.2 ms (0.86-0.97 under MPS): the two
-processes' contexts took turns on the GPU; CONCCL_TORCH_P2P_ORDER=host orders the
-transfers on the host instead (_Pair._move), not yet measured.
+5.9-21.8 ms through the store, 64 MiB 5.4 ms against 555 ms; with each transfer ordered
+on the pair's stream a ring step took 2.1-2.2 ms (an H200 in run 77, an H100 in run 78;
+0.86-0.97 under MPS): the two processes' contexts took turns on the GPU. Ordered on the
+host (the default since run 78, _Pair._move), 0.63-0.65 ms.
 
 ConCCL's calls are collective over a communicator, and torch's send/recv involve two
 ranks of the group. So each ordered pair (src, dst) that exchanges data gets a
@@ -86,18 +86,17 @@ class _Pair:
     def _move(self, tensor, sending, ready=None):
         """The transfer: pieces of the staging, a broadcast from the sender each.
 
-        CUDA, host-ordered (order == "host", opt-in: not yet measured on hardware, the
-        device time of the session that wrote it ran out; run 78's script measures it):
-        the pair's thread waits for its own copies (the sender's into the staging; the
-        receiver's out of it, before the next piece lands there) and each broadcast is
-        ordered on the host (conccl.HOST): it starts at once and returns when this
-        rank's part is done (the sender's staging read, the receiver's filled). No
-        stream then waits for the other process, which without MPS cost each transfer
-        a time slice of the GPU between the two processes' contexts (run 77: a ring
-        step of 2 processes 2.2 ms on stream-ordered broadcasts, 0.93 ms under MPS).
-        order == "stream" (the
-        default, verified on an H200 in run 77): the copies and the broadcasts all on
-        the pair's stream.
+        CUDA, host-ordered (order == "host", the default): the pair's thread waits for
+        its own copies (the sender's into the staging; the receiver's out of it, before
+        the next piece lands there) and each broadcast is ordered on the host
+        (conccl.HOST): it starts at once and returns when this rank's part is done (the
+        sender's staging read, the receiver's filled). No stream then waits for the
+        other process, which without MPS costs each transfer a time slice of the GPU
+        between the two processes' contexts. Run 78 (an H100, 2 processes, no MPS): a
+        ring step 0.63-0.65 ms from 4 KiB to 4 MiB host-ordered against 2.1-2.2 ms
+        stream-ordered; one direction 0.34-0.36 ms against 0.30-0.32 (0.51 at 1 KiB,
+        0.78 at 4 MiB). order == "stream" (CONCCL_TORCH_P2P_ORDER=stream): the copies
+        and the broadcasts all on the pair's stream.
 
         `ready` (CUDA): the caller's stream as it was at the call. The pair's stream
         waits for it before it first touches the tensor: the sender's before it reads
@@ -329,14 +328,13 @@ def eager_bytes():
 
 
 def transfer_order():
-    """CONCCL_TORCH_P2P_ORDER (CUDA): "stream" (the default: every step on the pair's
-    stream) or "host" (each transfer ordered on the host by the pair's thread, so that
-    no stream waits for the other process; _Pair._move says why, and that it is not yet
-    measured)."""
-    v = os.environ.get("CONCCL_TORCH_P2P_ORDER", "stream")
+    """CONCCL_TORCH_P2P_ORDER (CUDA): "host" (the default: each transfer ordered on the
+    host by the pair's thread, so that no stream waits for the other process; _Pair._move
+    has run 78's numbers) or "stream" (every step on the pair's stream)."""
+    v = os.environ.get("CONCCL_TORCH_P2P_ORDER", "host")
     if v not in ("host", "stream"):
-        raise RuntimeError(f"CONCCL_TORCH_P2P_ORDER={v}: use \"stream\" (the default: on the pair's CUDA stream) or "
-                           "\"host\" (the pair's thread orders each transfer on the host)")
+        raise RuntimeError(f"CONCCL_TORCH_P2P_ORDER={v}: use \"host\" (the default: the pair's thread orders each "
+                           "transfer on the host) or \"stream\" (on the pair's CUDA stream)")
     return v
 
 

@@ -1442,13 +1442,13 @@ class TorchBackendTest(unittest.TestCase):
                 self.assertIn("CONCCL_TORCH_P2P_EAGER_BYTES=%s" % bad, str(cm.exception))
             os.environ["CONCCL_TORCH_P2P_EAGER_BYTES"] = "0"
             self.assertEqual(torch_p2p.eager_bytes(), 0)
-            self.assertEqual(torch_p2p.transfer_order(), "stream")  # CUDA: each transfer on the pair's stream
+            self.assertEqual(torch_p2p.transfer_order(), "host")  # CUDA: each transfer ordered by the pair's thread
             os.environ["CONCCL_TORCH_P2P_ORDER"] = "streams"
             with self.assertRaises(RuntimeError) as cm:
                 torch_p2p.transfer_order()
             self.assertIn("CONCCL_TORCH_P2P_ORDER=streams", str(cm.exception))
-            os.environ["CONCCL_TORCH_P2P_ORDER"] = "host"
-            self.assertEqual(torch_p2p.transfer_order(), "host")
+            os.environ["CONCCL_TORCH_P2P_ORDER"] = "stream"
+            self.assertEqual(torch_p2p.transfer_order(), "stream")
         finally:
             os.environ.pop("CONCCL_TORCH_P2P_EAGER_BYTES", None)
             os.environ.pop("CONCCL_TORCH_P2P_ORDER", None)
