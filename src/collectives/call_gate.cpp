@@ -16,6 +16,7 @@
 #include "collectives/calls.hpp"
 #include "util/wait.hpp"
 #include "util/env.hpp"
+#include "util/thread_name.hpp"
 
 namespace conccl {
 
@@ -43,7 +44,10 @@ void CallState::hold_gate(Gate g) {
   {
     std::lock_guard<std::mutex> lk(gate_mu);
     gates.push_back(std::move(g));
-    if (!gate_thread.joinable()) gate_thread = std::thread([this] { gate_loop(); });
+    if (!gate_thread.joinable()) gate_thread = std::thread([this] {
+      util::name_this_thread("conccl-gate");
+      gate_loop();
+    });
   }
   gate_cv.notify_one();
 }

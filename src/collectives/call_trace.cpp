@@ -1,6 +1,7 @@
 // src/collectives/call_trace.cpp - the watching thread of CONCCL_CALL_TRACE
 // (call_trace.hpp).
 #include "collectives/call_trace.hpp"
+#include "util/thread_name.hpp"
 
 #include <algorithm>
 #include <chrono>
@@ -17,7 +18,10 @@ uint64_t load(const uint64_t* p) {
 CallTrace::CallTrace(std::vector<const uint64_t*> words, std::string path)
     : words_(std::move(words)), path_(std::move(path)), w_(words_.size()),
       target_(kRows * w_, 0), seen_(kRows * w_, -1) {
-  thread_ = std::thread([this] { watch(); });
+  thread_ = std::thread([this] {
+    util::name_this_thread("conccl-trace");
+    watch();
+  });
 }
 
 CallTrace::~CallTrace() {

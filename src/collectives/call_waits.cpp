@@ -10,6 +10,7 @@
 #include <thread>
 
 #include "collectives/calls.hpp"
+#include "util/thread_name.hpp"
 
 namespace conccl {
 
@@ -170,7 +171,10 @@ void CallState::watch() {
 }
 
 void CallState::start_watchdog() {
-  if (!watchdog.joinable()) watchdog = std::thread([this] { watch(); });
+  if (!watchdog.joinable()) watchdog = std::thread([this] {
+    util::name_this_thread("conccl-watchdog");
+    watch();
+  });
 }
 
 }  // namespace conccl

@@ -8,6 +8,7 @@
 #include <thread>
 
 #include "conccl/collectives.hpp"
+#include "util/thread_name.hpp"
 
 namespace conccl {
 
@@ -104,7 +105,10 @@ Result<std::unique_ptr<HostStream>> HostStream::create(Device& device, int64_t w
   impl->device = &device;
   impl->wait_timeout_ms = wait_timeout_ms;
   Impl* raw = impl.get();
-  impl->thread = std::thread([raw] { raw->run(); });
+  impl->thread = std::thread([raw] {
+    util::name_this_thread("conccl-stream");
+    raw->run();
+  });
   return std::unique_ptr<HostStream>(new HostStream(std::move(impl)));
 }
 

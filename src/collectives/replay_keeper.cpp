@@ -10,6 +10,7 @@
 #include <cstdio>
 
 #include "util/env.hpp"
+#include "util/thread_name.hpp"
 
 namespace conccl {
 
@@ -75,7 +76,10 @@ void ReplayKeeper::add(Replays* who, uint64_t first, uint64_t depth, int64_t tim
     who->release();
   }
   entries_.push_back(e);
-  if (!thread_.joinable() && !stop_) thread_ = std::thread([this] { run(); });
+  if (!thread_.joinable() && !stop_) thread_ = std::thread([this] {
+    util::name_this_thread("conccl-keeper");
+    run();
+  });
   cv_.notify_all();
 }
 

@@ -20,6 +20,7 @@
 #include <atomic>
 #include <cstdlib>
 #include <filesystem>
+#include <fstream>
 #include <chrono>
 #include <cstring>
 #include <set>
@@ -589,6 +590,16 @@ TEST(CaptureOneProcess, ManyCapturesShareOneKeeperThread) {
     for ([[maybe_unused]] const auto& e : std::filesystem::directory_iterator("/proc/self/task")) ++n;
     return n;
   };
+  auto names = [] {  // the library names its threads (util/thread_name.hpp): which one is left
+    std::string all;
+    for (const auto& e : std::filesystem::directory_iterator("/proc/self/task")) {
+      std::ifstream comm(e.path() / "comm");
+      std::string name;
+      std::getline(comm, name);
+      all += name + " ";
+    }
+    return all;
+  };
   const int n = 2;
   OneProcess p;
   ASSERT_NO_FATAL_FAILURE(open_one_process("preset=small", {0, 0}, &p));
@@ -636,7 +647,7 @@ TEST(CaptureOneProcess, ManyCapturesShareOneKeeperThread) {
     EXPECT_EQ(wrong(t, 0), 0u) << "round " << t;
   }
   const size_t during = threads();
-  EXPECT_LE(during, before + 1) << calls << " replayed captures, " << during - before << " more threads";
+  EXPECT_LE(during, before + 1) << calls << " replayed captures, " << during - before << " more threads: " << names();
   // Half the captures go; the rest replay on, watched by the same thread.
   graphs.erase(graphs.begin(), graphs.begin() + calls / 2);
   fill(4);
@@ -647,7 +658,7 @@ TEST(CaptureOneProcess, ManyCapturesShareOneKeeperThread) {
   EXPECT_EQ(threads(), during);
   graphs.clear();
   c.reset();  // the keeper stops with the communicator
-  EXPECT_LE(threads(), before) << "the keeper thread ends with the communicator and the last capture";
+  EXPECT_LE(threads(), before) << "the keeper thread ends with the communicator and the last capture: " << names();
 }
 
 }  // namespace

@@ -18,6 +18,7 @@
 #include "packets/hopper_ce.hpp"
 #include "packets/sdma_asm.hpp"
 #include "queue/gpfifo_queue.hpp"
+#include "util/thread_name.hpp"
 
 namespace conccl::emu {
 
@@ -72,7 +73,10 @@ void Engine::stop() {
 
 void Engine::start_locked() {
   if (started_.load(std::memory_order_acquire)) return;
-  thread_ = std::thread(&Engine::run, this);
+  thread_ = std::thread([this] {
+    util::name_this_thread("conccl-emu-" + std::to_string(gpu_) + "." + std::to_string(id_));
+    run();
+  });
   started_.store(true, std::memory_order_release);
 }
 
