@@ -121,6 +121,8 @@ class _PoolBlocks:
     def empty(self, size, dtype, device):
         """A tensor of the pool, or None (another device, or no room: the caller stages)."""
         want = torch.device(device)
+        if want.type == "cuda" and want.index is None:
+            want = torch.device("cuda", torch.cuda.current_device())
         if (self.cuda is None) != (want.type == "cpu") or (self.cuda is not None and want != self.cuda):
             return None
         try:
