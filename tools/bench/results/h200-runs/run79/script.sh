@@ -11,13 +11,17 @@ nv_configure_lib $OUT/cfg.log
 nv_build conccl_shared
 nv_build_time
 nv_python_env
-f() {  # label, then env assignments
+f() {  # label, then env assignments; more arguments in $extra
   local label=$1; shift
   env PYTHONFAULTHANDLER=1 "$@" timeout 150 torchrun --nproc-per-node 2 examples/python/fsdp2_train.py --mode fsdp2 \
-    --steps 20 --check --profile-gemm 5 --backend gloo --fsdp-comms conccl > /tmp/fsdp.log 2>&1
+    --steps ${steps:-20} --check --profile-gemm 5 --backend gloo --fsdp-comms conccl ${extra:-} > /tmp/fsdp.log 2>&1
   echo "fsdp2 $label rc=$?: $(grep -E '^fsdp2,' /tmp/fsdp.log | cut -c1-400)"
   grep -E "Error|error|differs|Fatal|File \"" /tmp/fsdp.log | grep -v elastic | head -12 | cut -c1-300
   { echo "== fsdp2 $label"; cat /tmp/fsdp.log; } >> $L
 }
 f staged CONCCL_TORCH_POOL_BYTES=0
 f pooled CONCCL_TORCH_POOL_BYTES=$((256 << 20))
+# run 36's larger model (102 M parameters), where the GEMMs are long enough to overlap
+big="--dim 1024 --layers 8 --heads 8 --batch 8 --seq 256"
+steps=10 extra="$big" f staged_102M CONCCL_TORCH_POOL_BYTES=0
+steps=10 extra="$big" f pooled_102M CONCCL_TORCH_POOL_BYTES=$((2 << 30))
