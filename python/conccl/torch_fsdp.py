@@ -88,6 +88,10 @@ def companion_group(group=None, timeout=None):
         hit = _COMPANIONS.get(key)
         if hit is not None:
             return hit[1]
+        # Companions of an earlier default group (destroy_process_group, then a new one)
+        # go: their ranks' processes made the same switch, and nothing calls them any more.
+        for k in [k for k in _COMPANIONS if k[0] != id(store)]:
+            _BLOCKS.pop(id(_COMPANIONS.pop(k)[1]), None)
         # The default store outlives its groups; the prefix names the ranks, so each set of
         # ranks puts its own unique id. The entry keeps the store, so its id is not reused.
         prefix = "conccl/companion/" + "-".join(str(r) for r in ranks) + "/"

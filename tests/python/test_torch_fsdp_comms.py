@@ -158,6 +158,20 @@ def worker(rank, world, init, results, backend, pool_bytes):
                torch.equal(out, torch.cat([torch.full((5,), float(r + 1)) for r in range(world)])))
         dist.barrier()
         dist.destroy_process_group()
+        if backend == "gloo":
+            # A new default group: the old companions go, new ones are made for it.
+            old = cw
+            dist.init_process_group(backend, init_method=init + "2", rank=rank, world_size=world)
+            ag2 = conccl.torch.FSDPAllGather(None)
+            out = torch.empty(world * 7)
+            ag2(out, torch.full((7,), float(rank * 3)), None)
+            expect("an all-gather in a second world",
+                   torch.equal(out, torch.cat([torch.full((7,), float(r * 3)) for r in range(world)])))
+            expect("a new companion for the new world", conccl.torch.companion_group(None) is not old)
+            from conccl import torch_fsdp
+            expect("the old world's companions went", all(pg is not old for _, pg in torch_fsdp._COMPANIONS.values()))
+            dist.barrier()
+            dist.destroy_process_group()
     except Exception:
         problems.append(traceback.format_exc())
     results.put((rank, checks, problems))
