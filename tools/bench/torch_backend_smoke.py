@@ -398,7 +398,7 @@ def _fully_shard():
     raise Skip(f"torch {torch.__version__} has no FSDP2 fully_shard ({'; '.join(errors)})")
 
 
-def check_fsdp2(c):
+def check_fsdp2(c, custom_comms=False):
     fully_shard = _fully_shard()
     from torch.distributed.device_mesh import init_device_mesh
     mesh = init_device_mesh(c.dev.type, (c.n,))
@@ -409,6 +409,15 @@ def check_fsdp2(c):
     fully_shard(model[0], mesh=mesh)
     fully_shard(model[2], mesh=mesh)
     fully_shard(model, mesh=mesh)
+    comms = None
+    if custom_comms:  # FSDP's buffers from the group's pool (CONCCL_TORCH_POOL_BYTES, set by the worker)
+        if not hasattr(model, "set_custom_all_gather"):
+            raise Skip(f"torch {torch.__version__} has no FSDPModule.set_custom_all_gather (2.8 and later have)")
+        import conccl.torch as ct
+        comms = ct.FSDPAllGather(mesh.get_group()), ct.FSDPReduceScatter(mesh.get_group())
+        for m in (model[0], model[2], model):
+            m.set_custom_all_gather(comms[0])
+            m.set_custom_reduce_scatter(comms[1])
 
     def loss_fn(m, x):
         return m(x).float().pow(2).mean()
@@ -430,6 +439,15 @@ def check_fsdp2(c):
                 p.add_(p.grad, alpha=-lr)
                 q.add_(want[name], alpha=-lr)
         model.zero_grad(set_to_none=True)
+    if comms is not None:
+        ag, rs = comms
+        if not (ag.calls and rs.calls and ag.pool_tensors and rs.pool_tensors):
+            raise AssertionError(f"custom comms: {ag.calls} all-gathers, {rs.calls} reduce-scatters, buffers from the "
+                                 f"pool {ag.pool_tensors} + {rs.pool_tensors}: FSDP did not go through them")
+
+
+def check_fsdp2_custom_comms(c):
+    check_fsdp2(c, custom_comms=True)
 
 
 def check_cuda_graph(c):
@@ -508,6 +526,7 @@ CHECKS = [
     ("functional reduce_scatter_tensor (C++ -> group)", check_funcol_reduce_scatter),
     ("DDP step vs single-process reference", check_ddp),
     ("FSDP2 bf16 steps vs single-process reference", check_fsdp2),
+    ("FSDP2 through conccl.torch.FSDPAllGather / FSDPReduceScatter, pooled buffers", check_fsdp2_custom_comms),
     ("CUDA graph: all_gather_into_tensor + all_reduce, 50 replays", check_cuda_graph),
     ("destroy_process_group", check_destroy),
 ]
