@@ -19,10 +19,10 @@ f() {  # label, then env assignments; more arguments in $extra
   grep -E "Error|error|differs|Fatal|File \"" /tmp/fsdp.log | grep -v elastic | head -12 | cut -c1-300
   { echo "== fsdp2 $label"; cat /tmp/fsdp.log; } >> $L
 }
-CONCCL_BACKEND=nv timeout 200 python3 tools/bench/torch_backend_smoke.py --nprocs 2 > /tmp/smoke.log 2>&1
-echo "smoke rc=$?: $(tail -1 /tmp/smoke.log)"; grep -E "^(FAIL|SKIP)" /tmp/smoke.log | cut -c1-300 | head -6; cat /tmp/smoke.log >> $L
 f staged CONCCL_TORCH_POOL_BYTES=0
 f pooled CONCCL_TORCH_POOL_BYTES=$((256 << 20))
+CONCCL_BACKEND=nv timeout 200 python3 tools/bench/torch_backend_smoke.py --nprocs 2 > /tmp/smoke.log 2>&1
+echo "smoke rc=$?: $(tail -1 /tmp/smoke.log)"; grep -E "^(FAIL|SKIP)" /tmp/smoke.log | cut -c1-300 | head -6; cat /tmp/smoke.log >> $L
 # run 36's larger model (102 M parameters), where the GEMMs are long enough to overlap
 # (RUN79_BIG=0 leaves it out where the device time is short)
 big="--dim 1024 --layers 8 --heads 8 --batch 8 --seq 256"
