@@ -35,6 +35,7 @@ all, only the engines (and the reduce-scatter's reduce step). Otherwise tensors 
 torch's allocator, staged (a device copy in and out per op).
 """
 import threading
+import weakref
 from datetime import timedelta
 
 import torch
@@ -91,7 +92,7 @@ def companion_group(group=None, timeout=None):
         # Companions of an earlier default group (destroy_process_group, then a new one)
         # go: their ranks' processes made the same switch, and nothing calls them any more.
         for k in [k for k in _COMPANIONS if k[0] != id(store)]:
-            _BLOCKS.pop(id(_COMPANIONS.pop(k)[1]), None)
+            del _COMPANIONS[k]
         # The default store outlives its groups; the prefix names the ranks, so each set of
         # ranks puts its own unique id. The entry keeps the store, so its id is not reused.
         prefix = "conccl/companion/" + "-".join(str(r) for r in ranks) + "/"
@@ -159,14 +160,14 @@ class _PoolBlocks:
         self.pool._free_quietly(ptr)
 
 
-_BLOCKS = {}  # id(companion group) -> _PoolBlocks
+_BLOCKS = weakref.WeakKeyDictionary()  # companion group -> _PoolBlocks; goes with the group
 
 
 def _blocks_of(pg):
     with _LOCK:
-        b = _BLOCKS.get(id(pg))
-        if b is None or b.pool is not pg._pool:
-            b = _BLOCKS[id(pg)] = _PoolBlocks(pg)
+        b = _BLOCKS.get(pg)
+        if b is None:
+            b = _BLOCKS[pg] = _PoolBlocks(pg)
         return b
 
 
