@@ -45,7 +45,7 @@ import weakref
 import conccl
 from conccl import Buffer, Error, _Buffer, _check, _integer, _sig, _sz, _u64, _vp
 
-__all__ = ["SymmetricPool", "pool_of"]
+__all__ = ["SymmetricPool", "pool_of", "group_pool", "FSDPAllGather", "FSDPReduceScatter", "companion_group"]
 
 _P = ctypes.POINTER
 _int = ctypes.c_int
