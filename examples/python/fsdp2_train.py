@@ -216,6 +216,8 @@ def main():
                     help="after training, time ITERS forward+backward passes of the unsharded model with no "
                          "collective, every rank at once: the step's compute alone")
     a = ap.parse_args()
+    if a.mode == "ddp" and a.fsdp_comms == "conccl":
+        raise SystemExit("--fsdp-comms conccl is for --mode fsdp2")
     if a.nprocs and "RANK" not in os.environ:
         return launch(a.nprocs)
 
@@ -254,8 +256,6 @@ def main():
         if device.type == "cuda":
             torch.cuda.synchronize()
 
-    if a.mode == "ddp" and a.fsdp_comms == "conccl":
-        raise SystemExit("--fsdp-comms conccl is for --mode fsdp2")
     losses, times, worst_loss = [], [], 0.0
     for step in range(a.steps):
         sync()
