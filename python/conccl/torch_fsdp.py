@@ -19,7 +19,7 @@ all-reduces, object collectives) stays on the group's own backend.
 Each call runs on a "conccl" process group over the same ranks as the group FSDP
 passes (its companion): made at the first call on that group, which FSDP makes on
 every rank of the group alike, through torch's default store (a prefix of its own),
-and kept for the process's life. A group that is already a "conccl" group is used as
+and kept while torch's default group lasts. A group that is already a "conccl" group is used as
 it is. The ops are those of that group (conccl/torch_backend.py): ordered on the
 current stream (FSDP's all-gather and reduce-scatter streams), tensors of any
 allocator staged through the group's window, the Work's wait() ordering the caller's
