@@ -9,7 +9,16 @@
 #include <string_view>
 #include <vector>
 
+#include "util/sanitizers.hpp"
+
 namespace probe_test {
+
+// How many times slower sdma-probe runs in a sanitizer build (the tests and
+// sdma-probe are built alike): the few tests whose work or time limits are
+// sized for a plain build scale them by it. ThreadSanitizer: a selftest of
+// 128 emulated engines took over 120 s, the first row of a 2000-iteration
+// sweep over 60 s.
+inline constexpr int kSlowdown = conccl::util::kThreadSanitizer ? 8 : conccl::util::kAddressSanitizer ? 2 : 1;
 
 struct Outcome {
   int rc = -1;             // exit status, or 128 + signal number

@@ -108,13 +108,15 @@ Started start_sweep(const std::vector<std::string>& args, int nranks, std::vecto
 void interrupt_procs(int sig, int want_rc, const char* name) {
   const std::string json = scratch() + "/procs_interrupted_" + name + ".json";
   std::vector<int> ranks;
-  Started s = start_sweep({"p2p", "--procs", "2", "--min", "4K", "--max", "64M", "--iters", "2000", "--json", json}, 2,
-                          &ranks);
+  // (A sanitizer build: fewer iterations, and a deadline that its slower engines' 64 MiB fills meet.)
+  Started s = start_sweep({"p2p", "--procs", "2", "--min", "4K", "--max", "64M", "--iters", std::to_string(2000 / kSlowdown),
+                           "--timeout-ms", std::to_string(10000 * kSlowdown), "--json", json},
+                          2, &ranks);
   ASSERT_GT(s.pid, 0);
   ASSERT_FALSE(data_rows(read_file(s.out_path)).empty()) << "no row within 90 s: " << read_file(s.err_path);
   ASSERT_EQ(ranks.size(), 2u) << "the launcher should have two rank processes";
   // The launcher ends within 20 s; 4K..64M is 15 sizes.
-  const Outcome r = interrupt_and_expect_rows(s, sig, name, want_rc, 20.0, 15, json);
+  const Outcome r = interrupt_and_expect_rows(s, sig, name, want_rc, 20.0 * kSlowdown, 15, json);
   EXPECT_TRUE(ranks_left(ranks).empty()) << "rank processes outlived the launcher";
   EXPECT_EQ(count_of(r.err, std::string("interrupted by ") + name), 1u) << "rank 0 speaks for the group: " << r.err;
 }

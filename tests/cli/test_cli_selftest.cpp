@@ -25,6 +25,10 @@ using probe_test::is_valid_json;
 using probe_test::Outcome;
 using probe_test::probe;
 
+// The deadline of the checks that hang by design: short, yet long enough for
+// the healthy engines of a sanitizer build.
+const std::string kHangMs = std::to_string(300 * probe_test::kSlowdown);
+
 size_t occurrences(const std::string& hay, const std::string& needle) {
   size_t n = 0;
   for (size_t at = hay.find(needle); at != std::string::npos; at = hay.find(needle, at + 1)) ++n;
@@ -48,7 +52,7 @@ TEST(Selftest, FullMatrixPassesOnEveryPreset) {
   for (const Preset& p : presets) {
     std::vector<std::string> args = {"selftest", "--bytes", "1M", "--reps", "2", "--slow-ratio", "0.002", "--json"};
     args.insert(args.end(), p.flags.begin(), p.flags.end());
-    const Outcome r = probe(args, "", 120);
+    const Outcome r = probe(args, "", 120.0 * probe_test::kSlowdown);
     SCOPED_TRACE(p.flags[1]);
     EXPECT_EQ(r.rc, 0) << r.err << r.out.substr(0, 4000);
     EXPECT_TRUE(is_valid_json(r.out));
@@ -92,7 +96,7 @@ TEST(Selftest, AllPeersCopiesIntoEveryPeer) {
 
 TEST(Selftest, StalledEngineIsNamedAsHungAndTheOthersStillRun) {
   const Outcome r = probe({"selftest", "--preset", "small", "--bytes", "1M", "--reps", "2", "--slow-ratio", "0.002",
-                           "--inject", "stall", "--inject-engine", "1:2", "--timeout-ms", "300", "--json"},
+                           "--inject", "stall", "--inject-engine", "1:2", "--timeout-ms", kHangMs, "--json"},
                           "", 60);
   EXPECT_EQ(r.rc, 3) << r.err;
   EXPECT_TRUE(is_valid_json(r.out)) << r.out;
@@ -107,7 +111,7 @@ TEST(Selftest, StalledEngineIsNamedAsHungAndTheOthersStillRun) {
 
 TEST(Selftest, DroppedCompletionIsNamedOnSdmaAndHopper) {
   const Outcome sdma = probe({"selftest", "--preset", "small", "--bytes", "1M", "--reps", "2", "--slow-ratio", "0.002",
-                              "--inject", "lost-signal", "--timeout-ms", "300", "--json"},
+                              "--inject", "lost-signal", "--timeout-ms", kHangMs, "--json"},
                              "", 60);
   EXPECT_EQ(sdma.rc, 3) << sdma.err;
   EXPECT_TRUE(is_valid_json(sdma.out));
@@ -115,7 +119,7 @@ TEST(Selftest, DroppedCompletionIsNamedOnSdmaAndHopper) {
                        "{\"gpu\": 0, \"engine\": 0, \"check\": \"copy\", \"hang_kind\": \"completion write lost\""))
       << sdma.out;
   const Outcome nv = probe({"selftest", "--preset", "h200", "--bytes", "1M", "--reps", "2", "--slow-ratio", "0.002",
-                            "--inject", "lost-signal", "--inject-engine", "0:4", "--timeout-ms", "300"},
+                            "--inject", "lost-signal", "--inject-engine", "0:4", "--timeout-ms", kHangMs},
                            "", 60);
   EXPECT_EQ(nv.rc, 3) << nv.err;
   EXPECT_TRUE(contains(nv.out, "gpu 0 engine 4: copy: HANG (completion write lost)")) << nv.out;
