@@ -50,6 +50,8 @@ struct Preset {
 TEST(Selftest, FullMatrixPassesOnEveryPreset) {
   const Preset presets[] = {{{"--preset", "mi300x"}, 128}, {{"--preset", "small"}, 8}, {{"--preset", "h200", "--gpus", "2"}, 6}};
   for (const Preset& p : presets) {
+    // Under ThreadSanitizer the 128 emulated engines of mi300x take longer than a test may run.
+    if (conccl::util::kThreadSanitizer && p.engines > 100) continue;
     std::vector<std::string> args = {"selftest", "--bytes", "1M", "--reps", "2", "--slow-ratio", "0.002", "--json"};
     args.insert(args.end(), p.flags.begin(), p.flags.end());
     const Outcome r = probe(args, "", 120.0 * probe_test::kSlowdown);
@@ -97,7 +99,7 @@ TEST(Selftest, AllPeersCopiesIntoEveryPeer) {
 TEST(Selftest, StalledEngineIsNamedAsHungAndTheOthersStillRun) {
   const Outcome r = probe({"selftest", "--preset", "small", "--bytes", "1M", "--reps", "2", "--slow-ratio", "0.002",
                            "--inject", "stall", "--inject-engine", "1:2", "--timeout-ms", kHangMs, "--json"},
-                          "", 60);
+                          "", 60.0 * probe_test::kSlowdown);
   EXPECT_EQ(r.rc, 3) << r.err;
   EXPECT_TRUE(is_valid_json(r.out)) << r.out;
   const std::string hung = json_list(r.out, "hung");
@@ -106,7 +108,7 @@ TEST(Selftest, StalledEngineIsNamedAsHungAndTheOthersStillRun) {
   EXPECT_TRUE(contains(hung, "engine stalled")) << hung;
   EXPECT_EQ(occurrences(r.out, "\"verdict\": \"pass\""), 7u);  // engine 1:3, after the hung one, ran too
   EXPECT_TRUE(contains(r.out, "\"injected\": \"stall on engine 2 of GPU 1\""));
-  EXPECT_LT(r.seconds, 30);
+  EXPECT_LT(r.seconds, 30.0 * probe_test::kSlowdown);
 }
 
 TEST(Selftest, DroppedCompletionIsNamedOnSdmaAndHopper) {
