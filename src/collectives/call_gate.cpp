@@ -44,10 +44,7 @@ void CallState::hold_gate(Gate g) {
   {
     std::lock_guard<std::mutex> lk(gate_mu);
     gates.push_back(std::move(g));
-    if (!gate_thread.joinable()) gate_thread = std::thread([this] {
-      util::name_this_thread("conccl-gate");
-      gate_loop();
-    });
+    if (!gate_thread.joinable()) gate_thread = util::named_thread("conccl-gate", [this] { gate_loop(); });
   }
   gate_cv.notify_one();
 }

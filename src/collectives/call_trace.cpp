@@ -18,10 +18,7 @@ uint64_t load(const uint64_t* p) {
 CallTrace::CallTrace(std::vector<const uint64_t*> words, std::string path)
     : words_(std::move(words)), path_(std::move(path)), w_(words_.size()),
       target_(kRows * w_, 0), seen_(kRows * w_, -1) {
-  thread_ = std::thread([this] {
-    util::name_this_thread("conccl-trace");
-    watch();
-  });
+  thread_ = util::named_thread("conccl-trace", [this] { watch(); });
 }
 
 CallTrace::~CallTrace() {

@@ -171,10 +171,7 @@ void CallState::watch() {
 }
 
 void CallState::start_watchdog() {
-  if (!watchdog.joinable()) watchdog = std::thread([this] {
-    util::name_this_thread("conccl-watchdog");
-    watch();
-  });
+  if (!watchdog.joinable()) watchdog = util::named_thread("conccl-watchdog", [this] { watch(); });
 }
 
 }  // namespace conccl

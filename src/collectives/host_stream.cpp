@@ -105,10 +105,7 @@ Result<std::unique_ptr<HostStream>> HostStream::create(Device& device, int64_t w
   impl->device = &device;
   impl->wait_timeout_ms = wait_timeout_ms;
   Impl* raw = impl.get();
-  impl->thread = std::thread([raw] {
-    util::name_this_thread("conccl-stream");
-    raw->run();
-  });
+  impl->thread = util::named_thread("conccl-stream", [raw] { raw->run(); });
   return std::unique_ptr<HostStream>(new HostStream(std::move(impl)));
 }
 

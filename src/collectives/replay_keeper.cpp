@@ -76,10 +76,7 @@ void ReplayKeeper::add(Replays* who, uint64_t first, uint64_t depth, int64_t tim
     who->release();
   }
   entries_.push_back(e);
-  if (!thread_.joinable() && !stop_) thread_ = std::thread([this] {
-    util::name_this_thread("conccl-keeper");
-    run();
-  });
+  if (!thread_.joinable() && !stop_) thread_ = util::named_thread("conccl-keeper", [this] { run(); });
   cv_.notify_all();
 }
 

@@ -73,10 +73,7 @@ void Engine::stop() {
 
 void Engine::start_locked() {
   if (started_.load(std::memory_order_acquire)) return;
-  thread_ = std::thread([this] {
-    util::name_this_thread("conccl-emu-" + std::to_string(gpu_) + "." + std::to_string(id_));
-    run();
-  });
+  thread_ = util::named_thread("conccl-emu-" + std::to_string(gpu_) + "." + std::to_string(id_), [this] { run(); });
   started_.store(true, std::memory_order_release);
 }
 
