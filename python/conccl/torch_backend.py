@@ -138,6 +138,29 @@ def _device(slot):
         return _DEVICE, _DEVICE_KIND
 
 
+def _gpu_of_cuda_device(dev, cuda_index):
+    """The index on the ConCCL device of the GPU that CUDA calls `cuda_index` (the
+    caller's current device). The nv device opens every GPU the driver lists, in the
+    driver's order, which is not CUDA's (CUDA_VISIBLE_DEVICES, CUDA_DEVICE_ORDER):
+    the two are matched by the GPU's UUID (Device.cuda_ordinal). On a node of
+    several GPUs each process then drives its own GPU's engines, and its staging and
+    pool lie in its own GPU's memory."""
+    seen = []
+    for g in range(dev.gpu_count):
+        try:
+            ordinal = dev.cuda_ordinal(g)
+        except conccl.Error as e:
+            seen.append(f"GPU {g}: {e}")
+            continue
+        if ordinal == cuda_index:
+            return g
+        seen.append(f"GPU {g} is cuda:{ordinal}")
+    raise RuntimeError(f"conccl backend: the current CUDA device cuda:{cuda_index} is none of the GPUs "
+                       f"the NVIDIA driver lists to ConCCL ({'; '.join(seen) or 'none'}); call "
+                       f"torch.cuda.set_device(local_rank) with a GPU this process can use before "
+                       f"init_process_group")
+
+
 def _done(result):
     """A Work that is complete: the op has completed (emulator), or is ordered on the
     current stream (CUDA), so wait() returns at once, as ProcessGroupNCCL's does once
@@ -525,7 +548,7 @@ class ProcessGroupConccl(_GroupSurface, dist.ProcessGroup):
             store.set(_UID_KEY, conccl.unique_id())
         uid = store.get(_UID_KEY).decode()
         emu = self._emu = kind == "emu"
-        gpu = self._gpu = slot % self._dev.gpu_count if emu else 0
+        gpu = self._gpu = slot % self._dev.gpu_count if emu else _gpu_of_cuda_device(self._dev, torch.cuda.current_device())
         self._comm = conccl.Communicator(self._dev, rank=rank, nranks=size, unique_id=uid, gpu=gpu,
                                          loopback=True, timeout_ms=self._timeout_ms)
         self._store = store

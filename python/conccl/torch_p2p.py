@@ -61,10 +61,13 @@ class _Pair:
             _LIVE.add(self)
         self.thread.start()
 
-    def finish(self, deadline):
-        """Ends the pair's thread after the transfers already asked for, waiting for it
-        until `deadline` (time.monotonic()); whether it ended."""
+    def stop(self):
+        """Asks the pair's thread to end after the transfers already asked for."""
         self.jobs.put(None)
+
+    def finish(self, deadline):
+        """Waits for the pair's thread, stopped, until `deadline` (time.monotonic());
+        whether it ended."""
         self.thread.join(max(0.0, deadline - time.monotonic()))
         return not self.thread.is_alive()
 
@@ -290,6 +293,8 @@ def _finish(pairs):
         return 0.0, []
     wait_s = min(EXIT_FLUSH_S, max(p.timeout_ms for p in pairs) / 1000.0)
     deadline = time.monotonic() + wait_s
+    for p in pairs:  # every pair told first: one pair that waits out the deadline must not leave
+        p.stop()     # the others no time to take their stop (they would be named unfinished)
     return wait_s, [f"{p.src}->{p.dst}" for p in pairs if not p.finish(deadline)]
 
 

@@ -1457,6 +1457,55 @@ class TorchBackendTest(unittest.TestCase):
             else:
                 os.environ["CONCCL_TORCH_P2P"] = old
 
+    def test_exit_flush_stops_every_pair_before_waiting(self):
+        # A pair whose thread cannot end (its receiver never called recv) waits out the
+        # flush's deadline; the other pairs, told to stop first, end meanwhile and are
+        # not named unfinished.
+        import queue
+        import threading
+        from conccl import torch_p2p
+
+        def pair(name, hangs):
+            p = object.__new__(torch_p2p._Pair)  # the real stop()/finish(), a thread of our own
+            p.src, p.dst, p.timeout_ms, p.jobs = name, 0, 1500, queue.Queue()
+
+            def run():
+                while True:
+                    job = p.jobs.get()
+                    if job is None and not hangs:
+                        time.sleep(0.2)  # the transfers asked for before the stop
+                        return
+            p.thread = threading.Thread(target=run, daemon=True)
+            p.thread.start()
+            return p
+
+        pairs = [pair("stuck", True), pair("a", False), pair("b", False)]
+        t0 = time.monotonic()
+        wait_s, left = torch_p2p._finish(pairs)
+        self.assertEqual((wait_s, left), (1.5, ["stuck->0"]))
+        self.assertLess(time.monotonic() - t0, 5.0)
+
+    def test_each_process_drives_its_current_cuda_device(self):
+        # A node of several GPUs: the driver's order (the nv device's GPU indices) is
+        # not CUDA's, so the group's GPU is found by CUDA ordinal (matched by UUID).
+        import conccl
+        from conccl import torch_backend
+
+        class Node:  # the driver lists 4 GPUs; CUDA numbers them otherwise; one is hidden from CUDA
+            gpu_count = 4
+            def cuda_ordinal(self, g):
+                if g == 3:
+                    raise conccl.Error("unavailable", "no CUDA device has this GPU's UUID")
+                return {0: 2, 1: 0, 2: 1}[g]
+
+        node = Node()
+        self.assertEqual([torch_backend._gpu_of_cuda_device(node, c) for c in (0, 1, 2)], [1, 2, 0])
+        with self.assertRaises(RuntimeError) as cm:
+            torch_backend._gpu_of_cuda_device(node, 5)
+        msg = str(cm.exception)
+        for part in ("cuda:5", "GPU 0 is cuda:2", "GPU 3: ", "UUID", "torch.cuda.set_device(local_rank)"):
+            self.assertIn(part, msg)
+
     @unittest.skipIf(torch2_missing(), torch2_missing() or "")
     def test_torch2_functional_collectives_and_dtensor_3_ranks(self):
         self.run_scenario(3, "torch2")
