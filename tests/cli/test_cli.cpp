@@ -797,6 +797,23 @@ TEST(Collectives, StepFactor) {
   }
 }
 
+// nccl-tests' -c N: N >= 1 verifies (always done, once, after timing); 0
+// would turn the check off, which sdma-probe does not do: refused, saying so.
+TEST(Collectives, CheckFlagOfNcclTests) {
+  for (const char* op : {"allgather", "allreduce"}) {
+    Outcome ok = probe({op, "--gpus", "2", "-b", "1K", "-e", "2K", "-c", "1"});
+    EXPECT_EQ(ok.rc, 0) << op << ": " << ok.err;
+    EXPECT_EQ(data_rows(ok.out).size(), 2u) << ok.out;
+    EXPECT_TRUE(contains(ok.out, "Out of bounds values : 0 OK")) << ok.out;
+    Outcome off = probe({op, "--gpus", "2", "-b", "1K", "-e", "1K", "--check", "0"});
+    EXPECT_EQ(off.rc, 2) << op << ": " << off.err;
+    EXPECT_TRUE(contains(off.err, "always verifies every destination byte")) << off.err;
+    Outcome bad = probe({op, "--gpus", "2", "-b", "1K", "-e", "1K", "-c", "-1"});
+    EXPECT_EQ(bad.rc, 2) << op << ": " << bad.err;
+    EXPECT_TRUE(contains(bad.err, "--check")) << bad.err;
+  }
+}
+
 TEST(Collectives, DtypeCountsElements) {
   // alltoall on 3 ranks: each rank's chunk is whole floats (1024 / 3 = 341 B -> 85 floats = 340 B).
   Outcome r = probe({"alltoall", "--gpus", "3", "--min", "1K", "--max", "2K", "--dtype", "float"});

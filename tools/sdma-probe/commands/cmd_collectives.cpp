@@ -709,6 +709,7 @@ std::vector<FlagSpec> collective_flags() {
   f.push_back({.name = "json-file", .value = "FILE", .help = "also write the rows as JSON to FILE"});
   f.push_back({.name = "buffers", .value = "device|cuda",
                .help = "the ranks' buffers: the device's own (default), or CUDA VMM allocations registered with it (nv)"});
+  f.push_back(check_flag_spec());
   add_rank_flags(f);
   return f;
 }

@@ -779,6 +779,7 @@ std::vector<FlagSpec> reduction_flags() {
   f.push_back({.name = "plot", .value = "FILE.png",
                .help = "also draw bus bandwidth against size into FILE.png (needs gnuplot)"});
   f.push_back({.name = "json-file", .value = "FILE", .help = "also write the rows as JSON to FILE"});
+  f.push_back(check_flag_spec());
   add_rank_flags(f);
   return f;
 }

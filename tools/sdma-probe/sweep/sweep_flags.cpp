@@ -27,6 +27,13 @@ conccl::Result<SweepFlags> read_sweep_flags(const Args& args, const FlagReader& 
   for (auto* r : {&iters, &warmup, &root})
     if (!r->ok()) return r->status();
   if (after_root) CONCCL_RETURN_IF_ERROR(after_root());
+  // nccl-tests' -c N checks N iterations; every row here is verified once,
+  // after timing (so the check costs no time in the table).
+  conccl::Result<int64_t> check = args.get_int_in_range("check", 0, kMaxSweepIters, 1);
+  if (!check.ok()) return check.status();
+  if (*check == 0)
+    return usage_status("--check 0 (-c 0): sdma-probe always verifies every destination byte, once after the timed "
+                        "calls, so the check does not change the times; drop -c 0");
   conccl::Result<int64_t> ranks = args.get_int_in_range("ranks", 1, kMaxSweepRanks, 0);  // 0: one per GPU
   conccl::Result<int64_t> step = args.get_int_in_range("step-factor", 2, kMaxStepFactor, 2);
   for (auto* r : {&ranks, &step})
@@ -39,6 +46,13 @@ conccl::Result<SweepFlags> read_sweep_flags(const Args& args, const FlagReader& 
   f.ranks = *ranks;
   f.step = *step;
   return f;
+}
+
+FlagSpec check_flag_spec() {
+  return {.name = "check", .value = "N",
+          .help = "nccl-tests' -c: any N >= 1 (the default 1) verifies every destination byte once, after the timed "
+                  "calls; 0 is refused (the check is always on and takes no timed time)",
+          .short_name = 'c'};
 }
 
 conccl::Status check_sizes(const SweepFlags& f) {

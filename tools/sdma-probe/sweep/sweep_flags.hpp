@@ -46,6 +46,9 @@ conccl::Result<SweepFlags> read_sweep_flags(const Args& args, const FlagReader& 
                                             const FlagReader& after_root = {});
 // "need 0 < --min <= --max" unless they are.
 conccl::Status check_sizes(const SweepFlags& f);
+
+// nccl-tests' -c/--check N, which every sweep takes (read_sweep_flags checks it).
+FlagSpec check_flag_spec();
 // Timed iterations at `size`: --iters, or by size (3..20, about 64 MiB moved).
 uint64_t iters_for(const SweepFlags& f, uint64_t size);
 
