@@ -144,7 +144,9 @@ def _gpu_of_cuda_device(dev, cuda_index):
     driver's order, which is not CUDA's (CUDA_VISIBLE_DEVICES, CUDA_DEVICE_ORDER):
     the two are matched by the GPU's UUID (Device.cuda_ordinal). On a node of
     several GPUs each process then drives its own GPU's engines, and its staging and
-    pool lie in its own GPU's memory."""
+    pool lie in its own GPU's memory. A device of one GPU: that one (as before)."""
+    if dev.gpu_count == 1:
+        return 0
     seen = []
     for g in range(dev.gpu_count):
         try:

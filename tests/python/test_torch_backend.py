@@ -1506,6 +1506,12 @@ class TorchBackendTest(unittest.TestCase):
         for part in ("cuda:5", "GPU 0 is cuda:2", "GPU 3: ", "UUID", "torch.cuda.set_device(local_rank)"):
             self.assertIn(part, msg)
 
+        class OneGpu:  # one GPU: taken without asking CUDA
+            gpu_count = 1
+            def cuda_ordinal(self, g):
+                raise AssertionError("not asked")
+        self.assertEqual(torch_backend._gpu_of_cuda_device(OneGpu(), 0), 0)
+
     @unittest.skipIf(torch2_missing(), torch2_missing() or "")
     def test_torch2_functional_collectives_and_dtensor_3_ranks(self):
         self.run_scenario(3, "torch2")
