@@ -40,6 +40,7 @@ a torch.cuda.MemPool at a time (SymmetricPool.mempool makes its heap current).
 """
 import contextlib
 import ctypes
+import sys
 import weakref
 
 import conccl
@@ -350,6 +351,23 @@ class SymmetricPool:
         if _pools.get(id(self.comm)) is self:
             del _pools[id(self.comm)]
         self._whole._invalidate("is gone: its SymmetricPool was closed")
+
+    def __del__(self):
+        # Collected: no tensor carved from the heap is alive (each holds the pool). Once
+        # the communicator is gone, destroying the heap frees its memory with no
+        # collective step. While it lives, freeing would deregister the window, which is
+        # collective and cannot run inside a collection: the memory then stays until
+        # close() or the device's close. A MemPool's blocks are PyTorch's to hand back.
+        if not self._h or self._mempool is not None or sys.is_finalizing():
+            return
+        if getattr(self.comm, "_h", None):
+            return
+        try:
+            _heap_destroy(self._h)
+            self._whole._invalidate("is gone: its SymmetricPool was freed")
+        except Exception:
+            pass
+        self._h = None
 
     def __enter__(self):
         return self

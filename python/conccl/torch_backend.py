@@ -36,6 +36,7 @@ group is made on the current device: call torch.cuda.set_device() first.
 
 import inspect
 import os
+import sys
 import threading
 
 import torch
@@ -590,6 +591,7 @@ class ProcessGroupConccl(_GroupSurface, dist.ProcessGroup):
         the group's pool. Every rank must decide alike (the same allocations in the pool
         on every rank); a rank that stages while another does not is refused on every
         rank, since their calls then differ."""
+        self._alive()
         ok = all(t.is_contiguous() and self._pool.owns(t) for t in tensors)
         self._stats["direct_calls" if ok else "staged_ops"] += 1
         return ok
@@ -655,7 +657,13 @@ class ProcessGroupConccl(_GroupSurface, dist.ProcessGroup):
             raise RuntimeError("conccl backend: tensors must be contiguous (call .contiguous() first)")
         return t.reshape(-1)
 
+    def _alive(self):
+        why = self.__dict__.get("_released")
+        if why:
+            raise RuntimeError(f"conccl backend: this process group {why}: its ops cannot run; make a new group")
+
     def _check_device(self, what, tensors):
+        self._alive()
         for t in tensors:
             if self._emu and t.device.type != "cpu":
                 raise RuntimeError(f"conccl backend: {what} got a {t.device} tensor; this process group runs on the "
@@ -888,9 +896,45 @@ class ProcessGroupConccl(_GroupSurface, dist.ProcessGroup):
         """What newer torch's destroy_process_group calls on a group (pg.shutdown()): the
         send/recv already asked for end (eager sends reach their receivers) within the
         group's timeout (at most 60 s), and the pairs' threads and communicators go. The
-        process's exit does the same for groups never shut down (conccl/torch_p2p.py)."""
-        if self._pairs is not None:
-            self._pairs.shutdown()
+        process's exit does the same for groups never shut down (conccl/torch_p2p.py).
+        Then the group's communicator, staging and pool go back to the device (_release);
+        its ops fail afterwards, naming this."""
+        try:
+            if self._pairs is not None:
+                self._pairs.shutdown()
+        finally:
+            self._release("was destroyed: its process group was shut down")
+
+    def _release(self, why):
+        """Gives what the group holds on the device back, with no collective step, so that
+        it may also run when the group is collected (torch 1.x's destroy_process_group
+        drops the group without shutdown()): the group's stream finishes its work; the
+        communicator is destroyed (it waits for its calls in flight; its reduction staging
+        goes with it); then the pool's memory (the staging window and CONCCL_TORCH_POOL_BYTES)
+        goes back as the pool is dropped, at once unless tensors carved from it
+        (group_pool()) are still alive: they stay valid, and it goes when the last of them
+        dies (SymmetricPool.__del__). Without this every init/destroy cycle kept ~128 MiB
+        of device memory until the process ended."""
+        comm = self.__dict__.get("_comm")
+        if comm is None or not comm._h:
+            return
+        self._released = why
+        stream = self.__dict__.get("_stream")
+        if stream is not None:
+            try:
+                stream.synchronize()
+            except Exception:  # a failed context: the destroy below still runs
+                pass
+        self._stage = None
+        try:
+            comm._destroy(why)
+        except conccl.Error:
+            pass  # calls still in flight past the timeout: the communicator is gone either way
+        self._pool = None
+
+    def __del__(self):
+        if not sys.is_finalizing():  # at exit the device goes with the process
+            self._release("was destroyed: its process group was collected")
 
 
 
@@ -913,6 +957,7 @@ def group_pool(group=None):
     if not isinstance(pg, ProcessGroupConccl):
         raise RuntimeError(f"conccl backend: group_pool: {type(pg).__name__} is not a process group of the "
                            "\"conccl\" backend (init_process_group(\"conccl\") or new_group(backend=\"conccl\"))")
+    pg._alive()
     return pg._pool
 
 

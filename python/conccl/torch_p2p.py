@@ -34,6 +34,7 @@ import os
 import queue
 import sys
 import threading
+import weakref
 import time
 
 import torch
@@ -85,6 +86,20 @@ class _Pair:
         self.stage = self.pool.empty(nbytes)  # uint8, the same offset on both ranks
         if not self.emu:
             self.stream = torch.cuda.Stream(self.cuda)
+
+    def _release(self):
+        """The pair's communicator, then its staging's memory, back to the device (no
+        collective step: the communicator goes first, so the heap frees at once)."""
+        comm, self.comm = self.comm, None
+        self.stage = None
+        try:
+            if self.stream is not None:
+                self.stream.synchronize()
+            if comm is not None:
+                comm._destroy("was destroyed: its send/recv pair ended")
+        except Exception:  # a failed context or calls past the timeout: the pair ends either way
+            pass
+        self.pool = None  # SymmetricPool.__del__ frees the heap
 
     def _move(self, tensor, sending, ready=None):
         """The transfer: pieces of the staging, a broadcast from the sender each.
@@ -140,7 +155,7 @@ class _Pair:
         while True:
             job = self.jobs.get()
             if job is None:  # the group is gone, shut down, or the process exits
-                self.stage = self.pool = self.comm = None
+                self._release()
                 with _LIVE_LOCK:
                     _LIVE.discard(self)
                 return
@@ -209,11 +224,20 @@ class PairChannels:
     """The pairs of one process group: send(tensor, dst) and recv(tensor, src) as Works."""
 
     def __init__(self, group):
-        self.group = group
+        # Weak: the group holds this, and a cycle would keep the group (and its device
+        # memory) until Python's cycle collector happened to run.
+        self._group = weakref.ref(group)
         self.eager = eager_bytes()  # read once: a bad setting fails when the group is made
         self.order = transfer_order()
         self.pairs = {}
         self.lock = threading.Lock()
+
+    @property
+    def group(self):
+        g = self._group()
+        if g is None:
+            raise RuntimeError("conccl backend: send/recv on a process group that was destroyed")
+        return g
 
     def __del__(self):
         for p in self.pairs.values():

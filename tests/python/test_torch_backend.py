@@ -50,6 +50,7 @@ import tempfile
 import time
 import traceback
 import unittest
+import weakref
 import zlib
 from datetime import timedelta
 
@@ -807,6 +808,61 @@ def run_pool(c):
     c.fail("pool mixed", "rank 0 on a pool tensor, the others staged: all_reduce returned")
 
 
+def run_cycles(c, cycles=12):
+    """A program that makes and destroys its groups again and again (a test suite's
+    fixtures, an elastic restart): each cycle a default group with a reduction (its
+    staging), an all-gather, a ring of send/recv (a pair communicator each) and a
+    sub-group; then destroy_process_group. The emulated GPUs have 1 GiB each and a
+    cycle holds ~300 MiB, so a group whose device memory outlived it fails within a
+    few cycles. A tensor carved from the first group's pool stays valid (and its
+    data intact) after its group is gone; that group's ops then raise."""
+    import conccl.torch as ct
+    r, n = c.rank, c.world
+    kept = ct.group_pool().empty(1000, dtype=torch.int64)
+    kept.copy_(torch.arange(1000, dtype=torch.int64) * (r + 7))
+    first = weakref.ref(dist.distributed_c10d._get_default_group())
+    for k in range(cycles):
+        if k:
+            dist.init_process_group("conccl", init_method="file://" + os.path.join(c.tmpdir, "store.cycle%d" % k),
+                                    rank=r, world_size=n, timeout=timedelta(seconds=COLL_TIMEOUT_S))
+        ins = [gen((333,), "float32", "SUM", "cycle %d" % k, j) for j in range(n)]
+        t = ins[r].clone()
+        c.call("cycle %d all_reduce" % k, lambda: OPS.all_reduce(t))
+        c.same("cycle %d all_reduce" % k, t, ref_reduce(ins, "SUM", "float32"))
+        out = torch.empty(n * 333)
+        c.call("cycle %d all_gather" % k, lambda: OPS.all_gather_into_tensor(out, ins[r]))
+        c.same("cycle %d all_gather" % k, out, torch.cat(ins))
+        got = torch.empty(333)
+
+        def ring():
+            reqs = [dist.P2POp(dist.isend, ins[r], (r + 1) % n), dist.P2POp(dist.irecv, got, (r - 1) % n)]
+            for w in dist.batch_isend_irecv(reqs):
+                w.wait()
+        c.call("cycle %d send/recv ring" % k, ring)
+        c.same("cycle %d send/recv ring" % k, got, ins[(r - 1) % n])
+        sub = dist.new_group([q for q in range(n) if q != 0])
+        if r != 0:
+            u = ins[r].clone()
+            c.call("cycle %d sub-group all_reduce" % k, lambda: OPS.all_reduce(u, group=sub))
+            c.same("cycle %d sub-group all_reduce" % k, u, ref_reduce(ins[1:], "SUM", "float32"))
+        if k + 1 < cycles:  # the last group is the harness's to destroy
+            dist.destroy_process_group()
+        if k == 0:
+            c.checks += 1
+            if first() is not None:  # nothing but torch held it: no cycle may keep it (and its memory)
+                c.fail("destroyed group", "the first default group was not freed by destroy_process_group")
+    c.same("pool tensor after its group is gone", kept, torch.arange(1000, dtype=torch.int64) * (r + 7))
+    if r != 0:  # shutdown() (what newer torch's destroy_process_group may call) gives the memory back at once
+        sub.shutdown()
+        c.checks += 1
+        try:
+            sub.allreduce([torch.ones(3)]).wait()
+            c.fail("shut-down group", "an op of a shut-down group ran")
+        except Exception as e:  # noqa: BLE001
+            if "shut down" not in str(e):
+                c.fail("shut-down group", "the error does not say the group was shut down: %s" % str(e)[:300])
+
+
 class _PremulLike:
     """What torch >= 2.0 hands a Python backend for _make_nccl_premul_sum(factor): an op equal
     to PREMUL_SUM whose __getstate__() is (PREMUL_SUM, factor). Torch 1.x gives None there,
@@ -1221,7 +1277,7 @@ def worker(rank, world, scenario, backend, tmpdir):
     try:
         c.progress("import")
         os.environ.setdefault("CONCCL_BACKEND", "emu")  # CPU tensors: the emulated node, even where CUDA is
-        if scenario == "pool":
+        if scenario in ("pool", "cycles"):
             os.environ["CONCCL_TORCH_POOL_BYTES"] = str(1 << 20)
         if scenario == "collectives_in_pieces":  # every tensor larger than the staging: it goes in pieces
             os.environ["CONCCL_TORCH_STAGING_BYTES"] = "1024"
@@ -1261,6 +1317,8 @@ def worker(rank, world, scenario, backend, tmpdir):
             run_p2p_exit(c)
         elif scenario == "pool":
             run_pool(c)
+        elif scenario == "cycles":
+            run_cycles(c)
         elif scenario.startswith("killed"):
             victim = world - 1
             if scenario == "killed_after_warmup":  # the staging/windows are set up: no message per call
@@ -1515,6 +1573,11 @@ class TorchBackendTest(unittest.TestCase):
     @unittest.skipIf(torch2_missing(), torch2_missing() or "")
     def test_torch2_functional_collectives_and_dtensor_3_ranks(self):
         self.run_scenario(3, "torch2")
+
+    def test_groups_made_and_destroyed_again_and_again_3_ranks(self):  # device memory goes back each time
+        if BACKEND != "conccl":
+            self.skipTest("conccl's own memory")
+        self.run_scenario(3, "cycles")
 
     def test_new_group_4_ranks(self):
         self.run_scenario(4, "new_group")
