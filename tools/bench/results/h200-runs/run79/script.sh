@@ -23,6 +23,11 @@ f staged CONCCL_TORCH_POOL_BYTES=0
 f pooled CONCCL_TORCH_POOL_BYTES=$((256 << 20))
 CONCCL_BACKEND=nv timeout 200 python3 tools/bench/torch_backend_smoke.py --nprocs 2 > /tmp/smoke.log 2>&1
 echo "smoke rc=$?: $(tail -1 /tmp/smoke.log)"; grep -E "^(FAIL|SKIP)" /tmp/smoke.log | cut -c1-300 | head -6; cat /tmp/smoke.log >> $L
+# groups made and destroyed 10 times (their device memory must go back each time), then the
+# multi-GPU choice's single-GPU path (the smoke above made its groups through it)
+timeout 200 python3 tools/bench/torch_group_cycles.py --nprocs 2 --cycles 10 --json $OUT/cycles.json > /tmp/cyc.log 2>&1
+echo "cycles rc=$?: $(grep -E '^# free' /tmp/cyc.log)"; grep -E "Error|error" /tmp/cyc.log | head -5 | cut -c1-300
+cat /tmp/cyc.log >> $L
 # run 36's larger model (102 M parameters), where the GEMMs are long enough to overlap
 # (RUN79_BIG=0 leaves it out where the device time is short)
 big="--dim 1024 --layers 8 --heads 8 --batch 8 --seq 256"
