@@ -515,6 +515,12 @@ class Communicator {
   // call returns it: destroy the communicator and make a new one.
   Status async_error() const;
   CommStats stats() const;
+  // The ranks whose processes have gone (their bootstrap socket hung up:
+  // exited, crashed or destroyed their communicator), in rank order; empty
+  // with every rank in one process. It asks the sockets, sends nothing and
+  // does not wait: a health check between calls, or before waiting for a
+  // rank that may never come.
+  std::vector<int> ranks_gone() const;
 
  private:
   Communicator(Device& device, std::vector<int> gpus, std::vector<uint64_t> gpu_keys, Options options);

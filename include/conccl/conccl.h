@@ -323,6 +323,12 @@ conccl_status conccl_comm_get_stats(conccl_comm_t comm, conccl_comm_stats* stats
  * stopped calling or refused the call; conccl_last_error() then says which).
  * Once set, every call on the communicator returns it: destroy it. */
 conccl_status conccl_comm_get_async_error(conccl_comm_t comm, conccl_status* async_status);
+/* The ranks whose processes have gone (their bootstrap socket hung up: the
+ * process exited, crashed or destroyed its communicator), in rank order:
+ * *count of them, the first min(*count, capacity) written to ranks (ranks may
+ * be NULL when capacity is 0: *count alone). It sends nothing and does not
+ * wait. Every rank in one process: *count is 0. */
+conccl_status conccl_comm_get_ranks_gone(conccl_comm_t comm, int* ranks, int capacity, int* count);
 
 typedef struct conccl_collective_args {
   size_t struct_size;

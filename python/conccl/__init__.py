@@ -235,6 +235,7 @@ _win_register = _sig("conccl_comm_window_register", _status, _vp, _P(_Buffer), _
 _win_deregister = _sig("conccl_comm_window_deregister", _status, _vp, _vp)
 _comm_stats = _sig("conccl_comm_get_stats", _status, _vp, _P(_CommStats))
 _comm_async_error = _sig("conccl_comm_get_async_error", _status, _vp, _P(_int))
+_comm_ranks_gone = _sig("conccl_comm_get_ranks_gone", _status, _vp, _P(_int), _int, _P(_int))
 
 
 class _Store(ctypes.Structure):
@@ -1128,6 +1129,20 @@ class Communicator(_Child):
         if code.value == 0:
             return None
         return Error(_status_name(code.value).decode(), _last_error().decode())
+
+    def ranks_gone(self):
+        """The ranks whose processes have gone (exited, crashed or destroyed their
+        communicator), in rank order; [] with every rank in one process. Sends nothing
+        and does not wait: a health check between calls."""
+        h = self._handle()
+        count = _int(0)
+        _check(_comm_ranks_gone(h, None, 0, ctypes.byref(count)))
+        while True:
+            cap = count.value
+            ranks = (_int * max(cap, 1))()
+            _check(_comm_ranks_gone(h, ranks, cap, ctypes.byref(count)))
+            if count.value <= cap:
+                return [ranks[i] for i in range(count.value)]
 
     # NCCL-shaped calls. One process: one buffer (or tensor) per rank, in
     # lists. One process per rank: this rank's alone (a list of one, or the

@@ -50,6 +50,8 @@ class _Pair:
     def __init__(self, group, src, dst, order):
         self.src, self.dst, self.order = src, dst, order
         self.rank, self.store, self.dev, self.gpu = group._rank, group._store, group._dev, group._gpu
+        self.peer = dst if group._rank == src else src
+        self._group_comm = weakref.ref(group._comm)  # to ask whether the peer's process has gone
         self.timeout_ms, self.emu, self.cuda = group._timeout_ms, group._emu, group._cuda
         self.jobs = queue.Queue()
         self.failed = []  # errors of eager sends, whose Works had completed: the pair's next send raises the first
@@ -65,6 +67,14 @@ class _Pair:
     def stop(self):
         """Asks the pair's thread to end after the transfers already asked for."""
         self.jobs.put(None)
+
+    def peer_gone(self):
+        """Whether the peer's process has gone (its group communicator's socket hung up)."""
+        comm = self._group_comm()
+        try:
+            return comm is not None and self.peer in comm.ranks_gone()
+        except conccl.Error:  # the group was destroyed: nothing to say
+            return False
 
     def finish(self, deadline):
         """Waits for the pair's thread, stopped, until `deadline` (time.monotonic());
@@ -319,7 +329,20 @@ def _finish(pairs):
     deadline = time.monotonic() + wait_s
     for p in pairs:  # every pair told first: one pair that waits out the deadline must not leave
         p.stop()     # the others no time to take their stop (they would be named unfinished)
-    return wait_s, [f"{p.src}->{p.dst}" for p in pairs if not p.finish(deadline)]
+    left, pending = [], list(pairs)
+    while pending:
+        still = []
+        for p in pending:
+            if p.finish(min(deadline, time.monotonic() + 0.05)):
+                continue
+            if p.peer_gone():  # its transfers cannot end: not waited for
+                left.append(f"{p.src}->{p.dst} (rank {p.peer}'s process has gone)")
+            elif time.monotonic() >= deadline:
+                left.append(f"{p.src}->{p.dst}")
+            else:
+                still.append(p)
+        pending = still
+    return wait_s, left
 
 
 @atexit.register

@@ -235,6 +235,22 @@ conccl_status conccl_comm_get_async_error(conccl_comm_t ch, conccl_status* async
   });
 }
 
+conccl_status conccl_comm_get_ranks_gone(conccl_comm_t ch, int* ranks, int capacity, int* count) {
+  return guard(__func__, [&] {
+    CONCCL_C_REQUIRE(count, "count must not be NULL");
+    CONCCL_C_REQUIRE(capacity >= 0, "capacity is " + std::to_string(capacity) + ": give 0 or more");
+    CONCCL_C_REQUIRE(ranks || capacity == 0, "ranks is NULL with capacity " + std::to_string(capacity) +
+                                                 ": give an array of capacity ints, or capacity 0");
+    *count = 0;
+    CONCCL_C_FIND(CommTable, c, ch, "comm");
+    if (!c.comm) return comm_destroyed();
+    const std::vector<int> gone = c.comm->ranks_gone();
+    for (size_t i = 0; i < gone.size() && i < static_cast<size_t>(capacity); ++i) ranks[i] = gone[i];
+    *count = static_cast<int>(gone.size());
+    return report(Status());
+  });
+}
+
 void conccl_collective_args_init(conccl_collective_args* a) {
   if (!a) return;
   std::memset(a, 0, sizeof *a);

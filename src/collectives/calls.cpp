@@ -185,6 +185,8 @@ Status Communicator::async_error() const {
   return calls_->failed;
 }
 
+std::vector<int> Communicator::ranks_gone() const { return boot_ ? boot_->hung_up() : std::vector<int>{}; }
+
 CommStats Communicator::stats() const {
   CommStats s;
   if (calls_) {

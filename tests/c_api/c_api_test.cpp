@@ -4,11 +4,14 @@
 // exercise it too: tests/install, tests/python.)
 #include <gtest/gtest.h>
 
+#include <algorithm>
+#include <chrono>
 #include <cstddef>
 
 #include <cstring>
 #include <random>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "c_api/c_api_ranks.hpp"
@@ -750,6 +753,75 @@ TEST(CApi, WindowHandlesMisuse) {
   });
 }
 
+// conccl_comm_get_ranks_gone: none while every rank is there; a rank that
+// destroys its communicator and exits is named within seconds, with nothing
+// sent; the count alone with capacity 0; bad arguments refused, naming them.
+TEST(CApi, RanksGoneNamesProcessesThatLeft) {
+  constexpr int n = 3;
+  constexpr size_t chunk = 4096;
+  conccl_unique_id id;
+  ASSERT_EQ(conccl_get_unique_id(&id), CONCCL_OK);
+  std::vector<conccl::mptest::RankOutcome> res = conccl::mptest::fork_ranks({0, 1, 2}, [&](int r, std::string* out) {
+    auto refused = [&](conccl_status got, conccl_status want, const char* fn, const char* says, const char* what) {
+      const std::string msg = last();
+      if (got == want && msg.rfind(fn, 0) == 0 && msg.find(says) != std::string::npos) return false;
+      *out = std::string(what) + ": status " + std::to_string(got) + ", '" + msg + "'";
+      return true;
+    };
+    conccl_device_t d = nullptr;
+    conccl_comm_t comm = nullptr;
+    if (int rc = capitest::open_rank(r, n, id, &d, &comm, out, kRankTimeoutMs)) return rc;
+    int gone[4] = {-1, -1, -1, -1};
+    int count = -1;
+    // Before the all-gather below no rank can have left: every rank takes part in it.
+    if (conccl_comm_get_ranks_gone(comm, gone, 4, &count) != CONCCL_OK) return *out = last(), 5;
+    if (count != 0) return *out = "ranks gone before anyone left: " + std::to_string(count), 6;
+    if (refused(conccl_comm_get_ranks_gone(comm, gone, 4, nullptr), CONCCL_ERR_INVALID_ARGUMENT,
+                "conccl_comm_get_ranks_gone", "count", "a NULL count"))
+      return 7;
+    if (refused(conccl_comm_get_ranks_gone(comm, nullptr, 2, &count), CONCCL_ERR_INVALID_ARGUMENT,
+                "conccl_comm_get_ranks_gone", "capacity 2", "NULL ranks with room for 2"))
+      return 8;
+    if (refused(conccl_comm_get_ranks_gone(comm, gone, -1, &count), CONCCL_ERR_INVALID_ARGUMENT,
+                "conccl_comm_get_ranks_gone", "capacity", "a negative capacity"))
+      return 9;
+    conccl_buffer send, recv;
+    if (conccl_buffer_alloc(d, r, chunk, CONCCL_MEM_DEVICE, &send) != CONCCL_OK ||
+        conccl_buffer_alloc(d, r, chunk * n, CONCCL_MEM_DEVICE, &recv) != CONCCL_OK)
+      return *out = last(), 10;
+    if (conccl_all_gather(&send, &recv, chunk, comm, nullptr) != CONCCL_OK) return *out = last(), 11;
+    if (r == 2) {  // leaves: its communicator, then its process
+      conccl_comm_destroy(comm);
+      conccl_device_close(d);
+      return 0;
+    }
+    const auto end = std::chrono::steady_clock::now() + std::chrono::seconds(20);
+    while (true) {
+      if (conccl_comm_get_ranks_gone(comm, nullptr, 0, &count) != CONCCL_OK) return *out = last(), 12;
+      if (count > 0 || std::chrono::steady_clock::now() > end) break;
+      std::this_thread::sleep_for(std::chrono::milliseconds(5));
+    }
+    if (count < 1) return *out = "no rank gone 20 s after rank 2 left", 13;
+    // Rank 2 for sure; the other survivor too once it has finished (it leaves right after).
+    count = -1;
+    if (conccl_comm_get_ranks_gone(comm, gone, 4, &count) != CONCCL_OK) return *out = last(), 14;
+    const std::vector<int> got(gone, gone + std::max(0, std::min(count, 4)));
+    const std::vector<int> only2{2}, both{1 - r, 2};
+    if (got != only2 && got != both) {
+      std::string list;
+      for (int g : got) list += std::to_string(g) + " ";
+      return *out = "ranks gone: " + list + "(count " + std::to_string(count) + ")", 15;
+    }
+    conccl_comm_destroy(comm);
+    if (refused(conccl_comm_get_ranks_gone(comm, gone, 4, &count), CONCCL_ERR_INVALID_ARGUMENT,
+                "conccl_comm_get_ranks_gone", "comm", "a destroyed communicator"))
+      return 16;
+    conccl_device_close(d);
+    return 0;
+  });
+  conccl::mptest::expect_ranks_ok(res);
+}
+
 // One communicator of every rank in one process has no windows to register.
 TEST(CApi, WindowsNeedOneProcessPerRank) {
   Dev dev;
@@ -770,6 +842,9 @@ TEST(CApi, WindowsNeedOneProcessPerRank) {
   conccl_status async = CONCCL_ERR_INTERNAL;
   ASSERT_EQ(conccl_comm_get_async_error(comm, &async), CONCCL_OK) << last();
   EXPECT_EQ(async, CONCCL_OK);
+  int count = -1;
+  ASSERT_EQ(conccl_comm_get_ranks_gone(comm, nullptr, 0, &count), CONCCL_OK) << last();
+  EXPECT_EQ(count, 0);  // no other process
   EXPECT_EQ(conccl_buffer_free(dev.d, &mem), CONCCL_OK);
   EXPECT_EQ(conccl_comm_destroy(comm), CONCCL_OK);
 }

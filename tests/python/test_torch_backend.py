@@ -1523,9 +1523,15 @@ class TorchBackendTest(unittest.TestCase):
         import threading
         from conccl import torch_p2p
 
-        def pair(name, hangs):
-            p = object.__new__(torch_p2p._Pair)  # the real stop()/finish(), a thread of our own
+        class GroupComm:  # the group's communicator: rank 5's process has gone
+            def ranks_gone(self):
+                return [5]
+        group_comm = GroupComm()
+
+        def pair(name, hangs, peer=1):
+            p = object.__new__(torch_p2p._Pair)  # the real stop()/finish()/peer_gone(), a thread of our own
             p.src, p.dst, p.timeout_ms, p.jobs = name, 0, 1500, queue.Queue()
+            p.peer, p._group_comm = peer, weakref.ref(group_comm)
 
             def run():
                 while True:
@@ -1542,6 +1548,11 @@ class TorchBackendTest(unittest.TestCase):
         wait_s, left = torch_p2p._finish(pairs)
         self.assertEqual((wait_s, left), (1.5, ["stuck->0"]))
         self.assertLess(time.monotonic() - t0, 5.0)
+        # A pair whose peer's process has gone is not waited for: named at once, saying why.
+        t0 = time.monotonic()
+        wait_s, left = torch_p2p._finish([pair("orphan", True, peer=5), pair("c", False)])
+        self.assertEqual(left, ["orphan->0 (rank 5's process has gone)"])
+        self.assertLess(time.monotonic() - t0, 1.0)
 
     def test_each_process_drives_its_current_cuda_device(self):
         # A node of several GPUs: the driver's order (the nv device's GPU indices) is
