@@ -105,11 +105,21 @@ class GenericDevice final : public conccl::Device {
       int fd;
       ~Close() { ::close(fd); }
     } close_fd{fd};
-    if (auto it = imports_.find(r.va); it != imports_.end()) {
-      if (it->second.serial == r.serial && it->second.size == r.size) return Status();  // mapped before
-      // The owner freed that memory and allocated again there: map the new.
-      drop_import(it->second);
-      imports_.erase(it);
+    if (auto it = imports_.find(r.va); it != imports_.end() && it->second.serial == r.serial &&
+                                       it->second.size == r.size)
+      return Status();  // mapped before
+    // An earlier import that overlaps this region is memory its owner has
+    // freed since (one process's allocations never overlap, and the address
+    // range is the owner's process slot): the owner allocated again there,
+    // at the same start or across it (a torch group made again after its
+    // destruction freed its heaps). Unmap the old, map the new.
+    for (auto it = imports_.begin(); it != imports_.end();) {
+      if (it->second.va < r.va + r.size && r.va < it->second.va + it->second.size) {
+        drop_import(it->second);
+        it = imports_.erase(it);
+      } else {
+        ++it;
+      }
     }
     if (r.size == 0 || (r.va | r.size) & 0xFFF)
       return error(Code::invalid_argument, "import of " + hex(r.va) + "+" + hex(r.size) + ": not page-aligned");
