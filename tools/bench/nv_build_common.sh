@@ -17,6 +17,9 @@
 #   nv_python_env [DIR]        PYTHONPATH=DIR (default python) and
 #                              CONCCL_LIBRARY=$B's libconccl.so, exported
 #   nv_mps_on / nv_mps_off     start / stop the CUDA MPS daemon (/tmp/mps_*)
+#   nv_python_lib LOG          the GPU's name, then the library alone configured
+#                              (into LOG), built and timed, and nv_python_env:
+#                              what a run of the Python tools needs first
 OUT=${OUT:-/tmp/nv_out}; mkdir -p "$OUT"; B=/tmp/nvb
 
 nv_machine() {
@@ -52,6 +55,14 @@ nv_run_test() {  # T SECS LINES
 
 nv_python_env() {
   export PYTHONPATH=${1:-python} CONCCL_LIBRARY=$(find $B -name "libconccl.so" | head -1)
+}
+
+nv_python_lib() {
+  nvidia-smi --query-gpu=name --format=csv,noheader
+  nv_configure_lib "$1"
+  nv_build conccl_shared
+  nv_build_time
+  nv_python_env
 }
 
 nv_mps_on() {

@@ -3,11 +3,7 @@
 # backend now drops overlapping imports), then the smoke. Logs appended to $OUT/run80.log.
 . tools/bench/nv_build_common.sh
 L=$OUT/run80.log
-nvidia-smi --query-gpu=name --format=csv,noheader
-nv_configure_lib $OUT/cfg.log
-nv_build conccl_shared
-nv_build_time
-nv_python_env
+nv_python_lib $OUT/cfg.log
 timeout 150 python3 tools/bench/torch_group_cycles.py --nprocs 2 --cycles 10 --json $OUT/cycles.json > /tmp/cyc.log 2>&1
 echo "cycles rc=$?"; grep -vi warn /tmp/cyc.log | grep -E "^ *[0-9]|^#|Error" | cut -c1-300 | head -16
 cat /tmp/cyc.log >> $L
