@@ -113,6 +113,24 @@ class _Area:
         self.ptr, self.nbytes, self.tensor = ptr, nbytes, tensor
 
 
+def end_communicator(comm, stream, why):
+    """Ends a communicator whose pool is about to be dropped, with no collective step, so
+    that it may run when its owner is collected: `stream` (CUDA, or None) finishes its
+    work, then the communicator is destroyed (it waits for its calls in flight), so that
+    the SymmetricPool dropped after it frees its heap at once (SymmetricPool.__del__).
+    A failed context or calls past the timeout do not stop it: the owner is going."""
+    if stream is not None:
+        try:
+            stream.synchronize()
+        except Exception:  # a failed context: the destroy below still runs
+            pass
+    if comm is not None:
+        try:
+            comm._destroy(why)
+        except conccl.Error:
+            pass  # calls still in flight past the timeout: the communicator is gone either way
+
+
 class SymmetricPool:
     """A heap of `nbytes` per rank in one window of `comm` (collective: every rank,
     with the same nbytes, in the same order as its other window registrations).
@@ -363,11 +381,9 @@ class SymmetricPool:
         if getattr(self.comm, "_h", None):
             return
         try:
-            _heap_destroy(self._h)
-            self._whole._invalidate("is gone: its SymmetricPool was freed")
+            self.close()  # no collective step: the communicator is gone
         except Exception:
             pass
-        self._h = None
 
     def __enter__(self):
         return self

@@ -919,17 +919,9 @@ class ProcessGroupConccl(_GroupSurface, dist.ProcessGroup):
         if comm is None or not comm._h:
             return
         self._released = why
-        stream = self.__dict__.get("_stream")
-        if stream is not None:
-            try:
-                stream.synchronize()
-            except Exception:  # a failed context: the destroy below still runs
-                pass
         self._stage = None
-        try:
-            comm._destroy(why)
-        except conccl.Error:
-            pass  # calls still in flight past the timeout: the communicator is gone either way
+        from conccl.torch import end_communicator
+        end_communicator(comm, self.__dict__.get("_stream"), why)
         self._pool = None
 
     def __del__(self):

@@ -100,15 +100,10 @@ class _Pair:
     def _release(self):
         """The pair's communicator, then its staging's memory, back to the device (no
         collective step: the communicator goes first, so the heap frees at once)."""
+        from conccl.torch import end_communicator
         comm, self.comm = self.comm, None
         self.stage = None
-        try:
-            if self.stream is not None:
-                self.stream.synchronize()
-            if comm is not None:
-                comm._destroy("was destroyed: its send/recv pair ended")
-        except Exception:  # a failed context or calls past the timeout: the pair ends either way
-            pass
+        end_communicator(comm, self.stream, "was destroyed: its send/recv pair ended")
         self.pool = None  # SymmetricPool.__del__ frees the heap
 
     def _move(self, tensor, sending, ready=None):
@@ -251,7 +246,7 @@ class PairChannels:
 
     def __del__(self):
         for p in self.pairs.values():
-            p.jobs.put(None)  # after the transfers already asked for
+            p.stop()  # after the transfers already asked for
 
     def shutdown(self):
         """The group's shutdown (what newer torch's destroy_process_group calls): every
